@@ -1,0 +1,74 @@
+"""``build(schedule, args, target)``: lower, generate code, compile (cached), load."""
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence
+
+from ..dsl.schedule import Schedule
+from ..errors import BuildError
+from ..lowering.ir import PrimFunc
+from ..lowering.lower import lower
+from ..target import resolve_target
+from .runtime import Module, ParamSpec, _shape_spec
+
+_loaded = {}
+
+
+def build(schedule_or_func, args: Sequence = (), target="llvm", name: str = "main") -> Module:
+    """Compile a schedule (with its argument tensors) or a lowered PrimFunc into a callable."""
+    tgt = resolve_target(target)
+    if isinstance(schedule_or_func, PrimFunc):
+        func = schedule_or_func
+    elif isinstance(schedule_or_func, Schedule):
+        func = lower(schedule_or_func, args, name=name)
+    else:
+        raise BuildError(f"build takes a schedule or a lowered function, got {type(schedule_or_func).__name__}")
+    if tgt.kind == "cuda":
+        raise BuildError("the CUDA backend is not available in this build of loopweave yet; use target='llvm'")
+    return build_llvm(func, tgt)
+
+
+def build_llvm(func: PrimFunc, target) -> Module:
+    from .llvm import jit
+    from .llvm.codegen import CodeGen
+    text = func.structural_key()
+    digest = hashlib.sha256((text + target.key()).encode()).hexdigest()[:16]
+    symbol = f"lw_{func.name}_{digest}"
+    llvm_ir = CodeGen(func, target, symbol).generate()
+    if symbol in _loaded:
+        address, obj = _loaded[symbol]
+        optimized = ""
+    else:
+        obj, optimized, _ = jit.compile_ir(llvm_ir, target)
+        address = jit.load_object(obj, symbol)
+        _loaded[symbol] = (address, obj)
+    outputs = {id(b) for b in _written_buffers(func)}
+    size_names = [v.name for v in func.size_vars]
+    if len(set(size_names)) != len(size_names):
+        raise BuildError(f"two different size variables share a name in {size_names}; give each lw.var a unique name")
+    params = [ParamSpec(b.name, b.dtype, _shape_spec(b.shape, {}), id(b) in outputs) for b in func.params]
+    sources = {
+        "lowered": str(func),
+        "ll": llvm_ir,
+        "ll-opt": (lambda: optimized) if optimized else (lambda: _optimized_ir(llvm_ir, target)),
+        "asm": lambda: jit.assembly(llvm_ir, target),
+    }
+    module = Module(func.name, address, params, size_names, sources, target)
+    module.object_code = obj
+    module.symbol = symbol
+    return module
+
+
+def _optimized_ir(llvm_ir: str, target) -> str:
+    from llvmlite import binding as llvm
+    from .llvm import jit
+    m = llvm.parse_assembly(llvm_ir)
+    jit.optimize(m, target)
+    return str(m)
+
+
+def _written_buffers(func: PrimFunc):
+    from ..dsl.visitor import post_order_visit
+    found = []
+    post_order_visit(func.body, lambda n: found.append(n.buffer) if type(n).__name__ == "BufferStore" else None)
+    return found

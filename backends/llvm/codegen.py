@@ -1,0 +1,576 @@
+"""Loop IR -> LLVM IR with llvmlite.ir.
+
+Accepts a PrimFunc after the lowering pipeline: flat (1-d) buffer indices, vector
+expressions (Ramp/Broadcast) where loops were vectorized, For kinds serial / parallel
+/ unrolled.  Emits one entry ``void NAME(ptr buffers, ptr sizes)`` whose arguments
+are an array of buffer pointers and an array of int64 sizes.  Parallel loops are
+outlined into ``void body(i64 begin, i64 end, ptr closure)`` functions run by
+``lw_parallel_for`` (the native thread pool); the closure holds every value in scope.
+Float ``a * b + c`` becomes ``llvm.fmuladd`` so the backend emits FMA.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from llvmlite import ir
+
+from ...dsl import dtypes
+from ...dsl.expr import Binary, Call, Cast, Compare, Const, Expr, Let, Logical, Select, Var
+from ...dsl.visitor import post_order_visit
+from ...errors import BuildError, InternalError
+from ...lowering.ir import (Allocate, Broadcast, BufferLoad, BufferStore, Evaluate, For, IfThenElse, LetStmt,
+                            PrimFunc, Ramp, Seq)
+from .thread_pool import BODY_TYPE, PARALLEL_FOR_TYPE
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+PTR = ir.PointerType()
+STACK_LIMIT_BYTES = 64 * 1024
+
+_SCALAR = {"float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType(),
+           "int8": I8, "int16": ir.IntType(16), "int32": I32, "int64": I64, "uint8": I8, "bool": I1}
+_LIBM = {"tanh": {"float32": "tanhf", "float64": "tanh"}, "erf": {"float32": "erff", "float64": "erf"}}
+_FLOAT_INTRINSIC = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "floor": "llvm.floor",
+                    "ceil": "llvm.ceil", "round": "llvm.roundeven", "abs": "llvm.fabs", "pow": "llvm.pow"}
+
+
+def llvm_type(dtype: str, lanes: int = 1):
+    scalar = _SCALAR[dtype]
+    return scalar if lanes == 1 else ir.VectorType(scalar, lanes)
+
+
+def memory_type(dtype: str):
+    """Bools live in memory as bytes, like numpy's."""
+    return I8 if dtype == "bool" else _SCALAR[dtype]
+
+
+def _lanes(value) -> int:
+    return value.type.count if isinstance(value.type, ir.VectorType) else 1
+
+
+def _contains_load(e) -> bool:
+    hit = []
+    post_order_visit(e, lambda n: hit.append(1) if isinstance(n, BufferLoad) else None)
+    return bool(hit)
+
+
+class FunctionEmitter:
+    """Emits the body of one LLVM function (the entry or an outlined parallel body)."""
+
+    def __init__(self, codegen: "CodeGen", function: ir.Function, scope: Dict[int, ir.Value],
+                 buffer_ptrs: Dict[int, ir.Value]):
+        self.cg = codegen
+        self.function = function
+        self.entry = function.append_basic_block("entry")
+        self.builder = ir.IRBuilder(self.entry)
+        self.scope = dict(scope)          # id(Var) -> value
+        self.buffer_ptrs = dict(buffer_ptrs)  # id(Buffer) -> ptr
+        self.masks: List[ir.Value] = []
+        self.free_at_exit: List[ir.Value] = []
+
+    # ------------------------------------------------------------ helpers
+    def _alloca_in_entry(self, typ, count=None, name="", opaque=True):
+        with self.builder.goto_entry_block():
+            self.builder.position_at_start(self.entry)
+            ptr = self.builder.alloca(typ, size=count, name=name)
+            ptr.align = 64
+        return self.builder.bitcast(ptr, PTR) if opaque else ptr
+
+    def _broadcast(self, value, lanes: int):
+        if lanes == 1 or isinstance(value.type, ir.VectorType):
+            return value
+        vec_t = ir.VectorType(value.type, lanes)
+        undef = ir.Constant(vec_t, ir.Undefined)
+        v = self.builder.insert_element(undef, value, ir.Constant(I32, 0))
+        zeros = ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
+        return self.builder.shuffle_vector(v, ir.Constant(vec_t, ir.Undefined), zeros)
+
+    def _match_lanes(self, a, b):
+        la, lb = _lanes(a), _lanes(b)
+        if la == lb:
+            return a, b
+        n = max(la, lb)
+        return self._broadcast(a, n), self._broadcast(b, n)
+
+    # ---------------------------------------------------------- statements
+    def stmt(self, s):
+        method = getattr(self, "stmt_" + type(s).__name__, None)
+        if method is None:
+            raise InternalError(f"the LLVM backend cannot emit {type(s).__name__}")
+        method(s)
+
+    def stmt_Seq(self, s: Seq):
+        for c in s.stmts:
+            self.stmt(c)
+
+    def stmt_Evaluate(self, s: Evaluate):
+        self.expr(s.value)
+
+    def stmt_LetStmt(self, s: LetStmt):
+        self.scope[id(s.var)] = self.expr(s.value)
+        self.stmt(s.body)
+
+    def stmt_IfThenElse(self, s: IfThenElse):
+        cond = self.expr(s.condition)
+        if s.else_case is None:
+            with self.builder.if_then(cond):
+                self.stmt(s.then_case)
+        else:
+            with self.builder.if_else(cond) as (then, otherwise):
+                with then:
+                    self.stmt(s.then_case)
+                with otherwise:
+                    self.stmt(s.else_case)
+
+    def stmt_Allocate(self, s: Allocate):
+        buf = s.buffer
+        elem = memory_type(buf.dtype)
+        extent = s.extent
+        nbytes = extent.value * dtypes.itemsize(buf.dtype) if isinstance(extent, Const) else None
+        if nbytes is not None and nbytes <= STACK_LIMIT_BYTES:
+            ptr = self._alloca_in_entry(ir.ArrayType(elem, max(1, extent.value)), name=buf.name)
+            self.buffer_ptrs[id(buf)] = ptr
+            self.stmt(s.body)
+            return
+        count = self.expr(extent)
+        size = self.builder.mul(count, ir.Constant(I64, dtypes.itemsize(buf.dtype)))
+        size = self.builder.add(size, ir.Constant(I64, 64))
+        ptr = self.builder.call(self.cg.runtime_fn("malloc"), [size], name=buf.name)
+        with self.builder.if_then(self.builder.icmp_unsigned("==", ptr, ir.Constant(PTR, None)), likely=False):
+            self.builder.call(self.cg.runtime_fn("abort"), [])
+        self.buffer_ptrs[id(buf)] = ptr
+        self.stmt(s.body)
+        self.builder.call(self.cg.runtime_fn("free"), [ptr])
+
+    def stmt_BufferStore(self, s: BufferStore):
+        value = self.expr(s.value)
+        index = s.indices[0]
+        buf = s.buffer
+        base = self.buffer_ptrs[id(buf)]
+        if buf.dtype == "bool":
+            value = self.builder.zext(value, ir.VectorType(I8, _lanes(value)) if _lanes(value) > 1 else I8)
+        if isinstance(index, Ramp):
+            lanes = index.lanes
+            value = self._broadcast(value, lanes)
+            if isinstance(index.stride, Const) and index.stride.value == 1:
+                ptr = self.builder.gep(base, [self.expr(index.base)], inbounds=True, source_etype=memory_type(buf.dtype))
+                st = self.builder.store(value, ptr)
+                st.align = dtypes.itemsize(buf.dtype)
+                return
+            idx = self.expr(index)
+            for lane in range(lanes):
+                i = self.builder.extract_element(idx, ir.Constant(I32, lane))
+                v = self.builder.extract_element(value, ir.Constant(I32, lane))
+                ptr = self.builder.gep(base, [i], inbounds=True, source_etype=memory_type(buf.dtype))
+                self.builder.store(v, ptr).align = dtypes.itemsize(buf.dtype)
+            return
+        ptr = self.builder.gep(base, [self.expr(index)], inbounds=True, source_etype=memory_type(buf.dtype))
+        self.builder.store(value, ptr).align = dtypes.itemsize(buf.dtype)
+
+    def stmt_For(self, s: For):
+        if s.kind == "parallel":
+            self.cg.emit_parallel(self, s)
+            return
+        lo = self.expr(s.min)
+        hi = self.builder.add(lo, self.expr(s.extent))
+        self.emit_loop(s.var, lo, hi, s.body, s.kind)
+
+    def emit_loop(self, var: Var, lo, hi, body, kind: str):
+        b = self.builder
+        pre = b.block
+        header = b.append_basic_block(f"{var.name}.header")
+        body_bb = b.append_basic_block(f"{var.name}.body")
+        exit_bb = b.append_basic_block(f"{var.name}.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        phi = b.phi(I64, name=var.name)
+        phi.add_incoming(lo, pre)
+        b.cbranch(b.icmp_signed("<", phi, hi), body_bb, exit_bb)
+        b.position_at_end(body_bb)
+        self.scope[id(var)] = phi
+        self.stmt(body)
+        nxt = b.add(phi, ir.Constant(I64, 1), flags=("nsw",))
+        latch = b.block
+        br = b.branch(header)
+        if kind == "unrolled":
+            br.set_metadata("llvm.loop", self.cg.unroll_metadata())
+        phi.add_incoming(nxt, latch)
+        b.position_at_end(exit_bb)
+
+    # --------------------------------------------------------- expressions
+    def expr(self, e):
+        method = getattr(self, "expr_" + type(e).__name__, None)
+        if method is None:
+            raise InternalError(f"the LLVM backend cannot emit expression {type(e).__name__}")
+        return method(e)
+
+    def expr_Var(self, e: Var):
+        value = self.scope.get(id(e))
+        if value is None:
+            raise InternalError(f"variable '{e.name}' is used outside the scope that defines it")
+        return value
+
+    def expr_Const(self, e: Const):
+        t = _SCALAR[e.dtype]
+        if e.dtype == "bool":
+            return ir.Constant(I1, int(bool(e.value)))
+        if dtypes.is_float(e.dtype):
+            return ir.Constant(t, float(e.value))
+        return ir.Constant(t, int(e.value) & ((1 << dtypes.bits(e.dtype)) - 1))
+
+    def expr_Ramp(self, e: Ramp):
+        base = self.expr(e.base)
+        stride = self.expr(e.stride)
+        vec = self._broadcast(base, e.lanes)
+        steps = ir.Constant(ir.VectorType(I64, e.lanes), list(range(e.lanes)))
+        return self.builder.add(vec, self.builder.mul(self._broadcast(stride, e.lanes), steps))
+
+    def expr_Broadcast(self, e: Broadcast):
+        return self._broadcast(self.expr(e.value), e.lanes)
+
+    def expr_Let(self, e: Let):
+        self.scope[id(e.var)] = self.expr(e.value)
+        return self.expr(e.body)
+
+    def expr_BufferLoad(self, e: BufferLoad):
+        buf = e.buffer
+        base = self.buffer_ptrs[id(buf)]
+        elem = memory_type(buf.dtype)
+        align = dtypes.itemsize(buf.dtype)
+        index = e.indices[0]
+        mask = self.masks[-1] if self.masks else None
+        if isinstance(index, Ramp):
+            lanes = index.lanes
+            vec_t = ir.VectorType(elem, lanes)
+            if isinstance(index.stride, Const) and index.stride.value == 1:
+                ptr = self.builder.gep(base, [self.expr(index.base)], inbounds=True, source_etype=elem)
+                if mask is not None and _lanes(mask) == lanes:
+                    fn = self.cg.intrinsic(f"llvm.masked.load.v{lanes}{_suffix(elem)}.p0", vec_t,
+                                           [PTR, I32, ir.VectorType(I1, lanes), vec_t])
+                    value = self.builder.call(fn, [ptr, ir.Constant(I32, align), mask, ir.Constant(vec_t, None)])
+                else:
+                    value = self.builder.load(ptr, typ=vec_t)
+                    value.align = align
+            else:
+                ptrs = self.builder.gep(base, [self.expr(index)], inbounds=True, source_etype=elem)
+                m = mask if mask is not None and _lanes(mask) == lanes else \
+                    ir.Constant(ir.VectorType(I1, lanes), [1] * lanes)
+                fn = self.cg.intrinsic(f"llvm.masked.gather.v{lanes}{_suffix(elem)}.v{lanes}p0", vec_t,
+                                       [ir.VectorType(PTR, lanes), I32, ir.VectorType(I1, lanes), vec_t])
+                value = self.builder.call(fn, [ptrs, ir.Constant(I32, align), m, ir.Constant(vec_t, None)])
+        else:
+            idx = self.expr(index)
+            ptr = self.builder.gep(base, [idx], inbounds=True, source_etype=elem)
+            if _lanes(idx) > 1:
+                lanes = _lanes(idx)
+                vec_t = ir.VectorType(elem, lanes)
+                m = mask if mask is not None and _lanes(mask) == lanes else \
+                    ir.Constant(ir.VectorType(I1, lanes), [1] * lanes)
+                fn = self.cg.intrinsic(f"llvm.masked.gather.v{lanes}{_suffix(elem)}.v{lanes}p0", vec_t,
+                                       [ir.VectorType(PTR, lanes), I32, ir.VectorType(I1, lanes), vec_t])
+                value = self.builder.call(fn, [ptr, ir.Constant(I32, align), m, ir.Constant(vec_t, None)])
+            else:
+                value = self.builder.load(ptr, typ=elem)
+                value.align = align
+        if buf.dtype == "bool":
+            zero = ir.Constant(value.type, None)
+            value = self.builder.icmp_unsigned("!=", value, zero)
+        return value
+
+    def expr_Binary(self, e: Binary):
+        dt = e.dtype
+        b = self.builder
+        if e.op == "add" and dtypes.is_float(dt) and self.cg.target.has_fma:
+            for mul, other in ((e.a, e.b), (e.b, e.a)):
+                if isinstance(mul, Binary) and mul.op == "mul":
+                    x, y = self._match_lanes(self.expr(mul.a), self.expr(mul.b))
+                    z = self.expr(other)
+                    x, z = self._match_lanes(x, z)
+                    y, z = self._match_lanes(y, z)
+                    x, y = self._match_lanes(x, y)
+                    fn = self.cg.intrinsic(f"llvm.fmuladd.{_type_suffix(x.type)}", x.type, [x.type] * 3)
+                    return b.call(fn, [x, y, z])
+        a, c = self._match_lanes(self.expr(e.a), self.expr(e.b))
+        if dtypes.is_float(dt):
+            if e.op == "add":
+                return b.fadd(a, c)
+            if e.op == "sub":
+                return b.fsub(a, c)
+            if e.op == "mul":
+                return b.fmul(a, c)
+            if e.op == "div":
+                return b.fdiv(a, c)
+            if e.op in ("min", "max"):
+                cmp = b.fcmp_ordered("<" if e.op == "min" else ">", a, c)
+                return b.select(cmp, a, c)
+            if e.op in ("floordiv", "floormod"):
+                q = self._call_float("floor", b.fdiv(a, c))
+                return q if e.op == "floordiv" else b.fsub(a, b.fmul(q, c))
+        signed = dtypes.is_signed(dt) or dt == "bool"
+        if e.op == "add":
+            return b.add(a, c)
+        if e.op == "sub":
+            return b.sub(a, c)
+        if e.op == "mul":
+            return b.mul(a, c)
+        if e.op in ("min", "max"):
+            op = "<" if e.op == "min" else ">"
+            cmp = b.icmp_signed(op, a, c) if signed else b.icmp_unsigned(op, a, c)
+            return b.select(cmp, a, c)
+        if e.op in ("floordiv", "floormod"):
+            return self._int_floor_divmod(e.op, a, c, signed, e.b)
+        raise InternalError(f"no integer lowering for {e.op}")
+
+    def _int_floor_divmod(self, op, a, c, signed, divisor: Expr):
+        b = self.builder
+        if not signed:
+            return b.udiv(a, c) if op == "floordiv" else b.urem(a, c)
+        zero = ir.Constant(a.type, None)
+        if isinstance(divisor, Const) and divisor.value > 0 and (divisor.value & (divisor.value - 1)) == 0:
+            shift = divisor.value.bit_length() - 1
+            if op == "floordiv":
+                return b.ashr(a, ir.Constant(a.type, shift) if _lanes(a) == 1 else
+                              ir.Constant(a.type, [shift] * _lanes(a)))
+            mask = divisor.value - 1
+            return b.and_(a, ir.Constant(a.type, mask) if _lanes(a) == 1 else ir.Constant(a.type, [mask] * _lanes(a)))
+        q = b.sdiv(a, c)
+        r = b.srem(a, c)
+        r_nonzero = b.icmp_signed("!=", r, zero)
+        sign_differs = b.icmp_signed("!=", b.icmp_signed("<", r, zero), b.icmp_signed("<", c, zero))
+        adjust = b.and_(r_nonzero, sign_differs)
+        if op == "floordiv":
+            one = ir.Constant(a.type, 1) if _lanes(a) == 1 else ir.Constant(a.type, [1] * _lanes(a))
+            return b.select(adjust, b.sub(q, one), q)
+        return b.select(adjust, b.add(r, c), r)
+
+    def expr_Compare(self, e: Compare):
+        a, c = self._match_lanes(self.expr(e.a), self.expr(e.b))
+        op = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[e.op]
+        dt = e.a.dtype
+        if dtypes.is_float(dt):
+            if op == "!=":
+                return self.builder.fcmp_unordered(op, a, c)
+            return self.builder.fcmp_ordered(op, a, c)
+        if dtypes.is_signed(dt):
+            return self.builder.icmp_signed(op, a, c)
+        return self.builder.icmp_unsigned(op, a, c)
+
+    def expr_Logical(self, e: Logical):
+        a = self.expr(e.a)
+        if e.op == "not":
+            return self.builder.not_(a)
+        a, c = self._match_lanes(a, self.expr(e.b))
+        return self.builder.and_(a, c) if e.op == "and" else self.builder.or_(a, c)
+
+    def expr_Select(self, e: Select):
+        cond = self.expr(e.condition)
+        if _contains_load(e.true_value) or _contains_load(e.false_value):
+            if _lanes(cond) == 1:
+                return self._lazy_select(cond, e)
+            return self._masked_select(cond, e)
+        t, f = self._match_lanes(self.expr(e.true_value), self.expr(e.false_value))
+        cond, t = self._match_lanes(cond, t)
+        return self.builder.select(cond, t, f)
+
+    def _lazy_select(self, cond, e: Select):
+        """Evaluate only the chosen branch: a guarded read must not touch memory otherwise."""
+        b = self.builder
+        with b.if_else(cond) as (then, otherwise):
+            with then:
+                t = self.expr(e.true_value)
+                t_block = b.block
+            with otherwise:
+                f = self.expr(e.false_value)
+                f_block = b.block
+        t, f = self._unify_lanes_in_blocks(t, t_block, f, f_block)
+        phi = b.phi(t.type)
+        phi.add_incoming(t, t_block)
+        phi.add_incoming(f, f_block)
+        return phi
+
+    def _unify_lanes_in_blocks(self, t, t_block, f, f_block):
+        if _lanes(t) == _lanes(f):
+            return t, f
+        raise InternalError("select branches with different lane counts")
+
+    def _masked_select(self, cond, e: Select):
+        """Vector select whose branches read memory: loads are masked by the lanes that use them."""
+        b = self.builder
+        self.masks.append(cond)
+        t = self.expr(e.true_value)
+        self.masks.pop()
+        self.masks.append(b.not_(cond))
+        f = self.expr(e.false_value)
+        self.masks.pop()
+        t, f = self._match_lanes(t, f)
+        cond, t = self._match_lanes(cond, t)
+        return b.select(cond, t, f)
+
+    def expr_Cast(self, e: Cast):
+        v = self.expr(e.value)
+        src, dst = e.value.dtype, e.dtype
+        lanes = _lanes(v)
+        t = llvm_type(dst, lanes)
+        b = self.builder
+        if dst == "bool":
+            zero = ir.Constant(v.type, None)
+            return b.fcmp_unordered("!=", v, zero) if dtypes.is_float(src) else b.icmp_unsigned("!=", v, zero)
+        if dtypes.is_float(dst):
+            if dtypes.is_float(src):
+                return b.fpext(v, t) if dtypes.bits(dst) > dtypes.bits(src) else b.fptrunc(v, t)
+            return b.sitofp(v, t) if dtypes.is_signed(src) else b.uitofp(v, t)
+        if dtypes.is_float(src):
+            return b.fptosi(v, t) if dtypes.is_signed(dst) else b.fptoui(v, t)
+        sb, db = dtypes.bits(src), dtypes.bits(dst)
+        if db > sb:
+            return b.sext(v, t) if dtypes.is_signed(src) else b.zext(v, t)
+        if db < sb:
+            return b.trunc(v, t)
+        return v
+
+    def _call_float(self, name: str, *args):
+        t = args[0].type
+        fn = self.cg.intrinsic(f"{_FLOAT_INTRINSIC[name]}.{_type_suffix(t)}", t, [t] * len(args))
+        return self.builder.call(fn, list(args))
+
+    def expr_Call(self, e: Call):
+        args = [self.expr(a) for a in e.args]
+        if len(args) == 2:
+            args = list(self._match_lanes(*args))
+        x = args[0]
+        dt = e.dtype
+        b = self.builder
+        if e.name == "abs" and not dtypes.is_float(dt):
+            if not dtypes.is_signed(dt):
+                return x
+            neg = b.sub(ir.Constant(x.type, None), x)
+            return b.select(b.icmp_signed("<", x, ir.Constant(x.type, None)), neg, x)
+        if e.name in _FLOAT_INTRINSIC:
+            return self._call_float(e.name, *args)
+        one = _splat_const(x.type, 1.0)
+        if e.name == "rsqrt":
+            return b.fdiv(one, self._call_float("sqrt", x))
+        if e.name == "sigmoid":
+            neg = b.fsub(_splat_const(x.type, 0.0), x)
+            return b.fdiv(one, b.fadd(one, self._call_float("exp", neg)))
+        if e.name in _LIBM:
+            return self._libm(e.name, x, dt)
+        raise InternalError(f"no lowering for intrinsic {e.name}")
+
+    def _libm(self, name: str, x, dtype: str):
+        """Scalar libm calls, lane by lane for vectors (half goes through float)."""
+        work = "float32" if dtype == "float16" else dtype
+        scalar_t = _SCALAR[work]
+        fn = self.cg.runtime_fn(_LIBM[name][work], scalar_t, [scalar_t])
+        b = self.builder
+
+        def one(v):
+            if dtype == "float16":
+                return b.fptrunc(b.call(fn, [b.fpext(v, scalar_t)]), _SCALAR["float16"])
+            return b.call(fn, [v])
+        if _lanes(x) == 1:
+            return one(x)
+        out = ir.Constant(x.type, ir.Undefined)
+        for lane in range(_lanes(x)):
+            v = b.extract_element(x, ir.Constant(I32, lane))
+            out = b.insert_element(out, one(v), ir.Constant(I32, lane))
+        return out
+
+
+def _splat_const(t, value):
+    if isinstance(t, ir.VectorType):
+        return ir.Constant(t, [value] * t.count)
+    return ir.Constant(t, value)
+
+
+def _suffix(elem) -> str:
+    if isinstance(elem, ir.IntType):
+        return f"i{elem.width}"
+    return {"half": "f16", "float": "f32", "double": "f64"}[str(elem)]
+
+
+def _type_suffix(t) -> str:
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{_suffix(t.element)}"
+    return _suffix(t)
+
+
+class CodeGen:
+    """Builds one LLVM module for one PrimFunc."""
+
+    def __init__(self, func: PrimFunc, target, symbol: str):
+        self.func, self.target, self.symbol = func, target, symbol
+        self.module = ir.Module(name=symbol)
+        self._intrinsics: Dict[str, ir.Function] = {}
+        self._outlined = 0
+        self._unroll_md = None
+
+    def intrinsic(self, name: str, ret, args) -> ir.Function:
+        fn = self._intrinsics.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ret, args), name=name)
+            self._intrinsics[name] = fn
+        return fn
+
+    def runtime_fn(self, name: str, ret=None, args=None) -> ir.Function:
+        signatures = {"malloc": (PTR, [I64]), "free": (ir.VoidType(), [PTR]), "abort": (ir.VoidType(), []),
+                      "lw_parallel_for": (ir.VoidType(), [PTR, PTR, I64])}
+        if name in signatures:
+            ret, args = signatures[name]
+        return self.intrinsic(name, ret, args)
+
+    def unroll_metadata(self):
+        if self._unroll_md is None:
+            full = self.module.add_metadata([ir.MetaDataString(self.module, "llvm.loop.unroll.full")])
+            md = self.module.add_metadata([None, full])  # self-reference patched below
+            md.operands[0] = md
+            self._unroll_md = md
+        return self._unroll_md
+
+    def generate(self) -> str:
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR]), name=self.symbol)
+        fn.args[0].name, fn.args[1].name = "buffers", "sizes"
+        emitter = FunctionEmitter(self, fn, {}, {})
+        b = emitter.builder
+        for k, buf in enumerate(self.func.params):
+            slot = b.gep(fn.args[0], [ir.Constant(I64, k)], inbounds=True, source_etype=PTR)
+            ptr = b.load(slot, typ=PTR, name=buf.name)
+            emitter.buffer_ptrs[id(buf)] = ptr
+        for k, v in enumerate(self.func.size_vars):
+            slot = b.gep(fn.args[1], [ir.Constant(I64, k)], inbounds=True, source_etype=I64)
+            emitter.scope[id(v)] = b.load(slot, typ=I64, name=v.name)
+        emitter.stmt(self.func.body)
+        emitter.builder.ret_void()
+        for attr in ("nounwind",):
+            fn.attributes.add(attr)
+        return str(self.module)
+
+    def emit_parallel(self, parent: FunctionEmitter, loop: For):
+        """Outline ``loop``'s body into a function and hand it to the thread pool."""
+        self._outlined += 1
+        body_fn = ir.Function(self.module, BODY_TYPE, name=f"{self.symbol}.par{self._outlined}")
+        body_fn.linkage = "internal"
+        begin, end, closure_arg = body_fn.args
+        values = list(parent.scope.items())
+        buffers = list(parent.buffer_ptrs.items())
+        slot_types = [v.type for _, v in values] + [PTR for _ in buffers]
+        closure_t = ir.LiteralStructType(slot_types) if slot_types else ir.LiteralStructType([I8])
+        pb = parent.builder
+        closure = parent._alloca_in_entry(closure_t, name="closure", opaque=False)
+        for k, (_, v) in enumerate(values + buffers):
+            slot = pb.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True)
+            pb.store(v, slot)
+        child = FunctionEmitter(self, body_fn, {}, {})
+        cb = child.builder
+        typed_closure = cb.bitcast(closure_arg, closure_t.as_pointer())
+        for k, (key, v) in enumerate(values):
+            slot = cb.gep(typed_closure, [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True)
+            child.scope[key] = cb.load(slot, typ=v.type)
+        for k, (key, _) in enumerate(buffers):
+            slot = cb.gep(typed_closure, [ir.Constant(I32, 0), ir.Constant(I32, len(values) + k)], inbounds=True)
+            child.buffer_ptrs[key] = cb.load(slot, typ=PTR)
+        # the body runs iterations [begin, end) of the loop, offset by its min
+        lo = child.expr(loop.min)
+        child.emit_loop(loop.var, cb.add(lo, begin), cb.add(lo, end), loop.body, "serial")
+        child.builder.ret_void()
+        extent = parent.expr(loop.extent)
+        pb.call(self.runtime_fn("lw_parallel_for"), [body_fn, pb.bitcast(closure, PTR), extent])

@@ -1,0 +1,119 @@
+"""Compile LLVM IR to machine code, with an on-disk object cache, and load it.
+
+One MCJIT engine per process holds every loaded object.  Objects are cached under
+``$LOOPWEAVE_CACHE_DIR`` (default ``~/.cache/loopweave``) keyed by a hash of the
+LLVM IR, the CPU name, its feature string and the llvmlite version, so a second
+build of the same kernel skips optimisation and code generation.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import hashlib
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Tuple
+
+import llvmlite
+from llvmlite import binding as llvm
+
+from ...target import Target
+from . import thread_pool
+
+_lock = threading.Lock()
+_engine = None
+_target_machines = {}
+
+
+def cache_dir() -> Path:
+    path = Path(os.environ.get("LOOPWEAVE_CACHE_DIR", Path.home() / ".cache" / "loopweave"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _initialize():
+    global _engine
+    if _engine is not None:
+        return
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    libm = ctypes.util.find_library("m")
+    if libm:
+        llvm.load_library_permanently(libm)
+    thread_pool.install()
+    empty = llvm.parse_assembly("")
+    _engine = llvm.create_mcjit_compiler(empty, target_machine_for(None))
+
+
+def target_machine_for(target: Target | None):
+    key = None if target is None else (target.cpu, target.features)
+    tm = _target_machines.get(key)
+    if tm is None:
+        cpu = llvm.get_host_cpu_name() if target is None else target.cpu
+        features = llvm.get_host_cpu_features().flatten() if target is None else target.features
+        tm = llvm.Target.from_default_triple().create_target_machine(
+            cpu=cpu, features=features, opt=3, reloc="pic", codemodel="jitdefault")
+        _target_machines[key] = tm
+    return tm
+
+
+def cache_key(llvm_ir: str, target: Target) -> str:
+    h = hashlib.sha256()
+    for part in (llvm_ir, target.cpu, target.features, llvmlite.__version__, "v1"):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:32]
+
+
+def optimize(module_ref, target: Target):
+    tm = target_machine_for(target)
+    module_ref.triple = tm.triple
+    module_ref.data_layout = str(tm.target_data)
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(module_ref, pb)
+
+
+def compile_ir(llvm_ir: str, target: Target) -> Tuple[bytes, str, bool]:
+    """(object code, optimised LLVM IR or '' when cached, whether it came from the cache)."""
+    key = cache_key(llvm_ir, target)
+    path = cache_dir() / f"{key}.o"
+    if path.exists():
+        return path.read_bytes(), "", True
+    with _lock:
+        _initialize()
+    module_ref = llvm.parse_assembly(llvm_ir)
+    module_ref.verify()
+    optimize(module_ref, target)
+    obj = target_machine_for(target).emit_object(module_ref)
+    fd, tmp = tempfile.mkstemp(dir=cache_dir(), suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(obj)
+    os.replace(tmp, path)
+    return obj, str(module_ref), False
+
+
+def assembly(llvm_ir: str, target: Target) -> str:
+    with _lock:
+        _initialize()
+    module_ref = llvm.parse_assembly(llvm_ir)
+    optimize(module_ref, target)
+    return target_machine_for(target).emit_assembly(module_ref)
+
+
+def load_object(obj: bytes, symbol: str) -> int:
+    """Load object code into the process and return the address of ``symbol``."""
+    with _lock:
+        _initialize()
+        _engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        _engine.finalize_object()
+        address = _engine.get_function_address(symbol)
+    if not address:
+        from ...errors import InternalError
+        raise InternalError(f"symbol {symbol} not found after loading its object code")
+    return address

@@ -1,0 +1,169 @@
+"""The runtime module: a compiled function that checks its arguments, then runs.
+
+Every argument is validated in Python before native code sees it: type (numpy
+array), dtype, rank, shape (consistent with the symbolic sizes and across
+arguments), C-contiguity, writability of outputs.  A mistake raises
+``ArgumentError`` naming the argument; nothing unchecked reaches native code.
+"""
+from __future__ import annotations
+
+import ctypes
+import time
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from ..dsl.expr import Const, Var
+from ..dsl.visitor import collect_vars, substitute
+from ..errors import ArgumentError
+
+_ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+
+
+class ParamSpec:
+    """What one argument must look like: name, dtype, shape (ints or size vars), is output."""
+
+    def __init__(self, name: str, dtype: str, shape: list, is_output: bool):
+        self.name, self.dtype, self.shape, self.is_output = name, dtype, shape, is_output
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "is_output": self.is_output,
+                "shape": [s if isinstance(s, int) else {"expr": s} for s in self.shape]}
+
+
+def _shape_spec(shape, size_names: Dict[int, str]):
+    """Each dimension as an int, a size-var name, or an expression string (checked after binding)."""
+    from ..lowering.printer import expr_to_str
+    out = []
+    for s in shape:
+        if isinstance(s, Const):
+            out.append(int(s.value))
+        elif isinstance(s, Var):
+            out.append(s.name)
+        else:
+            out.append(expr_to_str(s))
+    return out
+
+
+class Module:
+    """A callable compiled kernel.  ``f(*arrays)`` runs it; ``f.time(*arrays)`` times it."""
+
+    def __init__(self, name: str, address: int, params: List[ParamSpec], size_names: List[str],
+                 sources: Dict[str, object], target, keepalive=None):
+        self.name, self.params, self.size_names = name, params, size_names
+        self.target = target
+        self._address = address
+        self._entry = _ENTRY(address)
+        self._sources = sources
+        self._keepalive = keepalive
+        self._buffers = (ctypes.c_void_p * max(1, len(params)))()
+        self._sizes = (ctypes.c_int64 * max(1, len(size_names)))()
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{p.name}: {p.dtype}[{', '.join(str(s) for s in p.shape)}]" for p in self.params)
+        return f"<loopweave.Module {self.name}({sig}) on {self.target}>"
+
+    # --------------------------------------------------------- validation
+    def _bind(self, args) -> Dict[str, int]:
+        if len(args) != len(self.params):
+            names = ", ".join(p.name for p in self.params)
+            raise ArgumentError(f"{self.name} takes {len(self.params)} arrays ({names}), got {len(args)}")
+        sizes: Dict[str, int] = {}
+        for p, a in zip(self.params, args):
+            if not isinstance(a, np.ndarray):
+                raise ArgumentError(f"argument '{p.name}' must be a numpy.ndarray, got {type(a).__name__}")
+            if a.dtype != np.dtype(p.dtype):
+                raise ArgumentError(f"argument '{p.name}' must have dtype {p.dtype}, got {a.dtype}; "
+                                    f"convert it with .astype('{p.dtype}')")
+            if a.ndim != len(p.shape):
+                raise ArgumentError(f"argument '{p.name}' must have {len(p.shape)} dimensions, got {a.ndim} "
+                                    f"(shape {a.shape})")
+            if not a.flags.c_contiguous:
+                raise ArgumentError(f"argument '{p.name}' must be C-contiguous; pass np.ascontiguousarray(...)")
+            if p.is_output and not a.flags.writeable:
+                raise ArgumentError(f"argument '{p.name}' is written by {self.name} but is read-only")
+            for d, (want, got) in enumerate(zip(p.shape, a.shape)):
+                if isinstance(want, int):
+                    if want != got:
+                        raise ArgumentError(f"argument '{p.name}' must have shape {self._shape_str(p, sizes)}, "
+                                            f"got {a.shape} (dimension {d} should be {want})")
+                elif want in self.size_names and want not in sizes:
+                    sizes[want] = got
+        for p, a in zip(self.params, args):
+            for d, (want, got) in enumerate(zip(p.shape, a.shape)):
+                if isinstance(want, int):
+                    continue
+                expected = sizes[want] if want in sizes else _eval_shape_expr(want, sizes)
+                if expected != got:
+                    raise ArgumentError(
+                        f"argument '{p.name}' has shape {a.shape}, but dimension {d} must be {want} = {expected} "
+                        f"(from the other arguments: {', '.join(f'{k}={v}' for k, v in sizes.items())})")
+        missing = [n for n in self.size_names if n not in sizes]
+        if missing:
+            raise ArgumentError(f"cannot tell the sizes {', '.join(missing)} from the arguments' shapes")
+        return sizes
+
+    def _shape_str(self, p: ParamSpec, sizes) -> str:
+        return "(" + ", ".join(str(s) for s in p.shape) + ")"
+
+    def _prepare(self, args):
+        sizes = self._bind(args)
+        for k, a in enumerate(args):
+            self._buffers[k] = a.ctypes.data
+        for k, n in enumerate(self.size_names):
+            self._sizes[k] = sizes[n]
+
+    def __call__(self, *args) -> None:
+        self._prepare(args)
+        self._entry(ctypes.addressof(self._buffers), ctypes.addressof(self._sizes))
+
+    def time(self, *args, number: int = 0, repeat: int = 7, min_seconds: float = 0.05) -> float:
+        """Median seconds per call, after a warm-up call; ``number`` calls per sample (auto if 0)."""
+        self._prepare(args)
+        run = lambda: self._entry(ctypes.addressof(self._buffers), ctypes.addressof(self._sizes))  # noqa: E731
+        run()
+        if number <= 0:
+            number = 1
+            while True:
+                t0 = time.perf_counter()
+                for _ in range(number):
+                    run()
+                if time.perf_counter() - t0 >= min_seconds / repeat or number >= 1 << 20:
+                    break
+                number *= 2
+        samples = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            for _ in range(number):
+                run()
+            samples.append((time.perf_counter() - t0) / number)
+        return float(np.median(samples))
+
+    def get_source(self, fmt: str = "ll") -> str:
+        """The generated code: ``"lowered"`` (loop IR), ``"ll"`` (LLVM IR), ``"ll-opt"`` or ``"asm"``."""
+        if fmt not in self._sources:
+            raise ArgumentError(f"no source of kind {fmt!r}; kinds: {', '.join(self._sources)}")
+        value = self._sources[fmt]
+        return value() if callable(value) else value
+
+    def _repr_html_(self) -> str:
+        import html
+        lowered = self._sources.get("lowered")
+        text = lowered() if callable(lowered) else (lowered or "")
+        return (f"<div><b>{html.escape(repr(self))}</b><details><summary>lowered IR</summary><pre>"
+                f"{html.escape(str(text))}</pre></details><details><summary>LLVM IR</summary><pre>"
+                f"{html.escape(self.get_source('ll'))}</pre></details></div>")
+
+
+def _eval_shape_expr(text: str, sizes: Dict[str, int]) -> int:
+    """Evaluate a printed shape expression such as ``n + 2`` or ``n // 2`` with known sizes."""
+    import ast
+    tree = ast.parse(text, mode="eval")
+    allowed = (ast.Expression, ast.BinOp, ast.Name, ast.Constant, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv,
+               ast.Mod, ast.Load, ast.UnaryOp, ast.USub, ast.Call)
+    for node in ast.walk(tree):
+        if not isinstance(node, allowed):
+            raise ArgumentError(f"cannot check the shape expression {text!r}")
+        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in ("min", "max")):
+            raise ArgumentError(f"cannot check the shape expression {text!r}")
+    return int(eval(compile(tree, "<shape>", "eval"), {"__builtins__": {}, "min": min, "max": max}, dict(sizes)))

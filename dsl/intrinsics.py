@@ -1,0 +1,59 @@
+"""Math intrinsics and elementwise min/max."""
+from __future__ import annotations
+
+from ..errors import DTypeError
+from . import dtypes
+from .expr import Call, Const, Expr, _operands, as_expr, binary, cast, const, select
+
+FLOAT_ONLY = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil", "round",
+              "pow")
+
+
+def _call(name: str, *args) -> Expr:
+    args = tuple(as_expr(a) for a in args)
+    dtype = args[0].dtype
+    if name in FLOAT_ONLY and not dtypes.is_float(dtype):
+        raise DTypeError(f"lw.{name} needs a float argument, got dtype {dtype}; cast it first")
+    return Call(name, args, dtype)
+
+
+def exp(x) -> Expr: return _call("exp", x)
+def log(x) -> Expr: return _call("log", x)
+def sqrt(x) -> Expr: return _call("sqrt", x)
+def rsqrt(x) -> Expr: return _call("rsqrt", x)
+def tanh(x) -> Expr: return _call("tanh", x)
+def sigmoid(x) -> Expr: return _call("sigmoid", x)
+def erf(x) -> Expr: return _call("erf", x)
+def floor(x) -> Expr: return _call("floor", x)
+def ceil(x) -> Expr: return _call("ceil", x)
+def round(x) -> Expr:  # noqa: A001 - the intrinsic's name
+    """Round half to even, as numpy does."""
+    return _call("round", x)
+
+
+def abs(x) -> Expr:  # noqa: A001
+    x = as_expr(x)
+    if x.dtype == dtypes.BOOL:
+        raise DTypeError("lw.abs of a bool value")
+    if isinstance(x, Const):
+        return const(-x.value if x.value < 0 else x.value, x.dtype)
+    return Call("abs", (x,), x.dtype)
+
+
+def pow(x, y) -> Expr:  # noqa: A001
+    x, y = _operands(x, y, "lw.pow")
+    if not dtypes.is_float(x.dtype):
+        raise DTypeError(f"lw.pow needs float arguments, got {x.dtype}; cast them first")
+    return Call("pow", (x, y), x.dtype)
+
+
+def elementwise_min(a, b) -> Expr:
+    return binary("min", a, b)
+
+
+def elementwise_max(a, b) -> Expr:
+    return binary("max", a, b)
+
+
+__all__ = ["exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil", "round",
+           "abs", "pow", "elementwise_min", "elementwise_max", "select", "cast"]

@@ -1,0 +1,107 @@
+"""Generic traversal of IR nodes (expressions and, later, statements).
+
+``Mutator.visit`` rebuilds a node only when a child changed and returns the same
+object otherwise, so passes detect fixpoints with ``is``.  Subclasses override
+``visit_<ClassName>`` for the nodes they care about.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict
+
+from .expr import Expr, Reduce, TensorLoad, Var
+
+
+def _is_node(value) -> bool:
+    return getattr(type(value), "_is_ir_node", False)
+
+
+def children(node):
+    """The child nodes of ``node`` in field order (tuples flattened)."""
+    for f in node.__dataclass_fields__:
+        value = getattr(node, f)
+        if _is_node(value):
+            yield value
+        elif isinstance(value, tuple):
+            for v in value:
+                if _is_node(v):
+                    yield v
+
+
+class Mutator:
+    def visit(self, node):
+        method = getattr(self, "visit_" + type(node).__name__, None)
+        if method is not None:
+            return method(node)
+        return self.generic_visit(node)
+
+    def generic_visit(self, node):
+        changes = {}
+        for f in node.__dataclass_fields__:
+            value = getattr(node, f)
+            if _is_node(value):
+                new = self.visit(value)
+                if new is not value:
+                    changes[f] = new
+            elif isinstance(value, tuple) and any(_is_node(v) for v in value):
+                new = tuple(self.visit(v) if _is_node(v) else v for v in value)
+                if any(a is not b for a, b in zip(new, value)):
+                    changes[f] = new
+        if not changes:
+            return node
+        return dataclasses.replace(node, **changes)
+
+
+def post_order_visit(node, callback: Callable) -> None:
+    """Call ``callback`` on every node below and including ``node``, children first."""
+    stack = [(node, False)]
+    while stack:
+        current, expanded = stack.pop()
+        if expanded:
+            callback(current)
+            continue
+        stack.append((current, True))
+        for child in reversed(list(children(current))):
+            stack.append((child, False))
+
+
+class _Substituter(Mutator):
+    def __init__(self, mapping: Dict[Var, Expr]):
+        self.mapping = mapping
+
+    def visit_Var(self, node):
+        return self.mapping.get(node, node)
+
+
+def substitute(node, mapping: Dict[Var, Expr]):
+    """Replace variables by expressions (by identity of the Var)."""
+    if not mapping:
+        return node
+    return _Substituter(mapping).visit(node)
+
+
+def collect_vars(node) -> list:
+    found = {}
+    post_order_visit(node, lambda n: found.setdefault(id(n), n) if isinstance(n, Var) else None)
+    return list(found.values())
+
+
+def uses_var(node, var: Var) -> bool:
+    return any(v is var for v in collect_vars(node))
+
+
+def collect_tensor_loads(node) -> list:
+    """The tensors read by ``node``, in first-use order, each once."""
+    found = []
+
+    def record(n):
+        if isinstance(n, TensorLoad) and all(n.tensor is not t for t in found):
+            found.append(n.tensor)
+    post_order_visit(node, record)
+    return found
+
+
+def contains_reduce(node) -> bool:
+    hit = []
+    post_order_visit(node, lambda n: hit.append(1) if isinstance(n, Reduce) else None)
+    return bool(hit)

@@ -1,0 +1,49 @@
+"""The exception types every layer of loopweave raises.
+
+User mistakes derive from :class:`LoopweaveError`; bugs in loopweave itself raise
+:class:`InternalError`, whose message asks for a report.  This module imports nothing
+of the project so every layer can use it.
+"""
+
+
+class LoopweaveError(Exception):
+    """Base of every error caused by how loopweave was used."""
+
+
+class DTypeError(LoopweaveError, TypeError):
+    """An expression mixes dtypes that need an explicit cast, or names an unknown dtype."""
+
+
+class ExprError(LoopweaveError, ValueError):
+    """A compute definition is malformed (bad shape, wrong index count, bad reduction)."""
+
+
+class ScheduleError(LoopweaveError, ValueError):
+    """A schedule primitive was called with arguments that break one of its rules."""
+
+
+class LoweringError(LoopweaveError):
+    """A schedule cannot be lowered (e.g. a proven out-of-bounds access)."""
+
+
+class BoundsError(LoweringError, IndexError):
+    """Bound inference proved that an access can fall outside a tensor's extent."""
+
+
+class ArgumentError(LoopweaveError, ValueError):
+    """A compiled function was called with arguments that do not match its signature."""
+
+
+class BuildError(LoopweaveError):
+    """Code generation or native compilation failed for a user-visible reason."""
+
+
+class ImportError_(LoopweaveError):  # noqa: N801 - avoid shadowing the builtin
+    """A model file is malformed or uses something the importer does not support."""
+
+
+class InternalError(Exception):
+    """A bug in loopweave: an invariant that should always hold did not."""
+
+    def __init__(self, message: str):
+        super().__init__(f"{message}\n(This is a bug in loopweave; please report it with the code that triggered it.)")

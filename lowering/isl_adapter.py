@@ -1,0 +1,174 @@
+"""The one place loopweave talks to islpy.
+
+Expressions become isl text (affine parts only: +, -, * by constants, floor division
+and modulo by positive constants, min/max); isl answers come back as loopweave
+expressions.  Variables are named by an :class:`IslNames` table so that two loop
+variables that share a user-visible name never collide.  Non-affine expressions yield
+``None``, and callers fall back explicitly.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+from functools import lru_cache
+from typing import Dict, Iterable, List, Optional, Sequence
+
+import islpy as isl
+
+from ..dsl import dtypes
+from ..dsl.expr import Binary, Cast, Compare, Const, Expr, Logical, Var, binary, const, logical_and, logical_or, select
+from ..errors import InternalError
+
+
+class IslNames:
+    """A bijection between loopweave Vars and isl identifiers."""
+
+    def __init__(self):
+        self.name_of: Dict[int, str] = {}
+        self.var_of: Dict[str, Var] = {}
+
+    def __call__(self, v: Var) -> str:
+        key = id(v)
+        if key not in self.name_of:
+            base = "".join(c if c.isalnum() else "_" for c in v.name) or "v"
+            name = f"{base}_{len(self.name_of)}"
+            self.name_of[key] = name
+            self.var_of[name] = v
+        return self.name_of[key]
+
+
+def affine(e: Expr, names: IslNames) -> Optional[str]:
+    """isl text for an integer expression, or None if it is not quasi-affine."""
+    if isinstance(e, Const):
+        if not dtypes.is_int(e.dtype):
+            return None
+        return f"({e.value})"
+    if isinstance(e, Var):
+        return names(e) if dtypes.is_int(e.dtype) else None
+    if isinstance(e, Cast):
+        if dtypes.is_int(e.dtype) and dtypes.is_int(e.value.dtype) and dtypes.bits(e.dtype) >= dtypes.bits(e.value.dtype):
+            return affine(e.value, names)
+        return None
+    if isinstance(e, Binary) and dtypes.is_int(e.dtype):
+        if e.op == "mul" and isinstance(e.a, Const):
+            b = affine(e.b, names)
+            return None if b is None else f"({e.a.value} * {b})"
+        a = affine(e.a, names)
+        if a is None:
+            return None
+        if e.op in ("add", "sub", "min", "max"):
+            b = affine(e.b, names)
+            if b is None:
+                return None
+            if e.op == "add":
+                return f"({a} + {b})"
+            if e.op == "sub":
+                return f"({a} - {b})"
+            return f"{e.op}({a}, {b})"
+        if e.op == "mul":
+            if isinstance(e.b, Const):
+                return f"({e.b.value} * {a})"
+            return None
+        if e.op in ("floordiv", "floormod") and isinstance(e.b, Const) and e.b.value > 0:
+            if e.op == "floordiv":
+                return f"floor({a} / {e.b.value})"
+            return f"({a} mod {e.b.value})"
+    return None
+
+
+def condition(e: Expr, names: IslNames) -> Optional[str]:
+    """isl constraint text for a boolean expression, or None if not affine."""
+    if isinstance(e, Const) and e.dtype == dtypes.BOOL:
+        return "1 = 1" if e.value else "1 = 0"
+    if isinstance(e, Compare):
+        a, b = affine(e.a, names), affine(e.b, names)
+        if a is None or b is None:
+            return None
+        op = {"eq": "=", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[e.op]
+        if op == "!=":
+            return f"({a} < {b} or {a} > {b})"
+        return f"{a} {op} {b}"
+    if isinstance(e, Logical):
+        a = condition(e.a, names)
+        if a is None:
+            return None
+        if e.op == "not":
+            return None  # isl text has no general negation; callers fall back
+        b = condition(e.b, names)
+        if b is None:
+            return None
+        return f"(({a}) {e.op} ({b}))"
+    return None
+
+
+def make_set(params: Sequence[str], dims: Sequence[str], constraints: Iterable[str]) -> isl.Set:
+    body = " and ".join(f"({c})" for c in constraints) or "1 = 1"
+    text = f"[{', '.join(params)}] -> {{ [{', '.join(dims)}] : {body} }}"
+    try:
+        return isl.Set(text)
+    except isl.Error as exc:
+        raise InternalError(f"isl could not parse {text!r}: {exc}") from exc
+
+
+# ---------------------------------------------------------------- isl -> expr
+
+def _val(v: isl.Val) -> Fraction:
+    return Fraction(int(v.get_num_si()), int(v.get_den_val().to_python()))
+
+
+def aff_to_expr(aff: isl.Aff, names: IslNames) -> Expr:
+    space = aff.get_space()
+    terms: List[tuple] = []
+    for kind in (isl.dim_type.param, isl.dim_type.in_):
+        for k in range(aff.dim(kind)):
+            c = _val(aff.get_coefficient_val(kind, k))
+            if c:
+                terms.append((c, names.var_of[space.get_dim_name(kind, k)]))
+    for k in range(aff.dim(isl.dim_type.div)):
+        c = _val(aff.get_coefficient_val(isl.dim_type.div, k))
+        if c:
+            terms.append((c, aff_to_expr(aff.get_div(k), names)))
+    constant = _val(aff.get_constant_val())
+    denominators = [t[0].denominator for t in terms] + [constant.denominator]
+    d = 1
+    for q in denominators:
+        d = d * q // _gcd(d, q)
+    total = const(int(constant * d))
+    for c, e in terms:
+        total = binary("add", total, binary("mul", const(int(c * d)), e) if c * d != 1 else e)
+    if d != 1:
+        total = binary("floordiv", total, const(d))
+    return total
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a
+
+
+def constraint_to_expr(c: isl.Constraint, names: IslNames) -> Expr:
+    value = aff_to_expr(c.get_aff(), names)
+    if c.is_equality():
+        return Compare("eq", value, const(0))
+    return Compare("ge", value, const(0))
+
+
+def set_to_condition(s: isl.Set, names: IslNames) -> Expr:
+    """A boolean expression over the set's parameters (the set has no set dims)."""
+    result = None
+    for bset in s.get_basic_sets():
+        part = const(True)
+        for c in bset.get_constraints():
+            part = logical_and(part, constraint_to_expr(c, names))
+        result = part if result is None else logical_or(result, part)
+    return const(False) if result is None else result
+
+
+def pw_aff_to_expr(pw: isl.PwAff, names: IslNames) -> Expr:
+    pieces = pw.get_pieces()
+    if not pieces:
+        raise InternalError(f"empty piecewise bound {pw}")
+    expr = aff_to_expr(pieces[-1][1], names)
+    for piece_set, aff in reversed(pieces[:-1]):
+        expr = select(set_to_condition(piece_set, names), aff_to_expr(aff, names), expr)
+    return expr

@@ -1,0 +1,72 @@
+"""``lower(schedule, args) -> PrimFunc``: the pass pipeline, as a flat script.
+
+Each pass is a function ``(stmt, ctx) -> stmt`` in its own file; ``dump_after``
+keeps the IR after the named pass (``func.dumps[name]``) and ``timings`` records how
+long each took, so any stage of lowering can be inspected.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Sequence
+
+from ..dsl.schedule import Schedule
+from ..dsl.tensor import Tensor
+from ..errors import LoweringError
+from .ir import PrimFunc
+from .passes.loop_partition import loop_partition
+from .passes.remove_noops import remove_noops
+from .passes.simplify import simplify
+from .passes.storage_flatten import storage_flatten
+from .passes.unroll import unroll
+from .passes.vectorize import vectorize
+from .schedule_to_loops import schedule_to_loops
+
+PASSES = (
+    ("simplify", simplify),
+    ("loop_partition", loop_partition),
+    ("storage_flatten", storage_flatten),
+    ("simplify_flat", simplify),
+    ("vectorize", vectorize),
+    ("unroll", unroll),
+    ("remove_noops", remove_noops),
+)
+
+
+@dataclass
+class PassContext:
+    size_vars: list
+    storage_aligns: Dict[str, dict]
+    timings: Dict[str, float] = field(default_factory=dict)
+
+
+def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_after: Optional[str] = None) -> PrimFunc:
+    """Lower ``schedule`` to loop IR for a function taking ``args`` (inputs and outputs)."""
+    if not isinstance(schedule, Schedule):
+        raise LoweringError(f"lower takes a schedule from lw.create_schedule, got {type(schedule).__name__}")
+    args = list(args)
+    if not args or not all(isinstance(a, Tensor) for a in args):
+        raise LoweringError("lower takes the list of argument tensors (inputs and outputs) after the schedule")
+    for out in schedule.outputs:
+        if all(schedule.current_tensor(a).op is not out for a in args):
+            raise LoweringError(f"the output '{out.name}' of the schedule is not in the argument list")
+    if not name.isidentifier():
+        raise LoweringError(f"function name {name!r} is not an identifier")
+    start = time.perf_counter()
+    body, params, size_vars = schedule_to_loops(schedule, args)
+    ctx = PassContext(size_vars, {s.name: dict(s.storage_aligns) for s in schedule.stages if s.storage_aligns})
+    ctx.timings["schedule_to_loops"] = time.perf_counter() - start
+    func = PrimFunc(name, params, size_vars, body, param_tensors=args)
+    func.dumps["schedule_to_loops"] = body
+    for pass_name, run in PASSES:
+        start = time.perf_counter()
+        body = run(body, ctx)
+        ctx.timings[pass_name] = time.perf_counter() - start
+        if dump_after in (pass_name, "all"):
+            func.dumps[pass_name] = body
+    result = func.with_body(body)
+    result.timings = ctx.timings
+    if dump_after is not None and dump_after not in ("all", "schedule_to_loops") and dump_after not in func.dumps:
+        raise LoweringError(f"unknown pass {dump_after!r} for dump_after; passes: "
+                            f"schedule_to_loops, {', '.join(n for n, _ in PASSES)}")
+    return result

@@ -1,0 +1,1 @@
+"""Lowering passes, one per file, each a function ``(stmt, ctx) -> stmt``."""

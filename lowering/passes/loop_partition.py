@@ -1,0 +1,192 @@
+"""loop_partition: split loops so the main part runs without tail guards.
+
+Before: guards ``if a*v + ... < b`` (from non-dividing splits, or anything affine)
+inside loops over ``v``.  For each loop, isl computes the range of ``v`` in which
+every such guard holds for *all* iterations of the loops between the loop and the
+guard.  The loop becomes up to three loops: a prefix and a suffix that keep the
+original body, and a main part in which those guards are replaced by ``True``.
+Proven-always-true guards are dropped without splitting.  Loops inside the copies
+are partitioned in turn, so a tile loop's tail iteration gets its inner loop split.
+
+After: guards remain only in tails; when the split divides the extent, isl proves
+the tail empty and no tail loop is emitted.  Guards that are not affine, use a
+variable bound inside the loop, or involve modulo are left as they were.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import islpy as isl
+
+from ...dsl.expr import Compare, Const, Expr, Logical, Var, binary, const
+from ...dsl.visitor import Mutator, collect_vars, post_order_visit
+from ..accesses import negate
+from ..ir import For, IfThenElse, LetStmt, Seq, seq
+from ..isl_adapter import IslNames, affine, condition, make_set, pw_aff_to_expr
+
+
+def _atoms(cond: Expr) -> List[Expr]:
+    if isinstance(cond, Logical) and cond.op == "and":
+        return _atoms(cond.a) + _atoms(cond.b)
+    return [cond]
+
+
+def _has_mod(e: Expr) -> bool:
+    hit = []
+    post_order_visit(e, lambda n: hit.append(1) if getattr(n, "op", None) == "floormod" else None)
+    return bool(hit)
+
+
+class _Guard:
+    def __init__(self, atom: Compare, inner_loops: Sequence[For]):
+        self.atom, self.inner_loops = atom, list(inner_loops)
+
+
+def _collect_guards(loop: For) -> List[_Guard]:
+    """Affine guard atoms inside ``loop`` that depend on its variable."""
+    found: List[_Guard] = []
+    bound_inside = set()
+
+    def walk(s, inner):
+        kind = type(s).__name__
+        if kind == "For":
+            bound_inside.add(id(s.var))
+            walk(s.body, inner + [s])
+        elif kind == "Seq":
+            for c in s.stmts:
+                walk(c, inner)
+        elif kind in ("LetStmt",):
+            bound_inside.add(id(s.var))
+            walk(s.body, inner)
+        elif kind == "Allocate":
+            walk(s.body, inner)
+        elif kind == "IfThenElse":
+            for atom in _atoms(s.condition):
+                if isinstance(atom, Compare) and atom.op in ("lt", "le", "gt", "ge") and not _has_mod(atom):
+                    vars_ = collect_vars(atom)
+                    if any(v is loop.var for v in vars_) and not any(
+                            id(v) in bound_inside and all(v is not l.var for l in inner) for v in vars_):
+                        found.append(_Guard(atom, inner))
+            walk(s.then_case, inner)
+            if s.else_case is not None:
+                walk(s.else_case, inner)
+
+    walk(loop.body, [])
+    return found
+
+
+class _ReplaceAtoms(Mutator):
+    def __init__(self, atoms):
+        self.atoms = atoms
+
+    def visit_IfThenElse(self, node):
+        parts = _atoms(node.condition)
+        kept = [p for p in parts if not any(p is a for a in self.atoms)]
+        then_case = self.visit(node.then_case)
+        else_case = None if node.else_case is None else self.visit(node.else_case)
+        if len(kept) == len(parts) and then_case is node.then_case and else_case is node.else_case:
+            return node
+        if not kept:
+            return then_case
+        cond = kept[0]
+        for p in kept[1:]:
+            cond = Logical("and", cond, p)
+        return IfThenElse(cond, then_case, else_case)
+
+
+class _Partition(Mutator):
+    def __init__(self):
+        self.outer: List[For] = []
+
+    def visit_For(self, node):
+        guards = _collect_guards(node)
+        if not guards or node.kind in ("vectorized",) and not isinstance(node.extent, Const):
+            return self._descend(node)
+        split = self._main_range(node, guards)
+        if split is None:
+            return self._descend(node)
+        lo, hi, always, atoms = split
+        main_body = _ReplaceAtoms(atoms).visit(node.body)
+        if always:
+            return self._descend(For(node.var, node.min, node.extent, node.kind, main_body, node.annotations))
+        end = binary("add", node.min, node.extent)
+        prefix = For(node.var, node.min, binary("sub", lo, node.min), node.kind, node.body, node.annotations)
+        main = For(node.var, lo, binary("add", binary("sub", hi, lo), const(1)), node.kind, main_body,
+                   node.annotations)
+        suffix = For(node.var, binary("add", hi, const(1)), binary("sub", end, binary("add", hi, const(1))),
+                     node.kind, node.body, node.annotations)
+        parts = [self._descend(p) for p in (prefix, main, suffix)
+                 if not (isinstance(p.extent, Const) and p.extent.value <= 0)]
+        return seq(*parts)
+
+    def _descend(self, node: For):
+        self.outer.append(node)
+        body = self.visit(node.body)
+        self.outer.pop()
+        if body is node.body:
+            return node
+        return For(node.var, node.min, node.extent, node.kind, body, node.annotations)
+
+    def _main_range(self, loop: For, guards: List[_Guard]):
+        names = IslNames()
+        v = names(loop.var)
+        outer_cons = []
+        for l in self.outer:
+            lo, ext = affine(l.min, names), affine(l.extent, names)
+            if lo is not None and ext is not None:
+                outer_cons.append(f"{lo} <= {names(l.var)} < {lo} + {ext}")
+        lo_t, ext_t = affine(loop.min, names), affine(loop.extent, names)
+        if lo_t is None or ext_t is None:
+            return None
+        range_cons = [f"{lo_t} <= {v} < {lo_t} + {ext_t}"]
+        usable = []
+        texts = []
+        for g in guards:
+            neg = negate(g.atom)
+            neg_t = condition(neg, names) if neg is not None else None
+            inner_cons = []
+            inner_names = []
+            ok = neg_t is not None
+            for l in g.inner_loops:
+                a, e = affine(l.min, names), affine(l.extent, names)
+                if a is None or e is None:
+                    ok = False
+                    break
+                inner_cons.append(f"{a} <= {names(l.var)} < {a} + {e}")
+                inner_names.append(names(l.var))
+            if ok:
+                usable.append(g)
+                texts.append((neg_t, inner_cons, inner_names))
+        if not usable:
+            return None
+        params = [n for n in names.var_of if n != v and not any(n in t[2] for t in texts)]
+        params = [n for n in params if all(n not in t[2] for t in texts)]
+        domain = make_set(params, [v], range_cons + outer_cons)
+        good = domain
+        for neg_t, inner_cons, inner_names in texts:
+            inner_names_here = list(inner_names)
+            bad = make_set(params, [v] + inner_names_here, range_cons + outer_cons + inner_cons + [neg_t])
+            bad_v = bad.project_out(isl.dim_type.set, 1, len(inner_names_here))
+            good = good.subtract(bad_v)
+        good = good.coalesce()
+        atoms = [g.atom for g in usable]
+        if good.is_equal(domain):
+            return const(0), const(0), True, atoms
+        if good.is_empty():
+            return None
+        params_ctx = domain.params()
+        min_pw = isl.PwAff(f"[{', '.join(params)}] -> {{ [({lo_t})] }}")
+        lo_pw = good.dim_min(0).union_max(min_pw).gist(params_ctx).coalesce()
+        hi_pw = good.dim_max(0).union_max(min_pw.add(isl.PwAff(f"[{', '.join(params)}] -> {{ [(-1)] }}")))
+        hi_pw = hi_pw.gist(params_ctx).coalesce()
+        # the main range must be one interval: every v between lo and hi is good
+        if not good.is_equal(isl.Set.from_basic_set(good.polyhedral_hull())):
+            return None
+        lo_e, hi_e = pw_aff_to_expr(lo_pw, names), pw_aff_to_expr(hi_pw, names)
+        if len(lo_pw.get_pieces()) > 2 or len(hi_pw.get_pieces()) > 2:
+            return None
+        return lo_e, hi_e, False, atoms
+
+
+def loop_partition(stmt, ctx):
+    return _Partition().visit(stmt)

@@ -1,0 +1,63 @@
+"""storage_flatten: n-d buffer accesses -> 1-d accesses with row-major strides.
+
+Before: BufferLoad/BufferStore carry one index per buffer dimension.
+After: they carry one flat index; every Buffer has ``strides`` (storage_align padding
+applied) and every Allocate's extent is the flat element count.
+"""
+from __future__ import annotations
+
+from ...dsl.expr import Const, binary, const
+from ...dsl.visitor import Mutator
+from ..ir import Allocate, BufferLoad, BufferStore
+
+
+def buffer_strides(buffer, aligns=None):
+    """Row-major strides; ``aligns[d] = (factor, offset)`` pads the stride of dimension d."""
+    aligns = aligns or {}
+    strides = [None] * len(buffer.shape)
+    running = const(1)
+    for d in reversed(range(len(buffer.shape))):
+        if d in aligns and d != len(buffer.shape) - 1:
+            factor, offset = aligns[d]
+            if isinstance(running, Const):
+                r = running.value
+                r = r + ((offset - r) % factor)
+                running = const(r)
+            else:
+                running = binary("add", running, binary("floormod", binary("sub", const(offset), running), const(factor)))
+        strides[d] = running
+        running = binary("mul", running, buffer.shape[d])
+    return tuple(strides), running
+
+
+class _Flatten(Mutator):
+    def __init__(self, aligns):
+        self.aligns = aligns
+
+    def _flat(self, buffer, indices):
+        if buffer.strides is None:
+            buffer.strides, _ = buffer_strides(buffer, self.aligns.get(buffer.name))
+        total = const(0)
+        for index, stride in zip(indices, buffer.strides):
+            total = binary("add", total, binary("mul", index, stride))
+        return (total,)
+
+    def visit_BufferLoad(self, node):
+        node = self.generic_visit(node)
+        if len(node.indices) == 1 and node.buffer.strides is not None and len(node.buffer.shape) <= 1:
+            return node
+        return BufferLoad(node.buffer, self._flat(node.buffer, node.indices))
+
+    def visit_BufferStore(self, node):
+        node = self.generic_visit(node)
+        return BufferStore(node.buffer, node.value, self._flat(node.buffer, node.indices))
+
+    def visit_Allocate(self, node):
+        body = self.visit(node.body)
+        strides, size = buffer_strides(node.buffer, self.aligns.get(node.buffer.name))
+        node.buffer.strides = strides
+        return Allocate(node.buffer, size, body)
+
+
+def storage_flatten(stmt, ctx):
+    return _Flatten(ctx.storage_aligns).visit(stmt)

@@ -1,0 +1,105 @@
+"""vectorize: loops marked ``vectorized`` -> straight-line vector code.
+
+Before: flat buffer indices; a vectorized For with a constant extent whose body has
+no inner loops or allocations.  After: the loop is gone; its variable became
+``Ramp(0, 1, lanes)``, affine index arithmetic folded into Ramps (contiguous vector
+loads/stores), other arithmetic on vectors.  A loop that cannot be vectorized (a
+non-constant extent, an inner loop, a guard that depends on the lane) stays a serial
+loop and carries the annotation ``not_vectorized=<reason>`` so the user sees why.
+"""
+from __future__ import annotations
+
+from ...dsl.expr import Binary, Const, Expr, Var, binary
+from ...dsl.visitor import Mutator, post_order_visit
+from ..ir import Allocate, Broadcast, BufferStore, For, IfThenElse, LetStmt, Ramp, Seq
+
+
+class _CannotVectorize(Exception):
+    pass
+
+
+def is_vector(e) -> bool:
+    hit = []
+    post_order_visit(e, lambda n: hit.append(1) if isinstance(n, (Ramp, Broadcast)) else None)
+    return bool(hit)
+
+
+class _VectorizeBody(Mutator):
+    def __init__(self, var: Var, lanes: int):
+        self.var, self.lanes = var, lanes
+        self.vector_lets = set()
+
+    def visit_Var(self, node):
+        if node is self.var:
+            return Ramp(Const(0, "int64"), Const(1, "int64"), self.lanes)
+        return node
+
+    def visit_Binary(self, node):
+        a, b = self.visit(node.a), self.visit(node.b)
+        if a is node.a and b is node.b:
+            return node
+        if node.dtype == "int64":
+            ramp_a, ramp_b = isinstance(a, Ramp), isinstance(b, Ramp)
+            va, vb = is_vector(a), is_vector(b)
+            if node.op in ("add", "sub"):
+                if ramp_a and ramp_b:
+                    return Ramp(binary(node.op, a.base, b.base), binary(node.op, a.stride, b.stride), self.lanes)
+                if ramp_a and not vb:
+                    return Ramp(binary(node.op, a.base, b), a.stride, self.lanes)
+                if ramp_b and not va and node.op == "add":
+                    return Ramp(binary("add", a, b.base), b.stride, self.lanes)
+            if node.op == "mul":
+                if ramp_a and not vb:
+                    return Ramp(binary("mul", a.base, b), binary("mul", a.stride, b), self.lanes)
+                if ramp_b and not va:
+                    return Ramp(binary("mul", a, b.base), binary("mul", a, b.stride), self.lanes)
+        return Binary(node.op, a, b)
+
+    # statements
+    def visit_For(self, node):
+        raise _CannotVectorize("it contains an inner loop")
+
+    def visit_Allocate(self, node):
+        raise _CannotVectorize("it allocates a buffer")
+
+    def visit_IfThenElse(self, node):
+        cond = self.visit(node.condition)
+        if is_vector(cond):
+            raise _CannotVectorize(f"a guard depends on the vectorized variable")
+        return self.generic_visit(node)
+
+    def visit_BufferStore(self, node):
+        value, indices = self.visit(node.value), tuple(self.visit(i) for i in node.indices)
+        if not any(is_vector(i) for i in indices):
+            if is_vector(value):
+                raise _CannotVectorize(f"the store to {node.buffer.name} does not depend on the loop")
+            return node
+        return BufferStore(node.buffer, value, indices)
+
+
+class _Vectorize(Mutator):
+    def visit_For(self, node):
+        body = self.visit(node.body)
+        if node.kind != "vectorized":
+            return node if body is node.body else For(node.var, node.min, node.extent, node.kind, body, node.annotations)
+        reason = None
+        if not isinstance(node.extent, Const):
+            reason = "its extent is not a constant"
+        elif node.extent.value < 2:
+            return For(node.var, node.min, node.extent, "serial", body, node.annotations)
+        else:
+            try:
+                lanes = node.extent.value
+                from ...dsl.visitor import substitute
+                shifted = body
+                if not (isinstance(node.min, Const) and node.min.value == 0):
+                    shifted = substitute(body, {node.var: binary("add", node.var, node.min)})
+                return _VectorizeBody(node.var, lanes).visit(shifted)
+            except _CannotVectorize as exc:
+                reason = str(exc)
+        notes = node.annotations + (("not_vectorized", reason),)
+        return For(node.var, node.min, node.extent, "serial", body, notes)
+
+
+def vectorize(stmt, ctx):
+    return _Vectorize().visit(stmt)

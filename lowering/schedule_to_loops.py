@@ -1,0 +1,313 @@
+"""Build the loop nest of a schedule.
+
+Each stage computed at root gets its own nest over its full domain; each stage
+computed at a consumer's axis is placed inside that loop, sized and bounded by
+``required_region`` at that point; inlined stages are substituted into their
+consumers.  Splits that may leave a tail get a guard at the innermost level (the
+loop-partition pass later splits the tail off).  A reduction stores its identity
+just outside its outermost reduction loop, over the spatial loops inside it.
+
+Guarantees: the result uses n-d ``BufferLoad``/``BufferStore`` on ``Buffer``s,
+``For`` loops starting at 0, ``LetStmt`` for region origins, ``Allocate`` for every
+intermediate buffer, and no DSL ``TensorLoad`` or ``Reduce`` nodes.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..dsl import dtypes
+from ..dsl.expr import Const, Expr, Let, Reduce, TensorLoad, Var, binary, const, logical_and
+from ..dsl.relations import Fuse, Split, derive_extents, needs_guard
+from ..dsl.schedule import Schedule, Stage
+from ..dsl.tensor import ComputeOp, PlaceholderOp, Tensor
+from ..dsl.visitor import Mutator, collect_vars, substitute
+from ..errors import LoweringError
+from .accesses import collect_accesses
+from .bound_inference import LetBinding, Loop, Region, check_accesses_in_bounds, required_region
+from .ir import Allocate, Buffer, BufferLoad, BufferStore, For, IfThenElse, LetStmt, Seq, Stmt, seq
+
+_KIND_OF_ANNOTATION = {"vectorize": "vectorized", "parallel": "parallel", "unroll": "unrolled", "bind": "thread"}
+
+
+class _Inliner(Mutator):
+    """Substitute the definitions of inlined stages into an expression."""
+
+    def __init__(self, inline_defs):
+        self.inline_defs = inline_defs
+
+    def visit_TensorLoad(self, node):
+        node = self.generic_visit(node)
+        definition = self.inline_defs.get(id(node.tensor.op))
+        if definition is None:
+            return node
+        axis_vars, body = definition
+        return self.visit(substitute(body, dict(zip(axis_vars, node.indices))))
+
+
+class _ToBufferLoads(Mutator):
+    """TensorLoad -> BufferLoad relative to the producer's region origin."""
+
+    def __init__(self, lowering: "Lowering"):
+        self.lowering = lowering
+
+    def visit_TensorLoad(self, node):
+        node = self.generic_visit(node)
+        buffer = self.lowering.buffer_of(node.tensor)
+        origin = self.lowering.origins.get(id(node.tensor.op))
+        indices = node.indices
+        if origin is not None:
+            indices = tuple(binary("sub", i, o) for i, o in zip(indices, origin))
+        return BufferLoad(buffer, indices)
+
+
+class Lowering:
+    def __init__(self, schedule: Schedule, args: Sequence[Tensor]):
+        self.schedule = schedule
+        self.arg_ops = {}
+        self.buffers: Dict[int, Buffer] = {}
+        self.origins: Dict[int, Tuple[Expr, ...]] = {}
+        self.params: List[Buffer] = []
+        for t in args:
+            current = schedule.current_tensor(t)
+            buf = Buffer(t.name, current.shape, current.dtype)
+            self.buffers[id(current)] = buf
+            self.params.append(buf)
+            self.arg_ops[id(current.op)] = True
+        self.size_vars = _size_vars(self.params)
+        self.inline_defs = {}
+        self.bodies: Dict[int, Tuple[Expr, ...]] = {}
+        self._prepare_bodies()
+        self.attached: Dict[Tuple[int, int], List[Stage]] = {}
+        self.region_vars: Dict[int, tuple] = {}
+        for s in schedule.stages:
+            if s.attach_type == "scope":
+                self.attached.setdefault((id(s.attach_stage), id(s.attach_ivar)), []).append(s)
+                min_vars = tuple(Var(f"{s.name}.{iv.name}.min") for iv in s.op.axis)
+                ext_vars = tuple(Var(f"{s.name}.{iv.name}.extent") for iv in s.op.axis)
+                self.region_vars[id(s.op)] = (min_vars, ext_vars)
+                self.origins[id(s.op)] = min_vars
+                scope = s.scope if s.scope != "global" else "local"
+                for t in s.op.outputs:
+                    self.buffers[id(t)] = Buffer(t.name, (), t.dtype, scope)
+
+    # ----------------------------------------------------------- preparation
+    def _prepare_bodies(self):
+        inliner = _Inliner(self.inline_defs)
+        for stage in self.schedule.stages:
+            op = stage.op
+            if isinstance(op, PlaceholderOp):
+                if id(op) not in self.arg_ops and self._is_read(stage):
+                    raise LoweringError(
+                        f"placeholder '{op.name}' is read by the computation but is not in the argument list; "
+                        f"add it to the tensors passed to lw.lower / lw.build")
+                continue
+            body = tuple(inliner.visit(b) for b in op.body)
+            if stage.attach_type == "inline":
+                self.inline_defs[id(op)] = ([iv.var for iv in op.axis], body[0])
+            else:
+                self.bodies[id(op)] = body
+            self._check_bounds(op)
+
+    def _is_read(self, stage: Stage) -> bool:
+        return bool(self.schedule.consumers_of(stage))
+
+    def _check_bounds(self, op: ComputeOp):
+        domain = [Loop(iv.var, iv.min, iv.extent) for iv in list(op.axis) + list(op.reduce_axis)]
+        shapes = {}
+        accesses = collect_accesses(op.body[0])
+        for acc in accesses:
+            shapes[acc.tensor] = acc.tensor.shape
+        check_accesses_in_bounds(op.name, domain, accesses, shapes)
+
+    def buffer_of(self, tensor: Tensor) -> Buffer:
+        buf = self.buffers.get(id(tensor))
+        if buf is None:
+            raise LoweringError(f"tensor '{tensor.name}' has no buffer at this point of the loop nest "
+                                f"(is it computed at a loop that does not enclose its use?)")
+        return buf
+
+    # ------------------------------------------------------------- top level
+    def lower_body(self) -> Stmt:
+        roots = [s for s in self.schedule.stages if isinstance(s.op, ComputeOp) and s.attach_type == "root"]
+        nests = []
+        allocs = []
+        for stage in roots:
+            ranges = {iv: (iv.min, iv.extent) for iv in stage.root_iter_vars}
+            if id(stage.op) not in self.arg_ops:
+                for t in stage.op.outputs:
+                    buf = Buffer(t.name, t.shape, t.dtype, stage.scope)
+                    self.buffers[id(t)] = buf
+                    allocs.append(buf)
+            nests.append(self.emit_stage(stage, [], ranges))
+        for stage in self.schedule.stages:
+            if isinstance(stage.op, ComputeOp) and stage.attach_type == "scope" and id(stage.op) in self.arg_ops:
+                raise LoweringError(f"stage '{stage.name}' is an argument of the function but is computed "
+                                    f"inside '{stage.attach_stage.name}'; arguments are computed at root")
+        body = seq(*nests)
+        for buf in reversed(allocs):
+            body = Allocate(buf, _product(buf.shape), body)
+        return body
+
+    # ------------------------------------------------------------ one stage
+    def emit_stage(self, stage: Stage, context: list, ranges: dict) -> Stmt:
+        """The loop nest of ``stage`` with root axis ranges ``ranges`` (min, extent)."""
+        op = stage.op
+        extents = derive_extents({iv: ranges[iv][1] for iv in stage.root_iter_vars}, stage.relations)
+        leaves = stage.leaf_iter_vars
+        loop_vars = {iv: Var(iv.name) for iv in leaves}
+        values = _axis_values({iv: loop_vars[iv] for iv in leaves}, stage.relations, extents)
+        guards = [values[r.parent] < extents[r.parent]
+                  for r in stage.relations if isinstance(r, Split) and needs_guard(r, extents)]
+        root_map = {iv.var: binary("add", ranges[iv][0], values[iv]) for iv in stage.root_iter_vars}
+        body_exprs = tuple(substitute(b, root_map) for b in self.bodies[id(op)])
+        local_index = tuple(values[iv] for iv in op.axis)
+        init_level = next((k for k, iv in enumerate(leaves) if iv.kind == "reduce"), None)
+
+        innermost = self._compute_statement(stage, body_exprs, local_index)
+        if guards:
+            innermost = IfThenElse(_all(guards), innermost)
+
+        def emit(level: int, ctx: list) -> Stmt:
+            if level == len(leaves):
+                return innermost
+            leaf = leaves[level]
+            v = loop_vars[leaf]
+            ctx_inside = ctx + [Loop(v, const(0), extents[leaf])]
+            inner = emit(level + 1, ctx_inside)
+            for producer in reversed(self.attached.get((id(stage), id(leaf)), [])):
+                inner = self._emit_attached(producer, stage, ctx_inside, leaves[level + 1:], loop_vars,
+                                            extents, guards, root_map, inner)
+            kind = _KIND_OF_ANNOTATION.get(stage.annotations.get(leaf), "serial")
+            notes = tuple(stage.pragmas.get(leaf, ()))
+            if kind == "thread":
+                notes += (("thread", stage.bound_threads[leaf].var.name.replace("_", ".")),)
+            loop = For(v, const(0), extents[leaf], kind, inner, notes)
+            if level == init_level:
+                loop = seq(self._init_nest(stage, leaves, level, loop_vars, extents, ranges), loop)
+            return loop
+
+        return emit(0, list(context))
+
+    def _compute_statement(self, stage: Stage, body: Tuple[Expr, ...], local_index) -> Stmt:
+        op = stage.op
+        to_buffers = _ToBufferLoads(self)
+        bufs = [self.buffer_of(t) for t in op.outputs]
+        first = body[0]
+        if not isinstance(first, Reduce):
+            return BufferStore(bufs[0], to_buffers.visit(first), local_index)
+        combiner = first.combiner
+        accs = [BufferLoad(b, local_index) for b in bufs]
+        sources = [to_buffers.visit(s) for s in first.source]
+        mapping = {**dict(zip(combiner.lhs, accs)), **dict(zip(combiner.rhs, sources))}
+        results = [substitute(r, mapping) for r in combiner.result]
+        if len(bufs) == 1:
+            update = BufferStore(bufs[0], results[0], local_index)
+        else:
+            temps = [Var(f"{op.name}_v{k}", r.dtype) for k, r in enumerate(results)]
+            update = seq(*[BufferStore(b, t, local_index) for b, t in zip(bufs, temps)])
+            for t, r in reversed(list(zip(temps, results))):
+                update = LetStmt(t, r, update)
+        cond = to_buffers.visit(first.condition)
+        if not (isinstance(cond, Const) and cond.value):
+            update = IfThenElse(cond, update)
+        return update
+
+    def _init_nest(self, stage, leaves, level, loop_vars, extents, ranges) -> Stmt:
+        """Store the reducer's identity over the spatial loops at or inside ``level``."""
+        op = stage.op
+        init_vars = dict(loop_vars)
+        inner_spatial = [iv for iv in leaves[level:] if iv.kind != "reduce"]
+        for iv in inner_spatial:
+            init_vars[iv] = Var(iv.name + ".init")
+        spatial_leaves = {iv: init_vars[iv] for iv in leaves if iv.kind != "reduce"}
+        values = _axis_values(spatial_leaves, stage.relations, extents)
+        local_index = tuple(values[iv] for iv in op.axis)
+        first = op.body[0]
+        stores = seq(*[BufferStore(self.buffer_of(t), ident, local_index)
+                       for t, ident in zip(op.outputs, first.combiner.identity)])
+        guards = [values[r.parent] < extents[r.parent] for r in stage.relations
+                  if isinstance(r, Split) and r.parent in values and r.outer in values and needs_guard(r, extents)]
+        body = IfThenElse(_all(guards), stores) if guards else stores
+        for iv in reversed(inner_spatial):
+            body = For(init_vars[iv], const(0), extents[iv], _init_kind(stage, iv), body)
+        return body
+
+    def _emit_attached(self, producer: Stage, consumer: Stage, ctx: list, inner_leaves, loop_vars, extents,
+                       guards, root_map, rest: Stmt) -> Stmt:
+        """Place ``producer``'s region computation before ``rest`` inside the consumer's loop."""
+        inner = [Loop(loop_vars[iv], const(0), extents[iv]) for iv in inner_leaves]
+        accesses = [a for a in collect_accesses(self.bodies[id(consumer.op)][0]) if a.tensor.op is producer.op]
+        accesses = [type(a)(a.tensor, tuple(substitute(i, root_map) for i in a.indices),
+                            None if a.condition is None else substitute(a.condition, root_map)) for a in accesses]
+        # reads through an attached producer's own origin: substitute known lets
+        shape = producer.op.outputs[0].shape
+        region = required_region(ctx, inner, guards, accesses, shape, self.size_vars)
+        min_vars, ext_vars = self.region_vars[id(producer.op)]
+        bufs = [self.buffers[id(t)] for t in producer.op.outputs]
+        for buf in bufs:
+            buf.shape = tuple(region.alloc_extents)
+        lets = []
+        for k, iv in enumerate(producer.op.axis):
+            lets.append(LetBinding(min_vars[k], region.mins[k]))
+            lets.append(LetBinding(ext_vars[k], region.extents[k]))
+        ranges = {iv: (min_vars[k], ext_vars[k]) for k, iv in enumerate(producer.op.axis)}
+        for iv in producer.op.reduce_axis:
+            ranges[iv] = (iv.min, iv.extent)
+        nest = self.emit_stage(producer, ctx + lets, ranges)
+        body = seq(nest, rest)
+        for buf in reversed(bufs):
+            body = Allocate(buf, _product(buf.shape), body)
+        for let in reversed(lets):
+            body = LetStmt(let.var, let.value, body)
+        return body
+
+
+def _init_kind(stage: Stage, iv) -> str:
+    kind = _KIND_OF_ANNOTATION.get(stage.annotations.get(iv), "serial")
+    return kind if kind in ("vectorized", "unrolled", "serial") else "serial"
+
+
+def _axis_values(leaf_values: dict, relations, extents) -> dict:
+    """Values of all axes derivable from ``leaf_values`` (walking relations backwards)."""
+    values = dict(leaf_values)
+    for rel in reversed(relations):
+        if isinstance(rel, Split):
+            if rel.outer in values and rel.inner in values:
+                values[rel.parent] = binary("add", binary("mul", values[rel.outer], extents[rel.inner]),
+                                            values[rel.inner])
+        elif rel.fused in values:
+            values[rel.outer] = binary("floordiv", values[rel.fused], extents[rel.inner])
+            values[rel.inner] = binary("floormod", values[rel.fused], extents[rel.inner])
+    return values
+
+
+def _all(conds) -> Expr:
+    result = conds[0]
+    for c in conds[1:]:
+        result = logical_and(result, c)
+    return result
+
+
+def _product(shape) -> Expr:
+    total = const(1)
+    for s in shape:
+        total = binary("mul", total, s)
+    return total
+
+
+def _size_vars(params: Sequence[Buffer]) -> List[Var]:
+    found = []
+    for buf in params:
+        for s in buf.shape:
+            for v in collect_vars(s):
+                if all(v is not f for f in found):
+                    found.append(v)
+    return found
+
+
+def schedule_to_loops(schedule: Schedule, args: Sequence[Tensor]):
+    """(body, param buffers, size vars) for ``schedule`` called with ``args``."""
+    lowering = Lowering(schedule, args)
+    body = lowering.lower_body()
+    free = [v for v in collect_vars(body) if v.dtype != "handle"]
+    return body, lowering.params, lowering.size_vars

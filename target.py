@@ -1,0 +1,63 @@
+"""What a machine is: the target that code is generated for.
+
+Imports nothing of the project.  ``Target("llvm")`` describes the host CPU: its LLVM
+name *and* its feature string (a VM may hide features the name implies, so both are
+needed, and both key the compile cache), its vector width and thread count.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str
+    cpu: str = ""
+    features: str = ""
+    vector_bits: int = 256
+    num_threads: int = 1
+
+    @property
+    def has_fma(self) -> bool:
+        return "+fma" in self.features.split(",")
+
+    def lanes(self, dtype: str) -> int:
+        """How many elements of ``dtype`` fill one vector register."""
+        import numpy as np
+        return max(1, self.vector_bits // (8 * np.dtype(dtype).itemsize))
+
+    def key(self) -> str:
+        return f"{self.kind}|{self.cpu}|{self.features}"
+
+    def __str__(self) -> str:
+        if self.kind == "llvm":
+            return f"llvm (cpu={self.cpu}, {self.vector_bits}-bit vectors, {self.num_threads} threads)"
+        return self.kind
+
+
+@lru_cache(maxsize=None)
+def host_target() -> Target:
+    from llvmlite import binding as llvm
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    cpu = llvm.get_host_cpu_name()
+    features = llvm.get_host_cpu_features().flatten()
+    enabled = set(f[1:] for f in features.split(",") if f.startswith("+"))
+    # 256-bit vectors even where AVX-512 exists: wider ones lower the clock on many parts.
+    bits = 256 if "avx2" in enabled or "avx" in enabled else 128
+    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return Target("llvm", cpu, features, bits, threads)
+
+
+def resolve_target(target) -> Target:
+    """A Target from a Target, ``"llvm"`` or ``"cuda"``."""
+    if isinstance(target, Target):
+        return target
+    if target in (None, "llvm", "cpu"):
+        return host_target()
+    if target == "cuda":
+        return Target("cuda")
+    from .errors import BuildError
+    raise BuildError(f"unknown target {target!r}; use 'llvm' (the host CPU) or 'cuda'")
