@@ -145,7 +145,7 @@ def required_region(context: Sequence, inner_loops: Sequence[Loop], guards: Sequ
         ext_pw = hi.sub(lo).add(isl.PwAff.val_on_domain(lo.domain(), isl.Val.int_from_si(lo.get_ctx(), 1)))
         lo_expr = pw_aff_to_expr(lo, names)
         ext_expr = pw_aff_to_expr(ext_pw, names)
-        if not nonempty.is_universe():
+        if not nonempty.plain_is_universe():
             ext_expr = select(set_to_condition(nonempty, names), ext_expr, const(0))
         mins.append(lo_expr)
         extents.append(ext_expr)
@@ -164,6 +164,13 @@ def _max_over_outer(ext_pw: isl.PwAff, outer_domain: isl.Set, n_params: int, n_o
             return const(0)
         best = values.dim_max(0).coalesce()
         result = pw_aff_to_expr(best, names)
+        if not isinstance(result, Const):
+            # a constant upper bound over all sizes gives a fixed-size (stack) buffer
+            n = values.dim(isl.dim_type.param)
+            flat = values.move_dims(isl.dim_type.set, 1, isl.dim_type.param, 0, n)
+            flat = flat.project_out(isl.dim_type.set, 1, n)
+            if flat.is_bounded():
+                result = pw_aff_to_expr(flat.dim_max(0), names)
     except (isl.Error, KeyError):
         return fallback
     if not isinstance(result, Const) and not isinstance(fallback, Const):

@@ -73,7 +73,9 @@ class FunctionEmitter:
             self.builder.position_at_start(self.entry)
             ptr = self.builder.alloca(typ, size=count, name=name)
             ptr.align = 64
-        return self.builder.bitcast(ptr, PTR) if opaque else ptr
+        if opaque:
+            ptr.type = PTR  # llvmlite checks stores against typed pointers; the IR text is the same
+        return ptr
 
     def _broadcast(self, value, lanes: int):
         if lanes == 1 or isinstance(value.type, ir.VectorType):
@@ -252,6 +254,7 @@ class FunctionEmitter:
                     value.align = align
             else:
                 ptrs = self.builder.gep(base, [self.expr(index)], inbounds=True, source_etype=elem)
+                ptrs.type = ir.VectorType(PTR, lanes)  # llvmlite types a vector GEP as scalar
                 m = mask if mask is not None and _lanes(mask) == lanes else \
                     ir.Constant(ir.VectorType(I1, lanes), [1] * lanes)
                 fn = self.cg.intrinsic(f"llvm.masked.gather.v{lanes}{_suffix(elem)}.v{lanes}p0", vec_t,
@@ -262,6 +265,7 @@ class FunctionEmitter:
             ptr = self.builder.gep(base, [idx], inbounds=True, source_etype=elem)
             if _lanes(idx) > 1:
                 lanes = _lanes(idx)
+                ptr.type = ir.VectorType(PTR, lanes)
                 vec_t = ir.VectorType(elem, lanes)
                 m = mask if mask is not None and _lanes(mask) == lanes else \
                     ir.Constant(ir.VectorType(I1, lanes), [1] * lanes)

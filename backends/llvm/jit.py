@@ -54,7 +54,7 @@ def target_machine_for(target: Target | None):
         cpu = llvm.get_host_cpu_name() if target is None else target.cpu
         features = llvm.get_host_cpu_features().flatten() if target is None else target.features
         tm = llvm.Target.from_default_triple().create_target_machine(
-            cpu=cpu, features=features, opt=3, reloc="pic", codemodel="jitdefault")
+            cpu=cpu, features=features, opt=3, reloc="static", codemodel="jitdefault")
         _target_machines[key] = tm
     return tm
 

@@ -211,6 +211,10 @@ class Simplifier(Mutator):
 
     def visit_LetStmt(self, node):
         value = self.visit(node.value)
+        if _is_index_arithmetic(value):
+            # cheap to recompute: substituting lets the affine canonicaliser cancel origins
+            from ...dsl.visitor import substitute
+            return self.visit(substitute(node.body, {node.var: value}))
         b = self.bound(value)
         if b is not None:
             self.ranges[id(node.var)] = b
@@ -227,6 +231,14 @@ class Simplifier(Mutator):
         then_case = self.visit(node.then_case)
         else_case = None if node.else_case is None else self.visit(node.else_case)
         return IfThenElse(cond, then_case, else_case)
+
+
+def _is_index_arithmetic(e: Expr) -> bool:
+    if isinstance(e, (Const, Var)):
+        return dtypes.is_int(e.dtype)
+    if isinstance(e, Binary) and e.op in ("add", "sub", "mul", "floordiv", "floormod"):
+        return _is_index_arithmetic(e.a) and _is_index_arithmetic(e.b)
+    return False
 
 
 def simplify_expr(e: Expr) -> Expr:
