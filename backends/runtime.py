@@ -67,7 +67,12 @@ class Module:
     def _bind(self, args) -> Dict[str, int]:
         if len(args) != len(self.params):
             names = ", ".join(p.name for p in self.params)
-            raise ArgumentError(f"{self.name} takes {len(self.params)} arrays ({names}), got {len(args)}")
+            if len(args) < len(self.params):
+                which = "missing argument(s) " + ", ".join(f"'{p.name}'" for p in self.params[len(args):])
+            else:
+                which = f"{len(args) - len(self.params)} extra argument(s) after '{self.params[-1].name}'" \
+                    if self.params else "it takes no arguments"
+            raise ArgumentError(f"{self.name} takes {len(self.params)} arrays ({names}), got {len(args)}: {which}")
         sizes: Dict[str, int] = {}
         for p, a in zip(self.params, args):
             if not isinstance(a, np.ndarray):
@@ -98,6 +103,12 @@ class Module:
                     raise ArgumentError(
                         f"argument '{p.name}' has shape {a.shape}, but dimension {d} must be {want} = {expected} "
                         f"(from the other arguments: {', '.join(f'{k}={v}' for k, v in sizes.items())})")
+        for p, a in zip(self.params, args):
+            if p.is_output:
+                for q, b in zip(self.params, args):
+                    if q is not p and np.may_share_memory(a, b):
+                        raise ArgumentError(f"argument '{p.name}' is written by {self.name} and overlaps argument "
+                                            f"'{q.name}' in memory; pass a separate output array")
         missing = [n for n in self.size_names if n not in sizes]
         if missing:
             raise ArgumentError(f"cannot tell the sizes {', '.join(missing)} from the arguments' shapes")

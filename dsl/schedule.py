@@ -265,18 +265,27 @@ class Stage:
             raise self._error(primitive, f"the first argument must be a stage of this schedule (s[T]), got {parent!r}")
         if parent is self:
             raise self._error(primitive, "a stage cannot be computed at its own loops")
-        parent._check_leaf(primitive, scope_ivar)
+        try:
+            parent._check_leaf(primitive, scope_ivar)
+        except ScheduleError as exc:  # name both stages: the one being moved and the one whose axis it is
+            text = str(exc).replace(f"{primitive} on stage '{parent.name}': ", "", 1)
+            text = text.replace("this stage's leaf axes", f"the leaf axes of stage '{parent.name}'")
+            text = text.replace("this stage", f"stage '{parent.name}'")
+            raise ScheduleError(f"{primitive} on stage '{self.name}' (at an axis of stage '{parent.name}'): {text}") \
+                from None
         if self.is_output:
             raise self._error(primitive, "this stage is an output of the schedule; outputs are computed at root")
         consumers = self.schedule.consumers_of(self)
-        if parent not in consumers:
-            names = ", ".join(f"'{c.name}'" for c in consumers) or "no stage"
+        names = ", ".join(f"'{c.name}'" for c in consumers) or "no stage"
+        outside = [c for c in consumers if c is not parent and not self.schedule._computed_within(c, parent, scope_ivar)]
+        if parent not in consumers and not consumers or len(outside) == len(consumers):
             raise self._error(primitive, f"stage '{parent.name}' does not read '{self.name}' (it is read by {names})",
-                              f"compute_at one of the stages that read it: {names}")
-        others = [c for c in consumers if c is not parent]
-        if others:
-            raise self._error(primitive, f"'{self.name}' is also read by {', '.join(repr(c.name) for c in others)}; "
-                              f"a stage computed inside '{parent.name}' is not visible to other consumers",
+                              f"compute_at one of the stages that read it ({names}), or a stage they are "
+                              f"computed inside, at a loop that encloses them")
+        if outside:
+            raise self._error(primitive, f"'{self.name}' is also read by {', '.join(repr(c.name) for c in outside)}, "
+                              f"which is not computed inside loop '{scope_ivar.name}' of '{parent.name}'; "
+                              f"a stage computed there is not visible to it",
                               "compute it at root, or cache_read it once per consumer")
         if self.schedule._attached_under(parent, self):
             raise self._error(primitive, f"'{parent.name}' is itself computed inside '{self.name}'; that would be a cycle")
@@ -409,6 +418,17 @@ class Schedule:
 
     def _attached_ivars(self) -> list:
         return [s.attach_ivar for s in self.stages if s.attach_type == "scope"]
+
+    def _computed_within(self, stage: Stage, host: Stage, axis: IterVar) -> bool:
+        """Whether ``stage`` is computed (transitively) inside loop ``axis`` of ``host``."""
+        current = stage
+        while current.attach_type == "scope":
+            if current.attach_stage is host:
+                leaves = host.leaf_iter_vars
+                return (current.attach_ivar in leaves and axis in leaves
+                        and leaves.index(current.attach_ivar) >= leaves.index(axis))
+            current = current.attach_stage
+        return False
 
     def _attached_under(self, stage: Stage, ancestor: Stage) -> bool:
         current = stage
@@ -552,6 +572,8 @@ def create_schedule(outputs) -> Schedule:
     """A schedule for ``outputs`` (a tensor or list of tensors), every stage at root."""
     if isinstance(outputs, Tensor):
         outputs = [outputs]
+    if not isinstance(outputs, (list, tuple)):
+        raise ScheduleError(f"create_schedule takes a tensor or a list of tensors, got {outputs!r}")
     outputs = list(outputs)
     if not outputs or not all(isinstance(t, Tensor) for t in outputs):
         raise ScheduleError(f"create_schedule takes a tensor or a list of tensors, got {outputs!r}")

@@ -122,6 +122,8 @@ class Tensor:
                 f"{len(indices)} indices")
         exprs = []
         for d, index in enumerate(indices):
+            if isinstance(index, float):
+                raise DTypeError(f"index {d} of {self.name!r} is the float {index!r}; indices must be integers")
             e = as_expr(index, dtypes.INDEX)
             if not dtypes.is_int(e.dtype):
                 raise DTypeError(f"index {d} of {self.name!r} is {e} of dtype {e.dtype}; indices must be integers")

@@ -225,9 +225,11 @@ def _raise_out_of_bounds(op_name, acc: Access, shape, names: IslNames, values: d
     from .printer import expr_to_str
     from ..dsl.visitor import substitute
     at = ", ".join(f"{names.var_of[n].name} = {v}" for n, v in values.items())
+    from .passes.simplify import simplify_expr
     mapping = {names.var_of[n]: const(v) for n, v in values.items()}
-    idx = [substitute(i, mapping) for i in acc.indices]
-    ext = [substitute(s, mapping) for s in shape]
+    # substitute() rebuilds nodes without folding; fold so the offending index is a number
+    idx = [simplify_expr(substitute(i, mapping)) for i in acc.indices]
+    ext = [simplify_expr(substitute(s, mapping)) for s in shape]
     bad = [k for k, (i, e) in enumerate(zip(idx, ext))
            if isinstance(i, Const) and isinstance(e, Const) and not 0 <= i.value < e.value]
     detail = "; ".join(f"index {expr_to_str(idx[k])} on dimension {k} of extent {expr_to_str(ext[k])}" for k in bad)

@@ -29,6 +29,7 @@ PASSES = (
     ("simplify_flat", simplify),
     ("vectorize", vectorize),
     ("unroll", unroll),
+    ("simplify_unrolled", simplify),
     ("remove_noops", remove_noops),
 )
 
@@ -52,6 +53,7 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
             raise LoweringError(f"the output '{out.name}' of the schedule is not in the argument list")
     if not name.isidentifier():
         raise LoweringError(f"function name {name!r} is not an identifier")
+    _check_free_vars(schedule, args)
     start = time.perf_counter()
     body, params, size_vars = schedule_to_loops(schedule, args)
     ctx = PassContext(size_vars, {s.name: dict(s.storage_aligns) for s in schedule.stages if s.storage_aligns})
@@ -70,3 +72,35 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
         raise LoweringError(f"unknown pass {dump_after!r} for dump_after; passes: "
                             f"schedule_to_loops, {', '.join(n for n, _ in PASSES)}")
     return result
+
+
+def _check_free_vars(schedule: Schedule, args) -> None:
+    """Every variable in a compute body must be one of its axes, a reduce axis of a
+    reducer in it, or a size of the arguments; anything else (typically a reduce_axis
+    used outside lw.sum/lw.max/...) would be unbound at run time."""
+    from ..dsl.expr import Let, Reduce
+    from ..dsl.tensor import ComputeOp
+    from ..dsl.visitor import collect_vars, post_order_visit
+    from ..errors import ExprError
+    sizes = {id(v) for a in args for s in schedule.current_tensor(a).shape for v in collect_vars(s)}
+    for stage in schedule.stages:
+        op = stage.op
+        if not isinstance(op, ComputeOp):
+            continue
+        bound = {id(iv.var) for iv in list(op.axis) + list(op.reduce_axis)} | sizes
+
+        def note(node):
+            if isinstance(node, Reduce):
+                bound.update(id(iv.var) for iv in node.axis)
+            elif isinstance(node, Let):
+                bound.add(id(node.var))
+        for b in op.body:
+            post_order_visit(b, note)
+        for b in op.body:
+            for v in collect_vars(b):
+                if id(v) not in bound:
+                    axes = ", ".join(iv.name for iv in op.axis)
+                    raise ExprError(
+                        f"compute '{op.name}' uses the variable '{v.name}', which is neither one of its axes "
+                        f"({axes}), a reduce axis of a reducer in its body, nor a size of the arguments; "
+                        f"a reduce_axis may only appear inside a reducer such as lw.sum(..., axis={v.name})")

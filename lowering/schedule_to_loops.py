@@ -22,7 +22,7 @@ from ..dsl.schedule import Schedule, Stage
 from ..dsl.tensor import ComputeOp, PlaceholderOp, Tensor
 from ..dsl.visitor import Mutator, collect_vars, substitute
 from ..errors import LoweringError
-from .accesses import collect_accesses
+from .accesses import Access, collect_accesses
 from .bound_inference import LetBinding, Loop, Region, check_accesses_in_bounds, required_region
 from .ir import Allocate, Buffer, BufferLoad, BufferStore, For, IfThenElse, LetStmt, Seq, Stmt, seq
 
@@ -79,6 +79,9 @@ class Lowering:
         self._prepare_bodies()
         self.attached: Dict[Tuple[int, int], List[Stage]] = {}
         self.region_vars: Dict[int, tuple] = {}
+        self.let_values: Dict[Var, Expr] = {}
+        self.nest_info: Dict[int, _NestInfo] = {}
+        self._outer_ids = set()
         for s in schedule.stages:
             if s.attach_type == "scope":
                 self.attached.setdefault((id(s.attach_stage), id(s.attach_ivar)), []).append(s)
@@ -159,11 +162,19 @@ class Lowering:
         guards = [values[r.parent] < extents[r.parent]
                   for r in stage.relations if isinstance(r, Split) and needs_guard(r, extents)]
         root_map = {iv.var: binary("add", ranges[iv][0], values[iv]) for iv in stage.root_iter_vars}
+        self.nest_info[id(stage)] = _NestInfo(leaves, loop_vars, extents, guards, root_map)
         body_exprs = tuple(substitute(b, root_map) for b in self.bodies[id(op)])
         local_index = tuple(values[iv] for iv in op.axis)
         init_level = next((k for k, iv in enumerate(leaves) if iv.kind == "reduce"), None)
 
-        innermost = self._compute_statement(stage, body_exprs, local_index)
+        acc = None
+        if init_level is not None and init_level > 0:
+            outer_ctx = list(context) + [Loop(loop_vars[l], const(0), extents[l]) for l in leaves[:init_level]]
+            acc = self._plan_accumulator(stage, outer_ctx, leaves[init_level:], loop_vars, extents, guards,
+                                         ranges, values)
+        out_bufs = None if acc is None else [acc.buffer]
+        write_index = local_index if acc is None else acc.index
+        innermost = self._compute_statement(stage, body_exprs, write_index, out_bufs)
         if guards:
             innermost = IfThenElse(_all(guards), innermost)
 
@@ -183,15 +194,50 @@ class Lowering:
                 notes += (("thread", stage.bound_threads[leaf].var.name.replace("_", ".")),)
             loop = For(v, const(0), extents[leaf], kind, inner, notes)
             if level == init_level:
-                loop = seq(self._init_nest(stage, leaves, level, loop_vars, extents, ranges), loop)
+                init = self._init_nest(stage, leaves, level, loop_vars, extents, ranges, acc)
+                if acc is None:
+                    loop = seq(init, loop)
+                else:
+                    loop = acc.wrap(seq(init, loop, acc.copy_back(self.buffer_of(op.outputs[0]), ranges, op)))
             return loop
 
         return emit(0, list(context))
 
-    def _compute_statement(self, stage: Stage, body: Tuple[Expr, ...], local_index) -> Stmt:
+    def _plan_accumulator(self, stage: Stage, outer_ctx, inner_leaves, loop_vars, extents, guards, ranges, values):
+        """A small local buffer to accumulate a reduction tile in, or None.
+
+        When spatial loops enclose the reduction loops, the tile of the output that
+        the reduction updates is accumulated in a contiguous local buffer and copied
+        out once: the same as ``cache_write(C, "local")`` computed at the innermost
+        spatial loop outside the reduction.  Strided output rows (a power-of-two
+        leading dimension) otherwise collide in the same cache sets on every update.
+        """
+        op = stage.op
+        if op.num_outputs != 1 or stage.scope != "global":
+            return None
+        reduce_work = const(1)
+        for iv in inner_leaves:
+            if iv.kind == "reduce":
+                reduce_work = binary("mul", reduce_work, extents[iv])
+        if isinstance(reduce_work, Const) and reduce_work.value < 16:
+            return None
+        root_index = tuple(binary("add", ranges[iv][0], values[iv]) for iv in op.axis)
+        inner = [Loop(loop_vars[iv], const(0), extents[iv]) for iv in inner_leaves]
+        access = Access(op.outputs[0], root_index, const(True))
+        region = required_region(outer_ctx, inner, guards, [access], op.outputs[0].shape, self.size_vars)
+        if not all(isinstance(e, Const) for e in region.alloc_extents):
+            return None
+        size = 1
+        for e in region.alloc_extents:
+            size *= e.value
+        if size * dtypes.itemsize(op.outputs[0].dtype) > ACCUMULATOR_BYTES or size == 0:
+            return None
+        return _Accumulator(op, region, root_index, stage)
+
+    def _compute_statement(self, stage: Stage, body: Tuple[Expr, ...], local_index, out_bufs=None) -> Stmt:
         op = stage.op
         to_buffers = _ToBufferLoads(self)
-        bufs = [self.buffer_of(t) for t in op.outputs]
+        bufs = out_bufs or [self.buffer_of(t) for t in op.outputs]
         first = body[0]
         if not isinstance(first, Reduce):
             return BufferStore(bufs[0], to_buffers.visit(first), local_index)
@@ -212,7 +258,7 @@ class Lowering:
             update = IfThenElse(cond, update)
         return update
 
-    def _init_nest(self, stage, leaves, level, loop_vars, extents, ranges) -> Stmt:
+    def _init_nest(self, stage, leaves, level, loop_vars, extents, ranges, acc=None) -> Stmt:
         """Store the reducer's identity over the spatial loops at or inside ``level``."""
         op = stage.op
         init_vars = dict(loop_vars)
@@ -223,8 +269,11 @@ class Lowering:
         values = _axis_values(spatial_leaves, stage.relations, extents)
         local_index = tuple(values[iv] for iv in op.axis)
         first = op.body[0]
-        stores = seq(*[BufferStore(self.buffer_of(t), ident, local_index)
-                       for t, ident in zip(op.outputs, first.combiner.identity)])
+        if acc is not None:
+            local_index = tuple(binary("sub", binary("add", ranges[iv][0], values[iv]), m)
+                                for iv, m in zip(op.axis, acc.min_vars))
+        bufs = [acc.buffer] if acc is not None else [self.buffer_of(t) for t in op.outputs]
+        stores = seq(*[BufferStore(b, ident, local_index) for b, ident in zip(bufs, first.combiner.identity)])
         guards = [values[r.parent] < extents[r.parent] for r in stage.relations
                   if isinstance(r, Split) and r.parent in values and r.outer in values and needs_guard(r, extents)]
         body = IfThenElse(_all(guards), stores) if guards else stores
@@ -232,16 +281,23 @@ class Lowering:
             body = For(init_vars[iv], const(0), extents[iv], _init_kind(stage, iv), body)
         return body
 
-    def _emit_attached(self, producer: Stage, consumer: Stage, ctx: list, inner_leaves, loop_vars, extents,
+    def _emit_attached(self, producer: Stage, host: Stage, ctx: list, inner_leaves, loop_vars, extents,
                        guards, root_map, rest: Stmt) -> Stmt:
-        """Place ``producer``'s region computation before ``rest`` inside the consumer's loop."""
-        inner = [Loop(loop_vars[iv], const(0), extents[iv]) for iv in inner_leaves]
-        accesses = [a for a in collect_accesses(self.bodies[id(consumer.op)][0]) if a.tensor.op is producer.op]
-        accesses = [type(a)(a.tensor, tuple(substitute(i, root_map) for i in a.indices),
-                            None if a.condition is None else substitute(a.condition, root_map)) for a in accesses]
-        # reads through an attached producer's own origin: substitute known lets
+        """Place ``producer``'s region computation before ``rest`` inside ``host``'s loop."""
+        inner: List[Loop] = [Loop(loop_vars[iv], const(0), extents[iv]) for iv in inner_leaves]
+        all_guards = list(guards)
+        accesses = []
+        for consumer in self.schedule.consumers_of(producer):
+            if consumer is host:
+                accesses += self._accesses_of(producer, consumer, root_map)
+                continue
+            loops, chain_guards, reads = self._consumer_through_chain(producer, host, consumer, inner_leaves,
+                                                                      loop_vars, extents)
+            inner += [l for l in loops if all(l.var is not x.var for x in inner)]
+            all_guards += chain_guards
+            accesses += reads
         shape = producer.op.outputs[0].shape
-        region = required_region(ctx, inner, guards, accesses, shape, self.size_vars)
+        region = required_region(ctx, inner, all_guards, accesses, shape, self.size_vars)
         min_vars, ext_vars = self.region_vars[id(producer.op)]
         bufs = [self.buffers[id(t)] for t in producer.op.outputs]
         for buf in bufs:
@@ -250,6 +306,8 @@ class Lowering:
         for k, iv in enumerate(producer.op.axis):
             lets.append(LetBinding(min_vars[k], region.mins[k]))
             lets.append(LetBinding(ext_vars[k], region.extents[k]))
+            self.let_values[min_vars[k]] = region.mins[k]
+            self.let_values[ext_vars[k]] = region.extents[k]
         ranges = {iv: (min_vars[k], ext_vars[k]) for k, iv in enumerate(producer.op.axis)}
         for iv in producer.op.reduce_axis:
             ranges[iv] = (iv.min, iv.extent)
@@ -259,6 +317,99 @@ class Lowering:
             body = Allocate(buf, _product(buf.shape), body)
         for let in reversed(lets):
             body = LetStmt(let.var, let.value, body)
+        return body
+
+    def _accesses_of(self, producer: Stage, consumer: Stage, root_map) -> list:
+        found = [a for a in collect_accesses(self.bodies[id(consumer.op)][0]) if a.tensor.op is producer.op]
+        return [Access(a.tensor, tuple(substitute(i, root_map) for i in a.indices),
+                       None if a.condition is None else substitute(a.condition, root_map)) for a in found]
+
+    def _consumer_through_chain(self, producer, host, consumer, host_inner_leaves, host_loop_vars, host_extents):
+        """Loops, guards and reads of a consumer computed inside ``host`` below the attach point.
+
+        The consumer's nest was emitted already (inner loops are emitted first); its
+        region variables are replaced by their values so isl sees affine indices.
+        """
+        chain = [consumer]
+        while chain[-1].attach_stage is not host:
+            if chain[-1].attach_type != "scope":
+                raise LoweringError(f"'{producer.name}' is computed inside '{host.name}', but its consumer "
+                                    f"'{consumer.name}' is not")
+            chain.append(chain[-1].attach_stage)
+        entry_axis = chain[-1].attach_ivar
+        if all(entry_axis is not iv for iv in host_inner_leaves):
+            raise LoweringError(f"'{producer.name}' is computed at a loop of '{host.name}' inside the loop where "
+                                f"its consumer '{consumer.name}' is computed; compute it at '{entry_axis.name}' or outside")
+        loops: List[Loop] = []
+        for iv in host_inner_leaves:
+            loops.append(Loop(host_loop_vars[iv], const(0), host_extents[iv]))
+            if iv is entry_axis:
+                break
+        guards = []
+        for k, stage in enumerate(reversed(chain)):
+            info = self.nest_info[id(stage)]
+            stop = chain[len(chain) - 2 - k].attach_ivar if stage is not consumer else None
+            for iv in info.leaves:
+                loops.append(Loop(info.loop_vars[iv], const(0), self._resolve(info.extents[iv])))
+                if iv is stop:
+                    break
+            guards += [self._resolve(g) for g in info.guards]
+        known = {id(l.var) for l in loops}
+        guards = [g for g in guards if all(id(v) in known or v in self.size_vars or id(v) in self._outer_ids
+                                           for v in collect_vars(g))]
+        reads = [Access(a.tensor, tuple(self._resolve(i) for i in a.indices),
+                        None if a.condition is None else self._resolve(a.condition))
+                 for a in self._accesses_of(producer, consumer, self.nest_info[id(consumer)].root_map)]
+        return loops, guards, reads
+
+    def _resolve(self, e):
+        """Replace region variables of attached stages by their values (to a fixpoint)."""
+        for _ in range(8):
+            new = substitute(e, self.let_values)
+            if new is e:
+                return e
+            e = new
+        return e
+
+
+class _NestInfo:
+    def __init__(self, leaves, loop_vars, extents, guards, root_map):
+        self.leaves, self.loop_vars, self.extents, self.guards, self.root_map = leaves, loop_vars, extents, guards, root_map
+
+
+ACCUMULATOR_BYTES = 32 * 1024
+
+
+class _Accumulator:
+    """The local tile a reduction accumulates in (see Lowering._plan_accumulator)."""
+
+    def __init__(self, op, region: Region, root_index, stage: Stage):
+        t = op.outputs[0]
+        self.buffer = Buffer(f"{t.name}.acc", tuple(region.alloc_extents), t.dtype, "local")
+        self.min_vars = tuple(Var(f"{t.name}.acc.{iv.name}.min") for iv in op.axis)
+        self.ext_vars = tuple(Var(f"{t.name}.acc.{iv.name}.extent") for iv in op.axis)
+        self.region = region
+        self.index = tuple(binary("sub", r, m) for r, m in zip(root_index, self.min_vars))
+        self.vector_copy = any(stage.annotations.get(iv) == "vectorize" for iv in stage.leaf_iter_vars)
+
+    def wrap(self, body: Stmt) -> Stmt:
+        body = Allocate(self.buffer, _product(self.buffer.shape), body)
+        for k in reversed(range(len(self.min_vars))):
+            body = LetStmt(self.ext_vars[k], self.region.extents[k], body)
+            body = LetStmt(self.min_vars[k], self.region.mins[k], body)
+        return body
+
+    def copy_back(self, out: Buffer, ranges, op) -> Stmt:
+        """Copy the finished tile to the stage's own buffer."""
+        idx_vars = [Var(f"{iv.name}.c") for iv in op.axis]
+        dst = tuple(binary("sub", binary("add", m, v), ranges[iv][0])
+                    for m, v, iv in zip(self.min_vars, idx_vars, op.axis))
+        body = BufferStore(out, BufferLoad(self.buffer, tuple(idx_vars)), dst)
+        for k in reversed(range(len(idx_vars))):
+            ext = self.region.extents[k]
+            innermost = k == len(idx_vars) - 1
+            kind = "vectorized" if innermost and self.vector_copy and isinstance(ext, Const) else "serial"
+            body = For(idx_vars[k], const(0), self.ext_vars[k], kind, body)
         return body
 
 

@@ -530,28 +530,50 @@ class CodeGen:
             self._unroll_md = md
         return self._unroll_md
 
+    def kernel_function(self, name: str, values: list, buffers: list, leading_i64: int = 0):
+        """An internal function whose buffer pointers are ``noalias`` parameters.
+
+        Buffers reach generated code through arrays and closures, where LLVM cannot
+        see that they never overlap (the runtime checks that); passing them as noalias
+        arguments lets it keep loads in registers across stores.
+        """
+        types = [I64] * leading_i64 + [v.type for _, v in values] + [PTR for _ in buffers]
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types), name=name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        emitter = FunctionEmitter(self, fn, {}, {})
+        args = list(fn.args)[leading_i64:]
+        for (key, _), arg in zip(values, args):
+            emitter.scope[key] = arg
+        for (key, _), arg in zip(buffers, args[len(values):]):
+            arg.add_attribute("noalias")
+            emitter.buffer_ptrs[key] = arg
+        return fn, emitter
+
     def generate(self) -> str:
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR]), name=self.symbol)
         fn.args[0].name, fn.args[1].name = "buffers", "sizes"
-        emitter = FunctionEmitter(self, fn, {}, {})
-        b = emitter.builder
+        fn.attributes.add("nounwind")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        buffers, values = [], []
         for k, buf in enumerate(self.func.params):
             slot = b.gep(fn.args[0], [ir.Constant(I64, k)], inbounds=True, source_etype=PTR)
-            ptr = b.load(slot, typ=PTR, name=buf.name)
-            emitter.buffer_ptrs[id(buf)] = ptr
+            buffers.append((id(buf), b.load(slot, typ=PTR, name=buf.name)))
         for k, v in enumerate(self.func.size_vars):
             slot = b.gep(fn.args[1], [ir.Constant(I64, k)], inbounds=True, source_etype=I64)
-            emitter.scope[id(v)] = b.load(slot, typ=I64, name=v.name)
+            values.append((id(v), b.load(slot, typ=I64, name=v.name)))
+        body_fn, emitter = self.kernel_function(f"{self.symbol}.body", values, buffers)
         emitter.stmt(self.func.body)
         emitter.builder.ret_void()
-        for attr in ("nounwind",):
-            fn.attributes.add(attr)
+        b.call(body_fn, [v for _, v in values] + [p for _, p in buffers])
+        b.ret_void()
         return str(self.module)
 
     def emit_parallel(self, parent: FunctionEmitter, loop: For):
         """Outline ``loop``'s body into a function and hand it to the thread pool."""
         self._outlined += 1
-        body_fn = ir.Function(self.module, BODY_TYPE, name=f"{self.symbol}.par{self._outlined}")
+        name = f"{self.symbol}.par{self._outlined}"
+        body_fn = ir.Function(self.module, BODY_TYPE, name=name)
         body_fn.linkage = "internal"
         begin, end, closure_arg = body_fn.args
         values = list(parent.scope.items())
@@ -563,18 +585,19 @@ class CodeGen:
         for k, (_, v) in enumerate(values + buffers):
             slot = pb.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True)
             pb.store(v, slot)
-        child = FunctionEmitter(self, body_fn, {}, {})
-        cb = child.builder
+        cb = ir.IRBuilder(body_fn.append_basic_block("entry"))
         typed_closure = cb.bitcast(closure_arg, closure_t.as_pointer())
-        for k, (key, v) in enumerate(values):
+        loaded = []
+        for k, (_, v) in enumerate(values + buffers):
             slot = cb.gep(typed_closure, [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True)
-            child.scope[key] = cb.load(slot, typ=v.type)
-        for k, (key, _) in enumerate(buffers):
-            slot = cb.gep(typed_closure, [ir.Constant(I32, 0), ir.Constant(I32, len(values) + k)], inbounds=True)
-            child.buffer_ptrs[key] = cb.load(slot, typ=PTR)
-        # the body runs iterations [begin, end) of the loop, offset by its min
+            loaded.append(cb.load(slot, typ=v.type))
+        inner_fn, child = self.kernel_function(name + ".inner", values, buffers, leading_i64=2)
+        cb.call(inner_fn, [begin, end] + loaded)
+        cb.ret_void()
+        # the inner function runs iterations [begin, end) of the loop, offset by its min
         lo = child.expr(loop.min)
-        child.emit_loop(loop.var, cb.add(lo, begin), cb.add(lo, end), loop.body, "serial")
+        first, last = inner_fn.args[0], inner_fn.args[1]
+        child.emit_loop(loop.var, child.builder.add(lo, first), child.builder.add(lo, last), loop.body, "serial")
         child.builder.ret_void()
         extent = parent.expr(loop.extent)
         pb.call(self.runtime_fn("lw_parallel_for"), [body_fn, pb.bitcast(closure, PTR), extent])

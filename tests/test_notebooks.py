@@ -1,0 +1,72 @@
+"""Run every notebook in notebooks/ top to bottom, so they never rot.
+
+Each notebook runs in a fresh Jupyter kernel ("python3" resolves to the interpreter
+running pytest once ipykernel is installed in it); any cell that raises fails the test
+with the cell's source and traceback.  Needs the ``notebook`` extra:
+``pip install -e ".[test,notebook]"``; without it the tests skip.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+
+import pytest
+
+NOTEBOOKS = sorted((pathlib.Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+CELL_TIMEOUT_S = 300
+
+pytestmark = pytest.mark.notebook
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_runs(path, tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    pytest.importorskip("matplotlib")
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.read(str(path), as_version=4)
+    env_backend = os.environ.get("MPLBACKEND")
+    os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+    try:
+        client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                                         resources={"metadata": {"path": str(path.parent)}})
+        try:
+            client.execute()
+        except CellExecutionError as err:
+            pytest.fail(f"{path.name}: a cell failed\n{err}", pytrace=False)
+    finally:
+        if env_backend is None:
+            os.environ.pop("MPLBACKEND", None)
+        else:
+            os.environ["MPLBACKEND"] = env_backend
+    errors = [out for cell in nb.cells if cell.cell_type == "code"
+              for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+    assert not errors, f"{path.name}: error outputs: {errors}"
+
+
+def test_kernel_is_this_interpreter(tmp_path):
+    """The "python3" kernel the notebooks run in is the one pytest runs in (the venv's)."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    nb = new_notebook(cells=[new_code_cell("import sys, loopweave\nprint(sys.prefix)")])
+    nbclient.NotebookClient(nb, timeout=60, kernel_name="python3").execute()
+    printed = nb.cells[0].outputs[0]["text"].strip()
+    assert os.path.realpath(printed) == os.path.realpath(sys.prefix)
+
+
+def test_notebooks_are_committed_without_outputs():
+    nbformat = pytest.importorskip("nbformat")
+    assert NOTEBOOKS, "notebooks/ has no notebooks"
+    for path in NOTEBOOKS:
+        nb = nbformat.read(str(path), as_version=4)
+        nbformat.validate(nb)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert not cell.get("outputs") and cell.get("execution_count") is None, \
+                    f"{path.name}: clear the outputs before committing (jupyter nbconvert --clear-output)"
