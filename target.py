@@ -45,8 +45,8 @@ def host_target() -> Target:
     cpu = llvm.get_host_cpu_name()
     features = llvm.get_host_cpu_features().flatten()
     enabled = set(f[1:] for f in features.split(",") if f.startswith("+"))
-    # 256-bit vectors even where AVX-512 exists: wider ones lower the clock on many parts.
-    bits = 256 if "avx2" in enabled or "avx" in enabled else 128
+    # the widest vectors the CPU runs natively; LLVM honours explicit 512-bit vector types
+    bits = 512 if "avx512f" in enabled else 256 if ("avx2" in enabled or "avx" in enabled) else 128
     threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return Target("llvm", cpu, features, bits, threads)
 

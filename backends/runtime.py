@@ -158,12 +158,9 @@ class Module:
         return value() if callable(value) else value
 
     def _repr_html_(self) -> str:
-        import html
-        lowered = self._sources.get("lowered")
-        text = lowered() if callable(lowered) else (lowered or "")
-        return (f"<div><b>{html.escape(repr(self))}</b><details><summary>lowered IR</summary><pre>"
-                f"{html.escape(str(text))}</pre></details><details><summary>LLVM IR</summary><pre>"
-                f"{html.escape(self.get_source('ll'))}</pre></details></div>")
+        """Signature, then collapsed lowered IR, LLVM IR and assembly (generated when displayed)."""
+        from ..lowering.printer import module_html
+        return module_html(self)
 
 
 def _eval_shape_expr(text: str, sizes: Dict[str, int]) -> int:

@@ -141,6 +141,12 @@ class Const(Expr):
     value: Any
     dtype: str
 
+    def __bool__(self):
+        # `a == b` on two constants folds to a bool Const; containers (dict, `in`) then ask its truth
+        if self.dtype == dtypes.BOOL:
+            return bool(self.value)
+        return ExprOps.__bool__(self)
+
 
 @_structural_node
 class Binary(Expr):

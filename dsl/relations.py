@@ -20,6 +20,7 @@ class Split:
     inner: object
     factor: Optional[Expr]
     nparts: Optional[Expr]
+    tail: str = "guard"  # "guard": guard the last tile; "shift": move it inwards (Halide's ShiftInwards)
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,17 +55,34 @@ def derive_extents(root_extents: Dict[object, Expr], relations: List) -> Dict[ob
 
 
 def root_values(leaf_values: Dict[object, Expr], relations: List, extents: Dict[object, Expr]) -> Dict[object, Expr]:
-    """Values of every axis (root ones included) given the leaf loop values."""
+    """Values of every axis derivable from the given leaf loop values (walking relations backwards).
+
+    A ``shift`` split whose parent extent is a constant of at least one tile places
+    the last tile at ``extent - factor``: it overlaps the previous one instead of
+    running past the end, so no guard is needed (the overlap is recomputed).
+    """
     values = dict(leaf_values)
     for rel in reversed(relations):
         if isinstance(rel, Split):
-            inner_extent = extents[rel.inner]
-            values[rel.parent] = binary("add", binary("mul", values[rel.outer], inner_extent), values[rel.inner])
-        else:
+            if rel.outer in values and rel.inner in values:
+                inner_extent = extents[rel.inner]
+                start = binary("mul", values[rel.outer], inner_extent)
+                if shifts(rel, extents):
+                    start = binary("min", start, binary("sub", extents[rel.parent], inner_extent))
+                values[rel.parent] = binary("add", start, values[rel.inner])
+        elif rel.fused in values:
             inner_extent = extents[rel.inner]
             values[rel.outer] = binary("floordiv", values[rel.fused], inner_extent)
             values[rel.inner] = binary("floormod", values[rel.fused], inner_extent)
     return values
+
+
+def shifts(rel: Split, extents: Dict[object, Expr]) -> bool:
+    """Whether a split moves its last tile inwards (needs constant extents, parent >= tile)."""
+    if rel.tail != "shift":
+        return False
+    parent, inner = extents[rel.parent], extents[rel.inner]
+    return isinstance(parent, Const) and isinstance(inner, Const) and parent.value >= inner.value
 
 
 def needs_guard(rel: Split, extents: Dict[object, Expr]) -> bool:
@@ -72,6 +90,8 @@ def needs_guard(rel: Split, extents: Dict[object, Expr]) -> bool:
     parent = extents[rel.parent]
     inner = extents[rel.inner]
     outer = extents[rel.outer]
+    if shifts(rel, extents):
+        return False
     if isinstance(parent, Const) and isinstance(inner, Const) and isinstance(outer, Const):
         return outer.value * inner.value != parent.value
     return True

@@ -84,6 +84,12 @@ class Stage:
                             f"{', '.join(iv.name for iv in self.all_iter_vars)}")
 
     # -------------------------------------------------------------- validation
+    def _check_no_attached(self, primitive: str, ivar) -> None:
+        users = [st.name for st in self.schedule.stages if st.attach_type == "scope" and st.attach_ivar is ivar]
+        if users:
+            raise self._error(primitive, f"stages {', '.join(users)} are computed at axis '{ivar.name}'",
+                              f"{primitive} first, then compute_at the resulting axis")
+
     def _check_leaf(self, primitive: str, ivar) -> IterVar:
         if not isinstance(ivar, IterVar):
             raise self._error(primitive, f"expected an axis (IterVar), got {ivar!r}",
@@ -126,8 +132,15 @@ class Stage:
         self.schedule.trace.record(primitive, self.name, args)
 
     # -------------------------------------------------------------- primitives
-    def split(self, parent: IterVar, factor=None, nparts=None):
-        """Split ``parent`` into (outer, inner) with inner extent ``factor``, or ``nparts`` outer parts."""
+    def split(self, parent: IterVar, factor=None, nparts=None, tail: str = "guard"):
+        """Split ``parent`` into (outer, inner) with inner extent ``factor``, or ``nparts`` outer parts.
+
+        ``tail`` says what happens when the factor does not divide the extent:
+        ``"guard"`` (default) guards the last tile, and lowering splits it off;
+        ``"shift"`` moves the last tile inwards so every tile is full (it overlaps
+        the previous one, which is recomputed) - Halide's ShiftInwards.  Only for
+        spatial axes of stages without a reduction.
+        """
         self._check_not_placeholder("split")
         self._check_leaf("split", parent)
         if (factor is None) == (nparts is None):
@@ -136,16 +149,22 @@ class Stage:
             factor = self._positive_int_or_expr("split", factor, "factor")
         else:
             nparts = self._positive_int_or_expr("split", nparts, "nparts")
+        self._check_no_attached("split", parent)
         if parent.kind == "thread" or parent in self.bound_threads:
             raise self._error("split", f"axis '{parent.name}' is bound to a thread axis; split before bind")
+        if tail not in ("guard", "shift"):
+            raise self._error("split", f"tail must be 'guard' or 'shift', got {tail!r}")
+        if tail == "shift" and (parent.kind == "reduce" or self.op.reduce_axis):
+            raise self._error("split", f"tail='shift' recomputes overlapping tiles, which a reduction cannot do "
+                              f"(axis '{parent.name}')", "use tail='guard', or shift the axes of a cache_write copy")
         outer_extent, inner_extent = split_extents(parent.extent, factor, nparts)
         outer = self._new_axis(parent.name + ".outer", outer_extent, parent.kind)
         inner = self._new_axis(parent.name + ".inner", inner_extent, parent.kind)
-        self.relations.append(Split(parent, outer, inner, factor, nparts))
+        self.relations.append(Split(parent, outer, inner, factor, nparts, tail))
         k = self.leaf_iter_vars.index(parent)
         self.leaf_iter_vars[k:k + 1] = [outer, inner]
         self._trace("split", parent=parent.name, factor=_plain(factor), nparts=_plain(nparts),
-                    outputs=[outer.name, inner.name])
+                    tail=None if tail == "guard" else tail, outputs=[outer.name, inner.name])
         return outer, inner
 
     def fuse(self, *axes):
@@ -167,6 +186,7 @@ class Stage:
             raise self._error("fuse", "cannot fuse a reduction axis with a spatial axis "
                               f"({', '.join(f'{a.name}:{a.kind}' for a in axes)})")
         for a in axes:
+            self._check_no_attached("fuse", a)
             if a in self.annotations:
                 raise self._error("fuse", f"axis '{a.name}' is already annotated ({self.annotations[a]}); fuse first")
         fused = axes[0]

@@ -82,6 +82,8 @@ class Trace:
             if p == "split":
                 parent = axis(st.stage, a["parent"])
                 arg = f"factor={_fmt(a['factor'])}" if "factor" in a else f"nparts={_fmt(a['nparts'])}"
+                if "tail" in a:
+                    arg += f", tail={a['tail']!r}"
                 lines.append(f"{outputs(st.stage, a['outputs'])} = {S}.split({parent}, {arg})")
             elif p == "fuse":
                 axes = ", ".join(axis(st.stage, n) for n in a["axes"])
@@ -134,7 +136,7 @@ class Trace:
                 ax = stage.axis_by_name
                 if p == "split":
                     stage.split(ax(a["parent"]), factor=_value(a.get("factor"), schedule),
-                                nparts=_value(a.get("nparts"), schedule))
+                                nparts=_value(a.get("nparts"), schedule), tail=a.get("tail", "guard"))
                 elif p == "fuse":
                     stage.fuse(*[ax(n) for n in a["axes"]])
                 elif p == "reorder":

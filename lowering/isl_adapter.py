@@ -164,10 +164,35 @@ def set_to_condition(s: isl.Set, names: IslNames) -> Expr:
     return const(False) if result is None else result
 
 
+def _as_min_or_max(pw: isl.PwAff, pieces, names: IslNames) -> Optional[Expr]:
+    """``min(a, b)`` / ``max(a, b)`` when a two-piece bound is exactly that (isl stays affine)."""
+    (_, a), (_, b) = pieces
+    domain = pw.domain()
+    pa = isl.PwAff.from_aff(a).intersect_domain(domain)
+    pb = isl.PwAff.from_aff(b).intersect_domain(domain)
+    for op, combined in (("min", pa.min(pb)), ("max", pa.max(pb))):
+        if combined.is_equal(pw):
+            return binary(op, aff_to_expr(a, names), aff_to_expr(b, names))
+    return None
+
+
 def pw_aff_to_expr(pw: isl.PwAff, names: IslNames) -> Expr:
+    """A loopweave expression for an isl piecewise quasi-affine function (simplified)."""
+    from .passes.simplify import simplify_expr
+    return simplify_expr(_pw_aff_to_expr(pw, names))
+
+
+def _pw_aff_to_expr(pw: isl.PwAff, names: IslNames) -> Expr:
     pieces = pw.get_pieces()
     if not pieces:
         raise InternalError(f"empty piecewise bound {pw}")
+    if len(pieces) == 2 and pieces[0][1].dim(isl.dim_type.div) == 0 and pieces[1][1].dim(isl.dim_type.div) == 0:
+        try:
+            found = _as_min_or_max(pw, pieces, names)
+        except isl.Error:
+            found = None
+        if found is not None:
+            return found
     expr = aff_to_expr(pieces[-1][1], names)
     for piece_set, aff in reversed(pieces[:-1]):
         expr = select(set_to_condition(piece_set, names), aff_to_expr(aff, names), expr)

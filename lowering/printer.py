@@ -338,7 +338,7 @@ def tensor_definition_html(tensor) -> str:
     e = html.escape
     title = f'<b>{e(tensor.name)}</b> <span style="color:#6e7781">: {e(_shape_str(tensor))}</span>'
     if not hasattr(tensor.op, "body"):
-        return _box(f'<div style="color:#6e7781">input (placeholder)</div>', title)
+        return _box('<div style="color:#6e7781">input (placeholder)</div>', title)
     p = _definition_parts(tensor)
     rhs = e(p["rhs"])
     if p["reducer"]:
@@ -346,7 +346,7 @@ def tensor_definition_html(tensor) -> str:
         big = p["reducer"] in _REDUCE_SYMBOL.values()
         sym = (f'<span style="font-size:1.35em;vertical-align:-0.1em">{e(p["reducer"])}</span>' if big
                else f"<b>{e(p['reducer'])}</b>")
-        rhs = f"{sym}<sub>{rng}</sub>&#8202;{rhs}"
+        rhs = f"{sym}<sub>{rng}</sub>&thinsp;{rhs}"
     if p["where"]:
         rhs += f' &nbsp;<span style="color:#6e7781">if</span> {e(p["where"])}'
     math = (f'<div style="font-family:\'Cambria Math\',\'STIX Two Math\',\'Latin Modern Math\',serif;'

@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..dsl import dtypes
 from ..dsl.expr import Const, Expr, Let, Reduce, TensorLoad, Var, binary, const, logical_and
-from ..dsl.relations import Fuse, Split, derive_extents, needs_guard
+from ..dsl.relations import Fuse, Split, derive_extents, needs_guard, root_values
 from ..dsl.schedule import Schedule, Stage
 from ..dsl.tensor import ComputeOp, PlaceholderOp, Tensor
 from ..dsl.visitor import Mutator, collect_vars, substitute
@@ -158,7 +158,7 @@ class Lowering:
         extents = derive_extents({iv: ranges[iv][1] for iv in stage.root_iter_vars}, stage.relations)
         leaves = stage.leaf_iter_vars
         loop_vars = {iv: Var(iv.name) for iv in leaves}
-        values = _axis_values({iv: loop_vars[iv] for iv in leaves}, stage.relations, extents)
+        values = root_values({iv: loop_vars[iv] for iv in leaves}, stage.relations, extents)
         guards = [values[r.parent] < extents[r.parent]
                   for r in stage.relations if isinstance(r, Split) and needs_guard(r, extents)]
         root_map = {iv.var: binary("add", ranges[iv][0], values[iv]) for iv in stage.root_iter_vars}
@@ -266,7 +266,7 @@ class Lowering:
         for iv in inner_spatial:
             init_vars[iv] = Var(iv.name + ".init")
         spatial_leaves = {iv: init_vars[iv] for iv in leaves if iv.kind != "reduce"}
-        values = _axis_values(spatial_leaves, stage.relations, extents)
+        values = root_values(spatial_leaves, stage.relations, extents)
         local_index = tuple(values[iv] for iv in op.axis)
         first = op.body[0]
         if acc is not None:
@@ -416,20 +416,6 @@ class _Accumulator:
 def _init_kind(stage: Stage, iv) -> str:
     kind = _KIND_OF_ANNOTATION.get(stage.annotations.get(iv), "serial")
     return kind if kind in ("vectorized", "unrolled", "serial") else "serial"
-
-
-def _axis_values(leaf_values: dict, relations, extents) -> dict:
-    """Values of all axes derivable from ``leaf_values`` (walking relations backwards)."""
-    values = dict(leaf_values)
-    for rel in reversed(relations):
-        if isinstance(rel, Split):
-            if rel.outer in values and rel.inner in values:
-                values[rel.parent] = binary("add", binary("mul", values[rel.outer], extents[rel.inner]),
-                                            values[rel.inner])
-        elif rel.fused in values:
-            values[rel.outer] = binary("floordiv", values[rel.fused], extents[rel.inner])
-            values[rel.inner] = binary("floormod", values[rel.fused], extents[rel.inner])
-    return values
 
 
 def _all(conds) -> Expr:

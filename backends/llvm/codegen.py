@@ -192,9 +192,7 @@ class FunctionEmitter:
         self.stmt(body)
         nxt = b.add(phi, ir.Constant(I64, 1), flags=("nsw",))
         latch = b.block
-        br = b.branch(header)
-        if kind == "unrolled":
-            br.set_metadata("llvm.loop", self.cg.unroll_metadata())
+        b.branch(header)  # loops the unroll pass could not expand are left to LLVM's unroller
         phi.add_incoming(nxt, latch)
         b.position_at_end(exit_bb)
 
@@ -506,7 +504,6 @@ class CodeGen:
         self.module = ir.Module(name=symbol)
         self._intrinsics: Dict[str, ir.Function] = {}
         self._outlined = 0
-        self._unroll_md = None
 
     def intrinsic(self, name: str, ret, args) -> ir.Function:
         fn = self._intrinsics.get(name)
@@ -521,14 +518,6 @@ class CodeGen:
         if name in signatures:
             ret, args = signatures[name]
         return self.intrinsic(name, ret, args)
-
-    def unroll_metadata(self):
-        if self._unroll_md is None:
-            full = self.module.add_metadata([ir.MetaDataString(self.module, "llvm.loop.unroll.full")])
-            md = self.module.add_metadata([None, full])  # self-reference patched below
-            md.operands[0] = md
-            self._unroll_md = md
-        return self._unroll_md
 
     def kernel_function(self, name: str, values: list, buffers: list, leading_i64: int = 0):
         """An internal function whose buffer pointers are ``noalias`` parameters.

@@ -128,6 +128,8 @@ class Simplifier(Mutator):
             if e.op in ("floordiv", "floormod") and isinstance(e.b, Const) and e.b.value > 0:
                 return self._divmod(e)
             if e.op in ("min", "max"):
+                if isinstance(e.a, Const) and not isinstance(e.b, Const):
+                    e = Binary(e.op, e.b, e.a)  # canonical order: constant last, so equal terms cancel
                 ba, bb = self.bound(e.a), self.bound(e.b)
                 if ba is not None and bb is not None:
                     if ba[1] <= bb[0]:
@@ -190,6 +192,8 @@ class Simplifier(Mutator):
         if isinstance(c, Const):
             return self.visit(node.true_value if c.value else node.false_value)
         t, f = self.visit(node.true_value), self.visit(node.false_value)
+        if t.same_as(f):
+            return t
         if c is node.condition and t is node.true_value and f is node.false_value:
             return node
         return Select(c, t, f)
@@ -236,7 +240,7 @@ class Simplifier(Mutator):
 def _is_index_arithmetic(e: Expr) -> bool:
     if isinstance(e, (Const, Var)):
         return dtypes.is_int(e.dtype)
-    if isinstance(e, Binary) and e.op in ("add", "sub", "mul", "floordiv", "floormod"):
+    if isinstance(e, Binary) and e.op in ("add", "sub", "mul", "floordiv", "floormod", "min", "max"):
         return _is_index_arithmetic(e.a) and _is_index_arithmetic(e.b)
     return False
 

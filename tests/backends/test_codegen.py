@@ -1,0 +1,184 @@
+"""Native code through the LLVM backend: dtypes, parallel loops, FMA vector code, the on-disk cache."""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import loopweave as lw
+from loopweave.target import host_target
+
+REPO_PARENT = str(Path(__file__).resolve().parents[3])
+
+
+def _binary_kernel(dtype, fcompute):
+    n = lw.var("n")
+    X = lw.placeholder((n,), name="X", dtype=dtype)
+    Y = lw.placeholder((n,), name="Y", dtype=dtype)
+    Z = lw.compute((n,), lambda i: fcompute(X[i], Y[i]), name="Z")
+    return lw.build(lw.create_schedule(Z), [X, Y, Z])
+
+
+def _inputs(dtype, size=37, seed=0):
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return rng.random(size) < 0.5, rng.random(size) < 0.5
+    if dtype.startswith("float"):
+        return rng.standard_normal(size).astype(dtype), rng.standard_normal(size).astype(dtype)
+    info = np.iinfo(dtype)
+    lo, hi = max(info.min, -30), min(info.max, 30)
+    return rng.integers(lo, hi, size).astype(dtype), rng.integers(1, hi, size).astype(dtype)
+
+
+def test_bool_kernel():
+    f = _binary_kernel("bool", lambda x, y: x & ~y | (x == y))
+    x, y = _inputs("bool")
+    z = np.empty_like(x)
+    f(x, y, z)
+    np.testing.assert_array_equal(z, (x & ~y) | (x == y))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "int32", "int64"])
+def test_integer_kernels(dtype):
+    f = _binary_kernel(dtype, lambda x, y: lw.max(x * 3 - y, x // y) + x % y)
+    x, y = _inputs(dtype)
+    z = np.empty_like(x)
+    f(x, y, z)
+    with np.errstate(over="ignore"):
+        three = np.array(3, dtype)
+        expected = np.maximum(x * three - y, x // y) + x % y   # floor semantics, wrap-around like numpy
+    np.testing.assert_array_equal(z, expected)
+
+
+@pytest.mark.parametrize("dtype, rtol", [("float16", 2e-3), ("float32", 1e-6), ("float64", 1e-12)])
+def test_float_kernels(dtype, rtol):
+    f = _binary_kernel(dtype, lambda x, y: x * y - x / 2 + lw.abs(y))
+    x, y = _inputs(dtype)
+    z = np.empty_like(x)
+    f(x, y, z)
+    np.testing.assert_allclose(z, x * y - x / np.array(2, dtype) + np.abs(y), rtol=rtol, atol=rtol)
+
+
+def test_float_intrinsics():
+    f = _binary_kernel("float64", lambda x, y: lw.exp(x) + lw.sqrt(lw.abs(y)) + lw.tanh(x))
+    x, y = _inputs("float64")
+    z = np.empty_like(x)
+    f(x, y, z)
+    np.testing.assert_allclose(z, np.exp(x) + np.sqrt(np.abs(y)) + np.tanh(x), rtol=1e-12)
+
+
+def test_parallel_loop_computes_right():
+    n = lw.var("n")
+    A = lw.placeholder((n, n), name="A")
+    B = lw.compute((n, n), lambda i, j: A[i, j] * 2.0 + 1.0, name="B")
+    s = lw.create_schedule(B)
+    io, ii = s[B].split(B.op.axis[0], factor=4)
+    s[B].parallel(io)
+    jo, ji = s[B].split(B.op.axis[1], factor=8)
+    s[B].vectorize(ji)
+    f = lw.build(s, [A, B])
+    for size in (1, 13, 64):
+        a = np.random.rand(size, size).astype("float32")
+        b = np.empty_like(a)
+        f(a, b)
+        np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6)
+
+
+def test_parallel_reduction_computes_right():
+    n = lw.var("n")
+    A = lw.placeholder((n, n), name="A")
+    k = lw.reduce_axis((0, n), name="k")
+    B = lw.compute((n,), lambda i: lw.sum(A[i, k], axis=k), name="B")
+    s = lw.create_schedule(B)
+    s[B].parallel(B.op.axis[0])
+    f = lw.build(s, [A, B])
+    a = np.random.rand(50, 50).astype("float32")
+    b = np.empty(50, "float32")
+    f(a, b)
+    np.testing.assert_allclose(b, a.sum(1), rtol=1e-5)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: the parallel-loop closure captures loop variables of an earlier, "
+                                        "already closed loop nest (FunctionEmitter.emit_loop never drops the "
+                                        "loop phi from scope); LLVM verify fails with 'Instruction does not "
+                                        "dominate all uses'")
+def test_parallel_loop_after_another_2d_nest():
+    n = lw.var("n")
+    A = lw.placeholder((n, n), name="A")
+    B = lw.compute((n, n), lambda i, j: A[i, j] + 1.0, name="B")
+    C = lw.compute((n, n), lambda i, j: B[i, j] * 2.0, name="C")
+    s = lw.create_schedule(C)
+    s[C].parallel(C.op.axis[0])
+    f = lw.build(s, [A, C])
+    a = np.random.rand(9, 9).astype("float32")
+    c = np.empty_like(a)
+    f(a, c)
+    np.testing.assert_allclose(c, (a + 1) * 2, rtol=1e-6)
+
+
+@pytest.mark.skipif(not host_target().has_fma, reason="the host CPU has no FMA")
+def test_vectorized_fp32_fma_uses_vfmadd_on_ymm():
+    n = lw.var("n")
+    A = lw.placeholder((n,), name="A")
+    B = lw.placeholder((n,), name="B")
+    C = lw.placeholder((n,), name="C")
+    D = lw.compute((n,), lambda i: A[i] * B[i] + C[i], name="D")
+    s = lw.create_schedule(D)
+    io, ii = s[D].split(D.op.axis[0], factor=8)
+    s[D].vectorize(ii)
+    f = lw.build(s, [A, B, C, D])
+    asm = f.get_source("asm")
+    assert "vfmadd" in asm and "ymm" in asm
+    a, b, c = np.random.rand(3, 29).astype("float32")
+    d = np.empty_like(a)
+    f(a, b, c, d)
+    np.testing.assert_allclose(d, a * b + c, rtol=1e-6)
+
+
+# ------------------------------------------------------------------ on-disk cache
+
+_CACHE_SCRIPT = textwrap.dedent("""
+    import sys, numpy as np, loopweave as lw
+    from loopweave.backends.llvm import jit
+    if sys.argv[1] == "forbid-compile":
+        def no_compile(*a, **k):
+            raise AssertionError("optimised and compiled again instead of loading the cached object")
+        jit.optimize = no_compile
+    n = lw.var("n")
+    A = lw.placeholder((n,), name="A")
+    B = lw.compute((n,), lambda i: A[i] * 3.0 + 0.25, name="B")
+    s = lw.create_schedule(B)
+    io, ii = s[B].split(B.op.axis[0], factor=8)
+    s[B].vectorize(ii)
+    f = lw.build(s, [A, B])
+    a = np.arange(21, dtype="float32"); b = np.empty_like(a)
+    f(a, b)
+    assert np.allclose(b, a * 3 + 0.25)
+    print("ok")
+""")
+
+
+def test_object_cache_is_reused_by_a_fresh_process(tmp_path, monkeypatch):
+    cache = tmp_path / "lwcache"
+    monkeypatch.setenv("LOOPWEAVE_CACHE_DIR", str(cache))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH")]))
+    script = tmp_path / "kernel.py"
+    script.write_text(_CACHE_SCRIPT)
+
+    def run(mode):
+        out = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, env=env,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "ok"
+
+    run("compile")
+    first = {p.name: p.stat().st_mtime_ns for p in cache.glob("*.o")}
+    assert len(first) == 1
+    run("forbid-compile")                 # would fail if it compiled instead of loading the cached .o
+    second = {p.name: p.stat().st_mtime_ns for p in cache.glob("*.o")}
+    assert second == first                # no new object, the old one untouched
+    assert not list(cache.glob("*.tmp"))

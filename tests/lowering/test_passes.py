@@ -1,0 +1,205 @@
+"""The lowering passes, one group per file in lowering/passes/: loop_partition, simplify,
+storage_flatten, vectorize; plus dump_after."""
+import pytest
+
+import loopweave as lw
+from loopweave.dsl.expr import Const, Var, const, structural_equal
+from loopweave.dsl.visitor import post_order_visit
+from loopweave.lowering.ir import Buffer, BufferStore, For, IfThenElse, Ramp
+from loopweave.lowering.passes.simplify import Simplifier, simplify, simplify_expr
+from loopweave.lowering.passes.storage_flatten import buffer_strides
+
+
+def _nodes(stmt, cls):
+    found = []
+    post_order_visit(stmt, lambda n: found.append(n) if isinstance(n, cls) else None)
+    return found
+
+
+def _split_kernel(extent, factor):
+    A = lw.placeholder((extent,), name="A")
+    C = lw.compute((extent,), lambda i: A[i] * 2.0, name="C")
+    s = lw.create_schedule(C)
+    io, ii = s[C].split(C.op.axis[0], factor=factor)
+    return s, A, C
+
+
+# ------------------------------------------------------------------ loop_partition
+
+def test_divisible_split_has_no_guard():
+    s, A, C = _split_kernel(64, 8)
+    f = lw.lower(s, [A, C], dump_after="schedule_to_loops")
+    assert not _nodes(f.body, IfThenElse)
+    assert "if " not in str(f)
+
+
+def test_non_divisible_split_guards_only_the_tail():
+    s, A, C = _split_kernel(60, 8)
+    f = lw.lower(s, [A, C], dump_after="loop_partition")
+    assert _nodes(f.dumps["schedule_to_loops"], IfThenElse)          # before: guard in every iteration
+    top = f.dumps["loop_partition"]
+    loops = top.stmts
+    assert len(loops) == 2
+    main, tail = loops
+    assert isinstance(main, For) and main.extent.value == 7
+    assert not _nodes(main, IfThenElse)                                # main part: guard-free
+    assert tail.min.value == 7 and tail.extent.value == 1              # the tail iteration
+    for g in _nodes(f.body, IfThenElse):                               # remaining guards live in the tail
+        assert any(g is x for x in _nodes(tail, IfThenElse)) or not _nodes(main, IfThenElse)
+
+
+def test_symbolic_split_main_part_is_guard_free():
+    n = lw.var("n")
+    A = lw.placeholder((n,), name="A")
+    C = lw.compute((n,), lambda i: A[i] * 2.0, name="C")
+    s = lw.create_schedule(C)
+    s[C].split(C.op.axis[0], factor=8)
+    f = lw.lower(s, [A, C])
+    main, tail = f.body.stmts
+    assert not _nodes(main, IfThenElse)
+    assert _nodes(tail, IfThenElse)
+
+
+# ------------------------------------------------------------------ simplify
+
+def test_simplify_cancels_affine_terms():
+    i, j = Var("i"), Var("j")
+    assert simplify_expr((i * 4 + j) - i * 4) is j
+    assert structural_equal(simplify_expr((i + 3) - (i + 1)), const(2))
+    assert structural_equal(simplify_expr(i * 2 + i * 3), simplify_expr(i * 5))
+
+
+def _simplify_in_loops(expr, *loops):
+    buf = Buffer("out", (const(1),), "int64")
+    body = BufferStore(buf, expr, (const(0),))
+    for var, extent in reversed(loops):
+        body = For(var, const(0), const(extent), "serial", body)
+    out = simplify(body, None)
+    return _nodes(out, BufferStore)[0].value
+
+
+def test_simplify_folds_divmod_with_loop_ranges():
+    i, j = Var("i"), Var("j")
+    assert _simplify_in_loops((i * 8 + j) // 8, (i, 10), (j, 8)) is i
+    assert _simplify_in_loops((i * 8 + j) % 8, (i, 10), (j, 8)) is j
+    assert _simplify_in_loops(j // 8, (j, 8)).value == 0
+    # not provable when j may reach 8: left alone
+    e = _simplify_in_loops((i * 8 + j) // 8, (i, 10), (j, 9))
+    assert "//" in str(e)
+
+
+def test_simplify_drops_proven_guards():
+    i = Var("i")
+    buf = Buffer("out", (const(10),), "float32")
+    store = BufferStore(buf, const(1.0), (i,))
+    loop = For(i, const(0), const(10), "serial", IfThenElse(i < 10, store))
+    out = simplify(loop, None)
+    assert not _nodes(out, IfThenElse)
+
+
+def test_simplify_min_max_with_ranges():
+    i = Var("i")
+    assert _simplify_in_loops(lw.min(i, 20), (i, 10)) is i
+    assert _simplify_in_loops(lw.max(i, 20), (i, 10)).value == 20
+
+
+# ------------------------------------------------------------------ storage_flatten
+
+def test_buffer_strides_row_major_and_aligned():
+    n = lw.var("n")
+    strides, size = buffer_strides(Buffer("B", (const(16), n), "float32"))
+    assert strides[1].value == 1 and strides[0] is n
+    strides, size = buffer_strides(Buffer("B", (const(16), const(10)), "float32"), {0: (8, 1)})
+    assert [s.value for s in strides] == [17, 1] and size.value == 16 * 17
+
+
+def test_storage_flatten_gives_flat_indices():
+    n = lw.var("n")
+    A = lw.placeholder((n, n), name="A")
+    B = lw.compute((n, n), lambda i, j: A[i, j] + 1.0, name="B")
+    s = lw.create_schedule(B)
+    f = lw.lower(s, [A, B], dump_after="storage_flatten")
+    before = f.dumps["schedule_to_loops"]
+    assert all(len(st.indices) == 2 for st in _nodes(before, BufferStore))
+    after = f.dumps["storage_flatten"]
+    assert all(len(st.indices) == 1 for st in _nodes(after, BufferStore))
+    assert "B[i * n + j] = A[i * n + j] + 1.0" in str(f)
+
+
+def test_storage_align_pads_intermediate_buffer():
+    A = lw.placeholder((16, 10), name="A")
+    B = lw.compute((16, 10), lambda i, j: A[i, j] + 1.0, name="B")
+    C = lw.compute((16, 10), lambda i, j: B[i, j] * 2.0, name="C")
+    s = lw.create_schedule(C)
+    s[B].storage_align(B.op.axis[0], 8, 1)
+    f = lw.lower(s, [A, C])
+    allocs = []
+    post_order_visit(f.body, lambda n: allocs.append(n) if type(n).__name__ == "Allocate" else None)
+    (b,) = [a for a in allocs if a.buffer.name == "B"]
+    assert b.extent.value == 16 * 17
+    assert "B[i * 17 + j]" in str(f)
+
+
+# ------------------------------------------------------------------ vectorize
+
+def test_vectorized_loop_becomes_ramps():
+    s, A, C = _split_kernel(64, 8)
+    s[C].vectorize(s[C].leaf_iter_vars[1])
+    f = lw.lower(s, [A, C])
+    (store,) = _nodes(f.body, BufferStore)
+    assert isinstance(store.indices[0], Ramp) and store.indices[0].lanes == 8
+    assert _nodes(store.value, Ramp)
+    assert not [l for l in _nodes(f.body, For) if l.kind == "vectorized"]
+    assert "ramp(i.outer * 8, 1, 8)" in str(f)
+
+
+def test_guarded_vectorized_loop_is_annotated_not_vectorized():
+    n = lw.var("n")
+    A = lw.placeholder((n,), name="A")
+    C = lw.compute((n,), lambda i: A[i] * 2.0, name="C")
+    s = lw.create_schedule(C)
+    io, ii = s[C].split(C.op.axis[0], factor=8)
+    s[C].vectorize(ii)
+    f = lw.lower(s, [A, C])
+    main, tail = f.body.stmts
+    assert _nodes(main, Ramp)                                  # the guard-free main part is vector code
+    assert not _nodes(tail, Ramp)
+    notes = [dict(l.annotations) for l in _nodes(tail, For)]
+    assert any(a.get("not_vectorized") == "a guard depends on the vectorized variable" for a in notes)
+    assert "not_vectorized=" in str(f)
+
+
+def test_constant_tail_of_vectorized_loop_is_vector_code_too():
+    s, A, C = _split_kernel(60, 8)
+    s[C].vectorize(s[C].leaf_iter_vars[1])
+    f = lw.lower(s, [A, C])
+    lanes = sorted({r.lanes for r in _nodes(f.body, Ramp)})
+    assert lanes == [4, 8]                                     # 7 full vectors, then one of 4 lanes
+    assert not _nodes(f.body, IfThenElse)
+
+
+def test_vectorize_with_inner_loop_says_why():
+    A = lw.placeholder((8, 8), name="A")
+    C = lw.compute((8, 8), lambda i, j: A[i, j] * 2.0, name="C")
+    s = lw.create_schedule(C)
+    s[C].vectorize(C.op.axis[0])
+    assert "not_vectorized=it contains an inner loop" in str(lw.lower(s, [A, C]))
+
+
+# ------------------------------------------------------------------ dump_after
+
+def test_dump_after_all_and_one():
+    s, A, C = _split_kernel(60, 8)
+    f = lw.lower(s, [A, C], dump_after="all")
+    from loopweave.lowering.lower import PASSES
+    assert list(f.dumps) == ["schedule_to_loops"] + [name for name, _ in PASSES]
+    assert {"simplify", "loop_partition", "storage_flatten", "vectorize", "unroll"} <= set(f.dumps)
+    assert set(f.timings) >= {"schedule_to_loops", "simplify", "loop_partition"}
+    g = lw.lower(s, [A, C], dump_after="simplify")
+    assert set(g.dumps) == {"schedule_to_loops", "simplify"}
+
+
+def test_dump_after_unknown_pass():
+    s, A, C = _split_kernel(60, 8)
+    with pytest.raises(lw.LoweringError, match="unknown pass 'nope' for dump_after; passes: schedule_to_loops, simplify"):
+        lw.lower(s, [A, C], dump_after="nope")
