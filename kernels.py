@@ -10,6 +10,13 @@ from __future__ import annotations
 def matmul_kernel(tile: int = 32, k_split: int = 4, target="llvm"):
     """The DESIGN.md matmul: tile 32x32, split k, vectorize inner j, parallel outer i."""
     import loopweave as lw
+    s, args = design_matmul_schedule(tile, k_split)
+    return lw.build(s, args, target=target), s
+
+
+def design_matmul_schedule(tile: int = 32, k_split: int = 4):
+    """(schedule, args) of the DESIGN.md matmul example, symbolic in n."""
+    import loopweave as lw
     n = lw.var("n")
     A = lw.placeholder((n, n), name="A", dtype="float32")
     B = lw.placeholder((n, n), name="B", dtype="float32")
@@ -22,7 +29,7 @@ def matmul_kernel(tile: int = 32, k_split: int = 4, target="llvm"):
     s[C].reorder(io, jo, ko, ki, ii, ji)
     s[C].vectorize(ji)
     s[C].parallel(io)
-    return lw.build(s, [A, B, C], target=target), s
+    return s, [A, B, C]
 
 
 def stencil_kernel(tile: int = 32, target="llvm"):

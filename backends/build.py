@@ -29,17 +29,30 @@ def build(schedule_or_func, args: Sequence = (), target="llvm", name: str = "mai
 
 
 def build_llvm(func: PrimFunc, target) -> Module:
+    """Compile ``func`` for the CPU; a disk-cache hit skips LLVM IR generation entirely.
+
+    The cache key is the printed lowered IR (structurally unique) plus the target;
+    the LLVM IR is generated only on a miss, or when the user asks for it.
+    """
     from .llvm import jit
     from .llvm.codegen import CodeGen
-    text = func.structural_key()
-    digest = hashlib.sha256((text + target.key()).encode()).hexdigest()[:16]
+    lowered = func.structural_key()
+    digest = hashlib.sha256((lowered + target.key()).encode()).hexdigest()[:16]
     symbol = f"lw_{func.name}_{digest}"
-    llvm_ir = CodeGen(func, target, symbol).generate()
+    generated = {}
+
+    def llvm_ir() -> str:
+        if "ir" not in generated:
+            generated["ir"] = CodeGen(func, target, symbol).generate()
+        return generated["ir"]
+
     if symbol in _loaded:
         address, obj = _loaded[symbol]
-        optimized = ""
     else:
-        obj, optimized, _ = jit.compile_ir(llvm_ir, target)
+        obj = jit.cached_object(symbol, target)
+        if obj is None:
+            obj, generated["opt"] = jit.compile_ir(llvm_ir(), target)
+            jit.store_object(symbol, target, obj)
         address = jit.load_object(obj, symbol)
         _loaded[symbol] = (address, obj)
     outputs = {id(b) for b in _written_buffers(func)}
@@ -48,10 +61,10 @@ def build_llvm(func: PrimFunc, target) -> Module:
         raise BuildError(f"two different size variables share a name in {size_names}; give each lw.var a unique name")
     params = [ParamSpec(b.name, b.dtype, _shape_spec(b.shape, {}), id(b) in outputs) for b in func.params]
     sources = {
-        "lowered": str(func),
+        "lowered": lambda: str(func),
         "ll": llvm_ir,
-        "ll-opt": (lambda: optimized) if optimized else (lambda: _optimized_ir(llvm_ir, target)),
-        "asm": lambda: jit.assembly(llvm_ir, target),
+        "ll-opt": lambda: generated.get("opt") or _optimized_ir(llvm_ir(), target),
+        "asm": lambda: jit.assembly(llvm_ir(), target),
     }
     module = Module(func.name, address, params, size_names, sources, target)
     module.object_code = obj

@@ -104,6 +104,17 @@ def measure(launch, num_threads, batches, launches):
     }
 
 
+def launch_overhead_us(num_threads: int, batches: int = 20, launches: int = 2000) -> float:
+    """Median launch cost of lw_parallel_for with an empty body, timed in native code."""
+    _engine, launch = compile_driver()
+    previous = thread_pool.get_num_threads()
+    thread_pool.set_num_threads(num_threads)
+    try:
+        return native_loop_us(launch, batches, launches)
+    finally:
+        thread_pool.set_num_threads(previous)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=40)

@@ -1,9 +1,9 @@
 """Compile LLVM IR to machine code, with an on-disk object cache, and load it.
 
 One MCJIT engine per process holds every loaded object.  Objects are cached under
-``$LOOPWEAVE_CACHE_DIR`` (default ``~/.cache/loopweave``) keyed by a hash of the
-LLVM IR, the CPU name, its feature string and the llvmlite version, so a second
-build of the same kernel skips optimisation and code generation.
+``$LOOPWEAVE_CACHE_DIR`` (default ``~/.cache/loopweave``) keyed by the kernel's
+symbol (a hash of its lowered IR and target), the CPU name, its feature string and
+the llvmlite version, so a second build of the same kernel skips LLVM entirely.
 """
 from __future__ import annotations
 
@@ -59,14 +59,6 @@ def target_machine_for(target: Target | None):
     return tm
 
 
-def cache_key(llvm_ir: str, target: Target) -> str:
-    h = hashlib.sha256()
-    for part in (llvm_ir, target.cpu, target.features, llvmlite.__version__, "v1"):
-        h.update(part.encode())
-        h.update(b"\0")
-    return h.hexdigest()[:32]
-
-
 def optimize(module_ref, target: Target):
     tm = target_machine_for(target)
     module_ref.triple = tm.triple
@@ -79,23 +71,34 @@ def optimize(module_ref, target: Target):
     pb.getModulePassManager().run(module_ref, pb)
 
 
-def compile_ir(llvm_ir: str, target: Target) -> Tuple[bytes, str, bool]:
-    """(object code, optimised LLVM IR or '' when cached, whether it came from the cache)."""
-    key = cache_key(llvm_ir, target)
-    path = cache_dir() / f"{key}.o"
-    if path.exists():
-        return path.read_bytes(), "", True
+def _object_path(symbol: str, target: Target) -> Path:
+    key = hashlib.sha256("\0".join([symbol, target.cpu, target.features, llvmlite.__version__, "v2"]).encode())
+    return cache_dir() / f"{key.hexdigest()[:32]}.o"
+
+
+def cached_object(symbol: str, target: Target):
+    """The cached object code for ``symbol`` (whose name hashes the lowered IR), or None."""
+    path = _object_path(symbol, target)
+    return path.read_bytes() if path.exists() else None
+
+
+def store_object(symbol: str, target: Target, obj: bytes) -> None:
+    path = _object_path(symbol, target)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(obj)
+    os.replace(tmp, path)
+
+
+def compile_ir(llvm_ir: str, target: Target) -> Tuple[bytes, str]:
+    """(object code, optimised LLVM IR) for an LLVM IR module."""
     with _lock:
         _initialize()
     module_ref = llvm.parse_assembly(llvm_ir)
     module_ref.verify()
     optimize(module_ref, target)
     obj = target_machine_for(target).emit_object(module_ref)
-    fd, tmp = tempfile.mkstemp(dir=cache_dir(), suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(obj)
-    os.replace(tmp, path)
-    return obj, str(module_ref), False
+    return obj, str(module_ref)
 
 
 def assembly(llvm_ir: str, target: Target) -> str:

@@ -522,6 +522,22 @@ def _optimize(module_ref, target_machine):
     builder.getModulePassManager().run(module_ref, builder)
 
 
+def _cached_object_path(ir_text: str):
+    import hashlib
+    from .jit import cache_dir
+    key = hashlib.sha256("\0".join([ir_text, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
+                                      "pool-v1"]).encode()).hexdigest()[:32]
+    return cache_dir() / f"pool-{key}.o"
+
+
+def _write_atomically(path, data: bytes) -> None:
+    import tempfile
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
 class _CompiledPool:
     """The JIT engine holding the pool's code, and ctypes views of it."""
 
@@ -529,10 +545,16 @@ class _CompiledPool:
 
     def __init__(self):
         target_machine = host_target_machine()
-        module_ref = llvm.parse_assembly(str(build_module()))
-        module_ref.verify()
-        _optimize(module_ref, target_machine)
+        ir_text = str(build_module())
+        cached = _cached_object_path(ir_text)
+        module_ref = llvm.parse_assembly(ir_text)
+        if not cached.exists():
+            module_ref.verify()
+            _optimize(module_ref, target_machine)
         self.engine = llvm.create_mcjit_compiler(module_ref, target_machine)
+        # the object code is cached on disk like every kernel's: a new process skips codegen
+        self.engine.set_object_cache(lambda _module, buffer: _write_atomically(cached, buffer),
+                                     lambda _module: cached.read_bytes() if cached.exists() else None)
         self.engine.finalize_object()
         self.addresses = {name: self.engine.get_function_address(name)
                           for name in self.EXPORTED}

@@ -3,15 +3,12 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import loopweave as lw
 from loopweave.target import host_target
-
-REPO_PARENT = str(Path(__file__).resolve().parents[3])
 
 
 def _binary_kernel(dtype, fcompute):
@@ -147,6 +144,8 @@ _CACHE_SCRIPT = textwrap.dedent("""
         def no_compile(*a, **k):
             raise AssertionError("optimised and compiled again instead of loading the cached object")
         jit.optimize = no_compile
+        if hasattr(jit, "compile_ir"):
+            jit.compile_ir = no_compile
     n = lw.var("n")
     A = lw.placeholder((n,), name="A")
     B = lw.compute((n,), lambda i: A[i] * 3.0 + 0.25, name="B")
@@ -165,7 +164,6 @@ def test_object_cache_is_reused_by_a_fresh_process(tmp_path, monkeypatch):
     cache = tmp_path / "lwcache"
     monkeypatch.setenv("LOOPWEAVE_CACHE_DIR", str(cache))
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH")]))
     script = tmp_path / "kernel.py"
     script.write_text(_CACHE_SCRIPT)
 
@@ -177,7 +175,7 @@ def test_object_cache_is_reused_by_a_fresh_process(tmp_path, monkeypatch):
 
     run("compile")
     first = {p.name: p.stat().st_mtime_ns for p in cache.glob("*.o")}
-    assert len(first) == 1
+    assert first                          # the first build wrote its object code
     run("forbid-compile")                 # would fail if it compiled instead of loading the cached .o
     second = {p.name: p.stat().st_mtime_ns for p in cache.glob("*.o")}
     assert second == first                # no new object, the old one untouched

@@ -1,0 +1,73 @@
+"""Matmul-family kernels written in the DSL vs numpy (OpenBLAS), interleaved.
+
+``python -m benchmarks.kernels [--threads 1 2] [--quick]`` prints, per shape and
+thread count: loopweave GFLOPS, numpy GFLOPS and the ratio (median of per-pair
+numpy-time / loopweave-time; > 1 means loopweave is faster).
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+import loopweave as lw
+from loopweave import nn_ops
+
+from .compare import interleaved, set_threads
+
+MATMUL_SHAPES = [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048),
+                 (1000, 1000, 1000), (127, 511, 255), (128, 3072, 768), (128, 768, 3072)]
+BATCH_SHAPES = [(12, 128, 128, 64)]
+
+
+def build_matmul(m: int, n: int, k: int):
+    A = lw.placeholder((m, k), name="A")
+    B = lw.placeholder((k, n), name="B")
+    C = nn_ops.matmul(A, B)
+    return lw.build(nn_ops.schedule(C), [A, B, C])
+
+
+def build_batch_matmul(b: int, m: int, n: int, k: int):
+    A = lw.placeholder((b, m, k), name="A")
+    B = lw.placeholder((b, k, n), name="B")
+    C = nn_ops.batch_matmul(A, B)
+    return lw.build(nn_ops.schedule(C), [A, B, C])
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--quick", action="store_true", help="fewer pairs, skip N=2048")
+    args = parser.parse_args(argv)
+    rng = np.random.default_rng(0)
+    pairs = 5 if args.quick else 15
+    print(f"{'shape (M x N x K)':<34} {'ours GF':>9} {'numpy GF':>9} {'ratio':>7}")
+    for threads in args.threads:
+        set_threads(threads)
+        print(f"-- {threads} thread(s)")
+        for (m, n, k) in MATMUL_SHAPES:
+            if args.quick and m >= 2048:
+                continue
+            f = build_matmul(m, n, k)
+            a = rng.random((m, k), dtype=np.float32)
+            b = rng.random((k, n), dtype=np.float32)
+            c = np.empty((m, n), np.float32)
+            f(a, b, c)
+            np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3)
+            out = np.empty_like(c)
+            cmp = interleaved(lambda: f(a, b, c), lambda: np.matmul(a, b, out=out), pairs=pairs)
+            print(cmp.row(f"matmul {m}x{n}x{k}", 2.0 * m * n * k))
+        for (bt, m, n, k) in BATCH_SHAPES:
+            f = build_batch_matmul(bt, m, n, k)
+            a = rng.random((bt, m, k), dtype=np.float32)
+            b = rng.random((bt, k, n), dtype=np.float32)
+            c = np.empty((bt, m, n), np.float32)
+            f(a, b, c)
+            np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3)
+            out = np.empty_like(c)
+            cmp = interleaved(lambda: f(a, b, c), lambda: np.matmul(a, b, out=out), pairs=pairs)
+            print(cmp.row(f"batch_matmul {bt}x{m}x{n}x{k}", 2.0 * bt * m * n * k))
+
+
+if __name__ == "__main__":
+    main()
