@@ -15,6 +15,8 @@ from .dsl.trace import Trace
 from .lowering.lower import lower
 from .backends.build import build
 from .backends.runtime import Module
+from .nn_ops.onnx_import import from_onnx
+from .nn_ops.executor import compile, load
 
 __version__ = "0.1.0"
 
@@ -24,4 +26,5 @@ __all__ = [
     "abs", "ceil", "erf", "exp", "floor", "log", "pow", "round", "rsqrt", "sigmoid", "sqrt", "tanh", "argmax",
     "argmin", "comm_reducer", "max", "min", "prod", "sum", "Schedule", "Stage", "create_schedule", "IterVar",
     "Tensor", "compute", "placeholder", "reduce_axis", "thread_axis", "Trace", "lower", "build", "Module",
+    "from_onnx", "compile", "load",
 ]

@@ -47,3 +47,15 @@ class InternalError(Exception):
 
     def __init__(self, message: str):
         super().__init__(f"{message}\n(This is a bug in loopweave; please report it with the code that triggered it.)")
+
+
+class OnnxImportError(ImportError_):
+    """An ONNX model cannot be imported: malformed, or it uses unsupported ops/attributes.
+
+    ``unsupported`` lists ``(node name, op type, opset, reason)`` for every node that
+    cannot be converted, so one error names them all.
+    """
+
+    def __init__(self, message: str, unsupported=()):
+        super().__init__(message)
+        self.unsupported = list(unsupported)

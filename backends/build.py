@@ -25,7 +25,19 @@ def build(schedule_or_func, args: Sequence = (), target="llvm", name: str = "mai
         raise BuildError(f"build takes a schedule or a lowered function, got {type(schedule_or_func).__name__}")
     if tgt.kind == "cuda":
         raise BuildError("the CUDA backend is not available in this build of loopweave yet; use target='llvm'")
+    bound = _thread_bound_loops(func)
+    if bound:
+        raise BuildError(f"loops {', '.join(bound)} are bound to GPU thread axes (bind), which target "
+                         f"'{tgt.kind}' cannot run; build for target='cuda' or use parallel() instead")
     return build_llvm(func, tgt)
+
+
+def _thread_bound_loops(func: PrimFunc) -> list:
+    from ..dsl.visitor import post_order_visit
+    found = []
+    post_order_visit(func.body, lambda n: found.append(n.var.name) if type(n).__name__ == "For"
+                     and n.kind == "thread" else None)
+    return found
 
 
 def build_llvm(func: PrimFunc, target) -> Module:

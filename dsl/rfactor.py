@@ -40,14 +40,14 @@ def rfactor(schedule, tensor, axis, factor_axis: int = 0):
     leaf_values = {iv: nv.var for iv, nv in new_reduce.items()}
     leaf_values[axis] = rf_var.var
     values = root_values(leaf_values, stage.relations, extents)
+    new_axis = [IterVar(Var(iv.name), iv.min, iv.extent, "spatial") for iv in op.axis]
+    spatial_map = {old.var: new.var for old, new in zip(op.axis, new_axis)}
     mapping = {iv.var: iv.min + values[iv] for iv in op.reduce_axis}
+    mapping.update(spatial_map)  # the condition may use spatial axes too (e.g. where=k <= i)
     condition = substitute(body.condition, mapping)
     for rel in stage.relations:
         if isinstance(rel, Split) and needs_guard(rel, extents):
             condition = logical_and(condition, values[rel.parent] < extents[rel.parent])
-    new_axis = [IterVar(Var(iv.name), iv.min, iv.extent, "spatial") for iv in op.axis]
-    spatial_map = {old.var: new.var for old, new in zip(op.axis, new_axis)}
-    mapping.update(spatial_map)
     source = tuple(substitute(src, mapping) for src in body.source)
     rf_axes = new_axis[:factor_axis] + [rf_var] + new_axis[factor_axis:]
     name = schedule._fresh_stage_name(f"{op.name}.rf")

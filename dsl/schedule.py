@@ -559,6 +559,8 @@ class Schedule:
 
     def current_tensor(self, tensor: Tensor) -> Tensor:
         """The tensor that now holds what ``tensor`` named (after cache_write/rfactor)."""
+        if isinstance(tensor, Tensor) and isinstance(tensor.op, PlaceholderOp) and id(tensor.op) not in self._stage_of:
+            return tensor  # an input nothing reads: still a valid (unused) argument of a kernel
         stage = self[tensor]
         return stage.op.outputs[tensor.value_index]
 

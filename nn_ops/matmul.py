@@ -14,7 +14,7 @@ from ..dsl.expr import Const
 from ..dsl.reduction import sum as lw_sum
 from ..dsl.tensor import Tensor, compute, reduce_axis
 from ..errors import ExprError
-from .registry import register_schedule
+from .registry import fused_output, register_schedule
 
 
 def _check(cond: bool, message: str):
@@ -75,7 +75,11 @@ def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
     C = s[op]
     mr, nr = _blocking(target, out.dtype)
     B_t = op.input_tensors[1]
-    CC = s.cache_write(out, "local")
+    final = fused_output(s, op)
+    if final is C:
+        CC = s.cache_write(out, "local")
+    else:   # fused epilogue (bias, relu, ...): tile the output, accumulate the block of op inside it
+        CC, C = out, final
     if getattr(B_t.op, "tag", "") == "pack":
         BB = B_t            # the op already transposes B: compute that per panel
     else:

@@ -44,9 +44,68 @@ def schedule(outputs, target="llvm") -> Schedule:
         fn = _SCHEDULES.get((op.tag, tgt.kind))
         if fn is not None:
             fn(s, op, tgt)
-        elif id(op) in out_ops and op.tag in INJECTIVE_TAGS:
+        elif id(op) in out_ops and op.tag in INJECTIVE_TAGS and getattr(stage, "fused_anchor", None) is None:
             schedule_injective(s, op, tgt)
     return s
+
+
+def fused_output(s: Schedule, op: ComputeOp):
+    """The stage an anchor op's schedule (conv, dense, matmul) should tile.
+
+    Usually ``s[op]``.  When ``op`` is not an output but feeds the schedule's single
+    output only through elementwise stages that are inlined (a fused epilogue: bias add,
+    residual add, relu, clip), it is that output's stage: the anchor's schedule tiles the
+    output and computes ``op`` inside the tile, so the epilogue costs no extra pass over
+    memory.  The output stage is then marked (``stage.fused_anchor``) so that ``schedule``
+    does not give it the injective schedule as well.
+    """
+    own = s[op]
+    if any(o is op for o in s.outputs) or len(s.outputs) != 1:
+        return own
+    final_op = s.outputs[0]
+    final = s[final_op]
+    if not isinstance(final_op, ComputeOp) or final_op.tag not in INJECTIVE_TAGS or final_op.reduce_axis:
+        return own
+    if [str(d) for d in final_op.outputs[0].shape] != [str(d) for d in op.outputs[0].shape]:
+        return own
+    if not _reaches_through_inlined(s, final_op, op):
+        return own
+    if getattr(final, "fused_anchor", None) not in (None, op):
+        return own
+    final.fused_anchor = op
+    return final
+
+
+def _reaches_through_inlined(s: Schedule, consumer: ComputeOp, producer) -> bool:
+    """Whether ``consumer`` reads ``producer``, directly or through inlined stages only."""
+    found = False
+    for t in consumer.input_tensors:
+        if t.op is producer:
+            found = True
+        elif isinstance(t.op, ComputeOp):
+            stage = s[t.op]
+            if stage.attach_type != "inline":
+                if _depends_on(t.op, producer):
+                    return False     # another materialised stage lies between them
+                continue
+            if _reaches_through_inlined(s, t.op, producer):
+                found = True
+            elif _depends_on(t.op, producer):
+                return False
+    return found
+
+
+def _depends_on(op, producer) -> bool:
+    stack, seen = [op], set()
+    while stack:
+        cur = stack.pop()
+        if cur is producer:
+            return True
+        if id(cur) in seen or not isinstance(cur, ComputeOp):
+            continue
+        seen.add(id(cur))
+        stack.extend(t.op for t in cur.input_tensors)
+    return False
 
 
 def schedule_injective(s: Schedule, op: ComputeOp, target) -> None:

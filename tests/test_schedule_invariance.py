@@ -20,9 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List
 
+import os
+
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 
 import loopweave as lw
@@ -31,6 +33,8 @@ from loopweave.dsl.tensor import ComputeOp
 
 SETTINGS = dict(deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+if os.environ.get("LOOPWEAVE_NO_SHRINK"):  # while investigating: report the first failure as drawn
+    SETTINGS["phases"] = [Phase.explicit, Phase.generate]
 
 
 def prop_settings(n: int):
@@ -88,11 +92,46 @@ def _garbage(t, shape):
     return np.full(shape, -7777777, dtype=t.dtype)
 
 
+# Known backend bugs (backends/llvm/codegen.py, not fixed here; each has a strict xfail
+# test at the end of this file).  A schedule that hits one is rebuilt without the
+# annotations that trigger it, so the rest of the schedule is still checked.  Remove an
+# entry once its xfail test passes.
+#   - parallel outlining captures every value ever put in scope, including the phis of
+#     loops that have already ended: LLVM rejects the module ("Instruction does not
+#     dominate all uses").  See test_parallel_after_nested_loop_nest.
+#   - a scalar-condition select whose branches have different lane counts (a vector load
+#     against a scalar constant) raises InternalError.  See test_vectorized_padding_select.
+KNOWN_BACKEND_BUGS = [
+    ("does not dominate all uses", "parallel"),
+    ("select branches with different lane counts", "vectorize"),
+]
+workaround_hits: List[str] = []
+
+
+def _build(s, args):
+    for _ in range(len(KNOWN_BACKEND_BUGS) + 1):
+        try:
+            return lw.build(s, args, target="llvm")
+        except (RuntimeError, lw.InternalError) as exc:
+            for message, annotation in KNOWN_BACKEND_BUGS:
+                hit = [(stage, iv) for stage in s.stages for iv, kind in stage.annotations.items()
+                       if kind == annotation]
+                if message in str(exc) and hit:
+                    break
+            else:
+                raise
+        workaround_hits.append(message)
+        note(f"known backend bug ({message}): rebuilding without {annotation} annotations")
+        for stage, iv in hit:
+            del stage.annotations[iv]
+    return lw.build(s, args, target="llvm")
+
+
 def run_and_compare(case: Case, s, seed: int = 0):
     """Build ``s`` once and compare its results with ``case.ref`` at every size binding."""
     note(f"case: {case.desc}")
     note(f"schedule:\n{s.trace}")
-    f = lw.build(s, list(case.inputs) + list(case.outputs), target="llvm")
+    f = _build(s, list(case.inputs) + list(case.outputs))
     rng = np.random.default_rng(seed)
     for env in case.envs:
         ins = [_random_input(rng, t, _shape(t, env), case.low, case.high) for t in case.inputs]
@@ -672,3 +711,33 @@ def test_softmax_any_schedule(data):
 
 
 # ------------------------------------------------------- hand-written regressions
+
+@pytest.mark.xfail(strict=True, reason="LLVM codegen: parallel outlining captures the phi of an already finished "
+                   "inner loop ('Instruction does not dominate all uses')")
+def test_parallel_after_nested_loop_nest():
+    """A parallel loop after a 2-deep loop nest: the outlined body captured the finished
+    inner loop's phi (LLVM: "Instruction does not dominate all uses")."""
+    A = lw.placeholder((4, 4), name="A")
+    P = lw.compute((4, 4), lambda i, j: A[i, j] * 2.0, name="P")
+    C = lw.compute((4, 4), lambda i, j: P[i, j] + 1.0, name="C")
+    s = lw.create_schedule(C)
+    s[C].parallel(C.op.axis[0])
+    f = lw.build(s, [A, C])
+    a = np.arange(16, dtype="float32").reshape(4, 4)
+    c = np.empty((4, 4), "float32")
+    f(a, c)
+    np.testing.assert_array_equal(c, a * 2 + 1)
+
+
+@pytest.mark.xfail(strict=True, reason="LLVM codegen: a scalar-condition select with a vector load in one branch "
+                   "and a scalar in the other raises InternalError('select branches with different lane counts')")
+def test_vectorized_padding_select():
+    A = lw.placeholder((2, 3), name="A")
+    B = lw.compute((2, 3), lambda i, j: lw.if_then_else(i >= 1, A[i - 1, j], 0.0), name="B")
+    s = lw.create_schedule(B)
+    s[B].vectorize(B.op.axis[1])
+    f = lw.build(s, [A, B])
+    a = np.arange(6, dtype="float32").reshape(2, 3)
+    b = np.empty((2, 3), "float32")
+    f(a, b)
+    np.testing.assert_array_equal(b, np.concatenate([np.zeros((1, 3), "float32"), a[:1]]))

@@ -150,22 +150,26 @@ class FunctionEmitter:
         base = self.buffer_ptrs[id(buf)]
         if buf.dtype == "bool":
             value = self.builder.zext(value, ir.VectorType(I8, _lanes(value)) if _lanes(value) > 1 else I8)
-        if isinstance(index, Ramp):
-            lanes = index.lanes
+        idx = None if isinstance(index, Ramp) else self.expr(index)
+        if isinstance(index, Ramp) or _lanes(idx) > 1:
+            # a contiguous Ramp is one vector store; any other vector index (a strided Ramp,
+            # or an index the vectorizer could not fold into a Ramp) stores lane by lane
+            lanes = index.lanes if isinstance(index, Ramp) else _lanes(idx)
             value = self._broadcast(value, lanes)
-            if isinstance(index.stride, Const) and index.stride.value == 1:
+            if isinstance(index, Ramp) and isinstance(index.stride, Const) and index.stride.value == 1:
                 ptr = self.builder.gep(base, [self.expr(index.base)], inbounds=True, source_etype=memory_type(buf.dtype))
                 st = self.builder.store(value, ptr)
                 st.align = dtypes.itemsize(buf.dtype)
                 return
-            idx = self.expr(index)
+            if idx is None:
+                idx = self.expr(index)
             for lane in range(lanes):
                 i = self.builder.extract_element(idx, ir.Constant(I32, lane))
                 v = self.builder.extract_element(value, ir.Constant(I32, lane))
                 ptr = self.builder.gep(base, [i], inbounds=True, source_etype=memory_type(buf.dtype))
                 self.builder.store(v, ptr).align = dtypes.itemsize(buf.dtype)
             return
-        ptr = self.builder.gep(base, [self.expr(index)], inbounds=True, source_etype=memory_type(buf.dtype))
+        ptr = self.builder.gep(base, [idx], inbounds=True, source_etype=memory_type(buf.dtype))
         self.builder.store(value, ptr).align = dtypes.itemsize(buf.dtype)
 
     def stmt_For(self, s: For):

@@ -64,7 +64,11 @@ def _collect_guards(loop: For) -> List[_Guard]:
             for atom in _atoms(s.condition):
                 if isinstance(atom, Compare) and atom.op in ("lt", "le", "gt", "ge") and not _has_mod(atom):
                     vars_ = collect_vars(atom)
-                    if any(v is loop.var for v in vars_) and not any(
+                    # the inner loops' bounds become constraints too: like the guard itself they
+                    # must not use a variable bound inside ``loop`` (e.g. a region extent let)
+                    for l in inner:
+                        vars_ = vars_ + collect_vars(l.min) + collect_vars(l.extent)
+                    if any(v is loop.var for v in collect_vars(atom)) and not any(
                             id(v) in bound_inside and all(v is not l.var for l in inner) for v in vars_):
                         found.append(_Guard(atom, inner))
             walk(s.then_case, inner)

@@ -81,6 +81,26 @@ def from_linear(terms: Dict[object, int], constant: int) -> Expr:
     return result
 
 
+def _fold_div_mod_pairs(terms: Dict[object, int], constant: int):
+    """``k*d*(x // d) + k*(x % d)`` -> ``k*x`` (floor division), e.g. a fused index split back and re-joined."""
+    for key, k in list(terms.items()):
+        e = key.expr
+        if not (isinstance(e, Binary) and e.op == "floormod" and isinstance(e.b, Const) and e.b.value > 0):
+            continue
+        div_key = _TermKey(Binary("floordiv", e.a, e.b))
+        if key not in terms or terms.get(div_key) != k * e.b.value:
+            continue
+        inner = linear_form(e.a)
+        if inner is None:
+            continue
+        del terms[key], terms[div_key]
+        for t, c in inner[0].items():
+            terms[t] = terms.get(t, 0) + k * c
+        terms = {t: c for t, c in terms.items() if c}
+        constant += k * inner[1]
+    return terms, constant
+
+
 class Simplifier(Mutator):
     """Expression simplification with known constant ranges of loop variables."""
 
@@ -124,7 +144,7 @@ class Simplifier(Mutator):
             if e.op in ("add", "sub", "mul"):
                 form = linear_form(e)
                 if form is not None:
-                    return from_linear(*form)
+                    return from_linear(*_fold_div_mod_pairs(*form))
             if e.op in ("floordiv", "floormod") and isinstance(e.b, Const) and e.b.value > 0:
                 return self._divmod(e)
             if e.op in ("min", "max"):

@@ -1,0 +1,134 @@
+"""conv2d in loopweave's DSL vs onnxruntime, per layer of ResNet-18 and MobileNetV2.
+
+``python -m benchmarks.conv2d [--threads 1|2] [--quick] [--only SUBSTRING]`` builds, for
+every distinct convolution of ResNet-18 and MobileNetV2 (batch 1, 224x224), the
+loopweave kernel (``nn_ops.conv2d`` + its default schedule) and a one-node
+onnxruntime model whose weights are a run-time input, exactly as loopweave's kernel
+receives them; checks that the outputs match; times both interleaved and prints
+loopweave ms, onnxruntime ms and the ratio (median of per-pair onnxruntime time /
+loopweave time; > 1 means loopweave is faster), then the geometric mean and minimum.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import numpy as np
+
+import loopweave as lw
+from loopweave import nn_ops
+
+from .compare import interleaved, set_threads
+
+# (label, C, OC, H(=W), kernel, stride, pad, groups)
+RESNET18 = [
+    ("r18 stem 7x7/2 3->64 @224", 3, 64, 224, 7, 2, 3, 1),
+    ("r18 3x3/1 64->64 @56", 64, 64, 56, 3, 1, 1, 1),
+    ("r18 3x3/2 64->128 @56", 64, 128, 56, 3, 2, 1, 1),
+    ("r18 1x1/2 64->128 @56", 64, 128, 56, 1, 2, 0, 1),
+    ("r18 3x3/1 128->128 @28", 128, 128, 28, 3, 1, 1, 1),
+    ("r18 3x3/2 128->256 @28", 128, 256, 28, 3, 2, 1, 1),
+    ("r18 1x1/2 128->256 @28", 128, 256, 28, 1, 2, 0, 1),
+    ("r18 3x3/1 256->256 @14", 256, 256, 14, 3, 1, 1, 1),
+    ("r18 3x3/2 256->512 @14", 256, 512, 14, 3, 2, 1, 1),
+    ("r18 1x1/2 256->512 @14", 256, 512, 14, 1, 2, 0, 1),
+    ("r18 3x3/1 512->512 @7", 512, 512, 7, 3, 1, 1, 1),
+]
+
+
+def _mobilenet_v2():
+    layers = [("mv2 stem 3x3/2 3->32 @224", 3, 32, 224, 3, 2, 1, 1)]
+    seen = set()
+
+    def add(label, *shape):
+        if shape not in seen:
+            seen.add(shape)
+            layers.append((label,) + shape)
+
+    c, hw = 32, 112
+    for t, oc, n, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                        (6, 160, 3, 2), (6, 320, 1, 1)]:
+        for k in range(n):
+            stride = s if k == 0 else 1
+            hidden = c * t
+            if t != 1:
+                add(f"mv2 1x1 {c}->{hidden} @{hw}", c, hidden, hw, 1, 1, 0, 1)
+            add(f"mv2 dw3x3/{stride} {hidden} @{hw}", hidden, hidden, hw, 3, stride, 1, hidden)
+            hw = hw // stride
+            add(f"mv2 1x1 {hidden}->{oc} @{hw}", hidden, oc, hw, 1, 1, 0, 1)
+            c = oc
+    add(f"mv2 1x1 {c}->1280 @{hw}", c, 1280, hw, 1, 1, 0, 1)
+    return layers
+
+
+MOBILENET_V2 = _mobilenet_v2()
+LAYERS = RESNET18 + MOBILENET_V2
+
+
+def build_conv(c, oc, hw, k, stride, pad, groups, n=1):
+    X = lw.placeholder((n, c, hw, hw), name="X")
+    W = lw.placeholder((oc, c // groups, k, k), name="W")
+    Y = nn_ops.conv2d(X, W, stride=stride, padding=pad, groups=groups)
+    f = lw.build(nn_ops.schedule(Y), [X, W, Y])
+    return f, tuple(int(d.value) for d in Y.shape)
+
+
+def ort_conv(x_shape, w_shape, stride, pad, groups, threads):
+    """A one-node onnxruntime Conv whose weight is a graph input (not an initializer)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    X = helper.make_tensor_value_info("X", TensorProto.FLOAT, list(x_shape))
+    W = helper.make_tensor_value_info("W", TensorProto.FLOAT, list(w_shape))
+    Y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)
+    node = helper.make_node("Conv", ["X", "W"], ["Y"], strides=[stride, stride], pads=[pad] * 4, group=groups,
+                            kernel_shape=list(w_shape[2:]), dilations=[1, 1])
+    model = helper.make_model(helper.make_graph([node], "conv", [X, W], [Y]),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = min(model.ir_version, 8)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=1, choices=[1, 2])
+    parser.add_argument("--quick", action="store_true", help="fewer timing pairs")
+    parser.add_argument("--only", default="", help="run only layers whose label contains this")
+    args = parser.parse_args(argv)
+    set_threads(args.threads)
+    rng = np.random.default_rng(0)
+    pairs = 5 if args.quick else 11
+    print(f"conv2d, batch 1, {args.threads} thread(s); ratio = onnxruntime time / loopweave time (> 1: loopweave "
+          f"faster)")
+    print(f"{'layer':<34} {'lw ms':>9} {'ort ms':>9} {'ratio':>7}")
+    ratios = []
+    for (label, c, oc, hw, k, stride, pad, groups) in LAYERS:
+        if args.only and args.only not in label:
+            continue
+        f, y_shape = build_conv(c, oc, hw, k, stride, pad, groups)
+        x = rng.standard_normal((1, c, hw, hw), dtype=np.float32)
+        w = rng.standard_normal((oc, c // groups, k, k), dtype=np.float32)
+        y = np.empty(y_shape, np.float32)
+        sess = ort_conv(x.shape, w.shape, stride, pad, groups, args.threads)
+        feeds = {"X": x, "W": w}
+        f(x, w, y)
+        expected = sess.run(None, feeds)[0]
+        scale = math.sqrt((c // groups) * k * k)
+        np.testing.assert_allclose(y, expected, rtol=1e-3, atol=1e-4 * scale, err_msg=label)
+        time.sleep(0.2)
+        cmp = interleaved(lambda: f(x, w, y), lambda: sess.run(None, feeds), pairs=pairs)
+        print(cmp.row(label), flush=True)
+        ratios.append(cmp.ratio)
+    if ratios:
+        geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        print(f"{'geometric mean':<34} {'':>9} {'':>9} {geo:7.2f}")
+        print(f"{'minimum':<34} {'':>9} {'':>9} {min(ratios):7.2f}")
+
+
+if __name__ == "__main__":
+    main()

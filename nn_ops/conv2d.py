@@ -1,0 +1,281 @@
+"""conv2d: compute definitions (NCHW in, NCHW out) and the CPU default schedules.
+
+Three compute definitions, chosen by shape (as TVM's op strategies do); each is a
+set of stages of one kernel:
+
+* general (tag ``conv2d``), the one TVM's x86 ``conv2d_NCHWc`` uses:
+  ``<name>.pad`` (zero padding through ``if_then_else`` reads, only with padding),
+  ``<name>.wpack`` (W as ``[OC/bn, C/cb, KH, KW, cb, bn]``: ``bn`` output channels
+  contiguous, one vector register), ``<name>.nchwc`` (the convolution into
+  ``[N, OC/bn, OH, OW, bn]``) and ``<name>`` (the NCHW result, a copy of nchwc);
+* 1x1, stride 1, no padding, >= 64 pixels (tag ``conv2d_1x1``): a matmul per image
+  over the flattened pixels, ``<name>.pixels[n, o, p] = sum_c X[n, c, p] * W[o, c]``,
+  vectorized along the pixels, which are contiguous in NCHW: no packing at all;
+* depthwise (``groups == C == OC``, tag ``conv2d_depthwise``): memory-bound, computed
+  directly in NCHW.
+
+Default schedules: ``nchwc`` is register-blocked over ``owb`` output pixels of a row x
+``nv`` channel vectors (computed at the output's pixel-block loop, pixels and vectors
+unrolled, channels vectorized, so the block lives in vector registers), reduction
+order ``c/cb, ky, kx, c%cb`` outside the block; with enough channel blocks they run in
+parallel and each packs its own weights (read once from memory); the copy to NCHW is
+the block's transpose.  ``pixels`` is the matmul schedule (rows of output channels x
+two pixel vectors, last pixel tile shifted inwards instead of guarded).
+"""
+from __future__ import annotations
+
+from ..dsl.expr import Const, if_then_else
+from ..dsl.reduction import sum as lw_sum
+from ..dsl.tensor import Tensor, compute, reduce_axis
+from ..errors import ExprError
+from ..target import resolve_target
+from .registry import register_schedule
+
+
+def _check(cond: bool, message: str):
+    if not cond:
+        raise ExprError(message)
+
+
+def _pair(value, what: str, allow_zero: bool):
+    if isinstance(value, bool):
+        raise ExprError(f"conv2d: {what} must be an int or a pair of ints, got {value!r}")
+    if isinstance(value, int):
+        value = (value, value)
+    if not isinstance(value, (tuple, list)) or len(value) != 2 or \
+            not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ExprError(f"conv2d: {what} must be an int or a pair of ints, got {value!r}")
+    low = 0 if allow_zero else 1
+    if any(v < low for v in value):
+        raise ExprError(f"conv2d: {what} must be {'non-negative' if allow_zero else 'positive'}, got {value!r}")
+    return tuple(value)
+
+
+def _padding(value):
+    """(top, left, bottom, right) from an int, a pair (h, w) or a 4-tuple."""
+    if isinstance(value, (tuple, list)) and len(value) == 4:
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+            raise ExprError(f"conv2d: padding must be non-negative ints, got {value!r}")
+        return tuple(value)
+    h, w = _pair(value, "padding (an int, a pair (h, w) or (top, left, bottom, right))", allow_zero=True)
+    return (h, w, h, w)
+
+
+def _const_shape(t: Tensor, what: str):
+    dims = []
+    for d in t.shape:
+        _check(isinstance(d, Const), f"conv2d: {what} {t.name} must have a static shape, got "
+                                     f"{tuple(map(str, t.shape))}")
+        dims.append(int(d.value))
+    return dims
+
+
+def _channel_block(oc_per_group: int, lanes: int) -> int:
+    """Output channels per vector block: the vector width if it divides, else the largest divisor."""
+    for bn in (lanes, 16, 8, 4, 2):
+        if bn <= lanes and oc_per_group % bn == 0:
+            return bn
+    return 1
+
+
+def conv2d(X: Tensor, W: Tensor, stride=1, padding=0, dilation=1, groups: int = 1, layout: str = "NCHW",
+           name: str = "conv2d") -> Tensor:
+    """2-d convolution (cross-correlation, as ONNX Conv / PyTorch) of X [N, C, H, W] with W [OC, C/groups, KH, KW].
+
+    ``stride``/``dilation``: an int or a pair (h, w); ``padding``: an int, a pair (h, w)
+    or (top, left, bottom, right).  ``groups`` divides C and OC; ``groups == C`` is
+    a depthwise convolution.  Returns Y [N, OC, OH, OW].
+    """
+    _check(layout == "NCHW", f"conv2d: layout {layout!r} is not supported; only 'NCHW' (X [N, C, H, W], "
+                             f"W [OC, C/groups, KH, KW]) is")
+    _check(isinstance(X, Tensor) and isinstance(W, Tensor), "conv2d takes two tensors X and W")
+    _check(X.ndim == 4, f"conv2d: X must be 4-d [N, C, H, W], got shape {tuple(map(str, X.shape))}")
+    _check(W.ndim == 4, f"conv2d: W must be 4-d [OC, C/groups, KH, KW], got shape {tuple(map(str, W.shape))}")
+    _check(X.dtype == W.dtype, f"conv2d of {X.dtype} and {W.dtype}; cast one side first")
+    _check(isinstance(groups, int) and not isinstance(groups, bool) and groups >= 1,
+           f"conv2d: groups must be a positive int, got {groups!r}")
+    sh, sw = _pair(stride, "stride", allow_zero=False)
+    dh, dw = _pair(dilation, "dilation", allow_zero=False)
+    pt, pl, pb, pr = _padding(padding)
+    n, c, h, w = _const_shape(X, "input")
+    oc, cg, kh, kw = _const_shape(W, "weight")
+    _check(c % groups == 0, f"conv2d: groups={groups} does not divide the input channels C={c}")
+    _check(oc % groups == 0, f"conv2d: groups={groups} does not divide the output channels OC={oc}")
+    _check(cg == c // groups, f"conv2d: W has {cg} input channels per group, but C={c} with groups={groups} "
+                              f"needs {c // groups} (W is [OC, C/groups, KH, KW])")
+    eh, ew = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    hp, wp = h + pt + pb, w + pl + pr
+    _check(hp >= eh and wp >= ew, f"conv2d: the (dilated) kernel {eh}x{ew} is larger than the padded input "
+                                  f"{hp}x{wp}")
+    oh, ow = (hp - eh) // sh + 1, (wp - ew) // sw + 1
+    attrs = dict(stride=(sh, sw), padding=(pt, pl, pb, pr), dilation=(dh, dw), groups=groups,
+                 kernel=(kh, kw), in_channels=c, out_channels=oc)
+
+    if pt or pl or pb or pr:
+        def pad(nn, cc, yy, xx):
+            inside = (yy >= pt) & (yy < pt + h) & (xx >= pl) & (xx < pl + w)
+            return if_then_else(inside, X[nn, cc, yy - pt, xx - pl], 0.0)
+        Xp = compute((n, c, hp, wp), pad, name=name + ".pad", tag="conv2d.pad")
+    else:
+        Xp = X
+
+    ocg = oc // groups
+    if groups == c and ocg == 1:
+        # depthwise: Y[n, c, y, x] = sum_{ry, rx} Xp[n, c, y*sh + ry*dh, x*sw + rx*dw] * W[c, 0, ry, rx]
+        ry = reduce_axis((0, kh), name="ry")
+        rx = reduce_axis((0, kw), name="rx")
+        return compute((n, oc, oh, ow),
+                       lambda nn, cc, yy, xx: lw_sum(Xp[nn, cc, yy * sh + ry * dh, xx * sw + rx * dw] *
+                                                     W[cc, 0, ry, rx], axis=[ry, rx]),
+                       name=name, tag="conv2d_depthwise", attrs=attrs)
+
+    if kh == kw == 1 and (sh, sw) == (1, 1) and groups == 1 and not any((pt, pl, pb, pr)) and _pixels_path(oh * ow):
+        # a matmul per image: Y[n, :, p] = W[:, :] @ X[n, :, p] over the flattened pixels p,
+        # vectorized along p (contiguous in NCHW), no packing of either operand
+        rc = reduce_axis((0, c), name="rc")
+        Yf = compute((n, oc, oh * ow),
+                     lambda nn, o, p: lw_sum(X[nn, rc, p // ow, p % ow] * W[o, rc, 0, 0], axis=rc),
+                     name=name + ".pixels", tag="conv2d.pixels", attrs=attrs)
+        return compute((n, oc, oh, ow), lambda nn, o, yy, xx: Yf[nn, o, yy * ow + xx], name=name,
+                       tag="conv2d_1x1", attrs=attrs)
+
+    bn = _channel_block(ocg, resolve_target("llvm").lanes(X.dtype))
+    cb = _divisor_at_most(cg, 8)
+    blocks_per_group = ocg // bn
+    attrs.update(oc_block=bn, ic_block=cb)
+    # W[oc, c, ry, rx] -> Wk[oc // bn, c // cb, ry, rx, c % cb, oc % bn]
+    Wk = compute((oc // bn, cg // cb, kh, kw, cb, bn),
+                 lambda ob, co, yy, xx, ci, oi: W[ob * bn + oi, co * cb + ci, yy, xx],
+                 name=name + ".wpack", tag="conv2d.wpack")
+    rco = reduce_axis((0, cg // cb), name="rco")
+    ry = reduce_axis((0, kh), name="ry")
+    rx = reduce_axis((0, kw), name="rx")
+    rci = reduce_axis((0, cb), name="rci")
+
+    def body(nn, ob, yy, xx, oi):
+        ci = rco * cb + rci
+        if groups > 1:
+            ci = (ob // blocks_per_group) * cg + ci
+        return lw_sum(Xp[nn, ci, yy * sh + ry * dh, xx * sw + rx * dw] * Wk[ob, rco, ry, rx, rci, oi],
+                      axis=[rco, ry, rx, rci])
+    Yc = compute((n, oc // bn, oh, ow, bn), body, name=name + ".nchwc", tag="conv2d.nchwc", attrs=attrs)
+    return compute((n, oc, oh, ow), lambda nn, o, yy, xx: Yc[nn, o // bn, yy, xx, o % bn], name=name,
+                   tag="conv2d", attrs=attrs)
+
+
+def _pixels_path(pixels: int) -> bool:
+    return pixels >= 64
+
+
+# ------------------------------------------------------------------ schedule
+
+def _divisor_at_most(n: int, limit: int) -> int:
+    for d in range(min(n, limit), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+def _row_block(ow: int, limit: int) -> int:
+    """Output pixels per register block: a divisor of the row, as large as fits."""
+    return _divisor_at_most(ow, limit)
+
+
+@register_schedule("conv2d", "llvm")
+def schedule_conv2d(s, op, target):
+    out = op.outputs[0]
+    Yc = op.input_tensors[0]
+    Wk = [t for t in Yc.op.input_tensors if getattr(t.op, "tag", "") == "conv2d.wpack"][0]
+    Xp = [t for t in Yc.op.input_tensors if t is not Wk][0]
+    bn = op.attrs["oc_block"]
+    n_, oc_, oh_, ow_ = [int(d.value) for d in out.shape]
+    lanes = target.lanes(out.dtype)
+    # register block: owb pixels x nv channel vectors
+    nv = 2 if (oc_ // bn) % 2 == 0 and bn == lanes else 1
+    owb = _row_block(ow_, 28 // nv if nv > 1 else 14)
+    Y = s[op]
+    n, o, y, x = Y.op.axis
+    oo, oi = Y.split(o, factor=bn * nv)
+    xo, xi = Y.split(x, factor=owb)
+    Y.reorder(n, oo, y, xo, oi, xi)
+    blocks = n_ * (oc_ // (bn * nv))
+    # enough channel blocks to share out: run them in parallel and pack each block's
+    # weights inside it (read once from memory, used from cache); else rows too, weights at root
+    per_block = blocks >= 4 * max(1, target.num_threads)
+    if per_block:
+        fused = Y.fuse(n, oo)
+    else:
+        fused = Y.fuse(n, oo, y)
+    Y.parallel(fused)
+    s[Yc].compute_at(Y, xo)
+    cn, cob, cy, cx, coi = s[Yc].op.axis
+    rco, ry, rx, rci = s[Yc].op.reduce_axis
+    s[Yc].reorder(cn, cy, rco, ry, rx, rci, cx, cob, coi)
+    s[Yc].unroll(cob)
+    s[Yc].unroll(cx)
+    s[Yc].vectorize(coi)
+    # weights: packed once per call, at root
+    W = s[Wk]
+    wo, wco, wy, wx, wci, wi = W.op.axis
+    if per_block:
+        W.compute_at(Y, fused)
+    else:
+        W.parallel(wo)
+    W.vectorize(wi)
+    # padding: at root, rows in parallel
+    if getattr(Xp.op, "tag", "") == "conv2d.pad":
+        P = s[Xp]
+        pn, pc, py, px = P.op.axis
+        P.parallel(P.fuse(pn, pc))
+
+
+@register_schedule("conv2d_depthwise", "llvm")
+def schedule_conv2d_depthwise(s, op, target):
+    out = op.outputs[0]
+    Y = s[op]
+    n, c, y, x = Y.op.axis
+    Y.parallel(Y.fuse(n, c))
+    for t in op.input_tensors:
+        if getattr(t.op, "tag", "") == "conv2d.pad":
+            P = s[t]
+            pn, pc, py, px = P.op.axis
+            P.parallel(P.fuse(pn, pc))
+
+
+@register_schedule("conv2d_1x1", "llvm")
+def schedule_conv2d_1x1(s, op, target):
+    """Register-blocked matmul over flattened pixels: mr output channels x npv pixel vectors."""
+    out = op.outputs[0]
+    Yf = op.input_tensors[0]
+    n_, oc_, oh_, ow_ = [int(d.value) for d in out.shape]
+    lanes = target.lanes(out.dtype)
+    pixels = oh_ * ow_
+    npv = 2 if pixels >= 2 * lanes else 1
+    mr = _divisor_at_most(oc_, 28 // npv if npv > 1 else 16)
+    Y = s[op]
+    n, o, y, x = Y.op.axis
+    p = Y.fuse(y, x)
+    tile = lanes * npv
+    po, pi = Y.split(p, factor=tile, tail="shift" if pixels % tile else "guard")
+    oo, oi = Y.split(o, factor=mr)
+    c_ = int(Yf.op.reduce_axis[0].extent.value)
+    if c_ * pixels * 4 <= (1 << 20):
+        # the image fits in cache: sweep it once per channel block, writing few rows at a time
+        Y.reorder(n, oo, po, oi, pi)
+        at = Y.fuse(n, oo, po)
+        Y.parallel(at)
+    else:
+        # a pixel tile of every input channel stays in cache for all channel blocks
+        Y.reorder(n, po, oo, oi, pi)
+        Y.parallel(Y.fuse(n, po))
+        at = oo
+    piv, pil = Y.split(pi, factor=lanes)
+    Y.vectorize(pil)
+    s[Yf].compute_at(Y, at)
+    cn, co, cp = s[Yf].op.axis
+    rc = s[Yf].op.reduce_axis[0]
+    cpv, cpl = s[Yf].split(cp, factor=lanes)
+    s[Yf].reorder(cn, rc, co, cpv, cpl)
+    s[Yf].unroll(co)
+    s[Yf].unroll(cpv)
+    s[Yf].vectorize(cpl)

@@ -1,0 +1,192 @@
+"""The op vocabulary of the graph IR: for each op type, how to build its computation.
+
+``OPS[op_type]`` is an :class:`OpDef` with ``build(inputs, attrs) -> Tensor`` (inputs are
+tensors, or Python floats for scalar constants) and ``kind``:
+
+- ``"anchor"``: a heavy op (conv, dense, matmul) that elementwise consumers fuse into;
+- ``"injective"``: elementwise / broadcast / index arithmetic, fusable after anything
+  fusable;
+- ``"reduce"``: pools, softmax: their own kernel (consumers may fuse after them when
+  the schedule allows; today they do not);
+- ``"alias"``: reshape-like ops whose output is the input's memory reinterpreted.
+
+Building a computation is cheap (expression trees only), so the importer also uses it
+to infer the output shape of every node it emits.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, Sequence
+
+from ..dsl.tensor import Tensor, placeholder
+from ..errors import ExprError
+from . import elementwise as ew
+from . import pooling, shape_ops
+from .elementwise import static_shape
+
+
+@dataclass(frozen=True)
+class OpDef:
+    build: Callable
+    kind: str
+
+
+OPS: Dict[str, OpDef] = {}
+
+
+def op(name: str, kind: str):
+    def decorate(fn):
+        OPS[name] = OpDef(fn, kind)
+        return fn
+    return decorate
+
+
+# ------------------------------------------------------------------ anchors
+def _conv_fallback(X, W, stride, padding, dilation, groups, name):
+    """Direct convolution used when ``nn_ops.conv2d`` is not available (slow, unscheduled)."""
+    from ..dsl.expr import const, if_then_else, logical_and
+    from ..dsl.reduction import sum as lw_sum
+    from ..dsl.tensor import compute, reduce_axis
+    N, C, H, Wd = static_shape(X)
+    O, Cg, KH, KW = static_shape(W)
+    pt, pl, pb, pr = padding
+    OH = (H + pt + pb - dilation[0] * (KH - 1) - 1) // stride[0] + 1
+    OW = (Wd + pl + pr - dilation[1] * (KW - 1) - 1) // stride[1] + 1
+    rc, rh, rw = reduce_axis((0, Cg), "rc"), reduce_axis((0, KH), "rh"), reduce_axis((0, KW), "rw")
+    opg = O // groups
+
+    def body(n, o, y, x):
+        h = y * stride[0] - pt + rh * dilation[0]
+        w = x * stride[1] - pl + rw * dilation[1]
+        c = (o // opg) * Cg + rc if groups > 1 else rc
+        read = X[n, c, h, w]
+        if any(padding):
+            read = if_then_else(logical_and(logical_and(h >= 0, h < H), logical_and(w >= 0, w < Wd)), read,
+                                const(0.0, X.dtype))
+        return lw_sum(read * W[o, rc, rh, rw], axis=[rc, rh, rw])
+
+    return compute((N, O, OH, OW), body, name=name, tag="conv2d_direct")
+
+
+@op("conv2d", "anchor")
+def _conv2d(inputs, attrs):
+    X, W = inputs[0], inputs[1]
+    stride, padding = tuple(attrs["stride"]), tuple(attrs["padding"])
+    dilation, groups = tuple(attrs["dilation"]), int(attrs["groups"])
+    from . import conv2d_available, conv2d_op
+    if conv2d_available():
+        Y = conv2d_op(X, W, stride, padding, dilation, groups)
+    else:
+        Y = _conv_fallback(X, W, stride, padding, dilation, groups, "conv2d")
+    if len(inputs) > 2 and inputs[2] is not None:
+        B = inputs[2]
+        Y = ew.add(Y, shape_ops.reshape(B, (static_shape(B)[0], 1, 1), name="bias.r"), name="bias")
+    return Y
+
+
+@op("dense", "anchor")
+def _dense(inputs, attrs):
+    from .matmul import dense
+    return dense(inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None)
+
+
+@op("matmul", "anchor")
+def _matmul(inputs, attrs):
+    from .matmul import batch_matmul, matmul
+    A, B = inputs
+    if A.ndim == 2 and B.ndim == 2:
+        return matmul(A, B)
+    if A.ndim == 3 and B.ndim == 3:
+        return batch_matmul(A, B)
+    raise ExprError(f"matmul of ranks {A.ndim} and {B.ndim} is not supported (2-d x 2-d or 3-d x 3-d)")
+
+
+# ------------------------------------------------------------------ injective
+for _name in ("add", "sub", "mul", "div", "max", "min"):
+    def _make(opname):
+        return lambda inputs, attrs: ew.binary(opname, inputs[0], inputs[1], name=opname)
+    OPS[_name] = OpDef(_make(_name), "injective")
+
+_UNARY = {
+    "relu": lambda x, a: ew.relu(x),
+    "clip": lambda x, a: ew.clip(x, a.get("min"), a.get("max")),
+    "sigmoid": lambda x, a: ew.sigmoid(x),
+    "tanh": lambda x, a: ew.tanh(x),
+    "leaky_relu": lambda x, a: ew.leaky_relu(x, a.get("alpha", 0.01)),
+    "hard_sigmoid": lambda x, a: ew.hard_sigmoid(x, a.get("alpha", 0.2), a.get("beta", 0.5)),
+    "hard_swish": lambda x, a: ew.hard_swish(x),
+    "exp": lambda x, a: ew.exp_(x),
+    "sqrt": lambda x, a: ew.sqrt(x),
+    "neg": lambda x, a: ew.negative(x),
+    "copy": lambda x, a: ew.identity(x),
+}
+for _name, _fn in _UNARY.items():
+    OPS[_name] = OpDef((lambda f: lambda inputs, attrs: f(inputs[0], attrs))(_fn), "injective")
+
+OPS["transpose"] = OpDef(lambda inputs, attrs: shape_ops.transpose(inputs[0], attrs["perm"]), "injective")
+OPS["concat"] = OpDef(lambda inputs, attrs: shape_ops.concat(list(inputs), attrs["axis"]), "injective")
+OPS["pad"] = OpDef(lambda inputs, attrs: shape_ops.pad(inputs[0], attrs["before"], attrs["after"],
+                                                        attrs.get("value", 0.0)), "injective")
+
+# ------------------------------------------------------------------ aliases
+OPS["reshape"] = OpDef(lambda inputs, attrs: shape_ops.reshape(inputs[0], attrs["shape"]), "alias")
+OPS["reshape_copy"] = OpDef(lambda inputs, attrs: shape_ops.reshape(inputs[0], attrs.get("shape", static_shape(
+    inputs[0]))), "injective")
+OPS["identity"] = OpDef(lambda inputs, attrs: shape_ops.reshape(inputs[0], static_shape(inputs[0])), "alias")
+
+
+# ------------------------------------------------------------------ reductions
+@op("max_pool2d", "reduce")
+def _max_pool(inputs, attrs):
+    return pooling.pool2d(inputs[0], attrs["kernel"], attrs["stride"], attrs["padding"], attrs["dilation"], "max",
+                          ceil_mode=attrs.get("ceil_mode", False), name="max_pool")
+
+
+@op("avg_pool2d", "reduce")
+def _avg_pool(inputs, attrs):
+    return pooling.pool2d(inputs[0], attrs["kernel"], attrs["stride"], attrs["padding"], attrs.get("dilation", (1, 1)),
+                          "avg", count_include_pad=attrs.get("count_include_pad", False),
+                          ceil_mode=attrs.get("ceil_mode", False), name="avg_pool")
+
+
+OPS["global_avg_pool"] = OpDef(lambda inputs, attrs: pooling.global_pool(inputs[0], "avg"), "reduce")
+OPS["global_max_pool"] = OpDef(lambda inputs, attrs: pooling.global_pool(inputs[0], "max"), "reduce")
+OPS["softmax"] = OpDef(lambda inputs, attrs: shape_ops.softmax(inputs[0], attrs.get("axis", -1)), "reduce")
+
+
+def infer_output(op_type: str, input_shapes: Sequence, input_dtypes: Sequence, attrs, scalars=()) -> Tensor:
+    """Build ``op_type`` over placeholders of the given shapes; the result carries shape and dtype.
+
+    ``scalars`` maps input positions to Python floats (scalar constants passed by value).
+    """
+    scalars = dict(scalars)
+    inputs = []
+    for k, (shape, dtype) in enumerate(zip(input_shapes, input_dtypes)):
+        if k in scalars:
+            inputs.append(scalars[k])
+        elif shape is None:
+            inputs.append(None)
+        else:
+            inputs.append(placeholder(tuple(shape), name=f"in{k}", dtype=dtype))
+    return OPS[op_type].build(inputs, attrs)
+
+
+def output_shape(t: Tensor):
+    return static_shape(t)
+
+
+SCALAR_OPS = ("add", "sub", "mul", "div", "max", "min")
+
+
+def scalar_constants(graph, op_type: str, inputs: Sequence[str]) -> Dict[int, float]:
+    """Inputs of a binary op that are one-element constants not raising the rank: passed by value."""
+    if op_type not in SCALAR_OPS:
+        return {}
+    ranks = [len(graph.values[i].shape) for i in inputs]
+    out = {}
+    for k, i in enumerate(inputs):
+        arr = graph.initializers.get(i)
+        others = [r for j, r in enumerate(ranks) if j != k]
+        if arr is not None and arr.size == 1 and others and arr.ndim <= max(others) and len(out) < len(inputs) - 1:
+            out[k] = float(arr.reshape(()))
+    return out

@@ -1,0 +1,26 @@
+"""Graph passes, one per file: each takes a Graph and returns it (rewritten) or a partition of it.
+
+``optimize(graph)`` runs the standard pipeline in order; ``fuse_operators`` partitions the
+result into kernels for the executor.
+"""
+from __future__ import annotations
+
+from ..graph import Graph
+from .eliminate_dead_code import eliminate_dead_code
+from .fold_batch_norm import fold_batch_norm
+from .fold_constants import fold_constants
+from .fuse_operators import FusedGroup, fuse_operators
+
+
+def optimize(graph: Graph) -> Graph:
+    """The standard graph pipeline, on a copy: fold constants, fold BN into convs, drop dead code."""
+    g = graph.copy()
+    g = fold_constants(g)
+    g = fold_batch_norm(g)
+    g = fold_constants(g)
+    g = eliminate_dead_code(g)
+    g.check()
+    return g
+
+
+__all__ = ["optimize", "fold_constants", "fold_batch_norm", "eliminate_dead_code", "fuse_operators", "FusedGroup"]

@@ -1,0 +1,112 @@
+"""The converter table and the context converters work in.
+
+A converter is a function ``fn(ctx, node)`` registered for an ONNX op type (and an
+opset range) with :func:`converter`.  It reads inputs, constants and attributes through
+``ctx`` and emits graph-IR nodes with ``ctx.emit``; it raises :class:`Unsupported` for
+attribute values it cannot handle, and the importer collects those for its one error.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+
+from ..graph import Graph
+from ..graph_ops import infer_output, output_shape, scalar_constants
+
+
+class Unsupported(Exception):
+    """Raised by a converter for a node it cannot convert (the reason is the message)."""
+
+
+@dataclass(frozen=True)
+class Converter:
+    fn: Callable
+    since: int
+    until: Optional[int]
+
+
+CONVERTERS: Dict[str, List[Converter]] = {}
+
+
+def converter(op_type: str, since: int = 1, until: Optional[int] = None):
+    """Register ``fn`` for ``op_type`` at opsets ``since <= opset <= until``."""
+    def decorate(fn):
+        CONVERTERS.setdefault(op_type, []).append(Converter(fn, since, until))
+        return fn
+    return decorate
+
+
+def find_converter(op_type: str, opset: int) -> Optional[Converter]:
+    for c in CONVERTERS.get(op_type, []):
+        if c.since <= opset and (c.until is None or opset <= c.until):
+            return c
+    return None
+
+
+def onnx_attrs(node) -> dict:
+    from onnx import helper
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+class ImportContext:
+    def __init__(self, graph: Graph, opset: int):
+        self.graph = graph
+        self.opset = opset
+
+    # -------------------------------------------------------------- reading
+    def attr(self, node, name: str, default=None):
+        for a in node.attribute:
+            if a.name == name:
+                from onnx import helper
+                value = helper.get_attribute_value(a)
+                return value.decode() if isinstance(value, bytes) else value
+        return default
+
+    def const(self, name: str) -> Optional[np.ndarray]:
+        """The value of ``name`` if it is a constant (initializer), else None."""
+        if not name:
+            return None
+        return self.graph.initializers.get(name)
+
+    def require_const(self, node, index: int, what: str) -> np.ndarray:
+        if len(node.input) <= index or not node.input[index]:
+            raise Unsupported(f"input {index} ({what}) is missing")
+        value = self.const(node.input[index])
+        if value is None:
+            raise Unsupported(f"{what} (input {index}, {node.input[index]!r}) must be a constant; "
+                              f"dynamic {what} is not supported")
+        return value
+
+    def shape(self, name: str):
+        return self.graph.values[name].shape
+
+    def dtype(self, name: str) -> str:
+        return self.graph.values[name].dtype
+
+    # -------------------------------------------------------------- writing
+    def add_constant(self, base: str, array: np.ndarray) -> str:
+        name = self.graph.fresh_name(base)
+        self.graph.add_initializer(name, array)
+        return name
+
+    def set_constant(self, name: str, array: np.ndarray) -> None:
+        self.graph.add_initializer(name, np.asarray(array))
+
+    def emit(self, op_type: str, inputs, output: str, attrs=None, name: str = "") -> str:
+        """Add a graph node; its output's shape and dtype come from building the op."""
+        attrs = dict(attrs or {})
+        inputs = [i for i in inputs if i is not None]
+        scalars = scalar_constants(self.graph, op_type, inputs)
+        shapes = [self.graph.values[i].shape for i in inputs]
+        dtypes = [self.graph.values[i].dtype for i in inputs]
+        try:
+            t = infer_output(op_type, shapes, dtypes, attrs, scalars)
+        except Unsupported:
+            raise
+        except Exception as exc:  # a shape the op refuses: report it as this node's problem
+            raise Unsupported(f"{op_type} over input shapes {shapes}: {exc}") from exc
+        self.graph.add_value(output, output_shape(t), t.dtype)
+        self.graph.add_node(op_type, inputs, [output], attrs, name or output)
+        return output

@@ -1,0 +1,76 @@
+"""Converters for elementwise and broadcasting ops."""
+from __future__ import annotations
+
+import numpy as np
+
+from .context import ImportContext, Unsupported, converter
+
+_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
+_UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "HardSwish": "hard_swish", "Exp": "exp",
+          "Sqrt": "sqrt", "Neg": "neg"}
+
+
+def _float_only(ctx, node):
+    for i in node.input:
+        if i and ctx.dtype(i) != "float32":
+            raise Unsupported(f"input {i!r} has dtype {ctx.dtype(i)}; only float32 tensors are supported")
+
+
+def _binary(op_type):
+    def convert(ctx: ImportContext, node):
+        _float_only(ctx, node)
+        if len(node.input) != 2:
+            raise Unsupported(f"{len(node.input)} inputs (only 2 are supported)")
+        ctx.emit(op_type, list(node.input), node.output[0], name=node.name)
+    return convert
+
+
+def _unary(op_type):
+    def convert(ctx: ImportContext, node):
+        _float_only(ctx, node)
+        ctx.emit(op_type, [node.input[0]], node.output[0], name=node.name)
+    return convert
+
+
+for _onnx, _ours in _BINARY.items():
+    converter(_onnx, since=7)(_binary(_ours))
+for _onnx, _ours in _UNARY.items():
+    converter(_onnx, since=6)(_unary(_ours))
+
+
+@converter("Clip", since=11)
+def clip(ctx: ImportContext, node):
+    _float_only(ctx, node)
+    lo = ctx.require_const(node, 1, "min") if len(node.input) > 1 and node.input[1] else None
+    hi = ctx.require_const(node, 2, "max") if len(node.input) > 2 and node.input[2] else None
+    attrs = {"min": None if lo is None else float(lo.reshape(())),
+             "max": None if hi is None else float(hi.reshape(()))}
+    ctx.emit("clip", [node.input[0]], node.output[0], attrs, name=node.name)
+
+
+@converter("LeakyRelu", since=6)
+def leaky_relu(ctx: ImportContext, node):
+    ctx.emit("leaky_relu", [node.input[0]], node.output[0], {"alpha": float(ctx.attr(node, "alpha", 0.01))},
+             name=node.name)
+
+
+@converter("HardSigmoid", since=6)
+def hard_sigmoid(ctx: ImportContext, node):
+    ctx.emit("hard_sigmoid", [node.input[0]], node.output[0],
+             {"alpha": float(ctx.attr(node, "alpha", 0.2)), "beta": float(ctx.attr(node, "beta", 0.5))},
+             name=node.name)
+
+
+@converter("Identity", since=1)
+def identity(ctx: ImportContext, node):
+    ctx.emit("identity", [node.input[0]], node.output[0], name=node.name)
+
+
+@converter("Dropout", since=12)
+def dropout(ctx: ImportContext, node):
+    if len(node.output) > 1 and node.output[1]:
+        raise Unsupported("the mask output of Dropout is not supported")
+    training = ctx.const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    if training is not None and bool(np.asarray(training).reshape(())):
+        raise Unsupported("training_mode=True")
+    ctx.emit("identity", [node.input[0]], node.output[0], name=node.name)

@@ -1,0 +1,191 @@
+"""``from_onnx(model)``: an ONNX model (path or ModelProto) to a loopweave Graph.
+
+Order of work: read and check the file, bring the default-domain opset to >= 13,
+run ONNX shape inference, then walk the nodes once: constant subgraphs (including
+``Shape`` of statically shaped values) are evaluated in numpy, everything else goes
+through the converter table.  Every node that cannot be converted is collected, and
+one :class:`OnnxImportError` lists them all before anything is compiled.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+
+from ...errors import OnnxImportError
+from ..graph import Graph
+from . import elementwise as _elementwise  # noqa: F401 - registers converters
+from . import nn as _nn  # noqa: F401
+from . import shape as _shape  # noqa: F401
+from .context import CONVERTERS, ImportContext, Unsupported, find_converter
+from .fold import FOLDERS, try_fold
+
+MIN_OPSET = 13
+
+
+def _load(model):
+    import onnx
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.exists(path):
+            raise OnnxImportError(f"ONNX model file {path!r} does not exist")
+        try:
+            return onnx.load(path)
+        except Exception as exc:  # protobuf's DecodeError and friends
+            raise OnnxImportError(f"{path!r} is not a valid ONNX model (cannot parse it: {exc})") from exc
+    raise OnnxImportError(f"from_onnx takes a file path or an onnx.ModelProto, got {type(model).__name__}")
+
+
+def _opset(model) -> int:
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            return int(imp.version)
+    return 0
+
+
+def _np_dtype(elem_type: int) -> str:
+    from onnx import helper
+    return str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)))
+
+
+def from_onnx(model, input_shapes: Optional[Dict[str, Sequence[int]]] = None, name: Optional[str] = None) -> Graph:
+    """Import an ONNX model.  ``input_shapes`` fixes dynamic input dimensions (static shapes only)."""
+    import onnx
+    model = _load(model)
+    if not model.graph.node and not model.graph.output:
+        raise OnnxImportError("the ONNX model has an empty graph (no nodes and no outputs); is the file complete?")
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exc:
+        raise OnnxImportError(f"the ONNX model is malformed: {exc}") from exc
+    opset = _opset(model)
+    if opset < MIN_OPSET:
+        try:
+            from onnx import version_converter
+            model = version_converter.convert_version(model, MIN_OPSET)
+            opset = MIN_OPSET
+        except Exception as exc:
+            raise OnnxImportError(f"the model uses opset {opset}; loopweave imports opset {MIN_OPSET} and newer, "
+                                  f"and converting it failed: {exc}") from exc
+    model = _with_static_inputs(model, input_shapes or {})
+    try:
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception as exc:
+        raise OnnxImportError(f"ONNX shape inference failed on the model: {exc}") from exc
+    return _convert(model, opset, name or model.graph.name or "graph")
+
+
+def _with_static_inputs(model, input_shapes):
+    """Check every graph input has a static shape (after applying ``input_shapes``)."""
+    init_names = {t.name for t in model.graph.initializer}
+    known = {i.name for i in model.graph.input}
+    for name in input_shapes:
+        if name not in known:
+            raise OnnxImportError(f"input_shapes names {name!r}, which is not an input of the model "
+                                  f"(inputs: {', '.join(sorted(known - init_names))})")
+    if input_shapes:
+        import onnx
+        model = onnx.ModelProto.FromString(model.SerializeToString())
+    for inp in model.graph.input:
+        if inp.name in init_names:
+            continue
+        dims = inp.type.tensor_type.shape.dim
+        if inp.name in input_shapes:
+            shape = list(input_shapes[inp.name])
+            if len(shape) != len(dims):
+                raise OnnxImportError(f"input_shapes[{inp.name!r}] has rank {len(shape)}, the model's input has "
+                                      f"rank {len(dims)}")
+            for d, v in zip(dims, shape):
+                d.ClearField("dim_param")
+                d.dim_value = int(v)
+            continue
+        for k, d in enumerate(dims):
+            if not d.HasField("dim_value") or d.dim_value <= 0:
+                sym = d.dim_param or "?"
+                raise OnnxImportError(
+                    f"input {inp.name!r} has a dynamic dimension {k} ({sym!r}); loopweave compiles static shapes "
+                    f"only (symbolic batch is not supported yet): pass "
+                    f"from_onnx(model, input_shapes={{{inp.name!r}: (...)}}) or export with fixed sizes")
+    return model
+
+
+def _value_info_shapes(model) -> Dict[str, tuple]:
+    out = {}
+    for vi in list(model.graph.value_info) + list(model.graph.output):
+        tt = vi.type.tensor_type
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            out[vi.name] = (tuple(d.dim_value for d in tt.shape.dim), _np_dtype(tt.elem_type))
+    return out
+
+
+def _convert(model, opset: int, name: str) -> Graph:
+    from onnx import numpy_helper
+    g = Graph(name)
+    ctx = ImportContext(g, opset)
+    for t in model.graph.initializer:
+        g.add_initializer(t.name, numpy_helper.to_array(t))
+    for inp in model.graph.input:
+        if inp.name in g.initializers:
+            continue
+        tt = inp.type.tensor_type
+        g.add_value(inp.name, [d.dim_value for d in tt.shape.dim], _np_dtype(tt.elem_type))
+        g.inputs.append(inp.name)
+    inferred = _value_info_shapes(model)
+    problems = []
+    poisoned = set()
+    for k, node in enumerate(model.graph.node):
+        label = node.name or f"#{k} ({node.output[0] if node.output else node.op_type})"
+        if node.domain not in ("", "ai.onnx"):
+            problems.append((label, f"{node.domain}.{node.op_type}", opset, "custom domain"))
+            poisoned.update(node.output)
+            continue
+        if any(i in poisoned for i in node.input if i):
+            if find_converter(node.op_type, opset) is None and node.op_type not in FOLDERS \
+                    and node.op_type not in ("Constant", "Shape", "Size"):
+                problems.append((label, node.op_type, opset, "no converter for this op"))
+            _assume_outputs(g, node, inferred, poisoned)
+            continue
+        try:
+            if try_fold(ctx, node):
+                continue
+        except Exception as exc:
+            problems.append((label, node.op_type, opset, f"constant folding failed: {exc}"))
+            poisoned.update(node.output)
+            continue
+        conv = find_converter(node.op_type, opset)
+        if conv is None:
+            reason = "no converter for this op" if node.op_type not in CONVERTERS else \
+                f"no converter for opset {opset}"
+            problems.append((label, node.op_type, opset, reason))
+            _assume_outputs(g, node, inferred, poisoned)
+            continue
+        try:
+            conv.fn(ctx, node)
+        except Unsupported as exc:
+            problems.append((label, node.op_type, opset, str(exc)))
+            _assume_outputs(g, node, inferred, poisoned)
+        except KeyError as exc:
+            problems.append((label, node.op_type, opset, f"input {exc} has no known static shape"))
+            _assume_outputs(g, node, inferred, poisoned)
+    if problems:
+        lines = "\n".join(f"  - node {n!r}: {op} (opset {v}): {why}" for n, op, v, why in problems)
+        raise OnnxImportError(f"the ONNX model has {len(problems)} node(s) loopweave cannot import:\n{lines}",
+                              problems)
+    for out in model.graph.output:
+        if out.name not in g.values:
+            raise OnnxImportError(f"graph output {out.name!r} is never computed")
+        g.outputs.append(out.name)
+    g.check()
+    return g
+
+
+def _assume_outputs(g: Graph, node, inferred, poisoned) -> None:
+    """Keep converting after a failure: trust ONNX's inferred shapes for the outputs, or poison them."""
+    for o in node.output:
+        if o in inferred:
+            shape, dtype = inferred[o]
+            g.add_value(o, shape, dtype)
+        poisoned.add(o)

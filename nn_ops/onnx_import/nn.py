@@ -1,0 +1,202 @@
+"""Converters for convolution, normalization, pooling and matrix products."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .context import ImportContext, Unsupported, converter
+
+
+def _spatial_padding(ctx: ImportContext, node, in_hw, kernel, stride, dilation):
+    """ONNX ``pads``/``auto_pad`` as (top, left, bottom, right)."""
+    auto_pad = ctx.attr(node, "auto_pad", "NOTSET")
+    if auto_pad in ("NOTSET", ""):
+        pads = list(ctx.attr(node, "pads", [0] * 4))
+        if len(pads) != 4:
+            raise Unsupported(f"pads {pads}: only 2-d (4 pads) is supported")
+        return pads[0], pads[1], pads[2], pads[3]
+    if auto_pad == "VALID":
+        return 0, 0, 0, 0
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = []
+        for size, k, s, d in zip(in_hw, kernel, stride, dilation):
+            total = max(0, (math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size)
+            small, big = total // 2, total - total // 2
+            out.append((small, big) if auto_pad == "SAME_UPPER" else (big, small))
+        return out[0][0], out[1][0], out[0][1], out[1][1]
+    raise Unsupported(f"auto_pad={auto_pad!r}")
+
+
+def _check_2d(ctx, node, name):
+    shape = ctx.shape(node.input[0])
+    if len(shape) != 4:
+        raise Unsupported(f"input of rank {len(shape)}: only 2-d {name} on NCHW tensors is supported")
+    return shape
+
+
+@converter("Conv", since=1)
+def conv(ctx: ImportContext, node):
+    X = node.input[0]
+    N, C, H, W = _check_2d(ctx, node, "convolution")
+    w = ctx.require_const(node, 1, "weight")
+    if w.ndim != 4:
+        raise Unsupported("only 2-d convolution is supported")
+    kernel = list(ctx.attr(node, "kernel_shape", w.shape[2:]))
+    stride = list(ctx.attr(node, "strides", [1, 1]))
+    dilation = list(ctx.attr(node, "dilations", [1, 1]))
+    group = int(ctx.attr(node, "group", 1))
+    padding = _spatial_padding(ctx, node, (H, W), kernel, stride, dilation)
+    inputs = [X, node.input[1]]
+    if len(node.input) > 2 and node.input[2]:
+        ctx.require_const(node, 2, "bias")
+        inputs.append(node.input[2])
+    ctx.emit("conv2d", inputs, node.output[0],
+             {"stride": tuple(stride), "padding": tuple(padding), "dilation": tuple(dilation), "groups": group},
+             name=node.name)
+
+
+@converter("BatchNormalization", since=9)
+def batch_norm(ctx: ImportContext, node):
+    if ctx.attr(node, "training_mode", 0):
+        raise Unsupported("training_mode=1 (only inference batch norm is supported)")
+    if len(node.output) > 1 and any(node.output[1:]):
+        raise Unsupported("running mean/var outputs (training) are not supported")
+    scale, bias, mean, var = (ctx.require_const(node, k, what)
+                              for k, what in ((1, "scale"), (2, "bias"), (3, "mean"), (4, "var")))
+    eps = float(ctx.attr(node, "epsilon", 1e-5))
+    # y = x * a + b per channel; the fold_batch_norm pass moves a and b into a preceding conv
+    a = (scale / np.sqrt(var.astype(np.float64) + eps)).astype(np.float32)
+    b = (bias - mean * a).astype(np.float32)
+    rank = len(ctx.shape(node.input[0]))
+    shape = (-1,) + (1,) * (rank - 2)
+    a_name = ctx.add_constant(node.output[0] + ".bn_scale", a.reshape(shape))
+    b_name = ctx.add_constant(node.output[0] + ".bn_shift", b.reshape(shape))
+    scaled = ctx.graph.fresh_name(node.output[0] + ".bn_mul")
+    ctx.emit("mul", [node.input[0], a_name], scaled, name=node.name + ".mul")
+    ctx.emit("add", [scaled, b_name], node.output[0], name=node.name)
+
+
+def _pool_common(ctx, node, kind):
+    N, C, H, W = _check_2d(ctx, node, kind)
+    kernel = list(ctx.attr(node, "kernel_shape"))
+    if len(kernel) != 2:
+        raise Unsupported(f"kernel_shape {kernel}: only 2-d pooling is supported")
+    stride = list(ctx.attr(node, "strides", [1, 1]))
+    dilation = list(ctx.attr(node, "dilations", [1, 1]))
+    padding = _spatial_padding(ctx, node, (H, W), kernel, stride, dilation)
+    return {"kernel": tuple(kernel), "stride": tuple(stride), "padding": tuple(padding),
+            "dilation": tuple(dilation), "ceil_mode": bool(ctx.attr(node, "ceil_mode", 0))}
+
+
+@converter("MaxPool", since=1)
+def max_pool(ctx: ImportContext, node):
+    if len(node.output) > 1 and node.output[1]:
+        raise Unsupported("the Indices output of MaxPool is not supported")
+    if ctx.attr(node, "storage_order", 0):
+        raise Unsupported("storage_order=1")
+    ctx.emit("max_pool2d", [node.input[0]], node.output[0], _pool_common(ctx, node, "max pooling"), name=node.name)
+
+
+@converter("AveragePool", since=1)
+def average_pool(ctx: ImportContext, node):
+    attrs = _pool_common(ctx, node, "average pooling")
+    attrs["count_include_pad"] = bool(ctx.attr(node, "count_include_pad", 0))
+    ctx.emit("avg_pool2d", [node.input[0]], node.output[0], attrs, name=node.name)
+
+
+@converter("GlobalAveragePool", since=1)
+def global_average_pool(ctx: ImportContext, node):
+    ctx.emit("global_avg_pool", [node.input[0]], node.output[0], name=node.name)
+
+
+@converter("GlobalMaxPool", since=1)
+def global_max_pool(ctx: ImportContext, node):
+    ctx.emit("global_max_pool", [node.input[0]], node.output[0], name=node.name)
+
+
+@converter("Gemm", since=1)
+def gemm(ctx: ImportContext, node):
+    """``alpha * A' @ B' + beta * C``: a dense op with the weight as [out, in] when B is constant."""
+    alpha, beta = float(ctx.attr(node, "alpha", 1.0)), float(ctx.attr(node, "beta", 1.0))
+    trans_a, trans_b = int(ctx.attr(node, "transA", 0)), int(ctx.attr(node, "transB", 0))
+    A = node.input[0]
+    if len(ctx.shape(A)) != 2:
+        raise Unsupported(f"Gemm input A of rank {len(ctx.shape(A))}")
+    if trans_a:
+        At = ctx.graph.fresh_name(A + ".T")
+        ctx.emit("transpose", [A], At, {"perm": (1, 0)}, name=node.name + ".transA")
+        A = At
+    b = ctx.const(node.input[1])
+    c_name = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    c = ctx.const(c_name) if c_name else None
+    if b is not None:
+        w = (b if trans_b else b.T) * np.float32(alpha) if alpha != 1.0 else (b if trans_b else b.T)
+        w_name = ctx.add_constant(node.input[1] + (".w" if not trans_b or alpha != 1.0 else ""),
+                                  np.ascontiguousarray(w, dtype=np.float32)) \
+            if (not trans_b or alpha != 1.0) else node.input[1]
+        n_out = w.shape[0]
+        inputs = [A, w_name]
+        if c is not None and c.size in (1, n_out) and (c.ndim <= 1 or c.shape[-1] == c.size):
+            inputs.append(ctx.add_constant(c_name + ".bias", np.broadcast_to(c.reshape(-1) * np.float32(beta),
+                                                                                (n_out,)).astype(np.float32)))
+            ctx.emit("dense", inputs, node.output[0], name=node.name)
+            return
+        if c_name is None or beta == 0.0:
+            ctx.emit("dense", inputs, node.output[0], name=node.name)
+            return
+        mid = ctx.graph.fresh_name(node.output[0] + ".mm")
+        ctx.emit("dense", inputs, mid, name=node.name + ".dense")
+    else:
+        B = node.input[1]
+        if trans_b:
+            Bt = ctx.graph.fresh_name(B + ".T")
+            ctx.emit("transpose", [B], Bt, {"perm": (1, 0)}, name=node.name + ".transB")
+            B = Bt
+        mid = ctx.graph.fresh_name(node.output[0] + ".mm")
+        if alpha != 1.0:
+            mm = ctx.graph.fresh_name(node.output[0] + ".mm0")
+            ctx.emit("matmul", [A, B], mm, name=node.name + ".matmul")
+            ctx.emit("mul", [mm, ctx.add_constant(node.name + ".alpha", np.float32(alpha))], mid)
+        else:
+            ctx.emit("matmul", [A, B], mid, name=node.name + ".matmul")
+        if c_name is None or beta == 0.0:
+            ctx.emit("copy", [mid], node.output[0], name=node.name)
+            return
+    cc = c_name
+    if beta != 1.0:
+        cc = ctx.graph.fresh_name(c_name + ".beta")
+        ctx.emit("mul", [c_name, ctx.add_constant(node.name + ".beta", np.float32(beta))], cc)
+    ctx.emit("add", [mid, cc], node.output[0], name=node.name)
+
+
+@converter("MatMul", since=1)
+def matmul(ctx: ImportContext, node):
+    A, B = node.input[0], node.input[1]
+    sa, sb = ctx.shape(A), ctx.shape(B)
+    b = ctx.const(B)
+    if len(sa) == 2 and len(sb) == 2 and b is not None:
+        w = ctx.add_constant(B + ".T", np.ascontiguousarray(b.T))
+        ctx.emit("dense", [A, w], node.output[0], name=node.name)
+        return
+    if len(sa) == 2 and len(sb) == 2:
+        ctx.emit("matmul", [A, B], node.output[0], name=node.name)
+        return
+    if len(sa) == 3 and len(sb) == 3 and sa[0] == sb[0]:
+        ctx.emit("matmul", [A, B], node.output[0], name=node.name)
+        return
+    if len(sa) >= 2 and len(sb) == 2 and b is not None:
+        lead = int(np.prod(sa[:-1]))
+        flat = ctx.graph.fresh_name(A + ".2d")
+        ctx.emit("reshape", [A], flat, {"shape": (lead, sa[-1])})
+        w = ctx.add_constant(B + ".T", np.ascontiguousarray(b.T))
+        mid = ctx.graph.fresh_name(node.output[0] + ".2d")
+        ctx.emit("dense", [flat, w], mid, name=node.name)
+        ctx.emit("reshape", [mid], node.output[0], {"shape": tuple(sa[:-1]) + (sb[-1],)})
+        return
+    raise Unsupported(f"MatMul of shapes {sa} and {sb} (supported: 2-d x 2-d, 3-d x 3-d, n-d x constant 2-d)")
+
+
+@converter("Softmax", since=13)
+def softmax(ctx: ImportContext, node):
+    ctx.emit("softmax", [node.input[0]], node.output[0], {"axis": int(ctx.attr(node, "axis", -1))}, name=node.name)

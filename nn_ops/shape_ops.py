@@ -1,0 +1,150 @@
+"""Data movement as index arithmetic: reshape, transpose, concat, pad; and softmax.
+
+reshape/transpose/concat/pad are tagged ``"injective"`` (inlined into consumers by the
+registry).  softmax is three stages: a max reduction, a sum-of-exponentials reduction and
+an elementwise division.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from ..dsl.expr import const, if_then_else, logical_and
+from ..dsl.intrinsics import exp
+from ..dsl.reduction import max as lw_max, sum as lw_sum
+from ..dsl.tensor import Tensor, compute, reduce_axis
+from ..errors import ExprError
+from .elementwise import static_shape
+from .registry import register_schedule
+
+
+def _strides(shape: Sequence[int]):
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return list(reversed(out))
+
+
+def reshape(X: Tensor, shape: Sequence[int], name: str = "reshape") -> Tensor:
+    """Row-major reshape to a static ``shape`` (same number of elements)."""
+    src = static_shape(X)
+    shape = tuple(int(d) for d in shape)
+    if math.prod(src) != math.prod(shape):
+        raise ExprError(f"cannot reshape {src} ({math.prod(src)} elements) to {shape} ({math.prod(shape)})")
+    out_strides, in_strides = _strides(shape), _strides(src)
+
+    def fcompute(*idx):
+        flat = None
+        for i, st, d in zip(idx, out_strides, shape):
+            if d == 1:
+                continue
+            term = i * st if st != 1 else i
+            flat = term if flat is None else flat + term
+        if flat is None:
+            return X[(0,) * len(src)]
+        index = []
+        for st, d in zip(in_strides, src):
+            if d == 1:
+                index.append(0)
+            else:
+                q = flat // st if st != 1 else flat
+                index.append(q % d if st * d < math.prod(src) else q)
+        return X[tuple(index)]
+
+    return compute(shape, fcompute, name=name, tag="injective")
+
+
+def transpose(X: Tensor, perm: Sequence[int], name: str = "transpose") -> Tensor:
+    src = static_shape(X)
+    perm = [int(p) for p in perm]
+    if sorted(perm) != list(range(len(src))):
+        raise ExprError(f"transpose: {perm} is not a permutation of {len(src)} axes")
+    shape = tuple(src[p] for p in perm)
+
+    def fcompute(*idx):
+        index = [None] * len(src)
+        for out_axis, p in enumerate(perm):
+            index[p] = idx[out_axis]
+        return X[tuple(index)]
+
+    return compute(shape, fcompute, name=name, tag="injective")
+
+
+def concat(tensors: Sequence[Tensor], axis: int, name: str = "concat") -> Tensor:
+    shapes = [static_shape(t) for t in tensors]
+    nd = len(shapes[0])
+    axis = axis + nd if axis < 0 else axis
+    for s in shapes[1:]:
+        if len(s) != nd or any(a != b for k, (a, b) in enumerate(zip(s, shapes[0])) if k != axis):
+            raise ExprError(f"concat along axis {axis} of incompatible shapes {shapes}")
+    offsets = [0]
+    for s in shapes:
+        offsets.append(offsets[-1] + s[axis])
+    shape = list(shapes[0])
+    shape[axis] = offsets[-1]
+
+    def fcompute(*idx):
+        i = idx[axis]
+        value = None
+        for t, lo, hi in reversed(list(zip(tensors, offsets[:-1], offsets[1:]))):
+            index = list(idx)
+            index[axis] = i - lo if lo else i
+            read = t[tuple(index)]
+            value = read if value is None else if_then_else(i < hi, read, value)
+        return value
+
+    return compute(tuple(shape), fcompute, name=name, tag="injective")
+
+
+def pad(X: Tensor, pads_before: Sequence[int], pads_after: Sequence[int], value: float = 0.0,
+        name: str = "pad") -> Tensor:
+    src = static_shape(X)
+    shape = tuple(d + a + b for d, a, b in zip(src, pads_before, pads_after))
+
+    def fcompute(*idx):
+        conds, index = None, []
+        for i, d, lo in zip(idx, src, pads_before):
+            j = i - lo
+            index.append(j)
+            if lo or shape[len(index) - 1] != d:
+                c = logical_and(j >= 0, j < d)
+                conds = c if conds is None else logical_and(conds, c)
+        read = X[tuple(index)]
+        return read if conds is None else if_then_else(conds, read, const(value, X.dtype))
+
+    return compute(shape, fcompute, name=name, tag="injective")
+
+
+def softmax(X: Tensor, axis: int = -1, name: str = "softmax") -> Tensor:
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis``."""
+    shape = static_shape(X)
+    nd = len(shape)
+    axis = axis + nd if axis < 0 else axis
+    rest = tuple(d for k, d in enumerate(shape) if k != axis)
+
+    def with_axis(idx, r):
+        idx = list(idx)
+        idx.insert(axis, r)
+        return tuple(idx)
+
+    k1 = reduce_axis((0, shape[axis]), name="k")
+    M = compute(rest, lambda *idx: lw_max(X[with_axis(idx, k1)], axis=k1), name=name + ".max", tag="softmax_reduce")
+    k2 = reduce_axis((0, shape[axis]), name="k")
+
+    def drop(idx):
+        return tuple(i for k, i in enumerate(idx) if k != axis)
+
+    S = compute(rest, lambda *idx: lw_sum(exp(X[with_axis(idx, k2)] - M[idx]), axis=k2), name=name + ".sum",
+                tag="softmax_reduce")
+    return compute(shape, lambda *idx: exp(X[idx] - M[drop(idx)]) / S[drop(idx)], name=name, tag="elemwise")
+
+
+@register_schedule("softmax_reduce", "llvm")
+def schedule_softmax_reduce(s, op, target):
+    stage = s[op]
+    axes = list(op.axis)
+    if len(axes) > 1:
+        stage.parallel(stage.fuse(*axes))
+    elif axes:
+        stage.parallel(axes[0])

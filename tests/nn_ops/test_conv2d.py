@@ -1,0 +1,132 @@
+"""conv2d with its default CPU schedule, against a numpy reference and onnxruntime."""
+import numpy as np
+import pytest
+
+import loopweave as lw
+from loopweave import nn_ops
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def conv2d_ref(x, w, stride=1, padding=0, dilation=1, groups=1):
+    """Direct numpy convolution (cross-correlation), NCHW / OIHW, as ONNX Conv."""
+    sh, sw = _pair(stride)
+    dh, dw = _pair(dilation)
+    if isinstance(padding, int):
+        padding = (padding, padding)
+    if len(padding) == 2:
+        padding = (padding[0], padding[1], padding[0], padding[1])
+    pt, pl, pb, pr = padding
+    x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    n, c, h, wd = x.shape
+    oc, cg, kh, kw = w.shape
+    oh = (h - (kh - 1) * dh - 1) // sh + 1
+    ow = (wd - (kw - 1) * dw - 1) // sw + 1
+    out = np.zeros((n, oc, oh, ow))
+    ocg = oc // groups
+    for o in range(oc):
+        g = o // ocg
+        xs = x[:, g * cg:(g + 1) * cg]
+        for ry in range(kh):
+            for rx in range(kw):
+                patch = xs[:, :, ry * dh: ry * dh + sh * (oh - 1) + 1: sh, rx * dw: rx * dw + sw * (ow - 1) + 1: sw]
+                out[:, o] += np.einsum("nchw,c->nhw", patch, w[o, :, ry, rx].astype(np.float64))
+    return out
+
+
+def _build(x_shape, w_shape, **kw):
+    X = lw.placeholder(x_shape, name="X")
+    W = lw.placeholder(w_shape, name="W")
+    Y = nn_ops.conv2d(X, W, **kw)
+    f = lw.build(nn_ops.schedule(Y), [X, W, Y])
+    return f, tuple(int(d.value) for d in Y.shape)
+
+
+def _check(x_shape, w_shape, seed=0, **kw):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(x_shape, dtype=np.float32)
+    w = rng.standard_normal(w_shape, dtype=np.float32)
+    f, y_shape = _build(x_shape, w_shape, **kw)
+    y = np.empty(y_shape, np.float32)
+    f(x, w, y)
+    ref = conv2d_ref(x, w, **kw)
+    assert y.shape == ref.shape
+    k = w_shape[1] * w_shape[2] * w_shape[3]
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("x_shape,w_shape,kw", [
+    # dense convolutions (channel-blocked path)
+    ((1, 3, 9, 9), (16, 3, 3, 3), dict(padding=1)),
+    ((2, 5, 11, 13), (32, 5, 3, 3), dict(stride=2, padding=1)),
+    ((1, 8, 15, 15), (16, 8, 7, 7), dict(stride=2, padding=3)),
+    ((1, 3, 17, 17), (8, 3, 7, 7), dict(stride=2, padding=3)),
+    ((1, 6, 13, 11), (24, 6, 3, 3), dict(padding=2, dilation=2)),
+    ((2, 4, 10, 10), (12, 4, 3, 3), dict(stride=(1, 2), padding=(1, 0))),
+    ((1, 4, 9, 12), (16, 4, 3, 3), dict(padding=(0, 1, 2, 1))),
+    ((1, 7, 12, 12), (5, 7, 3, 3), dict(padding=1)),           # output channels not a multiple of a block
+    ((1, 32, 9, 9), (64, 32, 3, 3), dict(padding=1)),
+    # 1x1
+    ((1, 16, 12, 12), (24, 16, 1, 1), dict()),                  # pixels path (144 pixels, shifted last tile)
+    ((2, 8, 16, 16), (48, 8, 1, 1), dict()),                    # pixels path, batch 2
+    ((1, 12, 5, 7), (32, 12, 1, 1), dict()),                    # few pixels: channel-blocked path
+    ((1, 16, 13, 13), (32, 16, 1, 1), dict(stride=2)),
+    # grouped and depthwise
+    ((1, 8, 10, 10), (16, 4, 3, 3), dict(padding=1, groups=2)),
+    ((2, 6, 9, 9), (6, 3, 1, 1), dict(groups=2)),
+    ((1, 16, 14, 14), (16, 1, 3, 3), dict(padding=1, groups=16)),
+    ((2, 8, 15, 15), (8, 1, 3, 3), dict(stride=2, padding=1, groups=8)),
+    ((1, 4, 11, 11), (4, 1, 5, 5), dict(padding=2, dilation=2, groups=4)),
+    ((1, 4, 8, 8), (8, 1, 3, 3), dict(padding=1, groups=4)),    # depth multiplier 2
+])
+def test_conv2d_matches_numpy(x_shape, w_shape, kw):
+    _check(x_shape, w_shape, **kw)
+
+
+def test_conv2d_realistic_layers():
+    _check((1, 64, 56, 56), (64, 64, 3, 3), padding=1)
+    _check((1, 96, 28, 28), (24, 96, 1, 1))
+
+
+def test_conv2d_errors_name_the_problem():
+    X = lw.placeholder((1, 4, 8, 8), name="X")
+    with pytest.raises(lw.ExprError, match="layout"):
+        nn_ops.conv2d(X, lw.placeholder((8, 4, 3, 3), name="W"), layout="NHWC")
+    with pytest.raises(lw.ExprError, match="groups=3 does not divide"):
+        nn_ops.conv2d(X, lw.placeholder((6, 1, 3, 3), name="W"), groups=3)
+    with pytest.raises(lw.ExprError, match="input channels per group"):
+        nn_ops.conv2d(X, lw.placeholder((8, 3, 3, 3), name="W"))
+    with pytest.raises(lw.ExprError, match="stride"):
+        nn_ops.conv2d(X, lw.placeholder((8, 4, 3, 3), name="W"), stride=0)
+    with pytest.raises(lw.ExprError, match="larger than the padded input"):
+        nn_ops.conv2d(X, lw.placeholder((8, 4, 9, 9), name="W"))
+    with pytest.raises(lw.ExprError, match="4-d"):
+        nn_ops.conv2d(lw.placeholder((4, 8, 8), name="X3"), lw.placeholder((8, 4, 3, 3), name="W"))
+
+
+@pytest.mark.parametrize("x_shape,w_shape,stride,pad,groups", [
+    ((1, 16, 28, 28), (32, 16, 3, 3), 2, 1, 1),
+    ((1, 24, 14, 14), (24, 1, 3, 3), 1, 1, 24),
+])
+def test_conv2d_matches_onnxruntime(x_shape, w_shape, stride, pad, groups):
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+    X = helper.make_tensor_value_info("X", TensorProto.FLOAT, list(x_shape))
+    W = helper.make_tensor_value_info("W", TensorProto.FLOAT, list(w_shape))
+    Y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)
+    node = helper.make_node("Conv", ["X", "W"], ["Y"], strides=[stride] * 2, pads=[pad] * 4, group=groups,
+                            kernel_shape=list(w_shape[2:]))
+    model = helper.make_model(helper.make_graph([node], "conv", [X, W], [Y]),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = min(model.ir_version, 8)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(x_shape, dtype=np.float32)
+    w = rng.standard_normal(w_shape, dtype=np.float32)
+    expected = sess.run(None, {"X": x, "W": w})[0]
+    f, y_shape = _build(x_shape, w_shape, stride=stride, padding=pad, groups=groups)
+    y = np.empty(y_shape, np.float32)
+    f(x, w, y)
+    np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-3)

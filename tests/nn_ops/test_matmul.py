@@ -1,0 +1,82 @@
+"""matmul / dense / batch_matmul with their default CPU schedules, against numpy."""
+import numpy as np
+import pytest
+
+import loopweave as lw
+from loopweave import nn_ops
+
+
+def _run(outputs, inputs, arrays):
+    s = nn_ops.schedule(outputs)
+    out = outputs if isinstance(outputs, lw.Tensor) else outputs[0]
+    result = np.empty([int(x.value) for x in out.shape], out.dtype)
+    lw.build(s, list(inputs) + [out])(*arrays, result)
+    return result
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (8, 32, 16), (127, 255, 511), (33, 70, 9), (64, 64, 64),
+                                   (128, 96, 300)])
+def test_matmul_matches_numpy(m, n, k):
+    rng = np.random.default_rng(m * 7 + n)
+    A = lw.placeholder((m, k), name="A")
+    B = lw.placeholder((k, n), name="B")
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    got = _run(nn_ops.matmul(A, B), [A, B], [a, b])
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+def test_matmul_with_symbolic_sizes_runs_any_shape():
+    m, n, k = lw.var("m"), lw.var("n"), lw.var("k")
+    A = lw.placeholder((m, k), name="A")
+    B = lw.placeholder((k, n), name="B")
+    C = nn_ops.matmul(A, B)
+    f = lw.build(nn_ops.schedule(C), [A, B, C])
+    rng = np.random.default_rng(1)
+    for (mm, nn, kk) in [(5, 7, 3), (40, 64, 17), (9, 33, 128)]:
+        a = rng.standard_normal((mm, kk), dtype=np.float32)
+        b = rng.standard_normal((kk, nn), dtype=np.float32)
+        c = np.empty((mm, nn), np.float32)
+        f(a, b, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4 * np.sqrt(kk))
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_dense_is_gemm_with_transposed_weight(bias):
+    rng = np.random.default_rng(2)
+    X = lw.placeholder((20, 48), name="X")
+    W = lw.placeholder((70, 48), name="W")
+    b = lw.placeholder((70,), name="b") if bias else None
+    Y = nn_ops.dense(X, W, b)
+    x = rng.standard_normal((20, 48), dtype=np.float32)
+    w = rng.standard_normal((70, 48), dtype=np.float32)
+    arrays = [x, w] + ([rng.standard_normal(70, dtype=np.float32)] if bias else [])
+    inputs = [X, W] + ([b] if bias else [])
+    expected = x @ w.T + (arrays[2] if bias else 0)
+    np.testing.assert_allclose(_run(Y, inputs, arrays), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_batch_matmul_matches_numpy():
+    rng = np.random.default_rng(3)
+    A = lw.placeholder((3, 20, 16), name="A")
+    B = lw.placeholder((3, 16, 40), name="B")
+    a = rng.standard_normal((3, 20, 16), dtype=np.float32)
+    b = rng.standard_normal((3, 16, 40), dtype=np.float32)
+    np.testing.assert_allclose(_run(nn_ops.batch_matmul(A, B), [A, B], [a, b]), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_rejects_mismatched_shapes():
+    A = lw.placeholder((4, 5), name="A")
+    B = lw.placeholder((6, 7), name="B")
+    with pytest.raises(lw.ExprError, match="A's columns must equal B's rows"):
+        nn_ops.matmul(A, B)
+
+
+def test_default_schedule_keeps_the_block_in_vector_registers():
+    """The inner loop of the default schedule is straight-line FMAs on whole vectors."""
+    A = lw.placeholder((64, 64), name="A")
+    B = lw.placeholder((64, 64), name="B")
+    C = nn_ops.matmul(A, B)
+    text = str(lw.lower(nn_ops.schedule(C), [A, B, C]))
+    assert "matmul.local[ramp(" in text and "not_vectorized" not in text
+    assert "if " not in text   # shifted tiles: no guards at all

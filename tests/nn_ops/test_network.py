@@ -1,0 +1,168 @@
+"""Whole networks: ONNX import, graph passes, fusion, the one-call executor, save/load, errors."""
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import loopweave as lw
+from loopweave.errors import OnnxImportError
+from loopweave.nn_ops.graph_passes import fuse_operators, optimize
+from loopweave.nn_ops.onnx_import.model_zoo import OnnxBuilder, mobilenet_v2, resnet18, small_cnn
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _reference(model, feed):
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feed)
+
+
+def _check_against_onnxruntime(model, exe, seed=0):
+    rng = np.random.default_rng(seed)
+    feed = {name: rng.standard_normal(shape).astype(dtype) for name, shape, dtype in exe.inputs}
+    got = exe.run(feed)
+    want = _reference(model, feed)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(b).max())))
+    return feed, got
+
+
+@pytest.fixture(scope="module")
+def small():
+    model = small_cnn(batch=2, size=16)
+    return model, lw.compile(lw.from_onnx(model), progress=False)
+
+
+def test_small_cnn_matches_onnxruntime(small):
+    model, exe = small
+    _check_against_onnxruntime(model, exe)
+
+
+def test_import_gives_static_graph_with_printer_and_html():
+    g = lw.from_onnx(small_cnn(batch=2, size=16))
+    assert g.inputs == ["input"] and g.values["input"].shape == (2, 3, 16, 16)
+    text = str(g)
+    assert "conv2d(" in text and "max_pool2d(" in text and "float32[2, 10]" in text
+    html = g._repr_html_()
+    assert "<table>" in html and "conv2d" in html and "[2, 8, 16, 16]" in html
+
+
+def test_batch_norm_is_folded_and_epilogues_fused():
+    g = optimize(lw.from_onnx(small_cnn()))
+    counts = g.op_counts()
+    assert counts["conv2d"] == 4 and "mul" not in counts, counts    # every BN went into its conv
+    groups = fuse_operators(g)
+    names = [grp.name for grp in groups]
+    assert "conv2d_relu" in names and "conv2d_add_relu" in names and "conv2d_clip" in names, names
+    assert all(grp.kind != "injective" for grp in groups), names     # no stand-alone elementwise kernel
+
+
+def test_save_load_round_trip(small, tmp_path):
+    model, exe = small
+    feed, got = _check_against_onnxruntime(model, exe, seed=1)
+    path = tmp_path / "small.lwx"
+    exe.save(path)
+    t0 = time.perf_counter()
+    again = lw.load(path)
+    assert time.perf_counter() - t0 < 1.0
+    for a, b in zip(again.run(feed), got):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_run_checks_inputs(small):
+    _, exe = small
+    x = np.zeros((2, 3, 16, 16), np.float32)
+    with pytest.raises(lw.ArgumentError, match="unknown input.*'image'"):
+        exe.run({"image": x})
+    with pytest.raises(lw.ArgumentError, match="missing input.*'input'"):
+        exe.run({})
+    with pytest.raises(lw.ArgumentError, match="'input' must have dtype float32, got float64"):
+        exe.run({"input": x.astype(np.float64)})
+    with pytest.raises(lw.ArgumentError, match=r"'input' must have shape \(2, 3, 16, 16\).*batch size is fixed"):
+        exe.run({"input": np.zeros((4, 3, 16, 16), np.float32)})
+    with pytest.raises(lw.ArgumentError, match="'input' must have shape"):
+        exe.run({"input": np.zeros((2, 3, 8, 8), np.float32)})
+
+
+def test_unsupported_ops_are_all_listed_before_compiling():
+    b = OnnxBuilder()
+    x = b.node("LRN", ["input"], size=3)
+    y = b.node("Relu", [x])
+    z = b.node("Einsum", [y], equation="ij->ji")
+    w = b.node("Relu", [b.node("Erf", [z])])
+    model = b.model((1, 3, 4, 4), w, (1, 3, 4, 4))
+    with pytest.raises(OnnxImportError) as info:
+        lw.from_onnx(model)
+    message = str(info.value)
+    assert "3 node(s)" in message
+    for op in ("LRN", "Einsum", "Erf"):
+        assert f"{op} (opset 13)" in message
+    assert "lrn_1_node" in message
+    assert [u[1] for u in info.value.unsupported] == ["LRN", "Einsum", "Erf"]
+    assert isinstance(info.value, lw.LoopweaveError)
+
+
+def test_unsupported_attribute_is_reported_with_the_node():
+    b = OnnxBuilder()
+    out = b.node("MaxPool", ["input"], kernel_shape=[2, 2], storage_order=1)
+    with pytest.raises(OnnxImportError, match="maxpool_1_node.*MaxPool.*storage_order"):
+        lw.from_onnx(b.model((1, 1, 4, 4), out, (1, 1, 2, 2)))
+
+
+def test_malformed_and_missing_files(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07this is not protobuf\xff\xff")
+    with pytest.raises(OnnxImportError, match="not a valid ONNX model|malformed|empty graph"):
+        lw.from_onnx(str(bad))
+    with pytest.raises(OnnxImportError, match="does not exist"):
+        lw.from_onnx(str(tmp_path / "missing.onnx"))
+    with pytest.raises(OnnxImportError, match="file path or an onnx.ModelProto"):
+        lw.from_onnx(42)
+    with pytest.raises(lw.ArgumentError, match="not a loopweave executable|cannot open"):
+        lw.load(bad)
+
+
+def test_dynamic_batch_needs_input_shapes():
+    model = small_cnn()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    with pytest.raises(OnnxImportError, match="dynamic dimension 0 \\('N'\\).*static shapes only"):
+        lw.from_onnx(model)
+    g = lw.from_onnx(model, input_shapes={"input": (3, 3, 16, 16)})
+    assert g.values["input"].shape == (3, 3, 16, 16)
+
+
+def test_shape_subgraph_is_folded():
+    """Shape -> Gather -> Unsqueeze -> Concat -> Reshape: the usual exported flatten."""
+    b = OnnxBuilder()
+    pooled = b.node("GlobalAveragePool", ["input"])
+    shape = b.node("Shape", [pooled])
+    batch = b.node("Gather", [shape, b.init("zero", np.array(0, np.int64))], axis=0)
+    batch1 = b.node("Unsqueeze", [batch, b.init("axes", np.array([0], np.int64))])
+    target = b.node("Concat", [batch1, b.init("minus1", np.array([-1], np.int64))], axis=0)
+    flat = b.node("Reshape", [pooled, target])
+    out = b.gemm(flat, 4, 5)
+    model = b.model((2, 4, 3, 3), out, (2, 5))
+    g = lw.from_onnx(model)
+    assert set(g.op_counts()) == {"global_avg_pool", "reshape", "dense"}
+    _check_against_onnxruntime(model, lw.compile(g, progress=False))
+
+
+def test_graph_output_that_is_a_reshape_and_two_outputs():
+    b = OnnxBuilder()
+    r = b.relu("input")
+    flat = b.node("Flatten", [r], axis=1)
+    model = b.model((2, 3, 2, 2), flat, (2, 12))
+    model.graph.output.append(helper.make_tensor_value_info(r, TensorProto.FLOAT, [2, 3, 2, 2]))
+    exe = lw.compile(lw.from_onnx(model), progress=False)
+    _check_against_onnxruntime(model, exe)
+
+
+@pytest.mark.parametrize("builder", [resnet18, mobilenet_v2], ids=["resnet18", "mobilenet_v2"])
+def test_full_size_networks_match_onnxruntime(builder):
+    model = builder(batch=1, size=224)
+    exe = lw.compile(lw.from_onnx(model), progress=False)
+    _check_against_onnxruntime(model, exe)
