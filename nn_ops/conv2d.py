@@ -29,7 +29,7 @@ from ..dsl.reduction import sum as lw_sum
 from ..dsl.tensor import Tensor, compute, reduce_axis
 from ..errors import ExprError
 from ..target import resolve_target
-from .registry import register_schedule
+from .registry import fused_output, register_schedule
 
 
 def _check(cond: bool, message: str):
@@ -181,6 +181,15 @@ def _row_block(ow: int, limit: int) -> int:
     return _divisor_at_most(ow, limit)
 
 
+def _epilogue_or_self(s, op):
+    """The stage to tile: ``op`` (the NCHW copy-out), or the fused elementwise output it feeds,
+    with the copy-out inlined into it (see ``registry.fused_output``)."""
+    Y = fused_output(s, op)
+    if Y is not s[op]:
+        s[op].compute_inline()
+    return Y
+
+
 @register_schedule("conv2d", "llvm")
 def schedule_conv2d(s, op, target):
     out = op.outputs[0]
@@ -193,7 +202,7 @@ def schedule_conv2d(s, op, target):
     # register block: owb pixels x nv channel vectors
     nv = 2 if (oc_ // bn) % 2 == 0 and bn == lanes else 1
     owb = _row_block(ow_, 28 // nv if nv > 1 else 14)
-    Y = s[op]
+    Y = _epilogue_or_self(s, op)
     n, o, y, x = Y.op.axis
     oo, oi = Y.split(o, factor=bn * nv)
     xo, xi = Y.split(x, factor=owb)
@@ -232,9 +241,12 @@ def schedule_conv2d(s, op, target):
 @register_schedule("conv2d_depthwise", "llvm")
 def schedule_conv2d_depthwise(s, op, target):
     out = op.outputs[0]
-    Y = s[op]
+    Y = fused_output(s, op)
     n, c, y, x = Y.op.axis
-    Y.parallel(Y.fuse(n, c))
+    fused = Y.fuse(n, c)
+    Y.parallel(fused)
+    if Y is not s[op]:      # fused epilogue: the depthwise plane is computed per (n, c) inside it
+        s[op].compute_at(Y, fused)
     for t in op.input_tensors:
         if getattr(t.op, "tag", "") == "conv2d.pad":
             P = s[t]
@@ -252,7 +264,7 @@ def schedule_conv2d_1x1(s, op, target):
     pixels = oh_ * ow_
     npv = 2 if pixels >= 2 * lanes else 1
     mr = _divisor_at_most(oc_, 28 // npv if npv > 1 else 16)
-    Y = s[op]
+    Y = _epilogue_or_self(s, op)
     n, o, y, x = Y.op.axis
     p = Y.fuse(y, x)
     tile = lanes * npv

@@ -108,8 +108,13 @@ class FunctionEmitter:
         self.expr(s.value)
 
     def stmt_LetStmt(self, s: LetStmt):
+        previous = self.scope.get(id(s.var))
         self.scope[id(s.var)] = self.expr(s.value)
         self.stmt(s.body)
+        if previous is None:
+            del self.scope[id(s.var)]
+        else:
+            self.scope[id(s.var)] = previous
 
     def stmt_IfThenElse(self, s: IfThenElse):
         cond = self.expr(s.condition)
@@ -132,6 +137,7 @@ class FunctionEmitter:
             ptr = self._alloca_in_entry(ir.ArrayType(elem, max(1, extent.value)), name=buf.name)
             self.buffer_ptrs[id(buf)] = ptr
             self.stmt(s.body)
+            del self.buffer_ptrs[id(buf)]
             return
         count = self.expr(extent)
         size = self.builder.mul(count, ir.Constant(I64, dtypes.itemsize(buf.dtype)))
@@ -141,6 +147,7 @@ class FunctionEmitter:
             self.builder.call(self.cg.runtime_fn("abort"), [])
         self.buffer_ptrs[id(buf)] = ptr
         self.stmt(s.body)
+        del self.buffer_ptrs[id(buf)]
         self.builder.call(self.cg.runtime_fn("free"), [ptr])
 
     def stmt_BufferStore(self, s: BufferStore):
@@ -192,6 +199,7 @@ class FunctionEmitter:
         phi.add_incoming(lo, pre)
         b.cbranch(b.icmp_signed("<", phi, hi), body_bb, exit_bb)
         b.position_at_end(body_bb)
+        previous = self.scope.get(id(var))
         self.scope[id(var)] = phi
         self.stmt(body)
         nxt = b.add(phi, ir.Constant(I64, 1), flags=("nsw",))
@@ -199,6 +207,11 @@ class FunctionEmitter:
         b.branch(header)  # loops the unroll pass could not expand are left to LLVM's unroller
         phi.add_incoming(nxt, latch)
         b.position_at_end(exit_bb)
+        # the loop variable is out of scope after the loop (closures must not capture it)
+        if previous is None:
+            del self.scope[id(var)]
+        else:
+            self.scope[id(var)] = previous
 
     # --------------------------------------------------------- expressions
     def expr(self, e):
@@ -232,8 +245,14 @@ class FunctionEmitter:
         return self._broadcast(self.expr(e.value), e.lanes)
 
     def expr_Let(self, e: Let):
+        previous = self.scope.get(id(e.var))
         self.scope[id(e.var)] = self.expr(e.value)
-        return self.expr(e.body)
+        value = self.expr(e.body)
+        if previous is None:
+            del self.scope[id(e.var)]
+        else:
+            self.scope[id(e.var)] = previous
+        return value
 
     def expr_BufferLoad(self, e: BufferLoad):
         buf = e.buffer

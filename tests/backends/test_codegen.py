@@ -98,10 +98,6 @@ def test_parallel_reduction_computes_right():
     np.testing.assert_allclose(b, a.sum(1), rtol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the parallel-loop closure captures loop variables of an earlier, "
-                                        "already closed loop nest (FunctionEmitter.emit_loop never drops the "
-                                        "loop phi from scope); LLVM verify fails with 'Instruction does not "
-                                        "dominate all uses'")
 def test_parallel_loop_after_another_2d_nest():
     n = lw.var("n")
     A = lw.placeholder((n, n), name="A")
