@@ -58,7 +58,8 @@ def _cmd_run(args) -> int:
         if args.output_dir:
             import os
             os.makedirs(args.output_dir, exist_ok=True)
-            path = os.path.join(args.output_dir, "".join(c if c.isalnum() or c in "._-" else "_" for c in name) + ".npy")
+            safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+            path = os.path.join(args.output_dir, safe + ".npy")
             np.save(path, out)
             print(f"{name}: {out.dtype}{list(out.shape)} -> {path}")
         else:

@@ -1,54 +1,12 @@
-"""Interleaved latency comparison of a compiled network against onnxruntime.
-
-Same method as ``benchmarks/compare.py`` (copied here so the installed package does not
-depend on the benchmarks folder): alternate single runs of the two systems, pause
-between them so one's spinning threads do not steal the other's core, and report the
-median of the per-pair ratios (> 1 means loopweave is faster).
-"""
+"""Interleaved latency comparison of a compiled network against onnxruntime (see ``loopweave.timing``)."""
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
 
-@dataclass
-class Comparison:
-    ours_s: float
-    theirs_s: float
-    ratio: float       # median over pairs of theirs/ours
-
-
-def interleaved(ours: Callable[[], object], theirs: Callable[[], object], pairs: int = 15,
-                min_seconds: float = 0.02, pause: float = 0.05) -> Comparison:
-    ours()
-    theirs()
-    t0 = time.perf_counter()
-    ours()
-    inner = max(1, int(min_seconds / max(time.perf_counter() - t0, 1e-7)))
-    ours_t, theirs_t, ratios = [], [], []
-    for _ in range(pairs):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            ours()
-        a = (time.perf_counter() - t0) / inner
-        time.sleep(pause)
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            theirs()
-        b = (time.perf_counter() - t0) / inner
-        time.sleep(pause)
-        ours_t.append(a)
-        theirs_t.append(b)
-        ratios.append(b / a)
-    return Comparison(float(np.median(ours_t)), float(np.median(theirs_t)), float(np.median(ratios)))
-
-
-def set_threads(n: int) -> None:
-    from ..backends.llvm import thread_pool
-    thread_pool.set_num_threads(n)
+from ..timing import Comparison, interleaved, set_threads  # noqa: F401 - re-exported for the CLI
 
 
 def onnxruntime_session(model, threads: int):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Sequence, Tuple, Union
 
 from ..dsl.expr import Const, Expr, cast, const, select
+from ..dsl.intrinsics import pow as _pow
 from ..dsl.intrinsics import elementwise_max, elementwise_min, exp, sigmoid as _sigmoid, sqrt as _sqrt, tanh as _tanh
 from ..dsl.tensor import Tensor, compute
 from ..errors import ExprError
@@ -58,7 +59,7 @@ def binary(op: str, a: Operand, b: Operand, name: str = "") -> Tensor:
     shape = broadcast_shape(sa, sb)
     nd = len(shape)
     fns = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
-           "div": lambda x, y: x / y, "max": elementwise_max, "min": elementwise_min}
+           "div": lambda x, y: x / y, "max": elementwise_max, "min": elementwise_min, "pow": _pow}
     if op not in fns:
         raise ExprError(f"unknown binary op {op!r}; one of {', '.join(fns)}")
     fn = fns[op]

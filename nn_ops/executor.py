@@ -29,7 +29,7 @@ import threading
 import time
 import zipfile
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -66,25 +66,36 @@ class KernelCall:
 
 
 class _Progress:
+    """One line on stderr: a bar redrawn in place on a terminal, a single summary line otherwise."""
+
     def __init__(self, total: int, enabled: bool):
         self.total, self.enabled, self.start = total, enabled and total > 0, time.perf_counter()
+        self.tty = sys.stderr.isatty()
+        self.reused = 0
 
-    def update(self, done: int, label: str, cached: int):
-        if not self.enabled:
+    def update(self, done: int, label: str, reused: int):
+        self.reused = reused
+        if not self.enabled or not self.tty:
             return
         width = 24
         filled = int(width * done / self.total)
         sys.stderr.write(f"\rloopweave: compiling kernels [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total}"
-                         f" ({cached} cached) {time.perf_counter() - self.start:5.1f}s {label[:28]:<28}")
+                         f" ({reused} reused) {time.perf_counter() - self.start:5.1f}s {label[:28]:<28}")
         sys.stderr.flush()
 
     def close(self):
-        if self.enabled:
+        if not self.enabled:
+            return
+        if self.tty:
             sys.stderr.write("\n")
-            sys.stderr.flush()
+        else:
+            sys.stderr.write(f"loopweave: compiled {self.total}/{self.total} kernels ({self.reused} reused) in "
+                             f"{time.perf_counter() - self.start:.1f}s\n")
+        sys.stderr.flush()
 
 
-def compile(graph: Graph, target="llvm", progress: Optional[bool] = None, tuning_log=None) -> "Executable":  # noqa: A001
+def compile(graph: Graph, target="llvm", progress: Optional[bool] = None,  # noqa: A001 - lw.compile
+            tuning_log=None) -> "Executable":
     """Compile a network graph (from ``from_onnx``) into an :class:`Executable`."""
     from .graph_passes import fuse_operators, optimize
     if not isinstance(graph, Graph):
@@ -105,19 +116,18 @@ def compile(graph: Graph, target="llvm", progress: Optional[bool] = None, tuning
     built: Dict[str, object] = {}
     by_signature: Dict[str, object] = {}
     calls_params: List[Tuple[object, List[str], str]] = []
-    cached = 0
+    reused = 0
     for k, grp in enumerate(kernel_groups):
         signature, params = _group_signature(g, grp)
         module = by_signature.get(signature)
         if module is None:
-            t_k = time.perf_counter()
             module = _build_group(g, grp, params, tgt)
-            if time.perf_counter() - t_k < 0.05:
-                cached += 1
             by_signature[signature] = module
             built.setdefault(module.symbol, module)
+        else:
+            reused += 1
         calls_params.append((module, params, grp.name))
-        bar.update(k + 1, grp.name, cached)
+        bar.update(k + 1, grp.name, reused)
     bar.close()
     # memory plan
     weights, weight_offsets = _pack_weights(g, {p for _, params, _ in calls_params for p in params})
@@ -221,6 +231,10 @@ def _pack_weights(g: Graph, used: set):
     for name, (off, shape, dtype) in table.items():
         arr = np.ascontiguousarray(g.initializers[name])
         blob[off:off + arr.nbytes] = arr.reshape(-1).view(np.uint8)
+        # the compiled graph keeps read-only views into the blob: no second copy of the weights
+        view = blob[off:off + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+        view.flags.writeable = False
+        g.initializers[name] = view
     return blob, table
 
 
@@ -375,6 +389,14 @@ class Executable:
                 f"{len(self.kernels)} distinct kernels, arena {self.arena_size / 1e6:.1f} MB, "
                 f"weights {self.weights.nbytes / 1e6:.1f} MB>")
 
+    def _repr_html_(self) -> str:
+        import html
+        rows = "".join(f"<tr><td>{k}</td><td>{html.escape(c.name)}</td><td><code>{html.escape(c.symbol)}</code></td>"
+                       f"<td>{html.escape(', '.join(f'{sp}:{w}' for sp, w in c.args))}</td></tr>"
+                       for k, c in enumerate(self.calls))
+        return (f"<div>{html.escape(repr(self))}<details><summary>kernel calls</summary><table>"
+                f"<tr><th>#</th><th>kernel</th><th>symbol</th><th>buffers</th></tr>{rows}</table></details></div>")
+
     # ------------------------------------------------------------ running
     def _check_feed(self, feed) -> List[np.ndarray]:
         if not isinstance(feed, dict):
@@ -480,7 +502,6 @@ class Executable:
 
 def load(path) -> Executable:
     """Load an executable written by ``Executable.save``; no compilation happens."""
-    from ..errors import LoopweaveError
     try:
         z = zipfile.ZipFile(path)
     except (OSError, zipfile.BadZipFile) as exc:

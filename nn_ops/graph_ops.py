@@ -90,6 +90,21 @@ def _dense(inputs, attrs):
     return dense(inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None)
 
 
+SMALL_M = 16
+
+
+@op("dense_kn", "anchor")
+def _dense_kn(inputs, attrs):
+    """X [M, K] times a [K, N] weight (transposed at compile time), plus an optional bias [N]."""
+    from .gemv import matmul_small_m
+    from .matmul import matmul
+    X, W = inputs[0], inputs[1]
+    Y = matmul_small_m(X, W) if static_shape(X)[0] <= SMALL_M else matmul(X, W)
+    if len(inputs) > 2 and inputs[2] is not None:
+        Y = ew.add(Y, inputs[2], name="bias")
+    return Y
+
+
 @op("matmul", "anchor")
 def _matmul(inputs, attrs):
     from .matmul import batch_matmul, matmul
@@ -102,7 +117,24 @@ def _matmul(inputs, attrs):
 
 
 # ------------------------------------------------------------------ injective
-for _name in ("add", "sub", "mul", "div", "max", "min"):
+def _erf(v):
+    from ..dsl.intrinsics import erf
+    return erf(v)
+
+
+def _pow(v, exponent: float, dtype: str):
+    from ..dsl.expr import const
+    from ..dsl.intrinsics import pow as lw_pow, sqrt
+    if exponent == 2.0:
+        return v * v
+    if exponent == 1.0:
+        return v
+    if exponent == 0.5:
+        return sqrt(v)
+    return lw_pow(v, const(float(exponent), dtype))
+
+
+for _name in ("add", "sub", "mul", "div", "max", "min", "pow"):
     def _make(opname):
         return lambda inputs, attrs: ew.binary(opname, inputs[0], inputs[1], name=opname)
     OPS[_name] = OpDef(_make(_name), "injective")
@@ -119,6 +151,8 @@ _UNARY = {
     "sqrt": lambda x, a: ew.sqrt(x),
     "neg": lambda x, a: ew.negative(x),
     "copy": lambda x, a: ew.identity(x),
+    "erf": lambda x, a: ew.unary(_erf, x, "erf"),
+    "pow_const": lambda x, a: ew.unary(lambda v: _pow(v, a["exponent"], x.dtype), x, "pow"),
 }
 for _name, _fn in _UNARY.items():
     OPS[_name] = OpDef((lambda f: lambda inputs, attrs: f(inputs[0], attrs))(_fn), "injective")
@@ -151,6 +185,10 @@ def _avg_pool(inputs, attrs):
 
 OPS["global_avg_pool"] = OpDef(lambda inputs, attrs: pooling.global_pool(inputs[0], "avg"), "reduce")
 OPS["global_max_pool"] = OpDef(lambda inputs, attrs: pooling.global_pool(inputs[0], "max"), "reduce")
+OPS["reduce"] = OpDef(lambda inputs, attrs: shape_ops.reduce(inputs[0], attrs["axes"], attrs["kind"],
+                                                              attrs.get("keepdims", True)), "reduce")
+OPS["slice"] = OpDef(lambda inputs, attrs: shape_ops.strided_slice(inputs[0], attrs["begin"], attrs["end"],
+                                                                    attrs["step"]), "injective")
 OPS["softmax"] = OpDef(lambda inputs, attrs: shape_ops.softmax(inputs[0], attrs.get("axis", -1)), "reduce")
 
 

@@ -148,3 +148,61 @@ def schedule_softmax_reduce(s, op, target):
         stage.parallel(stage.fuse(*axes))
     elif axes:
         stage.parallel(axes[0])
+
+
+def strided_slice(X: Tensor, begin: Sequence[int], end: Sequence[int], step: Sequence[int],
+                  name: str = "slice") -> Tensor:
+    """``X[begin:end:step]`` per axis, with normalised (in-range) bounds; numpy semantics."""
+    src = static_shape(X)
+    shape = []
+    for d, b, e, s in zip(src, begin, end, step):
+        if s == 0:
+            raise ExprError("slice step must not be 0")
+        shape.append(len(range(b, e, s)))
+    def index(i, b, s):
+        if s == 1:
+            return i + b if b else i
+        return i * s + b
+
+    return compute(tuple(shape), lambda *idx: X[tuple(index(i, b, s) for i, b, s in zip(idx, begin, step))],
+                   name=name, tag="injective")
+
+
+def reduce(X: Tensor, axes: Sequence[int], kind: str = "sum", keepdims: bool = True, name: str = "reduce") -> Tensor:
+    """Sum / mean / max / min of X over ``axes`` (one stage, tagged ``"reduce"``)."""
+    from ..dsl.reduction import min as lw_min
+    src = static_shape(X)
+    nd = len(src)
+    axes = sorted({a + nd if a < 0 else a for a in axes}) if axes else list(range(nd))
+    raxes = {a: reduce_axis((0, src[a]), name=f"r{a}") for a in axes}
+    out_shape = tuple((1 if a in raxes else d) for a, d in enumerate(src) if keepdims or a not in raxes)
+    count = math.prod(src[a] for a in axes)
+    reducer = {"sum": lw_sum, "mean": lw_sum, "max": lw_max, "min": lw_min}[kind]
+
+    def body(*idx):
+        it = iter(idx)
+        index = []
+        for a in range(nd):
+            if a in raxes:
+                if keepdims:
+                    next(it)
+                index.append(raxes[a])
+            else:
+                index.append(next(it))
+        value = X[tuple(index)]
+        if kind == "mean":
+            value = value * const(1.0 / max(1, count), X.dtype)
+        return reducer(value, axis=[raxes[a] for a in axes])
+
+    return compute(out_shape, body, name=name, tag="reduce")
+
+
+@register_schedule("reduce", "llvm")
+def schedule_reduce(s, op, target):
+    """Parallel over the output elements; each reduces serially."""
+    stage = s[op]
+    axes = list(op.axis)
+    if len(axes) > 1:
+        stage.parallel(stage.fuse(*axes))
+    elif axes:
+        stage.parallel(axes[0])

@@ -25,6 +25,9 @@ from ..ir import For, IfThenElse, LetStmt, Seq, seq
 from ..isl_adapter import IslNames, affine, condition, make_set, pw_aff_to_expr
 
 
+MAX_ISL_OPERATIONS = 1_000_000  # ~0.1 s of isl work for one loop; see _Partition._main_range
+
+
 def _atoms(cond: Expr) -> List[Expr]:
     if isinstance(cond, Logical) and cond.op == "and":
         return _atoms(cond.a) + _atoms(cond.b)
@@ -132,6 +135,20 @@ class _Partition(Mutator):
         return For(node.var, node.min, node.extent, node.kind, body, node.annotations)
 
     def _main_range(self, loop: For, guards: List[_Guard]):
+        """``_main_range_isl`` under an isl operation budget: some guard sets (nested splits
+        of region extents with floor divisions) make isl run for tens of seconds; past the
+        budget the loop is simply left unpartitioned, which is always correct."""
+        ctx = isl.DEFAULT_CONTEXT
+        ctx.set_max_operations(MAX_ISL_OPERATIONS)
+        ctx.reset_operations()
+        try:
+            return self._main_range_isl(loop, guards)
+        except isl.Error:
+            return None
+        finally:
+            ctx.set_max_operations(0)
+
+    def _main_range_isl(self, loop: For, guards: List[_Guard]):
         names = IslNames()
         v = names(loop.var)
         outer_cons = []

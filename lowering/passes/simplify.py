@@ -137,6 +137,10 @@ class Simplifier(Mutator):
 
     def visit_Binary(self, node):
         a, b = self.visit(node.a), self.visit(node.b)
+        if node.op in ("floordiv", "floormod") and isinstance(b, Const) and b.value == 0 and dtypes.is_int(b.dtype):
+            # a divisor that folds to 0 is a fused axis's inner extent that is empty here (a
+            # region of extent 0): the fused loop has extent 0 and this code never runs
+            return const(0, node.dtype)
         e = binary(node.op, a, b) if (a is not node.a or b is not node.b) else node
         if not isinstance(e, Binary):
             return e

@@ -6,21 +6,27 @@ result into kernels for the executor.
 from __future__ import annotations
 
 from ..graph import Graph
+from .choose_dense_layout import choose_dense_layout
 from .eliminate_dead_code import eliminate_dead_code
 from .fold_batch_norm import fold_batch_norm
 from .fold_constants import fold_constants
+from .fold_pad_into_conv import fold_pad_into_conv
 from .fuse_operators import FusedGroup, fuse_operators
 
 
 def optimize(graph: Graph) -> Graph:
-    """The standard graph pipeline, on a copy: fold constants, fold BN into convs, drop dead code."""
+    """The standard graph pipeline, on a copy: fold constants, zero pads and BN into convs,
+    pre-transpose constant dense weights, drop dead code."""
     g = graph.copy()
     g = fold_constants(g)
+    g = fold_pad_into_conv(g)
     g = fold_batch_norm(g)
     g = fold_constants(g)
+    g = choose_dense_layout(g)
     g = eliminate_dead_code(g)
     g.check()
     return g
 
 
-__all__ = ["optimize", "fold_constants", "fold_batch_norm", "eliminate_dead_code", "fuse_operators", "FusedGroup"]
+__all__ = ["optimize", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "choose_dense_layout",
+           "eliminate_dead_code", "fuse_operators", "FusedGroup"]

@@ -107,6 +107,9 @@ class ImportContext:
             raise
         except Exception as exc:  # a shape the op refuses: report it as this node's problem
             raise Unsupported(f"{op_type} over input shapes {shapes}: {exc}") from exc
-        self.graph.add_value(output, output_shape(t), t.dtype)
+        shape = output_shape(t)
+        if 0 in shape:
+            raise Unsupported(f"the result {output!r} would be empty (shape {shape}); empty tensors are not supported")
+        self.graph.add_value(output, shape, t.dtype)
         self.graph.add_node(op_type, inputs, [output], attrs, name or output)
         return output

@@ -19,9 +19,17 @@ def _float_only(ctx, node):
 def _binary(op_type):
     def convert(ctx: ImportContext, node):
         _float_only(ctx, node)
-        if len(node.input) != 2:
-            raise Unsupported(f"{len(node.input)} inputs (only 2 are supported)")
-        ctx.emit(op_type, list(node.input), node.output[0], name=node.name)
+        inputs = [i for i in node.input if i]
+        if len(inputs) == 1 and op_type in ("max", "min"):     # variadic Max/Min of one input
+            ctx.emit("identity", inputs, node.output[0], name=node.name)
+            return
+        if len(inputs) != 2 and op_type not in ("max", "min"):
+            raise Unsupported(f"{len(inputs)} inputs (2 expected)")
+        acc = inputs[0]
+        for k, other in enumerate(inputs[1:]):
+            out = node.output[0] if k == len(inputs) - 2 else ctx.graph.fresh_name(f"{node.output[0]}.{k}")
+            ctx.emit(op_type, [acc, other], out, name=node.name if out == node.output[0] else out)
+            acc = out
     return convert
 
 

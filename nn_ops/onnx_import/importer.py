@@ -17,6 +17,7 @@ from ...errors import OnnxImportError
 from ..graph import Graph
 from . import elementwise as _elementwise  # noqa: F401 - registers converters
 from . import nn as _nn  # noqa: F401
+from . import reduce as _reduce  # noqa: F401
 from . import shape as _shape  # noqa: F401
 from .context import CONVERTERS, ImportContext, Unsupported, find_converter
 from .fold import FOLDERS, try_fold
@@ -24,7 +25,15 @@ from .fold import FOLDERS, try_fold
 MIN_OPSET = 13
 
 
+def _require_onnx():
+    try:
+        import onnx  # noqa: F401
+    except ImportError as exc:
+        raise OnnxImportError("from_onnx needs the 'onnx' package (pip install onnx)") from exc
+
+
 def _load(model):
+    _require_onnx()
     import onnx
     if isinstance(model, onnx.ModelProto):
         return model
@@ -53,8 +62,8 @@ def _np_dtype(elem_type: int) -> str:
 
 def from_onnx(model, input_shapes: Optional[Dict[str, Sequence[int]]] = None, name: Optional[str] = None) -> Graph:
     """Import an ONNX model.  ``input_shapes`` fixes dynamic input dimensions (static shapes only)."""
-    import onnx
     model = _load(model)
+    import onnx
     if not model.graph.node and not model.graph.output:
         raise OnnxImportError("the ONNX model has an empty graph (no nodes and no outputs); is the file complete?")
     try:
@@ -103,6 +112,9 @@ def _with_static_inputs(model, input_shapes):
                 d.dim_value = int(v)
             continue
         for k, d in enumerate(dims):
+            if d.HasField("dim_value") and d.dim_value == 0 and not d.dim_param:
+                raise OnnxImportError(f"input {inp.name!r} has size 0 in dimension {k}; empty tensors are not "
+                                      f"supported")
             if not d.HasField("dim_value") or d.dim_value <= 0:
                 sym = d.dim_param or "?"
                 raise OnnxImportError(

@@ -67,7 +67,8 @@ class OnnxBuilder:
         from onnx import TensorProto, helper
         graph = helper.make_graph(self.nodes, name,
                                   [helper.make_tensor_value_info("input", TensorProto.FLOAT, list(x_shape))],
-                                  [helper.make_tensor_value_info(out, TensorProto.FLOAT, list(out_shape) if out_shape else [])],
+                                  [helper.make_tensor_value_info(out, TensorProto.FLOAT,
+                                                                 list(out_shape) if out_shape else [])],
                                   initializer=self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)], producer_name="loopweave")
         model.ir_version = 8

@@ -39,17 +39,16 @@ def _check_2d(ctx, node, name):
 def conv(ctx: ImportContext, node):
     X = node.input[0]
     N, C, H, W = _check_2d(ctx, node, "convolution")
-    w = ctx.require_const(node, 1, "weight")
-    if w.ndim != 4:
+    w_shape = ctx.shape(node.input[1])
+    if len(w_shape) != 4:
         raise Unsupported("only 2-d convolution is supported")
-    kernel = list(ctx.attr(node, "kernel_shape", w.shape[2:]))
+    kernel = list(ctx.attr(node, "kernel_shape", w_shape[2:]))
     stride = list(ctx.attr(node, "strides", [1, 1]))
     dilation = list(ctx.attr(node, "dilations", [1, 1]))
     group = int(ctx.attr(node, "group", 1))
     padding = _spatial_padding(ctx, node, (H, W), kernel, stride, dilation)
     inputs = [X, node.input[1]]
     if len(node.input) > 2 and node.input[2]:
-        ctx.require_const(node, 2, "bias")
         inputs.append(node.input[2])
     ctx.emit("conv2d", inputs, node.output[0],
              {"stride": tuple(stride), "padding": tuple(padding), "dilation": tuple(dilation), "groups": group},
@@ -62,9 +61,11 @@ def batch_norm(ctx: ImportContext, node):
         raise Unsupported("training_mode=1 (only inference batch norm is supported)")
     if len(node.output) > 1 and any(node.output[1:]):
         raise Unsupported("running mean/var outputs (training) are not supported")
-    scale, bias, mean, var = (ctx.require_const(node, k, what)
-                              for k, what in ((1, "scale"), (2, "bias"), (3, "mean"), (4, "var")))
     eps = float(ctx.attr(node, "epsilon", 1e-5))
+    if not all(ctx.const(node.input[k]) is not None for k in range(1, 5)):
+        _dynamic_batch_norm(ctx, node, eps)
+        return
+    scale, bias, mean, var = (ctx.const(node.input[k]) for k in range(1, 5))
     # y = x * a + b per channel; the fold_batch_norm pass moves a and b into a preceding conv
     a = (scale / np.sqrt(var.astype(np.float64) + eps)).astype(np.float32)
     b = (bias - mean * a).astype(np.float32)
@@ -75,6 +76,25 @@ def batch_norm(ctx: ImportContext, node):
     scaled = ctx.graph.fresh_name(node.output[0] + ".bn_mul")
     ctx.emit("mul", [node.input[0], a_name], scaled, name=node.name + ".mul")
     ctx.emit("add", [scaled, b_name], node.output[0], name=node.name)
+
+
+def _dynamic_batch_norm(ctx: ImportContext, node, eps: float):
+    """Batch norm whose statistics are graph inputs: the same formula, as elementwise nodes."""
+    x, scale, bias, mean, var = node.input[:5]
+    rank = len(ctx.shape(x))
+    channels = ctx.shape(x)[1]
+    out = node.output[0]
+
+    def tmp(tag):
+        return ctx.graph.fresh_name(f"{out}.{tag}")
+
+    v = ctx.emit("add", [var, ctx.add_constant(out + ".eps", np.array(eps, np.float32))], tmp("var_eps"))
+    a = ctx.emit("div", [scale, ctx.emit("sqrt", [v], tmp("std"))], tmp("a"))
+    b = ctx.emit("sub", [bias, ctx.emit("mul", [mean, a], tmp("mean_a"))], tmp("b"))
+    shape = (channels,) + (1,) * (rank - 2)
+    a_r = ctx.emit("reshape", [a], tmp("a_r"), {"shape": shape})
+    b_r = ctx.emit("reshape", [b], tmp("b_r"), {"shape": shape})
+    ctx.emit("add", [ctx.emit("mul", [x, a_r], tmp("xa")), b_r], out, name=node.name)
 
 
 def _pool_common(ctx, node, kind):

@@ -1,10 +1,11 @@
 """Each supported ONNX op, imported, compiled and run against onnxruntime on small shapes."""
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper
 
-import loopweave as lw
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+
+import loopweave as lw  # noqa: E402
 from loopweave.nn_ops.onnx_import.model_zoo import OnnxBuilder
 
 ort = pytest.importorskip("onnxruntime")
@@ -119,6 +120,15 @@ def test_gemm(trans_a, trans_b, alpha, beta, c_shape):
     _check(_model(b, out, a_shape))
 
 
+@pytest.mark.parametrize("rows", [1, 20], ids=["streaming", "blocked"])
+def test_dense_with_constant_weight_both_paths(rows):
+    """Constant weights are transposed at compile time: few rows stream them, many rows use the blocked matmul."""
+    b = OnnxBuilder()
+    out = b.relu(b.gemm("input", 40, 70))
+    g = _check(_model(b, out, (rows, 40)))
+    assert "dense" in g.op_counts()
+
+
 def test_matmul_constant_and_dynamic():
     b = OnnxBuilder()
     w = np.random.default_rng(4).standard_normal((6, 4)).astype(np.float32)
@@ -144,3 +154,28 @@ def test_reshape_with_zero_and_minus_one():
     b = OnnxBuilder()
     r = b.node("Reshape", ["input", b.init("shape", np.array([0, -1, 2], np.int64))])
     _check(_model(b, b.node("Relu", [r]), (2, 3, 4)))
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("axes,keepdims", [([2, 3], 1), ([1], 0), ([-1], 1), (None, 0)], ids=str)
+def test_reductions(op, axes, keepdims):
+    b = OnnxBuilder(opset=13)
+    if op == "ReduceSum":
+        inputs = ["input"] + ([b.init("axes", np.array(axes, np.int64))] if axes is not None else [])
+        out = b.node(op, inputs, keepdims=keepdims)
+    else:
+        out = b.node(op, ["input"], keepdims=keepdims, **({"axes": axes} if axes is not None else {}))
+    _check(_model(b, out, (2, 3, 4, 5)))
+
+
+def test_slice_split_cast_erf_pow():
+    b = OnnxBuilder()
+    i64 = lambda v: b.init("c", np.array(v, np.int64))  # noqa: E731
+    s = b.node("Slice", ["input", i64([1, -1]), i64([10, 0]), i64([1, 3]), i64([2, -2])])
+    parts = b.node("Split", [s, i64([1, 2])], n_out=2, axis=2)
+    c = b.node("Cast", [parts[1]], to=TensorProto.FLOAT)
+    e = b.node("Erf", [c])
+    p = b.node("Pow", [b.node("Relu", [e]), b.init("two", np.float32(2.0))])
+    q = b.node("Pow", [b.node("Sigmoid", [parts[0]]), b.node("Sigmoid", [parts[0]])])
+    out = b.node("Concat", [p, q], axis=2)
+    _check(_model(b, out, (2, 6, 3, 7)))

@@ -1,0 +1,96 @@
+"""Converters for reductions (ReduceMean/Sum/Max/Min), Slice, Split, Cast, Erf, Pow."""
+from __future__ import annotations
+
+import numpy as np
+
+from .context import ImportContext, Unsupported, converter
+
+_REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min"}
+
+
+def _reduce(kind):
+    def convert(ctx: ImportContext, node):
+        if len(node.input) > 1 and node.input[1]:
+            axes = [int(a) for a in ctx.require_const(node, 1, "axes")]
+        else:
+            axes = list(ctx.attr(node, "axes", []))
+        if not axes and ctx.attr(node, "noop_with_empty_axes", 0):
+            ctx.emit("identity", [node.input[0]], node.output[0], name=node.name)
+            return
+        ctx.emit("reduce", [node.input[0]], node.output[0],
+                 {"axes": tuple(axes), "kind": kind, "keepdims": bool(ctx.attr(node, "keepdims", 1))},
+                 name=node.name)
+    return convert
+
+
+for _onnx, _kind in _REDUCE.items():
+    converter(_onnx, since=1)(_reduce(_kind))
+
+
+def _static_slice(shape, starts, ends, axes, steps):
+    begin, end, step = [0] * len(shape), list(shape), [1] * len(shape)
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        a = int(a) + len(shape) if int(a) < 0 else int(a)
+        r = range(shape[a])[slice(int(s), int(e), int(st))]
+        begin[a], end[a], step[a] = r.start, r.stop, r.step
+    return begin, end, step
+
+
+@converter("Slice", since=10)
+def slice_(ctx: ImportContext, node):
+    shape = ctx.shape(node.input[0])
+    starts = ctx.require_const(node, 1, "starts")
+    ends = ctx.require_const(node, 2, "ends")
+    axes = ctx.require_const(node, 3, "axes") if len(node.input) > 3 and node.input[3] else range(len(starts))
+    steps = ctx.require_const(node, 4, "steps") if len(node.input) > 4 and node.input[4] else [1] * len(starts)
+    begin, end, step = _static_slice(shape, starts, ends, axes, steps)
+    ctx.emit("slice", [node.input[0]], node.output[0], {"begin": tuple(begin), "end": tuple(end), "step": tuple(step)},
+             name=node.name)
+
+
+@converter("Split", since=13)
+def split(ctx: ImportContext, node):
+    shape = ctx.shape(node.input[0])
+    axis = int(ctx.attr(node, "axis", 0))
+    axis = axis + len(shape) if axis < 0 else axis
+    n = len(node.output)
+    if len(node.input) > 1 and node.input[1]:
+        sizes = [int(v) for v in ctx.require_const(node, 1, "split")]
+    else:
+        chunk = -(-shape[axis] // n)
+        sizes = [min(chunk, shape[axis] - k * chunk) for k in range(n)]
+    start = 0
+    for out, size in zip(node.output, sizes):
+        begin, end, step = [0] * len(shape), list(shape), [1] * len(shape)
+        begin[axis], end[axis] = start, start + size
+        start += size
+        if out:
+            ctx.emit("slice", [node.input[0]], out, {"begin": tuple(begin), "end": tuple(end), "step": tuple(step)},
+                     name=f"{node.name}:{out}")
+
+
+@converter("Cast", since=13)
+def cast(ctx: ImportContext, node):
+    from onnx import helper
+    to = str(np.dtype(helper.tensor_dtype_to_np_dtype(ctx.attr(node, "to"))))
+    if to != ctx.dtype(node.input[0]):
+        raise Unsupported(f"cast from {ctx.dtype(node.input[0])} to {to} (only float32 tensors are supported)")
+    ctx.emit("identity", [node.input[0]], node.output[0], name=node.name)
+
+
+@converter("Erf", since=13)
+def erf(ctx: ImportContext, node):
+    ctx.emit("erf", [node.input[0]], node.output[0], name=node.name)
+
+
+@converter("Pow", since=13)
+def pow_(ctx: ImportContext, node):
+    exponent = ctx.const(node.input[1])
+    if exponent is not None and exponent.size == 1 and len(ctx.shape(node.input[0])) >= exponent.ndim:
+        ctx.emit("pow_const", [node.input[0]], node.output[0], {"exponent": float(exponent.reshape(()))},
+                 name=node.name)
+        return
+    for i in node.input:
+        if ctx.dtype(i) != "float32":
+            raise Unsupported(f"input {i!r} has dtype {ctx.dtype(i)}; only float32 tensors are supported")
+    ctx.emit("pow", list(node.input), node.output[0], name=node.name)

@@ -1,0 +1,63 @@
+"""Interleaved timing against a peer (DESIGN.md, last section).
+
+Absolute times on a shared 2-core VM drift by 1.5x between rounds, so a ratio is only
+meaningful when both sides are measured in the same run: alternate runs (ours, theirs,
+ours, ...), pause briefly between the two systems so one's spinning threads do not
+steal the other's core, and report the median of the per-pair ratios.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass
+class Comparison:
+    ours_s: float      # median seconds per call, loopweave
+    theirs_s: float    # median seconds per call, the peer
+    ratio: float       # median over pairs of theirs/ours: > 1 means loopweave is faster
+
+    def row(self, label: str, flops: float | None = None) -> str:
+        if flops:
+            return (f"{label:<34} {flops / self.ours_s / 1e9:9.1f} {flops / self.theirs_s / 1e9:9.1f} "
+                    f"{self.ratio:7.2f}")
+        return f"{label:<34} {self.ours_s * 1e3:9.3f} {self.theirs_s * 1e3:9.3f} {self.ratio:7.2f}"
+
+
+def _per_call(fn: Callable[[], object], inner: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - t0) / inner
+
+
+def interleaved(ours: Callable[[], object], theirs: Callable[[], object], pairs: int = 15,
+                min_seconds: float = 0.02, pause: float = 0.05) -> Comparison:
+    """Time ``ours`` and ``theirs`` alternately; ``ratio`` = median(theirs / ours)."""
+    ours()
+    theirs()
+    inner = max(1, int(min_seconds / max(_per_call(ours, 1), 1e-7)))
+    ours_t, theirs_t, ratios = [], [], []
+    for _ in range(pairs):
+        a = _per_call(ours, inner)
+        time.sleep(pause)
+        b = _per_call(theirs, inner)
+        time.sleep(pause)
+        ours_t.append(a)
+        theirs_t.append(b)
+        ratios.append(b / a)
+    return Comparison(float(np.median(ours_t)), float(np.median(theirs_t)), float(np.median(ratios)))
+
+
+def set_threads(n: int) -> None:
+    """Use ``n`` threads in loopweave's pool (and in OpenBLAS when threadpoolctl is installed)."""
+    from .backends.llvm import thread_pool
+    thread_pool.set_num_threads(n)
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(n)
+    except ImportError:
+        pass
