@@ -14,10 +14,12 @@ integers, to ~1e-4 for float32.
 Bounded for CI: ``derandomize=True`` (same examples every run), few examples per
 family; compiled objects are cached on disk by hash, so reruns mostly skip LLVM.
 Hand-written regression tests for what hypothesis found are at the end of the file.
+While investigating a failure, ``LOOPWEAVE_NO_SHRINK=1`` reports the first failing example
+as drawn instead of spending minutes shrinking it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Dict, List
 
 import os
@@ -92,34 +94,7 @@ def _garbage(t, shape):
     return np.full(shape, -7777777, dtype=t.dtype)
 
 
-# Known backend bugs (backends/llvm/codegen.py, not fixed here; each has a strict xfail
-# test at the end of this file).  A schedule that hits one is rebuilt without the
-# annotations that trigger it, so the rest of the schedule is still checked.  Remove an
-# entry once its xfail test passes.
-#   - a scalar-condition select whose branches have different lane counts (a vector load
-#     against a scalar constant) raises InternalError.  See test_vectorized_padding_select.
-KNOWN_BACKEND_BUGS = [
-    ("select branches with different lane counts", "vectorize"),
-]
-workaround_hits: List[str] = []
-
-
 def _build(s, args):
-    for _ in range(len(KNOWN_BACKEND_BUGS) + 1):
-        try:
-            return lw.build(s, args, target="llvm")
-        except (RuntimeError, lw.InternalError) as exc:
-            for message, annotation in KNOWN_BACKEND_BUGS:
-                hit = [(stage, iv) for stage in s.stages for iv, kind in stage.annotations.items()
-                       if kind == annotation]
-                if message in str(exc) and hit:
-                    break
-            else:
-                raise
-        workaround_hits.append(message)
-        note(f"known backend bug ({message}): rebuilding without {annotation} annotations")
-        for stage, iv in hit:
-            del stage.annotations[iv]
     return lw.build(s, args, target="llvm")
 
 
@@ -898,8 +873,6 @@ def test_parallel_after_nested_loop_nest():
     np.testing.assert_array_equal(c, a * 2 + 1)
 
 
-@pytest.mark.xfail(strict=True, reason="LLVM codegen: a scalar-condition select with a vector load in one branch "
-                   "and a scalar in the other raises InternalError('select branches with different lane counts')")
 def test_vectorized_padding_select():
     A = lw.placeholder((2, 3), name="A")
     B = lw.compute((2, 3), lambda i, j: lw.if_then_else(i >= 1, A[i - 1, j], 0.0), name="B")

@@ -47,6 +47,13 @@ def _lanes(value) -> int:
     return value.type.count if isinstance(value.type, ir.VectorType) else 1
 
 
+def _static_lanes(e) -> int:
+    """The vector width an expression evaluates to (1 for scalars)."""
+    widest = [1]
+    post_order_visit(e, lambda n: widest.append(n.lanes) if isinstance(n, (Ramp, Broadcast)) else None)
+    return max(widest)
+
+
 def _contains_load(e) -> bool:
     hit = []
     post_order_visit(e, lambda n: hit.append(1) if isinstance(n, BufferLoad) else None)
@@ -399,23 +406,18 @@ class FunctionEmitter:
     def _lazy_select(self, cond, e: Select):
         """Evaluate only the chosen branch: a guarded read must not touch memory otherwise."""
         b = self.builder
+        lanes = max(_static_lanes(e.true_value), _static_lanes(e.false_value))
         with b.if_else(cond) as (then, otherwise):
             with then:
-                t = self.expr(e.true_value)
+                t = self._broadcast(self.expr(e.true_value), lanes)
                 t_block = b.block
             with otherwise:
-                f = self.expr(e.false_value)
+                f = self._broadcast(self.expr(e.false_value), lanes)
                 f_block = b.block
-        t, f = self._unify_lanes_in_blocks(t, t_block, f, f_block)
         phi = b.phi(t.type)
         phi.add_incoming(t, t_block)
         phi.add_incoming(f, f_block)
         return phi
-
-    def _unify_lanes_in_blocks(self, t, t_block, f, f_block):
-        if _lanes(t) == _lanes(f):
-            return t, f
-        raise InternalError("select branches with different lane counts")
 
     def _masked_select(self, cond, e: Select):
         """Vector select whose branches read memory: loads are masked by the lanes that use them."""
