@@ -2,8 +2,10 @@
 
 Absolute times on a shared 2-core VM drift by 1.5x between rounds, so a ratio is only
 meaningful when both sides are measured in the same run: alternate runs (ours, theirs,
-ours, ...), pause briefly between the two systems so one's spinning threads do not
-steal the other's core, and report the median of the per-pair ratios.
+ours, ...), pause between the two systems so one's spinning threads do not steal the
+other's core (OpenBLAS's workers keep spinning for well over 50 ms after a call: with a
+50 ms pause the DESIGN.md matmul measured 41 GFLOPS, with 300 ms 89, alone 96), and
+report the median of the per-pair ratios.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ def _per_call(fn: Callable[[], object], inner: int) -> float:
 
 
 def interleaved(ours: Callable[[], object], theirs: Callable[[], object], pairs: int = 15,
-                min_seconds: float = 0.02, pause: float = 0.05) -> Comparison:
+                min_seconds: float = 0.02, pause: float = 0.3) -> Comparison:
     """Time ``ours`` and ``theirs`` alternately; ``ratio`` = median(theirs / ours)."""
     ours()
     theirs()

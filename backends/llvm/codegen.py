@@ -146,16 +146,43 @@ class FunctionEmitter:
             self.stmt(s.body)
             del self.buffer_ptrs[id(buf)]
             return
+        if nbytes is not None:
+            # a fixed size: allocate once per function call (not per loop iteration; a
+            # parallel body gets one buffer per chunk) and free on return
+            ptr = self._malloc_in_entry(nbytes, buf.name)
+            self.buffer_ptrs[id(buf)] = ptr
+            self.stmt(s.body)
+            del self.buffer_ptrs[id(buf)]
+            return
         count = self.expr(extent)
         size = self.builder.mul(count, ir.Constant(I64, dtypes.itemsize(buf.dtype)))
-        size = self.builder.add(size, ir.Constant(I64, 64))
-        ptr = self.builder.call(self.cg.runtime_fn("malloc"), [size], name=buf.name)
-        with self.builder.if_then(self.builder.icmp_unsigned("==", ptr, ir.Constant(PTR, None)), likely=False):
-            self.builder.call(self.cg.runtime_fn("abort"), [])
+        ptr = self._checked_malloc(self.builder, size, buf.name)
         self.buffer_ptrs[id(buf)] = ptr
         self.stmt(s.body)
         del self.buffer_ptrs[id(buf)]
         self.builder.call(self.cg.runtime_fn("free"), [ptr])
+
+    def _checked_malloc(self, builder, size, name: str):
+        ptr = builder.call(self.cg.runtime_fn("malloc"), [builder.add(size, ir.Constant(I64, 64))], name=name)
+        with builder.if_then(builder.icmp_unsigned("==", ptr, ir.Constant(PTR, None)), likely=False):
+            builder.call(self.cg.runtime_fn("abort"), [])
+        return ptr
+
+    def _malloc_in_entry(self, nbytes: int, name: str):
+        """malloc at the top of the function; ``finish`` frees it before returning."""
+        entry_builder = ir.IRBuilder(self.entry)
+        first = self.entry.instructions[0] if self.entry.instructions else None
+        if first is not None:
+            entry_builder.position_before(first)
+        ptr = entry_builder.call(self.cg.runtime_fn("malloc"), [ir.Constant(I64, nbytes + 64)], name=name)
+        self.free_at_exit.append(ptr)
+        return ptr
+
+    def finish(self):
+        """Free the function-lifetime buffers and return."""
+        for ptr in self.free_at_exit:
+            self.builder.call(self.cg.runtime_fn("free"), [ptr])
+        self.builder.ret_void()
 
     def stmt_BufferStore(self, s: BufferStore):
         value = self.expr(s.value)
@@ -578,7 +605,7 @@ class CodeGen:
             values.append((id(v), b.load(slot, typ=I64, name=v.name)))
         body_fn, emitter = self.kernel_function(f"{self.symbol}.body", values, buffers)
         emitter.stmt(self.func.body)
-        emitter.builder.ret_void()
+        emitter.finish()
         b.call(body_fn, [v for _, v in values] + [p for _, p in buffers])
         b.ret_void()
         return str(self.module)
@@ -612,6 +639,6 @@ class CodeGen:
         lo = child.expr(loop.min)
         first, last = inner_fn.args[0], inner_fn.args[1]
         child.emit_loop(loop.var, child.builder.add(lo, first), child.builder.add(lo, last), loop.body, "serial")
-        child.builder.ret_void()
+        child.finish()
         extent = parent.expr(loop.extent)
         pb.call(self.runtime_fn("lw_parallel_for"), [body_fn, pb.bitcast(closure, PTR), extent])
