@@ -63,13 +63,7 @@ class Stage:
         return ScheduleError(text)
 
     def _fresh_name(self, base: str) -> str:
-        taken = {iv.name for iv in self.all_iter_vars}
-        if base not in taken:
-            return base
-        k = 1
-        while f"{base}{k}" in taken:
-            k += 1
-        return f"{base}{k}"
+        return _fresh(base, {iv.name for iv in self.all_iter_vars})
 
     def _new_axis(self, name: str, extent: Expr, kind: str) -> IterVar:
         iv = IterVar(Var(self._fresh_name(name)), const(0), extent, kind)
@@ -343,6 +337,16 @@ class Stage:
         self.scope = scope
 
 
+def _fresh(base: str, taken: set) -> str:
+    """``base``, or ``base1``, ``base2``, ... whichever is not taken yet."""
+    if base not in taken:
+        return base
+    k = 1
+    while f"{base}{k}" in taken:
+        k += 1
+    return f"{base}{k}"
+
+
 def _plain(value):
     """A JSON-friendly form of a factor (int, or the name of a var)."""
     if value is None:
@@ -522,13 +526,7 @@ class Schedule:
         return rfactor(self, tensor, axis, factor_axis)
 
     def _fresh_stage_name(self, base: str) -> str:
-        names = {s.name for s in self.stages}
-        if base not in names:
-            return base
-        k = 1
-        while f"{base}{k}" in names:
-            k += 1
-        return f"{base}{k}"
+        return _fresh(base, {s.name for s in self.stages})
 
     def _replace_op(self, stage: Stage, mutator: Mutator):
         op = stage.op

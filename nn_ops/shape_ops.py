@@ -140,14 +140,6 @@ def softmax(X: Tensor, axis: int = -1, name: str = "softmax") -> Tensor:
     return compute(shape, lambda *idx: exp(X[idx] - M[drop(idx)]) / S[drop(idx)], name=name, tag="elemwise")
 
 
-@register_schedule("softmax_reduce", "llvm")
-def schedule_softmax_reduce(s, op, target):
-    stage = s[op]
-    axes = list(op.axis)
-    if len(axes) > 1:
-        stage.parallel(stage.fuse(*axes))
-    elif axes:
-        stage.parallel(axes[0])
 
 
 def strided_slice(X: Tensor, begin: Sequence[int], end: Sequence[int], step: Sequence[int],
@@ -197,6 +189,7 @@ def reduce(X: Tensor, axes: Sequence[int], kind: str = "sum", keepdims: bool = T
     return compute(out_shape, body, name=name, tag="reduce")
 
 
+@register_schedule("softmax_reduce", "llvm")
 @register_schedule("reduce", "llvm")
 def schedule_reduce(s, op, target):
     """Parallel over the output elements; each reduces serially."""
