@@ -12,6 +12,11 @@ Rows:
   call to the same driver that launches nothing.
 * after idle  -- one launch (ctypes, baseline subtracted) after sleeping 2 ms,
   when the workers have stopped spinning and block in futex_wait.
+
+Work is shared dynamically (pieces claimed with an atomic counter), so with an
+empty body the caller often claims every piece before a woken worker gets to
+one, and does not wait for it: "after idle" then mostly measures the
+futex_wake system call, not a worker's wake-up.
 """
 
 import argparse
@@ -133,7 +138,8 @@ def main(argv=None):
 
     print(f"lw_parallel_for launch overhead, empty body, median (us); "
           f"host cpu {llvm.get_host_cpu_name()}, default threads {default}, "
-          f"spin {thread_pool.SPIN_NS // 1000} us")
+          f"spin {thread_pool.SPIN_NS // 1000} us, "
+          f"{thread_pool.PIECES_PER_THREAD} pieces per thread")
     print(f"{'threads':>7} {'native loop':>12} {'ctypes call':>12} "
           f"{'after idle':>11} {'ctypes baseline':>16}")
     for count, row in results.items():

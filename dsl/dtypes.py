@@ -22,8 +22,13 @@ _BITS = {"float16": 16, "float32": 32, "float64": 64, "int8": 8, "int16": 16, "i
          "int64": 64, "uint8": 8, "bool": 1}
 
 
+_KNOWN = frozenset(("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"))
+
+
 def normalize(dtype) -> str:
     """Return the canonical name of ``dtype`` (a string or numpy dtype), or raise DTypeError."""
+    if dtype.__class__ is str and dtype in _KNOWN:
+        return dtype  # the common case, on every constant built during lowering
     try:
         name = np.dtype(dtype).name
     except TypeError as exc:

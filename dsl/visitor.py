@@ -13,7 +13,7 @@ from .expr import Expr, Reduce, TensorLoad, Var
 
 
 def _is_node(value) -> bool:
-    return getattr(type(value), "_is_ir_node", False)
+    return getattr(value.__class__, "_is_ir_node", False)
 
 
 def children(node):

@@ -63,6 +63,8 @@ class KernelCall:
     symbol: str
     name: str
     args: List[Tuple[str, int]]     # locations, in the kernel's parameter order (output last)
+    ops: Tuple[str, ...] = ()       # the fused group: op types of its nodes, in order (for display)
+    shape: Optional[Tuple[int, ...]] = None   # the kernel's output shape (for display)
 
 
 class _Progress:
@@ -133,8 +135,9 @@ def compile(graph: Graph, target="llvm", progress: Optional[bool] = None,  # noq
     weights, weight_offsets = _pack_weights(g, {p for _, params, _ in calls_params for p in params})
     steps = [(params, grp.output) for (_, params, _), grp in zip(calls_params, kernel_groups)]
     locations, arena_size = _plan_memory(g, steps, alias_of, weight_offsets)
-    calls = [KernelCall(m.symbol, name, [locations[p] for p in params] + [locations[out]])
-             for (m, params, name), out in zip(calls_params, [grp.output for grp in kernel_groups])]
+    calls = [KernelCall(m.symbol, name, [locations[p] for p in params] + [locations[grp.output]],
+                        ops=tuple(n.op_type for n in grp.nodes), shape=tuple(g.values[grp.output].shape))
+             for (m, params, name), grp in zip(calls_params, kernel_groups)]
     kernels = {sym: m.object_code for sym, m in built.items()}
     exe = Executable(
         inputs=[(n, list(g.values[n].shape), g.values[n].dtype) for n in g.inputs],
@@ -365,6 +368,7 @@ class Executable:
         self.target, self.graph = target, graph
         self.compile_seconds = 0.0
         self.num_groups = len(calls)
+        self.last_profile: Optional[List[Tuple[str, float]]] = None   # set by profile(); shown by _repr_html_
         addresses = {sym: _load_kernel(sym, obj) for sym, obj in kernels.items()}
         self._addresses = addresses
         if runner_object is None:
@@ -390,12 +394,42 @@ class Executable:
                 f"weights {self.weights.nbytes / 1e6:.1f} MB>")
 
     def _repr_html_(self) -> str:
+        """A compact table of the kernel calls: fused group (its ops), output shape, and the
+        median time per kernel of the last ``profile(...)`` run (with its share of the total)."""
         import html
-        rows = "".join(f"<tr><td>{k}</td><td>{html.escape(c.name)}</td><td><code>{html.escape(c.symbol)}</code></td>"
-                       f"<td>{html.escape(', '.join(f'{sp}:{w}' for sp, w in c.args))}</td></tr>"
-                       for k, c in enumerate(self.calls))
-        return (f"<div>{html.escape(repr(self))}<details><summary>kernel calls</summary><table>"
-                f"<tr><th>#</th><th>kernel</th><th>symbol</th><th>buffers</th></tr>{rows}</table></details></div>")
+        esc = html.escape
+        prof = self.last_profile if self.last_profile and len(self.last_profile) == len(self.calls) else None
+        total = sum(t for _, t in prof) if prof else 0.0
+        longest = max((t for _, t in prof), default=0.0) if prof else 0.0
+        head = "<tr><th>#</th><th>kernel</th><th>fused ops</th><th>output shape</th><th>symbol</th>"
+        if prof:
+            head += "<th>time (ms)</th><th>share</th>"
+        rows = []
+        for k, c in enumerate(self.calls):
+            ops = " + ".join(c.ops) if c.ops else c.name
+            shape = "" if c.shape is None else str(list(c.shape))
+            row = (f"<tr><td>{k}</td><td><b>{esc(c.name)}</b></td><td>{esc(ops)}</td><td>{esc(shape)}</td>"
+                   f"<td><code style='font-size:smaller'>{esc(c.symbol)}</code></td>")
+            if prof:
+                t = prof[k][1]
+                share = t / total if total > 0 else 0.0
+                bar = max(1, round(100 * t / longest)) if longest > 0 else 1    # px, the slowest kernel = 100
+                row += (f"<td style='text-align:right'>{t * 1e3:.3f}</td><td style='white-space:nowrap'>"
+                        f"<span style='display:inline-block;background:#1f6feb;height:0.8em;width:{bar}px'></span>"
+                        f" {share:.1%}</td>")
+            rows.append(row + "</tr>")
+        if prof:
+            rows.append(f"<tr><td></td><td><b>total</b></td><td colspan='3'>sum of {len(prof)} kernels, "
+                        f"called one by one</td><td style='text-align:right'><b>{total * 1e3:.3f}</b></td>"
+                        f"<td></td></tr>")
+        ins = ", ".join(f"{n}: {d}{list(s)}" for n, s, d in self.inputs)
+        outs = ", ".join(f"{n}: {d}{list(s)}" for n, s, d in self.outputs)
+        note = ("time per kernel from the last <code>profile(feed)</code>" if prof else
+                "run <code>profile(feed)</code> to add the time per kernel")
+        return (f"<div><b>Executable</b> ({esc(ins)}) &rarr; ({esc(outs)}): {len(self.calls)} kernel calls, "
+                f"{len(self.kernels)} distinct kernels, arena {self.arena_size / 1e6:.1f} MB, weights "
+                f"{self.weights.nbytes / 1e6:.1f} MB; {note}"
+                f"<div style='max-height:420px;overflow:auto'><table>{head}</tr>{''.join(rows)}</table></div></div>")
 
     # ------------------------------------------------------------ running
     def _check_feed(self, feed) -> List[np.ndarray]:
@@ -471,6 +505,7 @@ class Executable:
                 fn(ctypes.addressof(ptrs), ctypes.addressof(sizes))
                 samples.append(time.perf_counter() - t0)
             result.append((call.name, float(np.median(samples))))
+        self.last_profile = result
         return result
 
     # ------------------------------------------------------------ save / load
@@ -482,7 +517,8 @@ class Executable:
             "target": {"kind": self.target.kind, "cpu": self.target.cpu, "features": self.target.features},
             "inputs": [[n, list(s), d] for n, s, d in self.inputs],
             "outputs": [[n, list(s), d] for n, s, d in self.outputs],
-            "calls": [{"symbol": c.symbol, "name": c.name, "args": [list(a) for a in c.args]} for c in self.calls],
+            "calls": [{"symbol": c.symbol, "name": c.name, "args": [list(a) for a in c.args], "ops": list(c.ops),
+                       "shape": None if c.shape is None else list(c.shape)} for c in self.calls],
             "kernels": sorted(self.kernels), "runner": self.runner_symbol, "arena_size": self.arena_size,
             "weights_size": int(self.weights.nbytes), "weights": weights,
         }
@@ -528,6 +564,7 @@ def load(path) -> Executable:
             table[w["name"]] = (off, list(arr.shape), str(arr.dtype))
         kernels = {sym: z.read(f"kernels/{sym}.o") for sym in meta["kernels"]}
         runner = z.read("runner.o")
-    calls = [KernelCall(c["symbol"], c["name"], [tuple(a) for a in c["args"]]) for c in meta["calls"]]
+    calls = [KernelCall(c["symbol"], c["name"], [tuple(a) for a in c["args"]], ops=tuple(c.get("ops", ())),
+                        shape=None if c.get("shape") is None else tuple(c["shape"])) for c in meta["calls"]]
     return Executable(meta["inputs"], meta["outputs"], calls, kernels, meta["arena_size"], blob, table, host,
                       runner_object=runner, runner_symbol=meta["runner"])

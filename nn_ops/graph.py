@@ -161,10 +161,13 @@ class Graph:
                         f"<td style='font-size:smaller'>{esc(attrs)}</td></tr>")
         ins = ", ".join(esc(repr(self.values[i])) for i in self.inputs)
         outs = ", ".join(esc(repr(self.values[o])) for o in self.outputs)
+        counts = ", ".join(f"{esc(op)} &times;{k}" for op, k in sorted(self.op_counts().items(), key=lambda x: -x[1]))
         return (f"<div><b>Graph {esc(self.name)}</b>: inputs {ins}; outputs {outs}; "
                 f"{len(self.nodes)} nodes, {self._weight_bytes() / 1e6:.1f} MB of weights"
+                f"<div style='font-size:smaller'>ops: {counts}</div>"
+                f"<div style='max-height:420px;overflow:auto'>"
                 f"<table><tr><th>#</th><th>op</th><th>name</th><th>inputs</th><th>outputs</th><th>attrs</th></tr>"
-                + "".join(rows) + "</table></div>")
+                + "".join(rows) + "</table></div></div>")
 
     # ------------------------------------------------------------ checks
     def check(self) -> None:

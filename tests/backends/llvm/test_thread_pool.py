@@ -19,6 +19,8 @@ from loopweave.backends.llvm import thread_pool
 
 KERNELS_IR = r"""
 declare void @lw_parallel_for(ptr, ptr, i64)
+declare i64 @pthread_self()
+declare i32 @usleep(i32)
 
 ; closure = {ptr out, ptr hits}: out[i] = 2 * i, hits[i] += 1 (atomic)
 define void @fill_body(i64 %begin, i64 %end, ptr %closure) {
@@ -101,6 +103,39 @@ done:
   ret void
 }
 
+; closure = {i64 count, i64 pieces, ptr records}: appends (begin, pthread_self())
+; to records; the piece that starts at 0 then waits (usleep, ~2 s at most)
+; until count == pieces, i.e. until the other threads have run all the others
+define void @slow_first_body(i64 %begin, i64 %end, ptr %closure) {
+entry:
+  %k = atomicrmw add ptr %closure, i64 1 seq_cst
+  %pieces.field = getelementptr i64, ptr %closure, i64 1
+  %records.field = getelementptr i64, ptr %closure, i64 2
+  %records = load ptr, ptr %records.field
+  %slot = shl i64 %k, 1
+  %begin.at = getelementptr i64, ptr %records, i64 %slot
+  store i64 %begin, ptr %begin.at
+  %thread.at = getelementptr i64, ptr %begin.at, i64 1
+  %thread = call i64 @pthread_self()
+  store i64 %thread, ptr %thread.at
+  %first = icmp eq i64 %begin, 0
+  br i1 %first, label %wait, label %done
+wait:
+  %tries = phi i64 [ 0, %entry ], [ %tries.next, %sleep ]
+  %count = load atomic i64, ptr %closure acquire, align 8
+  %pieces = load i64, ptr %pieces.field
+  %all = icmp sge i64 %count, %pieces
+  %tired = icmp sge i64 %tries, 20000
+  %stop = or i1 %all, %tired
+  br i1 %stop, label %done, label %sleep
+sleep:
+  %ignored = call i32 @usleep(i32 100)
+  %tries.next = add i64 %tries, 1
+  br label %wait
+done:
+  ret void
+}
+
 ; calls lw_parallel_for(body, closure, n) `times` times
 define void @launch(ptr %body, ptr %closure, i64 %n, i64 %times) {
 entry:
@@ -118,6 +153,7 @@ done:
 """
 
 INNER_N = 10  # iterations of the nested launch in nested_body
+MAX_PIECES = thread_pool.MAX_THREADS * thread_pool.PIECES_PER_THREAD
 
 
 class Kernels:
@@ -131,7 +167,8 @@ class Kernels:
         self.engine.finalize_object()
         address = self.engine.get_function_address
         self.bodies = {name: address(name) for name in
-                       ("fill_body", "record_body", "count_body", "nested_body", "wait_body")}
+                       ("fill_body", "record_body", "count_body", "nested_body", "wait_body",
+                        "slow_first_body")}
         self._launch = ctypes.CFUNCTYPE(
             None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64
         )(address("launch"))
@@ -149,8 +186,8 @@ class Kernels:
         return out[:n], hits[:n]
 
     def record(self, n):
-        """Runs record_body over n; returns the chunks (begin, end), sorted."""
-        ranges = np.full(2 * thread_pool.MAX_THREADS, -1, dtype=np.int64)
+        """Runs record_body over n; returns the pieces (begin, end), sorted."""
+        ranges = np.full(2 * MAX_PIECES, -1, dtype=np.int64)
         closure = np.array([0, ranges.ctypes.data], dtype=np.uint64)
         self.launch("record_body", closure.ctypes.data, n)
         chunks = int(closure[0])
@@ -176,12 +213,22 @@ def threads():
     thread_pool.set_num_threads(before)
 
 
+def expected_pieces(n, num_threads):
+    """Pieces of a launch over n: min(n, T * PIECES_PER_THREAD) where
+    T = min(num_threads, n); a single one when T <= 1 (serial)."""
+    if n <= 0:
+        return 0
+    threads = min(num_threads, n)
+    return 1 if threads <= 1 else min(n, threads * thread_pool.PIECES_PER_THREAD)
+
+
 def check_chunks(chunks, n, num_threads):
-    """Contiguous cover of [0, n) by min(T, n) non-empty, balanced chunks."""
+    """Contiguous cover of [0, n) by the expected number of non-empty,
+    balanced pieces."""
     if n <= 0:
         assert chunks == []
         return
-    assert len(chunks) == min(num_threads, n)
+    assert len(chunks) == expected_pieces(n, num_threads)
     assert chunks[0][0] == 0 and chunks[-1][1] == n
     for (_, end), (begin, _) in zip(chunks, chunks[1:]):
         assert end == begin
@@ -189,7 +236,7 @@ def check_chunks(chunks, n, num_threads):
     assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1
 
 
-SIZES = [0, 1, 2, 3, 7, 1000, 100003]
+SIZES = [0, 1, 2, 3, 7, 8, 9, 1000, 100003]
 
 
 def test_install_is_idempotent_and_registers_symbols():
@@ -309,7 +356,7 @@ def test_chunks_are_balanced_and_contiguous(kernels, threads, num_threads, n):
 @pytest.mark.parametrize("num_threads", [1, 2, 5])
 def test_atomic_counter(kernels, threads, num_threads):
     threads(num_threads)
-    assert kernels.count("count_body", 100003) == [100003, min(num_threads, 100003)]
+    assert kernels.count("count_body", 100003) == [100003, expected_pieces(100003, num_threads)]
 
 
 @pytest.mark.parametrize("num_threads", [2, 3])
@@ -324,7 +371,10 @@ def test_nested_launch_runs_serially(kernels, threads, num_threads):
 def test_repeated_launches(kernels, threads):
     threads(2)
     assert kernels.count("count_body", 2, times=10_000) == [20_000, 20_000]
-    assert kernels.count("count_body", 5, times=10_000) == [50_000, 20_000]
+    assert kernels.count("count_body", 5, times=10_000) == [50_000, 50_000]
+    assert kernels.count("count_body", 9, times=10_000) == [90_000, 80_000]
+    threads(3)
+    assert kernels.count("count_body", 1000, times=10_000) == [10_000_000, 120_000]
 
 
 def test_launches_after_workers_fell_asleep(kernels, threads):
@@ -361,7 +411,33 @@ def test_concurrent_launches_from_python_threads(kernels, threads):
     assert not errors, errors
     for iterations, calls in results.values():
         assert iterations == 300_000
-        assert 300 <= calls <= 600  # each launch parallel (2 calls) or serial (1)
+        # each launch parallel (8 pieces) or serial (1 call)
+        assert 300 <= calls <= 300 * expected_pieces(1000, 2)
+
+
+def test_pieces_per_thread_is_small():
+    assert 1 <= thread_pool.PIECES_PER_THREAD <= 16
+
+
+@pytest.mark.parametrize("num_threads", [2, 3])
+def test_others_take_over_when_one_piece_is_slow(kernels, threads, num_threads):
+    """Piece 0 blocks until every other piece has run: the threads that did
+    not run it must claim all the others (with static chunks this hangs until
+    the body's ~2 s timeout and the test fails)."""
+    threads(num_threads)
+    pieces = num_threads * thread_pool.PIECES_PER_THREAD
+    n = 100 * pieces
+    records = np.full(2 * pieces, -1, dtype=np.int64)
+    closure = np.array([0, pieces, records.ctypes.data], dtype=np.uint64)
+    start = time.monotonic()
+    kernels.launch("slow_first_body", closure.ctypes.data, n)
+    elapsed = time.monotonic() - start
+    assert int(closure[0]) == pieces
+    ran = dict(map(tuple, records.reshape(pieces, 2).tolist()))  # begin -> thread
+    assert sorted(ran) == [100 * k for k in range(pieces)]
+    slow_thread = ran.pop(0)
+    assert slow_thread not in ran.values(), ran
+    assert elapsed < 1.0, "piece 0 waited for its timeout"
 
 
 def test_idle_pool_uses_no_cpu(kernels, threads):
