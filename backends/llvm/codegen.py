@@ -170,11 +170,9 @@ class FunctionEmitter:
 
     def _malloc_in_entry(self, nbytes: int, name: str):
         """malloc at the top of the function; ``finish`` frees it before returning."""
-        entry_builder = ir.IRBuilder(self.entry)
-        first = self.entry.instructions[0] if self.entry.instructions else None
-        if first is not None:
-            entry_builder.position_before(first)
-        ptr = entry_builder.call(self.cg.runtime_fn("malloc"), [ir.Constant(I64, nbytes + 64)], name=name)
+        with self.builder.goto_entry_block():
+            self.builder.position_at_start(self.entry)
+            ptr = self.builder.call(self.cg.runtime_fn("malloc"), [ir.Constant(I64, nbytes + 64)], name=name)
         self.free_at_exit.append(ptr)
         return ptr
 

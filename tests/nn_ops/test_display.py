@@ -55,8 +55,10 @@ def test_executable_html_shows_time_per_kernel_after_profile(compiled):
     text = _text(markup)
     assert "time (ms)" in text and "share" in text and "total" in text
     assert f"{sum(t for _, t in prof) * 1e3:.3f}" in text
+    total = sum(t for _, t in prof)
     for _, t in prof:
-        assert f"{t * 1e3:.3f}" in text
+        assert f"{t * 1e3:.3f}" in text and f"{t / total:.1%}" in text
+    assert "width:100px" in markup                              # the slowest kernel's bar
     assert markup.count("<tr>") == len(exe.calls) + 2          # header, kernels, total
 
 
