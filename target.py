@@ -7,7 +7,7 @@ needed, and both key the compile cache), its vector width and thread count.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List
 
 import numpy as np
 
 from ..dsl.expr import Const, Var
-from ..dsl.visitor import collect_vars, substitute
 from ..errors import ArgumentError
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)

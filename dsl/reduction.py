@@ -1,7 +1,7 @@
 """Commutative reducers: sum, max, min, prod, argmax/argmin and user reducers."""
 from __future__ import annotations
 
-from typing import Callable, Sequence, Tuple
+from typing import Callable, Tuple
 
 import numpy as np
 

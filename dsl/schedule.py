@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence
 from ..errors import ScheduleError
 from . import dtypes
 from .expr import Const, Expr, TensorLoad, Var, as_expr, const
-from .relations import Fuse, Split, derive_extents, root_values, split_extents
+from .relations import Fuse, Split, split_extents
 from .tensor import ComputeOp, IterVar, PlaceholderOp, Tensor
 from .trace import Trace
 from .visitor import Mutator

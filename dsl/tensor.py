@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Callable, Sequence, Tuple
 
 from ..errors import DTypeError, ExprError
 from . import dtypes

@@ -15,11 +15,11 @@ definition to reject reads that can fall outside a tensor before any code exists
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence
 
 import islpy as isl
 
-from ..dsl.expr import Const, Expr, Var, binary, const, select
+from ..dsl.expr import Const, Expr, Var, const, select
 from ..errors import BoundsError
 from .accesses import Access
 from .isl_adapter import IslNames, affine, condition, make_set, pw_aff_to_expr, set_to_condition

@@ -7,11 +7,10 @@ memory with a dtype, a shape and a scope.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..dsl.expr import Expr, Var, _structural_node
-from ..dsl import dtypes
 
 FOR_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread")
 

@@ -9,7 +9,6 @@ variables that share a user-visible name never collide.  Non-affine expressions 
 from __future__ import annotations
 
 from fractions import Fraction
-from functools import lru_cache
 from typing import Dict, Iterable, List, Optional, Sequence
 
 import islpy as isl

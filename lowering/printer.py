@@ -12,8 +12,7 @@ import html
 import re
 from typing import Dict, List
 
-from ..dsl.expr import (Binary, Call, Cast, Compare, Const, Expr, Let, Logical, Reduce, Select, TensorLoad,
-                        Var)
+from ..dsl.expr import (Binary, Call, Cast, Compare, Const, Let, Logical, Reduce, Select, TensorLoad, Var)
 
 _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "floormod": "%"}
 _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}

@@ -13,18 +13,18 @@ intermediate buffer, and no DSL ``TensorLoad`` or ``Reduce`` nodes.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from ..dsl import dtypes
-from ..dsl.expr import Const, Expr, Let, Reduce, TensorLoad, Var, binary, const, logical_and
-from ..dsl.relations import Fuse, Split, derive_extents, needs_guard, root_values
+from ..dsl.expr import Const, Expr, Reduce, Var, binary, const, logical_and
+from ..dsl.relations import Split, derive_extents, needs_guard, root_values
 from ..dsl.schedule import Schedule, Stage
 from ..dsl.tensor import ComputeOp, PlaceholderOp, Tensor
 from ..dsl.visitor import Mutator, collect_vars, substitute
 from ..errors import LoweringError
 from .accesses import Access, collect_accesses
 from .bound_inference import LetBinding, Loop, Region, check_accesses_in_bounds, required_region
-from .ir import Allocate, Buffer, BufferLoad, BufferStore, For, IfThenElse, LetStmt, Seq, Stmt, seq
+from .ir import Allocate, Buffer, BufferLoad, BufferStore, For, IfThenElse, LetStmt, Stmt, seq
 
 _KIND_OF_ANNOTATION = {"vectorize": "vectorized", "parallel": "parallel", "unroll": "unrolled", "bind": "thread"}
 
@@ -81,7 +81,6 @@ class Lowering:
         self.region_vars: Dict[int, tuple] = {}
         self.let_values: Dict[Var, Expr] = {}
         self.nest_info: Dict[int, _NestInfo] = {}
-        self._outer_ids = set()
         for s in schedule.stages:
             if s.attach_type == "scope":
                 self.attached.setdefault((id(s.attach_stage), id(s.attach_ivar)), []).append(s)
@@ -355,7 +354,7 @@ class Lowering:
                     break
             guards += [self._resolve(g) for g in info.guards]
         known = {id(l.var) for l in loops}
-        guards = [g for g in guards if all(id(v) in known or v in self.size_vars or id(v) in self._outer_ids
+        guards = [g for g in guards if all(id(v) in known or any(v is s for s in self.size_vars)
                                            for v in collect_vars(g))]
         reads = [Access(a.tensor, tuple(self._resolve(i) for i in a.indices),
                         None if a.condition is None else self._resolve(a.condition))
@@ -446,5 +445,4 @@ def schedule_to_loops(schedule: Schedule, args: Sequence[Tensor]):
     """(body, param buffers, size vars) for ``schedule`` called with ``args``."""
     lowering = Lowering(schedule, args)
     body = lowering.lower_body()
-    free = [v for v in collect_vars(body) if v.dtype != "handle"]
     return body, lowering.params, lowering.size_vars

@@ -240,7 +240,6 @@ def schedule_conv2d(s, op, target):
 
 @register_schedule("conv2d_depthwise", "llvm")
 def schedule_conv2d_depthwise(s, op, target):
-    out = op.outputs[0]
     Y = fused_output(s, op)
     n, c, y, x = Y.op.axis
     fused = Y.fuse(n, c)

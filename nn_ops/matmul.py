@@ -9,7 +9,6 @@ parallel.
 """
 from __future__ import annotations
 
-from ..dsl import dtypes
 from ..dsl.expr import Const
 from ..dsl.reduction import sum as lw_sum
 from ..dsl.tensor import Tensor, compute, reduce_axis

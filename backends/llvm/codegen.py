@@ -10,17 +10,17 @@ Float ``a * b + c`` becomes ``llvm.fmuladd`` so the backend emits FMA.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from llvmlite import ir
 
 from ...dsl import dtypes
 from ...dsl.expr import Binary, Call, Cast, Compare, Const, Expr, Let, Logical, Select, Var
 from ...dsl.visitor import post_order_visit
-from ...errors import BuildError, InternalError
+from ...errors import InternalError
 from ...lowering.ir import (Allocate, Broadcast, BufferLoad, BufferStore, Evaluate, For, IfThenElse, LetStmt,
                             PrimFunc, Ramp, Seq)
-from .thread_pool import BODY_TYPE, PARALLEL_FOR_TYPE
+from .thread_pool import BODY_TYPE
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()

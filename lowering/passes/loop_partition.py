@@ -14,14 +14,14 @@ variable bound inside the loop, or involve modulo are left as they were.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 import islpy as isl
 
-from ...dsl.expr import Compare, Const, Expr, Logical, Var, binary, const
+from ...dsl.expr import Compare, Const, Expr, Logical, binary, const
 from ...dsl.visitor import Mutator, collect_vars, post_order_visit
 from ..accesses import negate
-from ..ir import For, IfThenElse, LetStmt, Seq, seq
+from ..ir import For, IfThenElse, seq
 from ..isl_adapter import IslNames, affine, condition, make_set, pw_aff_to_expr
 
 

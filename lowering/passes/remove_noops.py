@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ...dsl.expr import Const
 from ...dsl.visitor import Mutator, uses_var
-from ..ir import NOOP, For, IfThenElse, LetStmt, Seq, seq
+from ..ir import NOOP, For, LetStmt, Seq, seq
 
 
 class _RemoveNoops(Mutator):

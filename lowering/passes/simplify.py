@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Dict, Optional, Tuple
 
 from ...dsl import dtypes
-from ...dsl.expr import Binary, Compare, Const, Expr, Logical, Select, Var, binary, const, logical_and, select
+from ...dsl.expr import Binary, Compare, Const, Expr, Logical, Select, Var, binary, const, logical_and
 from ...dsl.visitor import Mutator
 from ..ir import For, IfThenElse, LetStmt, NOOP
 

@@ -9,9 +9,9 @@ loop and carries the annotation ``not_vectorized=<reason>`` so the user sees why
 """
 from __future__ import annotations
 
-from ...dsl.expr import Binary, Const, Expr, Var, binary
+from ...dsl.expr import Binary, Const, Var, binary
 from ...dsl.visitor import Mutator, post_order_visit
-from ..ir import Allocate, Broadcast, BufferStore, For, IfThenElse, LetStmt, Ramp, Seq
+from ..ir import Broadcast, BufferStore, For, Ramp
 
 
 class _CannotVectorize(Exception):
@@ -65,7 +65,7 @@ class _VectorizeBody(Mutator):
     def visit_IfThenElse(self, node):
         cond = self.visit(node.condition)
         if is_vector(cond):
-            raise _CannotVectorize(f"a guard depends on the vectorized variable")
+            raise _CannotVectorize("a guard depends on the vectorized variable")
         return self.generic_visit(node)
 
     def visit_BufferStore(self, node):
