@@ -24,6 +24,8 @@ two pixel vectors, last pixel tile shifted inwards instead of guarded).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..dsl.expr import Const, if_then_else
 from ..dsl.reduction import sum as lw_sum
 from ..dsl.tensor import Tensor, compute, reduce_axis
@@ -90,7 +92,8 @@ def conv2d(X: Tensor, W: Tensor, stride=1, padding=0, dilation=1, groups: int = 
                              f"W [OC, C/groups, KH, KW]) is")
     _check(isinstance(X, Tensor) and isinstance(W, Tensor), "conv2d takes two tensors X and W")
     _check(X.ndim == 4, f"conv2d: X must be 4-d [N, C, H, W], got shape {tuple(map(str, X.shape))}")
-    _check(W.ndim == 4, f"conv2d: W must be 4-d [OC, C/groups, KH, KW], got shape {tuple(map(str, W.shape))}")
+    _check(W.ndim in (4, 6), f"conv2d: W must be 4-d [OC, C/groups, KH, KW] (or packed by "
+                             f"pack_conv2d_weight), got shape {tuple(map(str, W.shape))}")
     _check(X.dtype == W.dtype, f"conv2d of {X.dtype} and {W.dtype}; cast one side first")
     _check(isinstance(groups, int) and not isinstance(groups, bool) and groups >= 1,
            f"conv2d: groups must be a positive int, got {groups!r}")
@@ -98,7 +101,12 @@ def conv2d(X: Tensor, W: Tensor, stride=1, padding=0, dilation=1, groups: int = 
     dh, dw = _pair(dilation, "dilation", allow_zero=False)
     pt, pl, pb, pr = _padding(padding)
     n, c, h, w = _const_shape(X, "input")
-    oc, cg, kh, kw = _const_shape(W, "weight")
+    packed = W.ndim == 6
+    if packed:  # [OC/bn, C/cb, KH, KW, cb, bn], from pack_conv2d_weight
+        ob_, cob_, kh, kw, cb_, bn_ = _const_shape(W, "packed weight")
+        oc, cg = ob_ * bn_, cob_ * cb_
+    else:
+        oc, cg, kh, kw = _const_shape(W, "weight")
     _check(c % groups == 0, f"conv2d: groups={groups} does not divide the input channels C={c}")
     _check(oc % groups == 0, f"conv2d: groups={groups} does not divide the output channels OC={oc}")
     _check(cg == c // groups, f"conv2d: W has {cg} input channels per group, but C={c} with groups={groups} "
@@ -120,6 +128,10 @@ def conv2d(X: Tensor, W: Tensor, stride=1, padding=0, dilation=1, groups: int = 
         Xp = X
 
     ocg = oc // groups
+    blocks = conv2d_weight_blocks((n, c, h, w), (oc, cg, kh, kw), (sh, sw), (pt, pl, pb, pr), groups, X.dtype)
+    if packed:
+        _check(blocks == (bn_, cb_), f"conv2d: the packed weight has blocks (oc {bn_}, c {cb_}) but this "
+                                     f"convolution uses {blocks}; pack it with pack_conv2d_weight for these shapes")
     if groups == c and ocg == 1:
         # depthwise: Y[n, c, y, x] = sum_{ry, rx} Xp[n, c, y*sh + ry*dh, x*sw + rx*dw] * W[c, 0, ry, rx]
         ry = reduce_axis((0, kh), name="ry")
@@ -129,7 +141,7 @@ def conv2d(X: Tensor, W: Tensor, stride=1, padding=0, dilation=1, groups: int = 
                                                      W[cc, 0, ry, rx], axis=[ry, rx]),
                        name=name, tag="conv2d_depthwise", attrs=attrs)
 
-    if kh == kw == 1 and (sh, sw) == (1, 1) and groups == 1 and not any((pt, pl, pb, pr)) and _pixels_path(oh * ow):
+    if blocks is None:
         # a matmul per image: Y[n, :, p] = W[:, :] @ X[n, :, p] over the flattened pixels p,
         # vectorized along p (contiguous in NCHW), no packing of either operand
         rc = reduce_axis((0, c), name="rc")
@@ -139,14 +151,16 @@ def conv2d(X: Tensor, W: Tensor, stride=1, padding=0, dilation=1, groups: int = 
         return compute((n, oc, oh, ow), lambda nn, o, yy, xx: Yf[nn, o, yy * ow + xx], name=name,
                        tag="conv2d_1x1", attrs=attrs)
 
-    bn = _channel_block(ocg, resolve_target("llvm").lanes(X.dtype))
-    cb = _divisor_at_most(cg, 8)
+    bn, cb = blocks
     blocks_per_group = ocg // bn
     attrs.update(oc_block=bn, ic_block=cb)
-    # W[oc, c, ry, rx] -> Wk[oc // bn, c // cb, ry, rx, c % cb, oc % bn]
-    Wk = compute((oc // bn, cg // cb, kh, kw, cb, bn),
-                 lambda ob, co, yy, xx, ci, oi: W[ob * bn + oi, co * cb + ci, yy, xx],
-                 name=name + ".wpack", tag="conv2d.wpack")
+    if packed:
+        Wk = W
+    else:
+        # W[oc, c, ry, rx] -> Wk[oc // bn, c // cb, ry, rx, c % cb, oc % bn]
+        Wk = compute((oc // bn, cg // cb, kh, kw, cb, bn),
+                     lambda ob, co, yy, xx, ci, oi: W[ob * bn + oi, co * cb + ci, yy, xx],
+                     name=name + ".wpack", tag="conv2d.wpack")
     rco = reduce_axis((0, cg // cb), name="rco")
     ry = reduce_axis((0, kh), name="ry")
     rx = reduce_axis((0, kw), name="rx")
@@ -161,6 +175,35 @@ def conv2d(X: Tensor, W: Tensor, stride=1, padding=0, dilation=1, groups: int = 
     Yc = compute((n, oc // bn, oh, ow, bn), body, name=name + ".nchwc", tag="conv2d.nchwc", attrs=attrs)
     return compute((n, oc, oh, ow), lambda nn, o, yy, xx: Yc[nn, o // bn, yy, xx, o % bn], name=name,
                    tag="conv2d", attrs=attrs)
+
+
+def conv2d_weight_blocks(x_shape, w_shape, stride, padding, groups: int, dtype: str = "float32"):
+    """(output-channel block, input-channel block) of the packed-weight (NCHWc) path, or None.
+
+    None when conv2d takes its depthwise or 1x1 path, which read W as it is.
+    """
+    n, c, h, w = x_shape
+    oc, cg, kh, kw = w_shape
+    oh_ow_pixels = None
+    if groups == c and oc // groups == 1:
+        return None
+    if kh == kw == 1 and tuple(stride) == (1, 1) and groups == 1 and not any(padding):
+        oh_ow_pixels = h * w
+        if _pixels_path(oh_ow_pixels):
+            return None
+    return _channel_block(oc // groups, resolve_target("llvm").lanes(dtype)), _divisor_at_most(cg, 8)
+
+
+def pack_conv2d_weight(weight: np.ndarray, blocks) -> np.ndarray:
+    """W [OC, C/groups, KH, KW] -> [OC/bn, C/cb, KH, KW, cb, bn], the layout the NCHWc path reads.
+
+    For constant weights (a network's), packing once at compile time saves re-packing them
+    on every call.
+    """
+    bn, cb = blocks
+    oc, cg, kh, kw = weight.shape
+    packed = weight.reshape(oc // bn, bn, cg // cb, cb, kh, kw).transpose(0, 2, 4, 5, 3, 1)
+    return np.ascontiguousarray(packed)
 
 
 def _pixels_path(pixels: int) -> bool:
@@ -194,8 +237,8 @@ def _epilogue_or_self(s, op):
 def schedule_conv2d(s, op, target):
     out = op.outputs[0]
     Yc = op.input_tensors[0]
-    Wk = [t for t in Yc.op.input_tensors if getattr(t.op, "tag", "") == "conv2d.wpack"][0]
-    Xp = [t for t in Yc.op.input_tensors if t is not Wk][0]
+    Xp, Wk = Yc.op.input_tensors[0], Yc.op.input_tensors[1]
+    packs_weights = getattr(Wk.op, "tag", "") == "conv2d.wpack"
     bn = op.attrs["oc_block"]
     n_, oc_, oh_, ow_ = [int(d.value) for d in out.shape]
     lanes = target.lanes(out.dtype)
@@ -223,14 +266,15 @@ def schedule_conv2d(s, op, target):
     s[Yc].unroll(cob)
     s[Yc].unroll(cx)
     s[Yc].vectorize(coi)
-    # weights: packed once per call, at root
-    W = s[Wk]
-    wo, wco, wy, wx, wci, wi = W.op.axis
-    if per_block:
-        W.compute_at(Y, fused)
-    else:
-        W.parallel(wo)
-    W.vectorize(wi)
+    # weights given in NCHW[c] layout: packed per channel block, or once at root
+    if packs_weights:
+        W = s[Wk]
+        wo, wco, wy, wx, wci, wi = W.op.axis
+        if per_block:
+            W.compute_at(Y, fused)
+        else:
+            W.parallel(wo)
+        W.vectorize(wi)
     # padding: at root, rows in parallel
     if getattr(Xp.op, "tag", "") == "conv2d.pad":
         P = s[Xp]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ..graph import Graph
 from .choose_dense_layout import choose_dense_layout
+from .pack_conv_weights import pack_conv_weights
 from .eliminate_dead_code import eliminate_dead_code
 from .fold_batch_norm import fold_batch_norm
 from .fold_constants import fold_constants
@@ -16,17 +17,18 @@ from .fuse_operators import FusedGroup, fuse_operators
 
 def optimize(graph: Graph) -> Graph:
     """The standard graph pipeline, on a copy: fold constants, zero pads and BN into convs,
-    pre-transpose constant dense weights, drop dead code."""
+    pre-transpose constant dense weights, pre-pack constant conv weights, drop dead code."""
     g = graph.copy()
     g = fold_constants(g)
     g = fold_pad_into_conv(g)
     g = fold_batch_norm(g)
     g = fold_constants(g)
     g = choose_dense_layout(g)
+    g = pack_conv_weights(g)
     g = eliminate_dead_code(g)
     g.check()
     return g
 
 
-__all__ = ["optimize", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "choose_dense_layout",
+__all__ = ["optimize", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "choose_dense_layout", "pack_conv_weights",
            "eliminate_dead_code", "fuse_operators", "FusedGroup"]

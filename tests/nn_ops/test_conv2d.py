@@ -130,3 +130,29 @@ def test_conv2d_matches_onnxruntime(x_shape, w_shape, stride, pad, groups):
     y = np.empty(y_shape, np.float32)
     f(x, w, y)
     np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-3)
+
+
+def test_prepacked_weight_gives_the_same_result():
+    """A weight packed once with pack_conv2d_weight (what the network compiler does for constants)."""
+    import loopweave as lw
+    from loopweave import nn_ops
+    from loopweave.nn_ops.conv2d import conv2d_weight_blocks, pack_conv2d_weight
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 16, 12, 12), dtype=np.float32)
+    w = rng.standard_normal((32, 16, 3, 3), dtype=np.float32)
+    blocks = conv2d_weight_blocks(x.shape, w.shape, (1, 1), (1, 1, 1, 1), 1)
+    assert blocks is not None
+    wp = pack_conv2d_weight(w, blocks)
+    outs = []
+    for weight in (w, wp):
+        X = lw.placeholder(x.shape, name="X")
+        W = lw.placeholder(weight.shape, name="W")
+        Y = nn_ops.conv2d(X, W, padding=1)
+        y = np.empty((1, 32, 12, 12), np.float32)
+        lw.build(nn_ops.schedule(Y), [X, W, Y])(x, weight, y)
+        outs.append(y)
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+    bad = pack_conv2d_weight(w, (blocks[0] // 2, blocks[1])) if blocks[0] > 1 else None
+    if bad is not None:
+        with pytest.raises(lw.ExprError, match="pack_conv2d_weight"):
+            nn_ops.conv2d(lw.placeholder(x.shape, name="X"), lw.placeholder(bad.shape, name="W"), padding=1)
