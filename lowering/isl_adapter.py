@@ -9,6 +9,7 @@ variables that share a user-visible name never collide.  Non-affine expressions 
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import lru_cache
 from typing import Dict, Iterable, List, Optional, Sequence
 
 import islpy as isl
@@ -101,7 +102,13 @@ def condition(e: Expr, names: IslNames) -> Optional[str]:
 
 def make_set(params: Sequence[str], dims: Sequence[str], constraints: Iterable[str]) -> isl.Set:
     body = " and ".join(f"({c})" for c in constraints) or "1 = 1"
-    text = f"[{', '.join(params)}] -> {{ [{', '.join(dims)}] : {body} }}"
+    return _parse_set(f"[{', '.join(params)}] -> {{ [{', '.join(dims)}] : {body} }}")
+
+
+@lru_cache(maxsize=4096)
+def _parse_set(text: str) -> isl.Set:
+    """isl sets are values (operations return new sets), so parsed ones can be shared: the
+    prefix/main/suffix copies of a partitioned loop ask the same questions again."""
     try:
         return isl.Set(text)
     except isl.Error as exc:
