@@ -13,19 +13,7 @@ from .pooling import global_pool, pool2d
 from .shape_ops import concat, pad, reshape, softmax, transpose
 from .graph import Graph, Node, Value
 
-try:  # written alongside; the network compiler falls back to a direct convolution without it
-    from .conv2d import conv2d  # noqa: F401
-except ImportError:  # pragma: no cover - depends on the checkout
-    conv2d = None
-
-
-def conv2d_available() -> bool:
-    return conv2d is not None
-
-
-def conv2d_op(*args, **kwargs):
-    return conv2d(*args, **kwargs)
-
+from .conv2d import conv2d
 
 __all__ = ["matmul", "dense", "batch_matmul", "schedule", "register_schedule", "add", "subtract", "multiply",
            "divide", "maximum", "minimum", "relu", "clip", "sigmoid", "tanh", "leaky_relu", "hard_sigmoid",

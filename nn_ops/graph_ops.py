@@ -42,42 +42,13 @@ def op(name: str, kind: str):
 
 
 # ------------------------------------------------------------------ anchors
-def _conv_fallback(X, W, stride, padding, dilation, groups, name):
-    """Direct convolution used when ``nn_ops.conv2d`` is not available (slow, unscheduled)."""
-    from ..dsl.expr import const, if_then_else, logical_and
-    from ..dsl.reduction import sum as lw_sum
-    from ..dsl.tensor import compute, reduce_axis
-    N, C, H, Wd = static_shape(X)
-    O, Cg, KH, KW = static_shape(W)
-    pt, pl, pb, pr = padding
-    OH = (H + pt + pb - dilation[0] * (KH - 1) - 1) // stride[0] + 1
-    OW = (Wd + pl + pr - dilation[1] * (KW - 1) - 1) // stride[1] + 1
-    rc, rh, rw = reduce_axis((0, Cg), "rc"), reduce_axis((0, KH), "rh"), reduce_axis((0, KW), "rw")
-    opg = O // groups
-
-    def body(n, o, y, x):
-        h = y * stride[0] - pt + rh * dilation[0]
-        w = x * stride[1] - pl + rw * dilation[1]
-        c = (o // opg) * Cg + rc if groups > 1 else rc
-        read = X[n, c, h, w]
-        if any(padding):
-            read = if_then_else(logical_and(logical_and(h >= 0, h < H), logical_and(w >= 0, w < Wd)), read,
-                                const(0.0, X.dtype))
-        return lw_sum(read * W[o, rc, rh, rw], axis=[rc, rh, rw])
-
-    return compute((N, O, OH, OW), body, name=name, tag="conv2d_direct")
-
-
 @op("conv2d", "anchor")
 def _conv2d(inputs, attrs):
     X, W = inputs[0], inputs[1]
     stride, padding = tuple(attrs["stride"]), tuple(attrs["padding"])
     dilation, groups = tuple(attrs["dilation"]), int(attrs["groups"])
-    from . import conv2d_available, conv2d_op
-    if conv2d_available():
-        Y = conv2d_op(X, W, stride, padding, dilation, groups)
-    else:
-        Y = _conv_fallback(X, W, stride, padding, dilation, groups, "conv2d")
+    from .conv2d import conv2d
+    Y = conv2d(X, W, stride, padding, dilation, groups)
     if len(inputs) > 2 and inputs[2] is not None:
         B = inputs[2]
         Y = ew.add(Y, shape_ops.reshape(B, (static_shape(B)[0], 1, 1), name="bias.r"), name="bias")
