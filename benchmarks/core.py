@@ -10,9 +10,9 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
+from .kernels import compare_with_numpy
 
-from .compare import interleaved
+
 
 _COMPILE = """
 import time, loopweave as lw
@@ -48,18 +48,10 @@ def main() -> None:
         print(f"parallel launch overhead ({threads} threads, empty body): {launch_overhead_us(threads):.2f} us")
     s, args = design_matmul_schedule()
     f = lw.build(s, args)
-    n = 1024
-    rng = np.random.default_rng(0)
-    a = rng.random((n, n), dtype=np.float32)
-    b = rng.random((n, n), dtype=np.float32)
-    c = np.empty((n, n), np.float32)
-    f(a, b, c)
-    np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3)
-    out = np.empty_like(c)
-    cmp = interleaved(lambda: f(a, b, c), lambda: np.matmul(a, b, out=out), pairs=15)
-    print(f"{'':<34} {'ours GF':>9} {'numpy GF':>9} {'ratio':>7}")
-    print(cmp.row("DESIGN.md matmul N=1024 (2 thr)", 2.0 * n ** 3))
 
+    row = compare_with_numpy(f, (1024, 1024), (1024, 1024), "DESIGN.md matmul N=1024 (2 thr)", pairs=15)
+    print(f"{'':<34} {'ours GF':>9} {'numpy GF':>9} {'ratio':>7}")
+    print(row)
 
 if __name__ == "__main__":
     main()

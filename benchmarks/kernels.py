@@ -34,6 +34,19 @@ def build_batch_matmul(b: int, m: int, n: int, k: int):
     return lw.build(nn_ops.schedule(C), [A, B, C])
 
 
+def compare_with_numpy(f, a_shape, b_shape, label: str, pairs: int, rng=None) -> str:
+    """Check ``f(a, b, c)`` against ``a @ b`` and time both interleaved; a printed row."""
+    rng = rng if rng is not None else np.random.default_rng(0)
+    a = rng.random(a_shape, dtype=np.float32)
+    b = rng.random(b_shape, dtype=np.float32)
+    c = np.empty(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]) + (a_shape[-2], b_shape[-1]), np.float32)
+    f(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3)
+    out = np.empty_like(c)
+    cmp = interleaved(lambda: f(a, b, c), lambda: np.matmul(a, b, out=out), pairs=pairs)
+    return cmp.row(label, 2.0 * c.size * a_shape[-1])
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -48,26 +61,10 @@ def main(argv=None) -> None:
         for (m, n, k) in MATMUL_SHAPES:
             if args.quick and m >= 2048:
                 continue
-            f = build_matmul(m, n, k)
-            a = rng.random((m, k), dtype=np.float32)
-            b = rng.random((k, n), dtype=np.float32)
-            c = np.empty((m, n), np.float32)
-            f(a, b, c)
-            np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3)
-            out = np.empty_like(c)
-            cmp = interleaved(lambda: f(a, b, c), lambda: np.matmul(a, b, out=out), pairs=pairs)
-            print(cmp.row(f"matmul {m}x{n}x{k}", 2.0 * m * n * k))
+            print(compare_with_numpy(build_matmul(m, n, k), (m, k), (k, n), f"matmul {m}x{n}x{k}", pairs, rng))
         for (bt, m, n, k) in BATCH_SHAPES:
-            f = build_batch_matmul(bt, m, n, k)
-            a = rng.random((bt, m, k), dtype=np.float32)
-            b = rng.random((bt, k, n), dtype=np.float32)
-            c = np.empty((bt, m, n), np.float32)
-            f(a, b, c)
-            np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3)
-            out = np.empty_like(c)
-            cmp = interleaved(lambda: f(a, b, c), lambda: np.matmul(a, b, out=out), pairs=pairs)
-            print(cmp.row(f"batch_matmul {bt}x{m}x{n}x{k}", 2.0 * bt * m * n * k))
-
+            print(compare_with_numpy(build_batch_matmul(bt, m, n, k), (bt, m, k), (bt, k, n),
+                                     f"batch_matmul {bt}x{m}x{n}x{k}", pairs, rng))
 
 if __name__ == "__main__":
     main()

@@ -275,10 +275,14 @@ def schedule_conv2d(s, op, target):
         else:
             W.parallel(wo)
         W.vectorize(wi)
-    # padding: at root, rows in parallel
-    if getattr(Xp.op, "tag", "") == "conv2d.pad":
-        P = s[Xp]
-        pn, pc, py, px = P.op.axis
+    _schedule_padding(s, Xp)
+
+
+def _schedule_padding(s, tensor) -> None:
+    """A padding stage is computed at root, (image, channel) planes in parallel."""
+    if getattr(tensor.op, "tag", "") == "conv2d.pad":
+        P = s[tensor]
+        pn, pc, _, _ = P.op.axis
         P.parallel(P.fuse(pn, pc))
 
 
@@ -291,10 +295,7 @@ def schedule_conv2d_depthwise(s, op, target):
     if Y is not s[op]:      # fused epilogue: the depthwise plane is computed per (n, c) inside it
         s[op].compute_at(Y, fused)
     for t in op.input_tensors:
-        if getattr(t.op, "tag", "") == "conv2d.pad":
-            P = s[t]
-            pn, pc, py, px = P.op.axis
-            P.parallel(P.fuse(pn, pc))
+        _schedule_padding(s, t)
 
 
 @register_schedule("conv2d_1x1", "llvm")
