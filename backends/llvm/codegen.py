@@ -21,6 +21,7 @@ from ...errors import InternalError
 from ...lowering.ir import (Allocate, Broadcast, BufferLoad, BufferStore, Evaluate, For, IfThenElse, LetStmt,
                             PrimFunc, Ramp, Seq)
 from .thread_pool import BODY_TYPE
+from .vector_math import VECTOR_MATH
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
@@ -496,6 +497,8 @@ class FunctionEmitter:
                 return x
             neg = b.sub(ir.Constant(x.type, None), x)
             return b.select(b.icmp_signed("<", x, ir.Constant(x.type, None)), neg, x)
+        if e.name in VECTOR_MATH and dt == "float32":
+            return self._vector_math(e.name, x)
         if e.name in _FLOAT_INTRINSIC:
             return self._call_float(e.name, *args)
         one = _splat_const(x.type, 1.0)
@@ -503,10 +506,18 @@ class FunctionEmitter:
             return b.fdiv(one, self._call_float("sqrt", x))
         if e.name == "sigmoid":
             neg = b.fsub(_splat_const(x.type, 0.0), x)
-            return b.fdiv(one, b.fadd(one, self._call_float("exp", neg)))
+            e_neg = self._vector_math("exp", neg) if dt == "float32" else self._call_float("exp", neg)
+            return b.fdiv(one, b.fadd(one, e_neg))
         if e.name in _LIBM:
             return self._libm(e.name, x, dt)
         raise InternalError(f"no lowering for intrinsic {e.name}")
+
+    def _vector_math(self, name: str, x):
+        """float32 exp/erf/tanh as inline polynomials (vector_math.py says why)."""
+        def fma(a, c, d):
+            fn = self.cg.intrinsic(f"llvm.fmuladd.{_type_suffix(a.type)}", a.type, [a.type] * 3)
+            return self.builder.call(fn, [a, c, d])
+        return VECTOR_MATH[name](self.builder, x, fma, lambda v: self._call_float("floor", v))
 
     def _libm(self, name: str, x, dtype: str):
         """Scalar libm calls, lane by lane for vectors (half goes through float)."""
