@@ -336,14 +336,19 @@ class Lowering:
                                     f"'{consumer.name}' is not")
             chain.append(chain[-1].attach_stage)
         entry_axis = chain[-1].attach_ivar
-        if all(entry_axis is not iv for iv in host_inner_leaves):
-            raise LoweringError(f"'{producer.name}' is computed at a loop of '{host.name}' inside the loop where "
-                                f"its consumer '{consumer.name}' is computed; compute it at '{entry_axis.name}' or outside")
         loops: List[Loop] = []
-        for iv in host_inner_leaves:
-            loops.append(Loop(host_loop_vars[iv], const(0), host_extents[iv]))
-            if iv is entry_axis:
-                break
+        if all(entry_axis is not iv for iv in host_inner_leaves):
+            if entry_axis is not producer.attach_ivar:
+                raise LoweringError(f"'{producer.name}' is computed at a loop of '{host.name}' inside the loop where "
+                                    f"its consumer '{consumer.name}' is computed; compute it at '{entry_axis.name}' "
+                                    f"or outside")
+            # the consumer is a sibling at the same loop (stage order runs the producer first):
+            # only the consumer's own loops enclose its reads
+        else:
+            for iv in host_inner_leaves:
+                loops.append(Loop(host_loop_vars[iv], const(0), host_extents[iv]))
+                if iv is entry_axis:
+                    break
         guards = []
         for k, stage in enumerate(reversed(chain)):
             info = self.nest_info[id(stage)]

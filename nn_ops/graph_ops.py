@@ -78,6 +78,7 @@ def _dense_kn(inputs, attrs):
 
 @op("matmul", "anchor")
 def _matmul(inputs, attrs):
+    """2-d x 2-d, or batched 3-d x 3-d with equal batch sizes (the importer reshapes/broadcasts to these)."""
     from .matmul import batch_matmul, matmul
     A, B = inputs
     if A.ndim == 2 and B.ndim == 2:
@@ -85,6 +86,30 @@ def _matmul(inputs, attrs):
     if A.ndim == 3 and B.ndim == 3:
         return batch_matmul(A, B)
     raise ExprError(f"matmul of ranks {A.ndim} and {B.ndim} is not supported (2-d x 2-d or 3-d x 3-d)")
+
+
+@op("layer_norm", "reduce")
+def _layer_norm(inputs, attrs):
+    from .norm import layer_norm
+    bias = inputs[2] if len(inputs) > 2 else None
+    return layer_norm(inputs[0], inputs[1], bias, attrs.get("axis", -1), attrs.get("epsilon", 1e-5))
+
+
+@op("layer_norm_stat", "reduce")
+def _layer_norm_stat(inputs, attrs):
+    from .norm import layer_norm_stat_output
+    return layer_norm_stat_output(inputs[0], attrs["which"], attrs.get("axis", -1), attrs.get("epsilon", 1e-5))
+
+
+@op("gelu", "injective")
+def _gelu(inputs, attrs):
+    from .norm import gelu
+    return gelu(inputs[0], attrs.get("approximate", "none"))
+
+
+@op("broadcast_to", "injective")
+def _broadcast_to(inputs, attrs):
+    return ew.broadcast_to(inputs[0], attrs["shape"])
 
 
 # ------------------------------------------------------------------ injective

@@ -12,14 +12,20 @@ from .eliminate_dead_code import eliminate_dead_code
 from .fold_batch_norm import fold_batch_norm
 from .fold_constants import fold_constants
 from .fold_pad_into_conv import fold_pad_into_conv
+from .fuse_gelu import fuse_gelu
 from .fuse_operators import FusedGroup, fuse_operators
+from .sink_reshapes import sink_reshapes
 
 
 def optimize(graph: Graph) -> Graph:
     """The standard graph pipeline, on a copy: fold constants, zero pads and BN into convs,
-    pre-transpose constant dense weights, pre-pack constant conv weights, drop dead code."""
+    recognise GELU, move reshapes below elementwise ops, pre-transpose constant dense
+    weights, pre-pack constant conv weights, drop dead code."""
     g = graph.copy()
     g = fold_constants(g)
+    g = fuse_gelu(g)
+    g = sink_reshapes(g)
+    g = eliminate_dead_code(g)
     g = fold_pad_into_conv(g)
     g = fold_batch_norm(g)
     g = fold_constants(g)
@@ -31,4 +37,4 @@ def optimize(graph: Graph) -> Graph:
 
 
 __all__ = ["optimize", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "choose_dense_layout", "pack_conv_weights",
-           "eliminate_dead_code", "fuse_operators", "FusedGroup"]
+           "eliminate_dead_code", "fuse_gelu", "sink_reshapes", "fuse_operators", "FusedGroup"]

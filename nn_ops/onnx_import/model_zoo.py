@@ -3,6 +3,10 @@
 ``small_cnn()``, ``resnet18()`` and ``mobilenet_v2()`` return ``onnx.ModelProto`` s with the
 architectures of the well-known networks (conv + batch norm + relu/relu6, residual adds,
 pools, a final Gemm), opset 13, input ``"input"`` of shape (batch, 3, size, size).
+``transformer_encoder()`` is a BERT-style encoder as torch exports it at opset 17
+(MatMul + Add projections, Reshape/Transpose into heads with a Shape->Gather->Concat
+shape chain, scaled Softmax attention, erf-form GELU, LayerNormalization), input
+``"input"`` of shape (batch, seq, hidden).  ``batch=None`` leaves the batch symbolic.
 """
 from __future__ import annotations
 
@@ -62,6 +66,21 @@ class OnnxBuilder:
         w = (self.rng.standard_normal((cout, cin)) / np.sqrt(cin)).astype(np.float32)
         b = (self.rng.standard_normal(cout) * 0.1).astype(np.float32)
         return self.node("Gemm", [x, self.init("fc_w", w), self.init("fc_b", b)], transB=1)
+
+    def matmul_add(self, x, cin, cout):
+        """x @ W + b as torch exports a Linear layer on a 3-d input."""
+        w = (self.rng.standard_normal((cin, cout)) / np.sqrt(cin)).astype(np.float32)
+        b = (self.rng.standard_normal(cout) * 0.02).astype(np.float32)
+        return self.node("Add", [self.node("MatMul", [x, self.init("w", w)]), self.init("b", b)])
+
+    def layer_norm(self, x, c):
+        scale = (1.0 + self.rng.standard_normal(c) * 0.1).astype(np.float32)
+        bias = (self.rng.standard_normal(c) * 0.1).astype(np.float32)
+        return self.node("LayerNormalization", [x, self.init("ln_s", scale), self.init("ln_b", bias)], axis=-1,
+                         epsilon=1e-12)
+
+    def const(self, value, dtype=np.float32):
+        return self.init("c", np.array(value, dtype))
 
     def model(self, x_shape, out, out_shape=None, name="model"):
         from onnx import TensorProto, helper
@@ -129,3 +148,33 @@ def mobilenet_v2(batch: int = 1, size: int = 224, classes: int = 1000, seed: int
     x = b.node("GlobalAveragePool", [x])
     x = b.node("Flatten", [x], axis=1)
     return b.model((batch, 3, size, size), b.gemm(x, 1280, classes), (batch, classes), name="mobilenet_v2")
+
+
+def transformer_encoder(batch=1, seq: int = 128, hidden: int = 256, heads: int = 4, layers: int = 4,
+                        ffn: int = 1024, seed: int = 0):
+    """A BERT-style encoder stack (post-LayerNorm), opset 17, as torch.onnx exports it."""
+    b = OnnxBuilder(seed, opset=17)
+    dh = hidden // heads
+    x = "input"
+    for _ in range(layers):
+        # the head split's target shape comes from a shape chain, as in torch exports
+        n = b.node("Unsqueeze", [b.node("Gather", [b.node("Shape", [x]), b.const(0, np.int64)], axis=0),
+                                 b.const([0], np.int64)])
+        head_shape = b.node("Concat", [n, b.const([seq, heads, dh], np.int64)], axis=0)
+
+        def heads_of(t, perm):
+            return b.node("Transpose", [b.node("Reshape", [t, head_shape])], perm=perm)
+        q = heads_of(b.matmul_add(x, hidden, hidden), [0, 2, 1, 3])
+        k = heads_of(b.matmul_add(x, hidden, hidden), [0, 2, 3, 1])
+        v = heads_of(b.matmul_add(x, hidden, hidden), [0, 2, 1, 3])
+        scores = b.node("Div", [b.node("MatMul", [q, k]), b.const(np.sqrt(dh))])
+        probs = b.node("Softmax", [scores], axis=-1)
+        ctx = b.node("Transpose", [b.node("MatMul", [probs, v])], perm=[0, 2, 1, 3])
+        ctx = b.node("Reshape", [ctx, b.const([0, 0, hidden], np.int64)])
+        x = b.layer_norm(b.node("Add", [b.matmul_add(ctx, hidden, hidden), x]), hidden)
+        h = b.matmul_add(x, hidden, ffn)
+        erf = b.node("Erf", [b.node("Div", [h, b.const(np.sqrt(2.0))])])
+        g = b.node("Mul", [b.node("Mul", [h, b.node("Add", [erf, b.const(1.0)])]), b.const(0.5)])
+        x = b.layer_norm(b.node("Add", [b.matmul_add(g, ffn, hidden), x]), hidden)
+    batch_dim = "batch" if batch is None else batch
+    return b.model((batch_dim, seq, hidden), x, (batch_dim, seq, hidden), name="transformer_encoder")

@@ -192,29 +192,91 @@ def gemm(ctx: ImportContext, node):
 
 @converter("MatMul", since=1)
 def matmul(ctx: ImportContext, node):
+    """numpy matmul semantics: 1-d operands get a unit axis, batch axes broadcast.
+
+    A constant 2-d B makes a dense op over A's rows (any leading axes flattened); other
+    cases become a batched 3-d matmul over the broadcast batch, operands stretched by a
+    copy only where their batch axes broadcast.
+    """
     A, B = node.input[0], node.input[1]
-    sa, sb = ctx.shape(A), ctx.shape(B)
+    sa, sb = list(ctx.shape(A)), list(ctx.shape(B))
+    out = node.output[0]
+    if len(sa) == 1:
+        A = _reshaped(ctx, A, [1] + sa)
+    if len(sb) == 1:
+        B = _reshaped(ctx, B, sb + [1])
+    ra, rb = list(ctx.shape(A)), list(ctx.shape(B))
+    if ra[-1] != rb[-2]:
+        raise Unsupported(f"MatMul of shapes {sa} and {sb}: the contracted sizes {ra[-1]} and {rb[-2]} differ")
+    batch = list(np.broadcast_shapes(tuple(ra[:-2]), tuple(rb[:-2])))
+    result = batch + [ra[-2], rb[-1]]
+    final = batch + ([ra[-2]] if len(sa) > 1 else []) + ([rb[-1]] if len(sb) > 1 else [])
     b = ctx.const(B)
-    if len(sa) == 2 and len(sb) == 2 and b is not None:
-        w = ctx.add_constant(B + ".T", np.ascontiguousarray(b.T))
-        ctx.emit("dense", [A, w], node.output[0], name=node.name)
-        return
-    if len(sa) == 2 and len(sb) == 2:
-        ctx.emit("matmul", [A, B], node.output[0], name=node.name)
-        return
-    if len(sa) == 3 and len(sb) == 3 and sa[0] == sb[0]:
-        ctx.emit("matmul", [A, B], node.output[0], name=node.name)
-        return
-    if len(sa) >= 2 and len(sb) == 2 and b is not None:
-        lead = int(np.prod(sa[:-1]))
-        flat = ctx.graph.fresh_name(A + ".2d")
-        ctx.emit("reshape", [A], flat, {"shape": (lead, sa[-1])})
-        w = ctx.add_constant(B + ".T", np.ascontiguousarray(b.T))
-        mid = ctx.graph.fresh_name(node.output[0] + ".2d")
-        ctx.emit("dense", [flat, w], mid, name=node.name)
-        ctx.emit("reshape", [mid], node.output[0], {"shape": tuple(sa[:-1]) + (sb[-1],)})
-        return
-    raise Unsupported(f"MatMul of shapes {sa} and {sb} (supported: 2-d x 2-d, 3-d x 3-d, n-d x constant 2-d)")
+    direct = result == list(final)
+    target = out if direct else ctx.graph.fresh_name(out + ".nd")
+    if b is not None and all(d == 1 for d in rb[:-2]):
+        lead = int(np.prod(ra[:-1]))
+        w = ctx.add_constant(B + ".T", np.ascontiguousarray(b.reshape(rb[-2:]).T))
+        if len(ra) == 2:
+            ctx.emit("dense", [A, w], target, name=node.name)
+        else:
+            mid = ctx.graph.fresh_name(out + ".2d")
+            ctx.emit("dense", [_reshaped(ctx, A, [lead, ra[-1]]), w], mid, name=node.name)
+            ctx.emit("reshape", [mid], target, {"shape": tuple(result)})
+    elif not batch:
+        ctx.emit("matmul", [A, B], target, name=node.name)
+    else:
+        n = int(np.prod(batch))
+        a3 = _reshaped(ctx, _stretched(ctx, A, batch + ra[-2:]), [n] + ra[-2:])
+        b3 = _reshaped(ctx, _stretched(ctx, B, batch + rb[-2:]), [n] + rb[-2:])
+        mid = ctx.graph.fresh_name(out + ".3d")
+        ctx.emit("matmul", [a3, b3], mid, name=node.name)
+        ctx.emit("reshape", [mid], target, {"shape": tuple(result)})
+    if not direct:
+        ctx.emit("reshape", [target], out, {"shape": tuple(final)})
+
+
+def _reshaped(ctx, name: str, shape) -> str:
+    """``name`` viewed with ``shape`` (an alias, no copy); ``name`` itself if it already has it."""
+    if list(ctx.shape(name)) == list(shape):
+        return name
+    view = ctx.graph.fresh_name(f"{name}.r")
+    ctx.emit("reshape", [name], view, {"shape": tuple(int(d) for d in shape)})
+    return view
+
+
+def _stretched(ctx, name: str, shape) -> str:
+    """``name`` broadcast to ``shape``: a copy when its batch axes stretch, else ``name``."""
+    src = list(ctx.shape(name))
+    if len(src) == len(shape) and src == list(shape):
+        return name
+    if int(np.prod(src)) == int(np.prod(shape)):
+        return _reshaped(ctx, name, shape)
+    wide = ctx.graph.fresh_name(f"{name}.b")
+    ctx.emit("broadcast_to", [name], wide, {"shape": tuple(int(d) for d in shape)})
+    return wide
+
+
+@converter("LayerNormalization", since=17)
+def layer_normalization(ctx: ImportContext, node):
+    """Y, and the optional Mean / InvStdDev outputs (recomputed by their own small kernels)."""
+    x = node.input[0]
+    if ctx.dtype(x) != "float32":
+        raise Unsupported(f"input {x!r} has dtype {ctx.dtype(x)}; only float32 is supported")
+    attrs = {"axis": int(ctx.attr(node, "axis", -1)), "epsilon": float(ctx.attr(node, "epsilon", 1e-5))}
+    inputs = [x, node.input[1]] + ([node.input[2]] if len(node.input) > 2 and node.input[2] else [])
+    ctx.emit("layer_norm", inputs, node.output[0], attrs, name=node.name)
+    for k, which in ((1, "mean"), (2, "inv_std")):
+        if len(node.output) > k and node.output[k]:
+            ctx.emit("layer_norm_stat", [x], node.output[k], dict(attrs, which=which), name=node.output[k])
+
+
+@converter("Gelu", since=20)
+def gelu(ctx: ImportContext, node):
+    approximate = ctx.attr(node, "approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise Unsupported(f"approximate={approximate!r} (only 'none' and 'tanh')")
+    ctx.emit("gelu", [node.input[0]], node.output[0], {"approximate": approximate}, name=node.name)
 
 
 @converter("Softmax", since=13)

@@ -17,7 +17,7 @@ from loopweave.nn_ops.onnx_import.context import CONVERTERS  # noqa: E402
 from loopweave.nn_ops.onnx_import.fold import FOLDERS  # noqa: E402
 
 EXPECTED_UNSUPPORTED = {
-    # 1-d / 3-d pooling, training-mode batch norm, broadcasting / 1-d / 4-d MatMul, integer tensors,
+    # 1-d / 3-d pooling, training-mode batch norm, integer tensors,
     # empty tensors: each must be reported by name in an OnnxImportError
     "test_averagepool_1d_default",
     "test_averagepool_3d_default",
@@ -28,10 +28,6 @@ EXPECTED_UNSUPPORTED = {
     "test_averagepool_3d_dilations_small",
     "test_batchnorm_epsilon_training_mode",
     "test_batchnorm_example_training_mode",
-    "test_matmul_1d_3d",
-    "test_matmul_4d",
-    "test_matmul_4d_1d",
-    "test_matmul_bcast",
     "test_maxpool_1d_default",
     "test_maxpool_3d_default",
     "test_maxpool_3d_dilations",
