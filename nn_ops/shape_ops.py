@@ -117,7 +117,12 @@ def pad(X: Tensor, pads_before: Sequence[int], pads_after: Sequence[int], value:
 
 
 def softmax(X: Tensor, axis: int = -1, name: str = "softmax") -> Tensor:
-    """``exp(x - max) / sum(exp(x - max))`` along ``axis``."""
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis``.
+
+    Four stages: the row maximum, the exponentials (stored once, not recomputed by the
+    sum and the division), their sum, and the scaling.  Along the last axis the default
+    schedule computes all of them per row, vectorized (see ``schedule_softmax``).
+    """
     shape = static_shape(X)
     nd = len(shape)
     axis = axis + nd if axis < 0 else axis
@@ -128,18 +133,71 @@ def softmax(X: Tensor, axis: int = -1, name: str = "softmax") -> Tensor:
         idx.insert(axis, r)
         return tuple(idx)
 
-    k1 = reduce_axis((0, shape[axis]), name="k")
-    M = compute(rest, lambda *idx: lw_max(X[with_axis(idx, k1)], axis=k1), name=name + ".max", tag="softmax_reduce")
-    k2 = reduce_axis((0, shape[axis]), name="k")
-
     def drop(idx):
         return tuple(i for k, i in enumerate(idx) if k != axis)
 
-    S = compute(rest, lambda *idx: lw_sum(exp(X[with_axis(idx, k2)] - M[idx]), axis=k2), name=name + ".sum",
-                tag="softmax_reduce")
-    return compute(shape, lambda *idx: exp(X[idx] - M[drop(idx)]) / S[drop(idx)], name=name, tag="elemwise")
+    k1 = reduce_axis((0, shape[axis]), name="k")
+    M = compute(rest, lambda *idx: lw_max(X[with_axis(idx, k1)], axis=k1), name=name + ".max", tag="softmax_stat")
+    E = compute(shape, lambda *idx: exp(X[idx] - M[drop(idx)]), name=name + ".exp", tag="softmax_stat")
+    k2 = reduce_axis((0, shape[axis]), name="k")
+    S = compute(rest, lambda *idx: lw_sum(E[with_axis(idx, k2)], axis=k2), name=name + ".sum", tag="softmax_stat")
+    one = const(1.0, X.dtype)
+    return compute(shape, lambda *idx: E[idx] * (one / S[drop(idx)]), name=name, tag="softmax",
+                   attrs={"axis": axis})
 
 
+@register_schedule("softmax", "llvm")
+def schedule_softmax(s, op, target):
+    """One parallel loop over rows; per row: max, exp, sum and scale, each vectorized.
+
+    The two reductions are split by the vector width and factored (``rfactor``) so they
+    accumulate whole vectors, then add up one vector at the end.  Softmax along an inner
+    axis (not the last) computes each statistic as its own parallel loop instead.
+    """
+    from ..dsl.expr import Const
+    stage = s[op]
+    out = op.outputs[0]
+    E = next(t for t in op.input_tensors if t.op.name.endswith(".exp"))
+    S = next(t for t in op.input_tensors if t is not E)
+    M = next(t for t in E.op.input_tensors if getattr(t.op, "tag", "") == "softmax_stat")
+    axes = list(stage.leaf_iter_vars)
+    nd = len(axes)
+    lanes = target.lanes(out.dtype)
+    if int(op.attrs.get("axis", nd - 1)) != nd - 1 or nd == 1:
+        for stat in (M, E, S):
+            schedule_reduce(s, stat.op, target) if stat.op.reduce_axis else _parallel_outer(s[stat.op])
+        _parallel_outer(stage)
+        return
+    n = axes[-1].extent
+    vectorize = isinstance(n, Const) and n.value >= lanes
+    factored = []
+    if vectorize:
+        for stat in (M, S):
+            ko, ki = s[stat].split(stat.op.reduce_axis[0], factor=lanes)
+            partial = s.rfactor(stat, ki, factor_axis=nd - 1)
+            p_axes = list(s[partial].leaf_iter_vars)       # rows..., ki.rf, ko.r
+            s[partial].reorder(*p_axes[:nd - 1], p_axes[-1], p_axes[nd - 1])
+            s[partial].vectorize(p_axes[nd - 1])
+            factored.append(partial)
+        for st in (stage, s[E]):
+            _, vec = st.split(st.leaf_iter_vars[-1], factor=lanes)
+            st.vectorize(vec)
+    rows = axes[:-1]
+    row = stage.fuse(*rows) if len(rows) > 1 else rows[0]
+    stage.parallel(row)
+    # readers before what they read: sum, its partials, exp, max, its partials
+    order = [S] + factored[1:] + [E, M] + factored[:1]
+    for t in order:
+        s[t].compute_at(stage, row)
+
+
+def _parallel_outer(stage):
+    axes = list(stage.leaf_iter_vars)
+    spatial = [a for a in axes if a.kind != "reduce"]
+    if len(spatial) > 1:
+        stage.parallel(stage.fuse(*spatial))
+    elif spatial:
+        stage.parallel(spatial[0])
 
 
 def strided_slice(X: Tensor, begin: Sequence[int], end: Sequence[int], step: Sequence[int],
@@ -189,7 +247,6 @@ def reduce(X: Tensor, axes: Sequence[int], kind: str = "sum", keepdims: bool = T
     return compute(out_shape, body, name=name, tag="reduce")
 
 
-@register_schedule("softmax_reduce", "llvm")
 @register_schedule("reduce", "llvm")
 def schedule_reduce(s, op, target):
     """Parallel over the output elements; each reduces serially."""
