@@ -16,7 +16,7 @@ from ..dsl.reduction import sum as lw_sum
 from ..dsl.tensor import Tensor, compute, reduce_axis
 from ..errors import ExprError
 from .elementwise import static_shape, unary
-from .registry import register_schedule
+from .registry import compute_all_at, register_schedule, vectorized_reduction
 
 
 def _split_axis(X: Tensor, axis: int):
@@ -118,7 +118,7 @@ def _stat_ops(op):
             seen.add(id(t.op))
             tag = getattr(t.op, "tag", "")
             if tag == "layer_norm_stat":
-                found.append(t.op)
+                found.append(t)
             if tag in ("layer_norm_stat", "elemwise"):
                 stack.append(t.op)
     return found
@@ -126,22 +126,21 @@ def _stat_ops(op):
 
 @register_schedule("layer_norm", "llvm")
 def schedule_layer_norm(s, op, target):
-    """Rows in parallel; both statistics computed inside the row; a single normalised axis vectorized."""
+    """Rows in parallel; per row both statistics (vector-accumulated when one axis is
+    normalised) and the vectorized output."""
     from ..dsl.expr import Const
     stage = s[op]
     n_rows = int(op.attrs.get("row_axes", 0))
     axes = list(stage.leaf_iter_vars)
     row_axes, inner_axes = axes[:n_rows], axes[n_rows:]
     lanes = target.lanes(op.outputs[0].dtype)
+    stats = _stat_ops(op)
     if len(inner_axes) == 1 and isinstance(inner_axes[0].extent, Const) and inner_axes[0].extent.value >= lanes:
+        stats += [vectorized_reduction(s, st, lanes) for st in list(stats)]
         _, vec = stage.split(inner_axes[0], factor=lanes)
         stage.vectorize(vec)
     if not row_axes:
         return
     row = stage.fuse(*row_axes) if len(row_axes) > 1 else row_axes[0]
     stage.parallel(row)
-    stats = _stat_ops(op)
-    # consumers first: a statistic read by another (mean by var) is attached after its reader
-    readers_first = sorted(stats, key=lambda st: -sum(any(t.op is o for t in st.input_tensors) for o in stats))
-    for st in readers_first:
-        s[st].compute_at(stage, row)
+    compute_all_at(s, stats, stage, row)

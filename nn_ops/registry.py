@@ -108,6 +108,38 @@ def _depends_on(op, producer) -> bool:
     return False
 
 
+def compute_all_at(s: Schedule, tensors, host, axis) -> None:
+    """``compute_at(host, axis)`` for each of ``tensors``, readers before what they read.
+
+    A stage may only move inside a loop once every stage reading it is there, so a
+    producer chain (mean -> var -> output) is attached from the output end.
+    """
+    stages = list(dict.fromkeys(s[t] for t in tensors))
+    # what each stage reads now (rfactor retargets a stage to an op that reads its partials)
+    reads = {id(st): {id(s[t]) for t in st.op.input_tensors if isinstance(t.op, ComputeOp)} for st in stages}
+    pending = stages
+    while pending:      # a stage goes when no pending stage still reads it
+        ready = [st for st in pending if not any(id(st) in reads[id(r)] for r in pending if r is not st)]
+        if not ready:
+            raise ValueError("compute_all_at: the stages read each other in a cycle")
+        for st in ready:
+            st.compute_at(host, axis)
+        pending = [st for st in pending if all(st is not r for r in ready)]
+
+
+def vectorized_reduction(s: Schedule, stat: Tensor, lanes: int):
+    """Split ``stat``'s single reduction axis by ``lanes`` and factor the lanes out (rfactor),
+    so the reduction accumulates whole vectors; returns the partial-results tensor."""
+    stage = s[stat]
+    n_axes = len(stat.op.axis)
+    _, ki = stage.split(stat.op.reduce_axis[0], factor=lanes)
+    partial = s.rfactor(stat, ki, factor_axis=n_axes)
+    p_axes = list(s[partial].leaf_iter_vars)               # spatial..., lanes, outer reduction
+    s[partial].reorder(*p_axes[:n_axes], p_axes[-1], p_axes[n_axes])
+    s[partial].vectorize(p_axes[n_axes])
+    return partial
+
+
 def schedule_injective(s: Schedule, op: ComputeOp, target) -> None:
     """Fuse the outer axes into one parallel loop, vectorize the innermost axis."""
     stage = s[op]

@@ -15,7 +15,7 @@ from ..dsl.reduction import max as lw_max, sum as lw_sum
 from ..dsl.tensor import Tensor, compute, reduce_axis
 from ..errors import ExprError
 from .elementwise import static_shape
-from .registry import register_schedule
+from .registry import compute_all_at, register_schedule, vectorized_reduction
 
 
 def _strides(shape: Sequence[int]):
@@ -169,26 +169,16 @@ def schedule_softmax(s, op, target):
         _parallel_outer(stage)
         return
     n = axes[-1].extent
-    vectorize = isinstance(n, Const) and n.value >= lanes
     factored = []
-    if vectorize:
-        for stat in (M, S):
-            ko, ki = s[stat].split(stat.op.reduce_axis[0], factor=lanes)
-            partial = s.rfactor(stat, ki, factor_axis=nd - 1)
-            p_axes = list(s[partial].leaf_iter_vars)       # rows..., ki.rf, ko.r
-            s[partial].reorder(*p_axes[:nd - 1], p_axes[-1], p_axes[nd - 1])
-            s[partial].vectorize(p_axes[nd - 1])
-            factored.append(partial)
+    if isinstance(n, Const) and n.value >= lanes:
+        factored = [vectorized_reduction(s, stat, lanes) for stat in (M, S)]
         for st in (stage, s[E]):
             _, vec = st.split(st.leaf_iter_vars[-1], factor=lanes)
             st.vectorize(vec)
     rows = axes[:-1]
     row = stage.fuse(*rows) if len(rows) > 1 else rows[0]
     stage.parallel(row)
-    # readers before what they read: sum, its partials, exp, max, its partials
-    order = [S] + factored[1:] + [E, M] + factored[:1]
-    for t in order:
-        s[t].compute_at(stage, row)
+    compute_all_at(s, [M, E, S] + factored, stage, row)
 
 
 def _parallel_outer(stage):
