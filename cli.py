@@ -16,13 +16,16 @@ def _input_shapes(specs):
     return shapes
 
 
+ZOO_MODELS = ("resnet18", "mobilenet_v2", "small_cnn", "transformer_encoder")
+
+
 def _model_source(path: str):
-    """A path to an .onnx file, or ``zoo:resnet18`` / ``zoo:mobilenet_v2`` / ``zoo:small_cnn`` (built in memory)."""
+    """A path to an .onnx file, or ``zoo:NAME`` for a model built in memory (``ZOO_MODELS``)."""
     if path.startswith("zoo:"):
         from .nn_ops.onnx_import import model_zoo
         name = path[4:]
-        if name not in ("resnet18", "mobilenet_v2", "small_cnn"):
-            raise SystemExit(f"loopweave: unknown zoo model {name!r} (resnet18, mobilenet_v2, small_cnn)")
+        if name not in ZOO_MODELS:
+            raise SystemExit(f"loopweave: unknown zoo model {name!r} ({', '.join(ZOO_MODELS)})")
         return getattr(model_zoo, name)()
     return path
 

@@ -1,6 +1,7 @@
-"""Whole networks (ResNet-18, MobileNetV2; batch 1, 224x224) vs onnxruntime, interleaved.
+"""Whole networks (ResNet-18, MobileNetV2 at batch 1, 224x224; the BERT-style encoder at batch 1,
+sequence 128) vs onnxruntime, interleaved.
 
-``python -m benchmarks.network [--threads 2] [--pairs 15] [--models resnet18 mobilenet_v2]``
+``python -m benchmarks.network [--threads 2] [--pairs 15] [--models resnet18 mobilenet_v2 transformer_encoder]``
 prints, per model: loopweave and onnxruntime latency (medians), the ratio (median of
 per-pair onnxruntime-time / loopweave-time; > 1 means loopweave is faster), and compile
 times: cold (empty object cache, fresh process), cached (disk cache warm, fresh process)
@@ -62,7 +63,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--pairs", type=int, default=15)
-    parser.add_argument("--models", nargs="+", default=["resnet18", "mobilenet_v2"])
+    parser.add_argument("--models", nargs="+", default=["resnet18", "mobilenet_v2", "transformer_encoder"])
     parser.add_argument("--no-compile-times", action="store_true")
     args = parser.parse_args(argv)
     print(f"{'model':<14} {'loopweave ms':>12} {'onnxrt ms':>10} {'ratio':>6}   compile cold / cached / load (s)")

@@ -19,8 +19,10 @@ def onnxruntime_session(model, threads: int):
 
 
 def random_feed(exe, seed: int = 0):
+    """Random inputs for ``exe``; symbolic sizes (a dynamic batch) are set to 1."""
     rng = np.random.default_rng(seed)
-    return {name: rng.standard_normal(shape).astype(dtype) for name, shape, dtype in exe.inputs}
+    return {name: rng.standard_normal(tuple(1 if isinstance(d, str) else d for d in shape)).astype(dtype)
+            for name, shape, dtype in exe.inputs}
 
 
 def compare_with_onnxruntime(model, exe, threads: int = 2, pairs: int = 15, feed: Optional[dict] = None,

@@ -98,8 +98,20 @@ class _Progress:
 
 def compile(graph: Graph, target="llvm", progress: Optional[bool] = None,  # noqa: A001 - lw.compile
             tuning_log=None) -> "Executable":
-    """Compile a network graph (from ``from_onnx``) into an :class:`Executable`."""
+    """Compile a network graph (from ``from_onnx``) into an :class:`Executable`.
+
+    A DynamicGraph (symbolic input sizes or shape inputs) gives a DynamicExecutable that
+    compiles one static specialisation per input binding, on first use.
+    """
     from .graph_passes import fuse_operators, optimize
+    from .onnx_import.dynamic import DynamicGraph
+    if isinstance(graph, DynamicGraph):
+        if tuning_log is not None:
+            raise BuildError("tuning_log is not supported by the network compiler yet; compile without it")
+        if resolve_target(target).kind != "llvm":
+            raise BuildError(f"networks compile for target 'llvm' only for now, not {resolve_target(target).kind!r}")
+        from .dynamic_executable import DynamicExecutable
+        return DynamicExecutable(graph, target, progress)
     if not isinstance(graph, Graph):
         raise ArgumentError(f"compile takes a loopweave Graph (from lw.from_onnx), got {type(graph).__name__}")
     if tuning_log is not None:
@@ -458,9 +470,9 @@ class Executable:
             if tuple(a.shape) != shape:
                 hint = ""
                 if a.ndim == len(shape) and a.shape[1:] == shape[1:]:
-                    hint = (f"; the batch size is fixed at compile time ({shape[0]}): symbolic batch is not "
-                            f"supported yet, import with from_onnx(..., input_shapes={{{name!r}: "
-                            f"{(a.shape[0],) + shape[1:]}}}) to compile for another batch")
+                    hint = (f"; the batch size was fixed when the model was imported ({shape[0]}): export the model "
+                            f"with a symbolic batch dimension (then every batch size runs), or import it with "
+                            f"from_onnx(..., input_shapes={{{name!r}: {(a.shape[0],) + shape[1:]}}})")
                 raise ArgumentError(f"input {name!r} must have shape {shape}, got {tuple(a.shape)}{hint}")
             arrays.append(np.ascontiguousarray(a))
         return arrays
@@ -536,8 +548,8 @@ class Executable:
             z.writestr("meta.json", json.dumps(meta, indent=1))
 
 
-def load(path) -> Executable:
-    """Load an executable written by ``Executable.save``; no compilation happens."""
+def load(path):
+    """Load an executable written by ``save`` (an Executable or a DynamicExecutable); nothing is compiled."""
     try:
         z = zipfile.ZipFile(path)
     except (OSError, zipfile.BadZipFile) as exc:
@@ -547,6 +559,9 @@ def load(path) -> Executable:
             meta = json.loads(z.read("meta.json"))
         except KeyError as exc:
             raise ArgumentError(f"{str(path)!r} is not a loopweave executable (no meta.json)") from exc
+        if meta.get("format") == "loopweave-dynamic-executable":
+            from .dynamic_executable import load_dynamic
+            return load_dynamic(z, meta, repr(str(path)))
         if meta.get("format") != "loopweave-executable" or meta.get("version") != FORMAT_VERSION:
             raise ArgumentError(f"{str(path)!r}: unsupported format {meta.get('format')!r} version "
                                 f"{meta.get('version')!r} (this loopweave reads version {FORMAT_VERSION})")

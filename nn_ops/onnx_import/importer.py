@@ -1,4 +1,4 @@
-"""``from_onnx(model)``: an ONNX model (path or ModelProto) to a loopweave Graph.
+"""``from_onnx(model)``: an ONNX model (path or ModelProto) to a loopweave Graph (or DynamicGraph).
 
 Order of work: read and check the file, bring the default-domain opset to >= 13,
 run ONNX shape inference, then walk the nodes once: constant subgraphs (including
@@ -60,8 +60,15 @@ def _np_dtype(elem_type: int) -> str:
     return str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)))
 
 
-def from_onnx(model, input_shapes: Optional[Dict[str, Sequence[int]]] = None, name: Optional[str] = None) -> Graph:
-    """Import an ONNX model.  ``input_shapes`` fixes dynamic input dimensions (static shapes only)."""
+def from_onnx(model, input_shapes: Optional[Dict[str, Sequence[int]]] = None, name: Optional[str] = None):
+    """Import an ONNX model: a :class:`Graph`, or a :class:`DynamicGraph` when shapes are only known at run time.
+
+    ``input_shapes`` fixes dynamic input dimensions.  A model whose inputs keep symbolic
+    dimensions (a batch ``"N"``), or whose shape-like operands (Reshape's shape, Slice's
+    starts, Resize's sizes...) are graph inputs, imports as a DynamicGraph: ``compile``
+    makes it an executable that specialises to each concrete input shape (and each value
+    of those shape inputs) on first use.
+    """
     model = _load(model)
     import onnx
     if not model.graph.node and not model.graph.output:
@@ -79,16 +86,32 @@ def from_onnx(model, input_shapes: Optional[Dict[str, Sequence[int]]] = None, na
         except Exception as exc:
             raise OnnxImportError(f"the model uses opset {opset}; loopweave imports opset {MIN_OPSET} and newer, "
                                   f"and converting it failed: {exc}") from exc
-    model = _with_static_inputs(model, input_shapes or {})
+    model = _with_input_shapes(model, input_shapes or {})
+    name = name or model.graph.name or "graph"
+    from .dynamic import DynamicGraph
+    if _symbolic_dims(model):
+        return DynamicGraph(model, opset, name, value_inputs=())
+    try:
+        return import_static(model, opset, name)
+    except OnnxImportError as exc:
+        value_inputs = _shape_inputs_behind(model, exc.unsupported)
+        if not value_inputs:
+            raise
+        return DynamicGraph(model, opset, name, value_inputs=value_inputs)
+
+
+def import_static(model, opset: int, name: str) -> Graph:
+    """The import proper, for a model whose graph inputs all have static shapes."""
+    import onnx
     try:
         model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as exc:
         raise OnnxImportError(f"ONNX shape inference failed on the model: {exc}") from exc
-    return _convert(model, opset, name or model.graph.name or "graph")
+    return _convert(model, opset, name)
 
 
-def _with_static_inputs(model, input_shapes):
-    """Check every graph input has a static shape (after applying ``input_shapes``)."""
+def _with_input_shapes(model, input_shapes):
+    """The model with ``input_shapes`` applied to its inputs (checked: names, ranks, no empty tensors)."""
     init_names = {t.name for t in model.graph.initializer}
     known = {i.name for i in model.graph.input}
     for name in input_shapes:
@@ -115,13 +138,51 @@ def _with_static_inputs(model, input_shapes):
             if d.HasField("dim_value") and d.dim_value == 0 and not d.dim_param:
                 raise OnnxImportError(f"input {inp.name!r} has size 0 in dimension {k}; empty tensors are not "
                                       f"supported")
-            if not d.HasField("dim_value") or d.dim_value <= 0:
-                sym = d.dim_param or "?"
-                raise OnnxImportError(
-                    f"input {inp.name!r} has a dynamic dimension {k} ({sym!r}); loopweave compiles static shapes "
-                    f"only (symbolic batch is not supported yet): pass "
-                    f"from_onnx(model, input_shapes={{{inp.name!r}: (...)}}) or export with fixed sizes")
     return model
+
+
+def _symbolic_dims(model) -> Dict[str, list]:
+    """Graph inputs with dimensions still unknown: {input name: [size or symbol name per dim]}."""
+    init_names = {t.name for t in model.graph.initializer}
+    found = {}
+    for inp in model.graph.input:
+        if inp.name in init_names:
+            continue
+        dims = inp.type.tensor_type.shape.dim
+        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or f"{inp.name}.{k}")
+                 for k, d in enumerate(dims)]
+        if any(isinstance(d, str) for d in shape):
+            found[inp.name] = shape
+    return found
+
+
+def node_label(k: int, node) -> str:
+    return node.name or f"#{k} ({node.output[0] if node.output else node.op_type})"
+
+
+def _shape_inputs_behind(model, problems) -> list:
+    """Integer graph inputs feeding nodes that failed only because an operand must be constant."""
+    if not problems or not all("must be a constant" in why for _, _, _, why in problems):
+        return []
+    failing = {label for label, _, _, _ in problems}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    inits = {t.name for t in model.graph.initializer}
+    int_inputs = {i.name for i in model.graph.input if i.name not in inits
+                  and i.type.tensor_type.elem_type in (6, 7)}          # INT32, INT64
+    found, stack, seen = [], [], set()
+    for k, node in enumerate(model.graph.node):
+        if node_label(k, node) in failing:
+            stack.extend(i for i in node.input if i)
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in int_inputs:
+            found.append(name)
+        elif name in producer:
+            stack.extend(i for i in producer[name].input if i)
+    return sorted(found)
 
 
 def _value_info_shapes(model) -> Dict[str, tuple]:
@@ -149,7 +210,7 @@ def _convert(model, opset: int, name: str) -> Graph:
     problems = []
     poisoned = set()
     for k, node in enumerate(model.graph.node):
-        label = node.name or f"#{k} ({node.output[0] if node.output else node.op_type})"
+        label = node_label(k, node)
         if node.domain not in ("", "ai.onnx"):
             problems.append((label, f"{node.domain}.{node.op_type}", opset, "custom domain"))
             poisoned.update(node.output)

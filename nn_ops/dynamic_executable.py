@@ -1,0 +1,109 @@
+"""DynamicExecutable: a compiled DynamicGraph, specialised per concrete input binding.
+
+``run(feed)`` checks the inputs against the symbolic signature, looks the binding up
+(input shapes, plus the values of shape inputs) and compiles that specialisation on
+first use (kernels come from the object cache when another specialisation or an
+earlier process built them).  ``save`` stores the model and every specialisation
+compiled so far; ``load`` brings them back without compiling.
+"""
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+from ..errors import ArgumentError
+from .onnx_import.dynamic import DynamicGraph, _show
+
+FORMAT = "loopweave-dynamic-executable"
+VERSION = 1
+
+
+class DynamicExecutable:
+    def __init__(self, graph: DynamicGraph, target="llvm", progress=None):
+        self.graph = graph
+        self.target, self.progress = target, progress
+        self.specializations: Dict[tuple, object] = {}
+        self.inputs = [(n, s, d) for n, s, d in graph.inputs if n not in graph.value_inputs]
+        self.outputs = list(graph.outputs)       # (name, shape with symbols, dtype)
+
+    def _key(self, feed) -> tuple:
+        self.graph.bind(feed)
+        shapes = tuple((n, tuple(feed[n].shape)) for n, _, _ in self.graph.inputs if n not in self.graph.value_inputs)
+        values = tuple((n, feed[n].dtype.str, tuple(feed[n].shape), feed[n].tobytes()) for n in self.graph.value_inputs)
+        return shapes + values
+
+    def specialization(self, feed):
+        """The static Executable for ``feed``'s binding (compiled now if it is new)."""
+        from .executor import compile as compile_static
+        key = self._key(feed)
+        exe = self.specializations.get(key)
+        if exe is None:
+            shapes = {n: tuple(feed[n].shape) for n, _, _ in self.graph.inputs}
+            values = {n: np.array(feed[n]) for n in self.graph.value_inputs}
+            exe = compile_static(self.graph.specialize(shapes, values), self.target, progress=self.progress)
+            self.specializations[key] = exe
+        return exe
+
+    def run(self, feed) -> List[np.ndarray]:
+        """Run on ``feed`` ({input name: array}); compiles the binding's specialisation on first use."""
+        if not isinstance(feed, dict):
+            raise ArgumentError(f"run takes a dict of input arrays by name "
+                                f"({', '.join(repr(n) for n, _, _ in self.graph.inputs)}), got {type(feed).__name__}")
+        exe = self.specialization(feed)
+        return exe.run({n: a for n, a in feed.items() if n not in self.graph.value_inputs})
+
+    __call__ = run
+
+    def profile(self, feed, repeat: int = 10) -> List[Tuple[str, float]]:
+        exe = self.specialization(feed)
+        return exe.profile({n: a for n, a in feed.items() if n not in self.graph.value_inputs}, repeat)
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{n}: {d}{_show(s)}" for n, s, d in self.graph.inputs)
+        return (f"<loopweave DynamicExecutable ({ins}) -> ({', '.join(n for n, _, _ in self.outputs)}): "
+                f"{len(self.specializations)} specialisation(s) compiled>")
+
+    def _repr_html_(self) -> str:
+        import html
+        rows = "".join(f"<li>{html.escape(', '.join(f'{e[0]}{list(e[1])}' for e in key if len(e) == 2))}: "
+                       f"{len(exe.calls)} kernel calls</li>"
+                       for key, exe in self.specializations.items())
+        return f"<div>{html.escape(repr(self))}<ul>{rows}</ul></div>"
+
+    # ------------------------------------------------------------ save / load
+    def save(self, path) -> None:
+        """A zip: meta.json, model.onnx, and one nested executable per compiled specialisation."""
+        entries = []
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as z:
+            z.writestr("model.onnx", self.graph.model_bytes)
+            for k, (key, exe) in enumerate(self.specializations.items()):
+                buf = io.BytesIO()
+                exe.save(buf)
+                z.writestr(f"specializations/{k}.lwx", buf.getvalue())
+                entries.append({"file": f"specializations/{k}.lwx",
+                                "shapes": [[n, list(shape)] for n, shape in (e for e in key if len(e) == 2)],
+                                "values": [[n, dt, list(shape), data.hex()]
+                                           for n, dt, shape, data in (e for e in key if len(e) == 4)]})
+            z.writestr("meta.json", json.dumps({
+                "format": FORMAT, "version": VERSION, "name": self.graph.name, "opset": self.graph.opset,
+                "value_inputs": self.graph.value_inputs, "specializations": entries}, indent=1))
+
+
+def load_dynamic(z: zipfile.ZipFile, meta: dict, where: str) -> DynamicExecutable:
+    """A DynamicExecutable from an open zip written by ``DynamicExecutable.save``."""
+    import onnx
+    from .executor import load as load_static
+    if meta.get("version") != VERSION:
+        raise ArgumentError(f"{where}: unsupported dynamic executable version {meta.get('version')!r}")
+    model = onnx.ModelProto.FromString(z.read("model.onnx"))
+    graph = DynamicGraph(model, meta["opset"], meta["name"], meta["value_inputs"], check=False)
+    exe = DynamicExecutable(graph)
+    for entry in meta["specializations"]:
+        key = tuple((n, tuple(s)) for n, s in entry["shapes"])
+        key += tuple((n, dt, tuple(shape), bytes.fromhex(data)) for n, dt, shape, data in entry["values"])
+        exe.specializations[key] = load_static(io.BytesIO(z.read(entry["file"])))
+    return exe

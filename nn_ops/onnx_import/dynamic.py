@@ -1,0 +1,120 @@
+"""DynamicGraph: an ONNX model whose shapes are known only at run time.
+
+Two things make a model's shapes dynamic: a symbolic input dimension (the batch ``"N"``
+of most exports) and shape-like operands that are graph inputs (Reshape's ``shape``,
+Slice's ``starts``, Resize's ``sizes``...).  loopweave compiles static shapes: exact
+bound inference and a static memory plan are what make its kernels fast.  So a
+DynamicGraph keeps the model and its symbols, and ``specialize`` imports it for one
+concrete binding (input shapes, and the values of those shape inputs); the
+specialising executable (``nn_ops/dynamic_executable.py``) does this once per binding.
+
+Unsupported ops are still reported at import: unless shape inputs are needed, the model
+is imported once with every symbol set to 1, and that import's errors are raised.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from ...errors import ArgumentError, OnnxImportError
+
+TRIAL_SIZE = 1
+
+
+class DynamicGraph:
+    def __init__(self, model, opset: int, name: str, value_inputs: Sequence[str], check: bool = True):
+        from .importer import _np_dtype, _symbolic_dims
+        self.model_bytes = model.SerializeToString()
+        self.opset, self.name = opset, name
+        self.value_inputs = list(value_inputs)
+        symbolic = _symbolic_dims(model)
+        inits = {t.name for t in model.graph.initializer}
+        self.inputs: List[Tuple[str, tuple, str]] = []
+        for inp in model.graph.input:
+            if inp.name in inits:
+                continue
+            tt = inp.type.tensor_type
+            shape = symbolic.get(inp.name) or [d.dim_value for d in tt.shape.dim]
+            self.inputs.append((inp.name, tuple(shape), _np_dtype(tt.elem_type)))
+        self.outputs = [(o.name, tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                                       for d in o.type.tensor_type.shape.dim), _np_dtype(o.type.tensor_type.elem_type))
+                        for o in model.graph.output]
+        self.symbols = sorted({d for _, shape, _ in self.inputs for d in shape if isinstance(d, str)})
+        self.sample = None
+        if check and not self.value_inputs:        # import once now, so unsupported ops are reported before compiling
+            self.sample = self.specialize({n: tuple(TRIAL_SIZE if isinstance(d, str) else d for d in shape)
+                                           for n, shape, _ in self.inputs}, {})
+
+    # ------------------------------------------------------------ specialising
+    def bind(self, feed: Dict[str, np.ndarray]) -> Dict[str, int]:
+        """The symbols' values for ``feed`` (checked: names, dtypes, ranks, fixed sizes, consistent symbols)."""
+        names = [n for n, _, _ in self.inputs]
+        unknown = [k for k in feed if k not in names]
+        if unknown:
+            raise ArgumentError(f"unknown input(s) {', '.join(map(repr, unknown))}; the network's inputs are "
+                                f"{', '.join(map(repr, names))}")
+        missing = [n for n in names if n not in feed]
+        if missing:
+            raise ArgumentError(f"missing input(s) {', '.join(map(repr, missing))}")
+        values: Dict[str, int] = {}
+        for name, shape, dtype in self.inputs:
+            a = feed[name]
+            if not isinstance(a, np.ndarray):
+                raise ArgumentError(f"input {name!r} must be a numpy.ndarray, got {type(a).__name__}")
+            if a.dtype != np.dtype(dtype):
+                raise ArgumentError(f"input {name!r} must have dtype {dtype}, got {a.dtype}; "
+                                    f"convert it with .astype('{dtype}')")
+            if a.ndim != len(shape):
+                raise ArgumentError(f"input {name!r} must have rank {len(shape)} (shape {_show(shape)}), "
+                                    f"got shape {tuple(a.shape)}")
+            for k, (want, got) in enumerate(zip(shape, a.shape)):
+                if isinstance(want, str):
+                    if values.setdefault(want, int(got)) != got:
+                        raise ArgumentError(f"input {name!r} dimension {k} is {want!r} = {got}, but another input "
+                                            f"set {want!r} = {values[want]}")
+                    if got == 0:
+                        raise ArgumentError(f"input {name!r} has size 0 in dimension {k}; empty tensors are not "
+                                            f"supported")
+                elif want != got:
+                    raise ArgumentError(f"input {name!r} must have shape {_show(shape)}, got {tuple(a.shape)}")
+        return values
+
+    def specialize(self, shapes: Dict[str, Sequence[int]], values: Dict[str, np.ndarray]):
+        """The static Graph for these input shapes, with ``values`` (the shape inputs) as constants."""
+        import onnx
+        from onnx import numpy_helper
+        from .importer import _with_input_shapes, import_static
+        model = onnx.ModelProto.FromString(self.model_bytes)
+        if values:
+            kept = [i for i in model.graph.input if i.name not in values]
+            del model.graph.input[:]
+            model.graph.input.extend(kept)
+            for name, arr in values.items():
+                model.graph.initializer.append(numpy_helper.from_array(np.asarray(arr), name))
+        shapes = {n: s for n, s in shapes.items() if n not in values}
+        model = _with_input_shapes(model, shapes)
+        try:
+            return import_static(model, self.opset, self.name)
+        except OnnxImportError as exc:
+            binding = ", ".join(f"{n}: {tuple(s)}" for n, s in shapes.items())
+            raise OnnxImportError(f"{exc}\n(while specialising {self.name!r} to {binding})", exc.unsupported) \
+                from exc
+
+    # ------------------------------------------------------------ display
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{n}: {d}{_show(s)}" for n, s, d in self.inputs)
+        extra = f"; shape inputs (compiled per value): {', '.join(self.value_inputs)}" if self.value_inputs else ""
+        return (f"<loopweave DynamicGraph {self.name!r} ({ins}) -> ({', '.join(n for n, _, _ in self.outputs)}); "
+                f"compiled per input shape{extra}>")
+
+    def _repr_html_(self) -> str:
+        import html
+        body = html.escape(repr(self))
+        if self.sample is not None:
+            body += f"<div>imported with every symbol = {TRIAL_SIZE}:</div>" + self.sample._repr_html_()
+        return f"<div>{body}</div>"
+
+
+def _show(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
