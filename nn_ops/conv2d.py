@@ -288,14 +288,45 @@ def _schedule_padding(s, tensor) -> None:
 
 @register_schedule("conv2d_depthwise", "llvm")
 def schedule_conv2d_depthwise(s, op, target):
+    """Planes in parallel; per output row, vectors of output pixels accumulate the taps in registers.
+
+    The loop order is ``plane, row, pixel vector, ky, kx, lanes``: each tap is one (for
+    stride 2, a wide load and a shuffle) vector FMA into the block's accumulator.  The
+    padded plane is computed per plane, inside the parallel loop (it stays in cache).
+    """
+    out = op.outputs[0]
+    lanes = target.lanes(out.dtype)
+    ow_ = int(out.shape[3].value)
     Y = fused_output(s, op)
     n, c, y, x = Y.op.axis
-    fused = Y.fuse(n, c)
-    Y.parallel(fused)
-    if Y is not s[op]:      # fused epilogue: the depthwise plane is computed per (n, c) inside it
-        s[op].compute_at(Y, fused)
+    plane = Y.fuse(n, c)
+    Y.parallel(plane)
+    vector = ow_ >= lanes
+    if vector:
+        # full vectors for the last tile where the stage may recompute (an epilogue, not the reduction)
+        xo, xi = Y.split(x, factor=lanes, tail="shift" if ow_ % lanes and Y is not s[op] else "guard")
+        Y.vectorize(xi)
+    conv = s[op]
+    if Y is not conv:       # fused epilogue: the accumulator block is computed inside its pixel vector
+        if vector:
+            conv.compute_at(Y, xo)
+            cn, cc, cy, cx = conv.op.axis
+            ry, rx = conv.op.reduce_axis
+            conv.reorder(cn, cc, cy, ry, rx, cx)
+            conv.vectorize(cx)
+        else:
+            conv.compute_at(Y, plane)
+    elif vector:
+        ry, rx = conv.op.reduce_axis
+        conv.reorder(plane, y, xo, ry, rx, xi)
     for t in op.input_tensors:
-        _schedule_padding(s, t)
+        if getattr(t.op, "tag", "") == "conv2d.pad":
+            P = s[t]
+            P.compute_at(Y, plane)
+            px = P.op.axis[3]
+            if int(t.shape[3].value) >= lanes:
+                _, pxi = P.split(px, factor=lanes)
+                P.vectorize(pxi)
 
 
 @register_schedule("conv2d_1x1", "llvm")

@@ -26,6 +26,7 @@ from .vector_math import VECTOR_MATH
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 STACK_LIMIT_BYTES = 64 * 1024
+MAX_SHUFFLE_STRIDE = 4       # strided vector loads up to this stride: wide load + shuffle (else a gather)
 
 _SCALAR = {"float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType(),
            "int8": I8, "int16": ir.IntType(16), "int32": I32, "int64": I64, "uint8": I8, "bool": I1}
@@ -287,6 +288,23 @@ class FunctionEmitter:
             self.scope[id(e.var)] = previous
         return value
 
+    def _strided_load(self, base, elem, align: int, start, lanes: int, stride: int):
+        """``lanes`` elements ``stride`` apart: one wide load and a shuffle instead of a gather.
+
+        The wide load covers ``lanes * stride`` elements with the trailing ``stride - 1``
+        masked off, so it touches exactly the elements a gather would span (no read past
+        the last one); AVX-512 does the masked load at full speed.
+        """
+        wide = lanes * stride
+        wide_t = ir.VectorType(elem, wide)
+        ptr = self.builder.gep(base, [start], inbounds=True, source_etype=elem)
+        mask = ir.Constant(ir.VectorType(I1, wide), [1] * (wide - stride + 1) + [0] * (stride - 1))
+        fn = self.cg.intrinsic(f"llvm.masked.load.v{wide}{_suffix(elem)}.p0", wide_t,
+                               [PTR, I32, ir.VectorType(I1, wide), wide_t])
+        loaded = self.builder.call(fn, [ptr, ir.Constant(I32, align), mask, ir.Constant(wide_t, None)])
+        picks = ir.Constant(ir.VectorType(I32, lanes), [k * stride for k in range(lanes)])
+        return self.builder.shuffle_vector(loaded, ir.Constant(wide_t, ir.Undefined), picks)
+
     def expr_BufferLoad(self, e: BufferLoad):
         buf = e.buffer
         base = self.buffer_ptrs[id(buf)]
@@ -306,6 +324,8 @@ class FunctionEmitter:
                 else:
                     value = self.builder.load(ptr, typ=vec_t)
                     value.align = align
+            elif isinstance(index.stride, Const) and 2 <= index.stride.value <= MAX_SHUFFLE_STRIDE and mask is None:
+                value = self._strided_load(base, elem, align, self.expr(index.base), lanes, index.stride.value)
             else:
                 ptrs = self.builder.gep(base, [self.expr(index)], inbounds=True, source_etype=elem)
                 ptrs.type = ir.VectorType(PTR, lanes)  # llvmlite types a vector GEP as scalar

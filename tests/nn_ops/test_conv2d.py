@@ -80,6 +80,8 @@ def _check(x_shape, w_shape, seed=0, **kw):
     ((2, 8, 15, 15), (8, 1, 3, 3), dict(stride=2, padding=1, groups=8)),
     ((1, 4, 11, 11), (4, 1, 5, 5), dict(padding=2, dilation=2, groups=4)),
     ((1, 4, 8, 8), (8, 1, 3, 3), dict(padding=1, groups=4)),    # depth multiplier 2
+    ((1, 3, 40, 40), (3, 1, 3, 3), dict(padding=1, groups=3)),   # vector rows with a guarded tail
+    ((1, 3, 41, 41), (3, 1, 3, 3), dict(stride=2, padding=1, groups=3)),   # stride-2 vector loads
 ])
 def test_conv2d_matches_numpy(x_shape, w_shape, kw):
     _check(x_shape, w_shape, **kw)
@@ -156,3 +158,24 @@ def test_prepacked_weight_gives_the_same_result():
     if bad is not None:
         with pytest.raises(lw.ExprError, match="pack_conv2d_weight"):
             nn_ops.conv2d(lw.placeholder(x.shape, name="X"), lw.placeholder(bad.shape, name="W"), padding=1)
+
+
+@pytest.mark.parametrize("size,stride", [(40, 1), (41, 2), (112, 2), (14, 1)])
+def test_depthwise_with_fused_clip_epilogue(size, stride):
+    """The network form: depthwise conv + clip, the conv's vector block computed inside the clip's tile
+    (whose last tile is shifted inwards when the row is not a multiple of the vector width)."""
+    import loopweave as lw
+    from loopweave import nn_ops
+    from loopweave.nn_ops import elementwise as ew
+    rng = np.random.default_rng(size)
+    x = rng.standard_normal((1, 4, size, size), dtype=np.float32)
+    w = rng.standard_normal((4, 1, 3, 3), dtype=np.float32)
+    X, W = lw.placeholder(x.shape, name="X"), lw.placeholder(w.shape, name="W")
+    Y = ew.clip(nn_ops.conv2d(X, W, stride=stride, padding=1, groups=4), 0.0, 6.0)
+    s = nn_ops.schedule(Y)
+    assert "ramp(" in str(lw.lower(s, [X, W, Y])) or size < 16
+    out_size = (size + 2 - 3) // stride + 1
+    y = np.empty((1, 4, out_size, out_size), np.float32)
+    lw.build(s, [X, W, Y])(x, w, y)
+    ref = np.clip(conv2d_ref(x, w, stride=stride, padding=1, groups=4), 0, 6)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
