@@ -295,13 +295,14 @@ def schedule_conv2d_depthwise(s, op, target):
     padded plane is computed per plane, inside the parallel loop (it stays in cache).
     """
     out = op.outputs[0]
-    lanes = target.lanes(out.dtype)
     ow_ = int(out.shape[3].value)
+    # the widest vector a row fills (narrow rows of late layers: 8 or 4 lanes, not scalar code)
+    lanes = next((v for v in (target.lanes(out.dtype), 8, 4) if v <= ow_), 1)
     Y = fused_output(s, op)
     n, c, y, x = Y.op.axis
     plane = Y.fuse(n, c)
     Y.parallel(plane)
-    vector = ow_ >= lanes
+    vector = lanes > 1
     if vector:
         # full vectors for the last tile where the stage may recompute (an epilogue, not the reduction)
         xo, xi = Y.split(x, factor=lanes, tail="shift" if ow_ % lanes and Y is not s[op] else "guard")
@@ -324,7 +325,7 @@ def schedule_conv2d_depthwise(s, op, target):
             P = s[t]
             P.compute_at(Y, plane)
             px = P.op.axis[3]
-            if int(t.shape[3].value) >= lanes:
+            if vector and int(t.shape[3].value) >= lanes:
                 _, pxi = P.split(px, factor=lanes)
                 P.vectorize(pxi)
 

@@ -160,7 +160,7 @@ def test_prepacked_weight_gives_the_same_result():
             nn_ops.conv2d(lw.placeholder(x.shape, name="X"), lw.placeholder(bad.shape, name="W"), padding=1)
 
 
-@pytest.mark.parametrize("size,stride", [(40, 1), (41, 2), (112, 2), (14, 1)])
+@pytest.mark.parametrize("size,stride", [(40, 1), (41, 2), (112, 2), (14, 1), (7, 1), (14, 2), (3, 1)])
 def test_depthwise_with_fused_clip_epilogue(size, stride):
     """The network form: depthwise conv + clip, the conv's vector block computed inside the clip's tile
     (whose last tile is shifted inwards when the row is not a multiple of the vector width)."""
