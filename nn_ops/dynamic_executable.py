@@ -50,9 +50,8 @@ class DynamicExecutable:
 
     def run(self, feed) -> List[np.ndarray]:
         """Run on ``feed`` ({input name: array}); compiles the binding's specialisation on first use."""
-        if not isinstance(feed, dict):
-            raise ArgumentError(f"run takes a dict of input arrays by name "
-                                f"({', '.join(repr(n) for n, _, _ in self.graph.inputs)}), got {type(feed).__name__}")
+        from .feed import check_names_and_dtypes
+        feed = check_names_and_dtypes(self.graph.inputs, feed)
         exe = self.specialization(feed)
         return exe.run({n: a for n, a in feed.items() if n not in self.graph.value_inputs})
 

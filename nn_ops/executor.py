@@ -445,28 +445,11 @@ class Executable:
 
     # ------------------------------------------------------------ running
     def _check_feed(self, feed) -> List[np.ndarray]:
-        if not isinstance(feed, dict):
-            if len(self.inputs) == 1 and isinstance(feed, np.ndarray):
-                feed = {self.inputs[0][0]: feed}
-            else:
-                raise ArgumentError(f"run takes a dict of input arrays by name "
-                                    f"({', '.join(repr(n) for n, _, _ in self.inputs)}), got {type(feed).__name__}")
-        names = [n for n, _, _ in self.inputs]
-        unknown = [k for k in feed if k not in names]
-        if unknown:
-            raise ArgumentError(f"unknown input(s) {', '.join(map(repr, unknown))}; the network's inputs are "
-                                f"{', '.join(repr(n) for n in names)}")
-        missing = [n for n in names if n not in feed]
-        if missing:
-            raise ArgumentError(f"missing input(s) {', '.join(map(repr, missing))}")
+        from .feed import check_names_and_dtypes
+        feed = check_names_and_dtypes(self.inputs, feed)
         arrays = []
         for name, shape, dtype in self.inputs:
             a = feed[name]
-            if not isinstance(a, np.ndarray):
-                raise ArgumentError(f"input {name!r} must be a numpy.ndarray, got {type(a).__name__}")
-            if a.dtype != np.dtype(dtype):
-                raise ArgumentError(f"input {name!r} must have dtype {dtype}, got {a.dtype}; "
-                                    f"convert it with .astype('{dtype}')")
             if tuple(a.shape) != shape:
                 hint = ""
                 if a.ndim == len(shape) and a.shape[1:] == shape[1:]:

@@ -49,22 +49,11 @@ class DynamicGraph:
     # ------------------------------------------------------------ specialising
     def bind(self, feed: Dict[str, np.ndarray]) -> Dict[str, int]:
         """The symbols' values for ``feed`` (checked: names, dtypes, ranks, fixed sizes, consistent symbols)."""
-        names = [n for n, _, _ in self.inputs]
-        unknown = [k for k in feed if k not in names]
-        if unknown:
-            raise ArgumentError(f"unknown input(s) {', '.join(map(repr, unknown))}; the network's inputs are "
-                                f"{', '.join(map(repr, names))}")
-        missing = [n for n in names if n not in feed]
-        if missing:
-            raise ArgumentError(f"missing input(s) {', '.join(map(repr, missing))}")
+        from ..feed import check_names_and_dtypes
+        check_names_and_dtypes(self.inputs, feed)
         values: Dict[str, int] = {}
         for name, shape, dtype in self.inputs:
             a = feed[name]
-            if not isinstance(a, np.ndarray):
-                raise ArgumentError(f"input {name!r} must be a numpy.ndarray, got {type(a).__name__}")
-            if a.dtype != np.dtype(dtype):
-                raise ArgumentError(f"input {name!r} must have dtype {dtype}, got {a.dtype}; "
-                                    f"convert it with .astype('{dtype}')")
             if a.ndim != len(shape):
                 raise ArgumentError(f"input {name!r} must have rank {len(shape)} (shape {_show(shape)}), "
                                     f"got shape {tuple(a.shape)}")
