@@ -131,6 +131,12 @@ def _stmt_lines(s, level: int, out: List[str], names):
         _stmt_lines(s.body, level, out, names)
     elif kind == "Evaluate":
         out.append(f"{pad}{E(s.value)}")
+    elif kind == "KernelLaunch":
+        grid = ", ".join(E(x) for x in s.grid)
+        block = ", ".join(E(x) for x in s.block)
+        args = ", ".join([b.name for b in s.params] + [E(v) for v in s.scalars])
+        out.append(f"{pad}launch {s.name}[grid=({grid}), block=({block})]({args}):  # device code")
+        _stmt_lines(s.body, level + 1, out, names)
     else:
         out.append(f"{pad}<{kind}>")
 

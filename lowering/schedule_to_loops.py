@@ -81,6 +81,7 @@ class Lowering:
         self.region_vars: Dict[int, tuple] = {}
         self.let_values: Dict[Var, Expr] = {}
         self.nest_info: Dict[int, _NestInfo] = {}
+        self.thread_tags: Dict[int, str] = {}   # id(loop var) -> "threadIdx.x", ... for bound loops
         for s in schedule.stages:
             if s.attach_type == "scope":
                 self.attached.setdefault((id(s.attach_stage), id(s.attach_ivar)), []).append(s)
@@ -182,6 +183,8 @@ class Lowering:
                 return innermost
             leaf = leaves[level]
             v = loop_vars[leaf]
+            if leaf in stage.bound_threads:
+                self.thread_tags[id(v)] = stage.bound_threads[leaf].var.name.replace("_", ".")
             ctx_inside = ctx + [Loop(v, const(0), extents[leaf])]
             inner = emit(level + 1, ctx_inside)
             for producer in reversed(self.attached.get((id(stage), id(leaf)), [])):
@@ -214,6 +217,8 @@ class Lowering:
         op = stage.op
         if op.num_outputs != 1 or stage.scope != "global":
             return None
+        if any(iv in stage.bound_threads for iv in inner_leaves):
+            return None   # a private tile would span other GPU threads' elements
         reduce_work = const(1)
         for iv in inner_leaves:
             if iv.kind == "reduce":
@@ -296,7 +301,11 @@ class Lowering:
             all_guards += chain_guards
             accesses += reads
         shape = producer.op.outputs[0].shape
-        region = required_region(ctx, inner, all_guards, accesses, shape, self.size_vars)
+        outer_ctx = ctx
+        if producer.scope == "shared":
+            outer_ctx, relaxed = self._relax_thread_loops(ctx)
+            inner = relaxed + inner
+        region = required_region(outer_ctx, inner, all_guards, accesses, shape, self.size_vars)
         min_vars, ext_vars = self.region_vars[id(producer.op)]
         bufs = [self.buffers[id(t)] for t in producer.op.outputs]
         for buf in bufs:
@@ -317,6 +326,30 @@ class Lowering:
         for let in reversed(lets):
             body = LetStmt(let.var, let.value, body)
         return body
+
+    def _relax_thread_loops(self, ctx: list):
+        """(context kept, loops relaxed) for a ``shared`` buffer: one region per block.
+
+        All threads of a block share the buffer, so its region is the union over the
+        threadIdx-bound loops around the attach point (and the lets and loops that depend
+        on them): those move from the fixed context to the loops isl projects out.  A
+        let becomes the one-iteration loop ``[value, value + 1)``, i.e. ``var = value``.
+        """
+        kept, relaxed, relaxed_ids = [], [], set()
+        for entry in ctx:
+            if isinstance(entry, Loop):
+                uses = collect_vars(entry.min) + collect_vars(entry.extent)
+                if self.thread_tags.get(id(entry.var), "").startswith("threadIdx") or \
+                        any(id(v) in relaxed_ids for v in uses):
+                    relaxed.append(entry)
+                    relaxed_ids.add(id(entry.var))
+                    continue
+            elif any(id(v) in relaxed_ids for v in collect_vars(entry.value)):
+                relaxed.append(Loop(entry.var, entry.value, const(1)))
+                relaxed_ids.add(id(entry.var))
+                continue
+            kept.append(entry)
+        return kept, relaxed
 
     def _accesses_of(self, producer: Stage, consumer: Stage, root_map) -> list:
         found = [a for a in collect_accesses(self.bodies[id(consumer.op)][0]) if a.tensor.op is producer.op]
