@@ -97,6 +97,8 @@ def _check_placement(stage: Stage, tags) -> None:
 def _check_reductions(stage: Stage, tags) -> None:
     leaves = stage.leaf_iter_vars
     last_thread = max((k for k, (_, t) in enumerate(tags) if t.startswith("threadIdx")), default=-1)
+    if last_thread < 0:
+        return
     for k, iv in enumerate(leaves[:last_thread]):
         if iv.kind == "reduce":
             bound, tag = tags[last_thread]

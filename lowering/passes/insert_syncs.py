@@ -1,0 +1,145 @@
+"""insert_syncs: block-wide barriers around the statements that fill shared memory.
+
+Before: KernelLaunch bodies in which a ``shared`` buffer is written by one statement
+of a Seq (a cooperative loading nest, by threads that are not the ones reading) and
+read by later statements or later iterations of an enclosing loop.
+After: in every Seq inside a kernel, each run of consecutive statements that write
+shared memory is preceded by ``__syncthreads()`` (the previous readers, e.g. of the
+last iteration of a reduction loop, are done before it is overwritten) unless it
+opens the kernel, and followed by one (the writes are visible before anyone reads).
+Then every barrier is checked to be reached by all threads of the block: not under a
+condition, or inside a loop whose bounds, that depend on a threadIdx-bound variable;
+otherwise LoweringError (a divergent barrier hangs or corrupts the kernel).
+"""
+from __future__ import annotations
+
+from ...dsl.expr import Call
+from ...dsl.visitor import Mutator, collect_vars, post_order_visit
+from ...errors import LoweringError
+from ..ir import SYNC_THREADS, BufferLoad, BufferStore, Evaluate, For, IfThenElse, KernelLaunch, Seq, seq
+
+
+def sync_threads() -> Evaluate:
+    return Evaluate(Call(SYNC_THREADS, (), "int32"))
+
+
+def _is_sync(s) -> bool:
+    return isinstance(s, Evaluate) and isinstance(s.value, Call) and s.value.name == SYNC_THREADS
+
+
+def _writes_shared(s) -> bool:
+    hit = []
+    post_order_visit(s, lambda n: hit.append(1) if isinstance(n, BufferStore) and n.buffer.scope == "shared" else None)
+    return bool(hit)
+
+
+def _reads_shared(s) -> bool:
+    hit = []
+    post_order_visit(s, lambda n: hit.append(1) if isinstance(n, BufferLoad) and n.buffer.scope == "shared" else None)
+    return bool(hit)
+
+
+class _InsertInKernel(Mutator):
+    def visit_Seq(self, node):
+        stmts = [self.visit(c) for c in node.stmts]
+        out = []
+        k = 0
+        while k < len(stmts):
+            if not _fills_shared(node.stmts[k]):
+                if out and _is_sync(out[-1]):
+                    out.append(_drop_leading_sync(stmts[k]))
+                else:
+                    out.append(stmts[k])
+                k += 1
+                continue
+            end = k
+            while end < len(stmts) and _fills_shared(node.stmts[end]):
+                end += 1
+            if not (out and _is_sync(out[-1])):
+                out.append(sync_threads())
+            out.extend(stmts[k:end])
+            out.append(sync_threads())
+            k = end
+        if len(out) == len(node.stmts) and all(a is b for a, b in zip(out, node.stmts)):
+            return node
+        return seq(*out)
+
+
+def _fills_shared(s) -> bool:
+    return _writes_shared(s) and not _reads_shared_only_inside(s)
+
+
+def _drop_leading_sync(s):
+    """``s`` without the barrier it starts with (through lets and allocations): the
+    statement before it was a barrier already."""
+    if _is_sync(s):
+        return seq()
+    if isinstance(s, Seq) and s.stmts:
+        first = _drop_leading_sync(s.stmts[0])
+        return s if first is s.stmts[0] else seq(first, *s.stmts[1:])
+    if type(s).__name__ in ("LetStmt", "Allocate"):
+        body = _drop_leading_sync(s.body)
+        return s if body is s.body else type(s)(*[getattr(s, f) if f != "body" else body
+                                                  for f in s.__dataclass_fields__])
+    return s
+
+
+def _reads_shared_only_inside(s) -> bool:
+    """A statement that both fills and consumes shared memory (e.g. a loop around loading and
+    computing): its barriers go inside it, where the filling statements are."""
+    return _reads_shared(s) and _has_inner_seq_writer(s)
+
+
+def _has_inner_seq_writer(s) -> bool:
+    found = []
+
+    def visit(n):
+        if isinstance(n, Seq) and any(_writes_shared(c) for c in n.stmts) and any(_reads_shared(c) for c in n.stmts):
+            found.append(1)
+    post_order_visit(s, visit)
+    return bool(found)
+
+
+def _check_uniform(kernel: KernelLaunch) -> None:
+    thread_vars = set()
+
+    def walk(s, divergent: str):
+        if _is_sync(s) and divergent:
+            raise LoweringError(f"kernel '{kernel.name}': a __syncthreads() barrier would sit {divergent}, which not "
+                                f"every thread of the block reaches.\n  fix: make the shared stages' regions and "
+                                f"loops independent of threadIdx (compute_at them at a loop outside the "
+                                f"thread-dependent condition)")
+        if isinstance(s, For):
+            if s.kind == "thread" and dict(s.annotations).get("thread", "").startswith("threadIdx"):
+                thread_vars.add(id(s.var))
+            bounds = collect_vars(s.min) + collect_vars(s.extent)
+            inner = divergent or (f"inside loop '{s.var.name}', whose bounds depend on the thread index"
+                                  if any(id(v) in thread_vars for v in bounds) else "")
+            walk(s.body, inner)
+        elif isinstance(s, IfThenElse):
+            cond = divergent or (f"under the condition of an if" if any(id(v) in thread_vars
+                                                                        for v in collect_vars(s.condition)) else "")
+            walk(s.then_case, cond)
+            if s.else_case is not None:
+                walk(s.else_case, cond)
+        elif isinstance(s, Seq):
+            for c in s.stmts:
+                walk(c, divergent)
+        elif hasattr(s, "body"):
+            if type(s).__name__ == "LetStmt" and any(id(v) in thread_vars for v in collect_vars(s.value)):
+                thread_vars.add(id(s.var))
+            walk(s.body, divergent)
+    walk(kernel.body, "")
+
+
+class _Insert(Mutator):
+    def visit_KernelLaunch(self, node):
+        body = _InsertInKernel().visit(node.body)
+        result = node if body is node.body else KernelLaunch(node.name, node.grid, node.block, node.params,
+                                                             node.scalars, body)
+        _check_uniform(result)
+        return result
+
+
+def insert_syncs(stmt, ctx):
+    return _Insert().visit(stmt)
