@@ -547,8 +547,9 @@ def module_html(module) -> str:
     signature = (f'<div style="{_MONO};font-size:13px">{_span(_STYLE["def"], e(module.name))}({params})</div>'
                  f'<div style="color:#6e7781;font-size:12px">compiled for {e(str(module.target))}</div>')
     sections = []
-    for fmt, title, highlight in (("lowered", "lowered IR", True), ("ll", "LLVM IR", False),
-                                  ("asm", "assembly", False)):
+    kinds = getattr(module, "html_sources", (("lowered", "lowered IR", True), ("ll", "LLVM IR", False),
+                                             ("asm", "assembly", False)))
+    for fmt, title, highlight in kinds:
         try:
             text = module.get_source(fmt)
         except Exception as exc:  # a missing or failing source must not break the display
