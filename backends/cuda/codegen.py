@@ -25,7 +25,7 @@ from ...dsl.visitor import Mutator, post_order_visit
 from ...errors import BuildError, InternalError
 from ...lowering.ir import (SYNC_THREADS, Allocate, Broadcast, BufferLoad, BufferStore, Evaluate, For, IfThenElse,
                             KernelLaunch, LetStmt, PrimFunc, Ramp, Seq)
-from ...lowering.passes.simplify import linear_form
+from ...lowering.passes.simplify import linear_form, simplify_expr
 
 C_TYPE = {"float32": "float", "float64": "double", "int8": "signed char", "int16": "short", "int32": "int",
           "int64": "long long", "uint8": "unsigned char", "bool": "bool"}
@@ -244,42 +244,64 @@ class KernelEmitter:
         self.level += 1
         hoisted = self._hoist_vector_loads(s.value, lanes)
         lane_vars = {}
-        for load_id, (tmp, _) in hoisted.items():
+        for load_id, (temps, width, load) in hoisted.items():
             for lane in range(lanes):
-                var = Var(f"{tmp}.{LANE_FIELDS[lane]}", s.buffer.dtype)
+                text = f"{temps[lane // width]}.{LANE_FIELDS[lane % width]}"
+                var = Var(text, load.buffer.dtype)
                 lane_vars[(load_id, lane)] = var
-                self.lane_exprs[id(var)] = f"{tmp}.{LANE_FIELDS[lane]}"
-        values = [self.expr(_Lane(lane, hoisted, lane_vars).visit(s.value)) for lane in range(lanes)]
-        vec_t = VECTOR_TYPE.get((s.buffer.dtype, lanes))
-        if isinstance(index, Ramp) and isinstance(index.stride, Const) and index.stride.value == 1 \
-                and vec_t is not None and aligned(index.base, lanes):
-            self._note_alignment(s.buffer, lanes)
-            base = self.expr(index.base)
-            self.line(f"*reinterpret_cast<{vec_t}*>(&{buf}[{base}]) = make_{vec_t}({', '.join(values)});")
+                self.lane_exprs[id(var)] = text
+        values = [self.expr(simplify_expr(_Lane(lane, hoisted, lane_vars).visit(s.value))) for lane in range(lanes)]
+        width = self._vector_width(s.buffer, index, lanes)
+        if width > 1:
+            vec_t = VECTOR_TYPE[(s.buffer.dtype, width)]
+            self._note_alignment(s.buffer, width)
+            for c in range(lanes // width):
+                base = self.expr(simplify_expr(Binary("add", index.base, Const(c * width, "int64"))))
+                self.line(f"*reinterpret_cast<{vec_t}*>(&{buf}[{base}]) = "
+                          f"make_{vec_t}({', '.join(values[c * width:(c + 1) * width])});")
         else:
             for lane in range(lanes):
-                idx = self.expr(_Lane(lane, {}, {}).visit(index)) if _lanes_of(index) > 1 else self.expr(index)
+                idx = self.expr(simplify_expr(_Lane(lane, {}, {}).visit(index))) if _lanes_of(index) > 1 \
+                    else self.expr(index)
                 self.line(f"{buf}[{idx}] = {self._to_memory(s.buffer.dtype, values[lane])};")
         self.level -= 1
         self.line("}")
 
+    @staticmethod
+    def _vector_width(buf, index, lanes: int) -> int:
+        """The widest vector access (4 or 2 lanes, else 1) that a contiguous index allows.
+
+        Per-thread (local) arrays stay scalar: nvcc keeps them in registers only when
+        every access is a plain element access.
+        """
+        if buf.scope == "local" or not isinstance(index, Ramp) or not isinstance(index.stride, Const) \
+                or index.stride.value != 1 or index.lanes != lanes:
+            return 1
+        for width in (4, 2):
+            if lanes % width == 0 and (buf.dtype, width) in VECTOR_TYPE and aligned(index.base, width):
+                return width
+        return 1
+
     def _hoist_vector_loads(self, value, lanes: int) -> Dict[int, tuple]:
-        """Contiguous, aligned vector loads (not under a select) read as one vector access."""
+        """Contiguous, aligned vector loads (not under a select) read as vector accesses."""
         hoisted: Dict[int, tuple] = {}
 
         def walk(e, guarded: bool):
             if isinstance(e, BufferLoad):
                 idx = e.indices[0]
-                vec_t = VECTOR_TYPE.get((e.buffer.dtype, lanes))
-                if not guarded and isinstance(idx, Ramp) and idx.lanes == lanes and isinstance(idx.stride, Const) \
-                        and idx.stride.value == 1 and vec_t is not None and aligned(idx.base, lanes) \
-                        and id(e) not in hoisted:
-                    self.temp += 1
-                    tmp = f"lw_v{self.temp}"
-                    self._note_alignment(e.buffer, lanes)
-                    self.line(f"const {vec_t} {tmp} = *reinterpret_cast<const {vec_t}*>"
-                              f"(&{self.names[e.buffer]}[{self.expr(idx.base)}]);")
-                    hoisted[id(e)] = (tmp, e)
+                width = self._vector_width(e.buffer, idx, lanes)
+                if not guarded and width > 1 and id(e) not in hoisted:
+                    vec_t = VECTOR_TYPE[(e.buffer.dtype, width)]
+                    self._note_alignment(e.buffer, width)
+                    temps = []
+                    for c in range(lanes // width):
+                        self.temp += 1
+                        tmp = f"lw_v{self.temp}"
+                        base = self.expr(simplify_expr(Binary("add", idx.base, Const(c * width, "int64"))))
+                        self.line(f"const {vec_t} {tmp} = *reinterpret_cast<const {vec_t}*>"
+                                  f"(&{self.names[e.buffer]}[{base}]);")
+                        temps.append(tmp)
+                    hoisted[id(e)] = (temps, width, e)
                 return
             if isinstance(e, Select):
                 walk(e.condition, guarded)
@@ -290,9 +312,9 @@ class KernelEmitter:
                 child = getattr(e, f)
                 if isinstance(child, tuple):
                     for c in child:
-                        if hasattr(c, "__dataclass_fields__"):
+                        if getattr(c.__class__, "_is_ir_node", False):
                             walk(c, guarded)
-                elif hasattr(child, "__dataclass_fields__") and getattr(child.__class__, "_is_ir_node", False):
+                elif getattr(child.__class__, "_is_ir_node", False):
                     walk(child, guarded)
         walk(value, False)
         return hoisted

@@ -1,0 +1,26 @@
+"""Reductions on the GPU (sum/mean/max/min, softmax's max and sum, pooling).
+
+First version: one thread per output element, each running its whole reduction
+serially; the spatial axes are fused and bound like an elementwise op.  That is fast
+when there are many outputs (softmax over the rows of a batch, pooling) and slow for
+a few long reductions, which want a block per output with a cross-thread reduction
+in shared memory: loopweave has no cross-thread reduction yet (see docs/decisions.md).
+"""
+from __future__ import annotations
+
+from ..registry import register_schedule
+from .injective import bind_fused
+
+THREADS = 128
+
+
+@register_schedule("reduce", "cuda")
+@register_schedule("softmax_reduce", "cuda")
+@register_schedule("pool", "cuda")
+@register_schedule("global_pool", "cuda")
+def schedule_reduce(s, op, target) -> None:
+    stage = s[op]
+    spatial = [iv for iv in stage.leaf_iter_vars if iv.kind != "reduce"]
+    if not spatial:
+        return   # a full reduction to a scalar has no axis to bind; check_gpu_schedule explains
+    bind_fused(stage, spatial, THREADS)
