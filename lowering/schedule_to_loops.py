@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Dict, List, Sequence, Tuple
 
 from ..dsl import dtypes
-from ..dsl.expr import Const, Expr, Reduce, Var, binary, const, logical_and
+from ..dsl.expr import Const, Expr, Reduce, Select, Var, binary, const, logical_and
 from ..dsl.relations import Split, derive_extents, needs_guard, root_values
 from ..dsl.schedule import Schedule, Stage
 from ..dsl.tensor import ComputeOp, PlaceholderOp, Tensor
@@ -345,7 +345,7 @@ class Lowering:
                     relaxed_ids.add(id(entry.var))
                     continue
             elif any(id(v) in relaxed_ids for v in collect_vars(entry.value)):
-                relaxed.append(Loop(entry.var, entry.value, const(1)))
+                relaxed.append(_let_as_loop(entry))
                 relaxed_ids.add(id(entry.var))
                 continue
             kept.append(entry)
@@ -402,6 +402,17 @@ class Lowering:
                 return e
             e = new
         return e
+
+
+def _let_as_loop(let: LetBinding) -> Loop:
+    """``var = value`` as a loop isl understands: one iteration at ``value``, or, for a
+    select between constants (a region extent that is empty for some threads), the
+    range between them (isl reads no selects)."""
+    value = let.value
+    if isinstance(value, Select) and isinstance(value.true_value, Const) and isinstance(value.false_value, Const):
+        lo, hi = sorted((value.true_value.value, value.false_value.value))
+        return Loop(let.var, const(lo), const(hi - lo + 1))
+    return Loop(let.var, value, const(1))
 
 
 class _NestInfo:

@@ -69,7 +69,9 @@ def _schedule_gemm_cuda(s, op, target, batch: bool) -> None:
     c_axes = list(L.op.axis)
     ci, cj = c_axes[-2], c_axes[-1]
     ko, ki = L.split(L.op.reduce_axis[0], factor=K_TILE)
-    L.reorder(*(c_axes[:-2]), ko, ki, ci, cj)
+    # the batch axis goes inside the reduction steps: a thread with no rows of a small output
+    # gets an empty loop there, which must not enclose the barriers around the shared copies
+    L.reorder(ko, ki, *c_axes)
     L.unroll(ki)
     L.unroll(ci)
     L.vectorize(cj)
