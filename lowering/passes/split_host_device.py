@@ -34,6 +34,16 @@ def _written_names(stmt) -> List[str]:
     return names
 
 
+def _pre_order_visit(node, callback) -> None:
+    """Parents before children, in program order (so messages list loops outermost first)."""
+    from ...dsl.visitor import children
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        callback(current)
+        stack.extend(reversed(list(children(current))))
+
+
 class _Splitter:
     def __init__(self, ctx):
         self.ctx = ctx
@@ -104,7 +114,7 @@ class _Splitter:
             elif isinstance(n, (BufferLoad, BufferStore)):
                 if all(n.buffer is not b for b in used_buffers):
                     used_buffers.append(n.buffer)
-        post_order_visit(nest, visit)
+        _pre_order_visit(nest, visit)
         params = tuple(b for b in used_buffers if id(b) not in allocated)
         grid = self._launch_extents(extents, "blockIdx", nest)
         block = self._launch_extents(extents, "threadIdx", nest)
