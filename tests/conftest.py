@@ -38,9 +38,10 @@ def emulate():
 
     Sequentially, a GPU schedule computes the same values as on the GPU: a cooperative
     copy into shared memory is done whole by every thread instead of in parts, and
-    barriers are no-ops.  So the lowering (bound inference of shared and local
-    buffers per block and thread, guards, barriers' placement aside) is checked
-    against numpy without a GPU.
+    barriers are no-ops.  So the values a GPU schedule computes (tiling, guards,
+    caches, bound inference) are checked against numpy without a GPU.  What only the
+    GPU's parallel execution shows (shared regions per block rather than per thread,
+    barrier placement) is checked structurally in tests/lowering/test_gpu_lowering.py.
     """
     import loopweave as lw
     from loopweave.backends.build import build_llvm
