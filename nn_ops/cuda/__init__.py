@@ -2,6 +2,6 @@
 
 Importing this package registers them: ``injective`` (elementwise, broadcast and
 layout ops), ``reduce`` (reductions, softmax's reductions, pooling) and ``gemm``
-(matmul, dense, batch_matmul).
+(matmul, dense, batch_matmul), ``conv2d`` (direct, one thread per output).
 """
-from . import gemm, injective, reduce  # noqa: F401  (registration side effects)
+from . import conv2d, gemm, injective, reduce  # noqa: F401  (registration side effects)

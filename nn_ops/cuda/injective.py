@@ -13,13 +13,14 @@ THREADS = 256
 LANES = 4
 
 
-def bind_fused(stage, axes, threads: int = THREADS) -> None:
-    """Fuse ``axes`` (outer first), split by ``threads``, bind blockIdx.x / threadIdx.x."""
+def bind_fused(stage, axes, threads: int = THREADS):
+    """Fuse ``axes`` (outer first), split by ``threads``, bind blockIdx.x / threadIdx.x; (block axis, thread axis)."""
     from ...dsl.tensor import thread_axis
     fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
     bx, tx = stage.split(fused, factor=threads)
     stage.bind(bx, thread_axis("blockIdx.x"))
     stage.bind(tx, thread_axis("threadIdx.x"))
+    return bx, tx
 
 
 @register_schedule("elemwise", "cuda")

@@ -18,6 +18,7 @@ THREADS = 128
 @register_schedule("softmax_reduce", "cuda")
 @register_schedule("pool", "cuda")
 @register_schedule("global_pool", "cuda")
+@register_schedule("gemv", "cuda")
 def schedule_reduce(s, op, target) -> None:
     stage = s[op]
     spatial = [iv for iv in stage.leaf_iter_vars if iv.kind != "reduce"]

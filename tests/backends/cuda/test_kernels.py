@@ -176,6 +176,47 @@ def case_local_cache_read():
     return s, [A, C], {}, lambda a: [a[:, 0] * a[:, 7] + a[:, 3]]
 
 
+def _conv_ref(x, w, pad, groups):
+    """Direct NCHW convolution, stride 1."""
+    x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    n, c, h, wd = x.shape
+    oc, cg, kh, kw = w.shape
+    oh, ow = h - kh + 1, wd - kw + 1
+    out = np.zeros((n, oc, oh, ow), "float64")
+    per_group = oc // groups
+    for o in range(oc):
+        g = o // per_group
+        for ry in range(kh):
+            for rx in range(kw):
+                patch = x[:, g * cg:(g + 1) * cg, ry:ry + oh, rx:rx + ow]
+                out[:, o] += np.einsum("nchw,c->nhw", patch, w[o, :, ry, rx])
+    return out
+
+
+def _conv_case(wshape, pad, groups, epilogue):
+    X = lw.placeholder((1, 8, 10, 10), name="X")
+    W = lw.placeholder(wshape, name="W")
+    Y = nn_ops.conv2d(X, W, padding=pad, groups=groups)
+    if not epilogue:
+        return nn_ops.schedule(Y, "cuda"), [X, W, Y], {}, lambda x, w: [_conv_ref(x, w, pad, groups)]
+    b = lw.placeholder((wshape[0],), name="b")
+    Z = nn_ops.relu(nn_ops.add(Y, nn_ops.reshape(b, (1, wshape[0], 1, 1))))
+    return (nn_ops.schedule(Z, "cuda"), [X, W, b, Z], {},
+            lambda x, w, bias: [np.maximum(_conv_ref(x, w, pad, groups) + bias.reshape(1, -1, 1, 1), 0)])
+
+
+def case_nn_conv2d_3x3_bias_relu():
+    return _conv_case((16, 8, 3, 3), 1, 1, True)
+
+
+def case_nn_conv2d_1x1():
+    return _conv_case((16, 8, 1, 1), 0, 1, False)
+
+
+def case_nn_conv2d_depthwise():
+    return _conv_case((8, 1, 3, 3), 1, 8, False)
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
