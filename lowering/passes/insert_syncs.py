@@ -60,9 +60,47 @@ class _InsertInKernel(Mutator):
             out.extend(stmts[k:end])
             out.append(sync_threads())
             k = end
+        out = _merge_adjacent_copies(out)
         if len(out) == len(node.stmts) and all(a is b for a, b in zip(out, node.stmts)):
             return node
         return seq(*out)
+
+
+def _pure_writer(s) -> bool:
+    return _writes_shared(s) and not _reads_shared(s)
+
+
+def _shared_written(s) -> set:
+    names = set()
+    post_order_visit(s, lambda n: names.add(id(n.buffer)) if isinstance(n, BufferStore) and n.buffer.scope == "shared"
+                     else None)
+    return names
+
+
+def _first_executed(s):
+    while True:
+        if isinstance(s, Seq) and s.stmts:
+            s = s.stmts[0]
+        elif type(s).__name__ in ("LetStmt", "Allocate"):
+            s = s.body
+        else:
+            return s
+
+
+def _merge_adjacent_copies(out: list) -> list:
+    """Drop the barrier between two copies into shared memory that read none of it (e.g. the A
+    and B panels of a matmul, nested in each other's allocation): the barrier after the second
+    one covers both."""
+    merged = list(out)
+    k = 1
+    while k + 1 < len(merged):
+        if _is_sync(merged[k]) and _pure_writer(merged[k - 1]):
+            nxt = _first_executed(merged[k + 1])
+            if _pure_writer(nxt) and not (_shared_written(nxt) & _shared_written(merged[k - 1])):
+                del merged[k]
+                continue
+        k += 1
+    return merged
 
 
 def _fills_shared(s) -> bool:
