@@ -104,6 +104,10 @@ class Driver:
         options = (ctypes.c_int * 2)(5, 6)   # CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
         values = (ctypes.c_void_p * 2)(ctypes.cast(err_log, ctypes.c_void_p).value, ctypes.c_void_p(log_size).value)
         status = self.lib.cuModuleLoadDataEx(ctypes.byref(module), ctypes.c_char_p(image), 2, options, values)
+        if status == 222:   # CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+            raise CudaError("the NVIDIA driver is older than the compiler that produced this PTX (a CUDA 13 "
+                            "nvcc or NVRTC needs a CUDA 13 driver); pip install 'loopweave[cuda]' (NVRTC 12, "
+                            "preferred over nvcc when present) or update the driver")
         if status != 0:
             log = err_log.value.decode(errors="replace")
             try:
