@@ -328,87 +328,112 @@ class KernelEmitter:
         return f"(unsigned char)({text})" if dtype == "bool" else text
 
     # ------------------------------------------------------------ expressions
+    # Each ``expr_*`` returns (C text, precedence); operands get parentheses only where C needs them.
     def expr(self, e) -> str:
+        return self._expr(e)[0]
+
+    def _expr(self, e):
         method = getattr(self, "expr_" + type(e).__name__, None)
         if method is None:
             raise InternalError(f"the CUDA backend cannot emit expression {type(e).__name__}")
         return method(e)
 
-    def expr_Var(self, e: Var) -> str:
+    def operand(self, e, min_prec: int) -> str:
+        text, prec = self._expr(e)
+        return text if prec >= min_prec else f"({text})"
+
+    def expr_Var(self, e: Var):
         text = self.lane_exprs.get(id(e))
-        return text if text is not None else self.names[e]
+        return (text if text is not None else self.names[e]), _PRIMARY
 
-    def expr_Const(self, e: Const) -> str:
-        return const_text(e.value, e.dtype)
+    def expr_Const(self, e: Const):
+        text = const_text(e.value, e.dtype)
+        return text, (_UNARY if text.startswith("-") else _PRIMARY)
 
-    def expr_BufferLoad(self, e: BufferLoad) -> str:
+    def expr_BufferLoad(self, e: BufferLoad):
         if _lanes_of(e.indices[0]) > 1:
             raise InternalError("a vector load outside a vector store reached CUDA codegen")
         text = f"{self.names[e.buffer]}[{self.expr(e.indices[0])}]"
-        return f"({text} != 0)" if e.buffer.dtype == "bool" else text
+        return (f"{text} != 0", _PREC["!="]) if e.buffer.dtype == "bool" else (text, _PRIMARY)
 
-    def expr_Binary(self, e: Binary) -> str:
-        a, b = self.expr(e.a), self.expr(e.b)
+    def _binop(self, op: str, a, b):
+        p = _PREC[op]
+        return f"{self.operand(a, p)} {op} {self.operand(b, p + 1)}", p
+
+    def expr_Binary(self, e: Binary):
         dt = e.dtype
         if e.op in ("min", "max"):
-            return f"lw_{e.op}<{C_TYPE[dt]}>({a}, {b})"
+            return f"lw_{e.op}<{C_TYPE[dt]}>({self.expr(e.a)}, {self.expr(e.b)})", _PRIMARY
         if dtypes.is_float(dt):
-            if e.op in ("add", "sub", "mul", "div"):
-                return f"({a} {'+-*/'['add sub mul div'.split().index(e.op)]} {b})"
+            if e.op in _ARITH:
+                return self._binop(_ARITH[e.op], e.a, e.b)
             fl = _float_fn("floor", dt)
+            quotient = f"{fl}({self._binop('/', e.a, e.b)[0]})"
             if e.op == "floordiv":
-                return f"{fl}({a} / {b})"
-            return f"({a} - {fl}({a} / {b}) * {b})"
+                return quotient, _PRIMARY
+            return f"{self.operand(e.a, _PREC['-'])} - {quotient} * {self.operand(e.b, _PREC['*'] + 1)}", _PREC["-"]
         if e.op in ("floordiv", "floormod"):
             if isinstance(e.b, Const) and e.b.value > 0 and e.b.value & (e.b.value - 1) == 0:
-                shift = e.b.value.bit_length() - 1
-                text = f"({a} >> {shift})" if e.op == "floordiv" else f"({a} & {const_text(e.b.value - 1, dt)})"
+                if e.op == "floordiv":
+                    # a sum under a shift or mask gets parentheses although C would not need them
+                    text, prec = f"{self.operand(e.a, _PREC['+'] + 1)} >> {e.b.value.bit_length() - 1}", _PREC[">>"]
+                else:
+                    text, prec = f"{self.operand(e.a, _PREC['+'] + 1)} & {const_text(e.b.value - 1, dt)}", _PREC["&"]
             else:
-                text = f"lw_{e.op}<{C_TYPE[dt]}>({a}, {b})"
+                text, prec = f"lw_{e.op}<{C_TYPE[dt]}>({self.expr(e.a)}, {self.expr(e.b)})", _PRIMARY
         else:
-            text = f"({a} {'+-*'['add sub mul'.split().index(e.op)]} {b})"
+            text, prec = self._binop(_ARITH[e.op], e.a, e.b)
         if dtypes.bits(dt) < 32:   # C promotes narrow ints to int: wrap back, as the IR's types do
-            text = f"(({C_TYPE[dt]}){text})"
-        return text
+            return f"({C_TYPE[dt]})({text})", _UNARY
+        return text, prec
 
-    def expr_Compare(self, e: Compare) -> str:
+    def expr_Compare(self, e: Compare):
         op = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[e.op]
-        return f"({self.expr(e.a)} {op} {self.expr(e.b)})"
+        return self._binop(op, e.a, e.b)
 
-    def expr_Logical(self, e: Logical) -> str:
+    def expr_Logical(self, e: Logical):
         if e.op == "not":
-            return f"(!{self.expr(e.a)})"
-        return f"({self.expr(e.a)} {'&&' if e.op == 'and' else '||'} {self.expr(e.b)})"
+            return f"!{self.operand(e.a, _UNARY)}", _UNARY
+        return self._binop("&&" if e.op == "and" else "||", e.a, e.b)
 
-    def expr_Select(self, e: Select) -> str:
+    def expr_Select(self, e: Select):
         # C's ?: evaluates only the chosen branch: a guarded read never touches memory otherwise
-        return f"({self.expr(e.condition)} ? {self.expr(e.true_value)} : {self.expr(e.false_value)})"
+        p = _PREC["?:"]
+        return (f"{self.operand(e.condition, p + 1)} ? {self.operand(e.true_value, p + 1)} : "
+                f"{self.operand(e.false_value, p)}"), p
 
-    def expr_Cast(self, e: Cast) -> str:
-        v = self.expr(e.value)
+    def expr_Cast(self, e: Cast):
         if e.dtype == "bool":
-            return f"({v} != 0)"
-        return f"(({C_TYPE[e.dtype]})({v}))"
+            return f"{self.operand(e.value, _PREC['!='] + 1)} != 0", _PREC["!="]
+        return f"({C_TYPE[e.dtype]}){self.operand(e.value, _UNARY)}", _UNARY
 
-    def expr_Let(self, e: Let) -> str:
+    def expr_Let(self, e: Let):
         value = self.expr(e.value)
         name = self.names.add(e.var, e.var.name)
-        return f"([&]() {{ const {C_TYPE[e.var.dtype]} {name} = {value}; return {self.expr(e.body)}; }}())"
+        return f"[&]() {{ const {C_TYPE[e.var.dtype]} {name} = {value}; return {self.expr(e.body)}; }}()", _PRIMARY
 
-    def expr_Call(self, e: Call) -> str:
+    def expr_Call(self, e: Call):
         args = [self.expr(a) for a in e.args]
         dt = e.dtype
         if e.name == "abs" and not dtypes.is_float(dt):
-            x = args[0]
-            return x if not dtypes.is_signed(dt) else f"(({C_TYPE[dt]})({x} < 0 ? -{x} : {x}))"
+            if not dtypes.is_signed(dt):
+                return self._expr(e.args[0])
+            x = self.operand(e.args[0], _UNARY)
+            return f"({C_TYPE[dt]})({x} < 0 ? -{x} : {x})", _UNARY
         if not dtypes.is_float(dt):
             raise InternalError(f"intrinsic {e.name} on {dt}")
         if e.name == "sigmoid":
             one = const_text(1.0, dt)
-            return f"({one} / ({one} + {_float_fn('exp', dt)}(-{args[0]})))"
+            return f"{one} / ({one} + {_float_fn('exp', dt)}(-{self.operand(e.args[0], _UNARY)}))", _PREC["/"]
         if e.name in _FLOAT_FN:
-            return f"{_float_fn(e.name, dt)}({', '.join(args)})"
+            return f"{_float_fn(e.name, dt)}({', '.join(args)})", _PRIMARY
         raise InternalError(f"no CUDA lowering for intrinsic {e.name}")
+
+
+_PRIMARY, _UNARY = 100, 90
+_PREC = {"*": 80, "/": 80, "%": 80, "+": 70, "-": 70, ">>": 65, "<<": 65, "<": 60, "<=": 60, ">": 60, ">=": 60,
+         "==": 55, "!=": 55, "&": 50, "&&": 40, "||": 35, "?:": 30}
+_ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
 def _float_fn(name: str, dtype: str) -> str:

@@ -115,7 +115,10 @@ class _Splitter:
                 if all(n.buffer is not b for b in used_buffers):
                     used_buffers.append(n.buffer)
         _pre_order_visit(nest, visit)
-        params = tuple(b for b in used_buffers if id(b) not in allocated)
+        written = set()
+        post_order_visit(nest, lambda n: written.add(id(n.buffer)) if isinstance(n, BufferStore) else None)
+        outside = [b for b in used_buffers if id(b) not in allocated]
+        params = tuple([b for b in outside if id(b) not in written] + [b for b in outside if id(b) in written])
         grid = self._launch_extents(extents, "blockIdx", nest)
         block = self._launch_extents(extents, "threadIdx", nest)
         threads = 1

@@ -247,7 +247,7 @@ def test_unsupported_dtype_on_cuda():
     o, i = s[C].split(C.op.axis[0], factor=32)
     s[C].bind(o, T("blockIdx.x"))
     s[C].bind(i, T("threadIdx.x"))
-    with pytest.raises(lw.BuildError, match=r"'C' has dtype float16, which the CUDA backend does not support yet"):
+    with pytest.raises(lw.BuildError, match=r"'A' has dtype float16, which the CUDA backend does not support yet"):
         lw.build(s, [A, C], target="cuda")
 
 
