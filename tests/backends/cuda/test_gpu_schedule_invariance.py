@@ -7,8 +7,9 @@ matmul, block tiles, threads per block, the per-thread register block, the k ste
 and whether A and B are staged through shared memory.  A schedule the GPU checks
 reject (``ScheduleError`` / ``LoweringError``, e.g. too many threads) is skipped as
 illegal.  Every legal one is emulated on the CPU and compared with numpy (the
-lowering is what varies), compiled with NVRTC when present (fast; nvcc would take a
-second per example), and, marker ``gpu``, run on the GPU.
+lowering is what varies), its CUDA C is run on CPU threads (``simt``, with real
+barriers), compiled with NVRTC when present (fast; nvcc would take a second per
+example), and, marker ``gpu``, run on the GPU.
 """
 import numpy as np
 import pytest
@@ -144,6 +145,15 @@ def test_gpu_schedules_compile_with_nvrtc(family, data):
     f = lw.build(s, args, target="cuda:sm_80")
     ptx, _ = compile_ptx(f.get_source("cuda"), "sm_80", "nvrtc")
     assert ".entry main_kernel0(" in ptx
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@settings(max_examples=8, **SETTINGS)
+@given(data=st.data())
+def test_gpu_schedules_generated_cuda_on_cpu_threads(family, data, simt):
+    s, args, ref = FAMILIES[family](data)
+    assume(_legal(s, args))
+    _compare(simt(lw.build(s, args, target="cuda:sm_80")), args, ref, 2)
 
 
 @pytest.mark.gpu

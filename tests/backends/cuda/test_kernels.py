@@ -276,3 +276,11 @@ def test_runs_on_gpu(name):
     case = CASES[name]()
     s, args, _, _ = case
     _run_and_compare(lw.build(s, args, target="cuda"), case)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_generated_cuda_runs_on_cpu_threads(name, simt):
+    """The CUDA C itself, run block by block with one OS thread per GPU thread (see conftest.simt)."""
+    case = CASES[name]()
+    s, args, _, _ = case
+    _run_and_compare(simt(lw.build(s, args, target="cuda:sm_80")), case)
