@@ -335,9 +335,12 @@ class Stage:
         self._trace("compute_root")
 
     def set_scope(self, scope: str):
+        """Keep this stage's buffer in ``scope``: "global", or on a GPU "shared" (per block) or "local" (per thread)."""
+        self._check_not_placeholder("set_scope")
         if scope not in SCOPES:
             raise self._error("set_scope", f"unknown scope {scope!r}; use one of {', '.join(SCOPES)}")
         self.scope = scope
+        self._trace("set_scope", scope=scope)
 
 
 def _fresh(base: str, taken: set) -> str:

@@ -369,11 +369,13 @@ class Lowering:
                                     f"'{consumer.name}' is not")
             chain.append(chain[-1].attach_stage)
         entry_axis = chain[-1].attach_ivar
-        if all(entry_axis is not iv for iv in host_inner_leaves):
+        # the consumer (or the stage it is computed in) may sit at the producer's own loop, after it
+        same_loop = entry_axis is producer.attach_ivar
+        if not same_loop and all(entry_axis is not iv for iv in host_inner_leaves):
             raise LoweringError(f"'{producer.name}' is computed at a loop of '{host.name}' inside the loop where "
                                 f"its consumer '{consumer.name}' is computed; compute it at '{entry_axis.name}' or outside")
         loops: List[Loop] = []
-        for iv in host_inner_leaves:
+        for iv in ([] if same_loop else host_inner_leaves):
             loops.append(Loop(host_loop_vars[iv], const(0), host_extents[iv]))
             if iv is entry_axis:
                 break

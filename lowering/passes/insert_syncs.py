@@ -39,7 +39,26 @@ def _reads_shared(s) -> bool:
     return bool(hit)
 
 
+def _self_contained(s) -> bool:
+    """A thread-bound loop of one shared stage's own nest: it writes one shared buffer and reads no
+    other shared memory, so each thread only rereads the elements it wrote itself (a reduction
+    into shared memory updates its own element): no barrier is needed inside it."""
+    if not (isinstance(s, For) and s.kind == "thread"):
+        return False
+    written, read = set(), set()
+    post_order_visit(s, lambda n: written.add(id(n.buffer)) if isinstance(n, BufferStore) else
+                     read.add(id(n.buffer)) if isinstance(n, BufferLoad) and n.buffer.scope == "shared" else None)
+    stores = []
+    post_order_visit(s, lambda n: stores.append(n.buffer) if isinstance(n, BufferStore) else None)
+    return len(written) == 1 and stores[0].scope == "shared" and read <= written
+
+
 class _InsertInKernel(Mutator):
+    def visit_For(self, node):
+        if _self_contained(node):
+            return node
+        return self.generic_visit(node)
+
     def visit_Seq(self, node):
         stmts = [self.visit(c) for c in node.stmts]
         out = []
@@ -129,13 +148,18 @@ def _reads_shared_only_inside(s) -> bool:
 
 
 def _has_inner_seq_writer(s) -> bool:
-    found = []
-
-    def visit(n):
+    """Whether barriers go inside ``s``: a Seq in it (outside self-contained nests) both fills and reads shared memory."""
+    from ...dsl.visitor import children
+    stack = [s]
+    while stack:
+        n = stack.pop()
+        if _self_contained(n):
+            continue
         if isinstance(n, Seq) and any(_writes_shared(c) for c in n.stmts) and any(_reads_shared(c) for c in n.stmts):
-            found.append(1)
-    post_order_visit(s, visit)
-    return bool(found)
+            return True
+        stack.extend(c for c in children(n) if not isinstance(c, (BufferLoad,)) and hasattr(c, "__dataclass_fields__")
+                     and type(c).__name__ in ("Seq", "For", "IfThenElse", "LetStmt", "Allocate"))
+    return False
 
 
 def _check_uniform(kernel: KernelLaunch) -> None:

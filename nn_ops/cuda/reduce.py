@@ -1,10 +1,9 @@
-"""Reductions on the GPU (sum/mean/max/min, softmax's max and sum, pooling).
+"""Reductions on the GPU (sum/mean/max/min, pooling; softmax has its own, in softmax.py).
 
 First version: one thread per output element, each running its whole reduction
 serially; the spatial axes are fused and bound like an elementwise op.  That is fast
-when there are many outputs (softmax over the rows of a batch, pooling) and slow for
-a few long reductions, which want a block per output with a cross-thread reduction
-in shared memory: loopweave has no cross-thread reduction yet (see docs/decisions.md).
+when there are many outputs (pooling, reductions over a short axis) and slow for a
+few long reductions, which want a block per output, as softmax.py does with rfactor.
 """
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ THREADS = 128
 
 
 @register_schedule("reduce", "cuda")
-@register_schedule("softmax_reduce", "cuda")
 @register_schedule("pool", "cuda")
 @register_schedule("global_pool", "cuda")
 @register_schedule("gemv", "cuda")

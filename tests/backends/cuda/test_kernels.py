@@ -160,6 +160,16 @@ def case_nn_softmax():
     return nn_ops.schedule(Y, "cuda"), [X, Y], {}, ref
 
 
+def case_nn_softmax_long_rows():
+    X = lw.placeholder((3, 1000), name="X")
+    Y = nn_ops.softmax(X, axis=1)
+
+    def ref(x):
+        e = np.exp(x - x.max(1, keepdims=True))
+        return [e / e.sum(1, keepdims=True)]
+    return nn_ops.schedule(Y, "cuda"), [X, Y], {}, ref
+
+
 def case_nn_broadcast_add_vectorized():
     A, B = lw.placeholder((16, 64), name="A"), lw.placeholder((64,), name="B")
     C = nn_ops.add(A, B)
