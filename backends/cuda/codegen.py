@@ -285,12 +285,16 @@ class KernelEmitter:
     def _hoist_vector_loads(self, value, lanes: int) -> Dict[int, tuple]:
         """Contiguous, aligned vector loads (not under a select) read as vector accesses."""
         hoisted: Dict[int, tuple] = {}
+        by_value: Dict[tuple, tuple] = {}   # the same load twice is read once
 
         def walk(e, guarded: bool):
             if isinstance(e, BufferLoad):
                 idx = e.indices[0]
                 width = self._vector_width(e.buffer, idx, lanes)
-                if not guarded and width > 1 and id(e) not in hoisted:
+                key = e.structural_key()
+                if not guarded and width > 1 and key in by_value:
+                    hoisted[id(e)] = by_value[key][:2] + (e,)
+                elif not guarded and width > 1 and id(e) not in hoisted:
                     vec_t = VECTOR_TYPE[(e.buffer.dtype, width)]
                     self._note_alignment(e.buffer, width)
                     temps = []
@@ -301,7 +305,7 @@ class KernelEmitter:
                         self.line(f"const {vec_t} {tmp} = *reinterpret_cast<const {vec_t}*>"
                                   f"(&{self.names[e.buffer]}[{base}]);")
                         temps.append(tmp)
-                    hoisted[id(e)] = (temps, width, e)
+                    hoisted[id(e)] = by_value[key] = (temps, width, e)
                 return
             if isinstance(e, Select):
                 walk(e.condition, guarded)
