@@ -146,3 +146,21 @@ def test_cuda_schedules_replay_from_their_trace():
         lw.Trace.from_json(s.trace.to_json()).apply(again)
         assert "set_scope('shared')" in str(s.trace) or "cache_read" in str(s.trace)
         assert str(lw.lower(again, args + [out], target="cuda")) == str(lw.lower(s, args + [out], target="cuda"))
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_pooling_emulated(kind, emulate):
+    X = lw.placeholder((2, 3, 9, 9), name="X")
+    Y = nn_ops.pool2d(X, (3, 3), (2, 2), (1, 1, 1, 1), pool_type=kind)
+    G = nn_ops.global_pool(X, kind)
+    x = np.random.default_rng(0).standard_normal((2, 3, 9, 9)).astype("float32")
+    g = np.empty((2, 3, 1, 1), "float32")
+    emulate(nn_ops.schedule(G, "cuda"), [X, G])(x, g)
+    want = x.max((2, 3), keepdims=True) if kind == "max" else x.mean((2, 3), keepdims=True)
+    np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
+    f_cpu = lw.build(nn_ops.schedule(Y, "llvm"), [X, Y])
+    y_cpu = np.empty((2, 3, 5, 5), "float32")
+    f_cpu(x, y_cpu)
+    y = np.empty_like(y_cpu)
+    emulate(nn_ops.schedule(Y, "cuda"), [X, Y])(x, y)
+    np.testing.assert_allclose(y, y_cpu, rtol=1e-5, atol=1e-6)
