@@ -176,3 +176,25 @@ def test_thread_loops_are_not_partitioned():
     loops = [f for f in _nodes(func.body, For) if f.kind == "thread"]
     assert len(loops) == 2 and all(isinstance(f.extent, Const) for f in loops)
     assert "if i.outer * 128 + i.inner < 1000:" in str(func)   # the tail is guarded, not split off
+
+
+def test_producer_and_consumer_computed_at_the_same_loop_on_the_cpu():
+    """Softmax's CUDA schedule needs it (partial results and their combination at the row loop);
+    it holds on the CPU too: the producer's region is what the consumer's own loops read."""
+    import numpy as np
+    A = lw.placeholder((6, 10), name="A")
+    P = lw.compute((6, 10), lambda i, j: A[i, j] + 1.0, name="P")
+    k = lw.reduce_axis((0, 10), name="k")
+    Q = lw.compute((6,), lambda i: lw.sum(P[i, k] * 2.0, axis=k), name="Q")
+    R = lw.compute((6, 10), lambda i, j: P[i, j] / Q[i], name="R")
+    s = lw.create_schedule(R)
+    i, j = R.op.axis
+    s[Q].compute_at(s[R], i)
+    s[P].compute_at(s[R], i)
+    f = lw.build(s, [A, R])
+    a = np.random.default_rng(0).standard_normal((6, 10)).astype("float32")
+    r = np.empty_like(a)
+    f(a, r)
+    np.testing.assert_allclose(r, (a + 1) / ((a + 1) * 2).sum(1, keepdims=True), rtol=1e-5)
+    allocs = {x.buffer.name: [e.value for e in x.buffer.shape] for x in _nodes(lw.lower(s, [A, R]).body, Allocate)}
+    assert allocs["P"] == [1, 10] and allocs["Q"] == [1]
