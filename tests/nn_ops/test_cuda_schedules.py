@@ -83,6 +83,17 @@ def test_reductions_emulated(kind, emulate):
     np.testing.assert_allclose(y, getattr(np, kind)(x, axis=1), rtol=1e-5, atol=1e-6)
 
 
+def test_long_reduction_gets_a_block_per_output_short_ones_a_thread():
+    from loopweave.nn_ops.shape_ops import reduce
+    X = lw.placeholder((3, 5000), name="X")
+    Y = reduce(X, [1], kind="max")
+    (k,) = _kernels(lw.lower(nn_ops.schedule(Y, "cuda"), [X, Y], target="cuda"))
+    assert k.grid[0].value == 3 and k.block[0].value == 256
+    Z = reduce(X, [0], kind="max")       # 5000 outputs of 3 elements
+    (k,) = _kernels(lw.lower(nn_ops.schedule(Z, "cuda"), [X, Z], target="cuda"))
+    assert k.block[0].value == 128 and k.grid[0].value == 40
+
+
 @pytest.mark.parametrize("shape", [(1, 300, 7), (2, 130, 129, 70)])
 def test_gemm_ragged_shapes_emulated(shape, emulate):
     if len(shape) == 3:

@@ -170,6 +170,16 @@ def case_nn_softmax_long_rows():
     return nn_ops.schedule(Y, "cuda"), [X, Y], {}, ref
 
 
+def case_nn_long_reductions_block_per_output():
+    from loopweave.nn_ops.shape_ops import reduce
+    X = lw.placeholder((4, 3000), name="X")
+    Z = lw.placeholder((2, 40, 60), name="Z")
+    S = reduce(X, [1], kind="sum", keepdims=False, name="S")
+    M = reduce(Z, [1, 2], kind="mean", keepdims=True, name="M")
+    return (nn_ops.schedule([S, M], "cuda"), [X, Z, S, M], {},
+            lambda x, z: [x.astype("float64").sum(1), z.astype("float64").mean((1, 2), keepdims=True)])
+
+
 def case_nn_broadcast_add_vectorized():
     A, B = lw.placeholder((16, 64), name="A"), lw.placeholder((64,), name="B")
     C = nn_ops.add(A, B)
