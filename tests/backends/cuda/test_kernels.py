@@ -1,5 +1,7 @@
 """The CUDA test kernels: each is generated, compiled to PTX by every compiler present
-(NVRTC, nvcc), emulated on the CPU against numpy, and (marker ``gpu``) run on a GPU.
+(NVRTC, nvcc), emulated on the CPU against numpy (the schedule's values), its CUDA C run
+on CPU threads against numpy (``simt``: the code itself, barriers included), and
+(marker ``gpu``) run on a GPU.
 
 A case is ``(schedule, args, env)`` plus a numpy reference; ``env`` binds the
 symbolic sizes for the run.  Outputs are the arguments after the inputs.
