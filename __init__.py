@@ -15,6 +15,7 @@ from .dsl.trace import Trace
 from .lowering.lower import lower
 from .backends.build import build
 from .backends.runtime import Module
+from .backends.cuda.ndarray import DeviceArray, device_array, from_dlpack
 from .nn_ops.onnx_import import from_onnx
 from .nn_ops.executor import compile, load
 
@@ -26,5 +27,5 @@ __all__ = [
     "abs", "ceil", "erf", "exp", "floor", "log", "pow", "round", "rsqrt", "sigmoid", "sqrt", "tanh", "argmax",
     "argmin", "comm_reducer", "max", "min", "prod", "sum", "Schedule", "Stage", "create_schedule", "IterVar",
     "Tensor", "compute", "placeholder", "reduce_axis", "thread_axis", "Trace", "lower", "build", "Module",
-    "from_onnx", "compile", "load",
+    "from_onnx", "compile", "load", "DeviceArray", "device_array", "from_dlpack",
 ]

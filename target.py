@@ -18,6 +18,9 @@ class Target:
     features: str = ""
     vector_bits: int = 256
     num_threads: int = 1
+    # GPU limits (target "cuda"): checked when a kernel is lowered, before any code exists
+    max_threads_per_block: int = 1024
+    max_shared_memory_per_block: int = 48 * 1024   # static __shared__ limit without opt-in
 
     @property
     def has_fma(self) -> bool:
@@ -34,6 +37,8 @@ class Target:
     def __str__(self) -> str:
         if self.kind == "llvm":
             return f"llvm (cpu={self.cpu}, {self.vector_bits}-bit vectors, {self.num_threads} threads)"
+        if self.kind == "cuda":
+            return f"cuda ({self.cpu or 'arch of the GPU present, else sm_90'})"
         return self.kind
 
 
@@ -58,6 +63,8 @@ def resolve_target(target) -> Target:
     if target in (None, "llvm", "cpu"):
         return host_target()
     if target == "cuda":
-        return Target("cuda")
+        return Target("cuda")   # cpu="" : compile for the GPU present (sm_90 when there is none)
+    if isinstance(target, str) and target.startswith("cuda:sm_") and target[8:].isdigit():
+        return Target("cuda", cpu=target[5:])
     from .errors import BuildError
-    raise BuildError(f"unknown target {target!r}; use 'llvm' (the host CPU) or 'cuda'")
+    raise BuildError(f"unknown target {target!r}; use 'llvm' (the host CPU), 'cuda' or 'cuda:sm_XX'")

@@ -20,11 +20,15 @@ def build(schedule_or_func, args: Sequence = (), target="llvm", name: str = "mai
     if isinstance(schedule_or_func, PrimFunc):
         func = schedule_or_func
     elif isinstance(schedule_or_func, Schedule):
-        func = lower(schedule_or_func, args, name=name)
+        func = lower(schedule_or_func, args, name=name, target=tgt if tgt.kind == "cuda" else None)
     else:
         raise BuildError(f"build takes a schedule or a lowered function, got {type(schedule_or_func).__name__}")
     if tgt.kind == "cuda":
-        raise BuildError("the CUDA backend is not available in this build of loopweave yet; use target='llvm'")
+        from .cuda.build import build_cuda
+        return build_cuda(func, tgt, _written_buffers(func))
+    if _has_kernels(func):
+        raise BuildError(f"'{func.name}' was lowered for target 'cuda' (it launches GPU kernels); "
+                         f"build it with target='cuda'")
     bound = _thread_bound_loops(func)
     if bound:
         raise BuildError(f"loops {', '.join(bound)} are bound to GPU thread axes (bind), which target "
@@ -38,6 +42,13 @@ def _thread_bound_loops(func: PrimFunc) -> list:
     post_order_visit(func.body, lambda n: found.append(n.var.name) if type(n).__name__ == "For"
                      and n.kind == "thread" else None)
     return found
+
+
+def _has_kernels(func: PrimFunc) -> bool:
+    from ..dsl.visitor import post_order_visit
+    found = []
+    post_order_visit(func.body, lambda n: found.append(1) if type(n).__name__ == "KernelLaunch" else None)
+    return bool(found)
 
 
 def build_llvm(func: PrimFunc, target) -> Module:

@@ -74,18 +74,14 @@ class Module:
             raise ArgumentError(f"{self.name} takes {len(self.params)} arrays ({names}), got {len(args)}: {which}")
         sizes: Dict[str, int] = {}
         for p, a in zip(self.params, args):
-            if not isinstance(a, np.ndarray):
-                raise ArgumentError(f"argument '{p.name}' must be a numpy.ndarray, got {type(a).__name__}")
+            self._check_array(p, a)
             if a.dtype != np.dtype(p.dtype):
                 raise ArgumentError(f"argument '{p.name}' must have dtype {p.dtype}, got {a.dtype}; "
                                     f"convert it with .astype('{p.dtype}')")
             if a.ndim != len(p.shape):
                 raise ArgumentError(f"argument '{p.name}' must have {len(p.shape)} dimensions, got {a.ndim} "
                                     f"(shape {a.shape})")
-            if not a.flags.c_contiguous:
-                raise ArgumentError(f"argument '{p.name}' must be C-contiguous; pass np.ascontiguousarray(...)")
-            if p.is_output and not a.flags.writeable:
-                raise ArgumentError(f"argument '{p.name}' is written by {self.name} but is read-only")
+            self._check_layout(p, a)
             for d, (want, got) in enumerate(zip(p.shape, a.shape)):
                 if isinstance(want, int):
                     if want != got:
@@ -105,13 +101,28 @@ class Module:
         for p, a in zip(self.params, args):
             if p.is_output:
                 for q, b in zip(self.params, args):
-                    if q is not p and np.may_share_memory(a, b):
+                    if q is not p and self._overlap(a, b):
                         raise ArgumentError(f"argument '{p.name}' is written by {self.name} and overlaps argument "
                                             f"'{q.name}' in memory; pass a separate output array")
         missing = [n for n in self.size_names if n not in sizes]
         if missing:
             raise ArgumentError(f"cannot tell the sizes {', '.join(missing)} from the arguments' shapes")
         return sizes
+
+    def _check_array(self, p: ParamSpec, a) -> None:
+        """Whether ``a`` is a kind of array this module takes (here: numpy)."""
+        if not isinstance(a, np.ndarray):
+            raise ArgumentError(f"argument '{p.name}' must be a numpy.ndarray, got {type(a).__name__}")
+
+    def _check_layout(self, p: ParamSpec, a) -> None:
+        """Layout checks that depend on the kind of array: dense, and writable if written."""
+        if not a.flags.c_contiguous:
+            raise ArgumentError(f"argument '{p.name}' must be C-contiguous; pass np.ascontiguousarray(...)")
+        if p.is_output and not a.flags.writeable:
+            raise ArgumentError(f"argument '{p.name}' is written by {self.name} but is read-only")
+
+    def _overlap(self, a, b) -> bool:
+        return np.may_share_memory(a, b)
 
     def _shape_str(self, p: ParamSpec, sizes) -> str:
         return "(" + ", ".join(str(s) for s in p.shape) + ")"

@@ -218,9 +218,12 @@ class Stage:
         self._check_not_placeholder(primitive)
         self._check_leaf(primitive, ivar)
         if ivar.kind == "reduce" and kind in ("vectorize", "parallel", "bind"):
+            fix = "use rfactor to make a reduction axis spatial, or annotate a spatial axis"
+            if kind == "bind":
+                fix = ("loopweave has no cross-thread reduction: rfactor the reduction (s.rfactor(T, ko)) and bind "
+                       "the new spatial axis of the partial results, or bind a spatial axis")
             raise self._error(primitive, f"axis '{ivar.name}' is a reduction axis; {kind} needs a spatial axis "
-                              "(iterations of a reduction axis update the same element)",
-                              "use rfactor to make a reduction axis spatial, or annotate a spatial axis")
+                              "(iterations of a reduction axis update the same element)", fix)
         if ivar in self.annotations and self.annotations[ivar] != kind:
             raise self._error(primitive, f"axis '{ivar.name}' is already marked {self.annotations[ivar]}")
         self.annotations[ivar] = kind
@@ -332,9 +335,12 @@ class Stage:
         self._trace("compute_root")
 
     def set_scope(self, scope: str):
+        """Keep this stage's buffer in ``scope``: "global", or on a GPU "shared" (per block) or "local" (per thread)."""
+        self._check_not_placeholder("set_scope")
         if scope not in SCOPES:
             raise self._error("set_scope", f"unknown scope {scope!r}; use one of {', '.join(SCOPES)}")
         self.scope = scope
+        self._trace("set_scope", scope=scope)
 
 
 def _fresh(base: str, taken: set) -> str:

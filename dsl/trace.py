@@ -103,6 +103,8 @@ class Trace:
                 lines.append(f"{S}.compute_at(s[{_ident(a['parent'])}], {axis(a['parent'], a['axis'])})")
             elif p in ("compute_inline", "compute_root"):
                 lines.append(f"{S}.{p}()")
+            elif p == "set_scope":
+                lines.append(f"{S}.set_scope({a['scope']!r})")
             elif p == "cache_read":
                 readers = ", ".join(_ident(r) for r in a["readers"])
                 lines.append(f"{_ident(a['outputs'][0])} = s.cache_read({_ident(st.stage)}, {a['scope']!r}, [{readers}])")
@@ -154,6 +156,8 @@ class Trace:
                     stage.compute_at(parent, parent.axis_by_name(a["axis"]))
                 elif p in ("compute_inline", "compute_root"):
                     getattr(stage, p)()
+                elif p == "set_scope":
+                    stage.set_scope(a["scope"])
                 else:
                     raise ScheduleError(f"unknown trace step {p!r}")
             except ScheduleError as exc:

@@ -130,6 +130,28 @@ class Evaluate(Stmt):
     value: Expr
 
 
+@_stmt
+class KernelLaunch(Stmt):
+    """A GPU kernel launched from host code (made by ``split_host_device``).
+
+    ``body`` is the device code: the loop nest whose thread-bound loops run as the
+    grid (blockIdx) and the block (threadIdx).  ``grid`` and ``block`` are the launch
+    extents (x, y, z): ``grid`` may use the size variables, ``block`` is constant.
+    ``params`` are the buffers the kernel touches that live outside it (arguments and
+    host-allocated intermediates), ``scalars`` the size variables it reads.
+    """
+
+    name: str
+    grid: Tuple[Expr, ...]
+    block: Tuple[Expr, ...]
+    params: Tuple[Any, ...]
+    scalars: Tuple[Var, ...]
+    body: Stmt
+
+
+SYNC_THREADS = "__syncthreads"   # Evaluate(Call(SYNC_THREADS, (), "int32")): a block-wide barrier
+
+
 def seq(*stmts) -> Stmt:
     """A Seq of the non-empty statements, flattened; a single statement stays itself."""
     flat: List[Stmt] = []

@@ -16,7 +16,9 @@ from ..errors import LoweringError
 from .ir import PrimFunc
 from .passes.loop_partition import loop_partition
 from .passes.remove_noops import remove_noops
+from .passes.insert_syncs import insert_syncs
 from .passes.simplify import simplify
+from .passes.split_host_device import split_host_device
 from .passes.storage_flatten import storage_flatten
 from .passes.unroll import unroll
 from .passes.vectorize import vectorize
@@ -33,16 +35,29 @@ PASSES = (
     ("remove_noops", remove_noops),
 )
 
+# target "cuda" only: after the passes above, the host/device split and GPU barriers
+GPU_PASSES = (
+    ("split_host_device", split_host_device),
+    ("insert_syncs", insert_syncs),
+)
+
 
 @dataclass
 class PassContext:
     size_vars: list
     storage_aligns: Dict[str, dict]
     timings: Dict[str, float] = field(default_factory=dict)
+    func_name: str = "main"
+    target: object = None
 
 
-def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_after: Optional[str] = None) -> PrimFunc:
-    """Lower ``schedule`` to loop IR for a function taking ``args`` (inputs and outputs)."""
+def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_after: Optional[str] = None,
+          target=None) -> PrimFunc:
+    """Lower ``schedule`` to loop IR for a function taking ``args`` (inputs and outputs).
+
+    With ``target="cuda"`` the schedule is first checked as a GPU schedule, and the
+    result is host code whose loop nests are ``KernelLaunch``es with barriers inserted.
+    """
     if not isinstance(schedule, Schedule):
         raise LoweringError(f"lower takes a schedule from lw.create_schedule, got {type(schedule).__name__}")
     args = list(args)
@@ -54,13 +69,23 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
     if not name.isidentifier():
         raise LoweringError(f"function name {name!r} is not an identifier")
     _check_free_vars(schedule, args)
+    tgt = None
+    if target is not None:
+        from ..target import resolve_target
+        tgt = resolve_target(target)
+    passes = PASSES
+    if tgt is not None and tgt.kind == "cuda":
+        from .check_gpu_schedule import check_gpu_schedule
+        check_gpu_schedule(schedule)
+        passes = PASSES + GPU_PASSES
     start = time.perf_counter()
     body, params, size_vars = schedule_to_loops(schedule, args)
-    ctx = PassContext(size_vars, {s.name: dict(s.storage_aligns) for s in schedule.stages if s.storage_aligns})
+    ctx = PassContext(size_vars, {s.name: dict(s.storage_aligns) for s in schedule.stages if s.storage_aligns},
+                      func_name=name, target=tgt)
     ctx.timings["schedule_to_loops"] = time.perf_counter() - start
     func = PrimFunc(name, params, size_vars, body, param_tensors=args)
     func.dumps["schedule_to_loops"] = body
-    for pass_name, run in PASSES:
+    for pass_name, run in passes:
         start = time.perf_counter()
         body = run(body, ctx)
         ctx.timings[pass_name] = time.perf_counter() - start
@@ -70,7 +95,7 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
     result.timings = ctx.timings
     if dump_after is not None and dump_after not in ("all", "schedule_to_loops") and dump_after not in func.dumps:
         raise LoweringError(f"unknown pass {dump_after!r} for dump_after; passes: "
-                            f"schedule_to_loops, {', '.join(n for n, _ in PASSES)}")
+                            f"schedule_to_loops, {', '.join(n for n, _ in passes)}")
     return result
 
 

@@ -131,6 +131,12 @@ def _stmt_lines(s, level: int, out: List[str], names):
         _stmt_lines(s.body, level, out, names)
     elif kind == "Evaluate":
         out.append(f"{pad}{E(s.value)}")
+    elif kind == "KernelLaunch":
+        grid = ", ".join(E(x) for x in s.grid)
+        block = ", ".join(E(x) for x in s.block)
+        args = ", ".join([b.name for b in s.params] + [E(v) for v in s.scalars])
+        out.append(f"{pad}launch {s.name}[grid=({grid}), block=({block})]({args}):  # device code")
+        _stmt_lines(s.body, level + 1, out, names)
     else:
         out.append(f"{pad}<{kind}>")
 
@@ -541,8 +547,9 @@ def module_html(module) -> str:
     signature = (f'<div style="{_MONO};font-size:13px">{_span(_STYLE["def"], e(module.name))}({params})</div>'
                  f'<div style="color:#6e7781;font-size:12px">compiled for {e(str(module.target))}</div>')
     sections = []
-    for fmt, title, highlight in (("lowered", "lowered IR", True), ("ll", "LLVM IR", False),
-                                  ("asm", "assembly", False)):
+    kinds = getattr(module, "html_sources", (("lowered", "lowered IR", True), ("ll", "LLVM IR", False),
+                                             ("asm", "assembly", False)))
+    for fmt, title, highlight in kinds:
         try:
             text = module.get_source(fmt)
         except Exception as exc:  # a missing or failing source must not break the display

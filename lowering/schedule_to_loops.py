@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Dict, List, Sequence, Tuple
 
 from ..dsl import dtypes
-from ..dsl.expr import Const, Expr, Reduce, Var, binary, const, logical_and
+from ..dsl.expr import Const, Expr, Reduce, Select, Var, binary, const, logical_and
 from ..dsl.relations import Split, derive_extents, needs_guard, root_values
 from ..dsl.schedule import Schedule, Stage
 from ..dsl.tensor import ComputeOp, PlaceholderOp, Tensor
@@ -81,6 +81,7 @@ class Lowering:
         self.region_vars: Dict[int, tuple] = {}
         self.let_values: Dict[Var, Expr] = {}
         self.nest_info: Dict[int, _NestInfo] = {}
+        self.thread_tags: Dict[int, str] = {}   # id(loop var) -> "threadIdx.x", ... for bound loops
         for s in schedule.stages:
             if s.attach_type == "scope":
                 self.attached.setdefault((id(s.attach_stage), id(s.attach_ivar)), []).append(s)
@@ -182,6 +183,8 @@ class Lowering:
                 return innermost
             leaf = leaves[level]
             v = loop_vars[leaf]
+            if leaf in stage.bound_threads:
+                self.thread_tags[id(v)] = stage.bound_threads[leaf].var.name.replace("_", ".")
             ctx_inside = ctx + [Loop(v, const(0), extents[leaf])]
             inner = emit(level + 1, ctx_inside)
             for producer in reversed(self.attached.get((id(stage), id(leaf)), [])):
@@ -214,6 +217,8 @@ class Lowering:
         op = stage.op
         if op.num_outputs != 1 or stage.scope != "global":
             return None
+        if any(iv in stage.bound_threads for iv in inner_leaves):
+            return None   # a private tile would span other GPU threads' elements
         reduce_work = const(1)
         for iv in inner_leaves:
             if iv.kind == "reduce":
@@ -296,7 +301,11 @@ class Lowering:
             all_guards += chain_guards
             accesses += reads
         shape = producer.op.outputs[0].shape
-        region = required_region(ctx, inner, all_guards, accesses, shape, self.size_vars)
+        outer_ctx = ctx
+        if producer.scope == "shared":
+            outer_ctx, relaxed = self._relax_thread_loops(ctx)
+            inner = relaxed + inner
+        region = required_region(outer_ctx, inner, all_guards, accesses, shape, self.size_vars)
         min_vars, ext_vars = self.region_vars[id(producer.op)]
         bufs = [self.buffers[id(t)] for t in producer.op.outputs]
         for buf in bufs:
@@ -318,6 +327,30 @@ class Lowering:
             body = LetStmt(let.var, let.value, body)
         return body
 
+    def _relax_thread_loops(self, ctx: list):
+        """(context kept, loops relaxed) for a ``shared`` buffer: one region per block.
+
+        All threads of a block share the buffer, so its region is the union over the
+        threadIdx-bound loops around the attach point (and the lets and loops that depend
+        on them): those move from the fixed context to the loops isl projects out.  A
+        let becomes the one-iteration loop ``[value, value + 1)``, i.e. ``var = value``.
+        """
+        kept, relaxed, relaxed_ids = [], [], set()
+        for entry in ctx:
+            if isinstance(entry, Loop):
+                uses = collect_vars(entry.min) + collect_vars(entry.extent)
+                if self.thread_tags.get(id(entry.var), "").startswith("threadIdx") or \
+                        any(id(v) in relaxed_ids for v in uses):
+                    relaxed.append(entry)
+                    relaxed_ids.add(id(entry.var))
+                    continue
+            elif any(id(v) in relaxed_ids for v in collect_vars(entry.value)):
+                relaxed.append(_let_as_loop(entry))
+                relaxed_ids.add(id(entry.var))
+                continue
+            kept.append(entry)
+        return kept, relaxed
+
     def _accesses_of(self, producer: Stage, consumer: Stage, root_map) -> list:
         found = [a for a in collect_accesses(self.bodies[id(consumer.op)][0]) if a.tensor.op is producer.op]
         return [Access(a.tensor, tuple(substitute(i, root_map) for i in a.indices),
@@ -336,19 +369,16 @@ class Lowering:
                                     f"'{consumer.name}' is not")
             chain.append(chain[-1].attach_stage)
         entry_axis = chain[-1].attach_ivar
+        # the consumer (or the stage it is computed in) may sit at the producer's own loop, after it
+        same_loop = entry_axis is producer.attach_ivar
+        if not same_loop and all(entry_axis is not iv for iv in host_inner_leaves):
+            raise LoweringError(f"'{producer.name}' is computed at a loop of '{host.name}' inside the loop where "
+                                f"its consumer '{consumer.name}' is computed; compute it at '{entry_axis.name}' or outside")
         loops: List[Loop] = []
-        if all(entry_axis is not iv for iv in host_inner_leaves):
-            if entry_axis is not producer.attach_ivar:
-                raise LoweringError(f"'{producer.name}' is computed at a loop of '{host.name}' inside the loop where "
-                                    f"its consumer '{consumer.name}' is computed; compute it at '{entry_axis.name}' "
-                                    f"or outside")
-            # the consumer is a sibling at the same loop (stage order runs the producer first):
-            # only the consumer's own loops enclose its reads
-        else:
-            for iv in host_inner_leaves:
-                loops.append(Loop(host_loop_vars[iv], const(0), host_extents[iv]))
-                if iv is entry_axis:
-                    break
+        for iv in ([] if same_loop else host_inner_leaves):
+            loops.append(Loop(host_loop_vars[iv], const(0), host_extents[iv]))
+            if iv is entry_axis:
+                break
         guards = []
         for k, stage in enumerate(reversed(chain)):
             info = self.nest_info[id(stage)]
@@ -374,6 +404,17 @@ class Lowering:
                 return e
             e = new
         return e
+
+
+def _let_as_loop(let: LetBinding) -> Loop:
+    """``var = value`` as a loop isl understands: one iteration at ``value``, or, for a
+    select between constants (a region extent that is empty for some threads), the
+    range between them (isl reads no selects)."""
+    value = let.value
+    if isinstance(value, Select) and isinstance(value.true_value, Const) and isinstance(value.false_value, Const):
+        lo, hi = sorted((value.true_value.value, value.false_value.value))
+        return Loop(let.var, const(lo), const(hi - lo + 1))
+    return Loop(let.var, value, const(1))
 
 
 class _NestInfo:

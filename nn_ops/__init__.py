@@ -14,6 +14,7 @@ from .shape_ops import concat, pad, reshape, softmax, transpose
 from .graph import Graph, Node, Value
 
 from .conv2d import conv2d
+from . import cuda as _cuda_schedules  # noqa: F401  (registers the default CUDA schedules)
 
 __all__ = ["matmul", "dense", "batch_matmul", "schedule", "register_schedule", "add", "subtract", "multiply",
            "divide", "maximum", "minimum", "relu", "clip", "sigmoid", "tanh", "leaky_relu", "hard_sigmoid",

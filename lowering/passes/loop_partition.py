@@ -106,6 +106,8 @@ class _Partition(Mutator):
         self.outer: List[For] = []
 
     def visit_For(self, node):
+        if node.kind == "thread":
+            return self._descend(node)   # a GPU axis is not a loop to cut: its extent is the launch extent
         guards = _collect_guards(node)
         if not guards or node.kind in ("vectorized",) and not isinstance(node.extent, Const):
             return self._descend(node)

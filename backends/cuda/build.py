@@ -1,0 +1,47 @@
+"""``build_cuda``: a PrimFunc lowered for target cuda -> a CudaModule.
+
+Generates the CUDA C of every kernel, compiles it to PTX now if a compiler is
+present (so errors show at build time and the PTX is cached), and leaves loading
+into the driver to the first call: building needs no GPU.  The architecture is the
+target's (``"cuda:sm_80"``), else the GPU present, else sm_90.
+"""
+from __future__ import annotations
+
+from ...errors import BuildError
+from ...lowering.ir import PrimFunc
+from ..runtime import ParamSpec, _shape_spec
+from . import codegen, compiler
+
+
+def _arch(target) -> str:
+    if target.cpu:
+        return target.cpu
+    from .driver import gpu_available, get_driver
+    return get_driver().arch if gpu_available() else compiler.DEFAULT_ARCH
+
+
+def build_cuda(func: PrimFunc, target, written) -> "CudaModule":
+    from .module import CudaModule
+    if not codegen.kernels_of(func):
+        raise BuildError(f"'{func.name}' has no GPU kernel: lower it with lw.lower(..., target='cuda') (or pass "
+                         f"the schedule to lw.build) after binding its loops to GPU axes")
+    source, kernels = codegen.generate(func)
+    arch = _arch(target)
+    compiled = {}
+
+    def ptx() -> str:
+        if "ptx" not in compiled:
+            compiled["ptx"], compiled["compiler"] = compiler.compile_ptx(source, arch)
+        return compiled["ptx"]
+
+    if compiler.available_compiler() is not None:
+        ptx()
+    size_names = [v.name for v in func.size_vars]
+    if len(set(size_names)) != len(size_names):
+        raise BuildError(f"two different size variables share a name in {size_names}; give each lw.var a unique name")
+    outputs = {id(b) for b in written}
+    params = [ParamSpec(b.name, b.dtype, _shape_spec(b.shape, {}), id(b) in outputs) for b in func.params]
+    sources = {"lowered": lambda: str(func), "cuda": source, "ptx": ptx}
+    module = CudaModule(func.name, params, size_names, sources, target, func, kernels, ptx)
+    module.arch = arch
+    return module

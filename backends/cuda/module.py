@@ -1,0 +1,206 @@
+"""The CUDA runtime module: same checks and call as the CPU one, kernels on the GPU.
+
+``f(*arrays)`` takes numpy arrays (copied to the device and, for outputs, back),
+:class:`DeviceArray` s (used in place) or any DLPack CUDA tensor (CuPy, PyTorch),
+checks dtypes, ranks, shapes and symbolic sizes exactly like the CPU module, then
+runs the host program: allocate intermediates, launch each kernel on the legacy
+default stream with grid extents evaluated from the sizes, free.  The PTX is loaded
+into the driver on the first call, so building needs no GPU.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Dict, List
+
+import numpy as np
+
+from ...dsl import dtypes
+from ...dsl.expr import Binary, Cast, Compare, Const, Logical, Select, Var
+from ...errors import ArgumentError, InternalError
+from ...lowering.ir import Allocate, KernelLaunch, LetStmt, Seq
+from ..runtime import Module, ParamSpec
+from .driver import get_driver
+from .ndarray import DeviceArray, from_dlpack, overlaps
+
+
+def eval_host(e, env: Dict[int, int]) -> int:
+    """Evaluate index arithmetic over the sizes (launch extents, buffer sizes, host lets)."""
+    if isinstance(e, Const):
+        return int(e.value) if e.dtype != "bool" else bool(e.value)
+    if isinstance(e, Var):
+        if id(e) not in env:
+            raise InternalError(f"host code uses '{e.name}', which has no value at launch")
+        return env[id(e)]
+    if isinstance(e, Cast):
+        return eval_host(e.value, env)
+    if isinstance(e, Binary):
+        a, b = eval_host(e.a, env), eval_host(e.b, env)
+        return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "floordiv": lambda: a // b,
+                "floormod": lambda: a % b, "min": lambda: min(a, b), "max": lambda: max(a, b)}[e.op]()
+    if isinstance(e, Compare):
+        a, b = eval_host(e.a, env), eval_host(e.b, env)
+        return {"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b}[e.op]
+    if isinstance(e, Logical):
+        if e.op == "not":
+            return not eval_host(e.a, env)
+        a = eval_host(e.a, env)
+        return (a and eval_host(e.b, env)) if e.op == "and" else (a or eval_host(e.b, env))
+    if isinstance(e, Select):
+        return eval_host(e.true_value, env) if eval_host(e.condition, env) else eval_host(e.false_value, env)
+    raise InternalError(f"host code cannot evaluate {type(e).__name__}")
+
+
+class CudaModule(Module):
+    """A compiled CUDA function; ``get_source("cuda")`` and ``get_source("ptx")`` show the code."""
+
+    html_sources = (("lowered", "lowered IR", True), ("cuda", "CUDA C", False), ("ptx", "PTX", False))
+
+    def __init__(self, name: str, params: List[ParamSpec], size_names: List[str], sources, target, func, kernels,
+                 ptx_of):
+        self.name, self.params, self.size_names = name, params, size_names
+        self.target = target
+        self._sources = sources
+        self._func = func
+        self._kernels = {k.name: k for k in kernels}
+        self._ptx_of = ptx_of
+        self._module = None
+        self._functions = {}
+        self._param_index = {id(b): k for k, b in enumerate(func.params)}
+        self._size_vars = list(func.size_vars)
+
+    # ----------------------------------------------------------- argument checks
+    def _check_array(self, p: ParamSpec, a) -> None:
+        if not isinstance(a, (np.ndarray, DeviceArray)):
+            raise ArgumentError(f"argument '{p.name}' must be a numpy.ndarray, a loopweave DeviceArray or a CUDA "
+                                f"tensor with __dlpack__ (CuPy, PyTorch), got {type(a).__name__}")
+
+    def _check_layout(self, p: ParamSpec, a) -> None:
+        if isinstance(a, np.ndarray):
+            Module._check_layout(self, p, a)   # device arrays are dense by construction
+
+    def _overlap(self, a, b) -> bool:
+        if isinstance(a, DeviceArray) and isinstance(b, DeviceArray):
+            return overlaps(a, b)
+        if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+            return np.may_share_memory(a, b)
+        return False
+
+    def _as_arrays(self, args) -> list:
+        return [a if isinstance(a, (np.ndarray, DeviceArray)) or not hasattr(a, "__dlpack__") else from_dlpack(a)
+                for a in args]
+
+    # ----------------------------------------------------------- running
+    def _load(self, drv):
+        if self._module is None:
+            self._module = drv.load_module(self._ptx_of().encode() + b"\0")
+            self._functions = {n: drv.get_function(self._module, n) for n in self._kernels}
+
+    def _stage(self, drv, args):
+        """Device pointers for the arguments: numpy arrays are copied in (outputs come back later)."""
+        pointers, back, keep = [], [], []
+        for p, a in zip(self.params, args):
+            if isinstance(a, DeviceArray):
+                pointers.append(a.ptr)
+                continue
+            dev = DeviceArray.empty(a.shape, a.dtype)
+            keep.append(dev)
+            if a.nbytes:
+                drv.copy_to_device(dev.ptr, a.ctypes.data, a.nbytes)
+            pointers.append(dev.ptr)
+            if p.is_output:
+                back.append((a, dev))
+        return pointers, back, keep
+
+    def _check_alignment(self, pointers):
+        for info in self._kernels.values():
+            for buf_id, need in info.param_align.items():
+                k = self._param_index.get(buf_id)
+                if k is not None and pointers[k] % need:
+                    raise ArgumentError(f"argument '{self.params[k].name}' is read with {need}-byte vector "
+                                        f"accesses but its data pointer is not {need}-byte aligned; pass a copy "
+                                        f"(e.g. .contiguous().clone() in PyTorch) or a loopweave DeviceArray")
+
+    def _run(self, drv, pointers, sizes):
+        env = {id(v): sizes[v.name] for v in self._size_vars}
+        buffers = {id(b): ptr for b, ptr in zip(self._func.params, pointers)}
+        self._exec(drv, self._func.body, env, buffers)
+
+    def _exec(self, drv, s, env, buffers):
+        if isinstance(s, Seq):
+            for c in s.stmts:
+                self._exec(drv, c, env, buffers)
+        elif isinstance(s, LetStmt):
+            env[id(s.var)] = eval_host(s.value, env)
+            self._exec(drv, s.body, env, buffers)
+        elif isinstance(s, Allocate):
+            nbytes = eval_host(s.extent, env) * dtypes.itemsize(s.buffer.dtype)
+            ptr = drv.alloc(nbytes)
+            buffers[id(s.buffer)] = ptr
+            try:
+                self._exec(drv, s.body, env, buffers)
+            finally:
+                drv.synchronize()   # kernels that use the buffer have finished
+                drv.free(ptr)
+        elif isinstance(s, KernelLaunch):
+            grid = [eval_host(g, env) for g in s.grid]
+            if min(grid) <= 0:
+                return   # nothing to compute (an empty size)
+            block = [int(b.value) for b in s.block]
+            args = [ctypes.c_uint64(buffers[id(b)]) for b in s.params]
+            args += [ctypes.c_int64(env[id(v)]) for v in s.scalars]
+            drv.launch(self._functions[s.name], grid, block, args)
+        else:
+            raise InternalError(f"host code of a CUDA module has a {type(s).__name__}")
+
+    def _prepare_call(self, args):
+        args = self._as_arrays(args)
+        sizes = self._bind(args)
+        drv = get_driver()
+        self._load(drv)
+        pointers, back, keep = self._stage(drv, args)
+        self._check_alignment(pointers)
+        return drv, pointers, sizes, back, keep
+
+    def __call__(self, *args) -> None:
+        drv, pointers, sizes, back, keep = self._prepare_call(args)
+        self._run(drv, pointers, sizes)
+        drv.synchronize()
+        for host, dev in back:
+            if host.nbytes:
+                drv.copy_to_host(host.ctypes.data, dev.ptr, host.nbytes)
+
+    def time(self, *args, number: int = 0, repeat: int = 7, min_seconds: float = 0.05) -> float:
+        """Median seconds per call on the GPU (CUDA events; copies of numpy arguments excluded)."""
+        drv, pointers, sizes, back, keep = self._prepare_call(args)
+        self._run(drv, pointers, sizes)   # warm-up
+        drv.synchronize()
+        start, end = drv.event(), drv.event()
+        try:
+            if number <= 0:
+                number = 1
+                while True:
+                    drv.record(start)
+                    for _ in range(number):
+                        self._run(drv, pointers, sizes)
+                    drv.record(end)
+                    if drv.elapsed_seconds(start, end) >= min_seconds / repeat or number >= 1 << 16:
+                        break
+                    number *= 2
+            samples = []
+            for _ in range(repeat):
+                drv.record(start)
+                for _ in range(number):
+                    self._run(drv, pointers, sizes)
+                drv.record(end)
+                samples.append(drv.elapsed_seconds(start, end) / number)
+        finally:
+            drv.destroy_event(start)
+            drv.destroy_event(end)
+        return float(np.median(samples))
+
+    def get_source(self, fmt: str = "cuda") -> str:
+        """The generated code: ``"lowered"`` (loop IR), ``"cuda"`` (CUDA C) or ``"ptx"``."""
+        return Module.get_source(self, fmt)
+
+    def __repr__(self) -> str:
+        return Module.__repr__(self).replace("loopweave.Module", "loopweave.CudaModule")

@@ -1,0 +1,126 @@
+"""Arrays in GPU memory: ``lw.device_array(np_array, "cuda")`` and ``lw.from_dlpack(obj)``.
+
+A :class:`DeviceArray` is a dense, C-contiguous block of device memory with a shape
+and a dtype, either owned (allocated here, freed when collected) or borrowed from
+another library through DLPack (its producer's deleter runs when collected).  CUDA
+modules use device arrays in place; numpy arrays passed to them are copied over and
+back for convenience.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import ArgumentError
+from . import dlpack
+from .driver import get_driver
+
+
+class DeviceArray:
+    def __init__(self, ptr: int, shape, dtype, device_id: int = 0, owned: bool = True, keepalive=None):
+        self.ptr = int(ptr)
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.device_id = device_id
+        self._owned = owned
+        self._keepalive = keepalive
+
+    @classmethod
+    def empty(cls, shape, dtype="float32") -> "DeviceArray":
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        drv = get_driver()
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        return cls(drv.alloc(nbytes), shape, dtype, drv.device_index)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def numpy(self) -> np.ndarray:
+        """A host copy."""
+        out = np.empty(self.shape, self.dtype)
+        if self.nbytes:
+            drv = get_driver()
+            drv.synchronize()
+            drv.copy_to_host(out.ctypes.data, self.ptr, self.nbytes)
+        return out
+
+    def copy_from(self, array: np.ndarray) -> None:
+        """Overwrite with the contents of a host array of the same shape and dtype."""
+        array = np.ascontiguousarray(array)
+        if array.shape != self.shape or array.dtype != self.dtype:
+            raise ArgumentError(f"copy_from: expected a {self.dtype} array of shape {self.shape}, "
+                                f"got {array.dtype} {array.shape}")
+        if self.nbytes:
+            get_driver().copy_to_device(self.ptr, array.ctypes.data, self.nbytes)
+
+    def __dlpack__(self, stream=None, **_):
+        # kernels run on the legacy default stream, which synchronises with the consumer's streams
+        return dlpack.export_capsule(self.ptr, self.shape, self.dtype.name, (dlpack.KDL_CUDA, self.device_id), self)
+
+    def __dlpack_device__(self):
+        return (dlpack.KDL_CUDA, self.device_id)
+
+    def __repr__(self) -> str:
+        return f"DeviceArray(shape={self.shape}, dtype={self.dtype.name}, cuda:{self.device_id})"
+
+    def __del__(self):
+        if getattr(self, "_owned", False) and self.ptr:
+            try:
+                get_driver().free(self.ptr)
+            except Exception:  # interpreter shutdown: the context is gone with the process
+                pass
+            self.ptr = 0
+
+
+def device_array(array, target: str = "cuda") -> DeviceArray:
+    """A copy of ``array`` (numpy, or anything ``np.asarray`` takes) in GPU memory."""
+    if target != "cuda":
+        raise ArgumentError(f"device_array: only target 'cuda' has device memory, got {target!r}")
+    host = np.ascontiguousarray(array)
+    out = DeviceArray.empty(host.shape, host.dtype)
+    out.copy_from(host)
+    return out
+
+
+def from_dlpack(obj):
+    """A loopweave view of another library's tensor (CuPy, PyTorch, JAX, numpy), without a copy.
+
+    CUDA tensors become :class:`DeviceArray` s; CPU tensors become numpy arrays.
+    """
+    if isinstance(obj, (DeviceArray, np.ndarray)):
+        return obj
+    if not hasattr(obj, "__dlpack__") or not hasattr(obj, "__dlpack_device__"):
+        raise ArgumentError(f"from_dlpack needs an object with __dlpack__ and __dlpack_device__, "
+                            f"got {type(obj).__name__}")
+    device_type, device_id = obj.__dlpack_device__()
+    if int(device_type) == dlpack.KDL_CPU:
+        return np.from_dlpack(obj)
+    if int(device_type) != dlpack.KDL_CUDA:
+        raise ArgumentError(f"from_dlpack: tensors on DLPack device type {device_type} are not supported "
+                            f"(only CPU and CUDA)")
+    try:
+        capsule = obj.__dlpack__(stream=1)   # 1: the legacy default stream, on which loopweave launches
+    except TypeError:
+        capsule = obj.__dlpack__()
+    tensor = dlpack.import_capsule(capsule)
+    return DeviceArray(tensor.data, tensor.shape, tensor.dtype, int(device_id), owned=False, keepalive=tensor)
+
+
+def _address_range(a) -> tuple:
+    return (a.ptr, a.ptr + a.nbytes)
+
+
+def overlaps(a: DeviceArray, b: DeviceArray) -> bool:
+    (a0, a1), (b0, b1) = _address_range(a), _address_range(b)
+    return a.nbytes > 0 and b.nbytes > 0 and a0 < b1 and b0 < a1
+
+
+__all__ = ["DeviceArray", "device_array", "from_dlpack", "overlaps"]

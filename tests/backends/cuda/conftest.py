@@ -1,0 +1,136 @@
+"""``simt``: run the generated CUDA C on the CPU, one OS thread per GPU thread, to test it without a GPU.
+
+The kernel source is compiled as C++20 with g++ behind a small shim: ``threadIdx`` and
+``blockIdx`` are thread-local, ``__shared__`` arrays are ``static`` (one per block, as
+blocks run one after another), ``__syncthreads()`` is a ``std::barrier`` over the
+block's threads, and the vector types are plain structs.  Blocks run in turn; the
+threads of a block run concurrently, so a missing or misplaced barrier shows up as a
+wrong result or a hang (the caller's timeout), as it would on a GPU.  The host
+program (intermediate buffers, launch extents from the sizes) is the CUDA module's
+own, with host memory instead of device memory.  This checks what the CPU emulation
+of a schedule cannot: the CUDA C itself (operators, floor division, vector accesses)
+and the per-block, cooperative execution of shared-memory stages.
+"""
+import ctypes
+import hashlib
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+SHIM = r"""
+#include <math.h>
+#include <cmath>
+#include <cstring>
+#include <barrier>
+#include <functional>
+#include <thread>
+#include <vector>
+struct lw_dim3 { unsigned int x, y, z; };
+static thread_local lw_dim3 threadIdx, blockIdx;
+static lw_dim3 blockDim, gridDim;
+static std::barrier<>* lw_block_barrier;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+static inline void __syncthreads() { lw_block_barrier->arrive_and_wait(); }
+struct float2 { float x, y; };  struct float4 { float x, y, z, w; };
+struct int2 { int x, y; };  struct int4 { int x, y, z, w; };
+struct double2 { double x, y; };  struct longlong2 { long long x, y; };
+static inline float2 make_float2(float a, float b) { return {a, b}; }
+static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+static inline int2 make_int2(int a, int b) { return {a, b}; }
+static inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
+static inline double2 make_double2(double a, double b) { return {a, b}; }
+static inline longlong2 make_longlong2(long long a, long long b) { return {a, b}; }
+static inline float __int_as_float(unsigned int v) { float f; std::memcpy(&f, &v, 4); return f; }
+static inline double __longlong_as_double(unsigned long long v) { double d; std::memcpy(&d, &v, 8); return d; }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+static void lw_run_grid(lw_dim3 grid, lw_dim3 block, const std::function<void()>& kernel) {
+  gridDim = grid; blockDim = block;
+  unsigned n = block.x * block.y * block.z;
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        std::barrier<> bar(n);
+        lw_block_barrier = &bar;
+        std::vector<std::thread> threads;
+        for (unsigned t = 0; t < n; ++t)
+          threads.emplace_back([&, t, bx, by, bz] {
+            blockIdx = {bx, by, bz};
+            threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+            kernel();
+          });
+        for (auto& th : threads) th.join();
+      }
+}
+"""
+
+
+def _launcher(launch) -> str:
+    from loopweave.backends.cuda.codegen import C_TYPE, MEMORY_TYPE
+    args = [f"({MEMORY_TYPE[b.dtype]}*)(*(unsigned long long*)args[{k}])" for k, b in enumerate(launch.params)]
+    args += [f"*({C_TYPE[v.dtype]}*)args[{len(launch.params) + k}]" for k, v in enumerate(launch.scalars)]
+    return (f'extern "C" void lw_launch_{launch.name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, '
+            f"unsigned by, unsigned bz, void** args) {{\n"
+            f"  lw_run_grid({{gx, gy, gz}}, {{bx, by, bz}}, [&] {{ {launch.name}({', '.join(args)}); }});\n}}\n")
+
+
+class _HostMemoryDriver:
+    """The driver calls the CUDA module's host program makes, on host memory."""
+
+    def __init__(self):
+        self.memory = {}
+
+    def alloc(self, nbytes):
+        buf = np.empty(max(1, nbytes) + 64, np.uint8)
+        ptr = (buf.ctypes.data + 63) // 64 * 64
+        self.memory[ptr] = buf
+        return ptr
+
+    def free(self, ptr):
+        del self.memory[ptr]
+
+    def synchronize(self):
+        pass
+
+    def launch(self, fn, grid, block, args):
+        arr = (ctypes.c_void_p * max(1, len(args)))(*[ctypes.addressof(a) for a in args])
+        fn(*[ctypes.c_uint(int(v)) for v in list(grid) + list(block)], arr)
+
+
+@pytest.fixture(scope="session")
+def simt(tmp_path_factory):
+    """``simt(module)``: a callable running CUDA module ``module``'s kernels on the CPU with numpy arrays."""
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no g++ to run generated CUDA C on the CPU")
+    folder = tmp_path_factory.mktemp("simt")
+
+    def load(module):
+        launches = [info.launch for info in module._kernels.values()]
+        source = SHIM + module.get_source("cuda") + "\n" + "".join(_launcher(k) for k in launches)
+        key = hashlib.sha256(source.encode()).hexdigest()[:16]
+        lib_path = folder / f"k{key}.so"
+        if not lib_path.exists():
+            src = folder / f"k{key}.cpp"
+            src.write_text(source)
+            proc = subprocess.run([cxx, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-o",
+                                   str(lib_path), str(src)], capture_output=True, text=True)
+            assert proc.returncode == 0, f"the generated CUDA C does not compile as C++:\n{proc.stderr[:4000]}"
+        lib = ctypes.CDLL(str(lib_path))
+        functions = {k.name: getattr(lib, f"lw_launch_{k.name}") for k in launches}
+
+        def call(*arrays):
+            sizes = module._bind(arrays)
+            pointers = [a.ctypes.data for a in arrays]
+            module._check_alignment(pointers)
+            module._functions = functions
+            module._run(_HostMemoryDriver(), pointers, sizes)
+        return call
+    return load

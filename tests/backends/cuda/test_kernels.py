@@ -1,0 +1,325 @@
+"""The CUDA test kernels: each is generated, compiled to PTX by every compiler present
+(NVRTC, nvcc), emulated on the CPU against numpy (the schedule's values), its CUDA C run
+on CPU threads against numpy (``simt``: the code itself, barriers included), and
+(marker ``gpu``) run on a GPU.
+
+A case is ``(schedule, args, env)`` plus a numpy reference; ``env`` binds the
+symbolic sizes for the run.  Outputs are the arguments after the inputs.
+"""
+import math
+import re
+
+import numpy as np
+import pytest
+
+import loopweave as lw
+from loopweave import nn_ops
+
+BX, TX = lw.thread_axis("blockIdx.x"), lw.thread_axis("threadIdx.x")
+
+
+def _bind_1d(stage, axis, threads=64):
+    o, i = stage.split(axis, factor=threads)
+    stage.bind(o, lw.thread_axis("blockIdx.x"))
+    stage.bind(i, lw.thread_axis("threadIdx.x"))
+    return o, i
+
+
+def case_vector_add():
+    n = lw.var("n")
+    A, B = lw.placeholder((n,), name="A"), lw.placeholder((n,), name="B")
+    C = lw.compute((n,), lambda i: A[i] + B[i] * 2.0, name="C")
+    s = lw.create_schedule(C)
+    _bind_1d(s[C], C.op.axis[0])
+    return s, [A, B, C], {"n": 1000}, lambda a, b: [a + b * 2]
+
+
+def case_math_intrinsics():
+    A = lw.placeholder((37, 5), name="A")
+    C = lw.compute((37, 5), lambda i, j: lw.exp(A[i, j]) + lw.sqrt(lw.abs(A[i, j])) + lw.tanh(A[i, j])
+                   + lw.sigmoid(A[i, j]) + lw.erf(A[i, j]) + lw.pow(lw.abs(A[i, j]), 1.5) + lw.floor(A[i, j] * 3.0)
+                   + lw.round(A[i, j] * 2.0) + lw.log(lw.abs(A[i, j]) + 1.0) + lw.rsqrt(lw.abs(A[i, j]) + 1.0),
+                   name="C")
+    s = lw.create_schedule(C)
+    _bind_1d(s[C], s[C].fuse(*C.op.axis), 32)
+
+    def ref(a):
+        erf = np.vectorize(math.erf)(a).astype("float32")
+        return [np.exp(a) + np.sqrt(np.abs(a)) + np.tanh(a) + 1 / (1 + np.exp(-a)) + erf + np.abs(a) ** 1.5
+                + np.floor(a * 3) + np.round(a * 2) + np.log(np.abs(a) + 1) + 1 / np.sqrt(np.abs(a) + 1)]
+    return s, [A, C], {}, ref
+
+
+def case_int_floordiv_float64():
+    A = lw.placeholder((50,), name="A", dtype="int32")
+    D = lw.placeholder((50,), name="D", dtype="float64")
+    C = lw.compute((50,), lambda i: A[i] // 3 + A[i] % 4 + lw.max(A[i], 0) // 8, name="C")
+    E = lw.compute((50,), lambda i: lw.cast("float64", C[i]) * D[i] + lw.min(D[i], 0.25), name="E")
+    s = lw.create_schedule(E)
+    s[C].compute_inline()
+    _bind_1d(s[E], E.op.axis[0], 32)
+
+    def ref(a, d):
+        c = a // 3 + a % 4 + np.maximum(a, 0) // 8
+        return [c.astype("float64") * d + np.minimum(d, 0.25)]
+    return s, [A, D, E], {}, ref
+
+
+def case_bool_select_uint8():
+    A = lw.placeholder((64,), name="A")
+    M = lw.compute((64,), lambda i: A[i] > 0.0, name="M")
+    C = lw.compute((64,), lambda i: lw.select(M[i], lw.cast("uint8", 7), lw.cast("uint8", 3)), name="C")
+    s = lw.create_schedule([M, C])
+    _bind_1d(s[M], M.op.axis[0], 32)
+    _bind_1d(s[C], C.op.axis[0], 32)
+    return s, [A, M, C], {}, lambda a: [a > 0, np.where(a > 0, 7, 3).astype("uint8")]
+
+
+def case_row_sum_and_max():
+    n, m = lw.var("n"), lw.var("m")
+    A = lw.placeholder((n, m), name="A")
+    k = lw.reduce_axis((0, m), name="k")
+    S = lw.compute((n,), lambda i: lw.sum(A[i, k], axis=k), name="S")
+    k2 = lw.reduce_axis((0, m), name="k2")
+    M = lw.compute((n,), lambda i: lw.max(A[i, k2], axis=k2), name="M")
+    s = lw.create_schedule([S, M])
+    _bind_1d(s[S], S.op.axis[0], 32)
+    _bind_1d(s[M], M.op.axis[0], 32)
+    return s, [A, S, M], {"n": 70, "m": 33}, lambda a: [a.sum(1), a.max(1)]
+
+
+def _shared_matmul(n, m, kk, tile=32, per_thread=4, k_tile=8):
+    A = lw.placeholder((n, kk), name="A")
+    B = lw.placeholder((kk, m), name="B")
+    k = lw.reduce_axis((0, kk), name="k")
+    C = lw.compute((n, m), lambda i, j: lw.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = lw.create_schedule(C)
+    AA, BB = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])
+    CL = s.cache_write(C, "local")
+    i, j = C.op.axis
+    by, yi = s[C].split(i, factor=tile)
+    bx, xi = s[C].split(j, factor=tile)
+    threads = tile // per_thread
+    ty, yi = s[C].split(yi, nparts=threads)
+    tx, xi = s[C].split(xi, nparts=threads)
+    s[C].reorder(by, bx, ty, tx, yi, xi)
+    for axis, tag in ((by, "blockIdx.y"), (bx, "blockIdx.x"), (ty, "threadIdx.y"), (tx, "threadIdx.x")):
+        s[C].bind(axis, lw.thread_axis(tag))
+    s[CL].compute_at(s[C], tx)
+    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=k_tile)
+    ci, cj = s[CL].op.axis
+    s[CL].reorder(ko, ki, ci, cj)
+    s[CL].unroll(ki)
+    for cache in (AA, BB):
+        s[cache].compute_at(s[CL], ko)
+        fused = s[cache].fuse(*s[cache].op.axis)
+        rest, fx = s[cache].split(fused, factor=threads)
+        rest, fy = s[cache].split(rest, factor=threads)
+        s[cache].bind(fy, lw.thread_axis("threadIdx.y"))
+        s[cache].bind(fx, lw.thread_axis("threadIdx.x"))
+    return s, [A, B, C], {}, lambda a, b: [a @ b]
+
+
+def case_shared_matmul_divisible():
+    return _shared_matmul(64, 96, 48)
+
+
+def case_shared_matmul_tails():
+    return _shared_matmul(50, 70, 45)
+
+
+def case_nn_matmul():
+    A, B = lw.placeholder((256, 128), name="A"), lw.placeholder((128, 256), name="B")
+    C = nn_ops.matmul(A, B)
+    return nn_ops.schedule(C, "cuda"), [A, B, C], {}, lambda a, b: [a @ b]
+
+
+def case_nn_matmul_ragged():
+    A, B = lw.placeholder((130, 20), name="A"), lw.placeholder((20, 200), name="B")
+    C = nn_ops.matmul(A, B)
+    return nn_ops.schedule(C, "cuda"), [A, B, C], {}, lambda a, b: [a @ b]
+
+
+def case_nn_dense_bias_relu():
+    X, W, b = lw.placeholder((64, 96), name="X"), lw.placeholder((128, 96), name="W"), lw.placeholder((128,), name="b")
+    Y = nn_ops.relu(nn_ops.dense(X, W, b))
+    return nn_ops.schedule(Y, "cuda"), [X, W, b, Y], {}, lambda x, w, bias: [np.maximum(x @ w.T + bias, 0)]
+
+
+def case_nn_batch_matmul():
+    A, B = lw.placeholder((3, 64, 32), name="A"), lw.placeholder((3, 32, 128), name="B")
+    C = nn_ops.batch_matmul(A, B)
+    return nn_ops.schedule(C, "cuda"), [A, B, C], {}, lambda a, b: [a @ b]
+
+
+def case_nn_softmax():
+    X = lw.placeholder((33, 50), name="X")
+    Y = nn_ops.softmax(X, axis=1)
+
+    def ref(x):
+        e = np.exp(x - x.max(1, keepdims=True))
+        return [e / e.sum(1, keepdims=True)]
+    return nn_ops.schedule(Y, "cuda"), [X, Y], {}, ref
+
+
+def case_nn_softmax_long_rows():
+    X = lw.placeholder((3, 1000), name="X")
+    Y = nn_ops.softmax(X, axis=1)
+
+    def ref(x):
+        e = np.exp(x - x.max(1, keepdims=True))
+        return [e / e.sum(1, keepdims=True)]
+    return nn_ops.schedule(Y, "cuda"), [X, Y], {}, ref
+
+
+def case_nn_long_reductions_block_per_output():
+    from loopweave.nn_ops.shape_ops import reduce
+    X = lw.placeholder((4, 3000), name="X")
+    Z = lw.placeholder((2, 40, 60), name="Z")
+    S = reduce(X, [1], kind="sum", keepdims=False, name="S")
+    M = reduce(Z, [1, 2], kind="mean", keepdims=True, name="M")
+    return (nn_ops.schedule([S, M], "cuda"), [X, Z, S, M], {},
+            lambda x, z: [x.astype("float64").sum(1), z.astype("float64").mean((1, 2), keepdims=True)])
+
+
+def case_nn_broadcast_add_vectorized():
+    A, B = lw.placeholder((16, 64), name="A"), lw.placeholder((64,), name="B")
+    C = nn_ops.add(A, B)
+    return nn_ops.schedule(C, "cuda"), [A, B, C], {}, lambda a, b: [a + b]
+
+
+def case_vector_types_int4_double2_and_8_lanes():
+    A = lw.placeholder((16, 8), name="A", dtype="int32")
+    D = lw.placeholder((16, 8), name="D", dtype="float64")
+    F = lw.placeholder((16, 8), name="F")
+    C = lw.compute((16, 8), lambda i, j: A[i, j] * 3 - A[i, j] // 2, name="C")
+    E = lw.compute((16, 8), lambda i, j: D[i, j] * D[i, j] + 1.0, name="E")
+    G = lw.compute((16, 8), lambda i, j: F[i, j] + 2.0, name="G")
+    s = lw.create_schedule([C, E, G])
+    for T_, lanes in ((C, 4), (E, 2), (G, 8)):
+        i, j = T_.op.axis
+        jo, ji = s[T_].split(j, factor=lanes)
+        s[T_].vectorize(ji)
+        s[T_].bind(i, lw.thread_axis("blockIdx.x"))
+        s[T_].bind(jo, lw.thread_axis("threadIdx.x"))
+    return s, [A, D, F, C, E, G], {}, lambda a, d, f: [a * 3 - a // 2, d * d + 1, f + 2]
+
+
+def case_local_cache_read():
+    A = lw.placeholder((40, 8), name="A")
+    C = lw.compute((40,), lambda i: A[i, 0] * A[i, 7] + A[i, 3], name="C")
+    s = lw.create_schedule(C)
+    AL = s.cache_read(A, "local", [C])
+    o, i = _bind_1d(s[C], C.op.axis[0], 16)
+    s[AL].compute_at(s[C], i)
+    return s, [A, C], {}, lambda a: [a[:, 0] * a[:, 7] + a[:, 3]]
+
+
+def _conv_ref(x, w, pad, groups):
+    """Direct NCHW convolution, stride 1."""
+    x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    n, c, h, wd = x.shape
+    oc, cg, kh, kw = w.shape
+    oh, ow = h - kh + 1, wd - kw + 1
+    out = np.zeros((n, oc, oh, ow), "float64")
+    per_group = oc // groups
+    for o in range(oc):
+        g = o // per_group
+        for ry in range(kh):
+            for rx in range(kw):
+                patch = x[:, g * cg:(g + 1) * cg, ry:ry + oh, rx:rx + ow]
+                out[:, o] += np.einsum("nchw,c->nhw", patch, w[o, :, ry, rx])
+    return out
+
+
+def _conv_case(wshape, pad, groups, epilogue):
+    X = lw.placeholder((1, 8, 10, 10), name="X")
+    W = lw.placeholder(wshape, name="W")
+    Y = nn_ops.conv2d(X, W, padding=pad, groups=groups)
+    if not epilogue:
+        return nn_ops.schedule(Y, "cuda"), [X, W, Y], {}, lambda x, w: [_conv_ref(x, w, pad, groups)]
+    b = lw.placeholder((wshape[0],), name="b")
+    Z = nn_ops.relu(nn_ops.add(Y, nn_ops.reshape(b, (1, wshape[0], 1, 1))))
+    return (nn_ops.schedule(Z, "cuda"), [X, W, b, Z], {},
+            lambda x, w, bias: [np.maximum(_conv_ref(x, w, pad, groups) + bias.reshape(1, -1, 1, 1), 0)])
+
+
+def case_nn_conv2d_3x3_bias_relu():
+    return _conv_case((16, 8, 3, 3), 1, 1, True)
+
+
+def case_nn_conv2d_1x1():
+    return _conv_case((16, 8, 1, 1), 0, 1, False)
+
+
+def case_nn_conv2d_depthwise():
+    return _conv_case((8, 1, 3, 3), 1, 8, False)
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+
+def _inputs(args, n_inputs, env, rng):
+    arrays = []
+    for t in args[:n_inputs]:
+        shape = tuple(env[str(d)] if not str(d).isdigit() else int(str(d)) for d in t.shape)
+        if t.dtype.startswith("float"):
+            arrays.append(rng.uniform(-1, 1, size=shape).astype(t.dtype))
+        else:
+            arrays.append(rng.integers(-40, 40, size=shape).astype(t.dtype))
+    return arrays
+
+
+def _run_and_compare(f, case):
+    s, args, env, ref = case
+    rng = np.random.default_rng(0)
+    import inspect
+    n_inputs = len(inspect.signature(ref).parameters)
+    ins = _inputs(args, n_inputs, env, rng)
+    expected = ref(*ins)
+    outs = [np.zeros(np.shape(e), t.dtype) for t, e in zip(args[n_inputs:], expected)]
+    f(*ins, *outs)
+    for t, got, want in zip(args[n_inputs:], outs, expected):
+        if t.dtype.startswith("float"):
+            np.testing.assert_allclose(got, np.asarray(want, t.dtype), rtol=2e-4, atol=2e-5, err_msg=t.name)
+        else:
+            np.testing.assert_array_equal(got, np.asarray(want).astype(t.dtype), err_msg=t.name)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_cuda_source_compiles_to_ptx(name, cuda_compilers):
+    from loopweave.backends.cuda.compiler import compile_ptx
+    s, args, _, _ = CASES[name]()
+    f = lw.build(s, args, target="cuda:sm_80")
+    source = f.get_source("cuda")
+    kernels = [line for line in source.splitlines() if line.startswith('extern "C" __global__')]
+    assert kernels and all("__restrict__" in k for k in kernels)
+    for compiler in cuda_compilers:
+        ptx, used = compile_ptx(source, "sm_80", compiler)
+        assert used == compiler
+        for k in kernels:
+            name_ = re.findall(r"(\w+)\(", k)[1]   # after __launch_bounds__(
+            assert f".entry {name_}(" in ptx
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gpu_schedule_emulated_on_cpu(name, emulate):
+    case = CASES[name]()
+    s, args, _, _ = case
+    _run_and_compare(emulate(s, args), case)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_runs_on_gpu(name):
+    case = CASES[name]()
+    s, args, _, _ = case
+    _run_and_compare(lw.build(s, args, target="cuda"), case)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_generated_cuda_runs_on_cpu_threads(name, simt):
+    """The CUDA C itself, run block by block with one OS thread per GPU thread (see conftest.simt)."""
+    case = CASES[name]()
+    s, args, _, _ = case
+    _run_and_compare(simt(lw.build(s, args, target="cuda:sm_80")), case)

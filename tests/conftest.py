@@ -1,0 +1,64 @@
+"""Shared test plumbing: GPU tests skip cleanly without a GPU; GPU schedules can be emulated on the CPU."""
+import pytest
+
+
+def _gpu_reason():
+    from loopweave.backends.cuda.driver import get_driver
+    from loopweave.errors import BuildError
+    try:
+        get_driver()
+        return None
+    except BuildError as exc:
+        return str(exc).split(";")[0]
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    reason = _gpu_reason()
+    if reason is not None:
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture
+def cuda_compilers():
+    """The CUDA compilers present (NVRTC, nvcc); skips the test when there is none."""
+    from loopweave.backends.cuda.compiler import find_nvcc, find_nvrtc
+    found = [name for name, probe in (("nvrtc", find_nvrtc), ("nvcc", find_nvcc)) if probe()]
+    if not found:
+        pytest.skip("no CUDA compiler (NVRTC or nvcc) on this machine")
+    return found
+
+
+@pytest.fixture
+def emulate():
+    """``emulate(s, args)``: a CPU build of a GPU schedule, its thread-bound loops run as serial loops.
+
+    Sequentially, a GPU schedule computes the same values as on the GPU: a cooperative
+    copy into shared memory is done whole by every thread instead of in parts, and
+    barriers are no-ops.  So the values a GPU schedule computes (tiling, guards,
+    caches, bound inference) are checked against numpy without a GPU.  What only the
+    GPU's parallel execution shows (shared regions per block rather than per thread,
+    barrier placement) is checked structurally in tests/lowering/test_gpu_lowering.py.
+    """
+    import loopweave as lw
+    from loopweave.backends.build import build_llvm
+    from loopweave.dsl.visitor import Mutator
+    from loopweave.lowering.ir import For
+    from loopweave.target import resolve_target
+
+    class Serial(Mutator):
+        def visit_For(self, node):
+            body = self.visit(node.body)
+            if node.kind != "thread":
+                return node if body is node.body else For(node.var, node.min, node.extent, node.kind, body,
+                                                          node.annotations)
+            return For(node.var, node.min, node.extent, "serial", body, ())
+
+    def build(s, args):
+        lw.lower(s, args, target="cuda")   # the schedule must also be a legal GPU schedule
+        func = lw.lower(s, args)
+        return build_llvm(func.with_body(Serial().visit(func.body)), resolve_target("llvm"))
+    return build
