@@ -175,3 +175,26 @@ def test_pooling_emulated(kind, emulate):
     y = np.empty_like(y_cpu)
     emulate(nn_ops.schedule(Y, "cuda"), [X, Y])(x, y)
     np.testing.assert_allclose(y, y_cpu, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape,axis", [((6, 100), -1), ((2, 3, 40), -1), ((2, 3, 4, 5), 1)])
+def test_layer_norm_emulated(shape, axis, emulate):
+    from loopweave.nn_ops.norm import layer_norm
+    X = lw.placeholder(shape, name="X")
+    inner = shape[axis % len(shape):]
+    G, B = lw.placeholder(inner, name="G"), lw.placeholder(inner, name="B")
+    Y = layer_norm(X, G, B, axis, 1e-5)
+    s = nn_ops.schedule(Y, "cuda")
+    func = lw.lower(s, [X, G, B, Y], target="cuda")
+    if axis == -1:
+        (k,) = _kernels(func)                                    # a block per row, one kernel
+        assert k.grid[0].value == int(np.prod(shape[:-1]))
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(shape).astype("float32")
+    g, b = rng.standard_normal(inner).astype("float32"), rng.standard_normal(inner).astype("float32")
+    y = np.empty_like(x)
+    emulate(s, [X, G, B, Y])(x, g, b, y)
+    ax = tuple(range(axis % len(shape), len(shape)))
+    ref = (x - x.mean(ax, keepdims=True)) / np.sqrt(x.var(ax, keepdims=True) + 1e-5) * g + b
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+    lw.build(s, [X, G, B, Y], target="cuda:sm_90")               # and the CUDA C compiles (where a compiler is)
