@@ -97,29 +97,73 @@ class _Progress:
 
 
 def compile(graph: Graph, target="llvm", progress: Optional[bool] = None,  # noqa: A001 - lw.compile
-            tuning_log=None) -> "Executable":
+            tuning_log=None):
     """Compile a network graph (from ``from_onnx``) into an :class:`Executable`.
 
     A DynamicGraph (symbolic input sizes or shape inputs) gives a DynamicExecutable that
-    compiles one static specialisation per input binding, on first use.
+    compiles one static specialisation per input binding, on first use.  ``target="cuda"``
+    gives a CudaExecutable (kernels on the GPU; ``nn_ops/cuda_executor.py``).
     """
-    from .graph_passes import fuse_operators, optimize
     from .onnx_import.dynamic import DynamicGraph
+    if tuning_log is not None:
+        raise BuildError("tuning_log is not supported by the network compiler yet; compile without it")
+    tgt = resolve_target(target)
+    if tgt.kind not in ("llvm", "cuda"):
+        raise BuildError(f"networks compile for targets 'llvm' and 'cuda', not {tgt.kind!r}")
     if isinstance(graph, DynamicGraph):
-        if tuning_log is not None:
-            raise BuildError("tuning_log is not supported by the network compiler yet; compile without it")
-        if resolve_target(target).kind != "llvm":
-            raise BuildError(f"networks compile for target 'llvm' only for now, not {resolve_target(target).kind!r}")
+        if tgt.kind != "llvm":
+            raise BuildError("models with dynamic shapes compile for target 'llvm' only for now; fix the input "
+                             "shapes with from_onnx(..., input_shapes=...) to compile for cuda")
         from .dynamic_executable import DynamicExecutable
         return DynamicExecutable(graph, target, progress)
     if not isinstance(graph, Graph):
         raise ArgumentError(f"compile takes a loopweave Graph (from lw.from_onnx), got {type(graph).__name__}")
-    if tuning_log is not None:
-        raise BuildError("tuning_log is not supported by the network compiler yet; compile without it")
-    tgt = resolve_target(target)
-    if tgt.kind != "llvm":
-        raise BuildError(f"networks compile for target 'llvm' only for now, not {tgt.kind!r}")
     t0 = time.perf_counter()
+    plan = build_kernels(graph, tgt, progress)
+    if tgt.kind == "cuda":
+        from .cuda_executor import CudaExecutable
+        inputs, outputs = plan.signature()
+        exe = CudaExecutable(inputs, outputs, plan.calls, plan.modules, plan.arena_size, plan.weights, tgt)
+    else:
+        exe = plan.cpu_executable(tgt)
+    exe.compile_seconds = time.perf_counter() - t0
+    exe.num_groups = len(plan.calls)
+    return exe
+
+
+@dataclass
+class KernelPlan:
+    """What every target's executable is made of: the optimised graph, its kernels (built
+    modules by symbol) in call order, the packed weights and the arena size."""
+    graph: Graph
+    calls: List[KernelCall]
+    modules: Dict[str, object]
+    weights: np.ndarray
+    weight_table: Dict[str, tuple]
+    arena_size: int
+
+    def signature(self):
+        """([(name, shape, dtype)] of the inputs, the same of the outputs)."""
+        g = self.graph
+        return ([(n, list(g.values[n].shape), g.values[n].dtype) for n in g.inputs],
+                [(n, list(g.values[n].shape), g.values[n].dtype) for n in g.outputs])
+
+    def cpu_executable(self, tgt) -> "Executable":
+        """The CPU executable of this plan (its modules are CPU builds)."""
+        inputs, outputs = self.signature()
+        kernels = {sym: m.object_code for sym, m in self.modules.items()}
+        return Executable(inputs=inputs, outputs=outputs, calls=self.calls, kernels=kernels,
+                          arena_size=self.arena_size, weights=self.weights, weight_table=self.weight_table,
+                          target=tgt, graph=self.graph)
+
+
+def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None) -> KernelPlan:
+    """Graph passes, fusion into kernels, one build per distinct kernel, weights and the memory plan.
+
+    Each kernel is scheduled with the op library's schedules for ``tgt`` and built by
+    ``build_fn(schedule, args, name)`` (default ``lw.build`` for ``tgt``; the CUDA network
+    tests pass a CPU emulation of the GPU schedules)."""
+    from .graph_passes import fuse_operators, optimize
     g = optimize(graph)
     _materialize_output_copies(g)
     groups = fuse_operators(g)
@@ -135,7 +179,7 @@ def compile(graph: Graph, target="llvm", progress: Optional[bool] = None,  # noq
         signature, params = _group_signature(g, grp)
         module = by_signature.get(signature)
         if module is None:
-            module = _build_group(g, grp, params, tgt)
+            module = _build_group(g, grp, params, tgt, build_fn)
             by_signature[signature] = module
             built.setdefault(module.symbol, module)
         else:
@@ -143,22 +187,13 @@ def compile(graph: Graph, target="llvm", progress: Optional[bool] = None,  # noq
         calls_params.append((module, params, grp.name))
         bar.update(k + 1, grp.name, reused)
     bar.close()
-    # memory plan
     weights, weight_offsets = _pack_weights(g, {p for _, params, _ in calls_params for p in params})
     steps = [(params, grp.output) for (_, params, _), grp in zip(calls_params, kernel_groups)]
     locations, arena_size = _plan_memory(g, steps, alias_of, weight_offsets)
     calls = [KernelCall(m.symbol, name, [locations[p] for p in params] + [locations[grp.output]],
                         ops=tuple(n.op_type for n in grp.nodes), shape=tuple(g.values[grp.output].shape))
              for (m, params, name), grp in zip(calls_params, kernel_groups)]
-    kernels = {sym: m.object_code for sym, m in built.items()}
-    exe = Executable(
-        inputs=[(n, list(g.values[n].shape), g.values[n].dtype) for n in g.inputs],
-        outputs=[(n, list(g.values[n].shape), g.values[n].dtype) for n in g.outputs],
-        calls=calls, kernels=kernels, arena_size=arena_size, weights=weights, weight_table=weight_offsets,
-        target=tgt, graph=g)
-    exe.compile_seconds = time.perf_counter() - t0
-    exe.num_groups = len(kernel_groups)
-    return exe
+    return KernelPlan(g, calls, built, weights, weight_offsets, arena_size)
 
 
 def _materialize_output_copies(g: Graph) -> None:
@@ -204,7 +239,7 @@ def _group_signature(g: Graph, grp) -> Tuple[str, List[str]]:
     return "|".join(parts), params
 
 
-def _build_group(g: Graph, grp, params: List[str], target):
+def _build_group(g: Graph, grp, params: List[str], target, build_fn=None):
     from ..backends.build import build
     from ..dsl.tensor import placeholder
     from .registry import schedule
@@ -226,6 +261,8 @@ def _build_group(g: Graph, grp, params: List[str], target):
     out = tensors[grp.output]
     s = schedule([out], target)
     name = "".join(ch if ch.isalnum() else "_" for ch in grp.name)
+    if build_fn is not None:
+        return build_fn(s, placeholders + [out], name)
     return build(s, placeholders + [out], target=target, name=name)
 
 
@@ -445,20 +482,8 @@ class Executable:
 
     # ------------------------------------------------------------ running
     def _check_feed(self, feed) -> List[np.ndarray]:
-        from .feed import check_names_and_dtypes
-        feed = check_names_and_dtypes(self.inputs, feed)
-        arrays = []
-        for name, shape, dtype in self.inputs:
-            a = feed[name]
-            if tuple(a.shape) != shape:
-                hint = ""
-                if a.ndim == len(shape) and a.shape[1:] == shape[1:]:
-                    hint = (f"; the batch size was fixed when the model was imported ({shape[0]}): export the model "
-                            f"with a symbolic batch dimension (then every batch size runs), or import it with "
-                            f"from_onnx(..., input_shapes={{{name!r}: {(a.shape[0],) + shape[1:]}}})")
-                raise ArgumentError(f"input {name!r} must have shape {shape}, got {tuple(a.shape)}{hint}")
-            arrays.append(np.ascontiguousarray(a))
-        return arrays
+        from .feed import check_static_feed
+        return check_static_feed(self.inputs, feed)
 
     def run(self, feed) -> List[np.ndarray]:
         """Run the network on ``feed`` ({input name: array}); returns the outputs in graph order."""

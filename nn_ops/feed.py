@@ -30,3 +30,20 @@ def check_names_and_dtypes(inputs, feed) -> dict:
             raise ArgumentError(f"input {name!r} must have dtype {dtype}, got {a.dtype}; "
                                 f"convert it with .astype('{dtype}')")
     return feed
+
+
+def check_static_feed(inputs, feed) -> list:
+    """The arrays of ``feed`` in ``inputs`` order, checked (names, dtypes, exact static shapes), contiguous."""
+    feed = check_names_and_dtypes(inputs, feed)
+    arrays = []
+    for name, shape, dtype in inputs:
+        a = feed[name]
+        if tuple(a.shape) != tuple(shape):
+            hint = ""
+            if a.ndim == len(shape) and a.shape[1:] == tuple(shape[1:]):
+                hint = (f"; the batch size was fixed when the model was imported ({shape[0]}): export the model "
+                        f"with a symbolic batch dimension (then every batch size runs), or import it with "
+                        f"from_onnx(..., input_shapes={{{name!r}: {(a.shape[0],) + tuple(shape[1:])}}})")
+            raise ArgumentError(f"input {name!r} must have shape {tuple(shape)}, got {tuple(a.shape)}{hint}")
+        arrays.append(np.ascontiguousarray(a))
+    return arrays

@@ -7,6 +7,8 @@ target's (``"cuda:sm_80"``), else the GPU present, else sm_90.
 """
 from __future__ import annotations
 
+import hashlib
+
 from ...errors import BuildError
 from ...lowering.ir import PrimFunc
 from ..runtime import ParamSpec, _shape_spec
@@ -44,4 +46,5 @@ def build_cuda(func: PrimFunc, target, written) -> "CudaModule":
     sources = {"lowered": lambda: str(func), "cuda": source, "ptx": ptx}
     module = CudaModule(func.name, params, size_names, sources, target, func, kernels, ptx)
     module.arch = arch
+    module.symbol = f"cu_{func.name}_{hashlib.sha256((source + arch).encode()).hexdigest()[:16]}"
     return module
