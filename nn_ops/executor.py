@@ -164,7 +164,7 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None) ->
     ``build_fn(schedule, args, name)`` (default ``lw.build`` for ``tgt``; the CUDA network
     tests pass a CPU emulation of the GPU schedules)."""
     from .graph_passes import fuse_operators, optimize
-    g = optimize(graph)
+    g = optimize(graph, tgt.kind)
     _materialize_output_copies(g)
     groups = fuse_operators(g)
     kernel_groups = [grp for grp in groups if grp.kind != "alias"]

@@ -88,6 +88,45 @@ def _matmul(inputs, attrs):
     raise ExprError(f"matmul of ranks {A.ndim} and {B.ndim} is not supported (2-d x 2-d or 3-d x 3-d)")
 
 
+@op("conv2d_blocked", "anchor")
+def _conv2d_blocked(inputs, attrs):
+    from .nchwc import conv2d_blocked
+    return conv2d_blocked(inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None, tuple(attrs["stride"]),
+                          tuple(attrs["padding"]), tuple(attrs["dilation"]))
+
+
+@op("depthwise_blocked", "anchor")
+def _depthwise_blocked(inputs, attrs):
+    from .nchwc import depthwise_blocked
+    return depthwise_blocked(inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None, tuple(attrs["stride"]),
+                             tuple(attrs["padding"]), tuple(attrs["dilation"]))
+
+
+@op("pool2d_blocked", "reduce")
+def _pool2d_blocked(inputs, attrs):
+    from .nchwc import pool2d_blocked
+    return pool2d_blocked(inputs[0], attrs["kernel"], attrs["stride"], attrs["padding"], attrs.get("dilation", (1, 1)),
+                          attrs["pool_type"], attrs.get("ceil_mode", False), attrs.get("count_include_pad", False))
+
+
+@op("global_avg_pool_blocked", "reduce")
+def _global_avg_pool_blocked(inputs, attrs):
+    from .nchwc import global_avg_pool_blocked
+    return global_avg_pool_blocked(inputs[0])
+
+
+@op("to_blocked", "injective")
+def _to_blocked(inputs, attrs):
+    from .nchwc import to_blocked
+    return to_blocked(inputs[0], attrs["block"])
+
+
+@op("from_blocked", "injective")
+def _from_blocked(inputs, attrs):
+    from .nchwc import from_blocked
+    return from_blocked(inputs[0])
+
+
 @op("layer_norm", "reduce")
 def _layer_norm(inputs, attrs):
     from .norm import layer_norm

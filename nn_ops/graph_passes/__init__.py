@@ -6,6 +6,7 @@ result into kernels for the executor.
 from __future__ import annotations
 
 from ..graph import Graph
+from .choose_conv_layout import choose_conv_layout
 from .choose_dense_layout import choose_dense_layout
 from .pack_conv_weights import pack_conv_weights
 from .eliminate_dead_code import eliminate_dead_code
@@ -17,10 +18,11 @@ from .fuse_operators import FusedGroup, fuse_operators
 from .sink_reshapes import sink_reshapes
 
 
-def optimize(graph: Graph) -> Graph:
+def optimize(graph: Graph, target_kind: str = "llvm") -> Graph:
     """The standard graph pipeline, on a copy: fold constants, zero pads and BN into convs,
-    recognise GELU, move reshapes below elementwise ops, pre-transpose constant dense
-    weights, pre-pack constant conv weights, drop dead code."""
+    recognise GELU, move reshapes below elementwise ops, keep CPU convolution networks in
+    the blocked layout, pre-transpose constant dense weights, pre-pack constant conv
+    weights, drop dead code."""
     g = graph.copy()
     g = fold_constants(g)
     g = fuse_gelu(g)
@@ -29,6 +31,8 @@ def optimize(graph: Graph) -> Graph:
     g = fold_pad_into_conv(g)
     g = fold_batch_norm(g)
     g = fold_constants(g)
+    if target_kind == "llvm":
+        g = choose_conv_layout(g)
     g = choose_dense_layout(g)
     g = pack_conv_weights(g)
     g = eliminate_dead_code(g)
@@ -36,5 +40,5 @@ def optimize(graph: Graph) -> Graph:
     return g
 
 
-__all__ = ["optimize", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "choose_dense_layout", "pack_conv_weights",
+__all__ = ["optimize", "choose_conv_layout", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "choose_dense_layout", "pack_conv_weights",
            "eliminate_dead_code", "fuse_gelu", "sink_reshapes", "fuse_operators", "FusedGroup"]

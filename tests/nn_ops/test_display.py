@@ -39,10 +39,11 @@ def test_executable_html_lists_fused_groups_and_output_shapes(compiled):
     markup = exe._repr_html_()
     assert markup.count("<tr>") == len(exe.calls) + 1          # header + one row per kernel call
     text = _text(markup)
-    # the first kernel is the stem conv with its folded batch norm and relu fused in
+    # the first kernel is the stem conv (blocked layout: 8 channels in one block) with its
+    # folded batch norm and relu fused in
     first = exe.calls[0]
-    assert first.ops[0] == "conv2d" and len(first.ops) > 1
-    assert " + ".join(first.ops) in text and "[1, 8, 16, 16]" in text
+    assert first.ops[0] == "conv2d_blocked" and len(first.ops) > 1
+    assert " + ".join(first.ops) in text and "[1, 1, 16, 16, 8]" in text
     assert "[1, 10]" in text                                    # the final dense's output
     assert "time (ms)" not in text and "profile(feed)" in text
 
