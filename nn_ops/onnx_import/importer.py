@@ -60,6 +60,26 @@ def _np_dtype(elem_type: int) -> str:
     return str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)))
 
 
+def _tensor_dtype(vi, what: str) -> str:
+    """The loopweave dtype of a graph input/output, or a clear error for what it cannot hold."""
+    from onnx import TensorProto
+    from ...dsl.dtypes import ALL_DTYPES
+    if not vi.type.HasField("tensor_type"):
+        kind = vi.type.WhichOneof("value") or "no type"
+        raise OnnxImportError(f"{what} {vi.name!r} is of ONNX type {kind!r}; loopweave imports tensors only "
+                              f"(no sequences, maps or optionals)")
+    elem = vi.type.tensor_type.elem_type
+    name = TensorProto.DataType.Name(elem) if elem in TensorProto.DataType.values() else str(elem)
+    try:
+        dtype = _np_dtype(elem)
+    except Exception:  # noqa: BLE001 - onnx raises KeyError/ValueError for types numpy lacks
+        dtype = None
+    if dtype not in ALL_DTYPES:
+        raise OnnxImportError(f"{what} {vi.name!r} has element type {name}; loopweave supports "
+                              f"{', '.join(ALL_DTYPES)}")
+    return dtype
+
+
 def from_onnx(model, input_shapes: Optional[Dict[str, Sequence[int]]] = None, name: Optional[str] = None) -> Graph:
     """Import an ONNX model.  ``input_shapes`` fixes dynamic input dimensions (static shapes only)."""
     model = _load(model)
@@ -101,6 +121,7 @@ def _with_static_inputs(model, input_shapes):
     for inp in model.graph.input:
         if inp.name in init_names:
             continue
+        _tensor_dtype(inp, "input")
         dims = inp.type.tensor_type.shape.dim
         if inp.name in input_shapes:
             shape = list(input_shapes[inp.name])
@@ -143,7 +164,7 @@ def _convert(model, opset: int, name: str) -> Graph:
         if inp.name in g.initializers:
             continue
         tt = inp.type.tensor_type
-        g.add_value(inp.name, [d.dim_value for d in tt.shape.dim], _np_dtype(tt.elem_type))
+        g.add_value(inp.name, [d.dim_value for d in tt.shape.dim], _tensor_dtype(inp, "input"))
         g.inputs.append(inp.name)
     inferred = _value_info_shapes(model)
     problems = []
@@ -189,6 +210,7 @@ def _convert(model, opset: int, name: str) -> Graph:
     for out in model.graph.output:
         if out.name not in g.values:
             raise OnnxImportError(f"graph output {out.name!r} is never computed")
+        _tensor_dtype(out, "output")
         g.outputs.append(out.name)
     g.check()
     return g
