@@ -199,3 +199,6 @@ def scalar_constants(graph, op_type: str, inputs: Sequence[str]) -> Dict[int, fl
         if arr is not None and arr.size == 1 and others and arr.ndim <= max(others) and len(out) < len(inputs) - 1:
             out[k] = float(arr.reshape(()))
     return out
+
+
+from . import graph_ops_extended as _extended  # noqa: E402,F401 - registers comparisons, casts, gathers, resize

@@ -1,4 +1,4 @@
-"""Converters for reductions (ReduceMean/Sum/Max/Min), Slice, Split, Cast, Erf, Pow."""
+"""Converters for reductions (ReduceMean/Sum/Max/Min), Slice, Split, Erf, Pow (Cast is in math.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,18 +8,32 @@ from .context import ImportContext, Unsupported, converter
 _REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min"}
 
 
+def reduce_axes(ctx: ImportContext, node):
+    """The axes a Reduce* node reduces (from its input or attribute), or None when it is a no-op."""
+    if len(node.input) > 1 and node.input[1]:
+        axes = [int(a) for a in ctx.require_const(node, 1, "axes")]
+    else:
+        axes = list(ctx.attr(node, "axes", []))
+    if not axes and ctx.attr(node, "noop_with_empty_axes", 0):
+        return None
+    return axes
+
+
 def _reduce(kind):
     def convert(ctx: ImportContext, node):
-        if len(node.input) > 1 and node.input[1]:
-            axes = [int(a) for a in ctx.require_const(node, 1, "axes")]
-        else:
-            axes = list(ctx.attr(node, "axes", []))
-        if not axes and ctx.attr(node, "noop_with_empty_axes", 0):
+        axes = reduce_axes(ctx, node)
+        if axes is None:
             ctx.emit("identity", [node.input[0]], node.output[0], name=node.name)
             return
-        ctx.emit("reduce", [node.input[0]], node.output[0],
-                 {"axes": tuple(axes), "kind": kind, "keepdims": bool(ctx.attr(node, "keepdims", 1))},
-                 name=node.name)
+        attrs = {"axes": tuple(axes), "kind": kind, "keepdims": bool(ctx.attr(node, "keepdims", 1))}
+        if ctx.dtype(node.input[0]) == "bool":      # max/min of bools: any/all, reduced as uint8
+            if kind not in ("max", "min"):
+                raise Unsupported(f"{node.op_type} of a bool tensor")
+            wide = ctx.emit("cast", [node.input[0]], ctx.graph.fresh_name(node.output[0] + ".u8"), {"to": "uint8"})
+            red = ctx.emit("reduce", [wide], ctx.graph.fresh_name(node.output[0] + ".red"), attrs)
+            ctx.emit("cast", [red], node.output[0], {"to": "bool"}, name=node.name)
+            return
+        ctx.emit("reduce", [node.input[0]], node.output[0], attrs, name=node.name)
     return convert
 
 
@@ -67,15 +81,6 @@ def split(ctx: ImportContext, node):
         if out:
             ctx.emit("slice", [node.input[0]], out, {"begin": tuple(begin), "end": tuple(end), "step": tuple(step)},
                      name=f"{node.name}:{out}")
-
-
-@converter("Cast", since=13)
-def cast(ctx: ImportContext, node):
-    from onnx import helper
-    to = str(np.dtype(helper.tensor_dtype_to_np_dtype(ctx.attr(node, "to"))))
-    if to != ctx.dtype(node.input[0]):
-        raise Unsupported(f"cast from {ctx.dtype(node.input[0])} to {to} (only float32 tensors are supported)")
-    ctx.emit("identity", [node.input[0]], node.output[0], name=node.name)
 
 
 @converter("Erf", since=13)

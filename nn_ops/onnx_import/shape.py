@@ -79,13 +79,17 @@ def pad(ctx: ImportContext, node):
     if len(node.input) > 2 and node.input[2]:
         value = float(ctx.require_const(node, 2, "constant_value").reshape(()))
     nd = len(ctx.shape(node.input[0]))
-    before, after = pads[:nd], pads[nd:]
     if len(node.input) > 3 and node.input[3]:
         axes = [int(a) for a in ctx.require_const(node, 3, "axes")]
+        if len(pads) != 2 * len(axes):
+            raise Unsupported(f"{len(pads)} pads for {len(axes)} axes")
+        before, after = pads[:len(axes)], pads[len(axes):]
         b, a = [0] * nd, [0] * nd
         for k, ax in enumerate(axes):
             b[ax % nd], a[ax % nd] = before[k], after[k]
         before, after = b, a
+    else:
+        before, after = pads[:nd], pads[nd:]
     if any(p < 0 for p in before + after):
         raise Unsupported("negative pads")
     ctx.emit("pad", [node.input[0]], node.output[0], {"before": tuple(before), "after": tuple(after), "value": value},

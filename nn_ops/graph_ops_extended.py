@@ -1,0 +1,37 @@
+"""Graph ops for comparisons, logic, casts, integer arithmetic, math activations, gathers and resize.
+
+Registered into :data:`graph_ops.OPS` (imported at the end of graph_ops.py); the
+computations live in logic_ops, math_ops, index_ops and resize.
+"""
+from __future__ import annotations
+
+from .graph_ops import OPS, OpDef
+from . import index_ops, logic_ops, math_ops, resize
+
+
+def _register(name: str, kind: str, build) -> None:
+    OPS[name] = OpDef(build, kind)
+
+
+for _op in logic_ops.COMPARE:
+    _register(_op, "injective", (lambda op: lambda i, a: logic_ops.compare(op, i[0], i[1]))(_op))
+for _op in logic_ops.LOGICAL:
+    _register(_op, "injective", (lambda op: lambda i, a: logic_ops.logical(op, i[0], i[1]))(_op))
+_register("not", "injective", lambda i, a: logic_ops.logical_not_(i[0]))
+_register("where", "injective", lambda i, a: logic_ops.where(i[0], i[1], i[2]))
+
+for _op in math_ops.UNARY:
+    _register(_op, "injective", (lambda op: lambda i, a: math_ops.math_unary(op, i[0], a))(_op))
+for _op in math_ops.BINARY:
+    _register(_op, "injective", (lambda op: lambda i, a: math_ops.math_binary(op, i[0], i[1]))(_op))
+_register("isnan", "injective", lambda i, a: math_ops.is_nan(i[0]))
+_register("isinf", "injective", lambda i, a: math_ops.is_inf(i[0], a.get("positive", True), a.get("negative", True)))
+_register("cast", "injective", lambda i, a: math_ops.cast_to(i[0], a["to"]))
+
+_register("gather", "injective",
+          lambda i, a: index_ops.gather(i[0], i[1] if len(i) > 1 else a["index"], a.get("axis", 0)))
+_register("gather_elements", "injective", lambda i, a: index_ops.gather_elements(i[0], i[1], a.get("axis", 0)))
+_register("expand", "injective", lambda i, a: index_ops.expand(i[0], a["shape"]))
+_register("tile", "injective", lambda i, a: index_ops.tile(i[0], a["repeats"]))
+_register("trilu", "injective", lambda i, a: index_ops.trilu(i[0], a.get("upper", True), a.get("k", 0)))
+_register("resize", "injective", lambda i, a: resize.resize_taps(i[0], a["axes"], i[1:], a["weighted"]))

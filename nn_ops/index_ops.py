@@ -1,0 +1,103 @@
+"""Data movement by index: gather, gather_elements, expand, tile, trilu.
+
+All are single ``"injective"`` stages: each output element reads one input element at
+an index computed from its own position (and, for gathers, from an index tensor read at
+run time).  Run-time indices are made non-negative (``k + n`` for ``k < 0``, as ONNX
+specifies) and clamped into ``[0, n)``: ONNX leaves out-of-range indices undefined, and
+clamping keeps a bad index from reading outside the buffer.
+"""
+from __future__ import annotations
+
+from typing import Sequence, Union
+
+from ..dsl.expr import cast, const, select
+from ..dsl.intrinsics import elementwise_max, elementwise_min
+from ..dsl.tensor import Tensor, compute
+from ..errors import ExprError
+from .elementwise import broadcast_index, broadcast_shape, static_shape
+
+
+def _runtime_index(k, n: int):
+    k = cast("int64", k)
+    k = select(k < const(0, "int64"), k + const(n, "int64"), k)
+    return elementwise_min(elementwise_max(k, const(0, "int64")), const(n - 1, "int64"))
+
+
+def _check_index_dtype(indices: Tensor) -> None:
+    if indices.dtype not in ("int32", "int64"):
+        raise ExprError(f"indices must be int32 or int64, got {indices.dtype}")
+
+
+def gather(data: Tensor, indices: Union[Tensor, int], axis: int = 0, name: str = "gather") -> Tensor:
+    """``numpy.take(data, indices, axis)``; ``indices`` a tensor or one constant int."""
+    src = static_shape(data)
+    nd = len(src)
+    axis = axis + nd if axis < 0 else axis
+    if not 0 <= axis < nd:
+        raise ExprError(f"gather axis {axis} out of range for rank {nd}")
+    n = src[axis]
+    if isinstance(indices, Tensor):
+        _check_index_dtype(indices)
+        qshape = static_shape(indices)
+    else:
+        k = int(indices)
+        if not -n <= k < n:
+            raise ExprError(f"gather index {k} out of range for axis {axis} of size {n}")
+        qshape, k = (), k % n
+    q = len(qshape)
+    shape = src[:axis] + qshape + src[axis + 1:]
+
+    def fcompute(*idx):
+        if isinstance(indices, Tensor):
+            k_expr = _runtime_index(indices[tuple(idx[axis:axis + q])], n)
+        else:
+            k_expr = k
+        return data[tuple(idx[:axis]) + (k_expr,) + tuple(idx[axis + q:])]
+
+    return compute(shape, fcompute, name=name, tag="injective")
+
+
+def gather_elements(data: Tensor, indices: Tensor, axis: int = 0, name: str = "gather_elements") -> Tensor:
+    """``out[i] = data[i with axis replaced by indices[i]]`` (ONNX GatherElements)."""
+    _check_index_dtype(indices)
+    src, qshape = static_shape(data), static_shape(indices)
+    nd = len(src)
+    axis = axis + nd if axis < 0 else axis
+    if len(qshape) != nd or any(q > s for k, (q, s) in enumerate(zip(qshape, src)) if k != axis):
+        raise ExprError(f"gather_elements: indices of shape {qshape} do not fit data of shape {src}")
+
+    def fcompute(*idx):
+        index = list(idx)
+        index[axis] = _runtime_index(indices[idx], src[axis])
+        return data[tuple(index)]
+
+    return compute(qshape, fcompute, name=name, tag="injective")
+
+
+def expand(x: Tensor, shape: Sequence[int], name: str = "expand") -> Tensor:
+    """Broadcast ``x`` to the numpy broadcast of its shape and ``shape``."""
+    out = broadcast_shape(static_shape(x), tuple(int(d) for d in shape))
+    return compute(out, lambda *idx: broadcast_index(x, len(out), idx), name=name, tag="injective")
+
+
+def tile(x: Tensor, repeats: Sequence[int], name: str = "tile") -> Tensor:
+    src = static_shape(x)
+    if len(repeats) != len(src):
+        raise ExprError(f"tile: {len(repeats)} repeats for rank {len(src)}")
+    shape = tuple(d * int(r) for d, r in zip(src, repeats))
+    return compute(shape, lambda *idx: x[tuple(i if int(r) == 1 else i % d for i, d, r in zip(idx, src, repeats))],
+                   name=name, tag="injective")
+
+
+def trilu(x: Tensor, upper: bool = True, k: int = 0, name: str = "trilu") -> Tensor:
+    """Keep the upper (``j - i >= k``) or lower (``j - i <= k``) triangle of the last two axes."""
+    shape = static_shape(x)
+    if len(shape) < 2:
+        raise ExprError(f"trilu needs rank >= 2, got {len(shape)}")
+
+    def fcompute(*idx):
+        i, j = idx[-2], idx[-1]
+        keep = (j - i >= k) if upper else (j - i <= k)
+        return select(keep, x[idx], const(0, x.dtype))
+
+    return compute(shape, fcompute, name=name, tag="injective")
