@@ -53,6 +53,15 @@ def is_claimed(case) -> bool:
     return bool(ops) and ops <= claimed_ops()
 
 
+def as_array(value):
+    """Case data as numpy: some cases hold numpy scalars or TensorProtos (float16, bfloat16, ...)."""
+    import onnx
+    from onnx import numpy_helper
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    return np.asarray(value) if isinstance(value, np.generic) else value
+
+
 def bake_shape_inputs(model, inputs):
     """(model, feeds): graph inputs read only at shape-like positions become initializers."""
     import onnx
@@ -66,8 +75,7 @@ def bake_shape_inputs(model, inputs):
     kept, feeds = [], []
     for vi, arr in zip(list(model.graph.input), inputs):
         flags = uses.get(vi.name, [])
-        if isinstance(arr, np.generic):     # some cases feed numpy scalars
-            arr = np.asarray(arr)
+        arr = as_array(arr)
         if flags and all(flags) and isinstance(arr, np.ndarray):
             model.graph.initializer.append(numpy_helper.from_array(arr, vi.name))
         else:
@@ -79,8 +87,7 @@ def bake_shape_inputs(model, inputs):
 
 
 def _matches(got, want, rtol, atol) -> Tuple[bool, str]:
-    if not isinstance(want, np.ndarray):
-        want = np.asarray(want)
+    want = np.asarray(as_array(want))
     if got.shape != want.shape:
         return False, f"shape {got.shape}, expected {want.shape}"
     if got.dtype != want.dtype:
