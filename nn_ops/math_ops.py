@@ -95,18 +95,29 @@ def _trunc_div(a, b):
 
 
 def _floor_mod(a, b):
-    """Integer remainder with the divisor's sign (Python's %); 0 where b == 0."""
+    """Remainder with the divisor's sign (Python's %, numpy's mod); 0 where an integer b == 0."""
+    if dtypes.is_float(a.dtype):
+        r = _trunc_mod(a, b)
+        zero = _c(0.0, a.dtype)
+        return select((r != zero) & ((r < zero) != (b < zero)), r + b, r)
     zero, one = _c(0, a.dtype), _c(1, a.dtype)
     return select(b == zero, zero, a % select(b == zero, one, b))
 
 
 def _trunc_mod(a, b):
-    """Remainder with the dividend's sign (C's %, numpy's fmod)."""
+    """Remainder with the dividend's sign (C's %, numpy's fmod).
+
+    Floats: ``x - y * trunc(x / y)`` in float64, exact for float16/float32 operands while
+    ``|x / y| < 2**29``; ``fmod(x, +-inf)`` is ``x`` for finite ``x``.
+    """
     if dtypes.is_float(a.dtype):
         x, y = cast("float64", a), cast("float64", b)
         q = x / y
         t = select(q < _c(0.0, "float64"), ceil(q), floor(q))
-        return cast(a.dtype, x - y * t)
+        inf = _c(math.inf, "float64")
+        finite_x = lw_abs(x) < inf
+        r = select(finite_x & (lw_abs(y) == inf), x, x - y * t)
+        return cast(a.dtype, r)
     zero = _c(0, a.dtype)
     return select(b == zero, zero, a - _trunc_div(a, b) * b)
 
@@ -118,7 +129,7 @@ BINARY = {"trunc_div": _trunc_div, "mod": _floor_mod, "fmod": _trunc_mod,
 def math_binary(kind: str, a: Tensor, b: Tensor) -> Tensor:
     if a.dtype != b.dtype:
         raise ExprError(f"{kind} of {a.dtype} and {b.dtype} tensors")
-    if kind in ("trunc_div", "mod") and not dtypes.is_int(a.dtype):
+    if kind == "trunc_div" and not dtypes.is_int(a.dtype):
         raise ExprError(f"{kind} needs integer tensors, got {a.dtype}")
     return broadcast_map(BINARY[kind], [a, b], kind)
 

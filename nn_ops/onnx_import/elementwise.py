@@ -12,8 +12,8 @@ _UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "HardSwish": "ha
 
 def _float_only(ctx, node):
     for i in node.input:
-        if i and ctx.dtype(i) != "float32":
-            raise Unsupported(f"input {i!r} has dtype {ctx.dtype(i)}; only float32 tensors are supported")
+        if i and not ctx.dtype(i).startswith("float"):
+            raise Unsupported(f"input {i!r} has dtype {ctx.dtype(i)}; only float tensors are supported")
 
 
 def _numeric(ctx, node):
@@ -63,7 +63,7 @@ for _onnx, _ours in _UNARY.items():
 
 @converter("Clip", since=11)
 def clip(ctx: ImportContext, node):
-    _float_only(ctx, node)
+    _numeric(ctx, node)
     lo = ctx.require_const(node, 1, "min") if len(node.input) > 1 and node.input[1] else None
     hi = ctx.require_const(node, 2, "max") if len(node.input) > 2 and node.input[2] else None
     attrs = {"min": None if lo is None else float(lo.reshape(())),

@@ -90,12 +90,26 @@ def erf(ctx: ImportContext, node):
 
 @converter("Pow", since=13)
 def pow_(ctx: ImportContext, node):
-    exponent = ctx.const(node.input[1])
-    if exponent is not None and exponent.size == 1 and len(ctx.shape(node.input[0])) >= exponent.ndim:
-        ctx.emit("pow_const", [node.input[0]], node.output[0], {"exponent": float(exponent.reshape(()))},
-                 name=node.name)
+    base, exp = node.input[0], node.input[1]
+    dtype = ctx.dtype(base)
+    exponent = ctx.const(exp)
+    if exponent is not None and exponent.size == 1 and len(ctx.shape(base)) >= exponent.ndim \
+            and dtype.startswith("float"):
+        ctx.emit("pow_const", [base], node.output[0], {"exponent": float(exponent.reshape(()))}, name=node.name)
         return
-    for i in node.input:
-        if ctx.dtype(i) != "float32":
-            raise Unsupported(f"input {i!r} has dtype {ctx.dtype(i)}; only float32 tensors are supported")
-    ctx.emit("pow", list(node.input), node.output[0], name=node.name)
+    if ctx.dtype(exp) == "bool" or dtype == "bool":
+        raise Unsupported("Pow of bool tensors")
+    out = node.output[0]
+    # integer powers go through float64 (exact while the result fits in 53 bits)
+    work = dtype if dtype.startswith("float") else "float64"
+    args = []
+    for name in (base, exp):
+        if ctx.dtype(name) != work:
+            name = ctx.emit("cast", [name], ctx.graph.fresh_name(f"{out}.{work}"), {"to": work})
+        args.append(name)
+    if work == dtype:
+        ctx.emit("pow", args, out, name=node.name)
+        return
+    raw = ctx.emit("pow", args, ctx.graph.fresh_name(out + ".pow"))
+    ctx.emit("cast", [ctx.emit("round", [raw], ctx.graph.fresh_name(out + ".round"))], out, {"to": dtype},
+             name=node.name)
