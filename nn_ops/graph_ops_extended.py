@@ -1,12 +1,13 @@
-"""Graph ops for comparisons, logic, casts, integer arithmetic, math activations, gathers and resize.
+"""Graph ops for comparisons, logic, casts, integer arithmetic, math activations, gathers, resize,
+argmax/argmin, one-hot and cumulative sums.
 
 Registered into :data:`graph_ops.OPS` (imported at the end of graph_ops.py); the
-computations live in logic_ops, math_ops, index_ops and resize.
+computations live in logic_ops, math_ops, index_ops, resize, arg_reduce and cumsum.
 """
 from __future__ import annotations
 
 from .graph_ops import OPS, OpDef
-from . import index_ops, logic_ops, math_ops, resize
+from . import arg_reduce, cumsum, index_ops, logic_ops, math_ops, resize
 
 
 def _register(name: str, kind: str, build) -> None:
@@ -35,3 +36,9 @@ _register("expand", "injective", lambda i, a: index_ops.expand(i[0], a["shape"])
 _register("tile", "injective", lambda i, a: index_ops.tile(i[0], a["repeats"]))
 _register("trilu", "injective", lambda i, a: index_ops.trilu(i[0], a.get("upper", True), a.get("k", 0)))
 _register("resize", "injective", lambda i, a: resize.resize_taps(i[0], a["axes"], i[1:], a["weighted"]))
+_register("one_hot", "injective", lambda i, a: index_ops.one_hot(i[0], i[1], a["depth"], a.get("axis", -1)))
+_register("arg_reduce", "reduce", lambda i, a: arg_reduce.arg_reduce(i[0], a["axis"], a["kind"], a["keepdims"],
+                                                                      a.get("select_last", False)))
+_register("hardmax", "reduce", lambda i, a: arg_reduce.hardmax(i[0], a.get("axis", -1)))
+_register("cumsum", "reduce", lambda i, a: cumsum.cumsum(i[0], a["axis"], a.get("exclusive", False),
+                                                         a.get("reverse", False)))

@@ -101,3 +101,24 @@ def trilu(x: Tensor, upper: bool = True, k: int = 0, name: str = "trilu") -> Ten
         return select(keep, x[idx], const(0, x.dtype))
 
     return compute(shape, fcompute, name=name, tag="injective")
+
+
+def one_hot(indices: Tensor, values: Tensor, depth: int, axis: int = -1, name: str = "one_hot") -> Tensor:
+    """``values[1]`` where the position along the new ``axis`` equals the index, else ``values[0]``.
+
+    Negative indices count from ``depth``; indices outside ``[-depth, depth)`` give a row of
+    ``values[0]`` (ONNX OneHot).  Float indices are truncated to integers first.
+    """
+    qshape = static_shape(indices)
+    nd = len(qshape) + 1
+    axis = axis + nd if axis < 0 else axis
+    if not 0 <= axis < nd:
+        raise ExprError(f"one_hot axis {axis} out of range for rank {nd}")
+    shape = qshape[:axis] + (int(depth),) + qshape[axis:]
+
+    def fcompute(*idx):
+        k = cast("int64", indices[tuple(idx[:axis]) + tuple(idx[axis + 1:])])
+        k = select(k < const(0, "int64"), k + const(int(depth), "int64"), k)
+        return select(k == idx[axis], values[1], values[0])
+
+    return compute(shape, fcompute, name=name, tag="injective")

@@ -13,7 +13,7 @@ import math
 from ..dsl import dtypes
 from ..dsl.expr import cast, const, select
 from ..dsl.intrinsics import abs as lw_abs
-from ..dsl.intrinsics import ceil, exp, floor, log, round as lw_round, tanh
+from ..dsl.intrinsics import ceil, exp, floor, log, round as lw_round, sigmoid, tanh
 from ..dsl.tensor import Tensor
 from ..errors import ExprError
 from .elementwise import unary
@@ -47,6 +47,7 @@ UNARY = {
     "softplus": (lambda v, a: _softplus(v), True),
     "softsign": (lambda v, a: v / (_c(1.0, v.dtype) + lw_abs(v)), True),
     "mish": (lambda v, a: v * tanh(_softplus(v)), True),
+    "swish": (lambda v, a: v * sigmoid(v * _c(a["alpha"], v.dtype)), True),
     "elu": (lambda v, a: select(v > _c(0.0, v.dtype), v, _expm1_branch(v, a["alpha"])), True),
     "selu": (lambda v, a: _c(a["gamma"], v.dtype) * select(v > _c(0.0, v.dtype), v,
                                                           _expm1_branch(v, a["alpha"])), True),
@@ -123,7 +124,8 @@ def _trunc_mod(a, b):
 
 
 BINARY = {"trunc_div": _trunc_div, "mod": _floor_mod, "fmod": _trunc_mod,
-          "prelu": lambda x, s: select(x < _c(0, x.dtype), s * x, x)}
+          "prelu": lambda x, s: select(x < _c(0, x.dtype), s * x, x),
+          "div_or_zero": lambda a, b: select(b == _c(0, a.dtype), _c(0, a.dtype), a / b)}
 
 
 def math_binary(kind: str, a: Tensor, b: Tensor) -> Tensor:

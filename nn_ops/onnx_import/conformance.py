@@ -98,7 +98,8 @@ def _matches(got, want, rtol, atol) -> Tuple[bool, str]:
     ok = np.allclose(got, want, rtol=max(rtol, 1e-4), atol=max(atol, 1e-5), equal_nan=True)
     with np.errstate(invalid="ignore"):     # inf - inf in the report only
         diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
-    return ok, f"max abs diff {float(np.nanmax(diff)) if diff.size else 0.0:g}"
+    nan_mismatch = int(np.count_nonzero(np.isnan(got) != np.isnan(want)))
+    return ok, f"max abs diff {float(np.nanmax(diff)) if diff.size else 0.0:g}, {nan_mismatch} NaN(s) misplaced"
 
 
 def run_case(case) -> Tuple[str, str]:

@@ -19,6 +19,7 @@ from . import elementwise as _elementwise  # noqa: F401 - registers converters
 from . import index as _index  # noqa: F401
 from . import logic as _logic  # noqa: F401
 from . import math as _math  # noqa: F401
+from . import reduce_extra as _reduce_extra  # noqa: F401
 from . import nn as _nn  # noqa: F401
 from . import reduce as _reduce  # noqa: F401
 from . import shape as _shape  # noqa: F401

@@ -44,7 +44,7 @@ _UNARY = {"Abs": ("abs", {}), "Sign": ("sign", {}), "Reciprocal": ("reciprocal",
           "Softsign": ("softsign", {}), "Mish": ("mish", {}), "Elu": ("elu", {"alpha": 1.0}),
           "Selu": ("selu", {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}),
           "Celu": ("celu", {"alpha": 1.0}), "ThresholdedRelu": ("thresholded_relu", {"alpha": 1.0}),
-          "Shrink": ("shrink", {"lambd": 0.5, "bias": 0.0})}
+          "Shrink": ("shrink", {"lambd": 0.5, "bias": 0.0}), "Swish": ("swish", {"alpha": 1.0})}
 
 
 def _unary(kind, defaults):
