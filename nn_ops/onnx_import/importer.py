@@ -24,6 +24,7 @@ from . import nn as _nn  # noqa: F401
 from . import reduce as _reduce  # noqa: F401
 from . import shape as _shape  # noqa: F401
 from .context import CONVERTERS, ImportContext, Unsupported, find_converter
+from . import fold_extra as _fold_extra  # noqa: F401 - registers more folders
 from .fold import FOLDERS, try_fold
 
 MIN_OPSET = 13

@@ -144,3 +144,93 @@ def resize(ctx: ImportContext, node):
         ctx.emit("identity", [x], out_name, name=node.name)
         return
     ctx.emit("resize", [x] + tables, out_name, {"axes": tuple(axes), "weighted": mode != "nearest"}, name=node.name)
+
+
+@converter("OneHot", since=9)
+def one_hot(ctx: ImportContext, node):
+    indices, depth, values = node.input[0], node.input[1], node.input[2]
+    d = ctx.require_const(node, 1, "depth")
+    depth = int(np.asarray(d).reshape(-1)[0])
+    if depth < 1:
+        raise Unsupported(f"depth {depth}")
+    if ctx.dtype(indices) == "bool":
+        raise Unsupported("bool indices")
+    ctx.emit("one_hot", [indices, values], node.output[0], {"depth": depth, "axis": int(ctx.attr(node, "axis", -1))},
+             name=node.name)
+
+
+@converter("EyeLike", since=9)
+def eye_like(ctx: ImportContext, node):
+    """A constant: it depends on its input's (static) shape only."""
+    shape = ctx.shape(node.input[0])
+    if len(shape) != 2:
+        raise Unsupported(f"input of rank {len(shape)} (2 expected)")
+    dtype = ctx.dtype(node.input[0])
+    if ctx.attr(node, "dtype") is not None:
+        from .math import _onnx_dtype
+        dtype = _onnx_dtype(ctx.attr(node, "dtype"))
+    ctx.set_constant(node.output[0], np.eye(shape[0], shape[1], k=int(ctx.attr(node, "k", 0)), dtype=dtype))
+
+
+def _space_depth(ctx: ImportContext, node, to_depth: bool):
+    """Space <-> depth as reshape, transpose, reshape (ONNX's own definition)."""
+    shape = ctx.shape(node.input[0])
+    if len(shape) != 4:
+        raise Unsupported(f"input of rank {len(shape)} (4 expected)")
+    n, c, h, w = shape
+    b = int(ctx.attr(node, "blocksize"))
+    out = node.output[0]
+    dcr = ctx.attr(node, "mode", "DCR") == "DCR"
+    if to_depth:
+        if h % b or w % b:
+            raise Unsupported(f"spatial size {h}x{w} not divisible by blocksize {b}")
+        first, last = (n, c, h // b, b, w // b, b), (n, c * b * b, h // b, w // b)
+        perm = (0, 3, 5, 1, 2, 4) if dcr else (0, 1, 3, 5, 2, 4)
+    else:
+        if c % (b * b):
+            raise Unsupported(f"{c} channels not divisible by blocksize^2 = {b * b}")
+        if dcr:
+            first, perm = (n, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2)
+        else:
+            first, perm = (n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3)
+        last = (n, c // (b * b), h * b, w * b)
+    r = ctx.emit("reshape", [node.input[0]], ctx.graph.fresh_name(out + ".split"), {"shape": first})
+    t = ctx.emit("transpose", [r], ctx.graph.fresh_name(out + ".perm"), {"perm": perm})
+    ctx.emit("reshape", [t], out, {"shape": last}, name=node.name)
+
+
+@converter("SpaceToDepth", since=1)
+def space_to_depth(ctx: ImportContext, node):
+    _space_depth(ctx, node, True)
+
+
+@converter("DepthToSpace", since=1)
+def depth_to_space(ctx: ImportContext, node):
+    _space_depth(ctx, node, False)
+
+
+@converter("CenterCropPad", since=18)
+def center_crop_pad(ctx: ImportContext, node):
+    """Crop (a slice) where the target is smaller, zero-pad where it is larger, both centred."""
+    src = list(ctx.shape(node.input[0]))
+    nd = len(src)
+    target = [int(s) for s in ctx.require_const(node, 1, "shape")]
+    axes = [a % nd for a in ctx.attr(node, "axes", list(range(nd)))]
+    if len(target) != len(axes):
+        raise Unsupported(f"{len(target)} sizes for {len(axes)} axes")
+    begin, end, before, after = [0] * nd, list(src), [0] * nd, [0] * nd
+    for a, t in zip(axes, target):
+        if t < src[a]:
+            begin[a] = (src[a] - t) // 2
+            end[a] = begin[a] + t
+        elif t > src[a]:
+            before[a] = (t - src[a]) // 2
+            after[a] = t - src[a] - before[a]
+    out, x = node.output[0], node.input[0]
+    if any(p for p in before + after):
+        if begin != [0] * nd or end != src:
+            x = ctx.emit("slice", [x], ctx.graph.fresh_name(out + ".crop"),
+                         {"begin": tuple(begin), "end": tuple(end), "step": (1,) * nd})
+        ctx.emit("pad", [x], out, {"before": tuple(before), "after": tuple(after), "value": 0.0}, name=node.name)
+    else:
+        ctx.emit("slice", [x], out, {"begin": tuple(begin), "end": tuple(end), "step": (1,) * nd}, name=node.name)
