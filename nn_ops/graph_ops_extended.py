@@ -1,13 +1,13 @@
 """Graph ops for comparisons, logic, casts, integer arithmetic, math activations, gathers, resize,
-argmax/argmin, one-hot and cumulative sums.
+argmax/argmin, one-hot, cumulative sums and the parts of the NLL loss.
 
 Registered into :data:`graph_ops.OPS` (imported at the end of graph_ops.py); the
-computations live in logic_ops, math_ops, index_ops, resize, arg_reduce and cumsum.
+computations live in logic_ops, math_ops, index_ops, resize, arg_reduce, cumsum and loss_ops.
 """
 from __future__ import annotations
 
 from .graph_ops import OPS, OpDef
-from . import arg_reduce, cumsum, index_ops, logic_ops, math_ops, resize
+from . import arg_reduce, cumsum, index_ops, logic_ops, loss_ops, math_ops, resize
 
 
 def _register(name: str, kind: str, build) -> None:
@@ -42,3 +42,7 @@ _register("arg_reduce", "reduce", lambda i, a: arg_reduce.arg_reduce(i[0], a["ax
 _register("hardmax", "reduce", lambda i, a: arg_reduce.hardmax(i[0], a.get("axis", -1)))
 _register("cumsum", "reduce", lambda i, a: cumsum.cumsum(i[0], a["axis"], a.get("exclusive", False),
                                                          a.get("reverse", False)))
+_register("nll_terms", "injective", lambda i, a: loss_ops.nll_terms(i[0], i[1], i[2] if len(i) > 2 else None,
+                                                                    a.get("ignore_index")))
+_register("nll_weights", "injective", lambda i, a: loss_ops.nll_weights(i[0], i[1], i[2] if len(i) > 2 else None,
+                                                                        a.get("ignore_index")))

@@ -18,6 +18,7 @@ from ..graph import Graph
 from . import elementwise as _elementwise  # noqa: F401 - registers converters
 from . import index as _index  # noqa: F401
 from . import logic as _logic  # noqa: F401
+from . import loss as _loss  # noqa: F401
 from . import math as _math  # noqa: F401
 from . import reduce_extra as _reduce_extra  # noqa: F401
 from . import nn as _nn  # noqa: F401

@@ -1,5 +1,6 @@
-"""Converters for ArgMax/ArgMin, Hardmax, CumSum, LogSoftmax, LpNormalization and
-MeanVarianceNormalization (the last three as small graphs of reductions and elementwise ops)."""
+"""Converters for ArgMax/ArgMin, Hardmax, CumSum, LogSoftmax, LpNormalization,
+MeanVarianceNormalization and RMSNormalization (the last four as small graphs of reductions
+and elementwise ops)."""
 from __future__ import annotations
 
 import numpy as np
@@ -43,17 +44,20 @@ def _float_input(ctx, node):
         raise Unsupported(f"input of dtype {ctx.dtype(node.input[0])} (float expected)")
 
 
-@converter("LogSoftmax", since=13)
-def log_softmax(ctx: ImportContext, node):
-    """``(x - m) - log(sum(exp(x - m)))`` with ``m`` the maximum along the axis."""
-    _float_input(ctx, node)
-    x, out = node.input[0], node.output[0]
-    axes = (int(ctx.attr(node, "axis", -1)),)
+def emit_log_softmax(ctx: ImportContext, x: str, out: str, axis: int, name: str = "") -> str:
+    """``(x - m) - log(sum(exp(x - m)))`` with ``m`` the maximum along ``axis``."""
+    axes = (axis,)
     m = ctx.emit("reduce", [x], _tmp(ctx, out, "max"), {"axes": axes, "kind": "max", "keepdims": True})
     shifted = ctx.emit("sub", [x, m], _tmp(ctx, out, "shift"))
     s = ctx.emit("reduce", [ctx.emit("exp", [shifted], _tmp(ctx, out, "exp"))], _tmp(ctx, out, "sum"),
                  {"axes": axes, "kind": "sum", "keepdims": True})
-    ctx.emit("sub", [shifted, ctx.emit("log", [s], _tmp(ctx, out, "log"))], out, name=node.name)
+    return ctx.emit("sub", [shifted, ctx.emit("log", [s], _tmp(ctx, out, "log"))], out, name=name)
+
+
+@converter("LogSoftmax", since=13)
+def log_softmax(ctx: ImportContext, node):
+    _float_input(ctx, node)
+    emit_log_softmax(ctx, node.input[0], node.output[0], int(ctx.attr(node, "axis", -1)), node.name)
 
 
 @converter("LpNormalization", since=1)
@@ -87,3 +91,19 @@ def mean_variance_normalization(ctx: ImportContext, node):
     eps = ctx.add_constant(out + ".eps", np.array(1e-9, ctx.dtype(x)))
     std = ctx.emit("add", [ctx.emit("sqrt", [var], _tmp(ctx, out, "std0")), eps], _tmp(ctx, out, "std"))
     ctx.emit("div", [ctx.emit("sub", [x, mu], _tmp(ctx, out, "centered")), std], out, name=node.name)
+
+
+@converter("RMSNormalization", since=23)
+def rms_normalization(ctx: ImportContext, node):
+    """``x / sqrt(mean(x^2 over axis..last) + epsilon) * scale``."""
+    _float_input(ctx, node)
+    if int(ctx.attr(node, "stash_type", 1)) != 1:
+        raise Unsupported("stash_type other than 1 (float32)")
+    x, scale, out = node.input[0], node.input[1], node.output[0]
+    nd = len(ctx.shape(x))
+    axis = int(ctx.attr(node, "axis", -1)) % nd
+    ms = ctx.emit("reduce", [ctx.emit("mul", [x, x], _tmp(ctx, out, "sq"))], _tmp(ctx, out, "ms"),
+                  {"axes": tuple(range(axis, nd)), "kind": "mean", "keepdims": True})
+    eps = ctx.add_constant(out + ".eps", np.array(float(ctx.attr(node, "epsilon", 1e-5)), ctx.dtype(x)))
+    rms = ctx.emit("sqrt", [ctx.emit("add", [ms, eps], _tmp(ctx, out, "mse"))], _tmp(ctx, out, "rms"))
+    ctx.emit("mul", [ctx.emit("div", [x, rms], _tmp(ctx, out, "normed")), scale], out, name=node.name)
