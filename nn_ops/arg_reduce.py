@@ -7,7 +7,7 @@ over negated indices, whose smallest is the last position.
 """
 from __future__ import annotations
 
-from ..dsl.expr import const, select
+from ..dsl.expr import cast, const
 from ..dsl.reduction import argmax as lw_argmax, argmin as lw_argmin
 from ..dsl.tensor import Tensor, compute, reduce_axis
 from ..errors import ExprError
@@ -50,6 +50,6 @@ def hardmax(X: Tensor, axis: int = -1, name: str = "hardmax") -> Tensor:
 
     def body(*idx):
         at = tuple(0 if a == axis else i for a, i in enumerate(idx))
-        return select(idx[axis] == best[at], const(1, X.dtype), const(0, X.dtype))
+        return cast(X.dtype, idx[axis] == best[at])
 
     return compute(shape, body, name=name, tag="injective")

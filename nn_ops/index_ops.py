@@ -15,6 +15,7 @@ from ..dsl.intrinsics import elementwise_max, elementwise_min
 from ..dsl.tensor import Tensor, compute
 from ..errors import ExprError
 from .elementwise import broadcast_index, broadcast_shape, static_shape
+from .logic_ops import select_invariant
 
 
 def _runtime_index(k, n: int):
@@ -119,6 +120,8 @@ def one_hot(indices: Tensor, values: Tensor, depth: int, axis: int = -1, name: s
     def fcompute(*idx):
         k = cast("int64", indices[tuple(idx[:axis]) + tuple(idx[axis + 1:])])
         k = select(k < const(0, "int64"), k + const(int(depth), "int64"), k)
+        if axis == nd - 1:       # the condition varies along the vectorized axis, the values do not
+            return select_invariant(k == idx[axis], values[1], values[0], idx[axis])
         return select(k == idx[axis], values[1], values[0])
 
     return compute(shape, fcompute, name=name, tag="injective")

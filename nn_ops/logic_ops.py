@@ -10,7 +10,8 @@ from __future__ import annotations
 from functools import reduce as _fold
 from typing import Callable, Sequence
 
-from ..dsl.expr import logical_and, logical_not, logical_or, select
+from ..dsl import dtypes
+from ..dsl.expr import cast, const, logical_and, logical_not, logical_or, select
 from ..dsl.tensor import Tensor, compute
 from ..errors import ExprError
 from .elementwise import broadcast_index, broadcast_shape, static_shape
@@ -52,9 +53,41 @@ def logical_not_(x: Tensor) -> Tensor:
 
 
 def where(condition: Tensor, x: Tensor, y: Tensor) -> Tensor:
-    """``x`` where ``condition`` holds, else ``y`` (all three broadcast)."""
+    """``x`` where ``condition`` holds, else ``y`` (all three broadcast).
+
+    When the condition varies along the innermost axis but neither value does (``x`` and
+    ``y`` broadcast along it, as in ``where(mask, -inf, 0)``), the vectorized select would
+    get a vector condition and two scalars, which the code generator cannot emit; the
+    select is then written so that one branch is a vector (``a + 0 * i`` for floats, exact
+    but for the sign of a zero; ``b + (a - b) * c`` for integers, exact in wrapping
+    arithmetic).
+    """
     if condition.dtype != "bool":
         raise ExprError(f"where needs a bool condition, got {condition.dtype}")
     if x.dtype != y.dtype:
         raise ExprError(f"where of {x.dtype} and {y.dtype} values")
-    return broadcast_map(select, [condition, x, y], "where")
+    shape = _fold(broadcast_shape, [static_shape(t) for t in (condition, x, y)])
+    nd = len(shape)
+
+    def invariant(t):       # the same value across the innermost output axis
+        s = static_shape(t)
+        return not s or s[-1] == 1
+    if not shape or shape[-1] == 1 or invariant(condition) or not (invariant(x) and invariant(y)):
+        return broadcast_map(select, [condition, x, y], "where")
+
+    def body(*idx):
+        c, a, b = (broadcast_index(t, nd, idx) for t in (condition, x, y))
+        return select_invariant(c, a, b, idx[-1])
+
+    return compute(shape, body, name="where", tag="broadcast")
+
+
+def select_invariant(c, a, b, lane):
+    """``select(c, a, b)`` for a ``c`` that varies with the vectorized index ``lane`` while
+    ``a`` and ``b`` do not (see :func:`where`)."""
+    dtype = a.dtype
+    if dtypes.is_float(dtype):
+        return select(c, a + cast(dtype, lane) * const(0.0, dtype), b)
+    work = dtype if dtype != "bool" else "uint8"
+    a, b = cast(work, a), cast(work, b)
+    return cast(dtype, b + (a - b) * cast(work, c))

@@ -54,7 +54,9 @@ def nll_weights(x: Tensor, target: Tensor, weight: Optional[Tensor] = None, igno
 
     def body(*idx):
         t, c = _target_class(target, idx, xs[1])
-        w = _class_weight(weight, c, x.dtype)
+        if weight is None:      # (arithmetic, not a select of two constants: see math_ops)
+            return const(1.0, x.dtype) if ignore_index is None else cast(x.dtype, t != ignore_index)
+        w = weight[(c,)]
         return w if ignore_index is None else select(t == ignore_index, const(0.0, x.dtype), w)
 
     return compute(ts, body, name=name, tag="injective")

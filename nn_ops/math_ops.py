@@ -1,5 +1,8 @@
 """Elementwise math beyond nn_ops/elementwise.py: activations, rounding, integer division, casts.
 
+(A select between two constants is written as arithmetic on the cast condition: the code
+generator's vector select wants at least one vector operand.)
+
 Each op is an expression per element, tagged ``"elemwise"`` (one input) or
 ``"broadcast"`` (several, numpy broadcasting): inlined into consumers or given the
 injective schedule.  Integer division and remainder follow ONNX (and numpy's
@@ -16,6 +19,7 @@ from ..dsl.intrinsics import abs as lw_abs
 from ..dsl.intrinsics import ceil, exp, floor, log, round as lw_round, sigmoid, tanh
 from ..dsl.tensor import Tensor
 from ..errors import ExprError
+from . import trig
 from .elementwise import unary
 from .logic_ops import broadcast_map
 
@@ -37,8 +41,7 @@ def _expm1_branch(v, alpha):
 # name -> (fn(v, attrs), needs a float input)
 UNARY = {
     "abs": (lambda v, a: lw_abs(v), False),
-    "sign": (lambda v, a: select(v > _c(0, v.dtype), _c(1, v.dtype),
-                                 select(v < _c(0, v.dtype), _c(-1, v.dtype), _c(0, v.dtype))), False),
+    "sign": (lambda v, a: cast(v.dtype, v > _c(0, v.dtype)) - cast(v.dtype, v < _c(0, v.dtype)), False),
     "reciprocal": (lambda v, a: _c(1.0, v.dtype) / v, True),
     "floor": (lambda v, a: floor(v), True),
     "ceil": (lambda v, a: ceil(v), True),
@@ -58,6 +61,9 @@ UNARY = {
                                    select(v > _c(a["lambd"], v.dtype), v - _c(a["bias"], v.dtype),
                                           _c(0.0, v.dtype))), True),
 }
+
+
+UNARY.update({name: ((lambda f: lambda v, a: f(v))(fn), True) for name, fn in trig.FUNCTIONS.items()})
 
 
 def math_unary(kind: str, x: Tensor, attrs=None) -> Tensor:

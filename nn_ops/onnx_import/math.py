@@ -47,6 +47,10 @@ _UNARY = {"Abs": ("abs", {}), "Sign": ("sign", {}), "Reciprocal": ("reciprocal",
           "Shrink": ("shrink", {"lambd": 0.5, "bias": 0.0}), "Swish": ("swish", {"alpha": 1.0})}
 
 
+_UNARY.update({name.capitalize(): (name, {}) for name in
+               ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")})
+
+
 def _unary(kind, defaults):
     def convert(ctx: ImportContext, node):
         attrs = {k: float(ctx.attr(node, k, v)) for k, v in defaults.items()}
