@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from ..dsl.expr import cast, const, select
+from ..dsl.expr import Let, Var, cast, const, select
 from ..dsl.intrinsics import abs as lw_abs
 from ..dsl.intrinsics import exp, floor, log, round as lw_round, sqrt
 
@@ -29,13 +29,21 @@ def _c(v):
     return const(float(v), F64)
 
 
+def _let(value, body, name="t"):
+    """``body(v)`` with ``v`` bound to ``value`` once: expressions are trees, and without the
+    binding a series would copy its argument into every term."""
+    v = Var(name, value.dtype)
+    return Let(v, value, body(v))
+
+
 def _poly_odd(x, coefficients):
     """x * (c0 + c1 x^2 + c2 x^4 + ...) by Horner's rule."""
-    x2 = x * x
-    acc = _c(coefficients[-1])
-    for c in reversed(coefficients[:-1]):
-        acc = acc * x2 + _c(c)
-    return x * acc
+    def horner(x2):
+        acc = _c(coefficients[-1])
+        for c in reversed(coefficients[:-1]):
+            acc = acc * x2 + _c(c)
+        return x * acc
+    return _let(x * x, horner, "x2")
 
 
 _SIN = [(-1) ** n / math.factorial(2 * n + 1) for n in range(12)]
@@ -43,31 +51,34 @@ _ATAN = [(-1) ** n / (2 * n + 1) for n in range(21)]
 
 
 def _sin64(x):
-    k = lw_round(x * _c(1 / math.pi))
-    r = x - k * _c(math.pi)
-    odd = k - _c(2.0) * floor(k * _c(0.5))
-    return (_c(1.0) - _c(2.0) * odd) * _poly_odd(r, _SIN)
+    def reduced(k):
+        odd = k - _c(2.0) * floor(k * _c(0.5))
+        return (_c(1.0) - _c(2.0) * odd) * _let(x - k * _c(math.pi), lambda r: _poly_odd(r, _SIN), "r")
+    return _let(lw_round(x * _c(1 / math.pi)), reduced, "k")
 
 
 def _atan64(x):
-    a = lw_abs(x)
-    big = a > _c(1.0)
-    a1 = select(big, _c(1.0) / a, a)            # in [0, 1]
-    mid = a1 > _c(math.tan(math.pi / 8))
-    t = select(mid, (a1 - _c(1.0)) / (a1 + _c(1.0)), a1)
-    r = cast(F64, mid) * _c(math.pi / 4) + _poly_odd(t, _ATAN)
-    r = select(big, _c(math.pi / 2) - r, r)
-    return select(x < _c(0.0), _c(0.0) - r, r)
+    def on_abs(a):
+        big = a > _c(1.0)
+
+        def on_unit(a1):            # a1 = min(a, 1/a), in [0, 1]
+            mid = a1 > _c(math.tan(math.pi / 8))
+            t = select(mid, (a1 - _c(1.0)) / (a1 + _c(1.0)), a1)
+            r = cast(F64, mid) * _c(math.pi / 4) + _let(t, lambda u: _poly_odd(u, _ATAN), "u")
+            r = select(big, _c(math.pi / 2) - r, r)
+            return select(x < _c(0.0), _c(0.0) - r, r)
+        return _let(select(big, _c(1.0) / a, a), on_unit, "a1")
+    return _let(lw_abs(x), on_abs, "a")
 
 
 def _asin64(x):
-    return _atan64(x / sqrt(_c(1.0) - x * x))
+    return _let(x / sqrt(_c(1.0) - x * x), _atan64, "q")
 
 
 def _in64(fn):
-    """Evaluate ``fn`` in float64 and cast back to the input's dtype."""
+    """Evaluate ``fn`` in float64 (on the input bound once) and cast back to the input's dtype."""
     def apply(v):
-        return cast(v.dtype, fn(cast(F64, v)))
+        return cast(v.dtype, _let(cast(F64, v), fn, "x"))
     return apply
 
 
