@@ -46,3 +46,6 @@ _register("nll_terms", "injective", lambda i, a: loss_ops.nll_terms(i[0], i[1], 
                                                                     a.get("ignore_index")))
 _register("nll_weights", "injective", lambda i, a: loss_ops.nll_weights(i[0], i[1], i[2] if len(i) > 2 else None,
                                                                         a.get("ignore_index")))
+_register("gather_nd", "injective", lambda i, a: index_ops.gather_nd(i[0], i[1], a.get("batch_dims", 0)))
+_register("reverse_sequence", "injective", lambda i, a: index_ops.reverse_sequence(i[0], i[1], a["batch_axis"],
+                                                                                    a["time_axis"]))

@@ -125,3 +125,40 @@ def one_hot(indices: Tensor, values: Tensor, depth: int, axis: int = -1, name: s
         return select(k == idx[axis], values[1], values[0])
 
     return compute(shape, fcompute, name=name, tag="injective")
+
+
+def gather_nd(data: Tensor, indices: Tensor, batch_dims: int = 0, name: str = "gather_nd") -> Tensor:
+    """ONNX GatherND: the last axis of ``indices`` holds coordinates into ``data`` (after
+    ``batch_dims`` shared leading axes); the remaining axes of ``data`` are copied."""
+    _check_index_dtype(indices)
+    dshape, ishape = static_shape(data), static_shape(indices)
+    m = ishape[-1]
+    if ishape[:batch_dims] != dshape[:batch_dims] or batch_dims + m > len(dshape):
+        raise ExprError(f"gather_nd: indices of shape {ishape} do not fit data of shape {dshape} "
+                        f"with batch_dims={batch_dims}")
+    lead = len(ishape) - 1
+    shape = ishape[:-1] + dshape[batch_dims + m:]
+
+    def fcompute(*idx):
+        q = tuple(idx[:lead])
+        coords = tuple(_runtime_index(indices[q + (j,)], dshape[batch_dims + j]) for j in range(m))
+        return data[tuple(idx[:batch_dims]) + coords + tuple(idx[lead:])]
+
+    return compute(shape, fcompute, name=name, tag="injective")
+
+
+def reverse_sequence(x: Tensor, lengths: Tensor, batch_axis: int = 1, time_axis: int = 0,
+                     name: str = "reverse_sequence") -> Tensor:
+    """Reverse the first ``lengths[b]`` steps along ``time_axis`` of each batch entry ``b``."""
+    _check_index_dtype(lengths)
+    shape = static_shape(x)
+    steps = shape[time_axis]
+
+    def fcompute(*idx):
+        n = elementwise_min(cast("int64", lengths[(idx[batch_axis],)]), const(steps, "int64"))
+        t = idx[time_axis]
+        index = list(idx)
+        index[time_axis] = select(t < n, n - const(1, "int64") - t, t)
+        return x[tuple(index)]
+
+    return compute(shape, fcompute, name=name, tag="injective")

@@ -234,3 +234,33 @@ def center_crop_pad(ctx: ImportContext, node):
         ctx.emit("pad", [x], out, {"before": tuple(before), "after": tuple(after), "value": 0.0}, name=node.name)
     else:
         ctx.emit("slice", [x], out, {"begin": tuple(begin), "end": tuple(end), "step": (1,) * nd}, name=node.name)
+
+
+@converter("GatherND", since=11)
+def gather_nd(ctx: ImportContext, node):
+    ctx.emit("gather_nd", list(node.input[:2]), node.output[0], {"batch_dims": int(ctx.attr(node, "batch_dims", 0))},
+             name=node.name)
+
+
+@converter("ReverseSequence", since=10)
+def reverse_sequence(ctx: ImportContext, node):
+    ctx.emit("reverse_sequence", list(node.input[:2]), node.output[0],
+             {"batch_axis": int(ctx.attr(node, "batch_axis", 1)), "time_axis": int(ctx.attr(node, "time_axis", 0))},
+             name=node.name)
+
+
+@converter("Compress", since=9)
+def compress(ctx: ImportContext, node):
+    """A gather of the positions where the (constant) condition holds."""
+    condition = ctx.require_const(node, 1, "condition").astype(bool).reshape(-1)
+    x, out = node.input[0], node.output[0]
+    axis = ctx.attr(node, "axis")
+    shape = ctx.shape(x)
+    if axis is None:
+        x = ctx.emit("reshape", [x], ctx.graph.fresh_name(out + ".flat"), {"shape": (int(np.prod(shape)),)})
+        axis = 0
+    length = ctx.shape(x)[int(axis) % len(ctx.shape(x))]
+    picked = np.nonzero(condition[:length])[0].astype(np.int64)
+    if picked.size == 0:
+        raise Unsupported("the condition selects nothing (empty result)")
+    ctx.emit("gather", [x, ctx.add_constant(out + ".indices", picked)], out, {"axis": int(axis)}, name=node.name)
