@@ -1,13 +1,13 @@
 """Graph ops for comparisons, logic, casts, integer arithmetic, math activations, gathers, resize,
-argmax/argmin, one-hot, cumulative sums and the parts of the NLL loss.
+argmax/argmin, one-hot, cumulative sums, (de)quantization and the parts of the NLL loss.
 
 Registered into :data:`graph_ops.OPS` (imported at the end of graph_ops.py); the
-computations live in logic_ops, math_ops, index_ops, resize, arg_reduce, cumsum and loss_ops.
+computations live in logic_ops, math_ops, index_ops, resize, arg_reduce, cumsum, quantize and loss_ops.
 """
 from __future__ import annotations
 
 from .graph_ops import OPS, OpDef
-from . import arg_reduce, cumsum, index_ops, logic_ops, loss_ops, math_ops, resize
+from . import arg_reduce, cumsum, index_ops, logic_ops, loss_ops, math_ops, quantize, resize
 
 
 def _register(name: str, kind: str, build) -> None:
@@ -49,3 +49,7 @@ _register("nll_weights", "injective", lambda i, a: loss_ops.nll_weights(i[0], i[
 _register("gather_nd", "injective", lambda i, a: index_ops.gather_nd(i[0], i[1], a.get("batch_dims", 0)))
 _register("reverse_sequence", "injective", lambda i, a: index_ops.reverse_sequence(i[0], i[1], a["batch_axis"],
                                                                                     a["time_axis"]))
+_register("dequantize", "injective", lambda i, a: quantize.dequantize(i[0], i[1], i[2] if len(i) > 2 else None,
+                                                                      a.get("axis", 1), a.get("block_size", 0)))
+_register("quantize", "injective", lambda i, a: quantize.quantize(i[0], i[1], i[2] if len(i) > 2 else None, a["to"],
+                                                                  a.get("axis", 1), a.get("block_size", 0)))

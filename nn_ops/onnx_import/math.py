@@ -152,3 +152,28 @@ def reduce_log_sum_exp(ctx: ImportContext, node):
         drop = {a % nd for a in axes} if axes else set(range(nd))
         shape = tuple(d for k, d in enumerate(ctx.shape(x)) if k not in drop)
         ctx.emit("reshape", [full], out, {"shape": shape}, name=node.name)
+
+
+def _quant_attrs(ctx: ImportContext, node):
+    return {"axis": int(ctx.attr(node, "axis", 1)), "block_size": int(ctx.attr(node, "block_size", 0))}
+
+
+@converter("DequantizeLinear", since=10)
+def dequantize_linear(ctx: ImportContext, node):
+    attrs = _quant_attrs(ctx, node)
+    if ctx.attr(node, "output_dtype") and _onnx_dtype(ctx.attr(node, "output_dtype")) != ctx.dtype(node.input[1]):
+        raise Unsupported("output_dtype other than the scale's type")
+    ctx.emit("dequantize", [i for i in node.input[:3] if i], node.output[0], attrs, name=node.name)
+
+
+@converter("QuantizeLinear", since=10)
+def quantize_linear(ctx: ImportContext, node):
+    attrs = _quant_attrs(ctx, node)
+    zero_point = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    if ctx.attr(node, "output_dtype"):
+        attrs["to"] = _onnx_dtype(ctx.attr(node, "output_dtype"))
+    else:
+        attrs["to"] = ctx.dtype(zero_point) if zero_point else "uint8"
+    if not ctx.dtype(node.input[0]).startswith("float"):
+        raise Unsupported(f"quantizing {ctx.dtype(node.input[0])} input")
+    ctx.emit("quantize", [i for i in node.input[:3] if i], node.output[0], attrs, name=node.name)
