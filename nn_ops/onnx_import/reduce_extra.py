@@ -1,6 +1,6 @@
 """Converters for ArgMax/ArgMin, Hardmax, CumSum, LogSoftmax, LpNormalization,
-MeanVarianceNormalization and RMSNormalization (the last four as small graphs of reductions
-and elementwise ops)."""
+MeanVarianceNormalization, RMSNormalization, InstanceNormalization and GroupNormalization (the
+normalizations as small graphs of reductions and elementwise ops)."""
 from __future__ import annotations
 
 import numpy as np
@@ -107,3 +107,58 @@ def rms_normalization(ctx: ImportContext, node):
     eps = ctx.add_constant(out + ".eps", np.array(float(ctx.attr(node, "epsilon", 1e-5)), ctx.dtype(x)))
     rms = ctx.emit("sqrt", [ctx.emit("add", [ms, eps], _tmp(ctx, out, "mse"))], _tmp(ctx, out, "rms"))
     ctx.emit("mul", [ctx.emit("div", [x, rms], _tmp(ctx, out, "normed")), scale], out, name=node.name)
+
+
+def _standardize(ctx: ImportContext, x: str, out: str, axes, eps: float) -> str:
+    """``(x - mean) / sqrt(var + eps)`` over ``axes`` (biased variance)."""
+    mean = {"axes": tuple(axes), "kind": "mean", "keepdims": True}
+    centered = ctx.emit("sub", [x, ctx.emit("reduce", [x], _tmp(ctx, out, "mean"), mean)], _tmp(ctx, out, "centered"))
+    var = ctx.emit("reduce", [ctx.emit("mul", [centered, centered], _tmp(ctx, out, "sq"))], _tmp(ctx, out, "var"), mean)
+    eps_name = ctx.add_constant(out + ".eps", np.array(eps, ctx.dtype(x)))
+    std = ctx.emit("sqrt", [ctx.emit("add", [var, eps_name], _tmp(ctx, out, "var_eps"))], _tmp(ctx, out, "std"))
+    return ctx.emit("div", [centered, std], _tmp(ctx, out, "normed"))
+
+
+def _scale_shift(ctx: ImportContext, node, normed: str, rank: int):
+    """``normed * scale + bias`` with per-channel (axis 1) scale and bias."""
+    out = node.output[0]
+    per_channel = tuple(ctx.shape(node.input[1])) + (1,) * (rank - 2)
+    scale = ctx.emit("reshape", [node.input[1]], _tmp(ctx, out, "scale"), {"shape": per_channel})
+    bias = ctx.emit("reshape", [node.input[2]], _tmp(ctx, out, "bias"), {"shape": per_channel})
+    ctx.emit("add", [ctx.emit("mul", [normed, scale], _tmp(ctx, out, "scaled")), bias], out, name=node.name)
+
+
+def _channel_params(ctx: ImportContext, node, channels: int):
+    for k in (1, 2):
+        if tuple(ctx.shape(node.input[k])) != (channels,):
+            raise Unsupported(f"input {k} of shape {ctx.shape(node.input[k])} ({channels} channels expected)")
+
+
+@converter("InstanceNormalization", since=6)
+def instance_normalization(ctx: ImportContext, node):
+    _float_input(ctx, node)
+    shape = ctx.shape(node.input[0])
+    if len(shape) < 3:
+        raise Unsupported(f"input of rank {len(shape)}")
+    _channel_params(ctx, node, shape[1])
+    normed = _standardize(ctx, node.input[0], node.output[0], range(2, len(shape)),
+                          float(ctx.attr(node, "epsilon", 1e-5)))
+    _scale_shift(ctx, node, normed, len(shape))
+
+
+@converter("GroupNormalization", since=21)
+def group_normalization(ctx: ImportContext, node):
+    _float_input(ctx, node)
+    x, out = node.input[0], node.output[0]
+    shape = ctx.shape(x)
+    groups = int(ctx.attr(node, "num_groups"))
+    if len(shape) < 3 or shape[1] % groups:
+        raise Unsupported(f"{groups} groups for input of shape {shape}")
+    if int(ctx.attr(node, "stash_type", 1)) != 1:
+        raise Unsupported("stash_type other than 1 (float32)")
+    _channel_params(ctx, node, shape[1])
+    grouped = ctx.emit("reshape", [x], _tmp(ctx, out, "grouped"),
+                       {"shape": (shape[0], groups, int(np.prod(shape[1:])) // groups)})
+    normed = _standardize(ctx, grouped, out, (2,), float(ctx.attr(node, "epsilon", 1e-5)))
+    back = ctx.emit("reshape", [normed], _tmp(ctx, out, "ungrouped"), {"shape": tuple(shape)})
+    _scale_shift(ctx, node, back, len(shape))
