@@ -1,4 +1,4 @@
-"""Cumulative sum along one axis (ONNX CumSum, with ``exclusive`` and ``reverse``).
+"""Cumulative sum or product along one axis (ONNX CumSum / CumProd, with ``exclusive`` and ``reverse``).
 
 Each output element is a sum over the axis restricted to the positions before it (or
 after, reversed): one ``"reduce"`` stage, parallel over the output elements.  It costs
@@ -7,19 +7,22 @@ scan; fine for the short axes (positions, sequence masks) networks scan over.
 """
 from __future__ import annotations
 
-from ..dsl.reduction import sum as lw_sum
+from ..dsl.reduction import prod as lw_prod, sum as lw_sum
 from ..dsl.tensor import Tensor, compute, reduce_axis
 from ..errors import ExprError
 from .elementwise import static_shape
 
 
-def cumsum(X: Tensor, axis: int, exclusive: bool = False, reverse: bool = False, name: str = "cumsum") -> Tensor:
+def cumsum(X: Tensor, axis: int, exclusive: bool = False, reverse: bool = False, name: str = "cumsum",
+           kind: str = "sum") -> Tensor:
+    """Cumulative ``kind`` ("sum" or "prod") along ``axis``."""
     shape = static_shape(X)
     nd = len(shape)
     axis = axis + nd if axis < 0 else axis
     if not 0 <= axis < nd:
         raise ExprError(f"cumsum axis {axis} out of range for rank {nd}")
     k = reduce_axis((0, shape[axis]), name="k")
+    reducer = {"sum": lw_sum, "prod": lw_prod}[kind]
 
     def body(*idx):
         i = idx[axis]
@@ -29,6 +32,6 @@ def cumsum(X: Tensor, axis: int, exclusive: bool = False, reverse: bool = False,
             keep = (k < i) if exclusive else (k <= i)
         index = list(idx)
         index[axis] = k
-        return lw_sum(X[tuple(index)], axis=k, where=keep)
+        return reducer(X[tuple(index)], axis=k, where=keep)
 
     return compute(shape, body, name=name, tag="reduce")

@@ -41,7 +41,7 @@ _register("arg_reduce", "reduce", lambda i, a: arg_reduce.arg_reduce(i[0], a["ax
                                                                       a.get("select_last", False)))
 _register("hardmax", "reduce", lambda i, a: arg_reduce.hardmax(i[0], a.get("axis", -1)))
 _register("cumsum", "reduce", lambda i, a: cumsum.cumsum(i[0], a["axis"], a.get("exclusive", False),
-                                                         a.get("reverse", False)))
+                                                         a.get("reverse", False), kind=a.get("kind", "sum")))
 _register("nll_terms", "injective", lambda i, a: loss_ops.nll_terms(i[0], i[1], i[2] if len(i) > 2 else None,
                                                                     a.get("ignore_index")))
 _register("nll_weights", "injective", lambda i, a: loss_ops.nll_weights(i[0], i[1], i[2] if len(i) > 2 else None,

@@ -11,8 +11,9 @@ within an ulp or two:
 - sinh, cosh, asinh, acosh, atanh: their exp/log definitions.
 
 A select between two constants is written as arithmetic on the cast condition (the code
-generator's vector select wants a vector operand).  The range reduction of sin uses a float64 pi, so |x| up to about 1e6 keeps float32
-accuracy; beyond that the error grows as in any one-constant reduction.
+generator's vector select wants a vector operand).  The range reduction of sin uses a float64
+pi, so |x| up to about 1e6 keeps float32 accuracy; beyond that the error grows as in any
+one-constant reduction.
 """
 from __future__ import annotations
 

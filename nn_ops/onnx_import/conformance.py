@@ -25,13 +25,14 @@ import numpy as np
 from ...errors import OnnxImportError
 
 # input positions that fix an output shape or play an attribute's part: baked as constants
-# (CastLike's second input is read for its type only)
+# (CastLike's second input is read for its type only; Compress's condition sets the output length)
 SHAPE_INPUTS: Dict[str, Tuple[int, ...]] = {
     "CastLike": (1,), "Compress": (1,),
     "Reshape": (1,), "Slice": (1, 2, 3, 4), "Squeeze": (1,), "Unsqueeze": (1,), "Pad": (1, 2, 3),
     "Expand": (1,), "Tile": (1,), "Resize": (1, 2, 3), "Upsample": (1,), "Split": (1,), "TopK": (1,),
-    "Range": (0, 1, 2), "ConstantOfShape": (0,), "OneHot": (1,), "Clip": (1, 2), "CenterCropPad": (1,),
-    "Trilu": (1,), "CumSum": (1,), "Dropout": (1, 2),
+    "Range": (0, 1, 2), "ConstantOfShape": (0,), "HannWindow": (0,), "HammingWindow": (0,),
+    "BlackmanWindow": (0,), "OneHot": (1,), "Clip": (1, 2), "CenterCropPad": (1,),
+    "Trilu": (1,), "CumSum": (1,), "CumProd": (1,), "Dropout": (1, 2),
     **{f"Reduce{k}": (1,) for k in ("Sum", "Mean", "Max", "Min", "Prod", "L1", "L2", "LogSum", "LogSumExp",
                                      "SumSquare")},
 }

@@ -1,5 +1,6 @@
 """More numpy folders (see fold.py): comparisons, logic, casts, min/max, remainders, Expand,
-Tile, Pad and reductions, so that shape arithmetic built from them folds to constants."""
+Tile, Pad, reductions and window functions, so that shape arithmetic built from them folds to
+constants."""
 from __future__ import annotations
 
 import numpy as np
@@ -64,3 +65,20 @@ def _reduce(fn):
 
 for _op, _fn in {"ReduceMax": np.max, "ReduceMin": np.min, "ReduceSum": np.sum, "ReduceProd": np.prod}.items():
     folder(_op)(_reduce(_fn))
+
+
+def _window(terms):
+    """ONNX's window functions: ``sum_k a_k cos(2 pi k n / N)``, N = size (periodic) or size - 1."""
+    def fold(i, a):
+        from onnx import helper
+        size = int(np.asarray(i[0]).reshape(()))
+        length = size if a.get("periodic", 1) else size - 1
+        n = np.arange(size, dtype=np.float64)
+        w = sum(c * np.cos(2 * np.pi * k * n / length) for k, c in enumerate(terms))
+        return [w.astype(helper.tensor_dtype_to_np_dtype(a.get("output_datatype", 1)))]
+    return fold
+
+
+folder("HannWindow")(_window([0.5, -0.5]))
+folder("HammingWindow")(_window([25.0 / 46.0, -(1 - 25.0 / 46.0)]))
+folder("BlackmanWindow")(_window([0.42, -0.5, 0.08]))

@@ -1,5 +1,6 @@
 """Converters for indexing and data movement: Gather, GatherElements, Expand, Tile, Trilu, Resize,
-and Range / ConstantOfShape (folded at import when their inputs are constants, else refused)."""
+and Range / ConstantOfShape / the window functions (folded at import when their inputs are
+constants, else refused)."""
 from __future__ import annotations
 
 import numpy as np
@@ -56,6 +57,9 @@ def trilu(ctx: ImportContext, node):
 
 @converter("Range", since=11)
 @converter("ConstantOfShape", since=9)
+@converter("HannWindow", since=17)
+@converter("HammingWindow", since=17)
+@converter("BlackmanWindow", since=17)
 def generated(ctx: ImportContext, node):
     """Reached only when an input is not a constant (constant ones were folded at import)."""
     dynamic = [i for i in node.input if i and ctx.const(i) is None]

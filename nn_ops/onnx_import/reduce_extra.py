@@ -1,4 +1,4 @@
-"""Converters for ArgMax/ArgMin, Hardmax, CumSum, LogSoftmax, LpNormalization,
+"""Converters for ArgMax/ArgMin, Hardmax, CumSum/CumProd, LogSoftmax, LpNormalization,
 MeanVarianceNormalization, RMSNormalization, InstanceNormalization and GroupNormalization (the
 normalizations as small graphs of reductions and elementwise ops)."""
 from __future__ import annotations
@@ -27,12 +27,17 @@ def hardmax(ctx: ImportContext, node):
     ctx.emit("hardmax", [node.input[0]], node.output[0], {"axis": int(ctx.attr(node, "axis", -1))}, name=node.name)
 
 
-@converter("CumSum", since=11)
-def cumsum(ctx: ImportContext, node):
-    axis = int(ctx.require_const(node, 1, "axis").reshape(()))
-    ctx.emit("cumsum", [node.input[0]], node.output[0],
-             {"axis": axis, "exclusive": bool(ctx.attr(node, "exclusive", 0)),
-              "reverse": bool(ctx.attr(node, "reverse", 0))}, name=node.name)
+def _cumulative(kind):
+    def convert(ctx: ImportContext, node):
+        axis = int(ctx.require_const(node, 1, "axis").reshape(()))
+        ctx.emit("cumsum", [node.input[0]], node.output[0],
+                 {"axis": axis, "exclusive": bool(ctx.attr(node, "exclusive", 0)),
+                  "reverse": bool(ctx.attr(node, "reverse", 0)), "kind": kind}, name=node.name)
+    return convert
+
+
+converter("CumSum", since=11)(_cumulative("sum"))
+converter("CumProd", since=26)(_cumulative("prod"))
 
 
 def _tmp(ctx, out, tag):

@@ -106,7 +106,8 @@ def test_comparisons_broadcast(op):
 def test_integer_div_and_mod_truncate_like_numpy(dtype):
     model = _model([helper.make_node("Div", ["a", "b"], ["q"]), helper.make_node("Mod", ["a", "b"], ["m"]),
                     helper.make_node("Mod", ["a", "b"], ["f"], fmod=1)],
-                   [("a", dtype, [12]), ("b", dtype, [12])], [("q", dtype, None), ("m", dtype, None), ("f", dtype, None)])
+                   [("a", dtype, [12]), ("b", dtype, [12])],
+                   [("q", dtype, None), ("m", dtype, None), ("f", dtype, None)])
     a = np.array([7, -7, 7, -7, 6, -6, 0, 5, -5, 100, -100, 3], dtype)
     b = np.array([2, 2, -2, -2, 3, 3, 4, 0, 0, 7, 7, -1], dtype)
     _, _, (q, m, f) = _run(model, {"a": a, "b": b})

@@ -132,10 +132,13 @@ def test_arg_reduce_and_hardmax(kind, select_last):
 
 @pytest.mark.parametrize("exclusive", [False, True])
 @pytest.mark.parametrize("reverse", [False, True])
-def test_cumsum(exclusive, reverse):
-    x = np.random.default_rng(7).integers(-5, 5, (3, 40)).astype(np.float32)
+@pytest.mark.parametrize("kind", ["sum", "prod"])
+def test_cumulative(exclusive, reverse, kind):
+    x = np.random.default_rng(7).integers(-3, 4, (3, 40)).astype(np.float32)
     X = lw.placeholder(x.shape, name="X")
     y = x[:, ::-1] if reverse else x
-    want = np.cumsum(y, axis=1) - (y if exclusive else 0)
+    if exclusive:
+        y = np.concatenate([np.full((3, 1), 0.0 if kind == "sum" else 1.0, np.float32), y[:, :-1]], axis=1)
+    want = np.cumsum(y, axis=1) if kind == "sum" else np.cumprod(y, axis=1)
     want = want[:, ::-1] if reverse else want
-    np.testing.assert_array_equal(_run([X], [x], cumsum.cumsum(X, 1, exclusive, reverse)), want)
+    np.testing.assert_array_equal(_run([X], [x], cumsum.cumsum(X, 1, exclusive, reverse, kind=kind)), want)
