@@ -53,3 +53,4 @@ _register("dequantize", "injective", lambda i, a: quantize.dequantize(i[0], i[1]
                                                                       a.get("axis", 1), a.get("block_size", 0)))
 _register("quantize", "injective", lambda i, a: quantize.quantize(i[0], i[1], i[2] if len(i) > 2 else None, a["to"],
                                                                   a.get("axis", 1), a.get("block_size", 0)))
+_register("pad_index", "injective", lambda i, a: index_ops.pad_index(i[0], a["before"], a["after"], a["mode"]))

@@ -162,3 +162,28 @@ def reverse_sequence(x: Tensor, lengths: Tensor, batch_axis: int = 1, time_axis:
         return x[tuple(index)]
 
     return compute(shape, fcompute, name=name, tag="injective")
+
+
+def pad_index(x: Tensor, before: Sequence[int], after: Sequence[int], mode: str, name: str = "pad") -> Tensor:
+    """Pad by reading inside ``x``: ``edge`` repeats the border, ``reflect`` mirrors without
+    repeating it, ``wrap`` continues periodically (ONNX Pad modes; numpy's edge/reflect/wrap)."""
+    src = static_shape(x)
+    if mode not in ("edge", "reflect", "wrap"):
+        raise ExprError(f"pad mode {mode!r}")
+    if mode == "reflect" and any((b or a) and (b >= d or a >= d) for d, b, a in zip(src, before, after)):
+        raise ExprError(f"reflect padding {list(before)}/{list(after)} reaches past the edge of shape {src}")
+    shape = tuple(d + b + a for d, b, a in zip(src, before, after))
+
+    def source(i, d, b):
+        j = i - b if b else i
+        if mode == "edge":
+            return elementwise_min(elementwise_max(j, 0), d - 1)
+        if mode == "wrap":
+            return j % d
+        j = select(j < 0, 0 - j, j)
+        return select(j >= d, 2 * (d - 1) - j, j)
+
+    def fcompute(*idx):
+        return x[tuple(source(i, d, b) if (b or a) else i for i, d, b, a in zip(idx, src, before, after))]
+
+    return compute(shape, fcompute, name=name, tag="injective")

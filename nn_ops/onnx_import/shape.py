@@ -72,8 +72,8 @@ def concat(ctx: ImportContext, node):
 @converter("Pad", since=11)
 def pad(ctx: ImportContext, node):
     mode = ctx.attr(node, "mode", "constant")
-    if mode != "constant":
-        raise Unsupported(f"mode={mode!r} (only 'constant')")
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        raise Unsupported(f"mode={mode!r}")
     pads = [int(p) for p in ctx.require_const(node, 1, "pads")]
     value = 0.0
     if len(node.input) > 2 and node.input[2]:
@@ -92,5 +92,9 @@ def pad(ctx: ImportContext, node):
         before, after = pads[:nd], pads[nd:]
     if any(p < 0 for p in before + after):
         raise Unsupported("negative pads")
+    if mode != "constant":
+        ctx.emit("pad_index", [node.input[0]], node.output[0],
+                 {"before": tuple(before), "after": tuple(after), "mode": mode}, name=node.name)
+        return
     ctx.emit("pad", [node.input[0]], node.output[0], {"before": tuple(before), "after": tuple(after), "value": value},
              name=node.name)

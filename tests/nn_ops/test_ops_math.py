@@ -142,3 +142,12 @@ def test_cumulative(exclusive, reverse, kind):
     want = np.cumsum(y, axis=1) if kind == "sum" else np.cumprod(y, axis=1)
     want = want[:, ::-1] if reverse else want
     np.testing.assert_array_equal(_run([X], [x], cumsum.cumsum(X, 1, exclusive, reverse, kind=kind)), want)
+
+
+@pytest.mark.parametrize("mode", ["edge", "reflect", "wrap"])
+def test_pad_modes(mode):
+    x = np.random.default_rng(8).standard_normal((3, 5, 40)).astype(np.float32)
+    before, after = (0, 2, 3), (1, 4, 39 if mode != "reflect" else 30)
+    X = lw.placeholder(x.shape, name="X")
+    want = np.pad(x, list(zip(before, after)), mode=mode)
+    np.testing.assert_array_equal(_run([X], [x], index_ops.pad_index(X, before, after, mode)), want)

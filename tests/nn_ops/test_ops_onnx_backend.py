@@ -38,7 +38,6 @@ EXPECTED_UNSUPPORTED = {
     ],
     "sequences and optionals": [r"test_identity_(sequence|opt)"],
     "MaxPool's Indices output, MaxPool on uint8": [r"test_maxpool_with_argmax_.*", r"test_maxpool_2d_uint8"],
-    "Pad modes edge/reflect/wrap": [r"test_(edge|reflect|wrap)_pad"],
     "Resize with tf_crop_and_resize": [r"test_resize_tf_crop_and_resize.*"],
     "Mod of float64 (exact for float16/float32 only)": [r"test_mod_.*float64.*"],
     "a shape computed at run time from a graph input (main's run-time specialisation)": [
