@@ -179,3 +179,14 @@ def test_resize_against_onnxruntime(mode, coord, nearest, by):
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     _, _, (got,) = _run(model, {"x": x})
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_large_int64_constants_are_exact():
+    """One-element constants are passed by value as floats only when that is exact."""
+    big = np.array(2 ** 60 + 1, np.int64)
+    model = _model([helper.make_node("Add", ["x", "big"], ["y"]), helper.make_node("Max", ["x", "big"], ["z"])],
+                   [("x", "int64", [3])], [("y", "int64", None), ("z", "int64", None)], initializers=[("big", big)])
+    x = np.array([1, -5, 2 ** 61], np.int64)
+    _, _, (y, z) = _run(model, {"x": x})
+    np.testing.assert_array_equal(y, x + big)
+    np.testing.assert_array_equal(z, np.maximum(x, big))
