@@ -268,3 +268,16 @@ def compress(ctx: ImportContext, node):
     if picked.size == 0:
         raise Unsupported("the condition selects nothing (empty result)")
     ctx.emit("gather", [x, ctx.add_constant(out + ".indices", picked)], out, {"axis": int(axis)}, name=node.name)
+
+
+@converter("ScatterElements", since=11)
+def scatter_elements(ctx: ImportContext, node):
+    ctx.emit("scatter_elements", list(node.input[:3]), node.output[0],
+             {"axis": int(ctx.attr(node, "axis", 0)), "reduction": ctx.attr(node, "reduction", "none")},
+             name=node.name)
+
+
+@converter("ScatterND", since=11)
+def scatter_nd(ctx: ImportContext, node):
+    ctx.emit("scatter_nd", list(node.input[:3]), node.output[0], {"reduction": ctx.attr(node, "reduction", "none")},
+             name=node.name)

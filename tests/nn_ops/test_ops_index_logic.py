@@ -190,3 +190,41 @@ def test_large_int64_constants_are_exact():
     _, _, (y, z) = _run(model, {"x": x})
     np.testing.assert_array_equal(y, x + big)
     np.testing.assert_array_equal(z, np.maximum(x, big))
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_scatter_elements_with_run_time_indices(reduction, axis):
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(9)
+    data = rng.standard_normal((6, 40)).astype(np.float32)
+    ishape = (4, 40) if axis == 0 else (6, 7)
+    n = data.shape[axis]
+    if reduction == "none":     # duplicates are undefined for "none": distinct targets per line
+        indices = np.stack([rng.permutation(n)[:ishape[axis]] for _ in range(ishape[1 - axis])], axis=1 - axis)
+        indices = np.where(rng.random(indices.shape) < 0.5, indices - n, indices)    # negative ones too
+    else:
+        indices = rng.integers(-n, n, ishape)
+    updates = rng.standard_normal(ishape).astype(np.float32)
+    model = _model([helper.make_node("ScatterElements", ["d", "i", "u"], ["y"], axis=axis, reduction=reduction)],
+                   [("d", "float32", data.shape), ("i", "int64", ishape), ("u", "float32", ishape)],
+                   [("y", "float32", None)])
+    feed = {"d": data, "i": indices.astype(np.int64), "u": updates}
+    _, _, (got,) = _run(model, feed)
+    np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, feed)[0], rtol=1e-5)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "max"])
+def test_scatter_nd_with_run_time_indices(reduction):
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(10)
+    data = rng.standard_normal((5, 4, 24)).astype(np.float32)
+    flat = rng.permutation(20)[:6] if reduction == "none" else rng.integers(0, 20, 6)
+    indices = np.stack([flat // 4, flat % 4], axis=1).reshape(2, 3, 2).astype(np.int64)
+    updates = rng.standard_normal((2, 3, 24)).astype(np.float32)
+    model = _model([helper.make_node("ScatterND", ["d", "i", "u"], ["y"], reduction=reduction)],
+                   [("d", "float32", data.shape), ("i", "int64", indices.shape), ("u", "float32", updates.shape)],
+                   [("y", "float32", None)], opset=18)
+    feed = {"d": data, "i": indices, "u": updates}
+    _, _, (got,) = _run(model, feed)
+    np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, feed)[0], rtol=1e-5)
