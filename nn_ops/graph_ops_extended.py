@@ -7,7 +7,7 @@ computations live in logic_ops, math_ops, index_ops, resize, arg_reduce, cumsum,
 from __future__ import annotations
 
 from .graph_ops import OPS, OpDef
-from . import arg_reduce, cumsum, index_ops, logic_ops, loss_ops, math_ops, quantize, resize, scatter
+from . import arg_reduce, cumsum, index_ops, logic_ops, loss_ops, math_ops, quantize, resize, scatter, topk
 
 
 def _register(name: str, kind: str, build) -> None:
@@ -57,3 +57,5 @@ _register("pad_index", "injective", lambda i, a: index_ops.pad_index(i[0], a["be
 _register("scatter_elements", "reduce", lambda i, a: scatter.scatter_elements(i[0], i[1], i[2], a.get("axis", 0),
                                                                               a.get("reduction", "none")))
 _register("scatter_nd", "reduce", lambda i, a: scatter.scatter_nd(i[0], i[1], i[2], a.get("reduction", "none")))
+_register("topk_indices", "reduce", lambda i, a: topk.topk_indices(i[0], a["k"], a.get("axis", -1),
+                                                                   a.get("largest", True)))

@@ -281,3 +281,18 @@ def scatter_elements(ctx: ImportContext, node):
 def scatter_nd(ctx: ImportContext, node):
     ctx.emit("scatter_nd", list(node.input[:3]), node.output[0], {"reduction": ctx.attr(node, "reduction", "none")},
              name=node.name)
+
+
+@converter("TopK", since=10)
+def top_k(ctx: ImportContext, node):
+    """Indices by ranking, values gathered with them (both outputs may be used)."""
+    x = node.input[0]
+    k = int(np.asarray(ctx.require_const(node, 1, "K")).reshape(-1)[0])
+    axis = int(ctx.attr(node, "axis", -1))
+    values_out = node.output[0] if node.output[0] else None
+    indices_out = node.output[1] if len(node.output) > 1 and node.output[1] else \
+        ctx.graph.fresh_name((values_out or x) + ".topk_indices")
+    ctx.emit("topk_indices", [x], indices_out, {"k": k, "axis": axis, "largest": bool(ctx.attr(node, "largest", 1))},
+             name=node.name + ".indices")
+    if values_out:
+        ctx.emit("gather_elements", [x, indices_out], values_out, {"axis": axis}, name=node.name)

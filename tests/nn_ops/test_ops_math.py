@@ -151,3 +151,16 @@ def test_pad_modes(mode):
     X = lw.placeholder(x.shape, name="X")
     want = np.pad(x, list(zip(before, after)), mode=mode)
     np.testing.assert_array_equal(_run([X], [x], index_ops.pad_index(X, before, after, mode)), want)
+
+
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_topk_with_ties(largest, axis):
+    from loopweave.nn_ops import topk
+    x = np.random.default_rng(9).integers(0, 6, (5, 50)).astype(np.float32)
+    X = lw.placeholder(x.shape, name="X")
+    k = 3
+    got = _run([X], [x], topk.topk_indices(X, k, axis, largest))
+    position = np.indices(x.shape)[axis]
+    order = np.lexsort((position, -x if largest else x), axis=axis)     # ties: lower index first
+    np.testing.assert_array_equal(got, np.take(order, np.arange(k), axis=axis))
