@@ -7,7 +7,7 @@ computations live in logic_ops, math_ops, index_ops, resize, arg_reduce, cumsum,
 from __future__ import annotations
 
 from .graph_ops import OPS, OpDef
-from . import arg_reduce, cumsum, index_ops, logic_ops, loss_ops, math_ops, quantize, resize, scatter, topk
+from . import arg_reduce, cumsum, einsum, index_ops, logic_ops, loss_ops, math_ops, quantize, resize, scatter, topk
 
 
 def _register(name: str, kind: str, build) -> None:
@@ -59,3 +59,4 @@ _register("scatter_elements", "reduce", lambda i, a: scatter.scatter_elements(i[
 _register("scatter_nd", "reduce", lambda i, a: scatter.scatter_nd(i[0], i[1], i[2], a.get("reduction", "none")))
 _register("topk_indices", "reduce", lambda i, a: topk.topk_indices(i[0], a["k"], a.get("axis", -1),
                                                                    a.get("largest", True)))
+_register("einsum", "reduce", lambda i, a: einsum.einsum(a["equation"], i))

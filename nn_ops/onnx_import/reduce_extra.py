@@ -1,4 +1,4 @@
-"""Converters for ArgMax/ArgMin, Hardmax, CumSum/CumProd, LogSoftmax, LpNormalization,
+"""Converters for ArgMax/ArgMin, Hardmax, CumSum/CumProd, Einsum, LogSoftmax, LpNormalization,
 MeanVarianceNormalization, RMSNormalization, InstanceNormalization and GroupNormalization (the
 normalizations as small graphs of reductions and elementwise ops)."""
 from __future__ import annotations
@@ -167,3 +167,9 @@ def group_normalization(ctx: ImportContext, node):
     normed = _standardize(ctx, grouped, out, (2,), float(ctx.attr(node, "epsilon", 1e-5)))
     back = ctx.emit("reshape", [normed], _tmp(ctx, out, "ungrouped"), {"shape": tuple(shape)})
     _scale_shift(ctx, node, back, len(shape))
+
+
+@converter("Einsum", since=12)
+def einsum(ctx: ImportContext, node):
+    ctx.emit("einsum", list(node.input), node.output[0], {"equation": str(ctx.attr(node, "equation"))},
+             name=node.name)

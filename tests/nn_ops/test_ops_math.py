@@ -164,3 +164,17 @@ def test_topk_with_ties(largest, axis):
     position = np.indices(x.shape)[axis]
     order = np.lexsort((position, -x if largest else x), axis=axis)     # ties: lower index first
     np.testing.assert_array_equal(got, np.take(order, np.arange(k), axis=axis))
+
+
+@pytest.mark.parametrize("equation,shapes", [
+    ("ij,jk->ik", [(5, 7), (7, 33)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 40)]), ("ii->i", [(9, 9)]),
+    ("...ij->...ji", [(2, 3, 4, 5)]), ("i,j", [(6,), (40,)]), ("ij->", [(5, 6)]), ("b...d,d->b...", [(3, 4, 5), (5,)]),
+    ("ij,ij->i", [(4, 48), (1, 48)]),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_einsum(equation, shapes):
+    from loopweave.nn_ops import einsum
+    rng = np.random.default_rng(11)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    tensors = [lw.placeholder(s, name=f"T{k}") for k, s in enumerate(shapes)]
+    got = _run(tensors, arrays, einsum.einsum(equation, tensors))
+    np.testing.assert_allclose(got, np.einsum(equation, *arrays), rtol=1e-5, atol=1e-5)
