@@ -7,7 +7,8 @@ computations live in logic_ops, math_ops, index_ops, resize, arg_reduce, cumsum,
 from __future__ import annotations
 
 from .graph_ops import OPS, OpDef
-from . import arg_reduce, cumsum, einsum, index_ops, logic_ops, loss_ops, math_ops, quantize, resize, scatter, topk
+from . import (arg_reduce, cumsum, einsum, grid_sample, index_ops, logic_ops, loss_ops, math_ops, quantize, resize,
+               scatter, topk)
 
 
 def _register(name: str, kind: str, build) -> None:
@@ -60,3 +61,5 @@ _register("scatter_nd", "reduce", lambda i, a: scatter.scatter_nd(i[0], i[1], i[
 _register("topk_indices", "reduce", lambda i, a: topk.topk_indices(i[0], a["k"], a.get("axis", -1),
                                                                    a.get("largest", True)))
 _register("einsum", "reduce", lambda i, a: einsum.einsum(a["equation"], i))
+_register("grid_sample", "injective", lambda i, a: grid_sample.grid_sample(i[0], i[1], a["mode"], a["padding_mode"],
+                                                                           a["align_corners"]))

@@ -296,3 +296,14 @@ def top_k(ctx: ImportContext, node):
              name=node.name + ".indices")
     if values_out:
         ctx.emit("gather_elements", [x, indices_out], values_out, {"axis": axis}, name=node.name)
+
+
+@converter("GridSample", since=16)
+def grid_sample(ctx: ImportContext, node):
+    mode = ctx.attr(node, "mode", "linear" if ctx.opset >= 20 else "bilinear")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    if not ctx.dtype(node.input[0]).startswith("float"):
+        raise Unsupported(f"input of dtype {ctx.dtype(node.input[0])}")
+    ctx.emit("grid_sample", list(node.input[:2]), node.output[0],
+             {"mode": mode, "padding_mode": ctx.attr(node, "padding_mode", "zeros"),
+              "align_corners": bool(ctx.attr(node, "align_corners", 0))}, name=node.name)

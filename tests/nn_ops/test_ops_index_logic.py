@@ -228,3 +228,20 @@ def test_scatter_nd_with_run_time_indices(reduction):
     feed = {"d": data, "i": indices, "u": updates}
     _, _, (got,) = _run(model, feed)
     np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, feed)[0], rtol=1e-5)
+
+
+@pytest.mark.parametrize("align_corners", [0, 1])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_grid_sample_against_the_onnx_reference(mode, padding_mode, align_corners):
+    """A run-time grid reaching well outside [-1, 1], so every padding rule is exercised."""
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    grid = rng.uniform(-2.5, 2.5, (1, 4, 24, 2)).astype(np.float32)
+    model = _model([helper.make_node("GridSample", ["x", "grid"], ["y"], mode=mode, padding_mode=padding_mode,
+                                     align_corners=align_corners)],
+                   [("x", "float32", x.shape), ("grid", "float32", grid.shape)], [("y", "float32", None)], opset=20)
+    feed = {"x": x, "grid": grid}
+    _, _, (got,) = _run(model, feed)
+    np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, feed)[0], rtol=1e-4, atol=1e-5)
