@@ -7,8 +7,8 @@ computations live in logic_ops, math_ops, index_ops, resize, arg_reduce, cumsum,
 from __future__ import annotations
 
 from .graph_ops import OPS, OpDef
-from . import (arg_reduce, cumsum, einsum, grid_sample, index_ops, logic_ops, loss_ops, math_ops, quantize, resize,
-               scatter, topk)
+from . import (arg_reduce, cumsum, einsum, grid_sample, index_ops, logic_ops, loss_ops, lrn, math_ops, quantize,
+               resize, scatter, topk)
 
 
 def _register(name: str, kind: str, build) -> None:
@@ -63,3 +63,4 @@ _register("topk_indices", "reduce", lambda i, a: topk.topk_indices(i[0], a["k"],
 _register("einsum", "reduce", lambda i, a: einsum.einsum(a["equation"], i))
 _register("grid_sample", "injective", lambda i, a: grid_sample.grid_sample(i[0], i[1], a["mode"], a["padding_mode"],
                                                                            a["align_corners"]))
+_register("lrn", "reduce", lambda i, a: lrn.lrn(i[0], a["size"], a["alpha"], a["beta"], a["bias"]))

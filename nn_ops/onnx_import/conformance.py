@@ -27,7 +27,7 @@ from ...errors import OnnxImportError
 # input positions that fix an output shape or play an attribute's part: baked as constants
 # (CastLike's second input is read for its type only; Compress's condition sets the output length)
 SHAPE_INPUTS: Dict[str, Tuple[int, ...]] = {
-    "CastLike": (1,), "Compress": (1,),
+    "CastLike": (1,), "Compress": (1,), "AffineGrid": (1,),
     "Reshape": (1,), "Slice": (1, 2, 3, 4), "Squeeze": (1,), "Unsqueeze": (1,), "Pad": (1, 2, 3),
     "Expand": (1,), "Tile": (1,), "Resize": (1, 2, 3), "Upsample": (1,), "Split": (1,), "TopK": (1,),
     "Range": (0, 1, 2), "ConstantOfShape": (0,), "HannWindow": (0,), "HammingWindow": (0,),

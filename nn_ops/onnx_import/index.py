@@ -307,3 +307,31 @@ def grid_sample(ctx: ImportContext, node):
     ctx.emit("grid_sample", list(node.input[:2]), node.output[0],
              {"mode": mode, "padding_mode": ctx.attr(node, "padding_mode", "zeros"),
               "align_corners": bool(ctx.attr(node, "align_corners", 0))}, name=node.name)
+
+
+def _affine_base_grid(sizes, align_corners: bool) -> np.ndarray:
+    """The identity grid in normalized coordinates, x (last axis) first, then a 1: (*sizes, k+1)."""
+    axes = []
+    for d in sizes:
+        if align_corners:
+            axes.append(np.arange(-1, 1 + 0.0001, 2.0 / (d - 1)) if d > 1 else np.array([-1.0]))
+        else:
+            step = 2.0 / d
+            axes.append(np.arange(-1 + step / 2, 1, step))
+    mesh = np.meshgrid(*axes, indexing="ij")
+    return np.stack(list(reversed(mesh)) + [np.ones(tuple(sizes))], axis=-1).astype(np.float32)
+
+
+@converter("AffineGrid", since=20)
+def affine_grid(ctx: ImportContext, node):
+    """``grid[n, ..., j] = sum_k theta[n, j, k] * base[..., k]``: an einsum with a constant base grid."""
+    size = [int(s) for s in ctx.require_const(node, 1, "size")]
+    spatial = size[2:]
+    if len(spatial) not in (2, 3):
+        raise Unsupported(f"size {size} (2-d or 3-d)")
+    if ctx.dtype(node.input[0]) != "float32":
+        raise Unsupported(f"theta of dtype {ctx.dtype(node.input[0])}")
+    base = ctx.add_constant(node.output[0] + ".base", _affine_base_grid(spatial, bool(ctx.attr(node, "align_corners", 0))))
+    letters = "dhw"[-len(spatial):]
+    ctx.emit("einsum", [node.input[0], base], node.output[0], {"equation": f"njk,{letters}k->n{letters}j"},
+             name=node.name)

@@ -177,3 +177,13 @@ def quantize_linear(ctx: ImportContext, node):
     if not ctx.dtype(node.input[0]).startswith("float"):
         raise Unsupported(f"quantizing {ctx.dtype(node.input[0])} input")
     ctx.emit("quantize", [i for i in node.input[:3] if i], node.output[0], attrs, name=node.name)
+
+
+@converter("SwiGLU", since=1)
+def swiglu(ctx: ImportContext, node):
+    """``swish_alpha(a) * b`` (a and b of one shape)."""
+    a, b, out = node.input[0], node.input[1], node.output[0]
+    if ctx.shape(a) != ctx.shape(b) or not ctx.dtype(a).startswith("float"):
+        raise Unsupported(f"inputs of shapes {ctx.shape(a)} / {ctx.shape(b)} and dtype {ctx.dtype(a)}")
+    gate = ctx.emit("swish", [a], ctx.graph.fresh_name(out + ".swish"), {"alpha": float(ctx.attr(node, "alpha", 1.0))})
+    ctx.emit("mul", [gate, b], out, name=node.name)

@@ -173,3 +173,60 @@ def group_normalization(ctx: ImportContext, node):
 def einsum(ctx: ImportContext, node):
     ctx.emit("einsum", list(node.input), node.output[0], {"equation": str(ctx.attr(node, "equation"))},
              name=node.name)
+
+
+@converter("LRN", since=1)
+def lrn(ctx: ImportContext, node):
+    _float_input(ctx, node)
+    ctx.emit("lrn", [node.input[0]], node.output[0],
+             {"size": int(ctx.attr(node, "size")), "alpha": float(ctx.attr(node, "alpha", 1e-4)),
+              "beta": float(ctx.attr(node, "beta", 0.75)), "bias": float(ctx.attr(node, "bias", 1.0))},
+             name=node.name)
+
+
+@converter("LpPool", since=11)
+def lp_pool(ctx: ImportContext, node):
+    """``(sum over the window of |x|^p) ** (1/p)``, the sum as ``kernel_size * avg_pool`` with
+    padding counted (padded zeros add nothing)."""
+    from .nn import _pool_common
+    _float_input(ctx, node)
+    x, out = node.input[0], node.output[0]
+    p = float(ctx.attr(node, "p", 2))
+    attrs = _pool_common(ctx, node, "Lp pooling")
+    attrs["count_include_pad"] = True
+    powered = ctx.emit("pow_const", [ctx.emit("abs", [x], _tmp(ctx, out, "abs"))], _tmp(ctx, out, "pow"),
+                       {"exponent": p})
+    avg = ctx.emit("avg_pool2d", [powered], _tmp(ctx, out, "avg"), attrs)
+    count = ctx.add_constant(out + ".count", np.array(float(np.prod(attrs["kernel"])), ctx.dtype(x)))
+    total = ctx.emit("mul", [avg, count], _tmp(ctx, out, "sum"))
+    ctx.emit("pow_const", [total], out, {"exponent": 1.0 / p}, name=node.name)
+
+
+@converter("DynamicQuantizeLinear", since=11)
+def dynamic_quantize_linear(ctx: ImportContext, node):
+    """uint8 quantization with a scale and zero point from the input's range (including 0)."""
+    x = node.input[0]
+    if ctx.dtype(x) != "float32":
+        raise Unsupported(f"input of dtype {ctx.dtype(x)}")
+    y, scale_out, zp_out = (list(node.output) + ["", ""])[:3]
+    base = y or scale_out or zp_out
+    everything = {"axes": tuple(range(len(ctx.shape(x)))), "keepdims": False}
+
+    def const(tag, value):
+        return ctx.add_constant(f"{base}.{tag}", np.array(value, np.float32))
+
+    lo = ctx.emit("min", [ctx.emit("reduce", [x], _tmp(ctx, base, "min"), {**everything, "kind": "min"}),
+                          const("zero", 0.0)], _tmp(ctx, base, "lo"))
+    hi = ctx.emit("max", [ctx.emit("reduce", [x], _tmp(ctx, base, "max"), {**everything, "kind": "max"}),
+                          const("zero2", 0.0)], _tmp(ctx, base, "hi"))
+    span = ctx.emit("sub", [hi, lo], _tmp(ctx, base, "span"))
+    flat = ctx.emit("equal", [hi, lo], _tmp(ctx, base, "flat"))
+    span = ctx.emit("where", [flat, const("one", 1.0), span], _tmp(ctx, base, "span1"))
+    scale = ctx.emit("div", [span, const("levels", 255.0)], scale_out or _tmp(ctx, base, "scale"))
+    zp_f = ctx.emit("sub", [const("qmin", 0.0), ctx.emit("div", [lo, scale], _tmp(ctx, base, "lo_s"))],
+                    _tmp(ctx, base, "zp_f"))
+    zp_r = ctx.emit("round", [ctx.emit("clip", [zp_f], _tmp(ctx, base, "zp_c"), {"min": 0.0, "max": 255.0})],
+                    _tmp(ctx, base, "zp_r"))
+    zp = ctx.emit("cast", [zp_r], zp_out or _tmp(ctx, base, "zp"), {"to": "uint8"})
+    if y:
+        ctx.emit("quantize", [x, scale, zp], y, {"to": "uint8", "axis": 1, "block_size": 0}, name=node.name)

@@ -245,3 +245,28 @@ def test_grid_sample_against_the_onnx_reference(mode, padding_mode, align_corner
     feed = {"x": x, "grid": grid}
     _, _, (got,) = _run(model, feed)
     np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, feed)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_lrn_dynamic_quantize_and_affine_grid_against_the_onnx_reference():
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((2, 16, 4, 24)).astype(np.float32)
+    theta = rng.standard_normal((2, 2, 3)).astype(np.float32)
+    model = _model(
+        [helper.make_node("LRN", ["x"], ["l"], size=5, alpha=1e-3, beta=0.6, bias=2.0),
+         helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"]),
+         helper.make_node("AffineGrid", ["theta", "size"], ["g"], align_corners=0)],
+        [("x", "float32", x.shape), ("theta", "float32", theta.shape)],
+        [("l", "float32", None), ("q", "uint8", None), ("s", "float32", None), ("z", "uint8", None),
+         ("g", "float32", None)],
+        initializers=[("size", np.array([2, 3, 5, 40], np.int64))], opset=20)
+    feed = {"x": x, "theta": theta}
+    _, _, got = _run(model, feed)
+    want = ReferenceEvaluator(model).run(None, feed)
+    # the reference evaluator's LRN windows over the batch axis (a bug); the node test's formula:
+    squares = np.stack([(x[:, max(0, c - 2):c + 3] ** 2).sum(axis=1) for c in range(16)], axis=1)
+    want[0] = x / (2.0 + 1e-3 / 5 * squares) ** 0.6
+    for name, a, b in zip("lqszg", got, want):
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=1e-5, atol=1e-5 if name != "q" else 1,
+                                   err_msg=name)

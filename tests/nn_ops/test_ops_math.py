@@ -178,3 +178,14 @@ def test_einsum(equation, shapes):
     tensors = [lw.placeholder(s, name=f"T{k}") for k, s in enumerate(shapes)]
     got = _run(tensors, arrays, einsum.einsum(equation, tensors))
     np.testing.assert_allclose(got, np.einsum(equation, *arrays), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape,axes,kind", [((64, 48), (0, 1), "min"), ((2, 16, 4, 24), (1, 2, 3), "max"),
+                                             ((6, 5, 40), (0, 2), "sum")])
+def test_reductions_over_several_axes(shape, axes, kind):
+    """The reduce schedule fuses reduce axes: LLVM hung on min/max nested two loops deep (64 x 48)."""
+    from loopweave.nn_ops import shape_ops
+    x = np.random.default_rng(14).standard_normal(shape).astype(np.float32)
+    X = lw.placeholder(shape, name="X")
+    got = _run([X], [x], shape_ops.reduce(X, axes, kind, keepdims=True))
+    np.testing.assert_allclose(got, getattr(np, kind)(x, axis=axes, keepdims=True), rtol=1e-5)
