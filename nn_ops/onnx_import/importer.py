@@ -20,6 +20,7 @@ from . import index as _index  # noqa: F401
 from . import logic as _logic  # noqa: F401
 from . import loss as _loss  # noqa: F401
 from . import math as _math  # noqa: F401
+from . import quantized as _quantized  # noqa: F401
 from . import reduce_extra as _reduce_extra  # noqa: F401
 from . import nn as _nn  # noqa: F401
 from . import reduce as _reduce  # noqa: F401

@@ -270,3 +270,14 @@ def test_lrn_dynamic_quantize_and_affine_grid_against_the_onnx_reference():
         assert a.dtype == b.dtype and a.shape == b.shape, name
         np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=1e-5, atol=1e-5 if name != "q" else 1,
                                    err_msg=name)
+
+
+def test_matmul_integer_is_exact():
+    rng = np.random.default_rng(15)
+    a = rng.integers(0, 256, (2, 9, 700)).astype(np.uint8)
+    b = rng.integers(-128, 128, (700, 33)).astype(np.int8)
+    model = _model([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])],
+                   [("a", "uint8", a.shape), ("b", "int8", b.shape)], [("y", "int32", None)],
+                   initializers=[("az", np.array(131, np.uint8)), ("bz", np.array(-3, np.int8))])
+    _, _, (got,) = _run(model, {"a": a, "b": b})
+    np.testing.assert_array_equal(got, (a.astype(np.int32) - 131) @ (b.astype(np.int32) + 3))
