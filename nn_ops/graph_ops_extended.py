@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .graph_ops import OPS, OpDef
 from . import (arg_reduce, cumsum, einsum, grid_sample, index_ops, logic_ops, loss_ops, lrn, math_ops, quantize,
-               resize, scatter, topk)
+               resize, rotary, scatter, topk)
 
 
 def _register(name: str, kind: str, build) -> None:
@@ -64,3 +64,6 @@ _register("einsum", "reduce", lambda i, a: einsum.einsum(a["equation"], i))
 _register("grid_sample", "injective", lambda i, a: grid_sample.grid_sample(i[0], i[1], a["mode"], a["padding_mode"],
                                                                            a["align_corners"]))
 _register("lrn", "reduce", lambda i, a: lrn.lrn(i[0], a["size"], a["alpha"], a["beta"], a["bias"]))
+_register("rotary_embedding", "injective", lambda i, a: rotary.rotary_embedding(
+    i[0], i[1], i[2], i[3] if len(i) > 3 else None, a.get("interleaved", False), a.get("rotary_dim", 0),
+    a.get("num_heads", 0)))

@@ -335,3 +335,15 @@ def affine_grid(ctx: ImportContext, node):
     letters = "dhw"[-len(spatial):]
     ctx.emit("einsum", [node.input[0], base], node.output[0], {"equation": f"njk,{letters}k->n{letters}j"},
              name=node.name)
+
+
+@converter("RotaryEmbedding", since=23)
+def rotary_embedding(ctx: ImportContext, node):
+    x = node.input[0]
+    if not ctx.dtype(x).startswith("float"):
+        raise Unsupported(f"input of dtype {ctx.dtype(x)}")
+    inputs = [x, node.input[1], node.input[2]] + ([node.input[3]] if len(node.input) > 3 and node.input[3] else [])
+    ctx.emit("rotary_embedding", inputs, node.output[0],
+             {"interleaved": bool(ctx.attr(node, "interleaved", 0)),
+              "rotary_dim": int(ctx.attr(node, "rotary_embedding_dim", 0)),
+              "num_heads": int(ctx.attr(node, "num_heads", 0))}, name=node.name)

@@ -281,3 +281,24 @@ def test_matmul_integer_is_exact():
                    initializers=[("az", np.array(131, np.uint8)), ("bz", np.array(-3, np.int8))])
     _, _, (got,) = _run(model, {"a": a, "b": b})
     np.testing.assert_array_equal(got, (a.astype(np.int32) - 131) @ (b.astype(np.int32) + 3))
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("rank,rotary_dim", [(4, 0), (4, 32), (3, 0)])
+def test_rotary_embedding_against_the_onnx_reference(interleaved, rank, rotary_dim):
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(16)
+    b, heads, seq, head = 2, 3, 5, 64
+    x = rng.standard_normal((b, heads, seq, head) if rank == 4 else (b, seq, heads * head)).astype(np.float32)
+    half = (rotary_dim or head) // 2
+    cos, sin = (rng.standard_normal((20, half)).astype(np.float32) for _ in range(2))
+    pos = rng.integers(0, 20, (b, seq)).astype(np.int64)
+    attrs = {"interleaved": interleaved, "rotary_embedding_dim": rotary_dim}
+    if rank == 3:
+        attrs["num_heads"] = heads
+    model = _model([helper.make_node("RotaryEmbedding", ["x", "cos", "sin", "pos"], ["y"], **attrs)],
+                   [("x", "float32", x.shape), ("cos", "float32", cos.shape), ("sin", "float32", sin.shape),
+                    ("pos", "int64", pos.shape)], [("y", "float32", None)], opset=23)
+    feed = {"x": x, "cos": cos, "sin": sin, "pos": pos}
+    _, _, (got,) = _run(model, feed)
+    np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, feed)[0], rtol=1e-5, atol=1e-6)
