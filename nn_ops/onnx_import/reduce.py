@@ -1,8 +1,6 @@
 """Converters for reductions (ReduceMean/Sum/Max/Min), Slice, Split, Erf, Pow (Cast is in math.py)."""
 from __future__ import annotations
 
-import numpy as np
-
 from .context import ImportContext, Unsupported, converter
 
 _REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min"}
