@@ -260,6 +260,15 @@ def scalar_constants(graph, op_type: str, inputs: Sequence[str]) -> Dict[int, fl
     for k, i in enumerate(inputs):
         arr = graph.initializers.get(i)
         others = [r for j, r in enumerate(ranks) if j != k]
-        if arr is not None and arr.size == 1 and others and arr.ndim <= max(others) and len(out) < len(inputs) - 1:
+        if arr is not None and arr.size == 1 and others and arr.ndim <= max(others) and len(out) < len(inputs) - 1 \
+                and _exact_as_float(arr):
             out[k] = float(arr.reshape(()))
     return out
+
+
+def _exact_as_float(arr) -> bool:
+    """A Python float holds the value exactly (integers beyond 2**53 stay tensors)."""
+    return arr.dtype.kind == "f" or abs(int(arr.reshape(()))) <= 2 ** 53
+
+
+from . import graph_ops_extended as _extended  # noqa: E402,F401 - registers comparisons, casts, gathers, resize

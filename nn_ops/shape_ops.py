@@ -209,7 +209,7 @@ def strided_slice(X: Tensor, begin: Sequence[int], end: Sequence[int], step: Seq
 
 
 def reduce(X: Tensor, axes: Sequence[int], kind: str = "sum", keepdims: bool = True, name: str = "reduce") -> Tensor:
-    """Sum / mean / max / min of X over ``axes`` (one stage, tagged ``"reduce"``)."""
+    """Sum / mean / max / min / prod of X over ``axes`` (one stage, tagged ``"reduce"``)."""
     from ..dsl.reduction import min as lw_min
     src = static_shape(X)
     nd = len(src)
@@ -217,7 +217,8 @@ def reduce(X: Tensor, axes: Sequence[int], kind: str = "sum", keepdims: bool = T
     raxes = {a: reduce_axis((0, src[a]), name=f"r{a}") for a in axes}
     out_shape = tuple((1 if a in raxes else d) for a, d in enumerate(src) if keepdims or a not in raxes)
     count = math.prod(src[a] for a in axes)
-    reducer = {"sum": lw_sum, "mean": lw_sum, "max": lw_max, "min": lw_min}[kind]
+    from ..dsl.reduction import prod as lw_prod
+    reducer = {"sum": lw_sum, "mean": lw_sum, "max": lw_max, "min": lw_min, "prod": lw_prod}[kind]
 
     def body(*idx):
         it = iter(idx)
@@ -239,8 +240,15 @@ def reduce(X: Tensor, axes: Sequence[int], kind: str = "sum", keepdims: bool = T
 
 @register_schedule("reduce", "llvm")
 def schedule_reduce(s, op, target):
-    """Parallel over the output elements; each reduces serially."""
+    """Parallel over the output elements; each reduces serially, over one fused loop.
+
+    (Fusing the reduce axes is not only tidier: LLVM's O3 pipeline was seen to hang on a
+    min/max reduction nested two or more loops deep, e.g. 64 x 48, while the same reduction
+    as one loop of 3072 compiles in milliseconds.)
+    """
     stage = s[op]
+    if len(op.reduce_axis) > 1:
+        stage.fuse(*op.reduce_axis)
     axes = list(op.axis)
     if len(axes) > 1:
         stage.parallel(stage.fuse(*axes))

@@ -12,13 +12,25 @@ _UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "HardSwish": "ha
 
 def _float_only(ctx, node):
     for i in node.input:
-        if i and ctx.dtype(i) != "float32":
-            raise Unsupported(f"input {i!r} has dtype {ctx.dtype(i)}; only float32 tensors are supported")
+        if i and not ctx.dtype(i).startswith("float"):
+            raise Unsupported(f"input {i!r} has dtype {ctx.dtype(i)}; only float tensors are supported")
+
+
+def _numeric(ctx, node):
+    """Float or integer inputs, all of one dtype (ONNX's arithmetic never mixes them)."""
+    dtypes = {ctx.dtype(i) for i in node.input if i}
+    if len(dtypes) != 1 or "bool" in dtypes:
+        raise Unsupported(f"inputs of dtype(s) {', '.join(sorted(dtypes))}; one numeric dtype is supported")
+    return dtypes.pop()
 
 
 def _binary(op_type):
     def convert(ctx: ImportContext, node):
-        _float_only(ctx, node)
+        dtype = _numeric(ctx, node)
+        if op_type == "div" and not dtype.startswith("float"):
+            op_type_here = "trunc_div"      # integer division truncates toward zero, as in numpy/ONNX
+        else:
+            op_type_here = op_type
         inputs = [i for i in node.input if i]
         if len(inputs) == 1 and op_type in ("max", "min"):     # variadic Max/Min of one input
             ctx.emit("identity", inputs, node.output[0], name=node.name)
@@ -28,14 +40,17 @@ def _binary(op_type):
         acc = inputs[0]
         for k, other in enumerate(inputs[1:]):
             out = node.output[0] if k == len(inputs) - 2 else ctx.graph.fresh_name(f"{node.output[0]}.{k}")
-            ctx.emit(op_type, [acc, other], out, name=node.name if out == node.output[0] else out)
+            ctx.emit(op_type_here, [acc, other], out, name=node.name if out == node.output[0] else out)
             acc = out
     return convert
 
 
 def _unary(op_type):
     def convert(ctx: ImportContext, node):
-        _float_only(ctx, node)
+        if op_type in ("relu", "neg"):
+            _numeric(ctx, node)
+        else:
+            _float_only(ctx, node)
         ctx.emit(op_type, [node.input[0]], node.output[0], name=node.name)
     return convert
 
@@ -48,7 +63,7 @@ for _onnx, _ours in _UNARY.items():
 
 @converter("Clip", since=11)
 def clip(ctx: ImportContext, node):
-    _float_only(ctx, node)
+    _numeric(ctx, node)
     lo = ctx.require_const(node, 1, "min") if len(node.input) > 1 and node.input[1] else None
     hi = ctx.require_const(node, 2, "max") if len(node.input) > 2 and node.input[2] else None
     attrs = {"min": None if lo is None else float(lo.reshape(())),

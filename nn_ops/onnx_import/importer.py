@@ -16,10 +16,17 @@ import numpy as np
 from ...errors import OnnxImportError
 from ..graph import Graph
 from . import elementwise as _elementwise  # noqa: F401 - registers converters
+from . import index as _index  # noqa: F401
+from . import logic as _logic  # noqa: F401
+from . import loss as _loss  # noqa: F401
+from . import math as _math  # noqa: F401
+from . import quantized as _quantized  # noqa: F401
+from . import reduce_extra as _reduce_extra  # noqa: F401
 from . import nn as _nn  # noqa: F401
 from . import reduce as _reduce  # noqa: F401
 from . import shape as _shape  # noqa: F401
 from .context import CONVERTERS, ImportContext, Unsupported, find_converter
+from . import fold_extra as _fold_extra  # noqa: F401 - registers more folders
 from .fold import FOLDERS, try_fold
 
 MIN_OPSET = 13
@@ -58,6 +65,26 @@ def _opset(model) -> int:
 def _np_dtype(elem_type: int) -> str:
     from onnx import helper
     return str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)))
+
+
+def _tensor_dtype(vi, what: str) -> str:
+    """The loopweave dtype of a graph input/output, or a clear error for what it cannot hold."""
+    from onnx import TensorProto
+    from ...dsl.dtypes import ALL_DTYPES
+    if not vi.type.HasField("tensor_type"):
+        kind = vi.type.WhichOneof("value") or "no type"
+        raise OnnxImportError(f"{what} {vi.name!r} is of ONNX type {kind!r}; loopweave imports tensors only "
+                              f"(no sequences, maps or optionals)")
+    elem = vi.type.tensor_type.elem_type
+    name = TensorProto.DataType.Name(elem) if elem in TensorProto.DataType.values() else str(elem)
+    try:
+        dtype = _np_dtype(elem)
+    except Exception:  # noqa: BLE001 - onnx raises KeyError/ValueError for types numpy lacks
+        dtype = None
+    if dtype not in ALL_DTYPES:
+        raise OnnxImportError(f"{what} {vi.name!r} has element type {name}; loopweave supports "
+                              f"{', '.join(ALL_DTYPES)}")
+    return dtype
 
 
 def from_onnx(model, input_shapes: Optional[Dict[str, Sequence[int]]] = None, name: Optional[str] = None):
@@ -124,6 +151,7 @@ def _with_input_shapes(model, input_shapes):
     for inp in model.graph.input:
         if inp.name in init_names:
             continue
+        _tensor_dtype(inp, "input")
         dims = inp.type.tensor_type.shape.dim
         if inp.name in input_shapes:
             shape = list(input_shapes[inp.name])
@@ -204,7 +232,7 @@ def _convert(model, opset: int, name: str) -> Graph:
         if inp.name in g.initializers:
             continue
         tt = inp.type.tensor_type
-        g.add_value(inp.name, [d.dim_value for d in tt.shape.dim], _np_dtype(tt.elem_type))
+        g.add_value(inp.name, [d.dim_value for d in tt.shape.dim], _tensor_dtype(inp, "input"))
         g.inputs.append(inp.name)
     inferred = _value_info_shapes(model)
     problems = []
@@ -250,6 +278,7 @@ def _convert(model, opset: int, name: str) -> Graph:
     for out in model.graph.output:
         if out.name not in g.values:
             raise OnnxImportError(f"graph output {out.name!r} is never computed")
+        _tensor_dtype(out, "output")
         g.outputs.append(out.name)
     g.check()
     return g

@@ -1,25 +1,37 @@
-"""Converters for reductions (ReduceMean/Sum/Max/Min), Slice, Split, Cast, Erf, Pow."""
+"""Converters for reductions (ReduceMean/Sum/Max/Min), Slice, Split, Erf, Pow (Cast is in math.py)."""
 from __future__ import annotations
-
-import numpy as np
 
 from .context import ImportContext, Unsupported, converter
 
 _REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min"}
 
 
+def reduce_axes(ctx: ImportContext, node):
+    """The axes a Reduce* node reduces (from its input or attribute), or None when it is a no-op."""
+    if len(node.input) > 1 and node.input[1]:
+        axes = [int(a) for a in ctx.require_const(node, 1, "axes")]
+    else:
+        axes = list(ctx.attr(node, "axes", []))
+    if not axes and ctx.attr(node, "noop_with_empty_axes", 0):
+        return None
+    return axes
+
+
 def _reduce(kind):
     def convert(ctx: ImportContext, node):
-        if len(node.input) > 1 and node.input[1]:
-            axes = [int(a) for a in ctx.require_const(node, 1, "axes")]
-        else:
-            axes = list(ctx.attr(node, "axes", []))
-        if not axes and ctx.attr(node, "noop_with_empty_axes", 0):
+        axes = reduce_axes(ctx, node)
+        if axes is None:
             ctx.emit("identity", [node.input[0]], node.output[0], name=node.name)
             return
-        ctx.emit("reduce", [node.input[0]], node.output[0],
-                 {"axes": tuple(axes), "kind": kind, "keepdims": bool(ctx.attr(node, "keepdims", 1))},
-                 name=node.name)
+        attrs = {"axes": tuple(axes), "kind": kind, "keepdims": bool(ctx.attr(node, "keepdims", 1))}
+        if ctx.dtype(node.input[0]) == "bool":      # max/min of bools: any/all, reduced as uint8
+            if kind not in ("max", "min"):
+                raise Unsupported(f"{node.op_type} of a bool tensor")
+            wide = ctx.emit("cast", [node.input[0]], ctx.graph.fresh_name(node.output[0] + ".u8"), {"to": "uint8"})
+            red = ctx.emit("reduce", [wide], ctx.graph.fresh_name(node.output[0] + ".red"), attrs)
+            ctx.emit("cast", [red], node.output[0], {"to": "bool"}, name=node.name)
+            return
+        ctx.emit("reduce", [node.input[0]], node.output[0], attrs, name=node.name)
     return convert
 
 
@@ -69,15 +81,6 @@ def split(ctx: ImportContext, node):
                      name=f"{node.name}:{out}")
 
 
-@converter("Cast", since=13)
-def cast(ctx: ImportContext, node):
-    from onnx import helper
-    to = str(np.dtype(helper.tensor_dtype_to_np_dtype(ctx.attr(node, "to"))))
-    if to != ctx.dtype(node.input[0]):
-        raise Unsupported(f"cast from {ctx.dtype(node.input[0])} to {to} (only float32 tensors are supported)")
-    ctx.emit("identity", [node.input[0]], node.output[0], name=node.name)
-
-
 @converter("Erf", since=13)
 def erf(ctx: ImportContext, node):
     ctx.emit("erf", [node.input[0]], node.output[0], name=node.name)
@@ -85,12 +88,26 @@ def erf(ctx: ImportContext, node):
 
 @converter("Pow", since=13)
 def pow_(ctx: ImportContext, node):
-    exponent = ctx.const(node.input[1])
-    if exponent is not None and exponent.size == 1 and len(ctx.shape(node.input[0])) >= exponent.ndim:
-        ctx.emit("pow_const", [node.input[0]], node.output[0], {"exponent": float(exponent.reshape(()))},
-                 name=node.name)
+    base, exp = node.input[0], node.input[1]
+    dtype = ctx.dtype(base)
+    exponent = ctx.const(exp)
+    if exponent is not None and exponent.size == 1 and len(ctx.shape(base)) >= exponent.ndim \
+            and dtype.startswith("float"):
+        ctx.emit("pow_const", [base], node.output[0], {"exponent": float(exponent.reshape(()))}, name=node.name)
         return
-    for i in node.input:
-        if ctx.dtype(i) != "float32":
-            raise Unsupported(f"input {i!r} has dtype {ctx.dtype(i)}; only float32 tensors are supported")
-    ctx.emit("pow", list(node.input), node.output[0], name=node.name)
+    if ctx.dtype(exp) == "bool" or dtype == "bool":
+        raise Unsupported("Pow of bool tensors")
+    out = node.output[0]
+    # integer powers go through float64 (exact while the result fits in 53 bits)
+    work = dtype if dtype.startswith("float") else "float64"
+    args = []
+    for name in (base, exp):
+        if ctx.dtype(name) != work:
+            name = ctx.emit("cast", [name], ctx.graph.fresh_name(f"{out}.{work}"), {"to": work})
+        args.append(name)
+    if work == dtype:
+        ctx.emit("pow", args, out, name=node.name)
+        return
+    raw = ctx.emit("pow", args, ctx.graph.fresh_name(out + ".pow"))
+    ctx.emit("cast", [ctx.emit("round", [raw], ctx.graph.fresh_name(out + ".round"))], out, {"to": dtype},
+             name=node.name)

@@ -72,21 +72,29 @@ def concat(ctx: ImportContext, node):
 @converter("Pad", since=11)
 def pad(ctx: ImportContext, node):
     mode = ctx.attr(node, "mode", "constant")
-    if mode != "constant":
-        raise Unsupported(f"mode={mode!r} (only 'constant')")
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        raise Unsupported(f"mode={mode!r}")
     pads = [int(p) for p in ctx.require_const(node, 1, "pads")]
     value = 0.0
     if len(node.input) > 2 and node.input[2]:
         value = float(ctx.require_const(node, 2, "constant_value").reshape(()))
     nd = len(ctx.shape(node.input[0]))
-    before, after = pads[:nd], pads[nd:]
     if len(node.input) > 3 and node.input[3]:
         axes = [int(a) for a in ctx.require_const(node, 3, "axes")]
+        if len(pads) != 2 * len(axes):
+            raise Unsupported(f"{len(pads)} pads for {len(axes)} axes")
+        before, after = pads[:len(axes)], pads[len(axes):]
         b, a = [0] * nd, [0] * nd
         for k, ax in enumerate(axes):
             b[ax % nd], a[ax % nd] = before[k], after[k]
         before, after = b, a
+    else:
+        before, after = pads[:nd], pads[nd:]
     if any(p < 0 for p in before + after):
         raise Unsupported("negative pads")
+    if mode != "constant":
+        ctx.emit("pad_index", [node.input[0]], node.output[0],
+                 {"before": tuple(before), "after": tuple(after), "mode": mode}, name=node.name)
+        return
     ctx.emit("pad", [node.input[0]], node.output[0], {"before": tuple(before), "after": tuple(after), "value": value},
              name=node.name)

@@ -27,11 +27,11 @@ def test_compile_reports_unsupported_ops(tmp_path, capsys):
     from loopweave.nn_ops.onnx_import.model_zoo import OnnxBuilder
     import onnx
     b = OnnxBuilder()
-    model = b.model((1, 3, 4, 4), b.node("LRN", ["input"], size=3), (1, 3, 4, 4))
-    path = tmp_path / "lrn.onnx"
+    model = b.model((1, 3, 4, 4), b.node("RandomUniformLike", ["input"]), (1, 3, 4, 4))
+    path = tmp_path / "random.onnx"
     onnx.save(model, path)
     assert cli.main(["compile", str(path), "-o", str(tmp_path / "x.lwx"), "-q"]) == 2
-    assert "LRN (opset 13)" in capsys.readouterr().err
+    assert "RandomUniformLike (opset 13)" in capsys.readouterr().err
 
 
 def test_bench_prints_a_ratio(capsys):

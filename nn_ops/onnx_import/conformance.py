@@ -1,0 +1,164 @@
+"""Conformance with the ONNX backend node test cases: run one case, or count the whole suite.
+
+``python -m loopweave.nn_ops.onnx_import.conformance`` runs every case of
+``onnx.backend.test.case.node.collect_testcases()`` and prints how many pass, are
+rejected cleanly (``OnnxImportError``: unsupported), give a wrong answer (fail) or raise
+anything else (crash), over the whole suite and over the cases made only of ops loopweave
+claims.  ``tests/nn_ops/test_ops_onnx_backend.py`` runs the claimed cases with
+:func:`run_case`.
+
+Shape-like inputs (a Reshape's shape, a Slice's starts, a Resize's scales, ...) are baked
+into initializers before import, because loopweave compiles static shapes; inputs that
+are data (Gather indices, a Where condition, integer operands) stay run-time inputs.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from collections import Counter
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+from ...errors import OnnxImportError
+
+# input positions that fix an output shape or play an attribute's part: baked as constants
+# (CastLike's second input is read for its type only; Compress's condition sets the output length)
+SHAPE_INPUTS: Dict[str, Tuple[int, ...]] = {
+    "CastLike": (1,), "Compress": (1,), "AffineGrid": (1,),
+    "Reshape": (1,), "Slice": (1, 2, 3, 4), "Squeeze": (1,), "Unsqueeze": (1,), "Pad": (1, 2, 3),
+    "Expand": (1,), "Tile": (1,), "Resize": (1, 2, 3), "Upsample": (1,), "Split": (1,), "TopK": (1,),
+    "Range": (0, 1, 2), "ConstantOfShape": (0,), "HannWindow": (0,), "HammingWindow": (0,),
+    "BlackmanWindow": (0,), "OneHot": (1,), "Clip": (1, 2), "CenterCropPad": (1,),
+    "Trilu": (1,), "CumSum": (1,), "CumProd": (1,), "Dropout": (1, 2),
+    **{f"Reduce{k}": (1,) for k in ("Sum", "Mean", "Max", "Min", "Prod", "L1", "L2", "LogSum", "LogSumExp",
+                                     "SumSquare")},
+}
+
+
+def collect_cases():
+    from onnx.backend.test.case.node import collect_testcases
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return collect_testcases()
+
+
+def claimed_ops() -> set:
+    """ONNX op types loopweave converts (or evaluates at import)."""
+    from .context import CONVERTERS
+    return set(CONVERTERS) | {"Constant", "Shape", "Size"}
+
+
+def is_claimed(case) -> bool:
+    ops = {n.op_type for n in case.model.graph.node}
+    return bool(ops) and ops <= claimed_ops()
+
+
+def as_array(value):
+    """Case data as numpy: some cases hold numpy scalars or TensorProtos (float16, bfloat16, ...)."""
+    import onnx
+    from onnx import numpy_helper
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    return np.asarray(value) if isinstance(value, np.generic) else value
+
+
+def bake_shape_inputs(model, inputs):
+    """(model, feeds): graph inputs read only at shape-like positions become initializers."""
+    import onnx
+    from onnx import numpy_helper
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    uses: Dict[str, List[bool]] = {}
+    for node in model.graph.node:
+        for pos, name in enumerate(node.input):
+            if name:
+                uses.setdefault(name, []).append(pos in SHAPE_INPUTS.get(node.op_type, ()))
+    kept, feeds = [], []
+    for vi, arr in zip(list(model.graph.input), inputs):
+        flags = uses.get(vi.name, [])
+        arr = as_array(arr)
+        if flags and all(flags) and isinstance(arr, np.ndarray):
+            model.graph.initializer.append(numpy_helper.from_array(arr, vi.name))
+        else:
+            kept.append(vi)
+            feeds.append(arr)
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    return model, feeds
+
+
+def _matches(got, want, rtol, atol) -> Tuple[bool, str]:
+    want = np.asarray(as_array(want))
+    if got.shape != want.shape:
+        return False, f"shape {got.shape}, expected {want.shape}"
+    if got.dtype != want.dtype:
+        return False, f"dtype {got.dtype}, expected {want.dtype}"
+    if got.dtype.kind in "biu":
+        bad = int(np.count_nonzero(got != want))
+        return bad == 0, f"{bad} of {got.size} elements differ"
+    # at least rtol 1e-4 / atol 1e-5; float16 (an ulp is ~1e-3) at least 1e-3 / 1e-3
+    low, floor = (1e-3, 1e-3) if got.dtype == np.float16 else (1e-4, 1e-5)
+    ok = np.allclose(got, want, rtol=max(rtol, low), atol=max(atol, floor), equal_nan=True)
+    with np.errstate(invalid="ignore"):     # inf - inf in the report only
+        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    nan_mismatch = int(np.count_nonzero(np.isnan(got) != np.isnan(want)))
+    return ok, f"max abs diff {float(np.nanmax(diff)) if diff.size else 0.0:g}, {nan_mismatch} NaN(s) misplaced"
+
+
+def run_case(case) -> Tuple[str, str]:
+    """(status, detail): 'pass', 'unsupported' (clean OnnxImportError) or 'fail'; other errors propagate."""
+    import loopweave as lw
+    if not case.data_sets:
+        return "unsupported", "the case has no data sets"
+    first_inputs, _ = case.data_sets[0]
+    model, _ = bake_shape_inputs(case.model, first_inputs)
+    try:
+        g = lw.from_onnx(model)
+    except OnnxImportError as exc:
+        return "unsupported", str(exc).splitlines()[-1].strip()
+    exe = lw.compile(g, progress=False)
+    names = [i if isinstance(i, str) else i[0] for i in g.inputs]   # names, or (name, shape, dtype)
+    for inputs, outputs in case.data_sets:
+        _, feeds = bake_shape_inputs(case.model, inputs)
+        got = exe.run({name: arr for name, arr in zip(names, feeds)})
+        if len(got) != len(outputs):
+            return "fail", f"{len(got)} outputs, expected {len(outputs)}"
+        for k, (a, b) in enumerate(zip(got, outputs)):
+            ok, detail = _matches(a, b, case.rtol, case.atol)
+            if not ok:
+                return "fail", f"output {k}: {detail}"
+    return "pass", ""
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-k", default="", help="only cases whose name contains this")
+    parser.add_argument("-v", action="store_true", help="print every case that does not pass")
+    args = parser.parse_args(argv)
+    cases = [c for c in collect_cases() if args.k in c.name]
+    counts = {"all": Counter(), "claimed": Counter()}
+    t0 = time.perf_counter()
+    for case in cases:
+        try:
+            status, detail = run_case(case)
+        except Exception as exc:  # noqa: BLE001 - a report: anything else is a crash to fix
+            status, detail = "crash", f"{type(exc).__name__}: {exc}"
+        claimed = is_claimed(case)
+        counts["all"][status] += 1
+        if claimed:
+            counts["claimed"][status] += 1
+        if status in ("fail", "crash") or (args.v and status != "pass"):
+            print(f"{case.name:<60} {status:<11} {'claimed ' if claimed else ''}{detail[:200]}", flush=True)
+    for key, label in (("all", "whole suite"), ("claimed", "cases of claimed ops only")):
+        c = counts[key]
+        total = sum(c.values())
+        print(f"{label}: {total} cases: {c['pass']} pass, {c['unsupported']} unsupported (clean OnnxImportError), "
+              f"{c['fail']} fail, {c['crash']} crash")
+    print(f"({time.perf_counter() - t0:.0f} s)")
+    return 0 if counts["all"]["fail"] + counts["all"]["crash"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
