@@ -9,7 +9,7 @@ parallel.
 """
 from __future__ import annotations
 
-from ..dsl.expr import Const
+from ..dsl.expr import Const, cast
 from ..dsl.reduction import sum as lw_sum
 from ..dsl.tensor import Tensor, compute, reduce_axis
 from ..errors import ExprError
@@ -33,8 +33,10 @@ def matmul(A: Tensor, B: Tensor, name: str = "matmul") -> Tensor:
            f"matmul: A is {A.name}{tuple(map(str, A.shape))} and B is {B.name}{tuple(map(str, B.shape))}; "
            f"A's columns must equal B's rows")
     k = reduce_axis((0, A.shape[1]), name="k")
-    return compute((A.shape[0], B.shape[1]), lambda i, j: lw_sum(A[i, k] * B[k, j], axis=k), name=name,
-                   tag="matmul")
+    acc = _accumulator(A.dtype)
+    C = compute((A.shape[0], B.shape[1]), lambda i, j: lw_sum(_wide(A[i, k], acc) * _wide(B[k, j], acc), axis=k),
+                name=name, tag="matmul")
+    return _narrowed(C, A.dtype, name)
 
 
 def dense(X: Tensor, W: Tensor, bias: Tensor = None, name: str = "dense") -> Tensor:
@@ -57,8 +59,28 @@ def batch_matmul(A: Tensor, B: Tensor, name: str = "batch_matmul") -> Tensor:
     _check(_same_extent(A.shape[0], B.shape[0]) and _same_extent(A.shape[2], B.shape[1]),
            "batch_matmul: batch sizes must match and A's last dim must equal B's middle dim")
     k = reduce_axis((0, A.shape[2]), name="k")
-    return compute((A.shape[0], A.shape[1], B.shape[2]),
-                   lambda b, i, j: lw_sum(A[b, i, k] * B[b, k, j], axis=k), name=name, tag="batch_matmul")
+    acc = _accumulator(A.dtype)
+    C = compute((A.shape[0], A.shape[1], B.shape[2]),
+                lambda b, i, j: lw_sum(_wide(A[b, i, k], acc) * _wide(B[b, k, j], acc), axis=k), name=name,
+                tag="batch_matmul")
+    return _narrowed(C, A.dtype, name)
+
+
+def _accumulator(dtype: str) -> str:
+    """float16 products are summed in float32 (as numpy and onnxruntime do): a long float16 sum
+    loses several ulps of the result."""
+    return "float32" if dtype == "float16" else dtype
+
+
+def _wide(value, acc: str):
+    return value if value.dtype == acc else cast(acc, value)
+
+
+def _narrowed(C: Tensor, dtype: str, name: str) -> Tensor:
+    """``C`` cast back to ``dtype`` by an elementwise epilogue (fused into the matmul's tile)."""
+    if C.dtype == dtype:
+        return C
+    return compute(C.shape, lambda *idx: cast(dtype, C[idx]), name=name + ".cast", tag="elemwise")
 
 
 def _blocking(target, dtype: str):

@@ -10,12 +10,15 @@ after it could not join the anchor's kernel.  Here ``f(reshape(y), other)`` beco
 Applies when the reshape's input comes from a kernel the op can join (an anchor or
 injective op), the reshape keeps the last axis and every other operand is a scalar
 constant, broadcasts along the last axis only, or has the full output shape (it is
-viewed in the reshape's input shape).  Accepts any graph; guarantees the same values.
+viewed in the reshape's input shape; such views are never moved themselves, so every
+step moves a reshape strictly down and the pass ends).  Accepts any graph; guarantees
+the same values.
 """
 from __future__ import annotations
 
 import math
 
+from ...errors import InternalError
 from ..graph import Graph, Node
 from ..graph_ops import OPS
 
@@ -36,16 +39,21 @@ def _operand_for(g: Graph, name: str, out_shape, new_shape):
 
 
 def sink_reshapes(g: Graph) -> Graph:
+    made_views = set()  # reshapes this pass made of other operands: never sunk (that could undo a sink forever)
+    budget = 4 * len(g.nodes) + 16      # each step moves a reshape down past one node
     changed = True
     while changed:
         changed = False
+        budget -= 1
+        if budget < 0:
+            raise InternalError("sink_reshapes did not settle: a reshape keeps moving (a bug in the pass)")
         producers = g.producer_map()
         for index, node in enumerate(g.nodes):
             if node.op_type not in ELEMENTWISE or OPS[node.op_type].kind != "injective":
                 continue
             out_shape = g.shape(node.outputs[0])
             src = next((i for i in node.inputs if i in producers and producers[i].op_type == "reshape"
-                        and g.shape(i) == out_shape), None)
+                        and g.shape(i) == out_shape and i not in made_views), None)
             if src is None:
                 continue
             y = producers[src].inputs[0]
@@ -64,6 +72,7 @@ def sink_reshapes(g: Graph) -> Graph:
                     break
                 if view is not None:
                     viewed = g.fresh_name(i + ".view")
+                    made_views.add(viewed)
                     g.add_value(viewed, view, g.values[i].dtype)
                     views.append(Node("reshape", [i], [viewed], {"shape": view}, viewed))
                     new_inputs.append(viewed)

@@ -20,6 +20,17 @@ class Unsupported(Exception):
     """Raised by a converter for a node it cannot convert (the reason is the message)."""
 
 
+class NeedsConstant(Unsupported):
+    """An operand must be a constant at import (a shape, axes, pads...): ``values`` names them.
+
+    When such an operand comes from graph inputs, ``from_onnx`` makes the model a
+    DynamicGraph that is specialised to the inputs' values at run time."""
+
+    def __init__(self, message: str, values):
+        super().__init__(message)
+        self.values = list(values)
+
+
 @dataclass(frozen=True)
 class Converter:
     fn: Callable
@@ -75,8 +86,8 @@ class ImportContext:
             raise Unsupported(f"input {index} ({what}) is missing")
         value = self.const(node.input[index])
         if value is None:
-            raise Unsupported(f"{what} (input {index}, {node.input[index]!r}) must be a constant; "
-                              f"dynamic {what} is not supported")
+            raise NeedsConstant(f"{what} (input {index}, {node.input[index]!r}) must be a constant; "
+                                f"dynamic {what} is not supported", [node.input[index]])
         return value
 
     def shape(self, name: str):

@@ -87,7 +87,7 @@ class DynamicGraph:
             return import_static(model, self.opset, self.name)
         except OnnxImportError as exc:
             binding = ", ".join(f"{n}: {tuple(s)}" for n, s in shapes.items())
-            raise OnnxImportError(f"{exc}\n(while specialising {self.name!r} to {binding})", exc.unsupported) \
+            raise OnnxImportError(f"while specialising {self.name!r} to {binding}: {exc}", exc.unsupported) \
                 from exc
 
     # ------------------------------------------------------------ display

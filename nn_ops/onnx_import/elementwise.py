@@ -93,7 +93,8 @@ def identity(ctx: ImportContext, node):
 def dropout(ctx: ImportContext, node):
     if len(node.output) > 1 and node.output[1]:
         raise Unsupported("the mask output of Dropout is not supported")
-    training = ctx.const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    # training_mode must be known (a run-time value makes the model specialise on it)
+    training = ctx.require_const(node, 2, "training_mode") if len(node.input) > 2 and node.input[2] else None
     if training is not None and bool(np.asarray(training).reshape(())):
         raise Unsupported("training_mode=True")
     ctx.emit("identity", [node.input[0]], node.output[0], name=node.name)

@@ -25,7 +25,7 @@ from . import reduce_extra as _reduce_extra  # noqa: F401
 from . import nn as _nn  # noqa: F401
 from . import reduce as _reduce  # noqa: F401
 from . import shape as _shape  # noqa: F401
-from .context import CONVERTERS, ImportContext, Unsupported, find_converter
+from .context import CONVERTERS, ImportContext, NeedsConstant, Unsupported, find_converter
 from . import fold_extra as _fold_extra  # noqa: F401 - registers more folders
 from .fold import FOLDERS, try_fold
 
@@ -121,7 +121,7 @@ def from_onnx(model, input_shapes: Optional[Dict[str, Sequence[int]]] = None, na
     try:
         return import_static(model, opset, name)
     except OnnxImportError as exc:
-        value_inputs = _shape_inputs_behind(model, exc.unsupported)
+        value_inputs = _shape_inputs_behind(model, exc)
         if not value_inputs:
             raise
         return DynamicGraph(model, opset, name, value_inputs=value_inputs)
@@ -188,25 +188,24 @@ def node_label(k: int, node) -> str:
     return node.name or f"#{k} ({node.output[0] if node.output else node.op_type})"
 
 
-def _shape_inputs_behind(model, problems) -> list:
-    """Integer graph inputs feeding nodes that failed only because an operand must be constant."""
-    if not problems or not all("must be a constant" in why for _, _, _, why in problems):
+def _shape_inputs_behind(model, exc: OnnxImportError) -> list:
+    """Graph inputs that operands which must be constant (shapes, axes, pads...) are computed from.
+
+    Only when every problem is such an operand: then the model is importable once those
+    inputs' values are known, i.e. at run time."""
+    needed = getattr(exc, "needs_constant", None)
+    if not exc.unsupported or not needed or len(needed) < len(exc.unsupported):
         return []
-    failing = {label for label, _, _, _ in problems}
     producer = {o: n for n in model.graph.node for o in n.output}
     inits = {t.name for t in model.graph.initializer}
-    int_inputs = {i.name for i in model.graph.input if i.name not in inits
-                  and i.type.tensor_type.elem_type in (6, 7)}          # INT32, INT64
-    found, stack, seen = [], [], set()
-    for k, node in enumerate(model.graph.node):
-        if node_label(k, node) in failing:
-            stack.extend(i for i in node.input if i)
+    graph_inputs = {i.name for i in model.graph.input if i.name not in inits}
+    found, stack, seen = [], [name for names in needed for name in names], set()
     while stack:
         name = stack.pop()
         if name in seen:
             continue
         seen.add(name)
-        if name in int_inputs:
+        if name in graph_inputs:
             found.append(name)
         elif name in producer:
             stack.extend(i for i in producer[name].input if i)
@@ -236,6 +235,7 @@ def _convert(model, opset: int, name: str) -> Graph:
         g.inputs.append(inp.name)
     inferred = _value_info_shapes(model)
     problems = []
+    needs_constant = []
     poisoned = set()
     for k, node in enumerate(model.graph.node):
         label = node_label(k, node)
@@ -267,14 +267,18 @@ def _convert(model, opset: int, name: str) -> Graph:
             conv.fn(ctx, node)
         except Unsupported as exc:
             problems.append((label, node.op_type, opset, str(exc)))
+            if isinstance(exc, NeedsConstant):
+                needs_constant.append(exc.values)
             _assume_outputs(g, node, inferred, poisoned)
         except KeyError as exc:
             problems.append((label, node.op_type, opset, f"input {exc} has no known static shape"))
             _assume_outputs(g, node, inferred, poisoned)
     if problems:
         lines = "\n".join(f"  - node {n!r}: {op} (opset {v}): {why}" for n, op, v, why in problems)
-        raise OnnxImportError(f"the ONNX model has {len(problems)} node(s) loopweave cannot import:\n{lines}",
-                              problems)
+        error = OnnxImportError(f"the ONNX model has {len(problems)} node(s) loopweave cannot import:\n{lines}",
+                                problems)
+        error.needs_constant = needs_constant      # operands that a run-time specialisation would make constant
+        raise error
     for out in model.graph.output:
         if out.name not in g.values:
             raise OnnxImportError(f"graph output {out.name!r} is never computed")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..resize import axis_taps, coefficient_fn, source_coordinates
-from .context import ImportContext, Unsupported, converter
+from .context import ImportContext, NeedsConstant, Unsupported, converter
 
 
 @converter("Gather", since=1)
@@ -63,8 +63,8 @@ def trilu(ctx: ImportContext, node):
 def generated(ctx: ImportContext, node):
     """Reached only when an input is not a constant (constant ones were folded at import)."""
     dynamic = [i for i in node.input if i and ctx.const(i) is None]
-    raise Unsupported(f"input(s) {', '.join(map(repr, dynamic))} must be constants: the output's shape "
-                      f"depends on their values")
+    raise NeedsConstant(f"input(s) {', '.join(map(repr, dynamic))} must be constants: the output's shape "
+                        f"depends on their values", dynamic)
 
 
 def _optional_const(ctx, node, k, what):

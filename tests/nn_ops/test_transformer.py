@@ -178,3 +178,21 @@ def test_sink_reshapes_keeps_values_and_moves_bias_into_the_dense_kernel():
     feed = {"input": rng.standard_normal((2, 5, 16)).astype(np.float32),
             "input2": rng.standard_normal((2, 5, 8)).astype(np.float32)}
     np.testing.assert_allclose(exe.run(feed)[0], _ort(model, feed)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_sink_reshapes_ends_when_both_operands_could_move():
+    """mul(reshape(a), b) with b full-size and computed: b gets a view, and that view is never sunk
+    back (it used to move the op up and down forever)."""
+    b = OnnxBuilder(opset=17)
+    a = b.node("Relu", ["input"])                                            # [2, 1, 3, 4]
+    flat = b.node("Reshape", [a, b.const([2, 3, 4], np.int64)])
+    other = b.node("Neg", ["input2"])                                        # [2, 3, 4], computed
+    out = b.node("Mul", [flat, other])
+    model = b.model((2, 1, 3, 4), out, (2, 3, 4))
+    from onnx import TensorProto, helper
+    model.graph.input.append(helper.make_tensor_value_info("input2", TensorProto.FLOAT, [2, 3, 4]))
+    exe = lw.compile(lw.from_onnx(model), progress=False)
+    rng = np.random.default_rng(0)
+    feed = {"input": rng.standard_normal((2, 1, 3, 4)).astype(np.float32),
+            "input2": rng.standard_normal((2, 3, 4)).astype(np.float32)}
+    np.testing.assert_allclose(exe.run(feed)[0], _ort(model, feed)[0], rtol=1e-6)
