@@ -42,9 +42,12 @@ class DynamicExecutable:
         key = self._key(feed)
         exe = self.specializations.get(key)
         if exe is None:
-            shapes = {n: tuple(feed[n].shape) for n, _, _ in self.graph.inputs}
-            values = {n: np.array(feed[n]) for n in self.graph.value_inputs}
-            exe = compile_static(self.graph.specialize(shapes, values), self.target, progress=self.progress)
+            graph, grew = self.graph.specialize_to(feed)
+            if grew:        # more inputs are shape inputs now: keys made without their values are void
+                self.specializations.clear()
+                self.inputs = [(n, s, d) for n, s, d in self.graph.inputs if n not in self.graph.value_inputs]
+                key = self._key(feed)
+            exe = compile_static(graph, self.target, progress=self.progress)
             self.specializations[key] = exe
         return exe
 

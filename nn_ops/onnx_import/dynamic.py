@@ -43,8 +43,13 @@ class DynamicGraph:
         self.symbols = sorted({d for _, shape, _ in self.inputs for d in shape if isinstance(d, str)})
         self.sample = None
         if check and not self.value_inputs:        # import once now, so unsupported ops are reported before compiling
-            self.sample = self.specialize({n: tuple(TRIAL_SIZE if isinstance(d, str) else d for d in shape)
-                                           for n, shape, _ in self.inputs}, {})
+            try:
+                self.sample = self.specialize({n: tuple(TRIAL_SIZE if isinstance(d, str) else d for d in shape)
+                                               for n, shape, _ in self.inputs}, {})
+            except OnnxImportError as exc:     # shape inputs as well: their values are needed first
+                if not getattr(exc, "more_value_inputs", None):
+                    raise
+                self.value_inputs = list(exc.more_value_inputs)
 
     # ------------------------------------------------------------ specialising
     def bind(self, feed: Dict[str, np.ndarray]) -> Dict[str, int]:
@@ -87,8 +92,31 @@ class DynamicGraph:
             return import_static(model, self.opset, self.name)
         except OnnxImportError as exc:
             binding = ", ".join(f"{n}: {tuple(s)}" for n, s in shapes.items())
-            raise OnnxImportError(f"while specialising {self.name!r} to {binding}: {exc}", exc.unsupported) \
-                from exc
+            error = OnnxImportError(f"while specialising {self.name!r} to {binding}: {exc}", exc.unsupported)
+            error.more_value_inputs = _more_value_inputs(model, exc)
+            raise error from exc
+
+    def specialize_to(self, feed: Dict[str, np.ndarray]):
+        """The static Graph for ``feed``'s input shapes and shape-input values.
+
+        A converter stops at the first operand that must be constant, so an op with several
+        (Slice's starts and ends, Clip's min and max) reveals them one import at a time:
+        each newly found graph input joins ``value_inputs`` and the import is retried.
+        Returns (graph, grew) where ``grew`` says ``value_inputs`` changed.
+        """
+        grew = False
+        for _ in range(len(self.inputs) + 1):
+            shapes = {n: tuple(feed[n].shape) for n, _, _ in self.inputs}
+            values = {n: np.array(feed[n]) for n in self.value_inputs}
+            try:
+                return self.specialize(shapes, values), grew
+            except OnnxImportError as exc:
+                more = [n for n in getattr(exc, "more_value_inputs", []) if n not in self.value_inputs]
+                if not more:
+                    raise
+                self.value_inputs = sorted(set(self.value_inputs) | set(more))
+                grew = True
+        raise OnnxImportError(f"{self.name!r}: the shape inputs did not settle ({', '.join(self.value_inputs)})")
 
     # ------------------------------------------------------------ display
     def __repr__(self) -> str:
@@ -103,6 +131,11 @@ class DynamicGraph:
         if self.sample is not None:
             body += f"<div>imported with every symbol = {TRIAL_SIZE}:</div>" + self.sample._repr_html_()
         return f"<div>{body}</div>"
+
+
+def _more_value_inputs(model, exc) -> List[str]:
+    from .importer import _shape_inputs_behind
+    return _shape_inputs_behind(model, exc)
 
 
 def _show(shape) -> str:

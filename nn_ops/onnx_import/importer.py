@@ -162,10 +162,8 @@ def _with_input_shapes(model, input_shapes):
                 d.ClearField("dim_param")
                 d.dim_value = int(v)
             continue
-        for k, d in enumerate(dims):
-            if d.HasField("dim_value") and d.dim_value == 0 and not d.dim_param:
-                raise OnnxImportError(f"input {inp.name!r} has size 0 in dimension {k}; empty tensors are not "
-                                      f"supported")
+        # an empty input is fine as long as no kernel reads it (axes, pads, CastLike's type source);
+        # an op that would compute with it reports an empty result at import
     return model
 
 
@@ -177,7 +175,7 @@ def _symbolic_dims(model) -> Dict[str, list]:
         if inp.name in init_names:
             continue
         dims = inp.type.tensor_type.shape.dim
-        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or f"{inp.name}.{k}")
+        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else (d.dim_param or f"{inp.name}.{k}")
                  for k, d in enumerate(dims)]
         if any(isinstance(d, str) for d in shape):
             found[inp.name] = shape
