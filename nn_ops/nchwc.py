@@ -71,12 +71,19 @@ def _padded(X: Tensor, padding, blocked: bool, name: str) -> Tensor:
     return compute(tuple(new), pad, name=name + ".pad", tag="conv2d.pad")
 
 
-def _out_size(size, pad_lo, pad_hi, k, s, d):
-    return (size + pad_lo + pad_hi - ((k - 1) * d + 1)) // s + 1
+def _output_hw(h, w, kernel, stride, padding, dilation):
+    """Output height and width of a convolution (padding is top, left, bottom, right)."""
+    (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw) = kernel, stride, padding, dilation
+    return (h + pt + pb - ((kh - 1) * dh + 1)) // sh + 1, (w + pl + pr - ((kw - 1) * dw + 1)) // sw + 1
 
 
-def _bias_read(bias, ob, oi, block):
-    return bias[ob * block + oi]
+def _with_bias(Y: Tensor, bias, name: str) -> Tensor:
+    """``Y`` (blocked) plus a per-channel ``bias`` [C], as an elementwise stage (a fusable epilogue)."""
+    if bias is None:
+        return Y
+    b = static_shape(Y)[4]
+    return compute(Y.shape, lambda nn, cb, yy, xx, ci: Y[nn, cb, yy, xx, ci] + bias[cb * b + ci],
+                   name=name + ".bias", tag="elemwise")
 
 
 # ------------------------------------------------------------------ convolutions
@@ -97,8 +104,7 @@ def conv2d_blocked(X: Tensor, Wp: Tensor, bias=None, stride=(1, 1), padding=(0, 
         raise ExprError(f"conv2d_blocked: the input has {c} channels, the weight {cob_n * cb}")
     sh, sw = stride
     dh, dw = dilation
-    pt, pl, pb, pr = padding
-    oh, ow = _out_size(h, pt, pb, kh, sh, dh), _out_size(w, pl, pr, kw, sw, dw)
+    oh, ow = _output_hw(h, w, (kh, kw), stride, padding, dilation)
     Xp = _padded(X, padding, blocked_in, name)
     rco = reduce_axis((0, cob_n), name="rco")
     ry = reduce_axis((0, kh), name="ry")
@@ -115,10 +121,7 @@ def conv2d_blocked(X: Tensor, Wp: Tensor, bias=None, stride=(1, 1), padding=(0, 
                 lambda nn, ob, yy, xx, oi: lw_sum(read(nn, yy, xx) * Wp[ob, rco, ry, rx, rci, oi],
                                                   axis=[rco, ry, rx, rci]),
                 name=name, tag="conv2d_blocked", attrs=attrs)
-    if bias is None:
-        return Y
-    return compute(Y.shape, lambda nn, ob, yy, xx, oi: Y[nn, ob, yy, xx, oi] + _bias_read(bias, ob, oi, b),
-                   name=name + ".bias", tag="elemwise")
+    return _with_bias(Y, bias, name)
 
 
 def depthwise_blocked(X: Tensor, Wd: Tensor, bias=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
@@ -130,8 +133,7 @@ def depthwise_blocked(X: Tensor, Wd: Tensor, bias=None, stride=(1, 1), padding=(
         raise ExprError(f"depthwise_blocked: weight blocks {(wcb, wb)} do not match the input's {(cbn, b)}")
     sh, sw = stride
     dh, dw = dilation
-    pt, pl, pb, pr = padding
-    oh, ow = _out_size(h, pt, pb, kh, sh, dh), _out_size(w, pl, pr, kw, sw, dw)
+    oh, ow = _output_hw(h, w, (kh, kw), stride, padding, dilation)
     Xp = _padded(X, padding, True, name)
     ry = reduce_axis((0, kh), name="ry")
     rx = reduce_axis((0, kw), name="rx")
@@ -139,10 +141,7 @@ def depthwise_blocked(X: Tensor, Wd: Tensor, bias=None, stride=(1, 1), padding=(
                 lambda nn, cb, yy, xx, ci: lw_sum(Xp[nn, cb, yy * sh + ry * dh, xx * sw + rx * dw, ci] *
                                                   Wd[cb, ry, rx, ci], axis=[ry, rx]),
                 name=name, tag="depthwise_blocked", attrs=dict(block=b))
-    if bias is None:
-        return Y
-    return compute(Y.shape, lambda nn, cb, yy, xx, ci: Y[nn, cb, yy, xx, ci] + _bias_read(bias, cb, ci, b),
-                   name=name + ".bias", tag="elemwise")
+    return _with_bias(Y, bias, name)
 
 
 # ------------------------------------------------------------------ pools

@@ -115,8 +115,18 @@ def compute_all_at(s: Schedule, tensors, host, axis) -> None:
     producer chain (mean -> var -> output) is attached from the output end.
     """
     stages = list(dict.fromkeys(s[t] for t in tensors))
-    # what each stage reads now (rfactor retargets a stage to an op that reads its partials)
-    reads = {id(st): {id(s[t]) for t in st.op.input_tensors if isinstance(t.op, ComputeOp)} for st in stages}
+
+    def read_stages(stage) -> set:
+        """The stages ``stage`` reads now (rfactor retargets a stage to an op that reads its
+        partials), looking through inlined stages (their reads happen in the reader)."""
+        found = set()
+        for t in stage.op.input_tensors:
+            if not isinstance(t.op, ComputeOp):
+                continue
+            producer = s[t]
+            found |= read_stages(producer) if producer.attach_type == "inline" else {id(producer)}
+        return found
+    reads = {id(st): read_stages(st) for st in stages}
     pending = stages
     while pending:      # a stage goes when no pending stage still reads it
         ready = [st for st in pending if not any(id(st) in reads[id(r)] for r in pending if r is not st)]

@@ -4,12 +4,11 @@ writes its columns of the row.  Normalising over several trailing axes falls bac
 per row for the statistics and a thread per element for the output."""
 from __future__ import annotations
 
-from ...dsl.tensor import thread_axis
 from ..norm import _stat_ops
-from ..registry import compute_all_at, register_schedule
+from ..registry import register_schedule
 from .injective import bind_fused
 from .reduce import schedule_reduce
-from .softmax import _threads
+from .softmax import block_per_row
 
 
 @register_schedule("layer_norm", "cuda")
@@ -23,19 +22,4 @@ def schedule_layer_norm(s, op, target) -> None:
             schedule_reduce(s, st.op, target)
         bind_fused(Y, list(Y.leaf_iter_vars))
         return
-    *rows, j = axes
-    threads = _threads(j.extent)
-    row = Y.fuse(*rows) if len(rows) > 1 else rows[0]
-    _, ji = Y.split(j, factor=threads)
-    Y.bind(row, thread_axis("blockIdx.x"))
-    Y.bind(ji, thread_axis("threadIdx.x"))
-    partials = {}
-    for st in stats:               # factor all first: rfactor needs an unscheduled stage
-        R = s[st]
-        _, ki = R.split(R.op.reduce_axis[0], factor=threads)
-        partials[st] = s.rfactor(st, ki)
-    compute_all_at(s, stats + list(partials.values()), Y, row)   # each thread combines the partials itself
-    for partial in partials.values():
-        P = s[partial]
-        P.set_scope("shared")
-        P.bind(P.op.axis[0], thread_axis("threadIdx.x"))
+    block_per_row(s, Y, stats)

@@ -43,21 +43,28 @@ def schedule_softmax(s, op, target) -> None:
             schedule_reduce(s, red.op, target)
         bind_fused(Y, list(Y.leaf_iter_vars))
         return
-    *rows, j = axes
+    block_per_row(s, Y, [M, S])
+
+
+def block_per_row(s, Y, stats) -> None:
+    """Rows of ``Y`` (all axes but the last) on blocks, the last axis over the block's threads;
+    each row statistic in ``stats`` (reductions over the last axis, computed per row) is
+    factored into one partial result per thread in shared memory, and every thread combines
+    the partials itself.  Shared by softmax and layer_norm."""
+    from ..registry import compute_all_at
+    *rows, j = list(Y.op.axis)
     threads = _threads(j.extent)
     row = Y.fuse(*rows) if len(rows) > 1 else rows[0]
     _, ji = Y.split(j, factor=threads)
     Y.bind(row, thread_axis("blockIdx.x"))
     Y.bind(ji, thread_axis("threadIdx.x"))
-    partials = {}
-    for red in (M, S):           # factor both first: rfactor needs an unscheduled stage
-        R = s[red]
+    partials = []
+    for st in stats:             # factor all first: rfactor needs an unscheduled stage
+        R = s[st]
         _, ki = R.split(R.op.reduce_axis[0], factor=threads)
-        partials[red] = s.rfactor(red, ki)
-    for red in (S, M):           # consumers first: S reads M
-        R = s[red]
-        R.compute_at(Y, row)     # per thread ("local"): each thread combines the partials itself
-        P = s[partials[red]]
+        partials.append(s.rfactor(st, ki))
+    compute_all_at(s, list(stats) + partials, Y, row)     # readers first (S reads M, var reads mean)
+    for partial in partials:
+        P = s[partial]
         P.set_scope("shared")
-        P.compute_at(Y, row)
         P.bind(P.op.axis[0], thread_axis("threadIdx.x"))
