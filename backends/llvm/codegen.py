@@ -445,8 +445,13 @@ class FunctionEmitter:
             if _lanes(cond) == 1:
                 return self._lazy_select(cond, e)
             return self._masked_select(cond, e)
-        t, f = self._match_lanes(self.expr(e.true_value), self.expr(e.false_value))
-        cond, t = self._match_lanes(cond, t)
+        return self._select_lanes(cond, self.expr(e.true_value), self.expr(e.false_value))
+
+    def _select_lanes(self, cond, t, f):
+        """select(cond, t, f) with all three brought to one width (a vector condition may pick
+        between two lane-invariant values, and a scalar one between vectors)."""
+        lanes = max(_lanes(cond), _lanes(t), _lanes(f))
+        cond, t, f = (self._broadcast(v, lanes) for v in (cond, t, f))
         return self.builder.select(cond, t, f)
 
     def _lazy_select(self, cond, e: Select):
@@ -474,9 +479,7 @@ class FunctionEmitter:
         self.masks.append(b.not_(cond))
         f = self.expr(e.false_value)
         self.masks.pop()
-        t, f = self._match_lanes(t, f)
-        cond, t = self._match_lanes(cond, t)
-        return b.select(cond, t, f)
+        return self._select_lanes(cond, t, f)
 
     def expr_Cast(self, e: Cast):
         v = self.expr(e.value)
