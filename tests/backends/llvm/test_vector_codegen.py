@@ -23,15 +23,18 @@ def test_strided_vector_load(stride):
     assert ("masked.gather" in ll) == (stride > 4)
 
 
-def test_vector_select_between_lane_invariant_values():
-    """select(vector condition, constant, constant) (a mask turned into -inf / 0): each side is
-    broadcast to the condition's width (the false side used to stay scalar: an LLVM type error)."""
+@pytest.mark.parametrize("false_reads", [False, True])
+def test_vector_select_between_lane_invariant_values(false_reads):
+    """select(vector condition, x, y) with x and y the same for every lane (a scalar read, a
+    constant): each side is broadcast to the condition's width (one used to stay scalar)."""
     A = lw.placeholder((64,), name="A")
-    B = lw.compute((64,), lambda i: lw.select(A[i] > 0.5, lw.const(float("-inf")), lw.const(0.0)), name="B")
+    C = lw.placeholder((2,), name="C")
+    B = lw.compute((64,), lambda i: lw.select(A[i] > 0.5, C[0], C[1] if false_reads else lw.const(0.0)), name="B")
     s = lw.create_schedule(B)
     _, inner = s[B].split(B.op.axis[0], factor=16)
     s[B].vectorize(inner)
     a = np.random.default_rng(0).random(64).astype("float32")
+    c = np.array([-np.inf, 2.0], "float32")
     b = np.empty(64, "float32")
-    lw.build(s, [A, B])(a, b)
-    np.testing.assert_array_equal(b, np.where(a > 0.5, -np.inf, 0.0).astype("float32"))
+    lw.build(s, [A, C, B])(a, c, b)
+    np.testing.assert_array_equal(b, np.where(a > 0.5, c[0], c[1] if false_reads else 0.0).astype("float32"))
