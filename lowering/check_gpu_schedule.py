@@ -105,5 +105,5 @@ def _check_reductions(stage: Stage, tags) -> None:
             raise _error(stage, f"reduction loop '{iv.name}' is outside the loop '{bound.name}' bound to {tag}; "
                                 "each thread must run the whole reduction of its elements (loopweave has no "
                                 "cross-thread reduction)",
-                         f"reorder so that the threadIdx-bound axes come before the reduction axes, or rfactor "
-                         f"the reduction (s.rfactor(...)) to bind its parts as a spatial axis")
+                         "reorder so that the threadIdx-bound axes come before the reduction axes, or rfactor "
+                         "the reduction (s.rfactor(...)) to bind its parts as a spatial axis")

@@ -54,6 +54,13 @@ class CudaExecutable:
                "outputs": [drv.alloc(max(1, int(np.prod(s)) * np.dtype(d).itemsize)) for _, s, d in self.outputs]}
         if self.weights.nbytes:
             drv.copy_to_device(dev["weights"], self.weights.ctypes.data, self.weights.nbytes)
+        # every kernel's arguments are fixed device addresses: resolve and check them once
+        dev["launches"] = []
+        for call in self.calls:
+            module = self.modules[call.symbol]
+            pointers = [self._pointer(dev, loc) for loc in call.args]
+            module._check_alignment(pointers)
+            dev["launches"].append((module, pointers))
         self._device = dev
         return dev
 
@@ -66,10 +73,7 @@ class CudaExecutable:
         raise InternalError(f"unknown storage location {location!r}")
 
     def _launch_all(self, dev):
-        for call in self.calls:
-            module = self.modules[call.symbol]
-            pointers = [self._pointer(dev, loc) for loc in call.args]
-            module._check_alignment(pointers)
+        for module, pointers in dev["launches"]:
             module._run(dev["drv"], pointers, {})
 
     def run(self, feed) -> List[np.ndarray]:

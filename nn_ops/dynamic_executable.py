@@ -16,6 +16,7 @@ from typing import Dict, List, Tuple
 import numpy as np
 
 from ..errors import ArgumentError
+from .feed import check_names_and_dtypes
 from .onnx_import.dynamic import DynamicGraph, _show
 
 FORMAT = "loopweave-dynamic-executable"
@@ -27,17 +28,24 @@ class DynamicExecutable:
         self.graph = graph
         self.target, self.progress = target, progress
         self.specializations: Dict[tuple, object] = {}
-        self.inputs = [(n, s, d) for n, s, d in graph.inputs if n not in graph.value_inputs]
         self.outputs = list(graph.outputs)       # (name, shape with symbols, dtype)
 
+    @property
+    def inputs(self) -> List[Tuple[str, tuple, str]]:
+        """The tensor inputs (name, shape with symbols, dtype); shape inputs are left out."""
+        return [(n, s, d) for n, s, d in self.graph.inputs if n not in self.graph.value_inputs]
+
     def _key(self, feed) -> tuple:
-        self.graph.bind(feed)
-        shapes = tuple((n, tuple(feed[n].shape)) for n, _, _ in self.graph.inputs if n not in self.graph.value_inputs)
+        self.graph.symbol_values(feed)
+        shapes = tuple((n, tuple(feed[n].shape)) for n, _, _ in self.inputs)
         values = tuple((n, feed[n].dtype.str, tuple(feed[n].shape), feed[n].tobytes()) for n in self.graph.value_inputs)
         return shapes + values
 
     def specialization(self, feed):
         """The static Executable for ``feed``'s binding (compiled now if it is new)."""
+        return self._specialization(check_names_and_dtypes(self.graph.inputs, feed))
+
+    def _specialization(self, feed):
         from .executor import compile as compile_static
         key = self._key(feed)
         exe = self.specializations.get(key)
@@ -45,24 +53,24 @@ class DynamicExecutable:
             graph, grew = self.graph.specialize_to(feed)
             if grew:        # more inputs are shape inputs now: keys made without their values are void
                 self.specializations.clear()
-                self.inputs = [(n, s, d) for n, s, d in self.graph.inputs if n not in self.graph.value_inputs]
                 key = self._key(feed)
             exe = compile_static(graph, self.target, progress=self.progress)
             self.specializations[key] = exe
         return exe
 
+    def _tensor_feed(self, feed) -> dict:
+        return {n: a for n, a in feed.items() if n not in self.graph.value_inputs}
+
     def run(self, feed) -> List[np.ndarray]:
         """Run on ``feed`` ({input name: array}); compiles the binding's specialisation on first use."""
-        from .feed import check_names_and_dtypes
         feed = check_names_and_dtypes(self.graph.inputs, feed)
-        exe = self.specialization(feed)
-        return exe.run({n: a for n, a in feed.items() if n not in self.graph.value_inputs})
+        return self._specialization(feed).run(self._tensor_feed(feed))
 
     __call__ = run
 
     def profile(self, feed, repeat: int = 10) -> List[Tuple[str, float]]:
-        exe = self.specialization(feed)
-        return exe.profile({n: a for n, a in feed.items() if n not in self.graph.value_inputs}, repeat)
+        feed = check_names_and_dtypes(self.graph.inputs, feed)
+        return self._specialization(feed).profile(self._tensor_feed(feed), repeat)
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}: {d}{_show(s)}" for n, s, d in self.graph.inputs)

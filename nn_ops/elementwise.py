@@ -45,14 +45,6 @@ def broadcast_index(t: Tensor, out_ndim: int, idx) -> Expr:
     return t[tuple(0 if d == 1 else idx[lead + k] for k, d in enumerate(shape))] if shape else t[()]
 
 
-def broadcast_to(t: Tensor, shape: Sequence[int], name: str = "broadcast_to") -> Tensor:
-    """``t`` stretched to ``shape`` under numpy broadcasting (a copy; numpy's is a view)."""
-    shape = tuple(int(d) for d in shape)
-    if broadcast_shape(static_shape(t), shape) != shape:
-        raise ExprError(f"{t.name} of shape {static_shape(t)} does not broadcast to {shape}")
-    return compute(shape, lambda *idx: broadcast_index(t, len(shape), idx), name=name, tag="broadcast")
-
-
 def _as_tensor_or_const(x: Operand, dtype: str):
     return x if isinstance(x, Tensor) else const(float(x), dtype)
 

@@ -146,11 +146,6 @@ def _gelu(inputs, attrs):
     return gelu(inputs[0], attrs.get("approximate", "none"))
 
 
-@op("broadcast_to", "injective")
-def _broadcast_to(inputs, attrs):
-    return ew.broadcast_to(inputs[0], attrs["shape"])
-
-
 # ------------------------------------------------------------------ injective
 def _erf(v):
     from ..dsl.intrinsics import erf

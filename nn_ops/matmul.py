@@ -13,7 +13,7 @@ from ..dsl.expr import Const, cast
 from ..dsl.reduction import sum as lw_sum
 from ..dsl.tensor import Tensor, compute, reduce_axis
 from ..errors import ExprError
-from .registry import fused_output, register_schedule
+from .registry import accumulator_and_tile, register_schedule
 
 
 def _check(cond: bool, message: str):
@@ -93,14 +93,9 @@ def _blocking(target, dtype: str):
 def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
     """Register-blocked schedule shared by matmul, dense and batch_matmul."""
     out = op.outputs[0]
-    C = s[op]
     mr, nr = _blocking(target, out.dtype)
     B_t = op.input_tensors[1]
-    final = fused_output(s, op)
-    if final is C:
-        CC = s.cache_write(out, "local")
-    else:   # fused epilogue (bias, relu, ...): tile the output, accumulate the block of op inside it
-        CC, C = out, final
+    CC, C = accumulator_and_tile(s, op)
     if getattr(B_t.op, "tag", "") == "pack":
         BB = B_t            # the op already transposes B: compute that per panel
     else:

@@ -26,7 +26,7 @@ from ..errors import ExprError
 from .conv2d import _divisor_at_most, _row_block, _schedule_padding
 from .elementwise import static_shape
 from .pooling import pool_output_size
-from .registry import fused_output, register_schedule
+from .registry import accumulator_and_tile, register_schedule
 
 
 # ------------------------------------------------------------------ layout transforms
@@ -56,7 +56,7 @@ def pack_depthwise_weight(weight: np.ndarray, block: int) -> np.ndarray:
     return np.ascontiguousarray(weight.reshape(c // block, block, kh, kw).transpose(0, 2, 3, 1))
 
 
-def _padded(X: Tensor, padding, blocked: bool, name: str) -> Tensor:
+def _padded(X: Tensor, padding, name: str) -> Tensor:
     pt, pl, pb, pr = padding
     if not (pt or pl or pb or pr):
         return X
@@ -105,7 +105,7 @@ def conv2d_blocked(X: Tensor, Wp: Tensor, bias=None, stride=(1, 1), padding=(0, 
     sh, sw = stride
     dh, dw = dilation
     oh, ow = _output_hw(h, w, (kh, kw), stride, padding, dilation)
-    Xp = _padded(X, padding, blocked_in, name)
+    Xp = _padded(X, padding, name)
     rco = reduce_axis((0, cob_n), name="rco")
     ry = reduce_axis((0, kh), name="ry")
     rx = reduce_axis((0, kw), name="rx")
@@ -134,7 +134,7 @@ def depthwise_blocked(X: Tensor, Wd: Tensor, bias=None, stride=(1, 1), padding=(
     sh, sw = stride
     dh, dw = dilation
     oh, ow = _output_hw(h, w, (kh, kw), stride, padding, dilation)
-    Xp = _padded(X, padding, True, name)
+    Xp = _padded(X, padding, name)
     ry = reduce_axis((0, kh), name="ry")
     rx = reduce_axis((0, kw), name="rx")
     Y = compute((n, cbn, oh, ow, b),
@@ -197,12 +197,7 @@ def schedule_conv2d_blocked(s, op, target):
     n_, obn, oh_, ow_, b = [int(d.value) for d in out.shape]
     nv = 2 if obn % 2 == 0 else 1
     owb = _row_block(ow_, 28 // nv if nv > 1 else 14)
-    final = fused_output(s, op)
-    if final is s[op]:
-        acc = s.cache_write(out, "local")
-        Y = s[op]
-    else:
-        acc, Y = out, final
+    acc, Y = accumulator_and_tile(s, op)
     n, ob, y, x, oi = Y.op.axis
     obo, obi = Y.split(ob, factor=nv)
     xo, xi = Y.split(x, factor=owb)
@@ -243,12 +238,7 @@ def schedule_depthwise_blocked(s, op, target):
     out = op.outputs[0]
     ow_ = int(out.shape[3].value)
     owb = _divisor_at_most(ow_, 8)
-    final = fused_output(s, op)
-    if final is s[op]:
-        acc = s.cache_write(out, "local")
-        Y = s[op]
-    else:
-        acc, Y = out, final
+    acc, Y = accumulator_and_tile(s, op)
     n, cb, y, x, ci = Y.op.axis
     xo, xi = Y.split(x, factor=owb)
     Y.reorder(n, cb, y, xo, xi, ci)

@@ -11,7 +11,7 @@ import math
 from typing import Optional, Sequence
 
 from ..dsl.expr import const
-from ..dsl.intrinsics import erf, rsqrt, sqrt, tanh
+from ..dsl.intrinsics import erf, rsqrt, tanh
 from ..dsl.reduction import sum as lw_sum
 from ..dsl.tensor import Tensor, compute, reduce_axis
 from ..errors import ExprError

@@ -76,6 +76,19 @@ def fused_output(s: Schedule, op: ComputeOp):
     return final
 
 
+def accumulator_and_tile(s: Schedule, op: ComputeOp):
+    """``(accumulator tensor, stage to tile)`` for a register-blocked anchor op.
+
+    Without a fused epilogue the op's own stage is tiled and accumulates its block in a
+    ``cache_write`` local buffer; with one (see ``fused_output``) the epilogue's output
+    stage is tiled and ``op`` itself, computed inside the tile, is the accumulator.
+    """
+    final = fused_output(s, op)
+    if final is s[op]:
+        return s.cache_write(op.outputs[0], "local"), s[op]
+    return op.outputs[0], final
+
+
 def _reaches_through_inlined(s: Schedule, consumer: ComputeOp, producer) -> bool:
     """Whether ``consumer`` reads ``producer``, directly or through inlined stages only."""
     found = False

@@ -15,7 +15,7 @@ from ..dsl.reduction import max as lw_max, sum as lw_sum
 from ..dsl.tensor import Tensor, compute, reduce_axis
 from ..errors import ExprError
 from .elementwise import static_shape
-from .registry import compute_all_at, register_schedule, vectorized_reduction
+from .registry import compute_all_at, register_schedule, schedule_injective, vectorized_reduction
 
 
 def _strides(shape: Sequence[int]):
@@ -165,8 +165,8 @@ def schedule_softmax(s, op, target):
     lanes = target.lanes(out.dtype)
     if int(op.attrs.get("axis", nd - 1)) != nd - 1 or nd == 1:
         for stat in (M, E, S):
-            schedule_reduce(s, stat.op, target) if stat.op.reduce_axis else _parallel_outer(s[stat.op])
-        _parallel_outer(stage)
+            (schedule_reduce if stat.op.reduce_axis else schedule_injective)(s, stat.op, target)
+        schedule_injective(s, op, target)
         return
     n = axes[-1].extent
     factored = []
@@ -179,15 +179,6 @@ def schedule_softmax(s, op, target):
     row = stage.fuse(*rows) if len(rows) > 1 else rows[0]
     stage.parallel(row)
     compute_all_at(s, [M, E, S] + factored, stage, row)
-
-
-def _parallel_outer(stage):
-    axes = list(stage.leaf_iter_vars)
-    spatial = [a for a in axes if a.kind != "reduce"]
-    if len(spatial) > 1:
-        stage.parallel(stage.fuse(*spatial))
-    elif spatial:
-        stage.parallel(spatial[0])
 
 
 def strided_slice(X: Tensor, begin: Sequence[int], end: Sequence[int], step: Sequence[int],

@@ -179,7 +179,7 @@ def _check_uniform(kernel: KernelLaunch) -> None:
                                   if any(id(v) in thread_vars for v in bounds) else "")
             walk(s.body, inner)
         elif isinstance(s, IfThenElse):
-            cond = divergent or (f"under the condition of an if" if any(id(v) in thread_vars
+            cond = divergent or ("under the condition of an if" if any(id(v) in thread_vars
                                                                         for v in collect_vars(s.condition)) else "")
             walk(s.then_case, cond)
             if s.else_case is not None:

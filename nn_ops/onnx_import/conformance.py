@@ -9,8 +9,7 @@ claims.  ``tests/nn_ops/test_ops_onnx_backend.py`` runs the claimed cases with
 
 Every input is fed at run time, as the case gives it: shape-like inputs (a Reshape's
 shape, a Slice's starts, a Resize's scales, ...) make the model a DynamicGraph,
-specialised to their values when it runs.  ``--bake`` makes them initializers first
-(the static import path) for comparison.
+specialised to their values when it runs.
 """
 from __future__ import annotations
 
@@ -19,25 +18,11 @@ import sys
 import time
 import warnings
 from collections import Counter
-from typing import Dict, List, Tuple
+from typing import Tuple
 
 import numpy as np
 
 from ...errors import OnnxImportError
-
-# input positions that fix an output shape or play an attribute's part: baked as constants
-# (CastLike's second input is read for its type only; Compress's condition sets the output length)
-SHAPE_INPUTS: Dict[str, Tuple[int, ...]] = {
-    "CastLike": (1,), "Compress": (1,), "AffineGrid": (1,),
-    "Reshape": (1,), "Slice": (1, 2, 3, 4), "Squeeze": (1,), "Unsqueeze": (1,), "Pad": (1, 2, 3),
-    "Expand": (1,), "Tile": (1,), "Resize": (1, 2, 3), "Upsample": (1,), "Split": (1,), "TopK": (1,),
-    "Range": (0, 1, 2), "ConstantOfShape": (0,), "HannWindow": (0,), "HammingWindow": (0,),
-    "BlackmanWindow": (0,), "OneHot": (1,), "Clip": (1, 2), "CenterCropPad": (1,),
-    "Trilu": (1,), "CumSum": (1,), "CumProd": (1,), "Dropout": (1, 2),
-    **{f"Reduce{k}": (1,) for k in ("Sum", "Mean", "Max", "Min", "Prod", "L1", "L2", "LogSum", "LogSumExp",
-                                     "SumSquare")},
-}
-
 
 def collect_cases():
     from onnx.backend.test.case.node import collect_testcases
@@ -66,30 +51,6 @@ def as_array(value):
     return np.asarray(value) if isinstance(value, np.generic) else value
 
 
-def bake_shape_inputs(model, inputs):
-    """(model, feeds): graph inputs read only at shape-like positions become initializers."""
-    import onnx
-    from onnx import numpy_helper
-    model = onnx.ModelProto.FromString(model.SerializeToString())
-    uses: Dict[str, List[bool]] = {}
-    for node in model.graph.node:
-        for pos, name in enumerate(node.input):
-            if name:
-                uses.setdefault(name, []).append(pos in SHAPE_INPUTS.get(node.op_type, ()))
-    kept, feeds = [], []
-    for vi, arr in zip(list(model.graph.input), inputs):
-        flags = uses.get(vi.name, [])
-        arr = as_array(arr)
-        if flags and all(flags) and isinstance(arr, np.ndarray):
-            model.graph.initializer.append(numpy_helper.from_array(arr, vi.name))
-        else:
-            kept.append(vi)
-            feeds.append(arr)
-    del model.graph.input[:]
-    model.graph.input.extend(kept)
-    return model, feeds
-
-
 def _matches(got, want, rtol, atol) -> Tuple[bool, str]:
     want = np.asarray(as_array(want))
     if got.shape != want.shape:
@@ -109,23 +70,21 @@ def _matches(got, want, rtol, atol) -> Tuple[bool, str]:
     return ok, f"max abs diff {worst:g}, {nan_mismatch} NaN(s) misplaced"
 
 
-def run_case(case, bake: bool = False) -> Tuple[str, str]:
+def run_case(case) -> Tuple[str, str]:
     """(status, detail): 'pass', 'unsupported' (clean OnnxImportError) or 'fail'; other errors propagate.
 
     Inputs are fed at run time as the case gives them, shape-like ones (a Reshape's shape,
     a Resize's sizes...) included: ``from_onnx`` then returns a DynamicGraph, compiled per
-    value.  ``bake=True`` makes shape-like inputs initializers first (the static path)."""
+    value."""
     import loopweave as lw
     if not case.data_sets:
         return "unsupported", "the case has no data sets"
-    first_inputs, _ = case.data_sets[0]
-    model = bake_shape_inputs(case.model, first_inputs)[0] if bake else case.model
     try:
-        g = lw.from_onnx(model)
+        g = lw.from_onnx(case.model)
         exe = lw.compile(g, progress=False)
         names = [i if isinstance(i, str) else i[0] for i in g.inputs]   # names, or (name, shape, dtype)
         for inputs, outputs in case.data_sets:
-            feeds = bake_shape_inputs(case.model, inputs)[1] if bake else [as_array(a) for a in inputs]
+            feeds = [as_array(a) for a in inputs]
             got = exe.run({name: arr for name, arr in zip(names, feeds)})
             if len(got) != len(outputs):
                 return "fail", f"{len(got)} outputs, expected {len(outputs)}"
@@ -142,14 +101,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-k", default="", help="only cases whose name contains this")
     parser.add_argument("-v", action="store_true", help="print every case that does not pass")
-    parser.add_argument("--bake", action="store_true", help="make shape-like inputs constants before importing")
     args = parser.parse_args(argv)
     cases = [c for c in collect_cases() if args.k in c.name]
     counts = {"all": Counter(), "claimed": Counter()}
     t0 = time.perf_counter()
     for case in cases:
         try:
-            status, detail = run_case(case, bake=args.bake)
+            status, detail = run_case(case)
         except Exception as exc:  # noqa: BLE001 - a report: anything else is a crash to fix
             status, detail = "crash", f"{type(exc).__name__}: {exc}"
         claimed = is_claimed(case)

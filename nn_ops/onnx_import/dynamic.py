@@ -18,6 +18,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 from ...errors import ArgumentError, OnnxImportError
+from .importer import _shape_inputs_behind
 
 TRIAL_SIZE = 1
 
@@ -55,7 +56,11 @@ class DynamicGraph:
     def bind(self, feed: Dict[str, np.ndarray]) -> Dict[str, int]:
         """The symbols' values for ``feed`` (checked: names, dtypes, ranks, fixed sizes, consistent symbols)."""
         from ..feed import check_names_and_dtypes
-        check_names_and_dtypes(self.inputs, feed)
+        return self.symbol_values(check_names_and_dtypes(self.inputs, feed))
+
+    def symbol_values(self, feed: Dict[str, np.ndarray]) -> Dict[str, int]:
+        """The symbols' values for a ``feed`` whose names and dtypes are already checked (ranks,
+        fixed sizes and consistent symbols are checked here)."""
         values: Dict[str, int] = {}
         for name, shape, dtype in self.inputs:
             a = feed[name]
@@ -93,7 +98,7 @@ class DynamicGraph:
         except OnnxImportError as exc:
             binding = ", ".join(f"{n}: {tuple(s)}" for n, s in shapes.items())
             error = OnnxImportError(f"while specialising {self.name!r} to {binding}: {exc}", exc.unsupported)
-            error.more_value_inputs = _more_value_inputs(model, exc)
+            error.more_value_inputs = _shape_inputs_behind(model, exc)
             raise error from exc
 
     def specialize_to(self, feed: Dict[str, np.ndarray]):
@@ -131,11 +136,6 @@ class DynamicGraph:
         if self.sample is not None:
             body += f"<div>imported with every symbol = {TRIAL_SIZE}:</div>" + self.sample._repr_html_()
         return f"<div>{body}</div>"
-
-
-def _more_value_inputs(model, exc) -> List[str]:
-    from .importer import _shape_inputs_behind
-    return _shape_inputs_behind(model, exc)
 
 
 def _show(shape) -> str:

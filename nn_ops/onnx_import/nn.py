@@ -253,7 +253,7 @@ def _stretched(ctx, name: str, shape) -> str:
     if int(np.prod(src)) == int(np.prod(shape)):
         return _reshaped(ctx, name, shape)
     wide = ctx.graph.fresh_name(f"{name}.b")
-    ctx.emit("broadcast_to", [name], wide, {"shape": tuple(int(d) for d in shape)})
+    ctx.emit("expand", [name], wide, {"shape": tuple(int(d) for d in shape)})
     return wide
 
 
