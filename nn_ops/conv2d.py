@@ -8,9 +8,11 @@ set of stages of one kernel:
   ``<name>.wpack`` (W as ``[OC/bn, C/cb, KH, KW, cb, bn]``: ``bn`` output channels
   contiguous, one vector register), ``<name>.nchwc`` (the convolution into
   ``[N, OC/bn, OH, OW, bn]``) and ``<name>`` (the NCHW result, a copy of nchwc);
-* 1x1, stride 1, no padding, >= 64 pixels (tag ``conv2d_1x1``): a matmul per image
-  over the flattened pixels, ``<name>.pixels[n, o, p] = sum_c X[n, c, p] * W[o, c]``,
-  vectorized along the pixels, which are contiguous in NCHW: no packing at all;
+* 1x1, no padding, >= 32 output pixels (256 if strided) (tag ``conv2d_1x1``): a matmul per image over
+  the flattened pixels, ``<name>.pixels[n, o, p] = sum_c X[n, c, p] * W[o, c]``,
+  vectorized along the pixels, which are contiguous in NCHW: no packing at all; a
+  strided 1x1 first copies the pixels it reads (``<name>.subsample``, a quarter of the
+  input for stride 2) so the matmul still reads contiguous rows;
 * depthwise (``groups == C == OC``, tag ``conv2d_depthwise``): memory-bound, computed
   directly in NCHW.
 
@@ -144,9 +146,13 @@ def conv2d(X: Tensor, W: Tensor, stride=1, padding=0, dilation=1, groups: int = 
     if blocks is None:
         # a matmul per image: Y[n, :, p] = W[:, :] @ X[n, :, p] over the flattened pixels p,
         # vectorized along p (contiguous in NCHW), no packing of either operand
+        Xs = X
+        if (sh, sw) != (1, 1):
+            Xs = compute((n, c, oh, ow), lambda nn, cc, yy, xx: X[nn, cc, yy * sh, xx * sw],
+                         name=name + ".subsample", tag="conv2d.subsample")
         rc = reduce_axis((0, c), name="rc")
         Yf = compute((n, oc, oh * ow),
-                     lambda nn, o, p: lw_sum(X[nn, rc, p // ow, p % ow] * W[o, rc, 0, 0], axis=rc),
+                     lambda nn, o, p: lw_sum(Xs[nn, rc, p // ow, p % ow] * W[o, rc, 0, 0], axis=rc),
                      name=name + ".pixels", tag="conv2d.pixels", attrs=attrs)
         return compute((n, oc, oh, ow), lambda nn, o, yy, xx: Yf[nn, o, yy * ow + xx], name=name,
                        tag="conv2d_1x1", attrs=attrs)
@@ -184,12 +190,11 @@ def conv2d_weight_blocks(x_shape, w_shape, stride, padding, groups: int, dtype: 
     """
     n, c, h, w = x_shape
     oc, cg, kh, kw = w_shape
-    oh_ow_pixels = None
     if groups == c and oc // groups == 1:
         return None
-    if kh == kw == 1 and tuple(stride) == (1, 1) and groups == 1 and not any(padding):
-        oh_ow_pixels = h * w
-        if _pixels_path(oh_ow_pixels):
+    if kh == kw == 1 and groups == 1 and not any(padding):
+        sh, sw = stride
+        if _pixels_path(((h - 1) // sh + 1) * ((w - 1) // sw + 1), strided=(sh, sw) != (1, 1)):
             return None
     return _channel_block(oc // groups, resolve_target("llvm").lanes(dtype)), _divisor_at_most(cg, 8)
 
@@ -206,8 +211,15 @@ def pack_conv2d_weight(weight: np.ndarray, blocks) -> np.ndarray:
     return np.ascontiguousarray(packed)
 
 
-def _pixels_path(pixels: int) -> bool:
-    return pixels >= 64
+def _pixels_path(pixels: int, strided: bool) -> bool:
+    """Whether a 1x1 convolution with ``pixels`` output pixels runs as the pixels matmul.
+
+    Measured on the ResNet-18 / MobileNetV2 layers (benchmarks/conv2d.py, 2 threads): with
+    weights given at run time the pixels path needs no weight packing and no transpose to NCHW,
+    and wins down to 7x7 maps (49 pixels: 0.56-0.88 -> 0.97-1.08 of onnxruntime); a strided
+    1x1 also pays for its subsampled copy, so it switches later (784 pixels: 2x faster as
+    pixels, 196 pixels: 25 % slower)."""
+    return pixels >= (256 if strided else 32)
 
 
 # ------------------------------------------------------------------ schedule
@@ -367,3 +379,19 @@ def schedule_conv2d_1x1(s, op, target):
     s[Yf].unroll(co)
     s[Yf].unroll(cpv)
     s[Yf].vectorize(cpl)
+    _schedule_subsample(s, Yf.op.input_tensors[0], lanes)
+
+
+def _schedule_subsample(s, tensor, lanes: int) -> None:
+    """A strided 1x1's pixel copy is computed at root: planes in parallel, rows vectorized
+    (strided vector loads) where a row holds a vector."""
+    if getattr(tensor.op, "tag", "") != "conv2d.subsample":
+        return
+    P = s[tensor]
+    pn, pc, _, px = P.op.axis
+    P.parallel(P.fuse(pn, pc))
+    width = int(tensor.shape[3].value)
+    vec = next((v for v in (lanes, 8, 4) if v <= width), 1)
+    if vec > 1:
+        _, pxi = P.split(px, factor=vec)
+        P.vectorize(pxi)

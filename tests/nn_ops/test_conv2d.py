@@ -71,8 +71,11 @@ def _check(x_shape, w_shape, seed=0, **kw):
     # 1x1
     ((1, 16, 12, 12), (24, 16, 1, 1), dict()),                  # pixels path (144 pixels, shifted last tile)
     ((2, 8, 16, 16), (48, 8, 1, 1), dict()),                    # pixels path, batch 2
-    ((1, 12, 5, 7), (32, 12, 1, 1), dict()),                    # few pixels: channel-blocked path
+    ((1, 12, 5, 7), (32, 12, 1, 1), dict()),                    # pixels path, 35 pixels: two shifted tiles
+    ((1, 12, 5, 5), (32, 12, 1, 1), dict()),                    # few pixels: channel-blocked path
     ((1, 16, 13, 13), (32, 16, 1, 1), dict(stride=2)),
+    ((1, 16, 36, 33), (24, 16, 1, 1), dict(stride=2)),          # strided pixels path (18x17, subsampled)
+    ((2, 8, 16, 40), (40, 8, 1, 1), dict(stride=(1, 2))),       # strided pixels path, batch 2, 16x20
     # grouped and depthwise
     ((1, 8, 10, 10), (16, 4, 3, 3), dict(padding=1, groups=2)),
     ((2, 6, 9, 9), (6, 3, 1, 1), dict(groups=2)),
@@ -87,9 +90,18 @@ def test_conv2d_matches_numpy(x_shape, w_shape, kw):
     _check(x_shape, w_shape, **kw)
 
 
+def test_strided_1x1_takes_the_pixels_path():
+    X = lw.placeholder((1, 64, 56, 56), name="X")
+    Y = nn_ops.conv2d(X, lw.placeholder((128, 64, 1, 1), name="W"), stride=2)
+    assert Y.op.tag == "conv2d_1x1"
+    sub = Y.op.input_tensors[0].op.input_tensors[0]
+    assert sub.op.tag == "conv2d.subsample" and [int(d.value) for d in sub.shape] == [1, 64, 28, 28]
+
+
 def test_conv2d_realistic_layers():
     _check((1, 64, 56, 56), (64, 64, 3, 3), padding=1)
     _check((1, 96, 28, 28), (24, 96, 1, 1))
+    _check((1, 64, 56, 56), (128, 64, 1, 1), stride=2)
 
 
 def test_conv2d_errors_name_the_problem():
