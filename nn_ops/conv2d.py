@@ -8,7 +8,7 @@ set of stages of one kernel:
   ``<name>.wpack`` (W as ``[OC/bn, C/cb, KH, KW, cb, bn]``: ``bn`` output channels
   contiguous, one vector register), ``<name>.nchwc`` (the convolution into
   ``[N, OC/bn, OH, OW, bn]``) and ``<name>`` (the NCHW result, a copy of nchwc);
-* 1x1, no padding, >= 32 output pixels (256 if strided) (tag ``conv2d_1x1``): a matmul per image over
+* 1x1, no padding, >= 32 output pixels (tag ``conv2d_1x1``): a matmul per image over
   the flattened pixels, ``<name>.pixels[n, o, p] = sum_c X[n, c, p] * W[o, c]``,
   vectorized along the pixels, which are contiguous in NCHW: no packing at all; a
   strided 1x1 first copies the pixels it reads (``<name>.subsample``, a quarter of the
@@ -194,7 +194,7 @@ def conv2d_weight_blocks(x_shape, w_shape, stride, padding, groups: int, dtype: 
         return None
     if kh == kw == 1 and groups == 1 and not any(padding):
         sh, sw = stride
-        if _pixels_path(((h - 1) // sh + 1) * ((w - 1) // sw + 1), strided=(sh, sw) != (1, 1)):
+        if _pixels_path(((h - 1) // sh + 1) * ((w - 1) // sw + 1)):
             return None
     return _channel_block(oc // groups, resolve_target("llvm").lanes(dtype)), _divisor_at_most(cg, 8)
 
@@ -211,15 +211,15 @@ def pack_conv2d_weight(weight: np.ndarray, blocks) -> np.ndarray:
     return np.ascontiguousarray(packed)
 
 
-def _pixels_path(pixels: int, strided: bool) -> bool:
+def _pixels_path(pixels: int) -> bool:
     """Whether a 1x1 convolution with ``pixels`` output pixels runs as the pixels matmul.
 
     Measured on the ResNet-18 / MobileNetV2 layers (benchmarks/conv2d.py, 2 threads): with
     weights given at run time the pixels path needs no weight packing and no transpose to NCHW,
-    and wins down to 7x7 maps (49 pixels: 0.56-0.88 -> 0.97-1.08 of onnxruntime); a strided
-    1x1 also pays for its subsampled copy, so it switches later (784 pixels: 2x faster as
-    pixels, 196 pixels: 25 % slower)."""
-    return pixels >= (256 if strided else 32)
+    and wins down to 7x7 maps, strided or not (49 pixels: 0.56-0.91 -> 0.97-1.08 of
+    onnxruntime; the strided copy is a small fraction of the input).
+    """
+    return pixels >= 32
 
 
 # ------------------------------------------------------------------ schedule

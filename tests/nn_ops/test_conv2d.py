@@ -73,7 +73,8 @@ def _check(x_shape, w_shape, seed=0, **kw):
     ((2, 8, 16, 16), (48, 8, 1, 1), dict()),                    # pixels path, batch 2
     ((1, 12, 5, 7), (32, 12, 1, 1), dict()),                    # pixels path, 35 pixels: two shifted tiles
     ((1, 12, 5, 5), (32, 12, 1, 1), dict()),                    # few pixels: channel-blocked path
-    ((1, 16, 13, 13), (32, 16, 1, 1), dict(stride=2)),
+    ((1, 16, 13, 13), (32, 16, 1, 1), dict(stride=2)),           # strided pixels path, 7x7
+    ((1, 16, 9, 9), (32, 16, 1, 1), dict(stride=2)),             # strided, few pixels: channel-blocked path
     ((1, 16, 36, 33), (24, 16, 1, 1), dict(stride=2)),          # strided pixels path (18x17, subsampled)
     ((2, 8, 16, 40), (40, 8, 1, 1), dict(stride=(1, 2))),       # strided pixels path, batch 2, 16x20
     # grouped and depthwise
