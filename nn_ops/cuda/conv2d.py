@@ -30,6 +30,7 @@ def _inline_helpers(s, op) -> None:
 
 @register_schedule("conv2d", "cuda")
 @register_schedule("conv2d_1x1", "cuda")
+@register_schedule("conv2d_rows", "cuda")
 @register_schedule("conv2d_depthwise", "cuda")
 def schedule_conv2d_direct(s, op, target) -> None:
     _inline_helpers(s, op)

@@ -68,6 +68,11 @@ def _check(x_shape, w_shape, seed=0, **kw):
     ((1, 4, 9, 12), (16, 4, 3, 3), dict(padding=(0, 1, 2, 1))),
     ((1, 7, 12, 12), (5, 7, 3, 3), dict(padding=1)),           # output channels not a multiple of a block
     ((1, 32, 9, 9), (64, 32, 3, 3), dict(padding=1)),
+    # few taps (C*KH*KW <= 32), rows of >= 16 pixels: vector-rows path
+    ((1, 3, 40, 40), (32, 3, 3, 3), dict(stride=2, padding=1)),  # a stem: 20 pixels, one shifted vector
+    ((2, 3, 36, 70), (12, 3, 3, 3), dict(padding=(0, 1, 2, 1))),  # two vectors, shifted tile, 6-row block
+    ((1, 2, 30, 40), (8, 2, 3, 3), dict(padding=2, dilation=2)),
+    ((1, 1, 20, 33), (5, 1, 5, 5), dict(stride=(1, 2), padding=2)),
     # 1x1
     ((1, 16, 12, 12), (24, 16, 1, 1), dict()),                  # pixels path (144 pixels, shifted last tile)
     ((2, 8, 16, 16), (48, 8, 1, 1), dict()),                    # pixels path, batch 2
@@ -99,10 +104,36 @@ def test_strided_1x1_takes_the_pixels_path():
     assert sub.op.tag == "conv2d.subsample" and [int(d.value) for d in sub.shape] == [1, 64, 28, 28]
 
 
+def test_few_taps_take_the_rows_path():
+    X = lw.placeholder((1, 3, 224, 224), name="X")
+    Y = nn_ops.conv2d(X, lw.placeholder((32, 3, 3, 3), name="W"), stride=2, padding=1)
+    assert Y.op.tag == "conv2d_rows"
+    narrow = nn_ops.conv2d(lw.placeholder((1, 3, 9, 9), name="X"), lw.placeholder((16, 3, 3, 3), name="W"))
+    assert narrow.op.tag == "conv2d"
+
+
+@pytest.mark.parametrize("size,stride", [(40, 2), (57, 1)])
+def test_rows_path_with_fused_relu_epilogue(size, stride):
+    """The network form: the rows conv's register block computed inside the relu's tile."""
+    from loopweave.nn_ops import elementwise as ew
+    rng = np.random.default_rng(size)
+    x = rng.standard_normal((1, 3, size, size), dtype=np.float32)
+    w = rng.standard_normal((24, 3, 3, 3), dtype=np.float32)
+    X, W = lw.placeholder(x.shape, name="X"), lw.placeholder(w.shape, name="W")
+    conv = nn_ops.conv2d(X, W, stride=stride, padding=1)
+    assert conv.op.tag == "conv2d_rows"
+    Y = ew.relu(conv)
+    s = nn_ops.schedule(Y)
+    y = np.empty(tuple(int(d.value) for d in Y.shape), np.float32)
+    lw.build(s, [X, W, Y])(x, w, y)
+    np.testing.assert_allclose(y, np.maximum(conv2d_ref(x, w, stride=stride, padding=1), 0), rtol=1e-4, atol=1e-4)
+
+
 def test_conv2d_realistic_layers():
     _check((1, 64, 56, 56), (64, 64, 3, 3), padding=1)
     _check((1, 96, 28, 28), (24, 96, 1, 1))
     _check((1, 64, 56, 56), (128, 64, 1, 1), stride=2)
+    _check((1, 3, 224, 224), (32, 3, 3, 3), stride=2, padding=1)
 
 
 def test_conv2d_errors_name_the_problem():
