@@ -130,7 +130,8 @@ def conv2d(X: Tensor, W: Tensor, stride=1, padding=0, dilation=1, groups: int = 
         Xp = X
 
     ocg = oc // groups
-    blocks = conv2d_weight_blocks((n, c, h, w), (oc, cg, kh, kw), (sh, sw), (pt, pl, pb, pr), groups, X.dtype)
+    blocks = conv2d_weight_blocks((n, c, h, w), (oc, cg, kh, kw), (sh, sw), (pt, pl, pb, pr), groups, X.dtype,
+                                  dilation=(dh, dw))
     if packed:
         _check(blocks == (bn_, cb_), f"conv2d: the packed weight has blocks (oc {bn_}, c {cb_}) but this "
                                      f"convolution uses {blocks}; pack it with pack_conv2d_weight for these shapes")
@@ -194,7 +195,8 @@ def conv2d(X: Tensor, W: Tensor, stride=1, padding=0, dilation=1, groups: int = 
                    tag="conv2d", attrs=attrs)
 
 
-def conv2d_weight_blocks(x_shape, w_shape, stride, padding, groups: int, dtype: str = "float32"):
+def conv2d_weight_blocks(x_shape, w_shape, stride, padding, groups: int, dtype: str = "float32",
+                         dilation=(1, 1)):
     """(output-channel block, input-channel block) of the packed-weight (NCHWc) path, or None.
 
     None when conv2d takes its depthwise or 1x1 path, which read W as it is.
@@ -207,7 +209,7 @@ def conv2d_weight_blocks(x_shape, w_shape, stride, padding, groups: int, dtype: 
     if kh == kw == 1 and groups == 1 and not any(padding):
         if _pixels_path(((h - 1) // sh + 1) * ((w - 1) // sw + 1)):
             return None
-    if groups == 1 and _rows_path(cg * kh * kw, (w + padding[1] + padding[3] - kw) // sw + 1):
+    if groups == 1 and _rows_path(cg * kh * kw, (w + padding[1] + padding[3] - (kw - 1) * dilation[1] - 1) // sw + 1):
         return None
     return _channel_block(oc // groups, resolve_target("llvm").lanes(dtype)), _divisor_at_most(cg, 8)
 
@@ -308,20 +310,22 @@ def schedule_conv2d(s, op, target):
         else:
             W.parallel(wo)
         W.vectorize(wi)
-    _schedule_padding(s, Xp)
+    _schedule_input_copy(s, Xp, lanes)
 
 
-def _schedule_padding(s, tensor) -> None:
-    """A padding stage is computed at root: rows in parallel (a stem has only 3 planes), each
-    row in vectors (masked loads at the borders)."""
-    if getattr(tensor.op, "tag", "") == "conv2d.pad":
-        P = s[tensor]
-        pn, pc, py, px = P.op.axis
-        P.parallel(P.fuse(pn, pc, py))
-        lanes = resolve_target("llvm").lanes(tensor.dtype)
-        if int(tensor.shape[3].value) >= lanes:
-            _, pxi = P.split(px, factor=lanes)
-            P.vectorize(pxi)
+def _schedule_input_copy(s, tensor, lanes: int) -> None:
+    """An input copy (a padding stage, or a strided 1x1's ``subsample``) is computed at root:
+    rows in parallel (a stem has only 3 planes), each row in the widest vectors it holds
+    (masked loads at the padding's borders, strided loads for a subsample)."""
+    if getattr(tensor.op, "tag", "") not in ("conv2d.pad", "conv2d.subsample"):
+        return
+    P = s[tensor]
+    pn, pc, py, px = P.op.axis
+    P.parallel(P.fuse(pn, pc, py))
+    vec = next((v for v in (lanes, 8, 4) if v <= int(tensor.shape[3].value)), 1)
+    if vec > 1:
+        _, pxi = P.split(px, factor=vec)
+        P.vectorize(pxi)
 
 
 @register_schedule("conv2d_depthwise", "llvm")
@@ -395,7 +399,7 @@ def schedule_conv2d_rows(s, op, target):
     s[acc].unroll(co)
     s[acc].unroll(cxv)
     s[acc].vectorize(cxl)
-    _schedule_padding(s, op.input_tensors[0])
+    _schedule_input_copy(s, op.input_tensors[0], lanes)
 
 
 @register_schedule("conv2d_1x1", "llvm")
@@ -435,19 +439,5 @@ def schedule_conv2d_1x1(s, op, target):
     s[Yf].unroll(co)
     s[Yf].unroll(cpv)
     s[Yf].vectorize(cpl)
-    _schedule_subsample(s, Yf.op.input_tensors[0], lanes)
+    _schedule_input_copy(s, Yf.op.input_tensors[0], lanes)
 
-
-def _schedule_subsample(s, tensor, lanes: int) -> None:
-    """A strided 1x1's pixel copy is computed at root: planes in parallel, rows vectorized
-    (strided vector loads) where a row holds a vector."""
-    if getattr(tensor.op, "tag", "") != "conv2d.subsample":
-        return
-    P = s[tensor]
-    pn, pc, _, px = P.op.axis
-    P.parallel(P.fuse(pn, pc))
-    width = int(tensor.shape[3].value)
-    vec = next((v for v in (lanes, 8, 4) if v <= width), 1)
-    if vec > 1:
-        _, pxi = P.split(px, factor=vec)
-        P.vectorize(pxi)

@@ -23,7 +23,7 @@ from ..dsl.expr import const, if_then_else, logical_and
 from ..dsl.reduction import max as lw_max, sum as lw_sum
 from ..dsl.tensor import Tensor, compute, reduce_axis
 from ..errors import ExprError
-from .conv2d import _divisor_at_most, _row_block, _schedule_padding
+from .conv2d import _divisor_at_most, _row_block, _schedule_input_copy
 from .elementwise import static_shape
 from .pooling import pool_output_size
 from .registry import accumulator_and_tile, register_schedule
@@ -215,15 +215,15 @@ def schedule_conv2d_blocked(s, op, target):
     A.unroll(cx)
     A.vectorize(coi)
     for t in op.input_tensors:
-        _schedule_blocked_padding(s, t)
+        _schedule_blocked_padding(s, t, target.lanes(op.outputs[0].dtype))
 
 
-def _schedule_blocked_padding(s, tensor) -> None:
+def _schedule_blocked_padding(s, tensor, lanes: int) -> None:
     """A padding stage at root: (image, channel block) planes in parallel, the channel vector innermost."""
     if getattr(tensor.op, "tag", "") != "conv2d.pad":
         return
     if len(tensor.shape) == 4:
-        _schedule_padding(s, tensor)
+        _schedule_input_copy(s, tensor, lanes)
         return
     P = s[tensor]
     pn, pcb, _, _, pci = P.op.axis

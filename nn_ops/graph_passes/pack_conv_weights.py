@@ -20,7 +20,8 @@ def pack_conv_weights(g: Graph) -> Graph:
         if weight.ndim != 4:
             continue
         blocks = conv2d_weight_blocks(g.shape(node.inputs[0]), weight.shape, tuple(node.attrs["stride"]),
-                                      tuple(node.attrs["padding"]), int(node.attrs["groups"]), str(weight.dtype))
+                                      tuple(node.attrs["padding"]), int(node.attrs["groups"]), str(weight.dtype),
+                                      dilation=tuple(node.attrs["dilation"]))
         if blocks is None:
             continue
         name = g.fresh_name(node.inputs[1] + ".packed")

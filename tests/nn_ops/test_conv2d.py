@@ -110,6 +110,9 @@ def test_few_taps_take_the_rows_path():
     assert Y.op.tag == "conv2d_rows"
     narrow = nn_ops.conv2d(lw.placeholder((1, 3, 9, 9), name="X"), lw.placeholder((16, 3, 3, 3), name="W"))
     assert narrow.op.tag == "conv2d"
+    dilated = nn_ops.conv2d(lw.placeholder((1, 2, 18, 18), name="X"), lw.placeholder((8, 2, 3, 3), name="W"),
+                            dilation=3)     # 12 output pixels a row, though 18 - 3 + 1 = 16
+    assert dilated.op.tag == "conv2d"
 
 
 @pytest.mark.parametrize("size,stride", [(40, 2), (57, 1)])
