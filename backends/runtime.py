@@ -19,6 +19,25 @@ from ..errors import ArgumentError
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 
 
+def _data_pointer_reader():
+    """The fastest correct way to read an ndarray's data pointer.
+
+    ``a.ctypes.data`` builds a ctypes helper object (about 1 us per array, which is
+    measurable on 30 us kernels).  In CPython an ndarray's data pointer is the first
+    field after the object header, so it can be read at ``id(a) + header``; the offset
+    is verified here on probe arrays and the slow, public path is kept if it differs.
+    """
+    header = ctypes.sizeof(ctypes.c_ssize_t) + ctypes.sizeof(ctypes.c_void_p)
+    probes = [np.zeros(3, np.float32), np.zeros((2, 5), np.int64)[1:], np.empty(0, np.uint8)]
+    read = lambda a: ctypes.c_void_p.from_address(id(a) + header).value or 0  # noqa: E731
+    if all(read(a) == a.ctypes.data for a in probes):
+        return read
+    return lambda a: a.ctypes.data
+
+
+_data_pointer = _data_pointer_reader()
+
+
 class ParamSpec:
     """What one argument must look like: name, dtype, shape (ints or size vars), is output."""
 
@@ -57,6 +76,19 @@ class Module:
         self._keepalive = keepalive
         self._buffers = (ctypes.c_void_p * max(1, len(params)))()
         self._sizes = (ctypes.c_int64 * max(1, len(size_names)))()
+        self._call_args = (ctypes.addressof(self._buffers), ctypes.addressof(self._sizes))
+        self._static = self._static_params()
+        self._output_indices = [k for k, p in enumerate(params) if p.is_output]
+
+    def _static_params(self):
+        """(dtype, shape, is_output) per argument when no shape is symbolic, else None.
+
+        Kernels with static shapes take a fast path through the argument checks (a few
+        attribute reads per array); any failure falls back to ``_bind``, which raises
+        the full, named error."""
+        if self.size_names or any(not isinstance(d, int) for p in self.params for d in p.shape):
+            return None
+        return tuple((np.dtype(p.dtype), tuple(p.shape), p.is_output) for p in self.params)
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{p.name}: {p.dtype}[{', '.join(str(s) for s in p.shape)}]" for p in self.params)
@@ -127,21 +159,45 @@ class Module:
     def _shape_str(self, p: ParamSpec, sizes) -> str:
         return "(" + ", ".join(str(s) for s in p.shape) + ")"
 
+    def _static_ok(self, args) -> bool:
+        """Whether ``args`` pass every check of ``_bind`` (static shapes only; see ``_static_params``)."""
+        static = self._static
+        if static is None or len(args) != len(static):
+            return False
+        for a, (dtype, shape, is_output) in zip(args, static):
+            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+                return False
+            flags = a.flags
+            if not flags.c_contiguous or (is_output and not flags.writeable):
+                return False
+        may_share = np.may_share_memory
+        for i in self._output_indices:
+            a = args[i]
+            for j, b in enumerate(args):
+                if j != i and may_share(a, b):
+                    return False
+        return True
+
     def _prepare(self, args):
+        if self._static_ok(args):
+            buffers = self._buffers
+            for k, a in enumerate(args):
+                buffers[k] = _data_pointer(a)
+            return
         sizes = self._bind(args)
         for k, a in enumerate(args):
-            self._buffers[k] = a.ctypes.data
+            self._buffers[k] = _data_pointer(a)
         for k, n in enumerate(self.size_names):
             self._sizes[k] = sizes[n]
 
     def __call__(self, *args) -> None:
         self._prepare(args)
-        self._entry(ctypes.addressof(self._buffers), ctypes.addressof(self._sizes))
+        self._entry(*self._call_args)
 
     def time(self, *args, number: int = 0, repeat: int = 7, min_seconds: float = 0.05) -> float:
         """Median seconds per call, after a warm-up call; ``number`` calls per sample (auto if 0)."""
         self._prepare(args)
-        run = lambda: self._entry(ctypes.addressof(self._buffers), ctypes.addressof(self._sizes))  # noqa: E731
+        run = lambda: self._entry(*self._call_args)  # noqa: E731
         run()
         if number <= 0:
             number = 1

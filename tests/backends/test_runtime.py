@@ -152,3 +152,53 @@ def test_get_source(add):
 def test_module_html(add):
     html = add._repr_html_()
     assert isinstance(html, str) and "main" in html
+
+
+@pytest.fixture(scope="module")
+def static_add():
+    """Static shapes: calls take the fast check path (``Module._static_ok``)."""
+    A = lw.placeholder((3, 4), name="A")
+    B = lw.placeholder((4,), name="B")
+    C = lw.compute((3, 4), lambda i, j: A[i, j] + B[j], name="C")
+    return lw.build(lw.create_schedule(C), [A, B, C])
+
+
+def test_static_fast_path_accepts_and_computes(static_add, arrays):
+    a, b, c = arrays
+    assert static_add._static_ok((a, b, c))
+    static_add(a, b, c)
+    np.testing.assert_array_equal(c, a + b)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda a, b, c: (a.astype("float64"), b, c), r"argument 'A' must have dtype float32, got float64"),
+    (lambda a, b, c: (a, b, c.T.copy().T), r"argument 'C' must be C-contiguous"),
+    (lambda a, b, c: (a, b[:3], c), r"argument 'B' must have shape \(4\), got \(3,\)"),
+    (lambda a, b, c: (a, b, np.ones((3, 4), "float32")[:, :].view()), None),
+    (lambda a, b, c: (a, b, a), r"argument 'C' is written by .* and overlaps argument 'A'"),
+    (lambda a, b, c: (a, c[0], c), r"argument 'C' is written by .* and overlaps argument 'B'"),
+    (lambda a, b, c: (a.tolist(), b, c), r"argument 'A' must be a numpy.ndarray, got list"),
+])
+def test_static_fast_path_falls_back_to_named_errors(static_add, arrays, bad, message):
+    args = bad(*arrays)
+    if message is None:    # a view is fine
+        assert static_add._static_ok(args)
+        return
+    assert not static_add._static_ok(args)
+    with pytest.raises(lw.ArgumentError, match=message):
+        static_add(*args)
+
+
+def test_static_fast_path_read_only_output(static_add, arrays):
+    a, b, c = arrays
+    c.flags.writeable = False
+    assert not static_add._static_ok((a, b, c))
+    with pytest.raises(lw.ArgumentError, match="read-only"):
+        static_add(a, b, c)
+
+
+def test_data_pointer_matches_numpy():
+    from loopweave.backends.runtime import _data_pointer
+    base = np.arange(40, dtype="float32").reshape(5, 8)
+    for a in [base, base[2:], base[1:, 3:], base.T, np.empty(0, "int8"), np.ones((), "float32")]:
+        assert _data_pointer(a) == a.ctypes.data
