@@ -95,6 +95,13 @@ def _conv2d_blocked(inputs, attrs):
                           tuple(attrs["padding"]), tuple(attrs["dilation"]))
 
 
+@op("conv2d_winograd_blocked", "anchor")
+def _conv2d_winograd_blocked(inputs, attrs):
+    from .winograd import conv2d_winograd_blocked
+    return conv2d_winograd_blocked(inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None,
+                                   tuple(attrs["padding"]))
+
+
 @op("depthwise_blocked", "anchor")
 def _depthwise_blocked(inputs, attrs):
     from .nchwc import depthwise_blocked

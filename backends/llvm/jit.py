@@ -72,7 +72,7 @@ def optimize(module_ref, target: Target):
 
 
 def _object_path(symbol: str, target: Target) -> Path:
-    key = hashlib.sha256("\0".join([symbol, target.cpu, target.features, llvmlite.__version__, "v2"]).encode())
+    key = hashlib.sha256("\0".join([symbol, target.cpu, target.features, llvmlite.__version__, "v3"]).encode())
     return cache_dir() / f"{key.hexdigest()[:32]}.o"
 
 

@@ -7,6 +7,8 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/nchwc.py``):
 
 * conv2d with a constant weight and groups == 1 -> ``conv2d_blocked`` (weights packed
   here, once); its input may be plain NCHW (the first layer reads the image as it is);
+  a 3x3 stride-1 one on a blocked input where Winograd pays (``winograd.winograd_pays``)
+  -> ``conv2d_winograd_blocked``, its weight transformed here, once;
 * depthwise conv2d with a constant weight -> ``depthwise_blocked``;
 * elementwise ops whose tensor operands all come blocked (bias, residual add, relu,
   clip), max pools, unpadded/zero-counting average pools and global average pools
@@ -28,6 +30,7 @@ from ..conv2d import _divisor_at_most
 from ..graph import Graph, Node
 from ..graph_ops import SCALAR_OPS, scalar_constants
 from ..nchwc import blocked_shape, pack_blocked_weight, pack_depthwise_weight
+from ..winograd import winograd_pays, winograd_weight
 from .sink_reshapes import ELEMENTWISE
 
 
@@ -140,9 +143,14 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
         weight = g.initializers[node.inputs[1]]
         c = weight.shape[1]
         cb = block[x] if how == "conv" else _divisor_at_most(c, 8)
-        w_name = g.fresh_name(node.inputs[1] + ".blocked")
-        g.add_initializer(w_name, pack_blocked_weight(weight, b, cb))
         x_in = twin[x] if how == "conv" else x
+        w_name = g.fresh_name(node.inputs[1] + ".blocked")
+        if how == "conv" and winograd_pays(weight.shape[2:], attrs["stride"], attrs["dilation"],
+                                           g.shape(node.outputs[0])[2:], c, weight.shape[0]):
+            g.add_initializer(w_name, winograd_weight(weight, b, cb))
+            return Node("conv2d_winograd_blocked", [x_in, w_name] + node.inputs[2:], [out],
+                        {"padding": tuple(attrs["padding"])}, node.name)
+        g.add_initializer(w_name, pack_blocked_weight(weight, b, cb))
         inputs = [x_in, w_name] + node.inputs[2:]
         return Node("conv2d_blocked", inputs, [out], {"stride": tuple(attrs["stride"]),
                                                       "padding": tuple(attrs["padding"]),

@@ -94,7 +94,9 @@ def test_blocked_pools_match_numpy():
 def test_resnet18_is_blocked_end_to_end():
     g = optimize(lw.from_onnx(resnet18()))
     counts = g.op_counts()
-    assert counts.get("conv2d_blocked") == 20 and "conv2d" not in counts
+    # the ten 3x3 stride-1 convs at 56x56 to 14x14 run as Winograd F(2x2, 3x3), the rest direct
+    assert counts.get("conv2d_winograd_blocked") == 10 and counts.get("conv2d_blocked") == 10
+    assert "conv2d" not in counts
     assert counts.get("from_blocked") == 1 and "to_blocked" not in counts     # one transform, after the pool
 
 
