@@ -163,6 +163,7 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None) ->
     Each kernel is scheduled with the op library's schedules for ``tgt`` and built by
     ``build_fn(schedule, args, name)`` (default ``lw.build`` for ``tgt``; the CUDA network
     tests pass a CPU emulation of the GPU schedules)."""
+    from . import kernel_cache
     from .graph_passes import fuse_operators, optimize
     g = optimize(graph, tgt.kind)
     _materialize_output_copies(g)
@@ -179,7 +180,12 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None) ->
         signature, params = _group_signature(g, grp)
         module = by_signature.get(signature)
         if module is None:
-            module = _build_group(g, grp, params, tgt, build_fn)
+            remembered = tgt.kind == "llvm" and build_fn is None
+            module = kernel_cache.lookup(signature, tgt) if remembered else None
+            if module is None:
+                module = _build_group(g, grp, params, tgt, build_fn)
+                if remembered:
+                    kernel_cache.store(signature, tgt, module.symbol)
             by_signature[signature] = module
             built.setdefault(module.symbol, module)
         else:

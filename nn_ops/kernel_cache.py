@@ -1,0 +1,87 @@
+"""Which compiled kernel a fused group became, remembered on disk across processes.
+
+The object cache (``backends/llvm/jit.py``) is keyed by the kernel's symbol, a hash of
+its lowered IR, so even a fully cached compile used to schedule and lower every
+kernel to learn its symbol (most of ResNet-18's cached compile time).  This cache maps
+a group's structural signature (``executor._group_signature``: op types, attributes,
+shapes and dtypes of its parameters, scalar constants) plus the target and a
+fingerprint of loopweave's own source to that symbol.  A hit whose object is still in
+the object cache skips scheduling, lowering and code generation; any change to the
+compiler's source changes the fingerprint, so a stale kernel is never reused.  While a
+schedule or graph op registered from outside loopweave (a notebook's own
+``register_schedule``) is in the tables, the source fingerprint cannot vouch for the
+result, and the cache stays out of the way.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+_fingerprint: Optional[str] = None
+_SOURCE_DIRS = ("dsl", "lowering", "backends", "nn_ops")
+
+
+def source_fingerprint() -> str:
+    """A hash of every Python file of the compiler (computed once per process)."""
+    global _fingerprint
+    if _fingerprint is None:
+        root = Path(__file__).resolve().parent.parent
+        digest = hashlib.sha256()
+        files = sorted(p for d in _SOURCE_DIRS for p in (root / d).rglob("*.py"))
+        files += sorted(root.glob("*.py"))
+        for path in files:
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+        _fingerprint = digest.hexdigest()
+    return _fingerprint
+
+
+@dataclass
+class CachedKernel:
+    """A kernel known from an earlier process: what an executable needs of a built module."""
+    symbol: str
+    object_code: bytes
+
+
+def applies() -> bool:
+    """Whether every registered schedule and graph op comes from loopweave itself."""
+    from .graph_ops import OPS
+    from .registry import _SCHEDULES
+    functions = list(_SCHEDULES.values()) + [d.build for d in OPS.values()]
+    return all((getattr(fn, "__module__", "") or "").startswith(_PACKAGE + ".") for fn in functions)
+
+
+_PACKAGE = __name__.split(".")[0]
+
+
+def _entry_path(signature: str, target) -> Path:
+    from ..backends.llvm.jit import cache_dir
+    key = hashlib.sha256("\0".join([signature, target.key(), str(target), source_fingerprint()]).encode())
+    return cache_dir() / f"{key.hexdigest()[:32]}.kernel"
+
+
+def lookup(signature: str, target) -> Optional[CachedKernel]:
+    """The kernel built for ``signature`` on ``target`` before, if its object is still cached."""
+    from ..backends.llvm.jit import cached_object
+    if not applies():
+        return None
+    path = _entry_path(signature, target)
+    if not path.exists():
+        return None
+    symbol = path.read_text().strip()
+    obj = cached_object(symbol, target)
+    return CachedKernel(symbol, obj) if obj is not None and symbol else None
+
+
+def store(signature: str, target, symbol: str) -> None:
+    if not applies():
+        return
+    path = _entry_path(signature, target)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(symbol)
+    os.replace(tmp, path)
