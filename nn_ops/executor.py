@@ -185,7 +185,7 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None) ->
             if module is None:
                 module = _build_group(g, grp, params, tgt, build_fn)
                 if remembered:
-                    kernel_cache.store(signature, tgt, module.symbol)
+                    kernel_cache.store(signature, tgt, module)
             by_signature[signature] = module
             built.setdefault(module.symbol, module)
         else:

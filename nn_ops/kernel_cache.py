@@ -77,9 +77,15 @@ def lookup(signature: str, target) -> Optional[CachedKernel]:
     return CachedKernel(symbol, obj) if obj is not None and symbol else None
 
 
-def store(signature: str, target, symbol: str) -> None:
+def store(signature: str, target, module) -> None:
+    """Remember that ``signature`` became ``module`` (and keep its object on disk: a kernel
+    loaded earlier in this process may have been compiled under another cache directory)."""
+    from ..backends.llvm.jit import cached_object, store_object
     if not applies():
         return
+    symbol = module.symbol
+    if cached_object(symbol, target) is None:
+        store_object(symbol, target, module.object_code)
     path = _entry_path(signature, target)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     with os.fdopen(fd, "w") as f:
