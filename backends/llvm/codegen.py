@@ -483,6 +483,28 @@ class FunctionEmitter:
         self.masks.pop()
         return self._select_lanes(cond, t, f)
 
+    def _double_to_half(self, v, t):
+        """float64 -> float16 without the ``__truncdfhf2`` library call.
+
+        x86 has no double-to-half instruction, so LLVM calls ``__truncdfhf2``, which MCJIT
+        cannot resolve where libgcc is older than GCC 12 (an abort that kills the
+        interpreter).  Going through float32 rounds twice unless the first step rounds to
+        odd: truncate toward zero, then set the last bit if anything was cut off.  float32
+        keeps 13 more bits than float16, so the second rounding (to nearest even) then
+        gives the correctly rounded half.  Overflow goes to FLT_MAX (odd), which rounds to
+        inf; NaN stays NaN; signed zeros and tiny values keep their sign."""
+        b = self.builder
+        lanes = _lanes(v)
+        f32_t, i32_t = llvm_type("float32", lanes), llvm_type("int32", lanes)
+        fabs = self.cg.intrinsic(f"llvm.fabs.{_type_suffix(v.type)}", v.type, [v.type])
+        nearest = b.fptrunc(v, f32_t)
+        bits = b.bitcast(nearest, i32_t)
+        rounded_up = b.fcmp_ordered(">", b.call(fabs, [b.fpext(nearest, v.type)]), b.call(fabs, [v]))
+        toward_zero = b.select(rounded_up, b.sub(bits, _splat_const(i32_t, 1)), bits)
+        inexact = b.fcmp_unordered("!=", b.fpext(b.bitcast(toward_zero, f32_t), v.type), v)
+        odd = b.select(inexact, b.or_(toward_zero, _splat_const(i32_t, 1)), toward_zero)
+        return b.fptrunc(b.bitcast(odd, f32_t), t)
+
     def expr_Cast(self, e: Cast):
         v = self.expr(e.value)
         src, dst = e.value.dtype, e.dtype
@@ -493,6 +515,8 @@ class FunctionEmitter:
             zero = ir.Constant(v.type, None)
             return b.fcmp_unordered("!=", v, zero) if dtypes.is_float(src) else b.icmp_unsigned("!=", v, zero)
         if dtypes.is_float(dst):
+            if src == "float64" and dst == "float16":
+                return self._double_to_half(v, t)
             if dtypes.is_float(src):
                 return b.fpext(v, t) if dtypes.bits(dst) > dtypes.bits(src) else b.fptrunc(v, t)
             return b.sitofp(v, t) if dtypes.is_signed(src) else b.uitofp(v, t)

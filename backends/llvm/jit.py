@@ -2,8 +2,8 @@
 
 One MCJIT engine per process holds every loaded object.  Objects are cached under
 ``$LOOPWEAVE_CACHE_DIR`` (default ``~/.cache/loopweave``) keyed by the kernel's
-symbol (a hash of its lowered IR and target), the CPU name, its feature string and
-the llvmlite version, so a second build of the same kernel skips LLVM entirely.
+symbol (a hash of its lowered IR and target), the CPU name, its feature string,
+the llvmlite version and a hash of the code generator's source, so a second build of the same kernel skips LLVM entirely.
 """
 from __future__ import annotations
 
@@ -71,8 +71,25 @@ def optimize(module_ref, target: Target):
     pb.getModulePassManager().run(module_ref, pb)
 
 
+_codegen_fingerprint = None
+
+
+def codegen_fingerprint() -> str:
+    """A hash of this package's code generator (every file beside this one): the symbol
+    names the lowered IR, and the same IR compiles to different code after a codegen change."""
+    global _codegen_fingerprint
+    if _codegen_fingerprint is None:
+        digest = hashlib.sha256()
+        for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+        _codegen_fingerprint = digest.hexdigest()
+    return _codegen_fingerprint
+
+
 def _object_path(symbol: str, target: Target) -> Path:
-    key = hashlib.sha256("\0".join([symbol, target.cpu, target.features, llvmlite.__version__, "v3"]).encode())
+    key = hashlib.sha256("\0".join([symbol, target.cpu, target.features, llvmlite.__version__,
+                                    codegen_fingerprint()]).encode())
     return cache_dir() / f"{key.hexdigest()[:32]}.o"
 
 

@@ -176,3 +176,32 @@ def test_object_cache_is_reused_by_a_fresh_process(tmp_path, monkeypatch):
     second = {p.name: p.stat().st_mtime_ns for p in cache.glob("*.o")}
     assert second == first                # no new object, the old one untouched
     assert not list(cache.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("vector", [False, True])
+def test_double_to_half_is_correctly_rounded_without_a_libcall(vector):
+    """float64 -> float16 goes through float32 with round-to-odd (no __truncdfhf2, which
+    MCJIT cannot resolve with an older libgcc); numpy rounds directly, and they must agree,
+    also where a plain two-step rounding would round twice."""
+    h = np.arange(1, 2048, dtype=np.uint16).view(np.float16).astype(np.float64)     # some halves
+    nxt = np.nextafter(h.astype(np.float16), np.float16(np.inf)).astype(np.float64)
+    mid = (h + nxt) / 2                                       # ties: round to even
+    above = np.nextafter(mid, np.inf)                         # a hair above a tie: rounds up, but
+    below = np.nextafter(mid, -np.inf)                        # float32 alone would round to the tie
+    rng = np.random.default_rng(0)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, 65504.0, 65520.0, 1e300, -1e300, 1e-300, -1e-300,
+                        5.960464477539063e-08, 2.9802322387695312e-08, 2.98023223876953125e-08 * 1.0000001])
+    x = np.concatenate([mid, above, below, -above, rng.standard_normal(1000) * 100, special])
+    n = len(x) - len(x) % 16
+    x = x[:n]
+    A = lw.placeholder((n,), name="A", dtype="float64")
+    B = lw.compute((n,), lambda i: lw.cast("float16", A[i]), name="B")
+    s = lw.create_schedule(B)
+    if vector:
+        _, inner = s[B].split(B.op.axis[0], factor=16)
+        s[B].vectorize(inner)
+    f = lw.build(s, [A, B])
+    assert "truncdfhf2" not in f.get_source("asm")
+    out = np.empty(n, np.float16)
+    f(x, out)
+    np.testing.assert_array_equal(out.view(np.uint16), x.astype(np.float16).view(np.uint16))
