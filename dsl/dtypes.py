@@ -13,16 +13,16 @@ from ..errors import DTypeError
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
 INT_DTYPES = ("int8", "int16", "int32", "int64")
-UINT_DTYPES = ("uint8",)
+UINT_DTYPES = ("uint8", "uint16", "uint32", "uint64")
 BOOL = "bool"
 INDEX = "int64"
 ALL_DTYPES = FLOAT_DTYPES + INT_DTYPES + UINT_DTYPES + (BOOL,)
 
 _BITS = {"float16": 16, "float32": 32, "float64": 64, "int8": 8, "int16": 16, "int32": 32,
-         "int64": 64, "uint8": 8, "bool": 1}
+         "int64": 64, "uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64, "bool": 1}
 
 
-_KNOWN = frozenset(("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"))
+_KNOWN = frozenset(ALL_DTYPES)
 
 
 def normalize(dtype) -> str:

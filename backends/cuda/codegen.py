@@ -28,7 +28,8 @@ from ...lowering.ir import (SYNC_THREADS, Allocate, Broadcast, BufferLoad, Buffe
 from ...lowering.passes.simplify import linear_form, simplify_expr
 
 C_TYPE = {"float32": "float", "float64": "double", "int8": "signed char", "int16": "short", "int32": "int",
-          "int64": "long long", "uint8": "unsigned char", "bool": "bool"}
+          "int64": "long long", "uint8": "unsigned char",
+          "uint16": "unsigned short", "uint32": "unsigned int", "uint64": "unsigned long long", "bool": "bool"}
 MEMORY_TYPE = dict(C_TYPE, bool="unsigned char")   # bools are bytes in memory, as in numpy
 VECTOR_TYPE = {("float32", 2): "float2", ("float32", 4): "float4", ("int32", 2): "int2", ("int32", 4): "int4",
                ("float64", 2): "double2", ("int64", 2): "longlong2"}

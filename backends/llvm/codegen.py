@@ -29,7 +29,8 @@ STACK_LIMIT_BYTES = 64 * 1024
 MAX_SHUFFLE_STRIDE = 4       # strided vector loads up to this stride: wide load + shuffle (else a gather)
 
 _SCALAR = {"float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType(),
-           "int8": I8, "int16": ir.IntType(16), "int32": I32, "int64": I64, "uint8": I8, "bool": I1}
+           "int8": I8, "int16": ir.IntType(16), "int32": I32, "int64": I64, "uint8": I8,
+           "uint16": ir.IntType(16), "uint32": I32, "uint64": I64, "bool": I1}
 _LIBM = {"tanh": {"float32": "tanhf", "float64": "tanh"}, "erf": {"float32": "erff", "float64": "erf"}}
 _FLOAT_INTRINSIC = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "floor": "llvm.floor",
                     "ceil": "llvm.ceil", "round": "llvm.roundeven", "abs": "llvm.fabs", "pow": "llvm.pow"}
