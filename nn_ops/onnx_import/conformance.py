@@ -10,6 +10,9 @@ claims.  ``tests/nn_ops/test_ops_onnx_backend.py`` runs the claimed cases with
 Every input is fed at run time, as the case gives it: shape-like inputs (a Reshape's
 shape, a Slice's starts, a Resize's scales, ...) make the model a DynamicGraph,
 specialised to their values when it runs.
+
+``--onnxruntime`` also runs every case through onnxruntime (CPU provider) with the same
+comparison, so the two pass counts are over the same cases and the same tolerances.
 """
 from __future__ import annotations
 
@@ -97,10 +100,35 @@ def run_case(case) -> Tuple[str, str]:
     return "pass", ""
 
 
+def run_case_onnxruntime(case) -> Tuple[str, str]:
+    """(status, detail) of ``case`` on onnxruntime: 'pass', 'fail', or 'unsupported' when the
+    session cannot be created or run (onnxruntime's equivalent of a clean rejection)."""
+    import onnxruntime as ort
+    if not case.data_sets:
+        return "unsupported", "the case has no data sets"
+    try:
+        so = ort.SessionOptions()
+        so.log_severity_level = 4
+        sess = ort.InferenceSession(case.model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        names = [i.name for i in sess.get_inputs()]
+        for inputs, outputs in case.data_sets:
+            got = sess.run(None, {n: as_array(a) for n, a in zip(names, inputs)})
+            if len(got) != len(outputs):
+                return "fail", f"{len(got)} outputs, expected {len(outputs)}"
+            for k, (a, b) in enumerate(zip(got, outputs)):
+                ok, detail = _matches(np.asarray(a), b, case.rtol, case.atol)
+                if not ok:
+                    return "fail", f"output {k}: {detail}"
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
+        return "unsupported", f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    return "pass", ""
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-k", default="", help="only cases whose name contains this")
     parser.add_argument("-v", action="store_true", help="print every case that does not pass")
+    parser.add_argument("--onnxruntime", action="store_true", help="count onnxruntime's passes on the same cases")
     args = parser.parse_args(argv)
     cases = [c for c in collect_cases() if args.k in c.name]
     counts = {"all": Counter(), "claimed": Counter()}
@@ -114,13 +142,21 @@ def main(argv=None) -> int:
         counts["all"][status] += 1
         if claimed:
             counts["claimed"][status] += 1
+        if args.onnxruntime:
+            peer, _ = run_case_onnxruntime(case)
+            counts["all"]["ort " + peer] += 1
+            if claimed:
+                counts["claimed"]["ort " + peer] += 1
         if status in ("fail", "crash") or (args.v and status != "pass"):
             print(f"{case.name:<60} {status:<11} {'claimed ' if claimed else ''}{detail[:200]}", flush=True)
     for key, label in (("all", "whole suite"), ("claimed", "cases of claimed ops only")):
         c = counts[key]
-        total = sum(c.values())
+        total = sum(n for status, n in c.items() if not status.startswith("ort "))
         print(f"{label}: {total} cases: {c['pass']} pass, {c['unsupported']} unsupported (clean OnnxImportError), "
               f"{c['fail']} fail, {c['crash']} crash")
+        if args.onnxruntime:
+            print(f"  onnxruntime on the same cases: {c['ort pass']} pass, {c['ort unsupported']} unsupported "
+                  f"(session or run raised), {c['ort fail']} fail")
     print(f"({time.perf_counter() - t0:.0f} s)")
     return 0 if counts["all"]["fail"] + counts["all"]["crash"] == 0 else 1
 

@@ -35,22 +35,82 @@ def _check_2d(ctx, node, name):
     return shape
 
 
+def _is_1d(ctx, node) -> bool:
+    return len(ctx.shape(node.input[0])) == 3
+
+
+def _window_1d(ctx, node, length: int, kernel: int):
+    """A 1-d window's stride, dilation and padding as the 2-d ones of an [N, C, 1, L] input."""
+    (stride,) = ctx.attr(node, "strides", [1])
+    (dilation,) = ctx.attr(node, "dilations", [1])
+    if ctx.attr(node, "auto_pad", "NOTSET") in ("NOTSET", ""):
+        pads = list(ctx.attr(node, "pads", [0, 0]))
+        if len(pads) != 2:
+            raise Unsupported(f"pads {pads}: a 1-d window takes 2 pads")
+        padding = (0, pads[0], 0, pads[1])
+    else:
+        padding = _spatial_padding(ctx, node, (1, length), (1, kernel), (1, stride), (1, dilation))
+    return (1, int(stride)), (1, int(dilation)), tuple(int(p) for p in padding)
+
+
+def _as_rows(ctx, name: str) -> str:
+    """[N, C, L] -> [N, C, 1, L] (a constant is reshaped at import)."""
+    n, c, length = ctx.shape(name)
+    value = ctx.const(name)
+    if value is not None:
+        return ctx.add_constant(name + ".rows", value.reshape(n, c, 1, length))
+    return ctx.emit("reshape", [name], ctx.graph.fresh_name(name + ".rows"), {"shape": (n, c, 1, length)})
+
+
+def _from_rows(ctx, node, op_type: str, inputs, attrs) -> None:
+    """Emit a 2-d op on [N, C, 1, L] operands, then reshape its result to the 1-d output."""
+    rows = ctx.emit(op_type, inputs, ctx.graph.fresh_name(node.output[0] + ".rows"), attrs, name=node.name)
+    n, c, _, length = ctx.shape(rows)
+    ctx.emit("reshape", [rows], node.output[0], {"shape": (n, c, length)}, name=node.name + ".1d")
+
+
+def _float32_operands(ctx, node, names):
+    """float16 operands cast to float32 (a convolution's sums lose digits in float16)."""
+    if ctx.dtype(node.input[0]) != "float16":
+        return names
+    return [ctx.emit("cast", [n], ctx.graph.fresh_name(n + ".f32"), {"to": "float32"}) for n in names]
+
+
 @converter("Conv", since=1)
 def conv(ctx: ImportContext, node):
+    """2-d convolution; a 1-d one (rank-3 input and weight) runs as a 2-d one on rows of height 1.
+    float16 convolutions accumulate in float32 and round once at the end."""
+    if ctx.dtype(node.input[0]) == "float16":
+        wide = ctx.graph.fresh_name(node.output[0] + ".f32")
+        inner = type(node)()
+        inner.CopyFrom(node)
+        inner.input[:] = _float32_operands(ctx, node, [i for i in node.input if i])
+        inner.output[0] = wide
+        _conv(ctx, inner)
+        ctx.emit("cast", [wide], node.output[0], {"to": "float16"}, name=node.name + ".f16")
+        return
+    _conv(ctx, node)
+
+
+def _conv(ctx: ImportContext, node):
+    group = int(ctx.attr(node, "group", 1))
+    bias = [node.input[2]] if len(node.input) > 2 and node.input[2] else []
+    if _is_1d(ctx, node) and len(ctx.shape(node.input[1])) == 3:
+        k = ctx.shape(node.input[1])[2]
+        stride, dilation, padding = _window_1d(ctx, node, ctx.shape(node.input[0])[2], k)
+        _from_rows(ctx, node, "conv2d", [_as_rows(ctx, node.input[0]), _as_rows(ctx, node.input[1])] + bias,
+                   {"stride": stride, "padding": padding, "dilation": dilation, "groups": group})
+        return
     X = node.input[0]
     N, C, H, W = _check_2d(ctx, node, "convolution")
     w_shape = ctx.shape(node.input[1])
     if len(w_shape) != 4:
-        raise Unsupported("only 2-d convolution is supported")
+        raise Unsupported("only 1-d and 2-d convolution is supported")
     kernel = list(ctx.attr(node, "kernel_shape", w_shape[2:]))
     stride = list(ctx.attr(node, "strides", [1, 1]))
     dilation = list(ctx.attr(node, "dilations", [1, 1]))
-    group = int(ctx.attr(node, "group", 1))
     padding = _spatial_padding(ctx, node, (H, W), kernel, stride, dilation)
-    inputs = [X, node.input[1]]
-    if len(node.input) > 2 and node.input[2]:
-        inputs.append(node.input[2])
-    ctx.emit("conv2d", inputs, node.output[0],
+    ctx.emit("conv2d", [X, node.input[1]] + bias, node.output[0],
              {"stride": tuple(stride), "padding": tuple(padding), "dilation": tuple(dilation), "groups": group},
              name=node.name)
 
@@ -97,6 +157,13 @@ def _dynamic_batch_norm(ctx: ImportContext, node, eps: float):
     ctx.emit("add", [ctx.emit("mul", [x, a_r], tmp("xa")), b_r], out, name=node.name)
 
 
+def _pool_1d_attrs(ctx, node):
+    (kernel,) = ctx.attr(node, "kernel_shape")
+    stride, dilation, padding = _window_1d(ctx, node, ctx.shape(node.input[0])[2], kernel)
+    return {"kernel": (1, int(kernel)), "stride": stride, "padding": padding, "dilation": dilation,
+            "ceil_mode": bool(ctx.attr(node, "ceil_mode", 0))}
+
+
 def _pool_common(ctx, node, kind):
     N, C, H, W = _check_2d(ctx, node, kind)
     kernel = list(ctx.attr(node, "kernel_shape"))
@@ -115,13 +182,20 @@ def max_pool(ctx: ImportContext, node):
         raise Unsupported("the Indices output of MaxPool is not supported")
     if ctx.attr(node, "storage_order", 0):
         raise Unsupported("storage_order=1")
+    if _is_1d(ctx, node):
+        _from_rows(ctx, node, "max_pool2d", [_as_rows(ctx, node.input[0])], _pool_1d_attrs(ctx, node))
+        return
     ctx.emit("max_pool2d", [node.input[0]], node.output[0], _pool_common(ctx, node, "max pooling"), name=node.name)
 
 
 @converter("AveragePool", since=1)
 def average_pool(ctx: ImportContext, node):
-    attrs = _pool_common(ctx, node, "average pooling")
+    one_d = _is_1d(ctx, node)
+    attrs = _pool_1d_attrs(ctx, node) if one_d else _pool_common(ctx, node, "average pooling")
     attrs["count_include_pad"] = bool(ctx.attr(node, "count_include_pad", 0))
+    if one_d:
+        _from_rows(ctx, node, "avg_pool2d", [_as_rows(ctx, node.input[0])], attrs)
+        return
     ctx.emit("avg_pool2d", [node.input[0]], node.output[0], attrs, name=node.name)
 
 

@@ -294,3 +294,25 @@ def test_explicit_zero_pad_is_folded_into_the_conv():
     g = optimize(lw.from_onnx(model))
     assert "pad" not in g.op_counts() and g.nodes[0].attrs["padding"] == (1, 0, 2, 1)
     _check_against_onnxruntime(model, lw.compile(lw.from_onnx(model), progress=False))
+
+
+@pytest.mark.parametrize("attrs, pool, length", [
+    (dict(strides=[2], dilations=[2], pads=[1, 2], group=2), "MaxPool", 4),
+    (dict(auto_pad="SAME_UPPER", strides=[1], group=2), "AveragePool", 17),
+])
+def test_1d_conv_and_pool_run_as_2d_rows(attrs, pool, length):
+    """Rank-3 Conv / MaxPool / AveragePool import as their 2-d ops on [N, C, 1, L] rows."""
+    rng = np.random.default_rng(4)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [6, 2, 3], rng.standard_normal(36).astype(np.float32).tolist())
+    b = helper.make_tensor("b", TensorProto.FLOAT, [6], rng.standard_normal(6).astype(np.float32).tolist())
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3], **attrs)
+    pool_attrs = dict(kernel_shape=[2], strides=[2]) if pool == "MaxPool" else dict(kernel_shape=[3], pads=[1, 1])
+    pooled = helper.make_node(pool, ["c"], ["y"], **pool_attrs)
+    graph = helper.make_graph([conv, pooled], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 17])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6, length])],
+                              initializer=[w, b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    counts = lw.from_onnx(model).op_counts()
+    assert counts.get("conv2d") == 1 and ("max_pool2d" in counts or "avg_pool2d" in counts), counts
+    _check_against_onnxruntime(model, lw.compile(lw.from_onnx(model), progress=False))
