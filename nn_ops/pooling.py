@@ -9,6 +9,9 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import numpy as np
+
+from ..dsl import dtypes
 from ..dsl.expr import cast, const, if_then_else, logical_and
 from ..dsl.intrinsics import elementwise_max, elementwise_min
 from ..dsl.reduction import max as lw_max, sum as lw_sum
@@ -56,7 +59,8 @@ def pool2d(X: Tensor, kernel: Sequence[int], stride: Sequence[int] = (1, 1), pad
         return if_then_else(inside, X[n, c, h, w], const(fill, dtype))
 
     if pool_type == "max":
-        return compute((N, C, OH, OW), lambda n, c, oh, ow: lw_max(read(n, c, oh, ow, float("-inf")), axis=[rh, rw]),
+        lowest = float("-inf") if dtypes.is_float(dtype) else int(np.iinfo(dtype).min)   # padding never wins
+        return compute((N, C, OH, OW), lambda n, c, oh, ow: lw_max(read(n, c, oh, ow, lowest), axis=[rh, rw]),
                        name=name, tag="pool")
 
     def count(oh, ow):

@@ -91,10 +91,14 @@ def identity(ctx: ImportContext, node):
 
 @converter("Dropout", since=12)
 def dropout(ctx: ImportContext, node):
-    if len(node.output) > 1 and node.output[1]:
-        raise Unsupported("the mask output of Dropout is not supported")
+    """Inference (or a zero ratio): the output is the input and the mask all True."""
     # training_mode must be known (a run-time value makes the model specialise on it)
     training = ctx.require_const(node, 2, "training_mode") if len(node.input) > 2 and node.input[2] else None
     if training is not None and bool(np.asarray(training).reshape(())):
-        raise Unsupported("training_mode=True")
+        ratio = ctx.require_const(node, 1, "ratio") if len(node.input) > 1 and node.input[1] else 0.5
+        if float(np.asarray(ratio).reshape(())) != 0.0:
+            raise Unsupported("training_mode=True with a nonzero ratio (random dropout)")
     ctx.emit("identity", [node.input[0]], node.output[0], name=node.name)
+    if len(node.output) > 1 and node.output[1]:
+        everywhere = ctx.add_constant(node.output[1] + ".kept", np.ones(ctx.shape(node.input[0]), bool))
+        ctx.emit("identity", [everywhere], node.output[1], name=node.name + ".mask")

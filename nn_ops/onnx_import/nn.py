@@ -118,7 +118,8 @@ def _conv(ctx: ImportContext, node):
 @converter("BatchNormalization", since=9)
 def batch_norm(ctx: ImportContext, node):
     if ctx.attr(node, "training_mode", 0):
-        raise Unsupported("training_mode=1 (only inference batch norm is supported)")
+        _training_batch_norm(ctx, node)
+        return
     if len(node.output) > 1 and any(node.output[1:]):
         raise Unsupported("running mean/var outputs (training) are not supported")
     eps = float(ctx.attr(node, "epsilon", 1e-5))
@@ -136,6 +137,41 @@ def batch_norm(ctx: ImportContext, node):
     scaled = ctx.graph.fresh_name(node.output[0] + ".bn_mul")
     ctx.emit("mul", [node.input[0], a_name], scaled, name=node.name + ".mul")
     ctx.emit("add", [scaled, b_name], node.output[0], name=node.name)
+
+
+def _training_batch_norm(ctx: ImportContext, node):
+    """training_mode=1: normalise with the batch's own mean and (population) variance per
+    channel; the optional outputs are the running statistics updated with ``momentum``."""
+    x, scale, bias, mean, var = node.input[:5]
+    eps = float(ctx.attr(node, "epsilon", 1e-5))
+    momentum = float(ctx.attr(node, "momentum", 0.9))
+    shape = ctx.shape(x)
+    axes = tuple(a for a in range(len(shape)) if a != 1)
+    out = node.output[0]
+    dtype = ctx.dtype(x)
+
+    def tmp(tag):
+        return ctx.graph.fresh_name(f"{out}.{tag}")
+
+    def scalar(tag, value):
+        return ctx.add_constant(f"{out}.{tag}", np.array(value, dtype))
+
+    def per_channel(name, tag):
+        return ctx.emit("reshape", [name], tmp(tag), {"shape": (shape[1],) + (1,) * (len(shape) - 2)})
+
+    stats = {"axes": axes, "kind": "mean", "keepdims": False}
+    batch_mean = ctx.emit("reduce", [x], tmp("mean"), stats)
+    centered = ctx.emit("sub", [x, per_channel(batch_mean, "mean_c")], tmp("centered"))
+    batch_var = ctx.emit("reduce", [ctx.emit("mul", [centered, centered], tmp("sq"))], tmp("var"), stats)
+    std = ctx.emit("sqrt", [ctx.emit("add", [batch_var, scalar("eps", eps)], tmp("var_eps"))], tmp("std"))
+    a = ctx.emit("div", [scale, std], tmp("a"))
+    ctx.emit("add", [ctx.emit("mul", [centered, per_channel(a, "a_c")], tmp("scaled")), per_channel(bias, "b_c")],
+             out, name=node.name)
+    for k, (running, batch) in enumerate(((mean, batch_mean), (var, batch_var)), start=1):
+        if len(node.output) > k and node.output[k]:
+            kept = ctx.emit("mul", [running, scalar(f"momentum{k}", momentum)], tmp(f"kept{k}"))
+            new = ctx.emit("mul", [batch, scalar(f"rest{k}", 1.0 - momentum)], tmp(f"new{k}"))
+            ctx.emit("add", [kept, new], node.output[k], name=f"{node.name}.running{k}")
 
 
 def _dynamic_batch_norm(ctx: ImportContext, node, eps: float):
