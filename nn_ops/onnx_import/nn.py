@@ -62,11 +62,13 @@ def _as_rows(ctx, name: str) -> str:
     return ctx.emit("reshape", [name], ctx.graph.fresh_name(name + ".rows"), {"shape": (n, c, 1, length)})
 
 
-def _from_rows(ctx, node, op_type: str, inputs, attrs) -> None:
-    """Emit a 2-d op on [N, C, 1, L] operands, then reshape its result to the 1-d output."""
-    rows = ctx.emit(op_type, inputs, ctx.graph.fresh_name(node.output[0] + ".rows"), attrs, name=node.name)
+def _from_rows(ctx, node, op_type: str, inputs, attrs, out=None) -> str:
+    """Emit a 2-d op on [N, C, 1, L] operands, then reshape its result to the 1-d ``out``
+    (default: the node's output)."""
+    out = out or node.output[0]
+    rows = ctx.emit(op_type, inputs, ctx.graph.fresh_name(out + ".rows"), attrs, name=node.name)
     n, c, _, length = ctx.shape(rows)
-    ctx.emit("reshape", [rows], node.output[0], {"shape": (n, c, length)}, name=node.name + ".1d")
+    return ctx.emit("reshape", [rows], out, {"shape": (n, c, length)}, name=node.name + ".1d")
 
 
 def _float32_operands(ctx, node, names):
@@ -200,6 +202,32 @@ def _pool_1d_attrs(ctx, node):
             "ceil_mode": bool(ctx.attr(node, "ceil_mode", 0))}
 
 
+def _pool_3d(ctx, node, op_type: str, extra: dict, source=None, out=None) -> str:
+    """A 3-d max or average pool as two 2-d ones: over (H, W) on [N, C*D, H, W], then over D
+    on [N, C, D, OH*OW].  A box window factors per axis (its max, its sum, and the count an
+    average divides by, with or without padding and ceil mode), so this is exact."""
+    n, c, d, h, w = ctx.shape(node.input[0])
+    kd, kh, kw = (int(k) for k in ctx.attr(node, "kernel_shape"))
+    sd, sh, sw = (int(v) for v in ctx.attr(node, "strides", [1, 1, 1]))
+    dd, dh, dw = (int(v) for v in ctx.attr(node, "dilations", [1, 1, 1]))
+    auto_pad = ctx.attr(node, "auto_pad", "NOTSET")
+    if auto_pad not in ("NOTSET", "", "VALID"):
+        raise Unsupported(f"auto_pad={auto_pad!r} on a 3-d pool")
+    pads = [0] * 6 if auto_pad == "VALID" else [int(p) for p in ctx.attr(node, "pads", [0] * 6)]
+    ceil_mode = bool(ctx.attr(node, "ceil_mode", 0))
+    out = out or node.output[0]
+    planes = ctx.emit("reshape", [source or node.input[0]], ctx.graph.fresh_name(out + ".planes"), {"shape": (n, c * d, h, w)})
+    hw = ctx.emit(op_type, [planes], ctx.graph.fresh_name(out + ".hw"),
+                  dict(extra, kernel=(kh, kw), stride=(sh, sw), dilation=(dh, dw), ceil_mode=ceil_mode,
+                       padding=(pads[1], pads[2], pads[4], pads[5])), name=node.name + ".hw")
+    oh, ow = ctx.shape(hw)[2:]
+    columns = ctx.emit("reshape", [hw], ctx.graph.fresh_name(out + ".columns"), {"shape": (n, c, d, oh * ow)})
+    depth = ctx.emit(op_type, [columns], ctx.graph.fresh_name(out + ".d"),
+                     dict(extra, kernel=(kd, 1), stride=(sd, 1), dilation=(dd, 1), ceil_mode=ceil_mode,
+                          padding=(pads[0], 0, pads[3], 0)), name=node.name + ".d")
+    return ctx.emit("reshape", [depth], out, {"shape": (n, c, ctx.shape(depth)[2], oh, ow)}, name=node.name)
+
+
 def _pool_common(ctx, node, kind):
     N, C, H, W = _check_2d(ctx, node, kind)
     kernel = list(ctx.attr(node, "kernel_shape"))
@@ -221,11 +249,17 @@ def max_pool(ctx: ImportContext, node):
     if _is_1d(ctx, node):
         _from_rows(ctx, node, "max_pool2d", [_as_rows(ctx, node.input[0])], _pool_1d_attrs(ctx, node))
         return
+    if len(ctx.shape(node.input[0])) == 5:
+        _pool_3d(ctx, node, "max_pool2d", {})
+        return
     ctx.emit("max_pool2d", [node.input[0]], node.output[0], _pool_common(ctx, node, "max pooling"), name=node.name)
 
 
 @converter("AveragePool", since=1)
 def average_pool(ctx: ImportContext, node):
+    if len(ctx.shape(node.input[0])) == 5:
+        _pool_3d(ctx, node, "avg_pool2d", {"count_include_pad": bool(ctx.attr(node, "count_include_pad", 0))})
+        return
     one_d = _is_1d(ctx, node)
     attrs = _pool_1d_attrs(ctx, node) if one_d else _pool_common(ctx, node, "average pooling")
     attrs["count_include_pad"] = bool(ctx.attr(node, "count_include_pad", 0))

@@ -188,16 +188,23 @@ def lrn(ctx: ImportContext, node):
 def lp_pool(ctx: ImportContext, node):
     """``(sum over the window of |x|^p) ** (1/p)``, the sum as ``kernel_size * avg_pool`` with
     padding counted (padded zeros add nothing)."""
-    from .nn import _pool_common
+    from .nn import _as_rows, _from_rows, _pool_1d_attrs, _pool_3d, _pool_common
     _float_input(ctx, node)
     x, out = node.input[0], node.output[0]
     p = float(ctx.attr(node, "p", 2))
-    attrs = _pool_common(ctx, node, "Lp pooling")
-    attrs["count_include_pad"] = True
     powered = ctx.emit("pow_const", [ctx.emit("abs", [x], _tmp(ctx, out, "abs"))], _tmp(ctx, out, "pow"),
                        {"exponent": p})
-    avg = ctx.emit("avg_pool2d", [powered], _tmp(ctx, out, "avg"), attrs)
-    count = ctx.add_constant(out + ".count", np.array(float(np.prod(attrs["kernel"])), ctx.dtype(x)))
+    rank = len(ctx.shape(x))
+    if rank == 5:     # 3-d: two 2-d pools (see nn._pool_3d)
+        avg = _pool_3d(ctx, node, "avg_pool2d", {"count_include_pad": True}, source=powered,
+                       out=_tmp(ctx, out, "avg"))
+    elif rank == 3:   # 1-d: a 2-d pool on rows of height 1
+        attrs = dict(_pool_1d_attrs(ctx, node), count_include_pad=True)
+        avg = _from_rows(ctx, node, "avg_pool2d", [_as_rows(ctx, powered)], attrs, out=_tmp(ctx, out, "avg"))
+    else:
+        attrs = dict(_pool_common(ctx, node, "Lp pooling"), count_include_pad=True)
+        avg = ctx.emit("avg_pool2d", [powered], _tmp(ctx, out, "avg"), attrs)
+    count = ctx.add_constant(out + ".count", np.array(float(np.prod(ctx.attr(node, "kernel_shape"))), ctx.dtype(x)))
     total = ctx.emit("mul", [avg, count], _tmp(ctx, out, "sum"))
     ctx.emit("pow_const", [total], out, {"exponent": 1.0 / p}, name=node.name)
 

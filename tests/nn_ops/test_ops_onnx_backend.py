@@ -29,7 +29,6 @@ EXPECTED_UNSUPPORTED = {
         r"test_rotary_embedding(|_3d_input|_interleaved|_no_position_ids|_no_position_ids_interleaved)_expanded",
         r"test_causal_conv_with_state_kernel_size_one_expanded",
     ],
-    "3-d pooling, 1-d and 3-d Lp pooling": [r"test_(averagepool|maxpool|lppool)_3d_.*", r"test_lppool_1d_.*"],
     "random dropout (training mode, nonzero ratio)": [r"test_training_dropout(_default)?(_mask)?"],
     "sequences and optionals": [r"test_identity_(sequence|opt)"],
     "MaxPool's Indices output": [r"test_maxpool_with_argmax_.*"],
