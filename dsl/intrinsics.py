@@ -6,7 +6,7 @@ from . import dtypes
 from .expr import Call, Const, Expr, _operands, as_expr, binary, cast, const, select
 
 FLOAT_ONLY = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil", "round",
-              "pow")
+              "pow", "fmod")
 
 
 def _call(name: str, *args) -> Expr:
@@ -47,6 +47,14 @@ def pow(x, y) -> Expr:  # noqa: A001
     return Call("pow", (x, y), x.dtype)
 
 
+def fmod(x, y) -> Expr:
+    """C's fmod: ``x - n * y`` with ``n = trunc(x / y)`` computed exactly (the sign of ``x``)."""
+    x, y = _operands(x, y, "lw.fmod")
+    if not dtypes.is_float(x.dtype):
+        raise DTypeError(f"lw.fmod needs float arguments, got {x.dtype}; use % for integers")
+    return Call("fmod", (x, y), x.dtype)
+
+
 def elementwise_min(a, b) -> Expr:
     return binary("min", a, b)
 
@@ -56,4 +64,4 @@ def elementwise_max(a, b) -> Expr:
 
 
 __all__ = ["exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil", "round",
-           "abs", "pow", "elementwise_min", "elementwise_max", "select", "cast"]
+           "abs", "pow", "fmod", "elementwise_min", "elementwise_max", "select", "cast"]

@@ -16,7 +16,7 @@ import math
 from ..dsl import dtypes
 from ..dsl.expr import cast, const, select
 from ..dsl.intrinsics import abs as lw_abs
-from ..dsl.intrinsics import ceil, exp, floor, log, round as lw_round, sigmoid, tanh
+from ..dsl.intrinsics import ceil, exp, floor, fmod, log, round as lw_round, sigmoid, tanh
 from ..dsl.tensor import Tensor
 from ..errors import ExprError
 from . import trig
@@ -115,8 +115,11 @@ def _trunc_mod(a, b):
     """Remainder with the dividend's sign (C's %, numpy's fmod).
 
     Floats: ``x - y * trunc(x / y)`` in float64, exact for float16/float32 operands while
-    ``|x / y| < 2**29``; ``fmod(x, +-inf)`` is ``x`` for finite ``x``.
+    ``|x / y| < 2**29``; ``fmod(x, +-inf)`` is ``x`` for finite ``x``.  float64 has no wider
+    type to compute in and uses the exact ``lw.fmod`` (a libm call per element).
     """
+    if a.dtype == "float64":
+        return fmod(a, b)
     if dtypes.is_float(a.dtype):
         x, y = cast("float64", a), cast("float64", b)
         q = x / y

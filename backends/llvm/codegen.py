@@ -547,6 +547,8 @@ class FunctionEmitter:
                 return x
             neg = b.sub(ir.Constant(x.type, None), x)
             return b.select(b.icmp_signed("<", x, ir.Constant(x.type, None)), neg, x)
+        if e.name == "fmod":      # exact; LLVM calls fmod/fmodf for it, lane by lane
+            return b.frem(x, args[1])
         if e.name in VECTOR_MATH and dt == "float32":
             return self._vector_math(e.name, x)
         if e.name in _FLOAT_INTRINSIC:

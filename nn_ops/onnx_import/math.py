@@ -65,8 +65,6 @@ for _onnx, (_kind, _defaults) in _UNARY.items():
 @converter("Mod", since=10)
 def mod(ctx: ImportContext, node):
     fmod = int(ctx.attr(node, "fmod", 0))
-    if ctx.dtype(node.input[0]) == "float64":
-        raise Unsupported("Mod of float64 tensors (computed exactly for float16/float32 only)")
     ctx.emit("fmod" if fmod else "mod", list(node.input), node.output[0], name=node.name)
 
 

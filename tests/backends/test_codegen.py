@@ -207,3 +207,23 @@ def test_double_to_half_is_correctly_rounded_without_a_libcall(vector):
     with np.errstate(over="ignore"):          # 1e300 -> inf is the expected result
         expected = x.astype(np.float16)
     np.testing.assert_array_equal(out.view(np.uint16), expected.view(np.uint16))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("vector", [False, True])
+def test_fmod_is_exact(dtype, vector):
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(64) * 1e6).astype(dtype)
+    y = (rng.standard_normal(64) * 3).astype(dtype)
+    y[:4] = [np.inf, -np.inf, 1e-30, 7.0]
+    A, B = lw.placeholder((64,), name="A", dtype=dtype), lw.placeholder((64,), name="B", dtype=dtype)
+    C = lw.compute((64,), lambda i: lw.fmod(A[i], B[i]), name="C")
+    s = lw.create_schedule(C)
+    if vector:
+        _, inner = s[C].split(C.op.axis[0], factor=8)
+        s[C].vectorize(inner)
+    out = np.empty(64, dtype)
+    lw.build(s, [A, B, C])(x, y, out)
+    np.testing.assert_array_equal(out, np.fmod(x, y))
+    with pytest.raises(lw.DTypeError, match="lw.fmod needs float"):
+        lw.fmod(lw.placeholder((2,), dtype="int32")[0], 2)

@@ -33,7 +33,6 @@ EXPECTED_UNSUPPORTED = {
     "sequences and optionals": [r"test_identity_(sequence|opt)"],
     "MaxPool's Indices output": [r"test_maxpool_with_argmax_.*"],
     "Resize with tf_crop_and_resize": [r"test_resize_tf_crop_and_resize.*"],
-    "Mod of float64 (exact for float16/float32 only)": [r"test_mod_.*float64.*"],
 }
 _PATTERNS = [re.compile(p) for patterns in EXPECTED_UNSUPPORTED.values() for p in patterns]
 
