@@ -117,8 +117,7 @@ def resize(ctx: ImportContext, node):
     antialias = bool(ctx.attr(node, "antialias", 0))
     if mode not in ("nearest", "linear", "cubic"):
         raise Unsupported(f"mode={mode!r}")
-    if coord == "tf_crop_and_resize":
-        raise Unsupported("coordinate_transformation_mode='tf_crop_and_resize'")
+    crop = _crop_boxes(ctx, node, len(in_shape)) if coord == "tf_crop_and_resize" else None
     if mode == "nearest" and antialias:
         raise Unsupported("antialias with mode='nearest'")
     if mode != "nearest" and not ctx.dtype(x).startswith("float"):
@@ -128,15 +127,22 @@ def resize(ctx: ImportContext, node):
                             float(ctx.attr(node, "cubic_coeff_a", -0.75)), antialias)
     exclude = bool(ctx.attr(node, "exclude_outside", 0))
     axes, tables = [], []
+    outside = np.zeros(out_shape, bool)            # tf_crop_and_resize: samples beyond the input
     for a, (d, o, s) in enumerate(zip(in_shape, out_shape, scales)):
-        if o == d and abs(s - 1.0) < 1e-12:
+        if o == d and abs(s - 1.0) < 1e-12 and (crop is None or crop[a] == (0.0, 1.0)):
             continue
         if o < 1:
             raise Unsupported(f"output size {o} along axis {a}")
-        try:
-            x_ori = source_coordinates(coord, o, d, s)
-        except ValueError as exc:
-            raise Unsupported(str(exc)) from exc
+        if crop is not None:
+            x_ori = _crop_coordinates(crop[a], o, d)
+            view = [1] * len(out_shape)
+            view[a] = o
+            outside |= ((x_ori < 0) | (x_ori > d - 1)).reshape(view)
+        else:
+            try:
+                x_ori = source_coordinates(coord, o, d, s)
+            except ValueError as exc:
+                raise Unsupported(str(exc)) from exc
         idx, w = axis_taps(x_ori, d, s, coeffs, exclude)
         axes.append(a)
         if mode == "nearest":          # one-hot weights: keep the chosen index only
@@ -147,7 +153,41 @@ def resize(ctx: ImportContext, node):
     if not axes:
         ctx.emit("identity", [x], out_name, name=node.name)
         return
-    ctx.emit("resize", [x] + tables, out_name, {"axes": tuple(axes), "weighted": mode != "nearest"}, name=node.name)
+    if not outside.any():
+        ctx.emit("resize", [x] + tables, out_name, {"axes": tuple(axes), "weighted": mode != "nearest"},
+                 name=node.name)
+        return
+    # samples outside the input take extrapolation_value: resized * inside + outside * value
+    inner = ctx.emit("resize", [x] + tables, ctx.graph.fresh_name(out_name + ".inside"),
+                     {"axes": tuple(axes), "weighted": mode != "nearest"}, name=node.name + ".resize")
+    value = float(ctx.attr(node, "extrapolation_value", 0.0))
+    dtype = ctx.dtype(x)
+    kept = ctx.emit("mul", [inner, ctx.add_constant(out_name + ".inside_mask", (~outside).astype(dtype))],
+                    ctx.graph.fresh_name(out_name + ".kept"))
+    ctx.emit("add", [kept, ctx.add_constant(out_name + ".outside_value", (outside * value).astype(dtype))],
+             out_name, name=node.name)
+
+
+def _crop_boxes(ctx: ImportContext, node, nd: int):
+    """tf_crop_and_resize's roi as (start, end) per axis, in fractions of the input (0..1)."""
+    roi = _optional_const(ctx, node, 1, "roi")
+    axes = [a % nd for a in ctx.attr(node, "axes", list(range(nd)))]
+    if roi is None or roi.size != 2 * len(axes):
+        raise Unsupported(f"tf_crop_and_resize needs an roi of {2 * len(axes)} values (start and end per axis)")
+    roi = np.asarray(roi, np.float64).reshape(-1)
+    boxes = [(0.0, 1.0)] * nd
+    for k, a in enumerate(axes):
+        boxes[a] = (float(roi[k]), float(roi[len(axes) + k]))
+    return boxes
+
+
+def _crop_coordinates(box, out_size: int, in_size: int) -> np.ndarray:
+    """Input coordinates of tf_crop_and_resize's output samples along one axis (ONNX's formula)."""
+    start, end = box
+    if out_size == 1:
+        return np.full(1, 0.5 * (start + end) * (in_size - 1))
+    y = np.arange(out_size, dtype=np.float64)
+    return start * (in_size - 1) + y * (end - start) * (in_size - 1) / (out_size - 1)
 
 
 @converter("OneHot", since=9)

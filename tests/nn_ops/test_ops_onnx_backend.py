@@ -32,7 +32,6 @@ EXPECTED_UNSUPPORTED = {
     "random dropout (training mode, nonzero ratio)": [r"test_training_dropout(_default)?(_mask)?"],
     "sequences and optionals": [r"test_identity_(sequence|opt)"],
     "MaxPool's Indices output": [r"test_maxpool_with_argmax_.*"],
-    "Resize with tf_crop_and_resize": [r"test_resize_tf_crop_and_resize.*"],
 }
 _PATTERNS = [re.compile(p) for patterns in EXPECTED_UNSUPPORTED.values() for p in patterns]
 
