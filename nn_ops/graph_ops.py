@@ -213,6 +213,13 @@ def _max_pool(inputs, attrs):
                           ceil_mode=attrs.get("ceil_mode", False), name="max_pool")
 
 
+@op("max_pool2d_indices", "reduce")
+def _max_pool_indices(inputs, attrs):
+    return pooling.pool2d(inputs[0], attrs["kernel"], attrs["stride"], attrs["padding"], attrs["dilation"], "max",
+                          ceil_mode=attrs.get("ceil_mode", False), name="max_pool_indices", with_indices=True,
+                          column_major=attrs.get("column_major", False))
+
+
 @op("avg_pool2d", "reduce")
 def _avg_pool(inputs, attrs):
     return pooling.pool2d(inputs[0], attrs["kernel"], attrs["stride"], attrs["padding"], attrs.get("dilation", (1, 1)),

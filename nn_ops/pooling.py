@@ -14,7 +14,7 @@ import numpy as np
 from ..dsl import dtypes
 from ..dsl.expr import cast, const, if_then_else, logical_and
 from ..dsl.intrinsics import elementwise_max, elementwise_min
-from ..dsl.reduction import max as lw_max, sum as lw_sum
+from ..dsl.reduction import argmax as lw_argmax, max as lw_max, sum as lw_sum
 from ..dsl.tensor import Tensor, compute, reduce_axis
 from ..errors import ExprError
 from .elementwise import static_shape
@@ -32,8 +32,12 @@ def pool_output_size(size: int, k: int, stride: int, pad_lo: int, pad_hi: int, d
 
 def pool2d(X: Tensor, kernel: Sequence[int], stride: Sequence[int] = (1, 1), padding: Sequence[int] = (0, 0, 0, 0),
            dilation: Sequence[int] = (1, 1), pool_type: str = "max", count_include_pad: bool = False,
-           ceil_mode: bool = False, name: str = "pool") -> Tensor:
-    """Pool an NCHW tensor; ``padding`` is (top, left, bottom, right) as in ONNX."""
+           ceil_mode: bool = False, name: str = "pool", with_indices: bool = False,
+           column_major: bool = False) -> Tensor:
+    """Pool an NCHW tensor; ``padding`` is (top, left, bottom, right) as in ONNX.  With
+    ``with_indices`` a max pool returns, instead of the maxima, their int64 positions in X
+    flattened row-major, or column-major within each plane (ONNX MaxPool's Indices output
+    and its ``storage_order``)."""
     if len(static_shape(X)) != 4:
         raise ExprError(f"pool2d takes an NCHW tensor, got shape {static_shape(X)}")
     if pool_type not in ("max", "avg"):
@@ -58,8 +62,17 @@ def pool2d(X: Tensor, kernel: Sequence[int], stride: Sequence[int] = (1, 1), pad
         inside = logical_and(logical_and(h >= 0, h < H), logical_and(w >= 0, w < W))
         return if_then_else(inside, X[n, c, h, w], const(fill, dtype))
 
+    lowest = float("-inf") if dtypes.is_float(dtype) else int(np.iinfo(dtype).min)   # padding never wins
+    if pool_type == "max" and with_indices:
+        # the first largest value in window order, and its row-major position in X (ONNX's Indices)
+        def position(n, c, oh, ow):
+            h, w = oh * sh - pt + rh * dh, ow * sw - pl + rw * dw
+            plane = (n * C + c) * (H * W)
+            return plane + (w * H + h if column_major else h * W + w)
+        pair = compute((N, C, OH, OW), lambda n, c, oh, ow: lw_argmax(
+            (position(n, c, oh, ow), read(n, c, oh, ow, lowest)), axis=[rh, rw]), name=name + ".pair", tag="reduce")
+        return compute((N, C, OH, OW), lambda *i: pair[0][i], name=name, tag="injective")
     if pool_type == "max":
-        lowest = float("-inf") if dtypes.is_float(dtype) else int(np.iinfo(dtype).min)   # padding never wins
         return compute((N, C, OH, OW), lambda n, c, oh, ow: lw_max(read(n, c, oh, ow, lowest), axis=[rh, rw]),
                        name=name, tag="pool")
 

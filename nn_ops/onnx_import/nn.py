@@ -242,10 +242,12 @@ def _pool_common(ctx, node, kind):
 
 @converter("MaxPool", since=1)
 def max_pool(ctx: ImportContext, node):
-    if len(node.output) > 1 and node.output[1]:
-        raise Unsupported("the Indices output of MaxPool is not supported")
-    if ctx.attr(node, "storage_order", 0):
-        raise Unsupported("storage_order=1")
+    indices = len(node.output) > 1 and node.output[1]
+    if indices and len(ctx.shape(node.input[0])) != 4:
+        raise Unsupported("the Indices output of a MaxPool that is not 2-d")
+    if indices:
+        attrs = dict(_pool_common(ctx, node, "max pooling"), column_major=bool(ctx.attr(node, "storage_order", 0)))
+        ctx.emit("max_pool2d_indices", [node.input[0]], node.output[1], attrs, name=node.name + ".indices")
     if _is_1d(ctx, node):
         _from_rows(ctx, node, "max_pool2d", [_as_rows(ctx, node.input[0])], _pool_1d_attrs(ctx, node))
         return

@@ -31,7 +31,6 @@ EXPECTED_UNSUPPORTED = {
     ],
     "random dropout (training mode, nonzero ratio)": [r"test_training_dropout(_default)?(_mask)?"],
     "sequences and optionals": [r"test_identity_(sequence|opt)"],
-    "MaxPool's Indices output": [r"test_maxpool_with_argmax_.*"],
 }
 _PATTERNS = [re.compile(p) for patterns in EXPECTED_UNSUPPORTED.values() for p in patterns]
 
