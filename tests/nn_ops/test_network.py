@@ -111,8 +111,8 @@ def test_unsupported_ops_are_all_listed_before_compiling():
 
 def test_unsupported_attribute_is_reported_with_the_node():
     b = OnnxBuilder()
-    out = b.node("MaxPool", ["input"], kernel_shape=[2, 2], storage_order=1)
-    with pytest.raises(OnnxImportError, match="maxpool_1_node.*MaxPool.*storage_order"):
+    out = b.node("MaxPool", ["input"], kernel_shape=[2, 2], auto_pad="MIRROR")
+    with pytest.raises(OnnxImportError, match="maxpool_1_node.*MaxPool.*auto_pad='MIRROR'"):
         lw.from_onnx(b.model((1, 1, 4, 4), out, (1, 1, 2, 2)))
 
 
