@@ -226,9 +226,6 @@ def pack_conv2d_weight(weight: np.ndarray, blocks) -> np.ndarray:
     return np.ascontiguousarray(packed)
 
 
-_FITS = 1 << 20
-
-
 def _pixels_path(pixels: int) -> bool:
     """Whether a 1x1 convolution with ``pixels`` output pixels runs as the pixels matmul.
 
@@ -422,7 +419,7 @@ def schedule_conv2d_1x1(s, op, target):
     po, pi = Y.split(p, factor=tile, tail="shift" if pixels % tile else "guard")
     oo, oi = Y.split(o, factor=mr)
     c_ = int(Yf.op.reduce_axis[0].extent.value)
-    if c_ * pixels * 4 <= _FITS:
+    if c_ * pixels * 4 <= (1 << 20):
         # the image fits in cache: sweep it once per channel block, writing few rows at a time
         Y.reorder(n, oo, po, oi, pi)
         at = Y.fuse(n, oo, po)
