@@ -81,14 +81,14 @@ class Module:
         self._output_indices = [k for k, p in enumerate(params) if p.is_output]
 
     def _static_params(self):
-        """(dtype, shape, is_output) per argument when no shape is symbolic, else None.
+        """(dtype, shape) per argument when no shape is symbolic, else None.
 
         Kernels with static shapes take a fast path through the argument checks (a few
         attribute reads per array); any failure falls back to ``_bind``, which raises
         the full, named error."""
         if self.size_names or any(not isinstance(d, int) for p in self.params for d in p.shape):
             return None
-        return tuple((np.dtype(p.dtype), tuple(p.shape), p.is_output) for p in self.params)
+        return tuple((np.dtype(p.dtype), tuple(p.shape)) for p in self.params)
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{p.name}: {p.dtype}[{', '.join(str(s) for s in p.shape)}]" for p in self.params)
@@ -164,31 +164,27 @@ class Module:
         static = self._static
         if static is None or len(args) != len(static):
             return False
-        for a, (dtype, shape, is_output) in zip(args, static):
-            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+        for a, (dtype, shape) in zip(args, static):
+            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
                 return False
-            flags = a.flags
-            if not flags.c_contiguous or (is_output and not flags.writeable):
-                return False
-        may_share = np.may_share_memory
+        may_share = np.may_share_memory     # plain loops: a generator costs ~1 us per call here
         for i in self._output_indices:
             a = args[i]
+            if not a.flags.writeable:
+                return False
             for j, b in enumerate(args):
                 if j != i and may_share(a, b):
                     return False
         return True
 
     def _prepare(self, args):
-        if self._static_ok(args):
-            buffers = self._buffers
-            for k, a in enumerate(args):
-                buffers[k] = _data_pointer(a)
-            return
-        sizes = self._bind(args)
+        if not self._static_ok(args):
+            sizes = self._bind(args)
+            for k, n in enumerate(self.size_names):
+                self._sizes[k] = sizes[n]
+        buffers = self._buffers
         for k, a in enumerate(args):
-            self._buffers[k] = _data_pointer(a)
-        for k, n in enumerate(self.size_names):
-            self._sizes[k] = sizes[n]
+            buffers[k] = _data_pointer(a)
 
     def __call__(self, *args) -> None:
         self._prepare(args)

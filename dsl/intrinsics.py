@@ -40,19 +40,20 @@ def abs(x) -> Expr:  # noqa: A001
     return Call("abs", (x,), x.dtype)
 
 
-def pow(x, y) -> Expr:  # noqa: A001
-    x, y = _operands(x, y, "lw.pow")
+def _float_pair(name: str, x, y, hint: str) -> Expr:
+    x, y = _operands(x, y, f"lw.{name}")
     if not dtypes.is_float(x.dtype):
-        raise DTypeError(f"lw.pow needs float arguments, got {x.dtype}; cast them first")
-    return Call("pow", (x, y), x.dtype)
+        raise DTypeError(f"lw.{name} needs float arguments, got {x.dtype}; {hint}")
+    return Call(name, (x, y), x.dtype)
+
+
+def pow(x, y) -> Expr:  # noqa: A001
+    return _float_pair("pow", x, y, "cast them first")
 
 
 def fmod(x, y) -> Expr:
     """C's fmod: ``x - n * y`` with ``n = trunc(x / y)`` computed exactly (the sign of ``x``)."""
-    x, y = _operands(x, y, "lw.fmod")
-    if not dtypes.is_float(x.dtype):
-        raise DTypeError(f"lw.fmod needs float arguments, got {x.dtype}; use % for integers")
-    return Call("fmod", (x, y), x.dtype)
+    return _float_pair("fmod", x, y, "use % for integers")
 
 
 def elementwise_min(a, b) -> Expr:

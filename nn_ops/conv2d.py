@@ -33,7 +33,7 @@ from ..dsl.reduction import sum as lw_sum
 from ..dsl.tensor import Tensor, compute, reduce_axis
 from ..errors import ExprError
 from ..target import resolve_target
-from .registry import accumulator_and_tile, fused_output, register_schedule
+from .registry import accumulate_in_registers, accumulator_and_tile, fused_output, register_schedule
 
 
 def _check(cond: bool, message: str):
@@ -294,13 +294,9 @@ def schedule_conv2d(s, op, target):
     else:
         fused = Y.fuse(n, oo, y)
     Y.parallel(fused)
-    s[Yc].compute_at(Y, xo)
     cn, cob, cy, cx, coi = s[Yc].op.axis
     rco, ry, rx, rci = s[Yc].op.reduce_axis
-    s[Yc].reorder(cn, cy, rco, ry, rx, rci, cx, cob, coi)
-    s[Yc].unroll(cob)
-    s[Yc].unroll(cx)
-    s[Yc].vectorize(coi)
+    accumulate_in_registers(s, Yc, Y, xo, (cn, cy, rco, ry, rx, rci, cx, cob, coi), (cob, cx))
     # weights given in NCHW[c] layout: packed per channel block, or once at root
     if packs_weights:
         W = s[Wk]

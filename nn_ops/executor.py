@@ -176,11 +176,11 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None) ->
     by_signature: Dict[str, object] = {}
     calls_params: List[Tuple[object, List[str], str]] = []
     reused = 0
+    remembered = tgt.kind == "llvm" and build_fn is None      # kernel_cache: CPU builds of the op library
     for k, grp in enumerate(kernel_groups):
         signature, params = _group_signature(g, grp)
         module = by_signature.get(signature)
         if module is None:
-            remembered = tgt.kind == "llvm" and build_fn is None
             module = kernel_cache.lookup(signature, tgt) if remembered else None
             if module is None:
                 module = _build_group(g, grp, params, tgt, build_fn)

@@ -29,14 +29,8 @@ def source_fingerprint() -> str:
     """A hash of every Python file of the compiler (computed once per process)."""
     global _fingerprint
     if _fingerprint is None:
-        root = Path(__file__).resolve().parent.parent
-        digest = hashlib.sha256()
-        files = sorted(p for d in _SOURCE_DIRS for p in (root / d).rglob("*.py"))
-        files += sorted(root.glob("*.py"))
-        for path in files:
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
-        _fingerprint = digest.hexdigest()
+        from ..backends.llvm.jit import source_hash
+        _fingerprint = source_hash(Path(__file__).resolve().parent.parent, _SOURCE_DIRS, top_level=True)
     return _fingerprint
 
 
@@ -47,15 +41,15 @@ class CachedKernel:
     object_code: bytes
 
 
+_PACKAGE = __name__.split(".")[0]
+
+
 def applies() -> bool:
     """Whether every registered schedule and graph op comes from loopweave itself."""
     from .graph_ops import OPS
     from .registry import _SCHEDULES
     functions = list(_SCHEDULES.values()) + [d.build for d in OPS.values()]
     return all((getattr(fn, "__module__", "") or "").startswith(_PACKAGE + ".") for fn in functions)
-
-
-_PACKAGE = __name__.split(".")[0]
 
 
 def _entry_path(signature: str, target) -> Path:

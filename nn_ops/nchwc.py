@@ -26,7 +26,7 @@ from ..errors import ExprError
 from .conv2d import _divisor_at_most, _row_block, _schedule_input_copy
 from .elementwise import static_shape
 from .pooling import pool_output_size
-from .registry import accumulator_and_tile, register_schedule
+from .registry import accumulate_in_registers, accumulator_and_tile, register_schedule
 
 
 # ------------------------------------------------------------------ layout transforms
@@ -206,14 +206,9 @@ def schedule_conv2d_blocked(s, op, target):
     blocks = n_ * (obn // nv)
     fused = Y.fuse(n, obo) if blocks >= 4 * max(1, target.num_threads) else Y.fuse(n, obo, y)
     Y.parallel(fused)
-    A = s[acc]
-    A.compute_at(Y, xo)
-    cn, cob, cy, cx, coi = A.op.axis
-    rco, ry, rx, rci = A.op.reduce_axis
-    A.reorder(cn, cy, rco, ry, rx, rci, cx, cob, coi)
-    A.unroll(cob)
-    A.unroll(cx)
-    A.vectorize(coi)
+    cn, cob, cy, cx, coi = s[acc].op.axis
+    rco, ry, rx, rci = s[acc].op.reduce_axis
+    accumulate_in_registers(s, acc, Y, xo, (cn, cy, rco, ry, rx, rci, cx, cob, coi), (cob, cx))
     for t in op.input_tensors:
         _schedule_blocked_padding(s, t, target.lanes(op.outputs[0].dtype))
 
@@ -245,13 +240,9 @@ def schedule_depthwise_blocked(s, op, target):
     Y.vectorize(ci)
     row = Y.fuse(n, cb, y)
     Y.parallel(row)
-    A = s[acc]
-    A.compute_at(Y, xo)
-    an, acb, ay, ax, aci = A.op.axis
-    ry, rx = A.op.reduce_axis
-    A.reorder(an, acb, ay, ry, rx, ax, aci)
-    A.unroll(ax)
-    A.vectorize(aci)
+    an, acb, ay, ax, aci = s[acc].op.axis
+    ry, rx = s[acc].op.reduce_axis
+    accumulate_in_registers(s, acc, Y, xo, (an, acb, ay, ry, rx, ax, aci), (ax,))
     # the padded rows a row of outputs reads, computed inside it (a memory-bound op cannot
     # afford a padded copy of its whole input: 1.5-2.9x faster on MobileNetV2's layers)
     for t in op.input_tensors:

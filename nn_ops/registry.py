@@ -89,6 +89,18 @@ def accumulator_and_tile(s: Schedule, op: ComputeOp):
     return op.outputs[0], final
 
 
+def accumulate_in_registers(s: Schedule, acc: Tensor, host, at, order, unrolled) -> None:
+    """Compute the accumulator ``acc`` inside ``host``'s loop ``at`` as a register block: its
+    loops in ``order`` (the reduction outside the block, the vector axis last), the block's
+    ``unrolled`` axes copied out, the last axis vectorized."""
+    A = s[acc]
+    A.compute_at(host, at)
+    A.reorder(*order)
+    for axis in unrolled:
+        A.unroll(axis)
+    A.vectorize(order[-1])
+
+
 def _reaches_through_inlined(s: Schedule, consumer: ComputeOp, producer) -> bool:
     """Whether ``consumer`` reads ``producer``, directly or through inlined stages only."""
     found = False

@@ -14,12 +14,13 @@ time three stages remain:
   add, relu) takes it inline.
 
 Shapes: blocked input [N, C/cb, H, W, cb] (``nchwc.py``), even output height and width
-(whole 2x2 tiles).  The position ``e`` sits next to the channel vector in V and M, so a
-tile's 16 values are one contiguous kilobyte: with ``e`` outermost, the 16 planes of a
-56x56x64 layer lie 49 x 4 KiB apart and every access of the output transform fell in
-one L1 set (2.2 ms instead of 0.1).  F(2x2, 3x3) keeps the rounding error near the direct convolution's
-(transform coefficients are 0, +-1 and 1/2); larger tiles (F(4x4, 3x3)) save more
-multiplies but lose about two digits.  ``choose_conv_layout`` picks this form for the
+(whole 2x2 tiles).  The position ``e`` sits next to the channel vector in V and M, so the
+input transform writes, and the output transform reads, a tile's 16 values as one
+contiguous kilobyte (with ``e`` outermost the 16 planes of a 56x56x64 layer lie 49 x 4 KiB
+apart; that layout was not timed once the workspace fix in ``backends/llvm/codegen.py``
+removed the page faults that first dominated both).  F(2x2, 3x3) keeps the rounding error
+near the direct convolution's (transform coefficients are 0, +-1 and 1/2); larger tiles
+(F(4x4, 3x3)) save more multiplies but lose about two digits.  ``choose_conv_layout`` picks this form for the
 layers where it pays (see ``winograd_pays``).
 """
 from __future__ import annotations
@@ -33,7 +34,7 @@ from ..errors import ExprError
 from .conv2d import _divisor_at_most
 from .elementwise import static_shape
 from .nchwc import _output_hw, _padded, _schedule_blocked_padding, _with_bias
-from .registry import fused_output, register_schedule
+from .registry import accumulate_in_registers, fused_output, register_schedule
 
 # Y = A^T [(G g G^T) . (B^T d B)] A for a 2x2 output tile, a 3x3 filter and a 4x4 input patch
 _BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64)
@@ -45,9 +46,10 @@ def winograd_pays(kernel, stride, dilation, out_hw, channels: int, out_channels:
     """Whether a blocked conv runs faster as Winograd F(2x2, 3x3) on the CPU.
 
     Only 3x3, stride 1, undilated, with whole 2x2 output tiles.  Measured on ResNet-18's
-    layers (``benchmarks/RESULTS.md``): it wins from 56x56 down to 14x14; at 7x7 the 16
-    transformed weight planes (16/9 of the weight bytes) stream from memory for 16 tiles
-    each, and the direct kernel is faster."""
+    layers (``benchmarks/RESULTS.md``): 1.6-2x faster at 56x56, 28x28 and 14x14.  Smaller
+    maps (12x12 and below; ResNet-18's 7x7 is odd anyway) were not measured and stay with
+    the direct kernel: few tiles per matmul, and the transformed weights are 16/9 of the
+    direct ones' bytes."""
     oh, ow = out_hw
     return (tuple(kernel) == (3, 3) and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1)
             and oh % 2 == 0 and ow % 2 == 0 and oh * ow >= 14 * 14 and min(channels, out_channels) >= 16)
@@ -166,14 +168,9 @@ def schedule_winograd_gemm(s, op, target):
     M.reorder(nn, e, obo, to, obi, ti, oi)
     M.vectorize(oi)
     M.parallel(M.fuse(nn, e, obo))
-    A = s[acc]
-    A.compute_at(M, to)
-    cn, cob, ct, ce, coi = A.op.axis
-    rco, rci = A.op.reduce_axis
-    A.reorder(cn, ce, rco, rci, ct, cob, coi)
-    A.unroll(ct)
-    A.unroll(cob)
-    A.vectorize(coi)
+    cn, cob, ct, ce, coi = s[acc].op.axis
+    rco, rci = s[acc].op.reduce_axis
+    accumulate_in_registers(s, acc, M, to, (cn, ce, rco, rci, ct, cob, coi), (ct, cob))
 
 
 @register_schedule("conv2d_winograd", "llvm")

@@ -75,7 +75,7 @@ class FunctionEmitter:
         self.scope = dict(scope)          # id(Var) -> value
         self.buffer_ptrs = dict(buffer_ptrs)  # id(Buffer) -> ptr
         self.masks: List[ir.Value] = []
-        self.free_at_exit: List[ir.Value] = []
+        self.free_at_exit: List[tuple] = []     # (workspace slot, buffer) to give back on return
 
     # ------------------------------------------------------------ helpers
     def _alloca_in_entry(self, typ, count=None, name="", opaque=True):
@@ -615,7 +615,7 @@ class CodeGen:
     def __init__(self, func: PrimFunc, target, symbol: str):
         self.func, self.target, self.symbol = func, target, symbol
         self.module = ir.Module(name=symbol)
-        self._workspace_slots: List[ir.GlobalVariable] = []
+        self._workspace_slots = 0
         self._intrinsics: Dict[str, ir.Function] = {}
         self._outlined = 0
 
@@ -643,11 +643,11 @@ class CodeGen:
         call swaps the slot with null; a concurrent call finding it empty mallocs its
         own, and the one displaced on return is freed).  The memory stays allocated for
         the life of the process, like a workspace pool."""
-        var = ir.GlobalVariable(self.module, PTR, name=f"lw.workspace.{len(self._workspace_slots)}.{name}")
+        var = ir.GlobalVariable(self.module, PTR, name=f"lw.workspace.{self._workspace_slots}.{name}")
         var.linkage = "internal"
         var.initializer = ir.Constant(PTR, None)
         var.align = 8
-        self._workspace_slots.append(var)
+        self._workspace_slots += 1
         return var
 
     def workspace_fn(self, which: str) -> ir.Function:

@@ -3,7 +3,8 @@
 One MCJIT engine per process holds every loaded object.  Objects are cached under
 ``$LOOPWEAVE_CACHE_DIR`` (default ``~/.cache/loopweave``) keyed by the kernel's
 symbol (a hash of its lowered IR and target), the CPU name, its feature string,
-the llvmlite version and a hash of the code generator's source, so a second build of the same kernel skips LLVM entirely.
+the llvmlite version and a hash of the code generator's source, so a second build
+of the same kernel skips LLVM entirely.
 """
 from __future__ import annotations
 
@@ -71,19 +72,30 @@ def optimize(module_ref, target: Target):
     pb.getModulePassManager().run(module_ref, pb)
 
 
+def source_hash(root: Path, folders, top_level: bool = False) -> str:
+    """A hash of the Python files under ``folders`` of ``root`` (and of ``root``'s own, if
+    ``top_level``): names and contents, so any edit changes it."""
+    files = sorted(p for d in folders for p in (root / d).rglob("*.py"))
+    if top_level:
+        files += sorted(root.glob("*.py"))
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 _codegen_fingerprint = None
 
 
 def codegen_fingerprint() -> str:
-    """A hash of this package's code generator (every file beside this one): the symbol
-    names the lowered IR, and the same IR compiles to different code after a codegen change."""
+    """A hash of the code generator (every file beside this one), once per process: the
+    symbol names the lowered IR, and the same IR compiles to different code after a codegen
+    change."""
     global _codegen_fingerprint
     if _codegen_fingerprint is None:
-        digest = hashlib.sha256()
-        for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
-            digest.update(path.name.encode())
-            digest.update(path.read_bytes())
-        _codegen_fingerprint = digest.hexdigest()
+        here = Path(__file__).resolve().parent
+        _codegen_fingerprint = source_hash(here.parent, [here.name])
     return _codegen_fingerprint
 
 

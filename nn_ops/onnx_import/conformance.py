@@ -132,6 +132,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     cases = [c for c in collect_cases() if args.k in c.name]
     counts = {"all": Counter(), "claimed": Counter()}
+    peer = {"all": Counter(), "claimed": Counter()}        # onnxruntime's statuses (--onnxruntime)
     t0 = time.perf_counter()
     for case in cases:
         try:
@@ -143,20 +144,21 @@ def main(argv=None) -> int:
         if claimed:
             counts["claimed"][status] += 1
         if args.onnxruntime:
-            peer, _ = run_case_onnxruntime(case)
-            counts["all"]["ort " + peer] += 1
+            peer_status, _ = run_case_onnxruntime(case)
+            peer["all"][peer_status] += 1
             if claimed:
-                counts["claimed"]["ort " + peer] += 1
+                peer["claimed"][peer_status] += 1
         if status in ("fail", "crash") or (args.v and status != "pass"):
             print(f"{case.name:<60} {status:<11} {'claimed ' if claimed else ''}{detail[:200]}", flush=True)
     for key, label in (("all", "whole suite"), ("claimed", "cases of claimed ops only")):
         c = counts[key]
-        total = sum(n for status, n in c.items() if not status.startswith("ort "))
+        total = sum(c.values())
         print(f"{label}: {total} cases: {c['pass']} pass, {c['unsupported']} unsupported (clean OnnxImportError), "
               f"{c['fail']} fail, {c['crash']} crash")
         if args.onnxruntime:
-            print(f"  onnxruntime on the same cases: {c['ort pass']} pass, {c['ort unsupported']} unsupported "
-                  f"(session or run raised), {c['ort fail']} fail")
+            o = peer[key]
+            print(f"  onnxruntime on the same cases: {o['pass']} pass, {o['unsupported']} unsupported "
+                  f"(session or run raised), {o['fail']} fail")
     print(f"({time.perf_counter() - t0:.0f} s)")
     return 0 if counts["all"]["fail"] + counts["all"]["crash"] == 0 else 1
 

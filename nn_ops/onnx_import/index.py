@@ -153,19 +153,18 @@ def resize(ctx: ImportContext, node):
     if not axes:
         ctx.emit("identity", [x], out_name, name=node.name)
         return
-    if not outside.any():
-        ctx.emit("resize", [x] + tables, out_name, {"axes": tuple(axes), "weighted": mode != "nearest"},
-                 name=node.name)
+    extrapolated = outside.any()
+    inner = ctx.emit("resize", [x] + tables, ctx.graph.fresh_name(out_name + ".inside") if extrapolated else out_name,
+                     {"axes": tuple(axes), "weighted": mode != "nearest"}, name=node.name)
+    if not extrapolated:
         return
     # samples outside the input take extrapolation_value: resized * inside + outside * value
-    inner = ctx.emit("resize", [x] + tables, ctx.graph.fresh_name(out_name + ".inside"),
-                     {"axes": tuple(axes), "weighted": mode != "nearest"}, name=node.name + ".resize")
     value = float(ctx.attr(node, "extrapolation_value", 0.0))
     dtype = ctx.dtype(x)
     kept = ctx.emit("mul", [inner, ctx.add_constant(out_name + ".inside_mask", (~outside).astype(dtype))],
                     ctx.graph.fresh_name(out_name + ".kept"))
     ctx.emit("add", [kept, ctx.add_constant(out_name + ".outside_value", (outside * value).astype(dtype))],
-             out_name, name=node.name)
+             out_name, name=node.name + ".extrapolate")
 
 
 def _crop_boxes(ctx: ImportContext, node, nd: int):

@@ -71,50 +71,38 @@ def _from_rows(ctx, node, op_type: str, inputs, attrs, out=None) -> str:
     return ctx.emit("reshape", [rows], out, {"shape": (n, c, length)}, name=node.name + ".1d")
 
 
-def _float32_operands(ctx, node, names):
-    """float16 operands cast to float32 (a convolution's sums lose digits in float16)."""
-    if ctx.dtype(node.input[0]) != "float16":
-        return names
-    return [ctx.emit("cast", [n], ctx.graph.fresh_name(n + ".f32"), {"to": "float32"}) for n in names]
-
-
 @converter("Conv", since=1)
 def conv(ctx: ImportContext, node):
     """2-d convolution; a 1-d one (rank-3 input and weight) runs as a 2-d one on rows of height 1.
     float16 convolutions accumulate in float32 and round once at the end."""
-    if ctx.dtype(node.input[0]) == "float16":
-        wide = ctx.graph.fresh_name(node.output[0] + ".f32")
-        inner = type(node)()
-        inner.CopyFrom(node)
-        inner.input[:] = _float32_operands(ctx, node, [i for i in node.input if i])
-        inner.output[0] = wide
-        _conv(ctx, inner)
-        ctx.emit("cast", [wide], node.output[0], {"to": "float16"}, name=node.name + ".f16")
+    inputs = [i for i in node.input if i]          # X, W and the optional bias
+    if ctx.dtype(inputs[0]) != "float16":
+        _conv(ctx, node, inputs, node.output[0])
         return
-    _conv(ctx, node)
+    wide = [ctx.emit("cast", [i], ctx.graph.fresh_name(i + ".f32"), {"to": "float32"}) for i in inputs]
+    out = _conv(ctx, node, wide, ctx.graph.fresh_name(node.output[0] + ".f32"))
+    ctx.emit("cast", [out], node.output[0], {"to": "float16"}, name=node.name + ".f16")
 
 
-def _conv(ctx: ImportContext, node):
+def _conv(ctx: ImportContext, node, inputs, out: str) -> str:
+    """The convolution of ``node`` over ``inputs`` (X, W[, bias]) into ``out``."""
     group = int(ctx.attr(node, "group", 1))
-    bias = [node.input[2]] if len(node.input) > 2 and node.input[2] else []
-    if _is_1d(ctx, node) and len(ctx.shape(node.input[1])) == 3:
-        k = ctx.shape(node.input[1])[2]
-        stride, dilation, padding = _window_1d(ctx, node, ctx.shape(node.input[0])[2], k)
-        _from_rows(ctx, node, "conv2d", [_as_rows(ctx, node.input[0]), _as_rows(ctx, node.input[1])] + bias,
-                   {"stride": stride, "padding": padding, "dilation": dilation, "groups": group})
-        return
-    X = node.input[0]
+    x, w, bias = inputs[0], inputs[1], inputs[2:]
+    if len(ctx.shape(x)) == 3 and len(ctx.shape(w)) == 3:
+        stride, dilation, padding = _window_1d(ctx, node, ctx.shape(x)[2], ctx.shape(w)[2])
+        return _from_rows(ctx, node, "conv2d", [_as_rows(ctx, x), _as_rows(ctx, w)] + bias,
+                          {"stride": stride, "padding": padding, "dilation": dilation, "groups": group}, out)
     N, C, H, W = _check_2d(ctx, node, "convolution")
-    w_shape = ctx.shape(node.input[1])
+    w_shape = ctx.shape(w)
     if len(w_shape) != 4:
         raise Unsupported("only 1-d and 2-d convolution is supported")
     kernel = list(ctx.attr(node, "kernel_shape", w_shape[2:]))
     stride = list(ctx.attr(node, "strides", [1, 1]))
     dilation = list(ctx.attr(node, "dilations", [1, 1]))
     padding = _spatial_padding(ctx, node, (H, W), kernel, stride, dilation)
-    ctx.emit("conv2d", [X, node.input[1]] + bias, node.output[0],
-             {"stride": tuple(stride), "padding": tuple(padding), "dilation": tuple(dilation), "groups": group},
-             name=node.name)
+    return ctx.emit("conv2d", [x, w] + bias, out,
+                    {"stride": tuple(stride), "padding": tuple(padding), "dilation": tuple(dilation),
+                     "groups": group}, name=node.name)
 
 
 @converter("BatchNormalization", since=9)
@@ -216,7 +204,8 @@ def _pool_3d(ctx, node, op_type: str, extra: dict, source=None, out=None) -> str
     pads = [0] * 6 if auto_pad == "VALID" else [int(p) for p in ctx.attr(node, "pads", [0] * 6)]
     ceil_mode = bool(ctx.attr(node, "ceil_mode", 0))
     out = out or node.output[0]
-    planes = ctx.emit("reshape", [source or node.input[0]], ctx.graph.fresh_name(out + ".planes"), {"shape": (n, c * d, h, w)})
+    planes = ctx.emit("reshape", [source or node.input[0]], ctx.graph.fresh_name(out + ".planes"),
+                      {"shape": (n, c * d, h, w)})
     hw = ctx.emit(op_type, [planes], ctx.graph.fresh_name(out + ".hw"),
                   dict(extra, kernel=(kh, kw), stride=(sh, sw), dilation=(dh, dw), ceil_mode=ceil_mode,
                        padding=(pads[1], pads[2], pads[4], pads[5])), name=node.name + ".hw")

@@ -61,9 +61,22 @@ def test_a_changed_compiler_or_a_lost_object_rebuilds(fresh_cache, monkeypatch):
     assert np.isfinite(_run(exe)).all()
 
 
-def test_fingerprint_covers_the_compiler_source():
-    fp = kernel_cache.source_fingerprint()
-    assert len(fp) == 64 and fp == kernel_cache.source_fingerprint()
+def test_fingerprint_covers_the_compiler_source(tmp_path):
+    """source_hash sees every edit under the folders it is given (and the top-level files)."""
+    from loopweave.backends.llvm.jit import source_hash
+    (tmp_path / "dsl" / "deep").mkdir(parents=True)
+    (tmp_path / "dsl" / "deep" / "a.py").write_text("x = 1\n")
+    (tmp_path / "top.py").write_text("y = 1\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "t.py").write_text("z = 1\n")
+    first = source_hash(tmp_path, ["dsl"], top_level=True)
+    (tmp_path / "tests" / "t.py").write_text("z = 2\n")          # outside the folders: no change
+    assert source_hash(tmp_path, ["dsl"], top_level=True) == first
+    (tmp_path / "dsl" / "deep" / "a.py").write_text("x = 2\n")
+    second = source_hash(tmp_path, ["dsl"], top_level=True)
+    (tmp_path / "top.py").write_text("y = 2\n")
+    assert len({first, second, source_hash(tmp_path, ["dsl"], top_level=True)}) == 3
+    assert kernel_cache.source_fingerprint() == kernel_cache.source_fingerprint()
 
 
 def test_a_schedule_registered_from_outside_turns_the_cache_off(fresh_cache, monkeypatch):
