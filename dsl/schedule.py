@@ -42,6 +42,7 @@ class Stage:
         self.attach_ivar: Optional[IterVar] = None
         self.scope = "global"
         self.storage_aligns: Dict[int, tuple] = {}
+        self.double_buffered = False
         self.is_output = False
 
     # ------------------------------------------------------------------ naming
@@ -273,6 +274,19 @@ class Stage:
         dim = [a for a in self.op.axis].index(axis)
         self.storage_aligns[dim] = (factor, offset)
         self._trace("storage_align", axis=axis.name, factor=factor, offset=offset)
+
+    def double_buffer(self):
+        """On a GPU, fill this shared stage for the next iteration of the loop it is computed in
+        while the current one is used: two copies of the buffer, the next tile's global loads
+        issued into registers before the arithmetic and stored after it, one barrier per
+        iteration (``lowering/passes/double_buffer.py``).  Ignored on the CPU."""
+        self._check_not_placeholder("double_buffer")
+        if self.scope != "shared":
+            raise self._error("double_buffer", f"the stage lives in {self.scope!r} memory; only a shared-memory "
+                              f"stage has a copy to overlap with its readers",
+                              "call it on the stage made by s.cache_read(T, 'shared', readers)")
+        self.double_buffered = True
+        self._trace("double_buffer")
 
     def compute_at(self, parent: "Stage", scope_ivar: IterVar):
         """Compute this stage inside loop ``scope_ivar`` of ``parent``, only the region it needs."""

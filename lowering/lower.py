@@ -16,6 +16,7 @@ from ..errors import LoweringError
 from .ir import PrimFunc
 from .passes.loop_partition import loop_partition
 from .passes.remove_noops import remove_noops
+from .passes.double_buffer import double_buffer
 from .passes.insert_syncs import insert_syncs
 from .passes.simplify import simplify
 from .passes.split_host_device import split_host_device
@@ -37,6 +38,7 @@ PASSES = (
 
 # target "cuda" only: after the passes above, the host/device split and GPU barriers
 GPU_PASSES = (
+    ("double_buffer", double_buffer),
     ("split_host_device", split_host_device),
     ("insert_syncs", insert_syncs),
 )
@@ -47,6 +49,7 @@ class PassContext:
     size_vars: list
     storage_aligns: Dict[str, dict]
     timings: Dict[str, float] = field(default_factory=dict)
+    double_buffers: frozenset = frozenset()
     func_name: str = "main"
     target: object = None
 
@@ -81,7 +84,8 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
     start = time.perf_counter()
     body, params, size_vars = schedule_to_loops(schedule, args)
     ctx = PassContext(size_vars, {s.name: dict(s.storage_aligns) for s in schedule.stages if s.storage_aligns},
-                      func_name=name, target=tgt)
+                      func_name=name, target=tgt,
+                      double_buffers=frozenset(s.name for s in schedule.stages if s.double_buffered))
     ctx.timings["schedule_to_loops"] = time.perf_counter() - start
     func = PrimFunc(name, params, size_vars, body, param_tensors=args)
     func.dumps["schedule_to_loops"] = body

@@ -9,8 +9,10 @@ guard is needed.  Vector statements are written lane by lane, except that a
 contiguous load or store of 2 or 4 lanes whose index is provably a multiple of the
 lane count becomes one ``float4``/``float2``/``int4``/``double2`` access (the buffer
 pointers are 16-byte aligned: ``__align__`` for on-chip arrays, checked at call time
-for arguments).  Index arithmetic is ``long long`` as in the IR; floor division and
-modulo keep Python's semantics through small helpers.
+for arguments).  Index arithmetic is ``long long`` as in the IR, or ``int`` in a kernel
+where ``index_width.fits_int32`` proves every such value fits (fewer registers, one
+instruction per multiply-add); floor division and modulo keep Python's semantics
+through small helpers.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from ...errors import BuildError, InternalError
 from ...lowering.ir import (SYNC_THREADS, Allocate, Broadcast, BufferLoad, BufferStore, Evaluate, For, IfThenElse,
                             KernelLaunch, LetStmt, PrimFunc, Ramp, Seq)
 from ...lowering.passes.simplify import linear_form, simplify_expr
+from .index_width import fits_int32
 
 C_TYPE = {"float32": "float", "float64": "double", "int8": "signed char", "int16": "short", "int32": "int",
           "int64": "long long", "uint8": "unsigned char",
@@ -131,6 +134,8 @@ class KernelEmitter:
         self.level = 1
         self.temp = 0
         self.lane_exprs: Dict[int, str] = {}   # id(lane Var) -> C text such as v3.x
+        self.narrow = fits_int32(info.launch)   # int64 values are computed as int
+        self.c_type = dict(C_TYPE, int64="int") if self.narrow else C_TYPE
 
     # ------------------------------------------------------------ helpers
     def line(self, text: str):
@@ -179,7 +184,8 @@ class KernelEmitter:
             tag = dict(s.annotations)["thread"]
             name = self.names.add(v, v.name)
             start = "" if isinstance(s.min, Const) and s.min.value == 0 else f" + {self.expr(s.min)}"
-            self.line(f"{{ const long long {name} = (long long){tag}{start};")
+            index_t = self.c_type["int64"]
+            self.line(f"{{ const {index_t} {name} = ({index_t}){tag}{start};")
             self.level += 1
             self.stmt(s.body)
             self.level -= 1
@@ -191,7 +197,7 @@ class KernelEmitter:
         name = self.names.add(v, v.name)
         if s.kind == "unrolled":
             self.line("#pragma unroll")
-        self.block(f"for (long long {name} = {lo}; {name} < {hi}; ++{name})", s.body)
+        self.block(f"for ({self.c_type[v.dtype]} {name} = {lo}; {name} < {hi}; ++{name})", s.body)
 
     def stmt_IfThenElse(self, s: IfThenElse):
         self.line(f"if ({self.expr(s.condition)}) {{")
@@ -208,7 +214,7 @@ class KernelEmitter:
     def stmt_LetStmt(self, s: LetStmt):
         value = self.expr(s.value)
         name = self.names.add(s.var, s.var.name)
-        self.line(f"{{ const {C_TYPE[s.var.dtype]} {name} = {value};")
+        self.line(f"{{ const {self.c_type[s.var.dtype]} {name} = {value};")
         self.level += 1
         self.stmt(s.body)
         self.level -= 1
@@ -352,8 +358,11 @@ class KernelEmitter:
         text = self.lane_exprs.get(id(e))
         return (text if text is not None else self.names[e]), _PRIMARY
 
+    def const(self, value, dtype: str) -> str:
+        return const_text(value, "int32" if self.narrow and dtype == "int64" else dtype)
+
     def expr_Const(self, e: Const):
-        text = const_text(e.value, e.dtype)
+        text = self.const(e.value, e.dtype)
         return text, (_UNARY if text.startswith("-") else _PRIMARY)
 
     def expr_BufferLoad(self, e: BufferLoad):
@@ -369,7 +378,7 @@ class KernelEmitter:
     def expr_Binary(self, e: Binary):
         dt = e.dtype
         if e.op in ("min", "max"):
-            return f"lw_{e.op}<{C_TYPE[dt]}>({self.expr(e.a)}, {self.expr(e.b)})", _PRIMARY
+            return f"lw_{e.op}<{self.c_type[dt]}>({self.expr(e.a)}, {self.expr(e.b)})", _PRIMARY
         if dtypes.is_float(dt):
             if e.op in _ARITH:
                 return self._binop(_ARITH[e.op], e.a, e.b)
@@ -384,13 +393,13 @@ class KernelEmitter:
                     # a sum under a shift or mask gets parentheses although C would not need them
                     text, prec = f"{self.operand(e.a, _PREC['+'] + 1)} >> {e.b.value.bit_length() - 1}", _PREC[">>"]
                 else:
-                    text, prec = f"{self.operand(e.a, _PREC['+'] + 1)} & {const_text(e.b.value - 1, dt)}", _PREC["&"]
+                    text, prec = f"{self.operand(e.a, _PREC['+'] + 1)} & {self.const(e.b.value - 1, dt)}", _PREC["&"]
             else:
-                text, prec = f"lw_{e.op}<{C_TYPE[dt]}>({self.expr(e.a)}, {self.expr(e.b)})", _PRIMARY
+                text, prec = f"lw_{e.op}<{self.c_type[dt]}>({self.expr(e.a)}, {self.expr(e.b)})", _PRIMARY
         else:
             text, prec = self._binop(_ARITH[e.op], e.a, e.b)
         if dtypes.bits(dt) < 32:   # C promotes narrow ints to int: wrap back, as the IR's types do
-            return f"({C_TYPE[dt]})({text})", _UNARY
+            return f"({self.c_type[dt]})({text})", _UNARY
         return text, prec
 
     def expr_Compare(self, e: Compare):
@@ -411,12 +420,12 @@ class KernelEmitter:
     def expr_Cast(self, e: Cast):
         if e.dtype == "bool":
             return f"{self.operand(e.value, _PREC['!='] + 1)} != 0", _PREC["!="]
-        return f"({C_TYPE[e.dtype]}){self.operand(e.value, _UNARY)}", _UNARY
+        return f"({self.c_type[e.dtype]}){self.operand(e.value, _UNARY)}", _UNARY
 
     def expr_Let(self, e: Let):
         value = self.expr(e.value)
         name = self.names.add(e.var, e.var.name)
-        return f"[&]() {{ const {C_TYPE[e.var.dtype]} {name} = {value}; return {self.expr(e.body)}; }}()", _PRIMARY
+        return f"[&]() {{ const {self.c_type[e.var.dtype]} {name} = {value}; return {self.expr(e.body)}; }}()", _PRIMARY
 
     def expr_Call(self, e: Call):
         args = [self.expr(a) for a in e.args]
@@ -425,7 +434,7 @@ class KernelEmitter:
             if not dtypes.is_signed(dt):
                 return self._expr(e.args[0])
             x = self.operand(e.args[0], _UNARY)
-            return f"({C_TYPE[dt]})({x} < 0 ? -{x} : {x})", _UNARY
+            return f"({self.c_type[dt]})({x} < 0 ? -{x} : {x})", _UNARY
         if not dtypes.is_float(dt):
             raise InternalError(f"intrinsic {e.name} on {dt}")
         if e.name == "sigmoid":

@@ -20,7 +20,7 @@ from ...errors import ArgumentError, InternalError
 from ...lowering.ir import Allocate, KernelLaunch, LetStmt, Seq
 from ..runtime import Module, ParamSpec
 from .driver import get_driver
-from .ndarray import DeviceArray, from_dlpack, overlaps
+from .ndarray import DeviceArray, as_device_array, overlaps
 
 
 def eval_host(e, env: Dict[int, int]) -> int:
@@ -67,6 +67,8 @@ class CudaModule(Module):
         self._functions = {}
         self._param_index = {id(b): k for k, b in enumerate(func.params)}
         self._size_vars = list(func.size_vars)
+        self._static = self._static_params()
+        self._output_indices = [k for k, p in enumerate(params) if p.is_output]
 
     # ----------------------------------------------------------- argument checks
     def _check_array(self, p: ParamSpec, a) -> None:
@@ -86,7 +88,7 @@ class CudaModule(Module):
         return False
 
     def _as_arrays(self, args) -> list:
-        return [a if isinstance(a, (np.ndarray, DeviceArray)) or not hasattr(a, "__dlpack__") else from_dlpack(a)
+        return [a if isinstance(a, (np.ndarray, DeviceArray)) or not hasattr(a, "__dlpack__") else as_device_array(a)
                 for a in args]
 
     # ----------------------------------------------------------- running
@@ -152,9 +154,24 @@ class CudaModule(Module):
         else:
             raise InternalError(f"host code of a CUDA module has a {type(s).__name__}")
 
+    def _static_device_ok(self, args) -> bool:
+        """Whether ``args`` pass every check of ``_bind``: static shapes, all device arrays (the
+        common case when timing or chaining kernels); a few attribute reads instead of ~30 us."""
+        static = self._static
+        if static is None or len(args) != len(static):
+            return False
+        for a, (dtype, shape) in zip(args, static):
+            if type(a) is not DeviceArray or a.shape != shape or a.dtype != dtype:
+                return False
+        for i in self._output_indices:
+            for j, b in enumerate(args):
+                if j != i and overlaps(args[i], b):
+                    return False
+        return True
+
     def _prepare_call(self, args):
         args = self._as_arrays(args)
-        sizes = self._bind(args)
+        sizes = {} if self._static_device_ok(args) else self._bind(args)
         drv = get_driver()
         self._load(drv)
         pointers, back, keep = self._stage(drv, args)

@@ -55,8 +55,8 @@ def _self_contained(s) -> bool:
 
 class _InsertInKernel(Mutator):
     def visit_For(self, node):
-        if _self_contained(node):
-            return node
+        if _self_contained(node) or dict(node.annotations).get("double_buffered"):
+            return node     # double_buffer placed this loop's one barrier per iteration itself
         return self.generic_visit(node)
 
     def visit_Seq(self, node):

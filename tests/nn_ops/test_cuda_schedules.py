@@ -30,11 +30,24 @@ def test_matmul_kernel_shape():
     shared = []
     post_order_visit(k.body, lambda n: shared.append(n) if isinstance(n, Allocate) and n.buffer.scope == "shared"
                      else None)
-    assert sorted((a.buffer.name, a.extent.value) for a in shared) == [("A.shared", 1024), ("B.shared", 1024)]
+    # whole tiles: both 128 x 16 panels double-buffered (two slots each)
+    assert sorted((a.buffer.name, a.extent.value) for a in shared) == [("A.shared", 4096), ("B.shared", 4096)]
     source = lw.build(s, args, target="cuda:sm_90").get_source("cuda")
     assert "reinterpret_cast<const float4*>(&A[" in source          # float4 global loads
     assert "reinterpret_cast<const float4*>(&B_shared[" in source   # float4 shared loads in the inner loop
-    assert source.count("__syncthreads();") == 2
+    assert "long long" not in source                                # 32-bit index arithmetic
+    loop = source[source.index("for (int k_outer"):]
+    assert loop.count("__syncthreads();") == 1                      # one barrier per k step
+    assert source.count("__syncthreads();") == 3                    # + the two around the first panels
+
+
+def test_matmul_with_partial_tiles_is_not_double_buffered():
+    s, args = _matmul(130, 200, 20)
+    (k,) = _kernels(lw.lower(s, args, target="cuda"))
+    shared = []
+    post_order_visit(k.body, lambda n: shared.append(n) if isinstance(n, Allocate) and n.buffer.scope == "shared"
+                     else None)
+    assert sorted((a.buffer.name, a.extent.value) for a in shared) == [("A.shared", 1040), ("B.shared", 1024)]
 
 
 def test_injective_schedule_uses_float4_and_one_kernel():

@@ -90,7 +90,9 @@ def test_device_array_round_trip_and_in_place_call():
     dc = lw.DeviceArray.empty((1000,), "float32")
     f = _scale_kernel()
     f(da, dc)
-    np.testing.assert_allclose(dc.numpy(), a * 3 + 1, rtol=1e-6)
+    # NVRTC contracts a * 3 + 1 into one fma (one rounding, numpy rounds twice): near the cancellation
+    # at a = -1/3 the two differ by an ulp of the terms, so compare with the exact value at that scale
+    np.testing.assert_allclose(dc.numpy(), a.astype(np.float64) * 3 + 1, rtol=1e-6, atol=1e-6)
     assert f.time(da, dc) > 0
 
 
@@ -135,3 +137,40 @@ def test_torch_and_cupy_tensors_are_used_in_place():
         used += 1
     if not used:
         pytest.skip("neither torch nor cupy is installed")
+
+
+class _CudaArrayInterface:
+    """Exposes __cuda_array_interface__ (and __dlpack__, recording that it was the one used)."""
+
+    def __init__(self, shape=(4, 3), strides=None, stream=None, typestr="<f4"):
+        self.cai = {"data": (0x7000, False), "shape": shape, "typestr": typestr, "strides": strides, "version": 3}
+        if stream is not None:
+            self.cai["stream"] = stream
+        self.dlpack_calls = 0
+
+    @property
+    def __cuda_array_interface__(self):
+        return self.cai
+
+    def __dlpack__(self, stream=None):
+        self.dlpack_calls += 1
+        return "capsule"
+
+    def __dlpack_device__(self):
+        return (dlpack.KDL_CUDA, 0)
+
+
+@pytest.mark.parametrize("case, fast", [({}, True), ({"strides": (12, 4)}, True), ({"stream": 1}, True),
+                                        ({"stream": 0x5555}, False), ({"strides": (4, 16)}, False),
+                                        ({"typestr": ">f4"}, False)])
+def test_cuda_array_interface_is_used_only_where_exact(monkeypatch, case, fast):
+    """Dense tensors on a default stream are viewed through the interface (cheap); a side stream, strides
+    or a foreign byte order go through DLPack, which orders streams and refuses what it must."""
+    from loopweave.backends.cuda import ndarray
+    monkeypatch.setattr(ndarray, "get_driver", lambda: type("D", (), {"device_index": 0})())
+    monkeypatch.setattr(ndarray.dlpack, "import_capsule",
+                        lambda capsule: type("T", (), {"data": 0x9000, "shape": (4, 3), "dtype": "float32"})())
+    obj = _CudaArrayInterface(**case)
+    view = ndarray.as_device_array(obj)
+    assert (obj.dlpack_calls == 0) == fast
+    assert view.ptr == (0x7000 if fast else 0x9000) and view.shape == (4, 3) and view.dtype == np.float32

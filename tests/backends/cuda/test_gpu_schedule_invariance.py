@@ -4,7 +4,8 @@ hypothesis draws GPU schedules, made of the primitives a GPU user calls: for an
 elementwise pipeline, fusing, block and thread sizes, float4 lanes, and how the
 producer is computed (inlined, its own kernel, or per thread in registers); for a
 matmul, block tiles, threads per block, the per-thread register block, the k step,
-and whether A and B are staged through shared memory.  A schedule the GPU checks
+whether A and B are staged through shared memory, and whether that staging is
+double-buffered.  A schedule the GPU checks
 reject (``ScheduleError`` / ``LoweringError``, e.g. too many threads) is skipped as
 illegal.  Every legal one is emulated on the CPU and compared with numpy (the
 lowering is what varies), its CUDA C is run on CPU threads (``simt``, with real
@@ -63,9 +64,20 @@ def _elementwise(data):
 
 
 def _matmul(data):
-    n = data.draw(st.integers(1, 48), label="n")
-    m = data.draw(st.integers(1, 48), label="m")
-    kk = data.draw(st.integers(1, 40), label="k")
+    ty_n = data.draw(st.sampled_from([1, 2, 4, 8]), label="threads y")
+    tx_n = data.draw(st.sampled_from([1, 4, 8, 16]), label="threads x")
+    py = data.draw(st.sampled_from([1, 2, 4]), label="rows per thread")
+    px = data.draw(st.sampled_from([1, 2, 4]), label="cols per thread")
+    k_step = data.draw(st.sampled_from([1, 4, 8]), label="k step")
+    double = data.draw(st.booleans(), label="double buffer")
+    if double:   # double buffering copies the same shape every step: whole tiles only
+        n = ty_n * py * data.draw(st.integers(1, 3), label="row blocks")
+        m = tx_n * px * data.draw(st.integers(1, 3), label="col blocks")
+        kk = k_step * data.draw(st.integers(1, 5), label="k steps")
+    else:
+        n = data.draw(st.integers(1, 48), label="n")
+        m = data.draw(st.integers(1, 48), label="m")
+        kk = data.draw(st.integers(1, 40), label="k")
     A, B = lw.placeholder((n, kk), name="A"), lw.placeholder((kk, m), name="B")
     k = lw.reduce_axis((0, kk), name="k")
     C = lw.compute((n, m), lambda i, j: lw.sum(A[i, k] * B[k, j], axis=k), name="C")
@@ -74,10 +86,6 @@ def _matmul(data):
     caches = [s.cache_read(t, "shared", [C]) if on else None for t, on in zip((A, B), shared)]
     CL = s.cache_write(C, "local")
     i, j = C.op.axis
-    ty_n = data.draw(st.sampled_from([1, 2, 4, 8]), label="threads y")
-    tx_n = data.draw(st.sampled_from([1, 4, 8, 16]), label="threads x")
-    py = data.draw(st.sampled_from([1, 2, 4]), label="rows per thread")
-    px = data.draw(st.sampled_from([1, 2, 4]), label="cols per thread")
     by, yi = s[C].split(i, factor=ty_n * py)
     bx, xi = s[C].split(j, factor=tx_n * px)
     ty, yi = s[C].split(yi, nparts=ty_n)
@@ -86,7 +94,7 @@ def _matmul(data):
     for a, tag in ((by, "blockIdx.y"), (bx, "blockIdx.x"), (ty, "threadIdx.y"), (tx, "threadIdx.x")):
         s[C].bind(a, T(tag))
     s[CL].compute_at(s[C], tx)
-    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=data.draw(st.sampled_from([1, 4, 8]), label="k step"))
+    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=k_step)
     ci, cj = s[CL].op.axis
     s[CL].reorder(ko, ki, ci, cj)
     if data.draw(st.booleans(), label="unroll"):
@@ -94,6 +102,8 @@ def _matmul(data):
     for cache in caches:
         if cache is None:
             continue
+        if double:
+            s[cache].double_buffer()
         s[cache].compute_at(s[CL], ko)
         f = s[cache].fuse(*s[cache].op.axis)
         rest, fx = s[cache].split(f, factor=tx_n)

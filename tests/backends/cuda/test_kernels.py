@@ -88,7 +88,7 @@ def case_row_sum_and_max():
     return s, [A, S, M], {"n": 70, "m": 33}, lambda a: [a.sum(1), a.max(1)]
 
 
-def _shared_matmul(n, m, kk, tile=32, per_thread=4, k_tile=8):
+def _shared_matmul(n, m, kk, tile=32, per_thread=4, k_tile=8, double_buffer=False):
     A = lw.placeholder((n, kk), name="A")
     B = lw.placeholder((kk, m), name="B")
     k = lw.reduce_axis((0, kk), name="k")
@@ -117,6 +117,8 @@ def _shared_matmul(n, m, kk, tile=32, per_thread=4, k_tile=8):
         rest, fy = s[cache].split(rest, factor=threads)
         s[cache].bind(fy, lw.thread_axis("threadIdx.y"))
         s[cache].bind(fx, lw.thread_axis("threadIdx.x"))
+        if double_buffer:
+            s[cache].double_buffer()
     return s, [A, B, C], {}, lambda a, b: [a @ b]
 
 
@@ -126,6 +128,10 @@ def case_shared_matmul_divisible():
 
 def case_shared_matmul_tails():
     return _shared_matmul(50, 70, 45)
+
+
+def case_shared_matmul_double_buffered():
+    return _shared_matmul(64, 96, 48, double_buffer=True)
 
 
 def case_nn_matmul():

@@ -1,0 +1,280 @@
+"""double_buffer: overlap the next tile's global loads with this tile's arithmetic (GPU).
+
+Before: lowered loop IR for target ``cuda`` (after remove_noops, before
+split_host_device and insert_syncs).  Each shared buffer marked with
+``Stage.double_buffer()`` is allocated directly inside a serial loop ``k`` (its stage is
+computed at ``k``, typically a reduction's outer loop), where the loop's statements,
+once those allocations are set aside, open with one copy nest per marked buffer (serial
+loops of constant extent and thread-bound loops around a single store whose value reads
+no shared memory) and go on with statements that read the buffers and write no shared
+memory.
+After::
+
+    allocate buf[2 * size] (shared), buf.prefetch[n] (local)   for each marked buffer
+    buf[slot 0] = <the copy for k = min>                      # insert_syncs fences it
+    for k in ...:                          # annotated ("double_buffered", True)
+        if k + 1 < end: buf.prefetch = <the global loads for k + 1>
+        <the statements>, reading slot (k - min) % 2
+        if k + 1 < end: buf[slot (k + 1 - min) % 2] = buf.prefetch
+        __syncthreads()
+
+The loads of the next tile are in flight while the arithmetic runs, and one barrier per
+iteration suffices: the slot written at the end of iteration k was last read in
+iteration k - 1, which every thread finished before that iteration's barrier, and the
+barrier ending iteration k publishes it to iteration k + 1.  insert_syncs leaves the
+annotated loop alone.  A marked buffer in any other shape raises LoweringError naming it
+and what to change.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+from ...dsl.expr import Const, Var, binary, compare, const
+from ...dsl.visitor import Mutator, post_order_visit, substitute
+from ...errors import LoweringError
+from ..ir import Allocate, Buffer, BufferLoad, BufferStore, For, IfThenElse, LetStmt, Ramp, Seq, seq
+from .insert_syncs import sync_threads
+
+ANNOTATION = ("double_buffered", True)
+
+
+def _fail(buffer_name: str, message: str, fix: str) -> LoweringError:
+    return LoweringError(f"double_buffer on '{buffer_name}': {message}\n  fix: {fix}")
+
+
+def _shifted(index, offset):
+    """``index + offset`` for a scalar or a Ramp index."""
+    if isinstance(index, Ramp):
+        return Ramp(binary("add", index.base, offset), index.stride, index.lanes)
+    return binary("add", index, offset)
+
+
+def _lanes(index) -> int:
+    return index.lanes if isinstance(index, Ramp) else 1
+
+
+def _reads_shared(node) -> bool:
+    hit = []
+    post_order_visit(node, lambda n: hit.append(1) if isinstance(n, BufferLoad) and n.buffer.scope == "shared"
+                     else None)
+    return bool(hit)
+
+
+def _writes_shared(node) -> bool:
+    hit = []
+    post_order_visit(node, lambda n: hit.append(1) if isinstance(n, BufferStore) and n.buffer.scope == "shared"
+                     else None)
+    return bool(hit)
+
+
+class _Copy:
+    """One marked buffer's copy nest, split into its global loads and its shared store."""
+
+    def __init__(self, buffer: Buffer, nest):
+        self.buffer = buffer
+        self.serial: List[Tuple[Var, int, int]] = []     # (var, min, extent) of the nest's serial loops
+        self.store: Optional[BufferStore] = None
+        self._walk(nest)
+        self.nest = nest
+        lanes = _lanes(self.store.indices[0])
+        count = 1
+        for _, _, extent in self.serial:
+            count *= extent
+        self.lanes, self.registers = lanes, count * lanes
+
+    def _walk(self, s) -> None:
+        name = self.buffer.name
+        if isinstance(s, For):
+            if s.kind != "thread":
+                if not (isinstance(s.min, Const) and isinstance(s.extent, Const)):
+                    raise _fail(name, f"its copy loop '{s.var.name}' has a non-constant range, so the registers "
+                                      f"that carry the next tile have no fixed size",
+                                "split the copy's axes by constant factors")
+                self.serial.append((s.var, int(s.min.value), int(s.extent.value)))
+            self._walk(s.body)
+        elif isinstance(s, (IfThenElse, LetStmt)):
+            if isinstance(s, IfThenElse) and s.else_case is not None:
+                raise _fail(name, "its copy has an if/else", "keep the copy a plain (guarded) store")
+            self._walk(s.then_case if isinstance(s, IfThenElse) else s.body)
+        elif isinstance(s, BufferStore) and s.buffer is self.buffer and self.store is None:
+            if _reads_shared(s.value):
+                raise _fail(name, "its copy reads shared memory", "fill it from global memory")
+            self.store = s
+        else:
+            raise _fail(name, f"its copy is not one loop nest around a single store (found {type(s).__name__})",
+                        "schedule the cache_read stage as a plain copy (split/fuse/bind/vectorize only)")
+
+    def _register_index(self, mapping):
+        flat = const(0)
+        for var, lo, extent in self.serial:
+            flat = binary("add", binary("mul", flat, const(extent)), binary("sub", mapping.get(var, var), const(lo)))
+        base = binary("mul", flat, const(self.lanes))
+        return Ramp(base, const(1), self.lanes) if self.lanes > 1 else base
+
+    def _rebuild(self, leaf_of, k: Var, k_value):
+        """The nest with fresh loop variables, ``k`` replaced, and its store replaced by ``leaf_of(mapping)``."""
+        mapping: Dict[Var, object] = {k: k_value}
+
+        def build(s):
+            if isinstance(s, For):
+                fresh = Var(s.var.name, s.var.dtype)
+                mapping[s.var] = fresh
+                return For(fresh, s.min, s.extent, s.kind, build(s.body), s.annotations)
+            if isinstance(s, IfThenElse):
+                return IfThenElse(substitute(s.condition, mapping), build(s.then_case))
+            if isinstance(s, LetStmt):
+                fresh = Var(s.var.name, s.var.dtype)
+                value = substitute(s.value, mapping)
+                mapping[s.var] = fresh
+                return LetStmt(fresh, value, build(s.body))
+            return leaf_of(mapping)
+        return build(self.nest)
+
+    def direct(self, shared: Buffer, k: Var, k_value, slot_offset):
+        st = self.store
+        return self._rebuild(lambda m: BufferStore(shared, substitute(st.value, m),
+                                                   (_shifted(substitute(st.indices[0], m), slot_offset),)),
+                             k, k_value)
+
+    def load_registers(self, registers: Buffer, k: Var, k_value):
+        st = self.store
+        return self._rebuild(lambda m: BufferStore(registers, substitute(st.value, m), (self._register_index(m),)),
+                             k, k_value)
+
+    def store_registers(self, registers: Buffer, shared: Buffer, k: Var, k_value, slot_offset):
+        st = self.store
+        return self._rebuild(lambda m: BufferStore(shared, BufferLoad(registers, (self._register_index(m),)),
+                                                   (_shifted(substitute(st.indices[0], m), slot_offset),)),
+                             k, k_value)
+
+
+class _Reslot(Mutator):
+    """Reads of the marked buffers go to the doubled buffers, at the current slot."""
+
+    def __init__(self, doubled: Dict[int, Buffer], offsets: Dict[int, object]):
+        self.doubled, self.offsets = doubled, offsets
+
+    def visit_BufferLoad(self, node):
+        node = self.generic_visit(node)
+        new = self.doubled.get(id(node.buffer))
+        if new is None:
+            return node
+        return BufferLoad(new, (_shifted(node.indices[0], self.offsets[id(node.buffer)]),))
+
+
+def _flatten(body, is_marked, found: List[Allocate]) -> List:
+    """The loop body's statements with the marked allocations set aside (into ``found``)."""
+    if isinstance(body, Allocate) and is_marked(body.buffer):
+        found.append(body)
+        return _flatten(body.body, is_marked, found)
+    if isinstance(body, Seq):
+        out = []
+        for s in body.stmts:
+            out.extend(_flatten(s, is_marked, found))
+        return out
+    if isinstance(body, LetStmt):
+        inner: List[Allocate] = []
+        post_order_visit(body.body, lambda n: inner.append(n) if isinstance(n, Allocate) and is_marked(n.buffer)
+                         else None)
+        if inner:
+            raise _fail(inner[0].buffer.name, f"its region depends on '{body.var.name}', which changes between "
+                                              f"iterations (a partial tile at an edge), so the copies of two "
+                                              f"iterations differ in shape",
+                        "double-buffer only when the extents are multiples of the tiles and the k step "
+                        "(as nn_ops' gemm schedule does), or drop double_buffer() for this shape")
+    return [body]
+
+
+def _stored_buffer(s):
+    stores = []
+    post_order_visit(s, lambda n: stores.append(n.buffer) if isinstance(n, BufferStore) else None)
+    return stores[0] if len({id(b) for b in stores}) == 1 else None
+
+
+class _DoubleBuffer(Mutator):
+    def __init__(self, names):
+        self.names = names
+        self.done = set()
+        self.doubled = set()     # ids of the buffers this pass made (their loops are done)
+
+    def _is_marked(self, buffer) -> bool:
+        return buffer.scope == "shared" and buffer.name in self.names and id(buffer) not in self.doubled
+
+    def visit_For(self, node):
+        node = self.generic_visit(node)
+        found: List[Allocate] = []
+        stmts = _flatten(node.body, self._is_marked, found)
+        if not found:
+            return node
+        return self._pipeline(node, found, stmts)
+
+    def _pipeline(self, loop: For, allocs: List[Allocate], stmts: List):
+        names = ", ".join(a.buffer.name for a in allocs)
+        if loop.kind != "serial":
+            raise _fail(names, f"the loop '{loop.var.name}' it is computed in is {loop.kind}, not serial",
+                        "compute the stage at a serial loop (a reduction's outer loop)")
+        copies: Dict[int, _Copy] = {}
+        k = 0
+        while k < len(stmts) and len(copies) < len(allocs):
+            target = _stored_buffer(stmts[k])
+            if target is None or all(target is not a.buffer for a in allocs) or id(target) in copies:
+                break
+            copies[id(target)] = _Copy(target, stmts[k])
+            k += 1
+        missing = [a.buffer.name for a in allocs if id(a.buffer) not in copies]
+        if missing:
+            raise _fail(", ".join(missing), f"its copy does not open the body of loop '{loop.var.name}'",
+                        "compute the stage at the loop whose iterations it feeds, before its readers")
+        rest = stmts[k:]
+        if any(_writes_shared(s) for s in rest):
+            raise _fail(names, f"loop '{loop.var.name}' also fills other shared memory, which would need barriers "
+                               f"of its own inside the pipelined loop",
+                        "call double_buffer() on every shared stage computed at this loop")
+        for a in allocs:
+            if not isinstance(a.extent, Const):
+                raise _fail(a.buffer.name, "its size is not a constant", "split its axes by constant factors")
+        kv = loop.var
+        end = binary("add", loop.min, loop.extent)
+        nxt = binary("add", kv, const(1))
+        has_next = compare("lt", nxt, end)
+
+        def slot(value):
+            return binary("floormod", binary("sub", value, loop.min), const(2))
+
+        doubled, offsets, registers = {}, {}, {}
+        for a in allocs:
+            size = int(a.extent.value)
+            doubled[id(a.buffer)] = Buffer(a.buffer.name, (const(2 * size),), a.buffer.dtype, "shared", (const(1),))
+            offsets[id(a.buffer)] = binary("mul", slot(kv), const(size))
+            copy = copies[id(a.buffer)]
+            registers[id(a.buffer)] = Buffer(a.buffer.name + ".prefetch", (const(copy.registers),), a.buffer.dtype,
+                                             "local", (const(1),))
+        order = [a.buffer for a in allocs]
+        prologue = seq(*[copies[id(b)].direct(doubled[id(b)], kv, loop.min, const(0)) for b in order])
+        prefetch = seq(*[copies[id(b)].load_registers(registers[id(b)], kv, nxt) for b in order])
+        publish = seq(*[copies[id(b)].store_registers(registers[id(b)], doubled[id(b)], kv, nxt,
+                                                      binary("mul", slot(nxt), const(int(a.extent.value))))
+                        for b, a in zip(order, allocs)])
+        body = seq(IfThenElse(has_next, prefetch), *[_Reslot(doubled, offsets).visit(s) for s in rest],
+                   IfThenElse(has_next, publish), sync_threads())
+        result = seq(prologue, For(kv, loop.min, loop.extent, loop.kind, body, loop.annotations + (ANNOTATION,)))
+        for b in reversed(order):
+            result = Allocate(registers[id(b)], const(copies[id(b)].registers), result)
+            result = Allocate(doubled[id(b)], doubled[id(b)].shape[0], result)
+            self.done.add(b.name)
+            self.doubled.add(id(doubled[id(b)]))
+        return result
+
+
+def double_buffer(stmt, ctx):
+    names = getattr(ctx, "double_buffers", frozenset())
+    if not names:
+        return stmt
+    pass_ = _DoubleBuffer(names)
+    result = pass_.visit(stmt)
+    never = sorted(set(names) - pass_.done)
+    if never:
+        raise _fail(", ".join(never), "no serial loop allocates it directly, so there is no next iteration to "
+                                      "fill it for",
+                    "compute the stage inside the loop whose iterations it feeds (e.g. the reduction's outer loop)")
+    return result
