@@ -101,7 +101,7 @@ class Trace:
                 lines.append(f"{S}.storage_align({axis(st.stage, a['axis'])}, {a['factor']}, {a['offset']})")
             elif p == "compute_at":
                 lines.append(f"{S}.compute_at(s[{_ident(a['parent'])}], {axis(a['parent'], a['axis'])})")
-            elif p in ("compute_inline", "compute_root"):
+            elif p in ("compute_inline", "compute_root", "double_buffer"):
                 lines.append(f"{S}.{p}()")
             elif p == "set_scope":
                 lines.append(f"{S}.set_scope({a['scope']!r})")
@@ -154,7 +154,7 @@ class Trace:
                 elif p == "compute_at":
                     parent = schedule.stage_by_name(a["parent"])
                     stage.compute_at(parent, parent.axis_by_name(a["axis"]))
-                elif p in ("compute_inline", "compute_root"):
+                elif p in ("compute_inline", "compute_root", "double_buffer"):
                     getattr(stage, p)()
                 elif p == "set_scope":
                     stage.set_scope(a["scope"])

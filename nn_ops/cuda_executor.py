@@ -9,7 +9,7 @@ GPU (every kernel's CUDA C and PTX can be inspected: ``exe.sources()``); running
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -92,23 +92,37 @@ class CudaExecutable:
 
     __call__ = run
 
-    def time(self, feed, repeat: int = 20) -> float:
-        """Median seconds of the kernels alone (CUDA events; the copies of inputs and outputs excluded)."""
-        self.run(feed)
-        dev = self._setup()
-        drv = dev["drv"]
+    def _median_seconds(self, drv, work, repeat: int) -> float:
+        """Median GPU seconds of ``work()`` (launches only), by CUDA events around each repetition."""
         start, end = drv.event(), drv.event()
         samples = []
         try:
             for _ in range(repeat):
                 drv.record(start)
-                self._launch_all(dev)
+                work()
                 drv.record(end)
                 samples.append(drv.elapsed_seconds(start, end))
         finally:
             drv.destroy_event(start)
             drv.destroy_event(end)
         return float(np.median(samples))
+
+    def time(self, feed, repeat: int = 20) -> float:
+        """Median seconds of the kernels alone (CUDA events; the copies of inputs and outputs excluded)."""
+        self.run(feed)
+        dev = self._setup()
+        return self._median_seconds(dev["drv"], lambda: self._launch_all(dev), repeat)
+
+    def profile(self, feed, repeat: int = 10) -> List[Tuple[str, float]]:
+        """Median seconds of each kernel call on the GPU (CUDA events around each launch), in call
+        order, as ``Executable.profile`` gives on the CPU: for finding hot spots."""
+        self.run(feed)
+        dev = self._setup()
+        drv = dev["drv"]
+        result = [(call.name, self._median_seconds(drv, lambda m=module, p=pointers: m._run(drv, p, {}), repeat))
+                  for call, (module, pointers) in zip(self.calls, dev["launches"])]
+        self.last_profile = result
+        return result
 
     def __del__(self):
         dev = self._device

@@ -46,8 +46,9 @@ def test_running_without_a_gpu_is_a_clean_error(compiled):
     if gpu_available():
         pytest.skip("a GPU is present")
     _, exe = compiled
-    with pytest.raises(lw.BuildError, match="no CUDA driver/GPU found"):
-        exe.run(_feed(exe))
+    for method in (exe.run, exe.profile):
+        with pytest.raises(lw.BuildError, match="no CUDA driver/GPU found"):
+            method(_feed(exe))
     with pytest.raises(lw.ArgumentError, match="must have shape"):     # inputs are checked first
         exe.run({n: np.zeros((1,) * len(s), d) for n, s, d in exe.inputs})
 
@@ -73,3 +74,6 @@ def test_network_on_the_gpu_matches_onnxruntime(compiled):
     for a, b in zip(exe.run(feed), _ort(model, feed)):
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3)
     assert exe.time(feed) > 0
+    profile = exe.profile(feed, repeat=2)
+    assert [name for name, _ in profile] == [c.name for c in exe.calls] and all(t > 0 for _, t in profile)
+

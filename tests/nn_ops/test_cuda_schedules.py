@@ -164,12 +164,14 @@ def test_dense_bias_relu_and_softmax_on_gpu():
 def test_cuda_schedules_replay_from_their_trace():
     X = lw.placeholder((16, 300), name="X")
     A, B = lw.placeholder((200, 64), name="A"), lw.placeholder((64, 130), name="B")
-    for out, args in ((nn_ops.softmax(X, axis=1), [X]), (nn_ops.matmul(A, B), [A, B])):
+    C, D = lw.placeholder((256, 64), name="C"), lw.placeholder((64, 128), name="D")   # whole tiles: double-buffered
+    for out, args in ((nn_ops.softmax(X, axis=1), [X]), (nn_ops.matmul(A, B), [A, B]), (nn_ops.matmul(C, D), [C, D])):
         s = nn_ops.schedule(out, "cuda")
         again = lw.create_schedule(out)
         lw.Trace.from_json(s.trace.to_json()).apply(again)
         assert "set_scope('shared')" in str(s.trace) or "cache_read" in str(s.trace)
         assert str(lw.lower(again, args + [out], target="cuda")) == str(lw.lower(s, args + [out], target="cuda"))
+    assert ".double_buffer()" in "\n".join(s.trace.code_lines())
 
 
 @pytest.mark.parametrize("kind", ["max", "avg"])

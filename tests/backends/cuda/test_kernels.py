@@ -238,16 +238,32 @@ def _conv_ref(x, w, pad, groups):
     return out
 
 
-def _conv_case(wshape, pad, groups, epilogue):
-    X = lw.placeholder((1, 8, 10, 10), name="X")
+def _conv_case(wshape, pad, groups, epilogue, xshape=(1, 8, 10, 10), stride=1):
+    X = lw.placeholder(xshape, name="X")
     W = lw.placeholder(wshape, name="W")
-    Y = nn_ops.conv2d(X, W, padding=pad, groups=groups)
+    Y = nn_ops.conv2d(X, W, stride=stride, padding=pad, groups=groups)
+
+    def conv(x, w):
+        return _conv_ref(x, w, pad, groups)[:, :, ::stride, ::stride]
     if not epilogue:
-        return nn_ops.schedule(Y, "cuda"), [X, W, Y], {}, lambda x, w: [_conv_ref(x, w, pad, groups)]
+        return nn_ops.schedule(Y, "cuda"), [X, W, Y], {}, lambda x, w: [conv(x, w)]
     b = lw.placeholder((wshape[0],), name="b")
     Z = nn_ops.relu(nn_ops.add(Y, nn_ops.reshape(b, (1, wshape[0], 1, 1))))
     return (nn_ops.schedule(Z, "cuda"), [X, W, b, Z], {},
-            lambda x, w, bias: [np.maximum(_conv_ref(x, w, pad, groups) + bias.reshape(1, -1, 1, 1), 0)])
+            lambda x, w, bias: [np.maximum(conv(x, w) + bias.reshape(1, -1, 1, 1), 0)])
+
+
+def case_nn_conv2d_32_channels():
+    return _conv_case((32, 16, 3, 3), 1, 1, False, xshape=(1, 16, 12, 12))
+
+
+def case_nn_conv2d_strided_batch_bias_relu():
+    return _conv_case((64, 32, 3, 3), 1, 1, True, xshape=(2, 32, 9, 9), stride=2)
+
+
+def case_nn_conv2d_stem():
+    """7x7 stride 2 on 3 channels (a 3-channel input block)."""
+    return _conv_case((32, 3, 7, 7), 3, 1, False, xshape=(1, 3, 20, 20), stride=2)
 
 
 def case_nn_conv2d_3x3_bias_relu():
