@@ -204,10 +204,13 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None) ->
 
 def _materialize_output_copies(g: Graph) -> None:
     """Graph outputs must be written by a kernel: reshapes become copy kernels; inputs,
-    constants and repeated outputs get a copy node."""
+    constants and repeated outputs get a copy node.  An empty output needs none: there
+    is nothing to write (the importer made every empty result a constant)."""
     producers = g.producer_map()
     seen = set()
     for k, out in enumerate(list(g.outputs)):
+        if 0 in g.values[out].shape:
+            continue
         node = producers.get(out)
         if node is not None and OPS[node.op_type].kind == "alias" and out not in seen:
             node.op_type = "reshape_copy"      # the same index arithmetic, computed into the output

@@ -61,6 +61,32 @@ def onnx_attrs(node) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
+def _reduction_identity(kind: str, dtype: str):
+    """The value of a reduction over no elements (ONNX: sum 0, prod 1, max the lowest value, ...)."""
+    dt = np.dtype(dtype)
+    if kind in ("sum", "prod"):
+        return 0 if kind == "sum" else 1
+    if kind == "mean":
+        return np.nan
+    if dt.kind == "f":
+        return -np.inf if kind == "max" else np.inf
+    if dt.kind == "b":
+        return kind == "min"
+    info = np.iinfo(dt)
+    return info.min if kind == "max" else info.max
+
+
+def _over_empty(op_type: str, attrs: dict, shape, dtype: str, empty) -> np.ndarray:
+    """The constant value of an op's result when the result or an input has no elements."""
+    if 0 in shape:
+        return np.zeros(shape, dtype)
+    if op_type == "reduce":
+        return np.full(shape, _reduction_identity(attrs["kind"], dtype), dtype)
+    raise Unsupported(f"{op_type} reads {empty[0]!r}, which has no elements, and its result {tuple(shape)} is "
+                      f"not empty; only reductions (to their identity) and ops with empty results take empty "
+                      f"tensors")
+
+
 class ImportContext:
     def __init__(self, graph: Graph, opset: int):
         self.graph = graph
@@ -109,6 +135,11 @@ class ImportContext:
         """Add a graph node; its output's shape and dtype come from building the op."""
         attrs = dict(attrs or {})
         inputs = [i for i in inputs if i is not None]
+        if op_type == "concat" and len(inputs) > 1:   # empty pieces add nothing to a concatenation
+            kept = [i for i in inputs if 0 not in self.graph.values[i].shape] or inputs[:1]
+            if len(kept) == 1 and len(kept) < len(inputs):
+                op_type, attrs, inputs = "identity", {}, kept
+            inputs = kept
         scalars = scalar_constants(self.graph, op_type, inputs)
         shapes = [self.graph.values[i].shape for i in inputs]
         dtypes = [self.graph.values[i].dtype for i in inputs]
@@ -117,10 +148,22 @@ class ImportContext:
         except Unsupported:
             raise
         except Exception as exc:  # a shape the op refuses: report it as this node's problem
+            empty = [i for i, shp in zip(inputs, shapes) if 0 in shp]
+            if empty and op_type in ("identity", "cast"):   # the result has the input's (empty) shape
+                self.set_constant(output, np.zeros(shapes[0], attrs.get("to", dtypes[0])))
+                return output
+            if empty:
+                raise Unsupported(f"{op_type} reads {empty[0]!r}, which has no elements, and loopweave cannot "
+                                  f"tell the shape of its result; only reductions, concat and ops whose result "
+                                  f"shape follows take empty tensors") from exc
             raise Unsupported(f"{op_type} over input shapes {shapes}: {exc}") from exc
         shape = output_shape(t)
-        if 0 in shape:
-            raise Unsupported(f"the result {output!r} would be empty (shape {shape}); empty tensors are not supported")
+        empty = [i for i in inputs if 0 in self.graph.values[i].shape]
+        if 0 in shape or empty:
+            # nothing to compute: an empty result is empty whatever its inputs, and a reduction over
+            # nothing is its identity; either becomes a constant, so no kernel ever sees a zero extent
+            self.set_constant(output, _over_empty(op_type, attrs, shape, t.dtype, empty))
+            return output
         self.graph.add_value(output, shape, t.dtype)
         self.graph.add_node(op_type, inputs, [output], attrs, name or output)
         return output

@@ -21,14 +21,6 @@ EXPECTED_UNSUPPORTED = {
     "element types loopweave has no dtype for (float8, bfloat16, 4-/2-bit, string)": [
         r"test_.*(?i:float8|e4m3|e5m2|int4|int2|float4e2m1|e8m0|bfloat16|_bf16|string).*",
     ],
-    "empty tensors": [
-        r"test_reduce_(l1|l2|log_sum_exp|sum_square)_empty_set(_expanded)?", r"test_reduce_max_empty_set_bool",
-        r"test_reduce_sum_empty_set_non_reduced_axis_zero",
-        r"test_slice_start_out_of_bounds", r"test_split_zero_size_splits_opset1[38]",
-        r"test_reshape_allowzero_reordered", r"test_tril_zero", r"test_triu_zero",
-        r"test_rotary_embedding(|_3d_input|_interleaved|_no_position_ids|_no_position_ids_interleaved)_expanded",
-        r"test_causal_conv_with_state_kernel_size_one_expanded",
-    ],
     "random dropout (training mode, nonzero ratio)": [r"test_training_dropout(_default)?(_mask)?"],
     "sequences and optionals": [r"test_identity_(sequence|opt)"],
 }
