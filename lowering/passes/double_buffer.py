@@ -241,28 +241,27 @@ class _DoubleBuffer(Mutator):
         def slot(value):
             return binary("floormod", binary("sub", value, loop.min), const(2))
 
-        doubled, offsets, registers = {}, {}, {}
+        staged = []     # per marked buffer: (old buffer, its copy, the doubled buffer, the registers, size)
         for a in allocs:
-            size = int(a.extent.value)
-            doubled[id(a.buffer)] = Buffer(a.buffer.name, (const(2 * size),), a.buffer.dtype, "shared", (const(1),))
-            offsets[id(a.buffer)] = binary("mul", slot(kv), const(size))
-            copy = copies[id(a.buffer)]
-            registers[id(a.buffer)] = Buffer(a.buffer.name + ".prefetch", (const(copy.registers),), a.buffer.dtype,
-                                             "local", (const(1),))
-        order = [a.buffer for a in allocs]
-        prologue = seq(*[copies[id(b)].direct(doubled[id(b)], kv, loop.min, const(0)) for b in order])
-        prefetch = seq(*[copies[id(b)].load_registers(registers[id(b)], kv, nxt) for b in order])
-        publish = seq(*[copies[id(b)].store_registers(registers[id(b)], doubled[id(b)], kv, nxt,
-                                                      binary("mul", slot(nxt), const(int(a.extent.value))))
-                        for b, a in zip(order, allocs)])
-        body = seq(IfThenElse(has_next, prefetch), *[_Reslot(doubled, offsets).visit(s) for s in rest],
+            size, copy = int(a.extent.value), copies[id(a.buffer)]
+            staged.append((a.buffer, copy,
+                           Buffer(a.buffer.name, (const(2 * size),), a.buffer.dtype, "shared", (const(1),)),
+                           Buffer(a.buffer.name + ".prefetch", (const(copy.registers),), a.buffer.dtype, "local",
+                                  (const(1),)),
+                           size))
+        reslot = _Reslot({id(old): new for old, _, new, _, _ in staged},
+                         {id(old): binary("mul", slot(kv), const(size)) for old, _, _, _, size in staged})
+        prologue = seq(*[copy.direct(new, kv, loop.min, const(0)) for _, copy, new, _, _ in staged])
+        prefetch = seq(*[copy.load_registers(regs, kv, nxt) for _, copy, _, regs, _ in staged])
+        publish = seq(*[copy.store_registers(regs, new, kv, nxt, binary("mul", slot(nxt), const(size)))
+                        for _, copy, new, regs, size in staged])
+        body = seq(IfThenElse(has_next, prefetch), *[reslot.visit(s) for s in rest],
                    IfThenElse(has_next, publish), sync_threads())
         result = seq(prologue, For(kv, loop.min, loop.extent, loop.kind, body, loop.annotations + (ANNOTATION,)))
-        for b in reversed(order):
-            result = Allocate(registers[id(b)], const(copies[id(b)].registers), result)
-            result = Allocate(doubled[id(b)], doubled[id(b)].shape[0], result)
-            self.done.add(b.name)
-            self.doubled.add(id(doubled[id(b)]))
+        for old, copy, new, regs, _ in reversed(staged):
+            result = Allocate(new, new.shape[0], Allocate(regs, const(copy.registers), result))
+            self.done.add(old.name)
+            self.doubled.add(id(new))
         return result
 
 
