@@ -33,7 +33,7 @@ from ...dsl.expr import Const, Var, binary, compare, const
 from ...dsl.visitor import Mutator, post_order_visit, substitute
 from ...errors import LoweringError
 from ..ir import Allocate, Buffer, BufferLoad, BufferStore, For, IfThenElse, LetStmt, Ramp, Seq, seq
-from .insert_syncs import sync_threads
+from .insert_syncs import reads_shared, sync_threads, writes_shared
 
 ANNOTATION = ("double_buffered", True)
 
@@ -51,20 +51,6 @@ def _shifted(index, offset):
 
 def _lanes(index) -> int:
     return index.lanes if isinstance(index, Ramp) else 1
-
-
-def _reads_shared(node) -> bool:
-    hit = []
-    post_order_visit(node, lambda n: hit.append(1) if isinstance(n, BufferLoad) and n.buffer.scope == "shared"
-                     else None)
-    return bool(hit)
-
-
-def _writes_shared(node) -> bool:
-    hit = []
-    post_order_visit(node, lambda n: hit.append(1) if isinstance(n, BufferStore) and n.buffer.scope == "shared"
-                     else None)
-    return bool(hit)
 
 
 class _Copy:
@@ -97,7 +83,7 @@ class _Copy:
                 raise _fail(name, "its copy has an if/else", "keep the copy a plain (guarded) store")
             self._walk(s.then_case if isinstance(s, IfThenElse) else s.body)
         elif isinstance(s, BufferStore) and s.buffer is self.buffer and self.store is None:
-            if _reads_shared(s.value):
+            if reads_shared(s.value):
                 raise _fail(name, "its copy reads shared memory", "fill it from global memory")
             self.store = s
         else:
@@ -226,7 +212,7 @@ class _DoubleBuffer(Mutator):
             raise _fail(", ".join(missing), f"its copy does not open the body of loop '{loop.var.name}'",
                         "compute the stage at the loop whose iterations it feeds, before its readers")
         rest = stmts[k:]
-        if any(_writes_shared(s) for s in rest):
+        if any(writes_shared(s) for s in rest):
             raise _fail(names, f"loop '{loop.var.name}' also fills other shared memory, which would need barriers "
                                f"of its own inside the pipelined loop",
                         "call double_buffer() on every shared stage computed at this loop")

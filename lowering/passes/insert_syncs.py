@@ -27,13 +27,13 @@ def _is_sync(s) -> bool:
     return isinstance(s, Evaluate) and isinstance(s.value, Call) and s.value.name == SYNC_THREADS
 
 
-def _writes_shared(s) -> bool:
+def writes_shared(s) -> bool:
     hit = []
     post_order_visit(s, lambda n: hit.append(1) if isinstance(n, BufferStore) and n.buffer.scope == "shared" else None)
     return bool(hit)
 
 
-def _reads_shared(s) -> bool:
+def reads_shared(s) -> bool:
     hit = []
     post_order_visit(s, lambda n: hit.append(1) if isinstance(n, BufferLoad) and n.buffer.scope == "shared" else None)
     return bool(hit)
@@ -86,7 +86,7 @@ class _InsertInKernel(Mutator):
 
 
 def _pure_writer(s) -> bool:
-    return _writes_shared(s) and not _reads_shared(s)
+    return writes_shared(s) and not reads_shared(s)
 
 
 def _shared_written(s) -> set:
@@ -123,7 +123,7 @@ def _merge_adjacent_copies(out: list) -> list:
 
 
 def _fills_shared(s) -> bool:
-    return _writes_shared(s) and not _reads_shared_only_inside(s)
+    return writes_shared(s) and not _reads_shared_only_inside(s)
 
 
 def _drop_leading_sync(s):
@@ -144,7 +144,7 @@ def _drop_leading_sync(s):
 def _reads_shared_only_inside(s) -> bool:
     """A statement that both fills and consumes shared memory (e.g. a loop around loading and
     computing): its barriers go inside it, where the filling statements are."""
-    return _reads_shared(s) and _has_inner_seq_writer(s)
+    return reads_shared(s) and _has_inner_seq_writer(s)
 
 
 def _has_inner_seq_writer(s) -> bool:
@@ -155,7 +155,7 @@ def _has_inner_seq_writer(s) -> bool:
         n = stack.pop()
         if _self_contained(n):
             continue
-        if isinstance(n, Seq) and any(_writes_shared(c) for c in n.stmts) and any(_reads_shared(c) for c in n.stmts):
+        if isinstance(n, Seq) and any(writes_shared(c) for c in n.stmts) and any(reads_shared(c) for c in n.stmts):
             return True
         stack.extend(c for c in children(n) if not isinstance(c, (BufferLoad,)) and hasattr(c, "__dataclass_fields__")
                      and type(c).__name__ in ("Seq", "For", "IfThenElse", "LetStmt", "Allocate"))

@@ -2,21 +2,13 @@
 import pytest
 
 import loopweave as lw
-from loopweave.dsl.expr import Call
-from loopweave.dsl.visitor import post_order_visit
 from loopweave.lowering.ir import Allocate, Evaluate, For, IfThenElse
 
-from .test_gpu_lowering import _tiled_matmul
-
-
-def _nodes(stmt, kind):
-    found = []
-    post_order_visit(stmt, lambda n: found.append(n) if isinstance(n, kind) else None)
-    return found
+from .test_gpu_lowering import _is_sync, _nodes, _tiled_matmul
 
 
 def _syncs(stmt):
-    return [n for n in _nodes(stmt, Evaluate) if isinstance(n.value, Call) and n.value.name == "__syncthreads"]
+    return [n for n in _nodes(stmt, Evaluate) if _is_sync(n)]
 
 
 def _double_buffered(n=256, k_tile=8):
