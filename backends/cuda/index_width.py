@@ -1,13 +1,14 @@
 """Whether a kernel's 64-bit index arithmetic can run in 32 bits.
 
 The IR computes indices in int64.  On a GPU that doubles the registers every address
-takes and turns each multiply-add into two: a 128x128-tile matmul needs 167 registers
-with 64-bit indices and 127 with 32-bit ones, which decides between one and two blocks
-per multiprocessor.  ``fits_int32(kernel)`` proves, by interval arithmetic over the
-loop ranges, that every int64 value the kernel computes (each subexpression, not only
-the final index) lies in int32's range; the emitter then writes ``int`` for them.
-Anything whose range is unknown (a value loaded from memory, a size passed at run
-time, a float converted to an integer) keeps the kernel in 64 bits.
+takes and turns each multiply-add into two: the double-buffered 128x128-tile matmul
+needs 167 registers with 64-bit indices and 127 with 32-bit ones (ptxas, sm_90), which
+decides between one and two blocks per multiprocessor.  ``fits_int32(kernel)`` proves,
+by interval arithmetic over the loop ranges (``simplify.binary_bound``, the
+simplifier's own rules), that every int64 value the kernel computes (each
+subexpression, not only the final index) lies in int32's range; the emitter then
+writes ``int`` for them.  Anything whose range is unknown (a value loaded from memory,
+a size passed at run time, a float converted to an integer) keeps the kernel in 64 bits.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Dict, Optional, Tuple
 from ...dsl.expr import Binary, Call, Cast, Compare, Const, Let, Logical, Select, Var
 from ...lowering.ir import (Allocate, Broadcast, BufferLoad, BufferStore, Evaluate, For, IfThenElse, KernelLaunch,
                             LetStmt, Ramp, Seq)
+from ...lowering.passes.simplify import binary_bound
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 Range = Tuple[int, int]
@@ -85,7 +87,7 @@ class _Ranges:
             a, b = self.expr(e.a), self.expr(e.b)
             if a is None or b is None:
                 return None
-            return _binary(e.op, a, b)
+            return binary_bound(e.op, a, b)
         if isinstance(e, (Compare, Logical)):
             self.expr(e.a)
             if getattr(e, "b", None) is not None:
@@ -112,8 +114,8 @@ class _Ranges:
             base, stride = self.expr(e.base), self.expr(e.stride)
             if base is None or stride is None:
                 return None
-            last = _binary("mul", stride, (e.lanes - 1, e.lanes - 1))
-            return _hull(base, _binary("add", base, last))
+            last = binary_bound("mul", stride, (e.lanes - 1, e.lanes - 1))
+            return _hull(base, binary_bound("add", base, last))
         if isinstance(e, Broadcast):
             return self.expr(e.value)
         if isinstance(e, BufferLoad):
@@ -125,28 +127,6 @@ class _Ranges:
                 self.expr(a)
             return None
         raise _Unknown(type(e).__name__)
-
-
-def _binary(op: str, a: Range, b: Range) -> Optional[Range]:
-    if op == "add":
-        return a[0] + b[0], a[1] + b[1]
-    if op == "sub":
-        return a[0] - b[1], a[1] - b[0]
-    if op == "mul":
-        corners = [x * y for x in a for y in b]
-        return min(corners), max(corners)
-    if op == "min":
-        return min(a[0], b[0]), min(a[1], b[1])
-    if op == "max":
-        return max(a[0], b[0]), max(a[1], b[1])
-    if op == "floordiv" and b[0] > 0:
-        corners = [x // y for x in a for y in b]
-        return min(corners), max(corners)
-    if op == "floormod" and b[0] > 0:
-        if b[0] == b[1] and a[0] // b[0] == a[1] // b[0]:
-            return a[0] % b[0], a[1] % b[0]
-        return 0, b[1] - 1
-    return None     # division by a range that holds 0 or negatives: unbounded here
 
 
 def fits_int32(kernel: KernelLaunch) -> bool:

@@ -32,7 +32,7 @@ class DeviceArray:
     def empty(cls, shape, dtype="float32") -> "DeviceArray":
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         drv = get_driver()
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
         return cls(drv.alloc(nbytes), shape, dtype, drv.device_index)
 
     @property
@@ -116,8 +116,9 @@ _LEGACY_STREAMS = (None, 0, 1, 2)   # CUDA Array Interface: no stream, legacy de
 def as_device_array(obj):
     """``from_dlpack(obj)``, through ``__cuda_array_interface__`` where that is exact and cheaper.
 
-    PyTorch's ``__dlpack__`` takes about 25 us per tensor (stream bookkeeping), a third of
-    a small kernel's call.  A dense tensor whose interface names no stream, or a default
+    On an H100, a 256^3 matmul called with three torch tensors took 200 us per call
+    through DLPack and 173 us through the interface (two machine starts; 95 us with
+    DeviceArrays, 43 us of kernel).  A dense tensor whose interface names no stream, or a default
     stream (which loopweave's launches on the legacy default stream are ordered with), is
     viewed from the interface's pointer; anything else (strided, a side stream, an
     unknown type) goes through DLPack, which makes the producer's stream wait.

@@ -27,6 +27,7 @@ and what to change.
 """
 from __future__ import annotations
 
+import math
 from typing import Dict, List, Optional, Tuple
 
 from ...dsl.expr import Const, Var, binary, compare, const
@@ -62,11 +63,8 @@ class _Copy:
         self.store: Optional[BufferStore] = None
         self._walk(nest)
         self.nest = nest
-        lanes = _lanes(self.store.indices[0])
-        count = 1
-        for _, _, extent in self.serial:
-            count *= extent
-        self.lanes, self.registers = lanes, count * lanes
+        self.lanes = _lanes(self.store.indices[0])
+        self.registers = math.prod(extent for _, _, extent in self.serial) * self.lanes
 
     def _walk(self, s) -> None:
         name = self.buffer.name
@@ -252,7 +250,7 @@ class _DoubleBuffer(Mutator):
 
 
 def double_buffer(stmt, ctx):
-    names = getattr(ctx, "double_buffers", frozenset())
+    names = ctx.double_buffers
     if not names:
         return stmt
     pass_ = _DoubleBuffer(names)

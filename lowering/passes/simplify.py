@@ -101,6 +101,29 @@ def _fold_div_mod_pairs(terms: Dict[object, int], constant: int):
     return terms, constant
 
 
+def binary_bound(op: str, a: Tuple[int, int], b: Tuple[int, int]) -> Optional[Tuple[int, int]]:
+    """The inclusive range of ``a op b`` over integer ranges ``a`` and ``b`` (None when unbounded
+    here: a division by anything but a positive constant)."""
+    if op == "add":
+        return a[0] + b[0], a[1] + b[1]
+    if op == "sub":
+        return a[0] - b[1], a[1] - b[0]
+    if op == "mul":
+        products = [x * y for x in a for y in b]
+        return min(products), max(products)
+    if op == "floordiv" and b[0] == b[1] and b[0] > 0:
+        return a[0] // b[0], a[1] // b[0]
+    if op == "floormod" and b[0] == b[1] and b[0] > 0:
+        if a[0] // b[0] == a[1] // b[0]:
+            return a[0] % b[0], a[1] % b[0]
+        return 0, b[0] - 1
+    if op == "min":
+        return min(a[0], b[0]), min(a[1], b[1])
+    if op == "max":
+        return max(a[0], b[0]), max(a[1], b[1])
+    return None
+
+
 class Simplifier(Mutator):
     """Expression simplification with known constant ranges of loop variables."""
 
@@ -116,23 +139,7 @@ class Simplifier(Mutator):
             a, b = self.bound(e.a), self.bound(e.b)
             if a is None or b is None:
                 return None
-            if e.op == "add":
-                return a[0] + b[0], a[1] + b[1]
-            if e.op == "sub":
-                return a[0] - b[1], a[1] - b[0]
-            if e.op == "mul":
-                products = [x * y for x in a for y in b]
-                return min(products), max(products)
-            if e.op == "floordiv" and b[0] == b[1] and b[0] > 0:
-                return a[0] // b[0], a[1] // b[0]
-            if e.op == "floormod" and b[0] == b[1] and b[0] > 0:
-                if a[0] // b[0] == a[1] // b[0]:
-                    return a[0] % b[0], a[1] % b[0]
-                return 0, b[0] - 1
-            if e.op == "min":
-                return min(a[0], b[0]), min(a[1], b[1])
-            if e.op == "max":
-                return max(a[0], b[0]), max(a[1], b[1])
+            return binary_bound(e.op, a, b)
         return None
 
     def visit_Binary(self, node):

@@ -26,7 +26,6 @@ PER_THREAD = 8      # output block per thread (rows and columns): 16 x 16 thread
 K_TILE = 16         # reduction step staged through shared memory (double-buffered)
 K_TILE_SINGLE = 8   # ... when partial tiles rule double buffering out
 VEC = 4             # float4 copies into shared memory
-DOUBLE_BUFFER = True
 
 
 def _cooperative_copy(s, cache, threads_y: int, threads_x: int) -> None:
@@ -83,7 +82,7 @@ def _schedule_gemm_cuda(s, op, target, batch: bool) -> None:
     s[CL].compute_at(C, tx)
     c_axes = list(L.op.axis)
     ci, cj = c_axes[-2], c_axes[-1]
-    double = DOUBLE_BUFFER and _whole_tiles(i, j, L.op.reduce_axis[0], K_TILE)
+    double = _whole_tiles(i, j, L.op.reduce_axis[0], K_TILE)
     ko, ki = L.split(L.op.reduce_axis[0], factor=K_TILE if double else K_TILE_SINGLE)
     # the batch axis goes inside the reduction steps: a thread with no rows of a small output
     # gets an empty loop there, which must not enclose the barriers around the shared copies
