@@ -1,6 +1,6 @@
 """conv2d on the GPU, first version: one thread per output element, direct convolution.
 
-Padding, weight packing and a strided 1x1's pixel copy are inlined into the reads; the reduction stage (the
+Padding, weight packing, a strided 1x1's pixel copy and im2col patches are inlined into the reads; the reduction stage (the
 blocked ``.nchwc`` stage, the 1x1 ``.pixels`` stage, or the depthwise op itself) is
 computed per thread inside the output's thread loop, so a fused epilogue (bias, relu)
 and the layout change cost no extra pass.  Correct and simple, not fast: no shared
@@ -13,7 +13,7 @@ from ..registry import fused_output, register_schedule
 from .injective import bind_fused
 
 THREADS = 128
-_INLINE_TAGS = ("conv2d.pad", "conv2d.wpack", "conv2d.subsample")
+_INLINE_TAGS = ("conv2d.pad", "conv2d.wpack", "conv2d.subsample", "conv2d.im2col")
 
 
 def _inline_helpers(s, op) -> None:
@@ -30,6 +30,7 @@ def _inline_helpers(s, op) -> None:
 
 @register_schedule("conv2d", "cuda")
 @register_schedule("conv2d_1x1", "cuda")
+@register_schedule("conv2d_im2col", "cuda")
 @register_schedule("conv2d_rows", "cuda")
 @register_schedule("conv2d_depthwise", "cuda")
 def schedule_conv2d_direct(s, op, target) -> None:

@@ -58,13 +58,15 @@ def _check(x_shape, w_shape, seed=0, **kw):
 
 
 @pytest.mark.parametrize("x_shape,w_shape,kw", [
-    # dense convolutions (channel-blocked path)
+    # dense convolutions: channel-blocked path (> 64 output pixels), else im2col (weights at run time)
     ((1, 3, 9, 9), (16, 3, 3, 3), dict(padding=1)),
-    ((2, 5, 11, 13), (32, 5, 3, 3), dict(stride=2, padding=1)),
-    ((1, 8, 15, 15), (16, 8, 7, 7), dict(stride=2, padding=3)),
+    ((2, 5, 11, 13), (32, 5, 3, 3), dict(stride=2, padding=1)),   # im2col, 42 pixels, batch 2
+    ((1, 8, 15, 15), (16, 8, 7, 7), dict(stride=2, padding=3)),   # im2col, 64 pixels
     ((1, 3, 17, 17), (8, 3, 7, 7), dict(stride=2, padding=3)),
     ((1, 6, 13, 11), (24, 6, 3, 3), dict(padding=2, dilation=2)),
-    ((2, 4, 10, 10), (12, 4, 3, 3), dict(stride=(1, 2), padding=(1, 0))),
+    ((2, 4, 10, 10), (12, 4, 3, 3), dict(stride=(1, 2), padding=(1, 0))),   # im2col, 40 pixels
+    ((1, 4, 9, 9), (8, 4, 3, 3), dict(padding=(2, 1, 0, 2), dilation=2)),     # im2col, 7x8, dilated
+    ((1, 9, 4, 4), (24, 9, 3, 3), dict(padding=1)),                            # im2col, one vector
     ((1, 4, 9, 12), (16, 4, 3, 3), dict(padding=(0, 1, 2, 1))),
     ((1, 7, 12, 12), (5, 7, 3, 3), dict(padding=1)),           # output channels not a multiple of a block
     ((1, 32, 9, 9), (64, 32, 3, 3), dict(padding=1)),
@@ -77,9 +79,9 @@ def _check(x_shape, w_shape, seed=0, **kw):
     ((1, 16, 12, 12), (24, 16, 1, 1), dict()),                  # pixels path (144 pixels, shifted last tile)
     ((2, 8, 16, 16), (48, 8, 1, 1), dict()),                    # pixels path, batch 2
     ((1, 12, 5, 7), (32, 12, 1, 1), dict()),                    # pixels path, 35 pixels: two shifted tiles
-    ((1, 12, 5, 5), (32, 12, 1, 1), dict()),                    # few pixels: channel-blocked path
+    ((1, 12, 5, 5), (32, 12, 1, 1), dict()),                    # few pixels: im2col (a copy)
     ((1, 16, 13, 13), (32, 16, 1, 1), dict(stride=2)),           # strided pixels path, 7x7
-    ((1, 16, 9, 9), (32, 16, 1, 1), dict(stride=2)),             # strided, few pixels: channel-blocked path
+    ((1, 16, 9, 9), (32, 16, 1, 1), dict(stride=2)),             # strided, few pixels: im2col
     ((1, 16, 36, 33), (24, 16, 1, 1), dict(stride=2)),          # strided pixels path (18x17, subsampled)
     ((2, 8, 16, 40), (40, 8, 1, 1), dict(stride=(1, 2))),       # strided pixels path, batch 2, 16x20
     # grouped and depthwise
@@ -104,12 +106,27 @@ def test_strided_1x1_takes_the_pixels_path():
     assert sub.op.tag == "conv2d.subsample" and [int(d.value) for d in sub.shape] == [1, 64, 28, 28]
 
 
+def test_few_pixels_with_run_time_weights_take_the_im2col_path():
+    """7x7 outputs read W as it is (patches copied instead); a prepacked W keeps the blocked path,
+    and so do larger outputs."""
+    X = lw.placeholder((1, 512, 7, 7), name="X")
+    Y = nn_ops.conv2d(X, lw.placeholder((512, 512, 3, 3), name="W"), padding=1)
+    assert Y.op.tag == "conv2d_im2col"
+    cols = Y.op.input_tensors[0].op.input_tensors[0]
+    assert cols.op.tag == "conv2d.im2col" and [int(d.value) for d in cols.shape] == [1, 512, 3, 3, 49]
+    packed = lw.placeholder((32, 64, 3, 3, 8, 16), name="Wp")
+    assert nn_ops.conv2d(X, packed, padding=1).op.tag == "conv2d"
+    wide = nn_ops.conv2d(lw.placeholder((1, 256, 14, 14), name="X"), lw.placeholder((256, 256, 3, 3), name="W"),
+                         padding=1)
+    assert wide.op.tag == "conv2d"
+
+
 def test_few_taps_take_the_rows_path():
     X = lw.placeholder((1, 3, 224, 224), name="X")
     Y = nn_ops.conv2d(X, lw.placeholder((32, 3, 3, 3), name="W"), stride=2, padding=1)
     assert Y.op.tag == "conv2d_rows"
     narrow = nn_ops.conv2d(lw.placeholder((1, 3, 9, 9), name="X"), lw.placeholder((16, 3, 3, 3), name="W"))
-    assert narrow.op.tag == "conv2d"
+    assert narrow.op.tag == "conv2d_im2col"     # rows of 7: not vector rows; 49 pixels: im2col
     dilated = nn_ops.conv2d(lw.placeholder((1, 2, 18, 18), name="X"), lw.placeholder((8, 2, 3, 3), name="W"),
                             dilation=3)     # 12 output pixels a row, though 18 - 3 + 1 = 16
     assert dilated.op.tag == "conv2d"
