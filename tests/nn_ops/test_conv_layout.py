@@ -137,3 +137,56 @@ def test_depthwise_on_a_plain_value_gets_one_to_blocked():
     x = np.random.default_rng(1).standard_normal((1, 16, 10, 10)).astype("float32")
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
     np.testing.assert_allclose(exe.run({"input": x})[0], want[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("c,oc,size,stride,clip,dw_bias,residual", [
+    (32, 16, 16, 1, True, True, False),      # MobileNetV2's first block
+    (48, 24, 15, 2, True, True, False),      # stride-2 depthwise, 24 outputs in blocks of 8
+    (32, 32, 14, 1, False, False, True),     # no elementwise stage between: a cache_write accumulator
+    (24, 16, 9, 1, True, False, True),       # input blocks of 8, a residual add epilogue
+])
+def test_depthwise_fused_into_the_pointwise_conv_matches_numpy(c, oc, size, stride, clip, dw_bias, residual):
+    """depthwise (+ bias, clip) -> 1x1 conv (+ bias, + residual) in one kernel: the depthwise rows
+    are computed inside the 1x1 convolution's rows, no depthwise result goes through memory."""
+    rng = np.random.default_rng(c + size)
+    b_in, b_out = (8 if c % 16 else 16), (8 if oc % 16 else 16)
+    x = rng.standard_normal((1, c, size, size)).astype("float32")
+    wd = rng.standard_normal((c, 1, 3, 3)).astype("float32")
+    bd = rng.standard_normal(c).astype("float32")
+    wp = rng.standard_normal((oc, c, 1, 1)).astype("float32")
+    bp = rng.standard_normal(oc).astype("float32")
+    X = lw.placeholder(_blocked(x, b_in).shape, name="X")
+    Wd = lw.placeholder((c // b_in, 3, 3, b_in), name="Wd")
+    Bd, Bp = lw.placeholder((c,), name="bd"), lw.placeholder((oc,), name="bp")
+    Wp = lw.placeholder((oc // b_out, c // b_in, 1, 1, b_in, b_out), name="Wp")
+    D = nchwc.depthwise_blocked(X, Wd, Bd if dw_bias else None, (stride, stride), (1, 1, 1, 1))
+    if clip:
+        D = ew.clip(D, 0.0, 6.0)
+    Y = nchwc.conv2d_blocked(D, Wp, Bp)
+    oh = _shape(Y)[2]
+    r = rng.standard_normal((1, oc, oh, oh)).astype("float32")
+    R = lw.placeholder(_blocked(r, b_out).shape, name="R")
+    if residual:
+        Y = ew.add(Y, R)
+    s = nn_ops.schedule(Y)
+    assert s[D.op].attach_type == "scope"        # computed inside the convolution's rows
+    y = np.empty(_shape(Y), "float32")
+    lw.build(s, [X, Wd, Bd, Wp, Bp, R, Y])(_blocked(x, b_in), nchwc.pack_depthwise_weight(wd, b_in), bd,
+                                           nchwc.pack_blocked_weight(wp, b_out, b_in), bp, _blocked(r, b_out), y)
+    d = conv2d_ref(x, wd, stride=stride, padding=1, groups=c) + (bd[None, :, None, None] if dw_bias else 0)
+    if clip:
+        d = np.clip(d, 0, 6)
+    ref = conv2d_ref(d, wp) + bp[None, :, None, None] + (r if residual else 0)
+    np.testing.assert_allclose(_plain(y), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_mobilenet_v2_fuses_depthwise_with_projection_where_rows_allow():
+    g = optimize(lw.from_onnx(mobilenet_v2()))
+    kernels = [grp for grp in fuse_operators(g) if grp.kind != "alias"]
+    fused = [grp for grp in kernels if [n.op_type for n in grp.nodes][:3] ==
+             ["depthwise_blocked", "clip", "conv2d_blocked"]]
+    # every block but the four on 7x7 maps (too few rows to share between threads)
+    assert len(fused) == 13
+    assert all(g.shape(grp.output)[2] >= 14 for grp in fused)
+    alone = [grp for grp in kernels if grp.nodes[0].op_type == "depthwise_blocked" and grp not in fused]
+    assert len(alone) == 4 and all(g.shape(grp.output)[2] == 7 for grp in alone)
