@@ -19,7 +19,8 @@ group that produces its input (MobileNetV2's depthwise -> project) under the sam
 when the maps have at least ``MIN_FUSED_ROWS`` rows; its schedule computes the depthwise
 rows inside its own (``nchwc.fused_depthwise``), so the depthwise result never goes
 through memory (14-48 % less time for the pair).  With fewer rows the kernel, parallel over
-rows only, would leave a core idle part of the time.
+rows only, leaves a core idle part of the time: on MobileNetV2's 7x7 maps the fused kernels
+took 53 / 81 / 156 us against 48 / 76 / 138 us for the two kernels apart.
 """
 from __future__ import annotations
 
