@@ -251,7 +251,9 @@ def fused_depthwise(s, conv_op):
         if len(data) != 1:
             return None
         producer = data[0].op
-    return producer if getattr(producer, "tag", "") == "depthwise_blocked" else None
+    if getattr(producer, "tag", "") != "depthwise_blocked" or len(s.consumers_of(s[producer])) != 1:
+        return None         # (a second reader would need the whole result, not one row at a time)
+    return producer
 
 
 def _depthwise_consumer(s, op):

@@ -190,3 +190,12 @@ def test_mobilenet_v2_fuses_depthwise_with_projection_where_rows_allow():
     assert all(g.shape(grp.output)[2] >= 14 for grp in fused)
     alone = [grp for grp in kernels if grp.nodes[0].op_type == "depthwise_blocked" and grp not in fused]
     assert len(alone) == 4 and all(g.shape(grp.output)[2] == 7 for grp in alone)
+
+
+def test_depthwise_read_by_another_stage_too_stays_at_root():
+    """A depthwise result that a second output also reads is computed whole, not row by row."""
+    X = lw.placeholder((1, 2, 10, 10, 16), name="X")
+    D = nchwc.depthwise_blocked(X, lw.placeholder((2, 3, 3, 16), name="Wd"), None, (1, 1), (1, 1, 1, 1))
+    Y = nchwc.conv2d_blocked(D, lw.placeholder((1, 2, 1, 1, 16, 16), name="Wp"))
+    s = nn_ops.schedule([Y, ew.relu(D)])
+    assert nchwc.fused_depthwise(s, Y.op) is None and s[D.op].attach_type == "root"
