@@ -15,6 +15,7 @@ import numpy as np
 
 from ...errors import OnnxImportError
 from ..graph import Graph
+from . import attention as _attention  # noqa: F401
 from . import elementwise as _elementwise  # noqa: F401 - registers converters
 from . import index as _index  # noqa: F401
 from . import logic as _logic  # noqa: F401
