@@ -8,6 +8,7 @@ from .errors import (ArgumentError, BoundsError, BuildError, DTypeError, ExprErr
 from .target import Target
 from .dsl.expr import Expr, Var, cast, const, if_then_else, select, var
 from .dsl.intrinsics import abs, ceil, erf, exp, floor, fmod, log, pow, round, rsqrt, sigmoid, sqrt, tanh
+from .dsl.bitwise import bitwise_and, bitwise_not, bitwise_or, bitwise_xor, shift_left, shift_right
 from .dsl.reduction import argmax, argmin, comm_reducer, max, min, prod, sum
 from .dsl.schedule import Schedule, Stage, create_schedule
 from .dsl.tensor import IterVar, Tensor, compute, placeholder, reduce_axis, thread_axis
@@ -24,7 +25,8 @@ __version__ = "0.1.0"
 __all__ = [
     "ArgumentError", "BoundsError", "BuildError", "DTypeError", "ExprError", "InternalError", "LoopweaveError",
     "LoweringError", "ScheduleError", "Target", "Expr", "Var", "cast", "const", "if_then_else", "select", "var",
-    "abs", "ceil", "erf", "exp", "floor", "fmod", "log", "pow", "round", "rsqrt", "sigmoid", "sqrt", "tanh", "argmax",
+    "abs", "ceil", "erf", "exp", "floor", "fmod", "log", "pow", "round", "rsqrt", "sigmoid", "sqrt", "tanh",
+    "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "shift_left", "shift_right", "argmax",
     "argmin", "comm_reducer", "max", "min", "prod", "sum", "Schedule", "Stage", "create_schedule", "IterVar",
     "Tensor", "compute", "placeholder", "reduce_axis", "thread_axis", "Trace", "lower", "build", "Module",
     "from_onnx", "compile", "load", "DeviceArray", "device_array", "from_dlpack",

@@ -46,11 +46,17 @@ class ExprOps:
     def __ge__(self, other): return compare("ge", self, other)
     def __eq__(self, other): return compare("eq", self, other)
     def __ne__(self, other): return compare("ne", self, other)
-    def __and__(self, other): return logical_and(self, other)
-    def __rand__(self, other): return logical_and(other, self)
-    def __or__(self, other): return logical_or(self, other)
-    def __ror__(self, other): return logical_or(other, self)
-    def __invert__(self): return logical_not(self)
+    def __and__(self, other): return _logic_or_bits("bitwise_and", logical_and, self, other)
+    def __rand__(self, other): return _logic_or_bits("bitwise_and", logical_and, other, self)
+    def __or__(self, other): return _logic_or_bits("bitwise_or", logical_or, self, other)
+    def __ror__(self, other): return _logic_or_bits("bitwise_or", logical_or, other, self)
+    def __xor__(self, other): return _logic_or_bits("bitwise_xor", logical_xor, self, other)
+    def __rxor__(self, other): return _logic_or_bits("bitwise_xor", logical_xor, other, self)
+    def __invert__(self): return logical_not(self) if _is_bool(self) else _bitwise("bitwise_not")(self)
+    def __lshift__(self, other): return _bitwise("shift_left")(self, other)
+    def __rlshift__(self, other): return _bitwise("shift_left")(other, self)
+    def __rshift__(self, other): return _bitwise("shift_right")(self, other)
+    def __rrshift__(self, other): return _bitwise("shift_right")(other, self)
     def __pow__(self, other):
         from .intrinsics import pow as pow_
         return pow_(self, other)
@@ -372,6 +378,27 @@ def logical_not(a) -> Expr:
     if isinstance(a, Const):
         return const(not a.value)
     return Logical("not", a)
+
+
+def logical_xor(a, b) -> Expr:
+    """``^`` of two bools: true where exactly one holds."""
+    return compare("ne", _as_bool(a, "'^'"), _as_bool(b, "'^'"))
+
+
+def _is_bool(value) -> bool:
+    return isinstance(value, bool) or (isinstance(value, ExprOps) and as_expr(value).dtype == dtypes.BOOL)
+
+
+def _bitwise(name: str):
+    from . import bitwise    # bitwise builds on this module
+    return getattr(bitwise, name)
+
+
+def _logic_or_bits(name: str, logical, a, b) -> Expr:
+    """``&``, ``|``, ``^`` are logic when a side is bool, else bitwise (integers only), as in numpy and TVM."""
+    if _is_bool(a) or _is_bool(b):
+        return logical(a, b)
+    return _bitwise(name)(a, b)
 
 
 _PY_COMPARE = {

@@ -14,9 +14,11 @@ from .shape_ops import concat, pad, reshape, softmax, transpose
 from .graph import Graph, Node, Value
 
 from .conv2d import conv2d
+from .conv2d_transpose import conv2d_transpose
 from . import cuda as _cuda_schedules  # noqa: F401  (registers the default CUDA schedules)
 
 __all__ = ["matmul", "dense", "batch_matmul", "schedule", "register_schedule", "add", "subtract", "multiply",
            "divide", "maximum", "minimum", "relu", "clip", "sigmoid", "tanh", "leaky_relu", "hard_sigmoid",
            "hard_swish", "pool2d", "global_pool", "reshape", "transpose", "concat", "pad", "softmax", "conv2d",
+           "conv2d_transpose",
            "Graph", "Node", "Value"]

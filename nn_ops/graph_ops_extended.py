@@ -67,3 +67,24 @@ _register("lrn", "reduce", lambda i, a: lrn.lrn(i[0], a["size"], a["alpha"], a["
 _register("rotary_embedding", "injective", lambda i, a: rotary.rotary_embedding(
     i[0], i[1], i[2], i[3] if len(i) > 3 else None, a.get("interleaved", False), a.get("rotary_dim", 0),
     a.get("num_heads", 0)))
+
+from . import bitwise as _bitwise  # noqa: E402 - bitwise ops and shifts on integer tensors
+
+for _op in _bitwise.BINARY:
+    _register(_op, "injective", (lambda op: lambda i, a: _bitwise.bitwise_binary(op, i[0], i[1]))(_op))
+_register("bitwise_not", "injective", lambda i, a: _bitwise.bitwise_not_(i[0]))
+
+
+def _conv2d_transpose(i, a):
+    """ConvTranspose's X, W [C, OC/groups, KH, KW] and optional bias [OC], added per channel."""
+    from .conv2d_transpose import conv2d_transpose
+    from .elementwise import add, static_shape
+    from .shape_ops import reshape
+    Y = conv2d_transpose(i[0], i[1], tuple(a["stride"]), tuple(a["padding"]), tuple(a.get("output_padding", (0, 0))),
+                         tuple(a.get("dilation", (1, 1))), int(a.get("groups", 1)))
+    if len(i) > 2 and i[2] is not None:
+        Y = add(Y, reshape(i[2], (static_shape(i[2])[0], 1, 1), name="bias.r"), name="bias")
+    return Y
+
+
+_register("conv2d_transpose", "anchor", _conv2d_transpose)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List
 
 from ...dsl import dtypes
+from ...dsl.bitwise import NAMES as BITWISE_NAMES
 from ...dsl.expr import Binary, Call, Cast, Compare, Const, Let, Logical, Select, Var
 from ...dsl.visitor import Mutator, post_order_visit
 from ...errors import BuildError, InternalError
@@ -51,6 +52,16 @@ template <typename T> __device__ __forceinline__ T lw_floordiv(T a, T b) {
 }
 template <typename T> __device__ __forceinline__ T lw_floormod(T a, T b) {
   T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+"""
+# added to the prelude only where a kernel shifts (the usual kernels' source stays as it was)
+SHIFT_PRELUDE = """\
+// shifts as numpy: an amount outside [0, bits) gives 0 (or the sign fill), where C is undefined
+template <typename T, typename U> __device__ __forceinline__ T lw_shift_left(T a, T b) {
+  return (unsigned long long)b < sizeof(T) * 8 ? (T)((U)a << b) : (T)0;
+}
+template <typename T> __device__ __forceinline__ T lw_shift_right(T a, T b) {
+  return (unsigned long long)b < sizeof(T) * 8 ? (T)(a >> b) : (T)(a < (T)0 ? -1 : 0);
 }
 """
 
@@ -435,6 +446,8 @@ class KernelEmitter:
                 return self._expr(e.args[0])
             x = self.operand(e.args[0], _UNARY)
             return f"({self.c_type[dt]})({x} < 0 ? -{x} : {x})", _UNARY
+        if e.name in BITWISE_NAMES:
+            return self._bitwise(e)
         if not dtypes.is_float(dt):
             raise InternalError(f"intrinsic {e.name} on {dt}")
         if e.name == "sigmoid":
@@ -444,10 +457,23 @@ class KernelEmitter:
             return f"{_float_fn(e.name, dt)}({', '.join(args)})", _PRIMARY
         raise InternalError(f"no CUDA lowering for intrinsic {e.name}")
 
+    def _bitwise(self, e: Call):
+        """``&``, ``|``, ``^``, ``~`` as in C; shifts through ``lw_shift_*`` (numpy's answer for an
+        amount outside [0, bits), which C leaves undefined)."""
+        dt, c_type = e.dtype, self.c_type[e.dtype]
+        if e.name in ("shift_left", "shift_right"):
+            unsigned = "" if e.name == "shift_right" else f", {C_TYPE['uint' + str(dtypes.bits(dt))]}"
+            return f"lw_{e.name}<{c_type}{unsigned}>({self.expr(e.args[0])}, {self.expr(e.args[1])})", _PRIMARY
+        if e.name == "bitwise_not":
+            text = f"~{self.operand(e.args[0], _UNARY)}"
+        else:
+            text = self._binop({"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}[e.name], *e.args)[0]
+        return f"({c_type})({text})", _UNARY     # C promotes narrow ints to int: back to the IR's type
+
 
 _PRIMARY, _UNARY = 100, 90
 _PREC = {"*": 80, "/": 80, "%": 80, "+": 70, "-": 70, ">>": 65, "<<": 65, "<": 60, "<=": 60, ">": 60, ">=": 60,
-         "==": 55, "!=": 55, "&": 50, "&&": 40, "||": 35, "?:": 30}
+         "==": 55, "!=": 55, "&": 50, "^": 48, "|": 46, "&&": 40, "||": 35, "?:": 30}
 _ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
@@ -497,4 +523,6 @@ def generate(func: PrimFunc):
         info = KernelInfo(launch.name, launch)
         parts.append(KernelEmitter(info).emit())
         infos.append(info)
+    if any("lw_shift_" in part for part in parts[1:]):
+        parts[0] += SHIFT_PRELUDE
     return "\n\n".join(parts) + "\n", infos

@@ -15,6 +15,7 @@ from typing import Dict, List
 from llvmlite import ir
 
 from ...dsl import dtypes
+from ...dsl.bitwise import NAMES as BITWISE_NAMES
 from ...dsl.expr import Binary, Call, Cast, Compare, Const, Expr, Let, Logical, Select, Var
 from ...dsl.visitor import post_order_visit
 from ...errors import InternalError
@@ -547,6 +548,8 @@ class FunctionEmitter:
                 return x
             neg = b.sub(ir.Constant(x.type, None), x)
             return b.select(b.icmp_signed("<", x, ir.Constant(x.type, None)), neg, x)
+        if e.name in BITWISE_NAMES:
+            return self._bitwise(e.name, args, dt)
         if e.name == "fmod":      # exact; LLVM calls fmod/fmodf for it, lane by lane
             return b.frem(x, args[1])
         if e.name in VECTOR_MATH and dt == "float32":
@@ -563,6 +566,28 @@ class FunctionEmitter:
         if e.name in _LIBM:
             return self._libm(e.name, x, dt)
         raise InternalError(f"no lowering for intrinsic {e.name}")
+
+    def _bitwise(self, name: str, args, dt: str):
+        """Bitwise ops; shifts give numpy's answer where LLVM's ``shl``/``lshr``/``ashr`` would be
+        poison (an amount outside [0, bits)): the amount is masked into range, then the
+        out-of-range lanes select 0 (or the sign fill of a right shift)."""
+        b = self.builder
+        x = args[0]
+        if name == "bitwise_not":
+            return b.not_(x)
+        y = args[1]
+        if name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+            return {"bitwise_and": b.and_, "bitwise_or": b.or_, "bitwise_xor": b.xor}[name](x, y)
+        bits = dtypes.bits(dt)
+        signed = dtypes.is_signed(dt)
+        amount = b.and_(y, _splat_const(y.type, bits - 1))      # bits is a power of two
+        in_range = b.icmp_unsigned("<", y, _splat_const(y.type, bits))   # a negative amount is huge unsigned
+        zero = _splat_const(x.type, 0)
+        if name == "shift_left":
+            return b.select(in_range, b.shl(x, amount), zero)
+        if signed:
+            return b.select(in_range, b.ashr(x, amount), b.ashr(x, _splat_const(x.type, bits - 1)))
+        return b.select(in_range, b.lshr(x, amount), zero)
 
     def _vector_math(self, name: str, x):
         """float32 exp/erf/tanh as inline polynomials (vector_math.py says why)."""

@@ -1,4 +1,4 @@
-"""conv2d on the GPU, first version: one thread per output element, direct convolution.
+"""conv2d (and conv2d_transpose) on the GPU, first version: one thread per output element, direct convolution.
 
 Padding, weight packing, a strided 1x1's pixel copy and im2col patches are inlined into the reads; the reduction stage (the
 blocked ``.nchwc`` stage, the 1x1 ``.pixels`` stage, or the depthwise op itself) is
@@ -33,6 +33,7 @@ def _inline_helpers(s, op) -> None:
 @register_schedule("conv2d_im2col", "cuda")
 @register_schedule("conv2d_rows", "cuda")
 @register_schedule("conv2d_depthwise", "cuda")
+@register_schedule("conv2d_transpose", "cuda")
 def schedule_conv2d_direct(s, op, target) -> None:
     _inline_helpers(s, op)
     final = fused_output(s, op)

@@ -16,6 +16,8 @@ import numpy as np
 from ...errors import OnnxImportError
 from ..graph import Graph
 from . import attention as _attention  # noqa: F401
+from . import bitwise as _bitwise  # noqa: F401
+from . import conv_transpose as _conv_transpose  # noqa: F401
 from . import elementwise as _elementwise  # noqa: F401 - registers converters
 from . import index as _index  # noqa: F401
 from . import logic as _logic  # noqa: F401

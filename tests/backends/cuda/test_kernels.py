@@ -65,6 +65,28 @@ def case_int_floordiv_float64():
     return s, [A, D, E], {}, ref
 
 
+def case_bitwise_and_shifts():
+    """&, |, ^, ~ and shifts on a narrow signed and a wide unsigned dtype; the amounts (-40..39)
+    leave [0, bits), where C is undefined and the result must be numpy's (0 or the sign fill)."""
+    tensors = []
+    for dt in ("int8", "uint32"):
+        A, B = lw.placeholder((50,), name="A_" + dt, dtype=dt), lw.placeholder((50,), name="B_" + dt, dtype=dt)
+        tensors += [A, B]
+    outs = []
+    for A, B in (tensors[:2], tensors[2:]):
+        outs += [lw.compute((50,), lambda i: (A[i] & B[i]) ^ (~A[i] | B[i]), name="logic_" + A.dtype),
+                 lw.compute((50,), lambda i: A[i] << B[i], name="shl_" + A.dtype),
+                 lw.compute((50,), lambda i: A[i] >> B[i], name="shr_" + A.dtype)]
+    s = lw.create_schedule(outs)
+    for C in outs:
+        _bind_1d(s[C], C.op.axis[0], 32)
+
+    def ref(a8, b8, a32, b32):
+        return [r for a, b in ((a8, b8), (a32, b32))
+                for r in ((a & b) ^ (~a | b), np.left_shift(a, b), np.right_shift(a, b))]
+    return s, tensors + outs, {}, ref
+
+
 def case_bool_select_uint8():
     A = lw.placeholder((64,), name="A")
     M = lw.compute((64,), lambda i: A[i] > 0.0, name="M")
@@ -276,6 +298,25 @@ def case_nn_conv2d_1x1():
 
 def case_nn_conv2d_depthwise():
     return _conv_case((8, 1, 3, 3), 1, 8, False)
+
+
+def case_nn_conv2d_transpose_bias_relu():
+    """Stride 2, padding, output_padding and groups; the bias/relu epilogue is the thread-bound stage."""
+    X, W = lw.placeholder((1, 4, 5, 6), name="X"), lw.placeholder((4, 3, 3, 3), name="W")
+    b = lw.placeholder((6,), name="b")
+    Y = nn_ops.conv2d_transpose(X, W, stride=2, padding=(1, 1, 0, 1), output_padding=1, groups=2)
+    Z = nn_ops.relu(nn_ops.add(Y, nn_ops.reshape(b, (1, 6, 1, 1))))
+
+    def ref(x, w, bias):
+        out = np.zeros((1, 6, 12, 14))      # the full output; the padding crops it to 11 x 12
+        for c in range(4):
+            g = c // 2
+            for ky in range(3):
+                for kx in range(3):
+                    out[:, 3 * g:3 * g + 3, ky:ky + 9:2, kx:kx + 11:2] += \
+                        np.einsum("nij,o->noij", x[:, c], w[c, :, ky, kx])
+        return [np.maximum(out[:, :, 1:12, 1:13] + bias.reshape(1, -1, 1, 1), 0)]
+    return nn_ops.schedule(Z, "cuda"), [X, W, b, Z], {}, ref
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
