@@ -501,3 +501,38 @@ def test_fork_during_a_launch_in_another_thread(kernels, threads):
     assert not busy.is_alive()
     assert ok, chunks
     check_chunks(chunks, 100, 2)  # the inherited, stale lock was taken over
+
+
+def _worker_leaves_the_callers_cpu(kernels, queue):
+    """In a forked child (fresh workers): a worker made to share the caller's CPU moves off it."""
+    try:
+        tasks = lambda: {int(t) for t in os.listdir("/proc/self/task")}  # noqa: E731
+        before = tasks()
+        kernels.record(100)                                  # creates the child's worker
+        (worker,) = tasks() - before
+        cpu = min(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpu})                       # the caller on one CPU ...
+        os.sched_setaffinity(worker, {cpu})                  # ... and the worker forced onto it
+        for _ in range(20):
+            kernels.record(100)
+            if cpu not in os.sched_getaffinity(worker):
+                break
+            time.sleep(0.01)
+        queue.put((sorted(os.sched_getaffinity(worker)), cpu))
+    except BaseException as error:
+        queue.put((repr(error), None))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_worker_woken_on_the_callers_cpu_moves_to_another(kernels, threads):
+    threads(2)
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_worker_leaves_the_callers_cpu, args=(kernels, queue))
+    child.start()
+    child.join(timeout=30)
+    assert child.exitcode == 0
+    affinity, cpu = queue.get(timeout=5)
+    assert isinstance(affinity, list), affinity
+    assert cpu not in affinity and affinity, (affinity, cpu)
