@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .context import ImportContext, Unsupported, converter
-from .nn import _as_rows, _from_rows
+from .nn import _as_rows, _from_rows, accumulate_float16_in_float32
 
 
 def _per_axis(ctx: ImportContext, node, name: str, default, rank: int):
@@ -51,13 +51,7 @@ def _window(ctx: ImportContext, node, in_sizes, kernel):
 @converter("ConvTranspose", since=1)
 def conv_transpose(ctx: ImportContext, node):
     """float16 accumulates in float32 and rounds once at the end, as Conv does."""
-    inputs = [i for i in node.input if i]          # X, W and the optional bias
-    if ctx.dtype(inputs[0]) != "float16":
-        _conv_transpose(ctx, node, inputs, node.output[0])
-        return
-    wide = [ctx.emit("cast", [i], ctx.graph.fresh_name(i + ".f32"), {"to": "float32"}) for i in inputs]
-    out = _conv_transpose(ctx, node, wide, ctx.graph.fresh_name(node.output[0] + ".f32"))
-    ctx.emit("cast", [out], node.output[0], {"to": "float16"}, name=node.name + ".f16")
+    accumulate_float16_in_float32(ctx, node, _conv_transpose)
 
 
 def _conv_transpose(ctx: ImportContext, node, inputs, out: str) -> str:

@@ -71,17 +71,23 @@ def _from_rows(ctx, node, op_type: str, inputs, attrs, out=None) -> str:
     return ctx.emit("reshape", [rows], out, {"shape": (n, c, length)}, name=node.name + ".1d")
 
 
+def accumulate_float16_in_float32(ctx: ImportContext, node, emit) -> None:
+    """``emit(ctx, node, inputs, out)`` on the node's present inputs into its output; for float16
+    inputs on float32 copies, rounding once at the end (long float16 sums lose digits)."""
+    inputs = [i for i in node.input if i]
+    if ctx.dtype(inputs[0]) != "float16":
+        emit(ctx, node, inputs, node.output[0])
+        return
+    wide = [ctx.emit("cast", [i], ctx.graph.fresh_name(i + ".f32"), {"to": "float32"}) for i in inputs]
+    out = emit(ctx, node, wide, ctx.graph.fresh_name(node.output[0] + ".f32"))
+    ctx.emit("cast", [out], node.output[0], {"to": "float16"}, name=node.name + ".f16")
+
+
 @converter("Conv", since=1)
 def conv(ctx: ImportContext, node):
     """2-d convolution; a 1-d one (rank-3 input and weight) runs as a 2-d one on rows of height 1.
     float16 convolutions accumulate in float32 and round once at the end."""
-    inputs = [i for i in node.input if i]          # X, W and the optional bias
-    if ctx.dtype(inputs[0]) != "float16":
-        _conv(ctx, node, inputs, node.output[0])
-        return
-    wide = [ctx.emit("cast", [i], ctx.graph.fresh_name(i + ".f32"), {"to": "float32"}) for i in inputs]
-    out = _conv(ctx, node, wide, ctx.graph.fresh_name(node.output[0] + ".f32"))
-    ctx.emit("cast", [out], node.output[0], {"to": "float16"}, name=node.name + ".f16")
+    accumulate_float16_in_float32(ctx, node, _conv)
 
 
 def _conv(ctx: ImportContext, node, inputs, out: str) -> str:
