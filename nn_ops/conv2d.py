@@ -175,14 +175,11 @@ def conv2d(X: Tensor, W: Tensor, stride=1, padding=0, dilation=1, groups: int = 
     if not packed and groups == 1 and _im2col_path(oh * ow):
         # weights given at run time and few output pixels: packing W would cost as long as the
         # products (3x3 512->512 @7: 0.6 of 1.8 ms), so copy the input's patches once instead
-        # (c * kh * kw x pixels, the padding folded in) and run the pixels matmul on W as it is
-        def patch(nn, cc, ky, kx, p):
-            yy, xx = (p // ow) * sh + ky * dh - pt, (p % ow) * sw + kx * dw - pl
-            if not (pt or pl or pb or pr):
-                return X[nn, cc, yy, xx]
-            inside = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
-            return if_then_else(inside, X[nn, cc, yy, xx], 0.0)
-        cols = compute((n, c, kh, kw, oh * ow), patch, name=name + ".im2col", tag="conv2d.im2col")
+        # (c * kh * kw x pixels, the padding stage inlined into it) and run the pixels matmul on W
+        # as it is
+        cols = compute((n, c, kh, kw, oh * ow),
+                       lambda nn, cc, ky, kx, p: Xp[nn, cc, (p // ow) * sh + ky * dh, (p % ow) * sw + kx * dw],
+                       name=name + ".im2col", tag="conv2d.im2col")
         rc = reduce_axis((0, c), name="rc")
         ry = reduce_axis((0, kh), name="ry")
         rx = reduce_axis((0, kw), name="rx")
@@ -346,10 +343,13 @@ def _schedule_input_copy(s, tensor, lanes: int) -> None:
     """An input copy (a padding stage, or a strided 1x1's ``subsample``) is computed at root:
     rows in parallel (a stem has only 3 planes), each row in the widest vectors it holds
     (masked loads at the padding's borders, strided loads for a subsample); an im2col patch
-    copy: input channels in parallel."""
+    copy: input channels in parallel, the padding read through (inlined)."""
     tag = getattr(tensor.op, "tag", "")
     if tag == "conv2d.im2col":
         s[tensor].parallel(s[tensor].op.axis[1])
+        for t in tensor.op.input_tensors:
+            if getattr(t.op, "tag", "") == "conv2d.pad":
+                s[t].compute_inline()
         return
     if tag not in ("conv2d.pad", "conv2d.subsample"):
         return

@@ -58,8 +58,8 @@ def _is_pointwise_conv(g: Graph, node: Node) -> bool:
     if node.op_type != "conv2d_blocked" or len(g.shape(node.inputs[0])) != 5:
         return False
     attrs = node.attrs
-    return (tuple(g.shape(node.inputs[1])[2:4]) == (1, 1) and tuple(attrs.get("stride", (1, 1))) == (1, 1)
-            and not any(attrs.get("padding", (0, 0, 0, 0))) and tuple(attrs.get("dilation", (1, 1))) == (1, 1))
+    return (tuple(g.shape(node.inputs[1])[2:4]) == (1, 1) and tuple(attrs["stride"]) == (1, 1)
+            and not any(attrs["padding"]) and tuple(attrs["dilation"]) == (1, 1))
 
 
 def fuse_operators(g: Graph) -> List[FusedGroup]:
@@ -81,8 +81,8 @@ def fuse_operators(g: Graph) -> List[FusedGroup]:
         elif _is_pointwise_conv(g, node):
             grp = producer_group.get(node.inputs[0])
             if grp is not None and grp.nodes[0].op_type == "depthwise_blocked" and \
-                    all(n.op_type == "depthwise_blocked" or OPS[n.op_type].kind == "injective" for n in grp.nodes) \
-                    and _may_join(g, users, grp, node.inputs[0]) and g.shape(node.inputs[0])[2] >= MIN_FUSED_ROWS:
+                    all(OPS[n.op_type].kind == "injective" for n in grp.nodes[1:]) and \
+                    _may_join(g, users, grp, node.inputs[0]) and g.shape(node.inputs[0])[2] >= MIN_FUSED_ROWS:
                 target = grp
         if target is None:
             target = FusedGroup([], kind)

@@ -45,20 +45,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .context import ImportContext, Unsupported, converter
+from .context import ImportContext, Unsupported, converter, optional_input, optional_output
 
 _FLOATS = ("float16", "float32", "float64")
 _PRECISIONS = {1: "float32", 10: "float16", 11: "float64"}     # softmax_precision (TensorProto codes)
-
-
-def _opt_input(node, k: int):
-    """Input ``k`` of ``node``, or None when absent or empty."""
-    return node.input[k] if len(node.input) > k and node.input[k] else None
-
-
-def _opt_output(node, k: int):
-    """Output ``k`` of ``node``, or None when absent or empty."""
-    return node.output[k] if len(node.output) > k and node.output[k] else None
 
 
 class _Attention:
@@ -95,16 +85,16 @@ class _Attention:
         if self.dtype not in _FLOATS:
             raise Unsupported(f"Q has dtype {self.dtype}; only float16, float32 and float64 are supported")
         for what, k in names.items():
-            name = _opt_input(self.node, k)
+            name = optional_input(self.node, k)
             if name is not None and self.ctx.dtype(name) != self.dtype:
                 raise Unsupported(f"{what} has dtype {self.ctx.dtype(name)} and Q {self.dtype}; "
                                   f"only inputs of one dtype are supported")
         ranks = [len(self.ctx.shape(self.node.input[k])) for k in range(3)]
         if self.rank not in (3, 4) or len(set(ranks)) != 1:
             raise Unsupported(f"Q, K, V of ranks {ranks}: they must all be 3-D or all 4-D")
-        if (_opt_input(self.node, 4) is None) != (_opt_input(self.node, 5) is None):
+        if (optional_input(self.node, 4) is None) != (optional_input(self.node, 5) is None):
             raise Unsupported("past_key and past_value must be given together")
-        if _opt_input(self.node, 6) is not None and _opt_input(self.node, 4) is not None:
+        if optional_input(self.node, 6) is not None and optional_input(self.node, 4) is not None:
             raise Unsupported("nonpad_kv_seqlen together with past_key/past_value")
 
     # ------------------------------------------------------------------ heads
@@ -126,8 +116,8 @@ class _Attention:
     def with_past(self, new: str, past_index: int, out_index: int, tag: str) -> str:
         """``concat(past, new)`` along the sequence (``new`` without a past), written to the
         present output when the node asks for it."""
-        past = _opt_input(self.node, past_index)
-        out = _opt_output(self.node, out_index)
+        past = optional_input(self.node, past_index)
+        out = optional_output(self.node, out_index)
         if past is None:
             return self.emit("copy", [new], tag, out=out) if out else new
         ps, ns = self.shape(past), self.shape(new)
@@ -170,7 +160,7 @@ def _softcap(att: _Attention, scores: str) -> str:
 
 def _mask_term(att: _Attention, skv: int):
     """The attn_mask as an additive bias (numpy array when constant, else a graph value), or None."""
-    name = _opt_input(att.node, 3)
+    name = optional_input(att.node, 3)
     if name is None:
         return None
     mdtype = att.ctx.dtype(name)
@@ -246,7 +236,7 @@ def _bias(att: _Attention, sq: int, skv: int, past_len: int):
     mdtype = att.dtype if mask is None else (str(mask.dtype) if isinstance(mask, np.ndarray) else att.ctx.dtype(mask))
     static = mask if isinstance(mask, np.ndarray) else None
     dynamic = mask if isinstance(mask, str) else None
-    nonpad = _opt_input(att.node, 6)
+    nonpad = optional_input(att.node, 6)
     if nonpad is not None:
         if att.shape(nonpad) != [att.shape(att.node.input[0])[0]]:
             raise Unsupported(f"nonpad_kv_seqlen of shape {att.shape(nonpad)}: it must be [batch]")
@@ -341,7 +331,7 @@ def attention(ctx: ImportContext, node):
     q = att.heads(node.input[0], q_heads, "Q")
     k_new = att.heads(node.input[1], kv_heads, "K")
     v_new = att.heads(node.input[2], kv_heads, "V")
-    past = _opt_input(node, 4)
+    past = optional_input(node, 4)
     past_len = att.shape(past)[2] if past is not None else 0
     k = att.with_past(k_new, 4, 1, "present_key")
     v = att.with_past(v_new, 5, 2, "present_value")
@@ -359,7 +349,7 @@ def attention(ctx: ImportContext, node):
     probs = att.emit("softmax", [_as(att, biased, sdtype, "qk_precision")], "probs", {"axis": -1})
     probs = _guard(att, probs, bias)
 
-    qk_out = _opt_output(node, 3)
+    qk_out = optional_output(node, 3)
     if qk_out:
         _as(att, {0: scores, 1: scores, 2: biased, 3: probs}[mode], att.dtype, "qk_output", out=qk_out)
     p3 = att.emit("reshape", [_as(att, probs, att.dtype, "probs_t1")], "probs_groups",

@@ -87,6 +87,16 @@ def _over_empty(op_type: str, attrs: dict, shape, dtype: str, empty) -> np.ndarr
                       f"tensors")
 
 
+def optional_input(node, k: int):
+    """Input ``k`` of ``node``, or None when absent or empty (ONNX's omitted optional input)."""
+    return node.input[k] if len(node.input) > k and node.input[k] else None
+
+
+def optional_output(node, k: int):
+    """Output ``k`` of ``node``, or None when absent or empty."""
+    return node.output[k] if len(node.output) > k and node.output[k] else None
+
+
 class ImportContext:
     def __init__(self, graph: Graph, opset: int):
         self.graph = graph

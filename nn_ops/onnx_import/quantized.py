@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .context import ImportContext, Unsupported, converter
+from .context import ImportContext, Unsupported, converter, optional_input
 
 
 def _tmp(ctx, out, tag):
@@ -35,22 +35,18 @@ def _int_matmul(ctx: ImportContext, a: str, b: str, out: str) -> str:
     return ctx.emit("einsum", [a, b], out, {"equation": "...ij,...jk->...ik"})
 
 
-def _optional(node, k):
-    return node.input[k] if len(node.input) > k and node.input[k] else None
-
-
 @converter("MatMulInteger", since=10)
 def matmul_integer(ctx: ImportContext, node):
     out = node.output[0]
-    a = _widened(ctx, node.input[0], _optional(node, 2), out, "a")
-    b = _widened(ctx, node.input[1], _optional(node, 3), out, "b")
+    a = _widened(ctx, node.input[0], optional_input(node, 2), out, "a")
+    b = _widened(ctx, node.input[1], optional_input(node, 3), out, "b")
     _int_matmul(ctx, a, b, out)
 
 
 @converter("QLinearMatMul", since=10)
 def qlinear_matmul(ctx: ImportContext, node):
     out = node.output[0]
-    a_scale, b_scale, y_scale, y_zp = node.input[1], node.input[4], node.input[6], _optional(node, 7)
+    a_scale, b_scale, y_scale, y_zp = node.input[1], node.input[4], node.input[6], optional_input(node, 7)
     for s in (a_scale, b_scale, y_scale):
         if int(np.prod(ctx.shape(s))) != 1:
             raise Unsupported(f"scale {s!r} of shape {ctx.shape(s)} (per-tensor only)")
