@@ -18,7 +18,7 @@ from .backends.build import build
 from .backends.runtime import Module
 from .backends.cuda.ndarray import DeviceArray, device_array, from_dlpack
 from .nn_ops.onnx_import import from_onnx
-from .nn_ops.executor import compile, load
+from .nn_ops.compile import compile, load
 
 __version__ = "0.1.0"
 

@@ -22,7 +22,7 @@ ZOO_MODELS = ("resnet18", "mobilenet_v2", "small_cnn", "transformer_encoder")
 def _model_source(path: str):
     """A path to an .onnx file, or ``zoo:NAME`` for a model built in memory (``ZOO_MODELS``)."""
     if path.startswith("zoo:"):
-        from .nn_ops.onnx_import import model_zoo
+        from .nn_ops.testing import model_zoo
         name = path[4:]
         if name not in ZOO_MODELS:
             raise SystemExit(f"loopweave: unknown zoo model {name!r} ({', '.join(ZOO_MODELS)})")
@@ -54,7 +54,7 @@ def _cmd_run(args) -> int:
             raise SystemExit(f"loopweave: --input takes name=file.npy, got {spec!r}")
         feed[name] = np.load(path, allow_pickle=False)
     if not feed and args.random:
-        from .nn_ops.bench import random_feed
+        from .nn_ops.testing.onnxruntime_peer import random_feed
         feed = random_feed(exe)
     outputs = exe.run(feed)
     for (name, _, _), out in zip(exe.outputs, outputs):
@@ -78,7 +78,7 @@ def _cmd_bench(args) -> int:
     import time
     import onnx
     from . import compile as lw_compile, from_onnx
-    from .nn_ops.bench import compare_with_onnxruntime
+    from .nn_ops.testing.onnxruntime_peer import compare_with_onnxruntime
     source = _model_source(args.model)
     model = source if isinstance(source, onnx.ModelProto) else onnx.load(source)
     t0 = time.perf_counter()

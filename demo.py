@@ -77,7 +77,7 @@ def _network_demo(quick: bool) -> None:
         print("  network  skipped: install the 'onnx' extra (pip install loopweave[onnx]) to compile ONNX models")
         return
     import loopweave as lw
-    from .nn_ops.onnx_import import model_zoo
+    from .nn_ops.testing import model_zoo
     size = 96 if quick else 224
     model = model_zoo.mobilenet_v2(size=size)
     t0 = time.perf_counter()
@@ -92,7 +92,7 @@ def _network_demo(quick: bool) -> None:
     line = (f"  network  MobileNetV2 {size}x{size} compiled in {t_build:.1f}s ({len(exe.kernels)} kernels), "
             f"matches {peer}; loopweave {ours_t * 1e3:.2f} ms")
     if peer == "onnxruntime":
-        from .nn_ops.bench import onnxruntime_session
+        from .nn_ops.testing.onnxruntime_peer import onnxruntime_session
         sess = onnxruntime_session(model, threads=2)
         line += f", onnxruntime {_median_time(lambda: sess.run(None, {'input': x})) * 1e3:.2f} ms"
     print(line)
@@ -101,7 +101,7 @@ def _network_demo(quick: bool) -> None:
 def _reference_run(model, x):
     """(output, name of the reference): onnxruntime when installed, else onnx's numpy evaluator."""
     try:
-        from .nn_ops.bench import onnxruntime_session
+        from .nn_ops.testing.onnxruntime_peer import onnxruntime_session
         sess = onnxruntime_session(model, threads=2)
         return sess.run(None, {"input": x})[0], "onnxruntime"
     except ImportError:

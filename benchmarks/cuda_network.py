@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 import loopweave as lw
-from loopweave.nn_ops.onnx_import.model_zoo import resnet18
+from loopweave.nn_ops.testing.model_zoo import resnet18
 
 
 def torch_latency(batch: int, repeat: int):

@@ -6,7 +6,7 @@ prints, per model: loopweave and onnxruntime latency (medians), the ratio (media
 per-pair onnxruntime-time / loopweave-time; > 1 means loopweave is faster), and compile
 times: cold (empty object cache, fresh process), cached (disk cache warm, fresh process)
 and load (``lw.load`` of a saved executable, fresh process).
-Models are built in memory with seeded random weights (``nn_ops.onnx_import.model_zoo``).
+Models are built in memory with seeded random weights (``nn_ops.testing.model_zoo``).
 """
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ import sys
 import tempfile
 
 import loopweave as lw
-from loopweave.nn_ops.bench import compare_with_onnxruntime
-from loopweave.nn_ops.onnx_import import model_zoo
+from loopweave.nn_ops.testing.onnxruntime_peer import compare_with_onnxruntime
+from loopweave.nn_ops.testing import model_zoo
 
 _TIMING_SCRIPT = """
 import sys, time
 import loopweave as lw
-from loopweave.nn_ops.onnx_import import model_zoo
+from loopweave.nn_ops.testing import model_zoo
 model = getattr(model_zoo, sys.argv[1])()
 t0 = time.perf_counter()
 g = lw.from_onnx(model)

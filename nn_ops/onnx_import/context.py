@@ -12,8 +12,8 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from ..graph import Graph
-from ..graph_ops import infer_output, output_shape, scalar_constants
+from ..network.graph import Graph
+from ..network.op_table import infer_output, output_shape, scalar_constants
 
 
 class Unsupported(Exception):
@@ -132,7 +132,16 @@ class ImportContext:
     def dtype(self, name: str) -> str:
         return self.graph.values[name].dtype
 
+    def require_float_input(self, node) -> None:
+        """Refuse (Unsupported) a node whose first input is not a float tensor."""
+        if not self.dtype(node.input[0]).startswith("float"):
+            raise Unsupported(f"input of dtype {self.dtype(node.input[0])} (float expected)")
+
     # -------------------------------------------------------------- writing
+    def temp(self, base: str, tag: str) -> str:
+        """A fresh name for an intermediate value of the node whose output is ``base``."""
+        return self.graph.fresh_name(f"{base}.{tag}")
+
     def add_constant(self, base: str, array: np.ndarray) -> str:
         name = self.graph.fresh_name(base)
         self.graph.add_initializer(name, array)

@@ -6,7 +6,7 @@ Slice's ``starts``, Resize's ``sizes``...).  loopweave compiles static shapes: e
 bound inference and a static memory plan are what make its kernels fast.  So a
 DynamicGraph keeps the model and its symbols, and ``specialize`` imports it for one
 concrete binding (input shapes, and the values of those shape inputs); the
-specialising executable (``nn_ops/dynamic_executable.py``) does this once per binding.
+specialising executable (``nn_ops/network/dynamic_executable.py``) does this once per binding.
 
 Unsupported ops are still reported at import: unless shape inputs are needed, the model
 is imported once with every symbol set to 1, and that import's errors are raised.
@@ -18,18 +18,18 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 from ...errors import ArgumentError, OnnxImportError
-from .importer import _shape_inputs_behind
+from ..network.feed import check_names_and_dtypes, show_shape
+from .importer import import_static, np_dtype, shape_inputs_behind, symbolic_dims, with_input_shapes
 
 TRIAL_SIZE = 1
 
 
 class DynamicGraph:
     def __init__(self, model, opset: int, name: str, value_inputs: Sequence[str], check: bool = True):
-        from .importer import _np_dtype, _symbolic_dims
         self.model_bytes = model.SerializeToString()
         self.opset, self.name = opset, name
         self.value_inputs = list(value_inputs)
-        symbolic = _symbolic_dims(model)
+        symbolic = symbolic_dims(model)
         inits = {t.name for t in model.graph.initializer}
         self.inputs: List[Tuple[str, tuple, str]] = []
         for inp in model.graph.input:
@@ -37,9 +37,9 @@ class DynamicGraph:
                 continue
             tt = inp.type.tensor_type
             shape = symbolic.get(inp.name) or [d.dim_value for d in tt.shape.dim]
-            self.inputs.append((inp.name, tuple(shape), _np_dtype(tt.elem_type)))
+            self.inputs.append((inp.name, tuple(shape), np_dtype(tt.elem_type)))
         self.outputs = [(o.name, tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-                                       for d in o.type.tensor_type.shape.dim), _np_dtype(o.type.tensor_type.elem_type))
+                                       for d in o.type.tensor_type.shape.dim), np_dtype(o.type.tensor_type.elem_type))
                         for o in model.graph.output]
         self.symbols = sorted({d for _, shape, _ in self.inputs for d in shape if isinstance(d, str)})
         self.sample = None
@@ -55,7 +55,6 @@ class DynamicGraph:
     # ------------------------------------------------------------ specialising
     def bind(self, feed: Dict[str, np.ndarray]) -> Dict[str, int]:
         """The symbols' values for ``feed`` (checked: names, dtypes, ranks, fixed sizes, consistent symbols)."""
-        from ..feed import check_names_and_dtypes
         return self.symbol_values(check_names_and_dtypes(self.inputs, feed))
 
     def symbol_values(self, feed: Dict[str, np.ndarray]) -> Dict[str, int]:
@@ -65,7 +64,7 @@ class DynamicGraph:
         for name, shape, dtype in self.inputs:
             a = feed[name]
             if a.ndim != len(shape):
-                raise ArgumentError(f"input {name!r} must have rank {len(shape)} (shape {_show(shape)}), "
+                raise ArgumentError(f"input {name!r} must have rank {len(shape)} (shape {show_shape(shape)}), "
                                     f"got shape {tuple(a.shape)}")
             for k, (want, got) in enumerate(zip(shape, a.shape)):
                 if isinstance(want, str):
@@ -76,14 +75,13 @@ class DynamicGraph:
                         raise ArgumentError(f"input {name!r} has size 0 in dimension {k}; empty tensors are not "
                                             f"supported")
                 elif want != got:
-                    raise ArgumentError(f"input {name!r} must have shape {_show(shape)}, got {tuple(a.shape)}")
+                    raise ArgumentError(f"input {name!r} must have shape {show_shape(shape)}, got {tuple(a.shape)}")
         return values
 
     def specialize(self, shapes: Dict[str, Sequence[int]], values: Dict[str, np.ndarray]):
         """The static Graph for these input shapes, with ``values`` (the shape inputs) as constants."""
         import onnx
         from onnx import numpy_helper
-        from .importer import _with_input_shapes, import_static
         model = onnx.ModelProto.FromString(self.model_bytes)
         if values:
             kept = [i for i in model.graph.input if i.name not in values]
@@ -92,13 +90,13 @@ class DynamicGraph:
             for name, arr in values.items():
                 model.graph.initializer.append(numpy_helper.from_array(np.asarray(arr), name))
         shapes = {n: s for n, s in shapes.items() if n not in values}
-        model = _with_input_shapes(model, shapes)
+        model = with_input_shapes(model, shapes)
         try:
             return import_static(model, self.opset, self.name)
         except OnnxImportError as exc:
             binding = ", ".join(f"{n}: {tuple(s)}" for n, s in shapes.items())
             error = OnnxImportError(f"while specialising {self.name!r} to {binding}: {exc}", exc.unsupported)
-            error.more_value_inputs = _shape_inputs_behind(model, exc)
+            error.more_value_inputs = shape_inputs_behind(model, exc)
             raise error from exc
 
     def specialize_to(self, feed: Dict[str, np.ndarray]):
@@ -125,7 +123,7 @@ class DynamicGraph:
 
     # ------------------------------------------------------------ display
     def __repr__(self) -> str:
-        ins = ", ".join(f"{n}: {d}{_show(s)}" for n, s, d in self.inputs)
+        ins = ", ".join(f"{n}: {d}{show_shape(s)}" for n, s, d in self.inputs)
         extra = f"; shape inputs (compiled per value): {', '.join(self.value_inputs)}" if self.value_inputs else ""
         return (f"<loopweave DynamicGraph {self.name!r} ({ins}) -> ({', '.join(n for n, _, _ in self.outputs)}); "
                 f"compiled per input shape{extra}>")
@@ -136,7 +134,3 @@ class DynamicGraph:
         if self.sample is not None:
             body += f"<div>imported with every symbol = {TRIAL_SIZE}:</div>" + self.sample._repr_html_()
         return f"<div>{body}</div>"
-
-
-def _show(shape) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"

@@ -14,22 +14,9 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 
 from ...errors import OnnxImportError
-from ..graph import Graph
-from . import attention as _attention  # noqa: F401
-from . import bitwise as _bitwise  # noqa: F401
-from . import conv_transpose as _conv_transpose  # noqa: F401
-from . import elementwise as _elementwise  # noqa: F401 - registers converters
-from . import index as _index  # noqa: F401
-from . import logic as _logic  # noqa: F401
-from . import loss as _loss  # noqa: F401
-from . import math as _math  # noqa: F401
-from . import quantized as _quantized  # noqa: F401
-from . import reduce_extra as _reduce_extra  # noqa: F401
-from . import nn as _nn  # noqa: F401
-from . import reduce as _reduce  # noqa: F401
-from . import shape as _shape  # noqa: F401
+from ..network.graph import Graph
+from . import converters as _converters  # noqa: F401 - importing it registers every converter
 from .context import CONVERTERS, ImportContext, NeedsConstant, Unsupported, find_converter
-from . import fold_extra as _fold_extra  # noqa: F401 - registers more folders
 from .fold import FOLDERS, try_fold
 
 MIN_OPSET = 13
@@ -42,7 +29,7 @@ def _require_onnx():
         raise OnnxImportError("from_onnx needs the 'onnx' package (pip install onnx)") from exc
 
 
-def _load(model):
+def load_model(model):
     _require_onnx()
     import onnx
     if isinstance(model, onnx.ModelProto):
@@ -58,14 +45,14 @@ def _load(model):
     raise OnnxImportError(f"from_onnx takes a file path or an onnx.ModelProto, got {type(model).__name__}")
 
 
-def _opset(model) -> int:
+def model_opset(model) -> int:
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx"):
             return int(imp.version)
     return 0
 
 
-def _np_dtype(elem_type: int) -> str:
+def np_dtype(elem_type: int) -> str:
     from onnx import helper
     return str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)))
 
@@ -81,53 +68,13 @@ def _tensor_dtype(vi, what: str) -> str:
     elem = vi.type.tensor_type.elem_type
     name = TensorProto.DataType.Name(elem) if elem in TensorProto.DataType.values() else str(elem)
     try:
-        dtype = _np_dtype(elem)
+        dtype = np_dtype(elem)
     except Exception:  # noqa: BLE001 - onnx raises KeyError/ValueError for types numpy lacks
         dtype = None
     if dtype not in ALL_DTYPES:
         raise OnnxImportError(f"{what} {vi.name!r} has element type {name}; loopweave supports "
                               f"{', '.join(ALL_DTYPES)}")
     return dtype
-
-
-def from_onnx(model, input_shapes: Optional[Dict[str, Sequence[int]]] = None, name: Optional[str] = None):
-    """Import an ONNX model: a :class:`Graph`, or a :class:`DynamicGraph` when shapes are only known at run time.
-
-    ``input_shapes`` fixes dynamic input dimensions.  A model whose inputs keep symbolic
-    dimensions (a batch ``"N"``), or whose shape-like operands (Reshape's shape, Slice's
-    starts, Resize's sizes...) are graph inputs, imports as a DynamicGraph: ``compile``
-    makes it an executable that specialises to each concrete input shape (and each value
-    of those shape inputs) on first use.
-    """
-    model = _load(model)
-    import onnx
-    if not model.graph.node and not model.graph.output:
-        raise OnnxImportError("the ONNX model has an empty graph (no nodes and no outputs); is the file complete?")
-    try:
-        onnx.checker.check_model(model)
-    except Exception as exc:
-        raise OnnxImportError(f"the ONNX model is malformed: {exc}") from exc
-    opset = _opset(model)
-    if opset < MIN_OPSET:
-        try:
-            from onnx import version_converter
-            model = version_converter.convert_version(model, MIN_OPSET)
-            opset = MIN_OPSET
-        except Exception as exc:
-            raise OnnxImportError(f"the model uses opset {opset}; loopweave imports opset {MIN_OPSET} and newer, "
-                                  f"and converting it failed: {exc}") from exc
-    model = _with_input_shapes(model, input_shapes or {})
-    name = name or model.graph.name or "graph"
-    from .dynamic import DynamicGraph
-    if _symbolic_dims(model):
-        return DynamicGraph(model, opset, name, value_inputs=())
-    try:
-        return import_static(model, opset, name)
-    except OnnxImportError as exc:
-        value_inputs = _shape_inputs_behind(model, exc)
-        if not value_inputs:
-            raise
-        return DynamicGraph(model, opset, name, value_inputs=value_inputs)
 
 
 def import_static(model, opset: int, name: str) -> Graph:
@@ -140,7 +87,7 @@ def import_static(model, opset: int, name: str) -> Graph:
     return _convert(model, opset, name)
 
 
-def _with_input_shapes(model, input_shapes):
+def with_input_shapes(model, input_shapes):
     """The model with ``input_shapes`` applied to its inputs (checked: names, ranks, no empty tensors)."""
     init_names = {t.name for t in model.graph.initializer}
     known = {i.name for i in model.graph.input}
@@ -170,7 +117,7 @@ def _with_input_shapes(model, input_shapes):
     return model
 
 
-def _symbolic_dims(model) -> Dict[str, list]:
+def symbolic_dims(model) -> Dict[str, list]:
     """Graph inputs with dimensions still unknown: {input name: [size or symbol name per dim]}."""
     init_names = {t.name for t in model.graph.initializer}
     found = {}
@@ -189,7 +136,7 @@ def node_label(k: int, node) -> str:
     return node.name or f"#{k} ({node.output[0] if node.output else node.op_type})"
 
 
-def _shape_inputs_behind(model, exc: OnnxImportError) -> list:
+def shape_inputs_behind(model, exc: OnnxImportError) -> list:
     """Graph inputs that operands which must be constant (shapes, axes, pads...) are computed from.
 
     Only when every problem is such an operand: then the model is importable once those
@@ -218,7 +165,7 @@ def _value_info_shapes(model) -> Dict[str, tuple]:
     for vi in list(model.graph.value_info) + list(model.graph.output):
         tt = vi.type.tensor_type
         if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
-            out[vi.name] = (tuple(d.dim_value for d in tt.shape.dim), _np_dtype(tt.elem_type))
+            out[vi.name] = (tuple(d.dim_value for d in tt.shape.dim), np_dtype(tt.elem_type))
     return out
 
 

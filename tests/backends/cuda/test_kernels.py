@@ -201,7 +201,7 @@ def case_nn_softmax_long_rows():
 
 
 def case_nn_long_reductions_block_per_output():
-    from loopweave.nn_ops.shape_ops import reduce
+    from loopweave.nn_ops.ops.shape import reduce
     X = lw.placeholder((4, 3000), name="X")
     Z = lw.placeholder((2, 40, 60), name="Z")
     S = reduce(X, [1], kind="sum", keepdims=False, name="S")

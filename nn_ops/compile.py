@@ -1,0 +1,52 @@
+"""``lw.compile`` and ``lw.load``: the front door for whole networks.
+
+It sits above both the network compiler (``network/``) and the ONNX importer
+(``onnx_import/``): a static Graph compiles to an Executable (CPU) or a CudaExecutable,
+a DynamicGraph (shapes known only at run time, kept as its ONNX model) to a
+DynamicExecutable that compiles one static specialisation per input binding.
+"""
+from __future__ import annotations
+
+import zipfile
+from typing import Optional
+
+from ..errors import ArgumentError, BuildError
+from ..target import resolve_target
+from .network.dynamic_executable import FORMAT as DYNAMIC_FORMAT, DynamicExecutable, load_dynamic
+from .network.executable import compile_graph, load_static, read_meta
+from .network.graph import Graph
+from .onnx_import.dynamic import DynamicGraph
+
+
+def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=None):  # noqa: A001 - lw.compile
+    """Compile a network graph (from ``from_onnx``) into an executable.
+
+    A DynamicGraph (symbolic input sizes or shape inputs) gives a DynamicExecutable that
+    compiles one static specialisation per input binding, on first use.  ``target="cuda"``
+    gives a CudaExecutable (kernels on the GPU; ``network/cuda_executable.py``).
+    """
+    if tuning_log is not None:
+        raise BuildError("tuning_log is not supported by the network compiler yet; compile without it")
+    tgt = resolve_target(target)
+    if tgt.kind not in ("llvm", "cuda"):
+        raise BuildError(f"networks compile for targets 'llvm' and 'cuda', not {tgt.kind!r}")
+    if isinstance(graph, DynamicGraph):
+        if tgt.kind != "llvm":
+            raise BuildError("models with dynamic shapes compile for target 'llvm' only for now; fix the input "
+                             "shapes with from_onnx(..., input_shapes=...) to compile for cuda")
+        return DynamicExecutable(graph, target, progress)
+    if not isinstance(graph, Graph):
+        raise ArgumentError(f"compile takes a loopweave Graph (from lw.from_onnx), got {type(graph).__name__}")
+    return compile_graph(graph, tgt, progress)
+
+
+def load(path):
+    """Load an executable written by ``save`` (an Executable or a DynamicExecutable); nothing is compiled."""
+    meta = read_meta(path)
+    if meta.get("format") != DYNAMIC_FORMAT:
+        return load_static(path)
+    import onnx
+    with zipfile.ZipFile(path) as z:
+        model = onnx.ModelProto.FromString(z.read("model.onnx"))
+        graph = DynamicGraph(model, meta["opset"], meta["name"], meta["value_inputs"], check=False)
+        return load_dynamic(z, meta, repr(str(path)), graph)

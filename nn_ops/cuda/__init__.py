@@ -1,7 +1,0 @@
-"""Default CUDA schedules of the op library (registered for target kind ``"cuda"``).
-
-Importing this package registers them: ``injective`` (elementwise, broadcast and
-layout ops), ``reduce`` (reductions, pooling), ``softmax`` and ``norm`` (layer_norm; a block per row) and ``gemm``
-(matmul, dense, batch_matmul), ``conv2d`` (direct, one thread per output).
-"""
-from . import conv2d, gemm, injective, norm, reduce, softmax  # noqa: F401  (registration side effects)

@@ -1,0 +1,583 @@
+"""Compile a static Graph into one native entry point, run it, save and load it.
+
+``compile_graph(graph, target)``:
+
+1. graph passes (``passes.optimize``), then ``fuse_operators`` into kernels;
+2. each kernel's computation is built from the op table over placeholders named
+   ``in0, in1, ...`` (so identical layers lower to identical IR), scheduled with the
+   registry's default schedules, lowered and built; identical kernels are built once
+   (keyed first by a structural signature, then by the symbol, a hash of the lowered IR);
+3. a static memory plan gives every intermediate value an offset in one arena,
+   reusing memory whose value is dead (a kernel's output never overlaps its inputs);
+   reshape-like nodes are aliases of their input's memory;
+4. a small LLVM function ``void run(ptr inputs, ptr outputs, ptr arena, ptr weights)``
+   calls every kernel in order with its buffer pointers; it is compiled and cached like
+   the kernels.  ``Executable.run`` checks the inputs and makes one ctypes call.
+
+``Executable.save(path)`` writes a zip (``meta.json``, ``kernels/<symbol>.o``,
+``runner.o``, ``weights/<k>.npy``; no pickle); ``load_static(path)`` loads the objects into the
+JIT without compiling anything.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import io
+import json
+import sys
+import threading
+import time
+import zipfile
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from ...backends import build as build_mod
+from ...backends.build import build
+from ...backends.llvm import jit
+from ...dsl.tensor import placeholder
+from ...errors import ArgumentError, BuildError, InternalError
+from ...target import resolve_target
+from ..ops.registry import schedule
+from . import kernel_cache
+from .cuda_executable import CudaExecutable
+from .feed import check_static_feed
+from .graph import Graph
+from .op_table import OPS, scalar_constants
+from .passes import fuse_operators, optimize
+
+FORMAT_VERSION = 1
+ALIGN = 64
+_RUN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _aligned_empty(nbytes: int) -> np.ndarray:
+    raw = np.empty(max(1, nbytes) + ALIGN, np.uint8)
+    off = (-raw.ctypes.data) % ALIGN
+    return raw[off:off + max(1, nbytes)]
+
+
+# ---------------------------------------------------------------- storage locations
+# a location is (space, index_or_offset): ("input", k), ("output", k), ("weight", byte offset),
+# ("arena", byte offset)
+
+
+@dataclass
+class KernelCall:
+    symbol: str
+    name: str
+    args: List[Tuple[str, int]]     # locations, in the kernel's parameter order (output last)
+    ops: Tuple[str, ...] = ()       # the fused group: op types of its nodes, in order (for display)
+    shape: Optional[Tuple[int, ...]] = None   # the kernel's output shape (for display)
+
+
+class _Progress:
+    """One line on stderr: a bar redrawn in place on a terminal, a single summary line otherwise."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled, self.start = total, enabled and total > 0, time.perf_counter()
+        self.tty = sys.stderr.isatty()
+        self.reused = 0
+
+    def update(self, done: int, label: str, reused: int):
+        self.reused = reused
+        if not self.enabled or not self.tty:
+            return
+        width = 24
+        filled = int(width * done / self.total)
+        sys.stderr.write(f"\rloopweave: compiling kernels [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total}"
+                         f" ({reused} reused) {time.perf_counter() - self.start:5.1f}s {label[:28]:<28}")
+        sys.stderr.flush()
+
+    def close(self):
+        if not self.enabled:
+            return
+        if self.tty:
+            sys.stderr.write("\n")
+        else:
+            sys.stderr.write(f"loopweave: compiled {self.total}/{self.total} kernels ({self.reused} reused) in "
+                             f"{time.perf_counter() - self.start:.1f}s\n")
+        sys.stderr.flush()
+
+
+def compile_graph(graph: Graph, tgt, progress: Optional[bool] = None):
+    """Compile a static Graph for target ``tgt`` (llvm or cuda) into an Executable / CudaExecutable."""
+    t0 = time.perf_counter()
+    plan = build_kernels(graph, tgt, progress)
+    if tgt.kind == "cuda":
+        inputs, outputs = plan.signature()
+        exe = CudaExecutable(inputs, outputs, plan.calls, plan.modules, plan.arena_size, plan.weights, tgt)
+    else:
+        exe = plan.cpu_executable(tgt)
+    exe.compile_seconds = time.perf_counter() - t0
+    exe.num_groups = len(plan.calls)
+    return exe
+
+
+@dataclass
+class KernelPlan:
+    """What every target's executable is made of: the optimised graph, its kernels (built
+    modules by symbol) in call order, the packed weights and the arena size."""
+    graph: Graph
+    calls: List[KernelCall]
+    modules: Dict[str, object]
+    weights: np.ndarray
+    weight_table: Dict[str, tuple]
+    arena_size: int
+
+    def signature(self):
+        """([(name, shape, dtype)] of the inputs, the same of the outputs)."""
+        g = self.graph
+        return ([(n, list(g.values[n].shape), g.values[n].dtype) for n in g.inputs],
+                [(n, list(g.values[n].shape), g.values[n].dtype) for n in g.outputs])
+
+    def cpu_executable(self, tgt) -> "Executable":
+        """The CPU executable of this plan (its modules are CPU builds)."""
+        inputs, outputs = self.signature()
+        kernels = {sym: m.object_code for sym, m in self.modules.items()}
+        return Executable(inputs=inputs, outputs=outputs, calls=self.calls, kernels=kernels,
+                          arena_size=self.arena_size, weights=self.weights, weight_table=self.weight_table,
+                          target=tgt, graph=self.graph)
+
+
+def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None) -> KernelPlan:
+    """Graph passes, fusion into kernels, one build per distinct kernel, weights and the memory plan.
+
+    Each kernel is scheduled with the op library's schedules for ``tgt`` and built by
+    ``build_fn(schedule, args, name)`` (default ``lw.build`` for ``tgt``; the CUDA network
+    tests pass a CPU emulation of the GPU schedules)."""
+    g = optimize(graph, tgt.kind)
+    _materialize_output_copies(g)
+    groups = fuse_operators(g)
+    kernel_groups = [grp for grp in groups if grp.kind != "alias"]
+    alias_of = {grp.output: grp.nodes[0].inputs[0] for grp in groups if grp.kind == "alias"}
+    progress = sys.stderr.isatty() or len(kernel_groups) > 8 if progress is None else progress
+    bar = _Progress(len(kernel_groups), progress)
+    built: Dict[str, object] = {}
+    by_signature: Dict[str, object] = {}
+    calls_params: List[Tuple[object, List[str], str]] = []
+    reused = 0
+    remembered = tgt.kind == "llvm" and build_fn is None      # kernel_cache: CPU builds of the op library
+    for k, grp in enumerate(kernel_groups):
+        signature, params = _group_signature(g, grp)
+        module = by_signature.get(signature)
+        if module is None:
+            module = kernel_cache.lookup(signature, tgt) if remembered else None
+            if module is None:
+                module = _build_group(g, grp, params, tgt, build_fn)
+                if remembered:
+                    kernel_cache.store(signature, tgt, module)
+            by_signature[signature] = module
+            built.setdefault(module.symbol, module)
+        else:
+            reused += 1
+        calls_params.append((module, params, grp.name))
+        bar.update(k + 1, grp.name, reused)
+    bar.close()
+    weights, weight_offsets = _pack_weights(g, {p for _, params, _ in calls_params for p in params})
+    steps = [(params, grp.output) for (_, params, _), grp in zip(calls_params, kernel_groups)]
+    locations, arena_size = _plan_memory(g, steps, alias_of, weight_offsets)
+    calls = [KernelCall(m.symbol, name, [locations[p] for p in params] + [locations[grp.output]],
+                        ops=tuple(n.op_type for n in grp.nodes), shape=tuple(g.values[grp.output].shape))
+             for (m, params, name), grp in zip(calls_params, kernel_groups)]
+    return KernelPlan(g, calls, built, weights, weight_offsets, arena_size)
+
+
+def _materialize_output_copies(g: Graph) -> None:
+    """Graph outputs must be written by a kernel: reshapes become copy kernels; inputs,
+    constants and repeated outputs get a copy node.  An empty output needs none: there
+    is nothing to write (the importer made every empty result a constant)."""
+    producers = g.producer_map()
+    seen = set()
+    for k, out in enumerate(list(g.outputs)):
+        if 0 in g.values[out].shape:
+            continue
+        node = producers.get(out)
+        if node is not None and OPS[node.op_type].kind == "alias" and out not in seen:
+            node.op_type = "reshape_copy"      # the same index arithmetic, computed into the output
+        elif node is None or out in seen:
+            new = g.fresh_name(out + ".out")
+            g.add_value(new, g.values[out].shape, g.values[out].dtype)
+            g.add_node("copy", [out], [new], name=new)
+            g.outputs[k] = new
+        seen.add(g.outputs[k])
+
+
+def _group_signature(g: Graph, grp) -> Tuple[str, List[str]]:
+    """A structural key of the group's computation and its parameter value names (in order)."""
+    params: List[str] = []
+    index: Dict[str, str] = {}
+    parts = []
+    for node in grp.nodes:
+        scalars = scalar_constants(g, node.op_type, node.inputs)
+        args = []
+        for pos, i in enumerate(node.inputs):
+            if pos in scalars:
+                args.append(f"s{scalars[pos]!r}")
+                continue
+            if i not in index:
+                if i in grp.inputs:
+                    index[i] = f"in{len(params)}"
+                    params.append(i)
+                else:
+                    index[i] = f"t{len(index)}"
+            v = g.values[i]
+            args.append(f"{index[i]}:{v.dtype}{list(v.shape)}")
+        index[node.outputs[0]] = f"t{len(index)}"
+        attrs = sorted((k, repr(v)) for k, v in node.attrs.items())
+        parts.append(f"{node.op_type}({','.join(args)};{attrs})->{index[node.outputs[0]]}")
+    return "|".join(parts), params
+
+
+def _build_group(g: Graph, grp, params: List[str], target, build_fn=None):
+    tensors = {}
+    placeholders = []
+    for k, name in enumerate(params):
+        v = g.values[name]
+        t = placeholder(v.shape, name=f"in{k}", dtype=v.dtype)
+        tensors[name] = t
+        placeholders.append(t)
+    for node in grp.nodes:
+        scalars = scalar_constants(g, node.op_type, node.inputs)
+        args = [scalars[pos] if pos in scalars else tensors[i] for pos, i in enumerate(node.inputs)]
+        t = OPS[node.op_type].build(args, node.attrs)
+        if list(_static(t)) != list(g.values[node.outputs[0]].shape):
+            raise InternalError(f"kernel for {node.op_type} computed shape {_static(t)}, the graph says "
+                                f"{g.values[node.outputs[0]].shape}")
+        tensors[node.outputs[0]] = t
+    out = tensors[grp.output]
+    s = schedule([out], target)
+    name = "".join(ch if ch.isalnum() else "_" for ch in grp.name)
+    if build_fn is not None:
+        return build_fn(s, placeholders + [out], name)
+    return build(s, placeholders + [out], target=target, name=name)
+
+
+def _static(t):
+    return tuple(int(d.value) for d in t.shape)
+
+
+def _pack_weights(g: Graph, used: set):
+    """All constant parameters in one aligned blob: (blob, {name: (offset, shape, dtype)})."""
+    table = {}
+    offset = 0
+    for name in sorted(used):
+        if name in g.initializers:
+            arr = g.initializers[name]
+            table[name] = (offset, list(arr.shape), str(arr.dtype))
+            offset = _align(offset + arr.nbytes)
+    blob = _aligned_empty(offset)
+    for name, (off, shape, dtype) in table.items():
+        arr = np.ascontiguousarray(g.initializers[name])
+        blob[off:off + arr.nbytes] = arr.reshape(-1).view(np.uint8)
+        # the compiled graph keeps read-only views into the blob: no second copy of the weights
+        view = blob[off:off + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+        view.flags.writeable = False
+        g.initializers[name] = view
+    return blob, table
+
+
+def _plan_memory(g: Graph, steps: List[Tuple[List[str], str]], alias_of: Dict[str, str], weight_offsets):
+    """Locations of every value; intermediates share one arena, reused by liveness.
+
+    ``steps`` are the kernels in order as (input value names, output value name).
+    """
+    def root(v: str) -> str:
+        while v in alias_of:
+            v = alias_of[v]
+        return v
+
+    locations: Dict[str, Tuple[str, int]] = {}
+    for k, name in enumerate(g.inputs):
+        locations[name] = ("input", k)
+    for k, name in enumerate(g.outputs):
+        locations[name] = ("output", k)
+    for name, (off, _, _) in weight_offsets.items():
+        locations[name] = ("weight", off)
+    last_use: Dict[str, int] = {}
+    for k, (params, _) in enumerate(steps):
+        for p in params:
+            last_use[root(p)] = k
+    live: List[Tuple[int, int, str]] = []   # (offset, size, root value)
+    arena_size = 0
+    for k, (_, out) in enumerate(steps):
+        r = root(out)
+        if r not in locations:
+            v = g.values[r]
+            size = _align(int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize)
+            offset = _first_fit(live, size)
+            live.append((offset, size, r))
+            live.sort()
+            locations[r] = ("arena", offset)
+            arena_size = max(arena_size, offset + size)
+        # free what dies here, after the output got its place (so it never overlaps its inputs)
+        live = [blk for blk in live if last_use.get(blk[2], -1) > k]
+    for v in g.values:
+        r = root(v)
+        if v not in locations and r in locations:
+            locations[v] = locations[r]
+    return locations, arena_size
+
+
+def _first_fit(live, size: int) -> int:
+    cursor = 0
+    for off, sz, _ in live:
+        if off - cursor >= size:
+            return cursor
+        cursor = max(cursor, off + sz)
+    return cursor
+
+
+# ---------------------------------------------------------------- the runner
+def _runner_ir(calls: List[KernelCall], symbol: str) -> str:
+    """LLVM IR of ``void symbol(ptr inputs, ptr outputs, ptr arena, ptr weights)``."""
+    from llvmlite import ir
+    ptr = ir.PointerType(ir.IntType(8))
+    i64 = ir.IntType(64)
+    module = ir.Module(name=symbol)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * 4), name=symbol)
+    for arg, nm in zip(fn.args, ("inputs", "outputs", "arena", "weights")):
+        arg.name = nm
+    fn.attributes.add("nounwind")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    width = max([len(c.args) for c in calls] + [1])
+    slots = b.alloca(ptr, size=width, name="buffers")
+    sizes = b.alloca(ir.ArrayType(i64, 1), name="sizes")
+    kernels: Dict[str, ir.Function] = {}
+    spaces = {"input": fn.args[0], "output": fn.args[1], "arena": fn.args[2], "weight": fn.args[3]}
+    for call in calls:
+        kfn = kernels.get(call.symbol)
+        if kfn is None:
+            kfn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr, ptr]), name=call.symbol)
+            kernels[call.symbol] = kfn
+        for j, (space, where) in enumerate(call.args):
+            base = spaces[space]
+            if space in ("input", "output"):
+                slot = b.gep(base, [ir.Constant(i64, where)], inbounds=True, source_etype=ptr)
+                value = b.load(slot, typ=ptr)
+            else:
+                value = b.gep(base, [ir.Constant(i64, where)], inbounds=True, source_etype=ir.IntType(8))
+            dst = b.gep(slots, [ir.Constant(i64, j)], inbounds=True, source_etype=ptr)
+            b.store(value, dst)
+        b.call(kfn, [b.bitcast(slots, ptr), b.bitcast(sizes, ptr)])
+    b.ret_void()
+    return str(module)
+
+
+_loaded_runners: Dict[str, int] = {}
+
+
+def _load_kernel(symbol: str, obj: bytes) -> int:
+    entry = build_mod._loaded.get(symbol)
+    if entry is not None:
+        return entry[0]
+    address = jit.load_object(obj, symbol)
+    build_mod._loaded[symbol] = (address, obj)
+    return address
+
+
+def _load_runner(symbol: str, obj: bytes, kernel_addresses: Dict[str, int]) -> int:
+    from llvmlite import binding as llvm
+    if symbol in _loaded_runners:
+        return _loaded_runners[symbol]
+    for sym, addr in kernel_addresses.items():
+        llvm.add_symbol(sym, addr)
+    address = jit.load_object(obj, symbol)
+    _loaded_runners[symbol] = address
+    return address
+
+
+class Executable:
+    """A compiled network: ``run({name: array}) -> [outputs]``, ``save(path)``; one native call per run."""
+
+    def __init__(self, inputs, outputs, calls: List[KernelCall], kernels: Dict[str, bytes], arena_size: int,
+                 weights: np.ndarray, weight_table, target, graph: Optional[Graph] = None,
+                 runner_object: Optional[bytes] = None, runner_symbol: Optional[str] = None):
+        self.inputs = [(n, tuple(s), d) for n, s, d in inputs]
+        self.outputs = [(n, tuple(s), d) for n, s, d in outputs]
+        self.calls, self.kernels = calls, kernels
+        self.arena_size, self.weights, self.weight_table = arena_size, weights, weight_table
+        self.target, self.graph = target, graph
+        self.compile_seconds = 0.0
+        self.num_groups = len(calls)
+        self.last_profile: Optional[List[Tuple[str, float]]] = None   # set by profile(); shown by _repr_html_
+        addresses = {sym: _load_kernel(sym, obj) for sym, obj in kernels.items()}
+        self._addresses = addresses
+        if runner_object is None:
+            text = _runner_ir(calls, "lw_run")
+            digest = hashlib.sha256((text + "".join(sorted(kernels)) + target.key()).encode()).hexdigest()[:16]
+            runner_symbol = f"lw_run_{digest}"
+            runner_object = jit.cached_object(runner_symbol, target)
+            if runner_object is None:
+                runner_object, _ = jit.compile_ir(_runner_ir(calls, runner_symbol), target)
+                jit.store_object(runner_symbol, target, runner_object)
+        self.runner_symbol, self.runner_object = runner_symbol, runner_object
+        self._entry = _RUN_TYPE(_load_runner(runner_symbol, runner_object, addresses))
+        self._arena = _aligned_empty(arena_size)
+        self._in_ptrs = (ctypes.c_void_p * max(1, len(self.inputs)))()
+        self._out_ptrs = (ctypes.c_void_p * max(1, len(self.outputs)))()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{n}: {d}{list(s)}" for n, s, d in self.inputs)
+        outs = ", ".join(f"{n}: {d}{list(s)}" for n, s, d in self.outputs)
+        return (f"<loopweave Executable ({ins}) -> ({outs}): {len(self.calls)} kernel calls, "
+                f"{len(self.kernels)} distinct kernels, arena {self.arena_size / 1e6:.1f} MB, "
+                f"weights {self.weights.nbytes / 1e6:.1f} MB>")
+
+    def _repr_html_(self) -> str:
+        """A compact table of the kernel calls: fused group (its ops), output shape, and the
+        median time per kernel of the last ``profile(...)`` run (with its share of the total)."""
+        import html
+        esc = html.escape
+        prof = self.last_profile if self.last_profile and len(self.last_profile) == len(self.calls) else None
+        total = sum(t for _, t in prof) if prof else 0.0
+        longest = max((t for _, t in prof), default=0.0) if prof else 0.0
+        head = "<tr><th>#</th><th>kernel</th><th>fused ops</th><th>output shape</th><th>symbol</th>"
+        if prof:
+            head += "<th>time (ms)</th><th>share</th>"
+        rows = []
+        for k, c in enumerate(self.calls):
+            ops = " + ".join(c.ops) if c.ops else c.name
+            shape = "" if c.shape is None else str(list(c.shape))
+            row = (f"<tr><td>{k}</td><td><b>{esc(c.name)}</b></td><td>{esc(ops)}</td><td>{esc(shape)}</td>"
+                   f"<td><code style='font-size:smaller'>{esc(c.symbol)}</code></td>")
+            if prof:
+                t = prof[k][1]
+                share = t / total if total > 0 else 0.0
+                bar = max(1, round(100 * t / longest)) if longest > 0 else 1    # px, the slowest kernel = 100
+                row += (f"<td style='text-align:right'>{t * 1e3:.3f}</td><td style='white-space:nowrap'>"
+                        f"<span style='display:inline-block;background:#1f6feb;height:0.8em;width:{bar}px'></span>"
+                        f" {share:.1%}</td>")
+            rows.append(row + "</tr>")
+        if prof:
+            rows.append(f"<tr><td></td><td><b>total</b></td><td colspan='3'>sum of {len(prof)} kernels, "
+                        f"called one by one</td><td style='text-align:right'><b>{total * 1e3:.3f}</b></td>"
+                        f"<td></td></tr>")
+        ins = ", ".join(f"{n}: {d}{list(s)}" for n, s, d in self.inputs)
+        outs = ", ".join(f"{n}: {d}{list(s)}" for n, s, d in self.outputs)
+        note = ("time per kernel from the last <code>profile(feed)</code>" if prof else
+                "run <code>profile(feed)</code> to add the time per kernel")
+        return (f"<div><b>Executable</b> ({esc(ins)}) &rarr; ({esc(outs)}): {len(self.calls)} kernel calls, "
+                f"{len(self.kernels)} distinct kernels, arena {self.arena_size / 1e6:.1f} MB, weights "
+                f"{self.weights.nbytes / 1e6:.1f} MB; {note}"
+                f"<div style='max-height:420px;overflow:auto'><table>{head}</tr>{''.join(rows)}</table></div></div>")
+
+    # ------------------------------------------------------------ running
+    def _check_feed(self, feed) -> List[np.ndarray]:
+        return check_static_feed(self.inputs, feed)
+
+    def run(self, feed) -> List[np.ndarray]:
+        """Run the network on ``feed`` ({input name: array}); returns the outputs in graph order."""
+        arrays = self._check_feed(feed)
+        outs = [np.empty(shape, dtype) for _, shape, dtype in self.outputs]
+        with self._lock:
+            for k, a in enumerate(arrays):
+                self._in_ptrs[k] = a.ctypes.data
+            for k, o in enumerate(outs):
+                self._out_ptrs[k] = o.ctypes.data
+            self._entry(ctypes.addressof(self._in_ptrs), ctypes.addressof(self._out_ptrs), self._arena.ctypes.data,
+                        self.weights.ctypes.data)
+        return outs
+
+    __call__ = run
+
+    def profile(self, feed, repeat: int = 10) -> List[Tuple[str, float]]:
+        """Median seconds of each kernel call, run one by one from Python (for finding hot spots)."""
+        arrays = self._check_feed(feed)
+        outs = [np.empty(shape, dtype) for _, shape, dtype in self.outputs]
+        self.run(feed)
+        bases = {"input": [a.ctypes.data for a in arrays], "output": [o.ctypes.data for o in outs]}
+        entry_t = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+        sizes = (ctypes.c_int64 * 1)()
+        result = []
+        for call in self.calls:
+            ptrs = (ctypes.c_void_p * max(1, len(call.args)))()
+            for j, (space, where) in enumerate(call.args):
+                if space in bases:
+                    ptrs[j] = bases[space][where]
+                elif space == "arena":
+                    ptrs[j] = self._arena.ctypes.data + where
+                else:
+                    ptrs[j] = self.weights.ctypes.data + where
+            fn = entry_t(self._addresses[call.symbol])
+            samples = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                fn(ctypes.addressof(ptrs), ctypes.addressof(sizes))
+                samples.append(time.perf_counter() - t0)
+            result.append((call.name, float(np.median(samples))))
+        self.last_profile = result
+        return result
+
+    # ------------------------------------------------------------ save / load
+    def save(self, path) -> None:
+        """Write a zip: meta.json, kernels/<symbol>.o, runner.o, weights/<k>.npy (no pickle)."""
+        weights = []
+        meta = {
+            "format": "loopweave-executable", "version": FORMAT_VERSION,
+            "target": {"kind": self.target.kind, "cpu": self.target.cpu, "features": self.target.features},
+            "inputs": [[n, list(s), d] for n, s, d in self.inputs],
+            "outputs": [[n, list(s), d] for n, s, d in self.outputs],
+            "calls": [{"symbol": c.symbol, "name": c.name, "args": [list(a) for a in c.args], "ops": list(c.ops),
+                       "shape": None if c.shape is None else list(c.shape)} for c in self.calls],
+            "kernels": sorted(self.kernels), "runner": self.runner_symbol, "arena_size": self.arena_size,
+            "weights_size": int(self.weights.nbytes), "weights": weights,
+        }
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as z:
+            for k, (name, (off, shape, dtype)) in enumerate(sorted(self.weight_table.items(), key=lambda x: x[1][0])):
+                nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+                arr = self.weights[off:off + nbytes].view(dtype).reshape(shape)
+                buf = io.BytesIO()
+                np.save(buf, arr, allow_pickle=False)
+                z.writestr(f"weights/{k}.npy", buf.getvalue())
+                weights.append({"name": name, "file": f"weights/{k}.npy", "offset": off})
+            for sym, obj in self.kernels.items():
+                z.writestr(f"kernels/{sym}.o", obj)
+            z.writestr("runner.o", self.runner_object)
+            z.writestr("meta.json", json.dumps(meta, indent=1))
+
+
+def read_meta(path) -> dict:
+    """``meta.json`` of a saved executable, with a clear error for anything that is not one."""
+    try:
+        z = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise ArgumentError(f"cannot open {str(path)!r} as a loopweave executable: {exc}") from exc
+    with z:
+        try:
+            return json.loads(z.read("meta.json"))
+        except KeyError as exc:
+            raise ArgumentError(f"{str(path)!r} is not a loopweave executable (no meta.json)") from exc
+
+
+def load_static(path) -> "Executable":
+    """Load an Executable written by ``Executable.save``; nothing is compiled."""
+    meta = read_meta(path)
+    if meta.get("format") != "loopweave-executable" or meta.get("version") != FORMAT_VERSION:
+        raise ArgumentError(f"{str(path)!r}: unsupported format {meta.get('format')!r} version "
+                            f"{meta.get('version')!r} (this loopweave reads version {FORMAT_VERSION})")
+    host = resolve_target("llvm")
+    saved = meta["target"]
+    if saved["cpu"] != host.cpu or saved["features"] != host.features:
+        raise ArgumentError(f"{str(path)!r} was compiled for cpu {saved['cpu']!r} with other CPU features than "
+                            f"this machine ({host.cpu!r}); compile the model again here")
+    with zipfile.ZipFile(path) as z:
+        blob = _aligned_empty(meta["weights_size"])
+        table = {}
+        for w in meta["weights"]:
+            arr = np.load(io.BytesIO(z.read(w["file"])), allow_pickle=False)
+            off = w["offset"]
+            blob[off:off + arr.nbytes] = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+            table[w["name"]] = (off, list(arr.shape), str(arr.dtype))
+        kernels = {sym: z.read(f"kernels/{sym}.o") for sym in meta["kernels"]}
+        runner = z.read("runner.o")
+    calls = [KernelCall(c["symbol"], c["name"], [tuple(a) for a in c["args"]], ops=tuple(c.get("ops", ())),
+                        shape=None if c.get("shape") is None else tuple(c["shape"])) for c in meta["calls"]]
+    return Executable(meta["inputs"], meta["outputs"], calls, kernels, meta["arena_size"], blob, table, host,
+                      runner_object=runner, runner_symbol=meta["runner"])

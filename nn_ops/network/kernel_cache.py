@@ -1,0 +1,87 @@
+"""Which compiled kernel a fused group became, remembered on disk across processes.
+
+The object cache (``backends/llvm/jit.py``) is keyed by the kernel's symbol, a hash of
+its lowered IR, so even a fully cached compile used to schedule and lower every
+kernel to learn its symbol (most of ResNet-18's cached compile time).  This cache maps
+a group's structural signature (``executable._group_signature``: op types, attributes,
+shapes and dtypes of its parameters, scalar constants) plus the target and a
+fingerprint of loopweave's own source to that symbol.  A hit whose object is still in
+the object cache skips scheduling, lowering and code generation; any change to the
+compiler's source changes the fingerprint, so a stale kernel is never reused.  While a
+schedule or graph op registered from outside loopweave (a notebook's own
+``register_schedule``) is in the tables, the source fingerprint cannot vouch for the
+result, and the cache stays out of the way.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+_fingerprint: Optional[str] = None
+_SOURCE_DIRS = ("dsl", "lowering", "backends", "nn_ops")
+
+
+def source_fingerprint() -> str:
+    """A hash of every Python file of the compiler (computed once per process)."""
+    global _fingerprint
+    if _fingerprint is None:
+        from ...backends.llvm.jit import source_hash
+        _fingerprint = source_hash(Path(__file__).resolve().parent.parent, _SOURCE_DIRS, top_level=True)
+    return _fingerprint
+
+
+@dataclass
+class CachedKernel:
+    """A kernel known from an earlier process: what an executable needs of a built module."""
+    symbol: str
+    object_code: bytes
+
+
+_PACKAGE = __name__.split(".")[0]
+
+
+def applies() -> bool:
+    """Whether every registered schedule and graph op comes from loopweave itself."""
+    from .op_table import OPS
+    from ..ops.registry import _SCHEDULES
+    functions = list(_SCHEDULES.values()) + [d.build for d in OPS.values()]
+    return all((getattr(fn, "__module__", "") or "").startswith(_PACKAGE + ".") for fn in functions)
+
+
+def _entry_path(signature: str, target) -> Path:
+    from ...backends.llvm.jit import cache_dir
+    key = hashlib.sha256("\0".join([signature, target.key(), str(target), source_fingerprint()]).encode())
+    return cache_dir() / f"{key.hexdigest()[:32]}.kernel"
+
+
+def lookup(signature: str, target) -> Optional[CachedKernel]:
+    """The kernel built for ``signature`` on ``target`` before, if its object is still cached."""
+    from ...backends.llvm.jit import cached_object
+    if not applies():
+        return None
+    path = _entry_path(signature, target)
+    if not path.exists():
+        return None
+    symbol = path.read_text().strip()
+    obj = cached_object(symbol, target)
+    return CachedKernel(symbol, obj) if obj is not None and symbol else None
+
+
+def store(signature: str, target, module) -> None:
+    """Remember that ``signature`` became ``module`` (and keep its object on disk: a kernel
+    loaded earlier in this process may have been compiled under another cache directory)."""
+    from ...backends.llvm.jit import cached_object, store_object
+    if not applies():
+        return
+    symbol = module.symbol
+    if cached_object(symbol, target) is None:
+        store_object(symbol, target, module.object_code)
+    path = _entry_path(signature, target)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(symbol)
+    os.replace(tmp, path)

@@ -1,0 +1,173 @@
+"""choose_conv_layout: CPU convolution networks keep their activations in the blocked layout.
+
+A conv2d on NCHW computes in NCHW[b]c blocks and transposes its result back (and the
+next layer reads NCHW again); depthwise convolutions and pools on NCHW vectorize along a
+row that is 7 to 14 pixels wide late in a network.  This pass rewrites the convolution
+part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py``):
+
+* conv2d with a constant weight and groups == 1 -> ``conv2d_blocked`` (weights packed
+  here, once); its input may be plain NCHW (the first layer reads the image as it is);
+  a 3x3 stride-1 one on a blocked input where Winograd pays (``winograd.winograd_pays``)
+  -> ``conv2d_winograd_blocked``, its weight transformed here, once;
+* depthwise conv2d with a constant weight -> ``depthwise_blocked``;
+* elementwise ops whose tensor operands all come blocked (bias, residual add, relu,
+  clip), max pools, unpadded/zero-counting average pools and global average pools
+  follow their input into the blocked layout;
+* a value needed in NCHW (by any other op, or as a graph output) gets one
+  ``from_blocked`` right after it is computed; a depthwise input that only exists in
+  NCHW gets one ``to_blocked``.  Transforms sit at the edges of the blocked region, once
+  per value, never per layer.
+
+The block of a value with C channels is the vector width (16 floats with AVX-512) when
+it divides C, else 8 when that does (MobileNetV2's 24 channels), else the value stays
+NCHW.  Accepts a graph after fold_batch_norm; guarantees the same values.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+from ...ops.conv2d import _divisor_at_most
+from ..graph import Graph, Node
+from ..op_table import SCALAR_OPS, scalar_constants
+from ...ops.nchwc import blocked_shape, pack_blocked_weight, pack_depthwise_weight
+from ...ops.winograd import winograd_pays, winograd_weight
+from .sink_reshapes import ELEMENTWISE
+
+
+def channel_block(channels: int, lanes: int) -> Optional[int]:
+    for b in (lanes, 8):
+        if b <= lanes and channels % b == 0:
+            return b
+    return None
+
+
+def _is_float4d(g: Graph, name: str) -> bool:
+    v = g.values[name]
+    return len(v.shape) == 4 and v.dtype == "float32"
+
+
+def choose_conv_layout(g: Graph, lanes: Optional[int] = None) -> Graph:
+    if lanes is None:
+        from ....target import resolve_target
+        lanes = resolve_target("llvm").lanes("float32")
+    block: Dict[str, int] = {}                # plain value name -> block of its blocked twin
+    plan: Dict[int, str] = {}                 # id(node) -> how it is rewritten
+    for node in g.nodes:
+        how = _decide(g, node, block, lanes)
+        if how:
+            plan[id(node)] = how
+            out = node.outputs[0]
+            block[out] = channel_block(g.shape(out)[1], lanes) if how != "global_pool" else 0
+    if not plan:
+        return g
+    users = g.consumer_map()
+    twin = {v: g.fresh_name(v + ".blk") for v, b in block.items() if b}
+    new_nodes = []
+    to_blocked_done = {}
+
+    def blocked_input(name: str) -> str:
+        """The blocked twin of ``name``, made by one to_blocked the first time a plain value needs it."""
+        if name in twin and block.get(name):
+            return twin[name]
+        if name not in to_blocked_done:
+            b = channel_block(g.shape(name)[1], lanes)
+            made = g.fresh_name(name + ".blk")
+            g.add_value(made, blocked_shape(g.shape(name), b), g.values[name].dtype)
+            new_nodes.append(Node("to_blocked", [name], [made], {"block": b}, made))
+            to_blocked_done[name] = made
+        return to_blocked_done[name]
+
+    for node in g.nodes:
+        how = plan.get(id(node))
+        if how is None:
+            new_nodes.append(node)
+            continue
+        out = node.outputs[0]
+        if how == "global_pool":
+            pooled = g.fresh_name(out + ".blk")
+            b = block[node.inputs[0]]
+            n, c = g.shape(out)[:2]
+            g.add_value(pooled, (n, c // b, 1, 1, b), g.values[out].dtype)
+            new_nodes.append(Node("global_avg_pool_blocked", [twin[node.inputs[0]]], [pooled], {}, node.name))
+            new_nodes.append(Node("from_blocked", [pooled], [out], {}, out + ".plain"))
+            continue
+        b = block[out]
+        g.add_value(twin[out], blocked_shape(g.shape(out), b), g.values[out].dtype)
+        new_nodes.append(_rewrite(g, node, how, b, twin, block, blocked_input, lanes))
+        # every rewritten reader takes the blocked twin; anything else (and a graph output) needs NCHW
+        if out in g.outputs or any(id(u) not in plan for u in users.get(out, [])):
+            new_nodes.append(Node("from_blocked", [twin[out]], [out], {}, out + ".plain"))
+    g.nodes = new_nodes
+    return g
+
+
+def _decide(g: Graph, node: Node, block, lanes) -> Optional[str]:
+    op = node.op_type
+    if op == "conv2d":
+        x, w = node.inputs[0], node.inputs[1]
+        weight = g.initializers.get(w)
+        if weight is None or weight.ndim != 4 or not _is_float4d(g, x):
+            return None
+        oc, cg = weight.shape[:2]
+        c = g.shape(x)[1]
+        groups = int(node.attrs["groups"])
+        if channel_block(oc, lanes) is None:
+            return None
+        if groups == c == oc and cg == 1:
+            return "depthwise" if block.get(x) or channel_block(c, lanes) else None
+        if groups != 1:
+            return None
+        return "conv" if block.get(x) else "conv_plain_input"
+    if op in ("max_pool2d", "avg_pool2d") and block.get(node.inputs[0]):
+        padded = any(node.attrs["padding"]) or node.attrs.get("ceil_mode", False)
+        if op == "avg_pool2d" and padded and not node.attrs.get("count_include_pad", False):
+            return None
+        return "pool"
+    if op == "global_avg_pool" and block.get(node.inputs[0]):
+        return "global_pool"
+    if op in ELEMENTWISE:
+        out_shape = g.shape(node.outputs[0])
+        scalars = scalar_constants(g, op, node.inputs) if op in SCALAR_OPS else {}
+        tensors = [i for k, i in enumerate(node.inputs) if k not in scalars]
+        if tensors and all(block.get(i) and g.shape(i) == out_shape for i in tensors) \
+                and len({block[i] for i in tensors}) == 1:
+            return "elementwise"
+    return None
+
+
+def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input, lanes) -> Node:
+    out = twin[node.outputs[0]]
+    attrs = node.attrs
+    if how in ("conv", "conv_plain_input"):
+        x = node.inputs[0]
+        weight = g.initializers[node.inputs[1]]
+        c = weight.shape[1]
+        cb = block[x] if how == "conv" else _divisor_at_most(c, 8)
+        x_in = twin[x] if how == "conv" else x
+        w_name = g.fresh_name(node.inputs[1] + ".blocked")
+        if how == "conv" and winograd_pays(weight.shape[2:], attrs["stride"], attrs["dilation"],
+                                           g.shape(node.outputs[0])[2:], c, weight.shape[0]):
+            g.add_initializer(w_name, winograd_weight(weight, b, cb))
+            return Node("conv2d_winograd_blocked", [x_in, w_name] + node.inputs[2:], [out],
+                        {"padding": tuple(attrs["padding"])}, node.name)
+        g.add_initializer(w_name, pack_blocked_weight(weight, b, cb))
+        inputs = [x_in, w_name] + node.inputs[2:]
+        return Node("conv2d_blocked", inputs, [out], {"stride": tuple(attrs["stride"]),
+                                                      "padding": tuple(attrs["padding"]),
+                                                      "dilation": tuple(attrs["dilation"])}, node.name)
+    if how == "depthwise":
+        weight = g.initializers[node.inputs[1]]
+        w_name = g.fresh_name(node.inputs[1] + ".blocked")
+        g.add_initializer(w_name, pack_depthwise_weight(weight, b))
+        return Node("depthwise_blocked", [blocked_input(node.inputs[0]), w_name] + node.inputs[2:], [out],
+                    {"stride": tuple(attrs["stride"]), "padding": tuple(attrs["padding"]),
+                     "dilation": tuple(attrs["dilation"])}, node.name)
+    if how == "pool":
+        return Node("pool2d_blocked", [twin[node.inputs[0]]], [out],
+                    dict(attrs, pool_type="max" if node.op_type == "max_pool2d" else "avg"), node.name)
+    # elementwise: blocked operands; scalar constants stay as they are
+    scalars = scalar_constants(g, node.op_type, node.inputs) if node.op_type in SCALAR_OPS else {}
+    inputs = [i if k in scalars else twin[i] for k, i in enumerate(node.inputs)]
+    return Node(node.op_type, inputs, [out], dict(attrs), node.name)
+
+

@@ -1,0 +1,112 @@
+"""matmul, dense and batch_matmul on the GPU: shared-memory tiles, register blocks.
+
+Each block of 16 x 16 threads computes a ``TILE x TILE`` (128 x 128) tile of the
+output; each thread an ``8 x 8`` block of it, accumulated in registers
+(``cache_write(C, "local")`` computed at the thread).  The reduction runs in steps of
+``K_TILE`` (16, or 8 when the reduction is not a multiple of 16): per step the block
+copies the 128 x K_TILE panel of A and the K_TILE x 128 panel of B into shared memory
+cooperatively (every thread copies float4s;
+``insert_syncs`` puts the barriers around the copies), then every thread runs the
+unrolled 8 x 8 x K_TILE multiply-adds from shared memory and registers.  When the
+output and the reduction are whole tiles, both panels are double-buffered
+(``Stage.double_buffer``): the next step's global loads are in flight during this
+step's arithmetic, with one barrier per step (on an H100 at 4096^3: 32.7 TFLOPS
+single-buffered with 8-deep steps, 39.4 double-buffered with 16-deep ones; 16-deep
+steps single-buffered are slower, 30.4, benchmarks/RESULTS.md).  A fused epilogue (bias, activation)
+is computed from the registers on the way out.
+"""
+from __future__ import annotations
+
+from ....dsl.expr import Const
+from ....dsl.tensor import thread_axis
+from ..registry import fused_output, register_schedule
+
+TILE = 128          # output tile per block (rows and columns)
+PER_THREAD = 8      # output block per thread (rows and columns): 16 x 16 threads
+K_TILE = 16         # reduction step staged through shared memory (double-buffered)
+K_TILE_SINGLE = 8   # ... when partial tiles rule double buffering out
+VEC = 4             # float4 copies into shared memory
+
+
+def _cooperative_copy(s, cache, threads_y: int, threads_x: int) -> None:
+    """All threads of the block copy ``cache``'s region: float4 per thread, thread axes like the consumer's."""
+    stage = s[cache]
+    *outer, inner = stage.op.axis
+    inner, vec = stage.split(inner, factor=VEC)    # the lanes stay outside any index division: one float4
+    rest = stage.fuse(*outer, inner) if outer else inner
+    rest, tx = stage.split(rest, factor=threads_x)
+    rest, ty = stage.split(rest, factor=threads_y)
+    stage.bind(ty, thread_axis("threadIdx.y"))
+    stage.bind(tx, thread_axis("threadIdx.x"))
+    stage.vectorize(vec)
+
+
+def _whole_tiles(i, j, k, k_tile: int) -> bool:
+    """Whether every block copies full panels at every step (double buffering needs one copy shape)."""
+    extents = [(axis.extent, step) for axis, step in ((i, TILE), (j, TILE), (k, k_tile))]
+    return all(isinstance(e, Const) and e.value % step == 0 for e, step in extents)
+
+
+def _schedule_gemm_cuda(s, op, target, batch: bool) -> None:
+    out = op.outputs[0]
+    final = fused_output(s, op)
+    if final is s[op]:
+        C = s[op]
+        CL = s.cache_write(out, "local")
+    else:   # fused epilogue: tile the output, accumulate op per thread inside the tile
+        C, CL = final, out
+    A_t, B_t = s[CL].op.input_tensors[:2] if len(s[CL].op.input_tensors) >= 2 else (None, None)
+    if getattr(B_t.op, "tag", "") == "pack":   # dense: B is W transposed by a stage of its own
+        s[B_t].compute_inline()
+    AA = s.cache_read(A_t, "shared", [CL])
+    BB = s.cache_read(B_t, "shared", [CL])
+
+    axes = list(C.op.axis)
+    i, j = axes[-2], axes[-1]
+    threads = TILE // PER_THREAD
+    by, yi = C.split(i, factor=TILE)
+    bx, xi = C.split(j, factor=TILE)
+    ty, yi = C.split(yi, nparts=threads)
+    tx, xi = C.split(xi, nparts=threads)
+    if batch:
+        C.reorder(axes[0], by, bx, ty, tx, yi, xi)
+        C.bind(axes[0], thread_axis("blockIdx.z"))
+    else:
+        C.reorder(by, bx, ty, tx, yi, xi)
+    C.bind(by, thread_axis("blockIdx.y"))
+    C.bind(bx, thread_axis("blockIdx.x"))
+    C.bind(ty, thread_axis("threadIdx.y"))
+    C.bind(tx, thread_axis("threadIdx.x"))
+
+    L = s[CL]
+    s[CL].compute_at(C, tx)
+    c_axes = list(L.op.axis)
+    ci, cj = c_axes[-2], c_axes[-1]
+    double = _whole_tiles(i, j, L.op.reduce_axis[0], K_TILE)
+    ko, ki = L.split(L.op.reduce_axis[0], factor=K_TILE if double else K_TILE_SINGLE)
+    # the batch axis goes inside the reduction steps: a thread with no rows of a small output
+    # gets an empty loop there, which must not enclose the barriers around the shared copies
+    L.reorder(ko, ki, *c_axes)
+    L.unroll(ki)
+    L.unroll(ci)
+    L.vectorize(cj)
+    for cache in (AA, BB):
+        s[cache].compute_at(L, ko)
+        _cooperative_copy(s, cache, threads, threads)
+        if double:
+            s[cache].double_buffer()
+
+
+@register_schedule("matmul", "cuda")
+def schedule_matmul(s, op, target):
+    _schedule_gemm_cuda(s, op, target, batch=False)
+
+
+@register_schedule("dense", "cuda")
+def schedule_dense(s, op, target):
+    _schedule_gemm_cuda(s, op, target, batch=False)
+
+
+@register_schedule("batch_matmul", "cuda")
+def schedule_batch_matmul(s, op, target):
+    _schedule_gemm_cuda(s, op, target, batch=True)

@@ -1,0 +1,41 @@
+"""Local response normalization across channels (ONNX LRN, as in AlexNet/GoogLeNet):
+``y = x / (bias + alpha / size * sum of x^2 over the size-wide channel window) ** beta``.
+
+The window sum is a ``"reduce"`` stage over ``size`` neighbours, guarded at the channel
+edges, parallel over the output; the division is an injective stage after it.
+"""
+from __future__ import annotations
+
+import math
+
+from ...dsl.expr import const
+from ...dsl.intrinsics import elementwise_max, elementwise_min, pow as lw_pow
+from ...dsl.reduction import sum as lw_sum
+from ...dsl.tensor import Tensor, compute, reduce_axis
+from ...errors import ExprError
+from .elementwise import static_shape
+
+
+def lrn(x: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0,
+        name: str = "lrn") -> Tensor:
+    shape = static_shape(x)
+    if len(shape) < 3:
+        raise ExprError(f"lrn needs an input of rank >= 3, got {shape}")
+    channels = shape[1]
+    before = math.floor((size - 1) / 2)
+    j = reduce_axis((0, size), name="j")
+
+    def window_sum(*p):
+        c = p[1] - before + j
+        inside = (c >= 0) & (c < channels)
+        at = (p[0], elementwise_min(elementwise_max(c, 0), channels - 1)) + tuple(p[2:])
+        v = x[at]
+        return lw_sum(v * v, axis=j, where=inside)
+
+    squares = compute(shape, window_sum, name=name + ".sum", tag="reduce")
+
+    def body(*p):
+        scale = const(bias, x.dtype) + const(alpha / size, x.dtype) * squares[p]
+        return x[p] / lw_pow(scale, const(beta, x.dtype))
+
+    return compute(shape, body, name=name, tag="injective")

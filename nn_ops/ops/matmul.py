@@ -1,0 +1,142 @@
+"""matmul, dense and batch_matmul: compute definitions and the CPU default schedule.
+
+The schedule is the classic register-blocked one, built from public primitives:
+the output is tiled into MR x NR blocks; each block accumulates in a local buffer
+(``cache_write``) computed at the block, with the rows unrolled and the columns
+vectorized so LLVM keeps the whole block in vector registers; B is packed per column
+panel (``cache_read``) so the inner loop reads it contiguously; column panels run in
+parallel.
+"""
+from __future__ import annotations
+
+from ...dsl.expr import Const, cast
+from ...dsl.reduction import sum as lw_sum
+from ...dsl.tensor import Tensor, compute, reduce_axis
+from ...errors import ExprError
+from .registry import accumulator_and_tile, register_schedule
+
+
+def _check(cond: bool, message: str):
+    if not cond:
+        raise ExprError(message)
+
+
+def _same_extent(a, b) -> bool:
+    return (isinstance(a, Const) and isinstance(b, Const) and a.value == b.value) or a is b or bool(a == b)
+
+
+def matmul(A: Tensor, B: Tensor, name: str = "matmul") -> Tensor:
+    """``C[i, j] = sum_k A[i, k] * B[k, j]`` for A of shape (M, K) and B of shape (K, N)."""
+    _check(A.ndim == 2 and B.ndim == 2, f"matmul takes two 2-d tensors, got shapes of rank {A.ndim} and {B.ndim}")
+    _check(A.dtype == B.dtype, f"matmul of {A.dtype} and {B.dtype}; cast one side first")
+    _check(_same_extent(A.shape[1], B.shape[0]),
+           f"matmul: A is {A.name}{tuple(map(str, A.shape))} and B is {B.name}{tuple(map(str, B.shape))}; "
+           f"A's columns must equal B's rows")
+    k = reduce_axis((0, A.shape[1]), name="k")
+    acc = _accumulator(A.dtype)
+    C = compute((A.shape[0], B.shape[1]), lambda i, j: lw_sum(_wide(A[i, k], acc) * _wide(B[k, j], acc), axis=k),
+                name=name, tag="matmul")
+    return _narrowed(C, A.dtype, name)
+
+
+def dense(X: Tensor, W: Tensor, bias: Tensor = None, name: str = "dense") -> Tensor:
+    """``Y[i, o] = sum_k X[i, k] * W[o, k] (+ bias[o])``; W is [out, in], as ONNX Gemm with transB."""
+    _check(X.ndim == 2 and W.ndim == 2, "dense takes a 2-d input and a 2-d weight [out, in]")
+    _check(_same_extent(X.shape[1], W.shape[1]), "dense: the input's features must equal the weight's second dim")
+    k = reduce_axis((0, X.shape[1]), name="k")
+    # W transposed to [in, out]: the schedule packs it per column panel so the inner loop reads rows
+    WT = compute((W.shape[1], W.shape[0]), lambda kk, o: W[o, kk], name=name + ".wT", tag="pack")
+    Y = compute((X.shape[0], W.shape[0]), lambda i, o: lw_sum(X[i, k] * WT[k, o], axis=k), name=name, tag="dense")
+    if bias is None:
+        return Y
+    _check(bias.ndim == 1 and _same_extent(bias.shape[0], W.shape[0]), "dense: bias must be [out]")
+    return compute(Y.shape, lambda i, o: Y[i, o] + bias[o], name=name + ".bias", tag="elemwise")
+
+
+def batch_matmul(A: Tensor, B: Tensor, name: str = "batch_matmul") -> Tensor:
+    """``C[b, i, j] = sum_k A[b, i, k] * B[b, k, j]``."""
+    _check(A.ndim == 3 and B.ndim == 3, "batch_matmul takes two 3-d tensors")
+    _check(_same_extent(A.shape[0], B.shape[0]) and _same_extent(A.shape[2], B.shape[1]),
+           "batch_matmul: batch sizes must match and A's last dim must equal B's middle dim")
+    k = reduce_axis((0, A.shape[2]), name="k")
+    acc = _accumulator(A.dtype)
+    C = compute((A.shape[0], A.shape[1], B.shape[2]),
+                lambda b, i, j: lw_sum(_wide(A[b, i, k], acc) * _wide(B[b, k, j], acc), axis=k), name=name,
+                tag="batch_matmul")
+    return _narrowed(C, A.dtype, name)
+
+
+def _accumulator(dtype: str) -> str:
+    """float16 products are summed in float32 (as numpy and onnxruntime do): a long float16 sum
+    loses several ulps of the result."""
+    return "float32" if dtype == "float16" else dtype
+
+
+def _wide(value, acc: str):
+    return value if value.dtype == acc else cast(acc, value)
+
+
+def _narrowed(C: Tensor, dtype: str, name: str) -> Tensor:
+    """``C`` cast back to ``dtype`` by an elementwise epilogue (fused into the matmul's tile)."""
+    if C.dtype == dtype:
+        return C
+    return compute(C.shape, lambda *idx: cast(dtype, C[idx]), name=name + ".cast", tag="elemwise")
+
+
+def _blocking(target, dtype: str):
+    lanes = target.lanes(dtype)
+    nr = 2 * lanes
+    mr = 8 if lanes >= 16 else 6
+    return mr, nr
+
+
+def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
+    """Register-blocked schedule shared by matmul, dense and batch_matmul."""
+    out = op.outputs[0]
+    mr, nr = _blocking(target, out.dtype)
+    B_t = op.input_tensors[1]
+    CC, C = accumulator_and_tile(s, op)
+    if getattr(B_t.op, "tag", "") == "pack":
+        BB = B_t            # the op already transposes B: compute that per panel
+    else:
+        BB = s.cache_read(B_t, "local", [CC])
+    axes = list(C.op.axis)
+    i, j = axes[-2], axes[-1]
+    # full tiles everywhere: the last tile moves inwards instead of being guarded
+    jo, ji = C.split(j, factor=nr, tail="shift")
+    io, ii = C.split(i, factor=mr, tail="shift")
+    if batch:
+        C.reorder(axes[0], jo, io, ii, ji)
+        jo = C.fuse(axes[0], jo)
+    else:
+        C.reorder(jo, io, ii, ji)
+    C.vectorize(ji)
+    C.parallel(jo)
+    s[CC].compute_at(C, io)
+    c_axes = list(s[CC].op.axis)
+    ci, cj = c_axes[-2], c_axes[-1]
+    ck = s[CC].op.reduce_axis[0]
+    if batch:
+        s[CC].reorder(c_axes[0], ck, ci, cj)
+    else:
+        s[CC].reorder(ck, ci, cj)
+    s[CC].unroll(ci)
+    s[CC].vectorize(cj)
+    s[BB].compute_at(C, jo)
+    if not b_is_transposed:
+        s[BB].vectorize(s[BB].op.axis[-1])
+
+
+@register_schedule("matmul", "llvm")
+def schedule_matmul(s, op, target):
+    _schedule_gemm(s, op, target, batch=False, b_is_transposed=False)
+
+
+@register_schedule("dense", "llvm")
+def schedule_dense(s, op, target):
+    _schedule_gemm(s, op, target, batch=False, b_is_transposed=True)
+
+
+@register_schedule("batch_matmul", "llvm")
+def schedule_batch_matmul(s, op, target):
+    _schedule_gemm(s, op, target, batch=True, b_is_transposed=False)

@@ -1,0 +1,69 @@
+"""Linear (de)quantization: ``y = (x - zero_point) * scale`` and
+``q = clamp(round(x / scale) + zero_point)`` (ONNX DequantizeLinear / QuantizeLinear).
+
+The scale (and zero point) is one value, one per position along ``axis``, or, with
+``block_size``, one per block of ``block_size`` positions along ``axis`` (same rank as x).
+Rounding is half to even; quantized values saturate to the integer type's range.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ...dsl import dtypes
+from ...dsl.expr import cast, const
+from ...dsl.intrinsics import elementwise_max, elementwise_min, round as lw_round
+from ...dsl.tensor import Tensor, compute
+from ...errors import ExprError
+from .elementwise import static_shape
+
+
+def _param_index(param: Tensor, x_shape, axis: int, block_size: int):
+    """How x's index maps to the scale/zero-point index."""
+    pshape = static_shape(param)
+    if len(pshape) == 0 or (len(pshape) == 1 and pshape[0] == 1 and x_shape[axis] != 1):
+        return lambda idx: (0,) * len(pshape)
+    if block_size:
+        if len(pshape) != len(x_shape):
+            raise ExprError(f"blocked quantization needs a scale of rank {len(x_shape)}, got shape {pshape}")
+        return lambda idx: tuple(i // block_size if a == axis else i for a, i in enumerate(idx))
+    if pshape != (x_shape[axis],):
+        raise ExprError(f"per-axis scale of shape {pshape} for axis {axis} of shape {x_shape}")
+    return lambda idx: (idx[axis],)
+
+
+def dequantize(x: Tensor, scale: Tensor, zero_point: Optional[Tensor] = None, axis: int = 1, block_size: int = 0,
+               name: str = "dequantize") -> Tensor:
+    shape = static_shape(x)
+    axis = axis % len(shape) if shape else 0
+    out = scale.dtype
+    at = _param_index(scale, shape, axis, block_size)
+
+    def body(*idx):
+        v = cast(out, x[idx])
+        if zero_point is not None:
+            v = v - cast(out, zero_point[at(idx)])
+        return v * scale[at(idx)]
+
+    return compute(shape, body, name=name, tag="injective")
+
+
+def quantize(x: Tensor, scale: Tensor, zero_point: Optional[Tensor], out_dtype: str, axis: int = 1,
+             block_size: int = 0, name: str = "quantize") -> Tensor:
+    if not dtypes.is_int(out_dtype):
+        raise ExprError(f"quantize to {out_dtype} (an integer type expected)")
+    shape = static_shape(x)
+    axis = axis % len(shape) if shape else 0
+    at = _param_index(scale, shape, axis, block_size)
+    info = np.iinfo(out_dtype)
+    work = x.dtype
+
+    def body(*idx):
+        q = lw_round(x[idx] / cast(work, scale[at(idx)]))
+        if zero_point is not None:
+            q = q + cast(work, zero_point[at(idx)])
+        q = elementwise_min(elementwise_max(q, const(float(info.min), work)), const(float(info.max), work))
+        return cast(out_dtype, q)
+
+    return compute(shape, body, name=name, tag="injective")

@@ -1,0 +1,195 @@
+"""Default schedules: a table from (op tag, target kind) to a schedule function.
+
+Ops tag their compute (``ComputeOp.tag``); ``schedule(outputs, target)`` creates a
+schedule, inlines elementwise stages and applies the registered schedule of every
+tagged stage.  Schedule functions are plain functions ``(s, op, target) -> None``
+over the public schedule API, readable as examples of how to schedule.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, Tuple
+
+from ...dsl.schedule import Schedule, create_schedule
+from ...dsl.tensor import ComputeOp, Tensor
+from ...target import resolve_target
+
+_SCHEDULES: Dict[Tuple[str, str], Callable] = {}
+
+INJECTIVE_TAGS = ("elemwise", "broadcast", "injective")
+
+
+def register_schedule(tag: str, target_kind: str = "llvm"):
+    def decorate(fn: Callable) -> Callable:
+        _SCHEDULES[(tag, target_kind)] = fn
+        return fn
+    return decorate
+
+
+def schedule(outputs, target="llvm") -> Schedule:
+    """A schedule for ``outputs`` with every op's default schedule for ``target`` applied."""
+    tgt = resolve_target(target)
+    outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    s = create_schedule(outs)
+    out_ops = {id(t.op) for t in outs}
+    for stage in list(s.stages):
+        op = stage.op
+        if not isinstance(op, ComputeOp):
+            continue
+        if op.tag in INJECTIVE_TAGS and id(op) not in out_ops:
+            stage.compute_inline()
+    for stage in list(s.stages):
+        op = stage.origin_op
+        if not isinstance(op, ComputeOp) or stage.attach_type == "inline":
+            continue
+        fn = _SCHEDULES.get((op.tag, tgt.kind))
+        if fn is not None:
+            fn(s, op, tgt)
+        elif id(op) in out_ops and op.tag in INJECTIVE_TAGS and getattr(stage, "fused_anchor", None) is None:
+            schedule_injective(s, op, tgt)
+    return s
+
+
+def fused_output(s: Schedule, op: ComputeOp):
+    """The stage an anchor op's schedule (conv, dense, matmul) should tile.
+
+    Usually ``s[op]``.  When ``op`` is not an output but feeds the schedule's single
+    output only through elementwise stages that are inlined (a fused epilogue: bias add,
+    residual add, relu, clip), it is that output's stage: the anchor's schedule tiles the
+    output and computes ``op`` inside the tile, so the epilogue costs no extra pass over
+    memory.  The output stage is then marked (``stage.fused_anchor``) so that ``schedule``
+    does not give it the injective schedule as well.
+    """
+    own = s[op]
+    if any(o is op for o in s.outputs) or len(s.outputs) != 1:
+        return own
+    final_op = s.outputs[0]
+    final = s[final_op]
+    if not isinstance(final_op, ComputeOp) or final_op.tag not in INJECTIVE_TAGS or final_op.reduce_axis:
+        return own
+    if [str(d) for d in final_op.outputs[0].shape] != [str(d) for d in op.outputs[0].shape]:
+        return own
+    if not _reaches_through_inlined(s, final_op, op):
+        return own
+    if getattr(final, "fused_anchor", None) not in (None, op):
+        return own
+    final.fused_anchor = op
+    return final
+
+
+def accumulator_and_tile(s: Schedule, op: ComputeOp):
+    """``(accumulator tensor, stage to tile)`` for a register-blocked anchor op.
+
+    Without a fused epilogue the op's own stage is tiled and accumulates its block in a
+    ``cache_write`` local buffer; with one (see ``fused_output``) the epilogue's output
+    stage is tiled and ``op`` itself, computed inside the tile, is the accumulator.
+    """
+    final = fused_output(s, op)
+    if final is s[op]:
+        return s.cache_write(op.outputs[0], "local"), s[op]
+    return op.outputs[0], final
+
+
+def accumulate_in_registers(s: Schedule, acc: Tensor, host, at, order, unrolled) -> None:
+    """Compute the accumulator ``acc`` inside ``host``'s loop ``at`` as a register block: its
+    loops in ``order`` (the reduction outside the block, the vector axis last), the block's
+    ``unrolled`` axes copied out, the last axis vectorized."""
+    A = s[acc]
+    A.compute_at(host, at)
+    A.reorder(*order)
+    for axis in unrolled:
+        A.unroll(axis)
+    A.vectorize(order[-1])
+
+
+def _reaches_through_inlined(s: Schedule, consumer: ComputeOp, producer) -> bool:
+    """Whether ``consumer`` reads ``producer``, directly or through inlined stages only."""
+    found = False
+    for t in consumer.input_tensors:
+        if t.op is producer:
+            found = True
+        elif isinstance(t.op, ComputeOp):
+            stage = s[t.op]
+            if stage.attach_type != "inline":
+                if _depends_on(t.op, producer):
+                    return False     # another materialised stage lies between them
+                continue
+            if _reaches_through_inlined(s, t.op, producer):
+                found = True
+            elif _depends_on(t.op, producer):
+                return False
+    return found
+
+
+def _depends_on(op, producer) -> bool:
+    stack, seen = [op], set()
+    while stack:
+        cur = stack.pop()
+        if cur is producer:
+            return True
+        if id(cur) in seen or not isinstance(cur, ComputeOp):
+            continue
+        seen.add(id(cur))
+        stack.extend(t.op for t in cur.input_tensors)
+    return False
+
+
+def compute_all_at(s: Schedule, tensors, host, axis) -> None:
+    """``compute_at(host, axis)`` for each of ``tensors``, readers before what they read.
+
+    A stage may only move inside a loop once every stage reading it is there, so a
+    producer chain (mean -> var -> output) is attached from the output end.
+    """
+    stages = list(dict.fromkeys(s[t] for t in tensors))
+
+    def read_stages(stage) -> set:
+        """The stages ``stage`` reads now (rfactor retargets a stage to an op that reads its
+        partials), looking through inlined stages (their reads happen in the reader)."""
+        found = set()
+        for t in stage.op.input_tensors:
+            if not isinstance(t.op, ComputeOp):
+                continue
+            producer = s[t]
+            found |= read_stages(producer) if producer.attach_type == "inline" else {id(producer)}
+        return found
+    reads = {id(st): read_stages(st) for st in stages}
+    pending = stages
+    while pending:      # a stage goes when no pending stage still reads it
+        ready = [st for st in pending if not any(id(st) in reads[id(r)] for r in pending if r is not st)]
+        if not ready:
+            raise ValueError("compute_all_at: the stages read each other in a cycle")
+        for st in ready:
+            st.compute_at(host, axis)
+        pending = [st for st in pending if all(st is not r for r in ready)]
+
+
+def vectorized_reduction(s: Schedule, stat: Tensor, lanes: int):
+    """Split ``stat``'s single reduction axis by ``lanes`` and factor the lanes out (rfactor),
+    so the reduction accumulates whole vectors; returns the partial-results tensor."""
+    stage = s[stat]
+    n_axes = len(stat.op.axis)
+    _, ki = stage.split(stat.op.reduce_axis[0], factor=lanes)
+    partial = s.rfactor(stat, ki, factor_axis=n_axes)
+    p_axes = list(s[partial].leaf_iter_vars)               # spatial..., lanes, outer reduction
+    s[partial].reorder(*p_axes[:n_axes], p_axes[-1], p_axes[n_axes])
+    s[partial].vectorize(p_axes[n_axes])
+    return partial
+
+
+def schedule_injective(s: Schedule, op: ComputeOp, target) -> None:
+    """Fuse the outer axes into one parallel loop, vectorize the innermost axis."""
+    stage = s[op]
+    axes = list(stage.leaf_iter_vars)
+    if not axes:
+        return
+    lanes = target.lanes(op.outputs[0].dtype)
+    inner = axes[-1]
+    from ...dsl.expr import Const
+    if isinstance(inner.extent, Const) and inner.extent.value >= lanes:
+        outer, vec = stage.split(inner, factor=lanes)
+        stage.vectorize(vec)
+        axes = axes[:-1] + [outer]
+    if len(axes) > 1:
+        fused = stage.fuse(*axes)
+        stage.parallel(fused)
+    elif axes:
+        stage.parallel(axes[0])

@@ -1,0 +1,93 @@
+"""Scatters (ONNX ScatterElements, ScatterND) as gathers seen from the output side.
+
+Each output position asks which updates land on it: a reduction over the index positions
+``k`` where ``indices`` point at it.  With ``reduction="none"`` the last such ``k`` wins (as
+ONNX's reference applies updates in order), found as a max-reduction over the flattened
+``k``; with add/mul/max/min the matching updates are reduced and combined with the data.
+One ``"reduce"`` stage (parallel over the output) and one injective stage.  It costs
+O(output x updates) comparisons, which suits the small index sets networks scatter
+(cache updates, masks); indices that match nothing leave the data unchanged.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, List, Sequence
+
+from ...dsl.expr import cast, const, select
+from ...dsl.intrinsics import elementwise_max, elementwise_min
+from ...dsl.reduction import max as lw_max, min as lw_min, prod as lw_prod, sum as lw_sum
+from ...dsl.tensor import Tensor, compute, reduce_axis
+from ...errors import ExprError
+from .elementwise import static_shape
+
+_REDUCERS = {"add": lw_sum, "mul": lw_prod, "max": lw_max, "min": lw_min}
+_COMBINE = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b, "max": elementwise_max, "min": elementwise_min}
+
+
+def _normalized(v, n: int):
+    v = cast("int64", v)
+    return select(v < const(0, "int64"), v + const(n, "int64"), v)
+
+
+def _scatter(data: Tensor, extents: Sequence[int], match: Callable, update: Callable, reduction: str,
+             name: str) -> Tensor:
+    shape = static_shape(data)
+    if reduction not in ("none",) + tuple(_REDUCERS):
+        raise ExprError(f"scatter reduction {reduction!r}")
+    if reduction != "none":
+        ks = [reduce_axis((0, n), name=f"k{j}") for j, n in enumerate(extents)]
+        acc = compute(shape, lambda *p: _REDUCERS[reduction](update(p, ks), axis=ks, where=match(p, ks)),
+                      name=name + ".acc", tag="reduce")
+        return compute(shape, lambda *p: _COMBINE[reduction](data[p], acc[p]), name=name, tag="injective")
+    strides = [math.prod(extents[j + 1:]) for j in range(len(extents))]
+    ks = [reduce_axis((0, n), name=f"k{j}") for j, n in enumerate(extents)]
+    flat = sum((k * s for k, s in zip(ks[1:], strides[1:])), ks[0] * strides[0])
+    which = compute(shape, lambda *p: lw_max(select(match(p, ks), flat, const(-1, "int64")), axis=ks),
+                    name=name + ".which", tag="reduce")
+
+    def body(*p):
+        w = elementwise_max(which[p], const(0, "int64"))
+        chosen: List = [(w // s) % n if j else w // s for j, (s, n) in enumerate(zip(strides, extents))]
+        return select(which[p] >= const(0, "int64"), update(p, chosen), data[p])
+
+    return compute(shape, body, name=name, tag="injective")
+
+
+def scatter_elements(data: Tensor, indices: Tensor, updates: Tensor, axis: int = 0, reduction: str = "none",
+                     name: str = "scatter_elements") -> Tensor:
+    shape, ishape = static_shape(data), static_shape(indices)
+    nd = len(shape)
+    axis = axis % nd
+    if static_shape(updates) != ishape or len(ishape) != nd or any(
+            i > d for a, (i, d) in enumerate(zip(ishape, shape)) if a != axis):
+        raise ExprError(f"scatter_elements: indices {ishape} / updates {static_shape(updates)} do not fit data {shape}")
+    others = [a for a in range(nd) if a != axis and ishape[a] < shape[a]]
+
+    def at(p, k):     # the index/update position for output p and index step k (clamped in range)
+        return tuple(k if a == axis else (elementwise_min(p[a], ishape[a] - 1) if a in others else p[a])
+                     for a in range(nd))
+
+    def match(p, ks):
+        ok = _normalized(indices[at(p, ks[0])], shape[axis]) == p[axis]
+        for a in others:
+            ok = ok & (p[a] < ishape[a])
+        return ok
+
+    return _scatter(data, [ishape[axis]], match, lambda p, ks: updates[at(p, ks[0])], reduction, name)
+
+
+def scatter_nd(data: Tensor, indices: Tensor, updates: Tensor, reduction: str = "none",
+               name: str = "scatter_nd") -> Tensor:
+    shape, ishape = static_shape(data), static_shape(indices)
+    m, lead = ishape[-1], ishape[:-1]
+    if static_shape(updates) != lead + shape[m:]:
+        raise ExprError(f"scatter_nd: updates of shape {static_shape(updates)}, expected {lead + shape[m:]}")
+
+    def match(p, ks):
+        ok = None
+        for j in range(m):
+            hit = _normalized(indices[tuple(ks) + (j,)], shape[j]) == p[j]
+            ok = hit if ok is None else ok & hit
+        return ok
+
+    return _scatter(data, list(lead), match, lambda p, ks: updates[tuple(ks) + tuple(p[m:])], reduction, name)

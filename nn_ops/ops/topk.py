@@ -1,0 +1,39 @@
+"""Top-k along one axis (ONNX TopK), by ranking: O(n^2) comparisons per line.
+
+``rank[i]`` counts the elements that come before element ``i`` in the sorted order
+(larger first, or smaller first; equal values keep index order, as ONNX specifies); the
+``r``-th output is the element whose rank is ``r``.  Two ``"reduce"`` stages, parallel
+over the lines; the values are then a gather_elements of the indices.
+"""
+from __future__ import annotations
+
+from ...dsl.expr import cast
+from ...dsl.reduction import sum as lw_sum
+from ...dsl.tensor import Tensor, compute, reduce_axis
+from ...errors import ExprError
+from .elementwise import static_shape
+
+
+def topk_indices(X: Tensor, k: int, axis: int = -1, largest: bool = True, name: str = "topk") -> Tensor:
+    shape = static_shape(X)
+    nd = len(shape)
+    axis = axis % nd
+    n = shape[axis]
+    if not 1 <= k <= n:
+        raise ExprError(f"top-k with k={k} along an axis of {n}")
+
+    def at(p, i):
+        return tuple(i if a == axis else v for a, v in enumerate(p))
+
+    j = reduce_axis((0, n), name="j")
+
+    def rank_body(*p):
+        xi, xj = X[p], X[at(p, j)]
+        ahead = (xj > xi) if largest else (xj < xi)
+        before = ahead | ((xj == xi) & (j < p[axis]))
+        return lw_sum(cast("int64", before), axis=j)
+
+    rank = compute(shape, rank_body, name=name + ".rank", tag="reduce")
+    out_shape = tuple(k if a == axis else d for a, d in enumerate(shape))
+    i = reduce_axis((0, n), name="i")
+    return compute(out_shape, lambda *p: lw_sum(i, axis=i, where=rank[at(p, i)] == p[axis]), name=name, tag="reduce")

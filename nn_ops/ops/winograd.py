@@ -1,0 +1,190 @@
+"""Winograd F(2x2, 3x3) convolution in the blocked layout: 2.25x fewer multiplies.
+
+A 3x3, stride-1 convolution computes each 2x2 output tile from a 4x4 input patch ``d``
+as ``A^T [(G g G^T) . (B^T d B)] A`` (Lavin & Gray, 2015).  The weight transform
+``U = G g G^T`` is done once, when the network is compiled (``winograd_weight``); at run
+time three stages remain:
+
+* ``<name>.wino_in`` V[n, C/cb, tile, e, cb]: the input transform ``B^T d B`` of every
+  tile, for each of the 16 positions ``e`` of the 4x4 patch (adds and subtracts only);
+* ``<name>.wino_gemm`` M[n, OC/b, tile, e, b] = sum over input channels of V * U: 16
+  independent matmuls (tiles x C by C x OC), register-blocked like ``conv2d_blocked``;
+* ``<name>`` Y[n, OC/b, OH, OW, b]: the output transform ``A^T M A`` (tag
+  ``conv2d_winograd``), pointwise per output pixel, so a fused epilogue (bias, residual
+  add, relu) takes it inline.
+
+Shapes: blocked input [N, C/cb, H, W, cb] (``nchwc.py``), even output height and width
+(whole 2x2 tiles).  The position ``e`` sits next to the channel vector in V and M, so the
+input transform writes, and the output transform reads, a tile's 16 values as one
+contiguous kilobyte (with ``e`` outermost the 16 planes of a 56x56x64 layer lie 49 x 4 KiB
+apart; that layout was not timed once the workspace fix in ``backends/llvm/codegen.py``
+removed the page faults that first dominated both).  F(2x2, 3x3) keeps the rounding error
+near the direct convolution's (transform coefficients are 0, +-1 and 1/2); larger tiles
+(F(4x4, 3x3)) save more multiplies but lose about two digits.  ``choose_conv_layout`` picks this form for the
+layers where it pays (see ``winograd_pays``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...dsl.expr import const, if_then_else
+from ...dsl.reduction import sum as lw_sum
+from ...dsl.tensor import Tensor, compute, reduce_axis
+from ...errors import ExprError
+from .conv2d import _divisor_at_most
+from .elementwise import static_shape
+from .nchwc import _output_hw, _padded, _schedule_blocked_padding, _with_bias
+from .registry import accumulate_in_registers, fused_output, register_schedule
+
+# Y = A^T [(G g G^T) . (B^T d B)] A for a 2x2 output tile, a 3x3 filter and a 4x4 input patch
+_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64)
+_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=np.float64)
+_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float64)
+
+
+def winograd_pays(kernel, stride, dilation, out_hw, channels: int, out_channels: int) -> bool:
+    """Whether a blocked conv runs faster as Winograd F(2x2, 3x3) on the CPU.
+
+    Only 3x3, stride 1, undilated, with whole 2x2 output tiles.  Measured on ResNet-18's
+    layers (``benchmarks/RESULTS.md``): 1.6-2x faster at 56x56, 28x28 and 14x14.  Smaller
+    maps (12x12 and below; ResNet-18's 7x7 is odd anyway) were not measured and stay with
+    the direct kernel: few tiles per matmul, and the transformed weights are 16/9 of the
+    direct ones' bytes."""
+    oh, ow = out_hw
+    return (tuple(kernel) == (3, 3) and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1)
+            and oh % 2 == 0 and ow % 2 == 0 and oh * ow >= 14 * 14 and min(channels, out_channels) >= 16)
+
+
+def winograd_weight(weight: np.ndarray, block: int, in_block: int) -> np.ndarray:
+    """U [16, OC/b, C/cb, cb, b] = G g G^T of an [OC, C, 3, 3] weight, packed for the gemm stage."""
+    oc, c, kh, kw = weight.shape
+    if (kh, kw) != (3, 3) or oc % block or c % in_block:
+        raise ExprError(f"winograd_weight: needs a [OC, C, 3, 3] weight with OC % {block} == 0 and "
+                        f"C % {in_block} == 0, got {weight.shape}")
+    u = np.einsum("ea,ocab,fb->efoc", _G, weight.astype(np.float64), _G)          # [4, 4, OC, C]
+    u = u.reshape(16, oc // block, block, c // in_block, in_block)
+    return np.ascontiguousarray(u.transpose(0, 1, 3, 4, 2)).astype(weight.dtype)
+
+
+def _pick(index, table):
+    """``table[index]`` for an index expression that unrolling makes constant: a select chain."""
+    value = table[-1]
+    for k in range(len(table) - 2, -1, -1):
+        value = if_then_else(index == k, table[k], value)
+    return value
+
+
+def _combination(coefficients, terms):
+    """sum(c * t) over the nonzero coefficients, with +-1 as adds and subtracts."""
+    out = None
+    for c, t in zip(coefficients, terms):
+        if c == 0:
+            continue
+        t = t if abs(c) == 1 else t * float(abs(c))
+        if out is None:
+            out = t if c > 0 else -t
+        else:
+            out = out + t if c > 0 else out - t
+    return out
+
+
+def conv2d_winograd_blocked(X: Tensor, U: Tensor, bias=None, padding=(1, 1, 1, 1), name: str = "conv2d") -> Tensor:
+    """Y [N, OC/b, OH, OW, b] = the 3x3 stride-1 convolution of blocked X by the weight whose
+    Winograd transform is U [16, OC/b, C/cb, cb, b] (``winograd_weight``), (+ bias [OC])."""
+    n, cbn, h, w, cb = static_shape(X)
+    sixteen, obn, ucbn, ucb, b = static_shape(U)
+    if sixteen != 16 or (ucbn, ucb) != (cbn, cb):
+        raise ExprError(f"conv2d_winograd_blocked: the transformed weight {static_shape(U)} does not match the "
+                        f"input's channel blocks ({cbn} x {cb}); make it with winograd_weight")
+    oh, ow = _output_hw(h, w, (3, 3), (1, 1), padding, (1, 1))
+    if oh % 2 or ow % 2:
+        raise ExprError(f"conv2d_winograd_blocked: the output {oh}x{ow} must have an even height and width "
+                        f"(whole 2x2 tiles); use conv2d_blocked")
+    Xp = _padded(X, padding, name)
+    th, tw = oh // 2, ow // 2
+    tiles = th * tw
+
+    def transform_in(nn, cbi, t, e, ci):
+        ty, tx = t // tw, t % tw
+        patch = [[Xp[nn, cbi, ty * 2 + a, tx * 2 + bb, ci] for bb in range(4)] for a in range(4)]
+        table = []
+        for eps in range(4):
+            rows = [_combination(_BT[eps], [patch[a][bb] for a in range(4)]) for bb in range(4)]
+            for nu in range(4):
+                table.append(_combination(_BT[nu], rows))
+        return _pick(e, table)
+
+    V = compute((n, cbn, tiles, 16, cb), transform_in, name=name + ".wino_in", tag="conv2d_winograd.input",
+                attrs=dict(tile_width=tw))
+    rco = reduce_axis((0, cbn), name="rco")
+    rci = reduce_axis((0, cb), name="rci")
+    M = compute((n, obn, tiles, 16, b),
+                lambda nn, ob, t, e, oi: lw_sum(V[nn, rco, t, e, rci] * U[e, ob, rco, rci, oi], axis=[rco, rci]),
+                name=name + ".wino_gemm", tag="conv2d_winograd.gemm")
+
+    def transform_out(nn, ob, yy, xx, oi):
+        t = (yy // 2) * tw + xx // 2
+        planes = [M[nn, ob, t, e, oi] for e in range(16)]
+        table = []
+        for i in range(2):
+            for j in range(2):
+                rows = [_combination(_AT[j], planes[eps * 4:eps * 4 + 4]) for eps in range(4)]
+                table.append(_combination(_AT[i], rows))
+        return _pick((yy % 2) * 2 + xx % 2, table)
+
+    Y = compute((n, obn, oh, ow, b), transform_out, name=name, tag="conv2d_winograd",
+                attrs=dict(kernel=(3, 3), stride=(1, 1), block=b, winograd=(2, 3)))
+    return _with_bias(Y, bias, name)
+
+
+# ------------------------------------------------------------------ schedules
+@register_schedule("conv2d_winograd.input", "llvm")
+def schedule_winograd_input(s, op, target):
+    """Per (channel block, tile row) in parallel: the 16 transformed values of each tile,
+    unrolled (so the select on ``e`` folds), the channel vector innermost."""
+    V = s[op]
+    nn, cbi, t, e, ci = V.op.axis
+    tw = int(op.attrs["tile_width"])
+    to, tx = V.split(t, factor=tw)
+    V.reorder(nn, cbi, to, tx, e, ci)
+    V.parallel(V.fuse(nn, cbi, to))
+    V.unroll(e)
+    V.vectorize(ci)
+    _schedule_blocked_padding(s, op.input_tensors[0], target.lanes(op.outputs[0].dtype))
+
+
+@register_schedule("conv2d_winograd.gemm", "llvm")
+def schedule_winograd_gemm(s, op, target):
+    """16 matmuls, each register-blocked as ``tb`` tiles x ``nv`` output-channel vectors
+    accumulated over the input channels; (position, channel-block pair) in parallel."""
+    _, obn, tiles, _, b = [int(d.value) for d in op.outputs[0].shape]
+    nv = 2 if obn % 2 == 0 else 1
+    tb = _divisor_at_most(tiles, 14 if nv == 2 else 28)
+    M = s[op]
+    acc = s.cache_write(op.outputs[0], "local")
+    nn, ob, t, e, oi = M.op.axis
+    obo, obi = M.split(ob, factor=nv)
+    to, ti = M.split(t, factor=tb)
+    M.reorder(nn, e, obo, to, obi, ti, oi)
+    M.vectorize(oi)
+    M.parallel(M.fuse(nn, e, obo))
+    cn, cob, ct, ce, coi = s[acc].op.axis
+    rco, rci = s[acc].op.reduce_axis
+    accumulate_in_registers(s, acc, M, to, (cn, ce, rco, rci, ct, cob, coi), (ct, cob))
+
+
+@register_schedule("conv2d_winograd", "llvm")
+def schedule_winograd_output(s, op, target):
+    """The output transform runs inside its fused epilogue (if any): output rows in
+    parallel, 2x2 tiles unrolled (the selects on the tile position fold), channels vectorized."""
+    final = fused_output(s, op)
+    if final is not s[op]:
+        s[op].compute_inline()
+    n, ob, y, x, oi = final.op.axis
+    yo, yi = final.split(y, factor=2)
+    xo, xi = final.split(x, factor=2)
+    final.reorder(n, ob, yo, xo, yi, xi, oi)
+    final.parallel(final.fuse(n, ob, yo))
+    final.unroll(yi)
+    final.unroll(xi)
+    final.vectorize(oi)

@@ -1,0 +1,3 @@
+"""Tooling for tests, demos and benchmarks of whole networks: bundled models built in memory
+(``model_zoo.py``), the ONNX backend conformance runner (``conformance.py``) and the
+interleaved comparison with onnxruntime (``onnxruntime_peer.py``)."""

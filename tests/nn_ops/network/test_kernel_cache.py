@@ -1,0 +1,92 @@
+"""The on-disk map from a fused group's signature to its compiled kernel (nn_ops/network/kernel_cache.py)."""
+import numpy as np
+import pytest
+
+import loopweave as lw
+from loopweave.nn_ops.network import executable, kernel_cache
+
+onnx = pytest.importorskip("onnx")
+
+from loopweave.nn_ops.testing.model_zoo import small_cnn  # noqa: E402
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOOPWEAVE_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def _run(exe):
+    x = np.random.default_rng(0).standard_normal(exe.inputs[0][1]).astype("float32")
+    return exe.run({exe.inputs[0][0]: x})[0]
+
+
+def _count_builds(monkeypatch):
+    calls = []
+    real = executable._build_group
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(executable, "_build_group", counting)
+    return calls
+
+
+def test_second_compile_builds_nothing_and_runs_the_same(fresh_cache, monkeypatch):
+    model = small_cnn()
+    builds = _count_builds(monkeypatch)
+    first = lw.compile(lw.from_onnx(model), progress=False)
+    assert len(builds) == len(first.kernels) > 0
+    assert len(list(fresh_cache.glob("*.kernel"))) == len(first.kernels)
+    builds.clear()
+    second = lw.compile(lw.from_onnx(model), progress=False)
+    assert builds == []
+    assert sorted(second.kernels) == sorted(first.kernels)
+    np.testing.assert_array_equal(_run(first), _run(second))
+
+
+def test_a_changed_compiler_or_a_lost_object_rebuilds(fresh_cache, monkeypatch):
+    model = small_cnn()
+    lw.compile(lw.from_onnx(model), progress=False)
+    builds = _count_builds(monkeypatch)
+    monkeypatch.setattr(kernel_cache, "_fingerprint", "another version of the compiler")
+    lw.compile(lw.from_onnx(model), progress=False)
+    assert len(builds) > 0
+    builds.clear()
+    for obj in fresh_cache.glob("*.o"):
+        obj.unlink()
+    monkeypatch.setattr(kernel_cache, "_fingerprint", None)
+    exe = lw.compile(lw.from_onnx(model), progress=False)
+    assert len(builds) == len(exe.kernels)
+    assert np.isfinite(_run(exe)).all()
+
+
+def test_fingerprint_covers_the_compiler_source(tmp_path):
+    """source_hash sees every edit under the folders it is given (and the top-level files)."""
+    from loopweave.backends.llvm.jit import source_hash
+    (tmp_path / "dsl" / "deep").mkdir(parents=True)
+    (tmp_path / "dsl" / "deep" / "a.py").write_text("x = 1\n")
+    (tmp_path / "top.py").write_text("y = 1\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "t.py").write_text("z = 1\n")
+    first = source_hash(tmp_path, ["dsl"], top_level=True)
+    (tmp_path / "tests" / "t.py").write_text("z = 2\n")          # outside the folders: no change
+    assert source_hash(tmp_path, ["dsl"], top_level=True) == first
+    (tmp_path / "dsl" / "deep" / "a.py").write_text("x = 2\n")
+    second = source_hash(tmp_path, ["dsl"], top_level=True)
+    (tmp_path / "top.py").write_text("y = 2\n")
+    assert len({first, second, source_hash(tmp_path, ["dsl"], top_level=True)}) == 3
+    assert kernel_cache.source_fingerprint() == kernel_cache.source_fingerprint()
+
+
+def test_a_schedule_registered_from_outside_turns_the_cache_off(fresh_cache, monkeypatch):
+    from loopweave.nn_ops.ops import registry
+    assert kernel_cache.applies()
+    model = small_cnn()
+    lw.compile(lw.from_onnx(model), progress=False)
+    key = ("pool2d", "llvm")
+    monkeypatch.setitem(registry._SCHEDULES, key, lambda s, op, target: None)   # a notebook's own schedule
+    assert not kernel_cache.applies()
+    builds = _count_builds(monkeypatch)
+    exe = lw.compile(lw.from_onnx(model), progress=False)
+    assert len(builds) == len(exe.kernels)

@@ -1,0 +1,215 @@
+"""The op library's default CUDA schedules: the kernels they make (launch shape, shared memory,
+vector accesses), their values (emulated on the CPU; on a GPU with marker ``gpu``)."""
+import numpy as np
+import pytest
+
+import loopweave as lw
+from loopweave import nn_ops
+from loopweave.dsl.visitor import post_order_visit
+from loopweave.lowering.ir import Allocate, KernelLaunch
+
+
+def _kernels(func):
+    found = []
+    post_order_visit(func.body, lambda n: found.append(n) if isinstance(n, KernelLaunch) else None)
+    return found
+
+
+def _matmul(m, n, k):
+    A, B = lw.placeholder((m, k), name="A"), lw.placeholder((k, n), name="B")
+    C = nn_ops.matmul(A, B)
+    return nn_ops.schedule(C, "cuda"), [A, B, C]
+
+
+def test_matmul_kernel_shape():
+    s, args = _matmul(4096, 4096, 4096)
+    func = lw.lower(s, args, target="cuda")
+    (k,) = _kernels(func)
+    assert [g.value for g in k.grid] == [32, 32, 1]          # 128 x 128 tiles
+    assert [b.value for b in k.block] == [16, 16, 1]         # 8 x 8 outputs per thread
+    shared = []
+    post_order_visit(k.body, lambda n: shared.append(n) if isinstance(n, Allocate) and n.buffer.scope == "shared"
+                     else None)
+    # whole tiles: both 128 x 16 panels double-buffered (two slots each)
+    assert sorted((a.buffer.name, a.extent.value) for a in shared) == [("A.shared", 4096), ("B.shared", 4096)]
+    source = lw.build(s, args, target="cuda:sm_90").get_source("cuda")
+    assert "reinterpret_cast<const float4*>(&A[" in source          # float4 global loads
+    assert "reinterpret_cast<const float4*>(&B_shared[" in source   # float4 shared loads in the inner loop
+    assert "long long" not in source                                # 32-bit index arithmetic
+    loop = source[source.index("for (int k_outer"):]
+    assert loop.count("__syncthreads();") == 1                      # one barrier per k step
+    assert source.count("__syncthreads();") == 3                    # + the two around the first panels
+
+
+def test_matmul_with_partial_tiles_is_not_double_buffered():
+    s, args = _matmul(130, 200, 20)
+    (k,) = _kernels(lw.lower(s, args, target="cuda"))
+    shared = []
+    post_order_visit(k.body, lambda n: shared.append(n) if isinstance(n, Allocate) and n.buffer.scope == "shared"
+                     else None)
+    assert sorted((a.buffer.name, a.extent.value) for a in shared) == [("A.shared", 1040), ("B.shared", 1024)]
+
+
+def test_injective_schedule_uses_float4_and_one_kernel():
+    A, B = lw.placeholder((32, 256), name="A"), lw.placeholder((32, 256), name="B")
+    C = nn_ops.relu(nn_ops.add(A, B))
+    s = nn_ops.schedule(C, "cuda")
+    f = lw.build(s, [A, B, C], target="cuda:sm_90")
+    (k,) = _kernels(lw.lower(s, [A, B, C], target="cuda"))
+    assert [b.value for b in k.block] == [256, 1, 1] and k.grid[0].value == 8
+    assert "make_float4(" in f.get_source("cuda")
+
+
+def test_softmax_is_one_kernel_a_block_per_row():
+    X = lw.placeholder((64, 100), name="X")
+    Y = nn_ops.softmax(X, axis=1)
+    func = lw.lower(nn_ops.schedule(Y, "cuda"), [X, Y], target="cuda")
+    (k,) = _kernels(func)
+    assert k.grid[0].value == 64 and k.block[0].value == 128
+    shared = []
+    post_order_visit(k.body, lambda n: shared.append(n.buffer.name) if isinstance(n, Allocate)
+                     and n.buffer.scope == "shared" else None)
+    assert sorted(shared) == ["softmax.max.rf", "softmax.sum.rf"]   # the partial results of 128 threads
+
+
+def test_softmax_not_over_the_last_axis_falls_back_to_a_thread_per_row(emulate):
+    X = lw.placeholder((5, 9, 4), name="X")
+    Y = nn_ops.softmax(X, axis=1)
+    s = nn_ops.schedule(Y, "cuda")
+    assert len(_kernels(lw.lower(s, [X, Y], target="cuda"))) == 3
+    x = np.random.default_rng(0).standard_normal((5, 9, 4)).astype("float32")
+    y = np.empty_like(x)
+    emulate(s, [X, Y])(x, y)
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["sum", "mean", "max", "min"])
+def test_reductions_emulated(kind, emulate):
+    from loopweave.nn_ops.ops.shape import reduce
+    X = lw.placeholder((6, 7, 5), name="X")
+    Y = reduce(X, [1], kind=kind, keepdims=False)
+    f = emulate(nn_ops.schedule(Y, "cuda"), [X, Y])
+    x = np.random.default_rng(1).standard_normal((6, 7, 5)).astype("float32")
+    y = np.empty((6, 5), "float32")
+    f(x, y)
+    np.testing.assert_allclose(y, getattr(np, kind)(x, axis=1), rtol=1e-5, atol=1e-6)
+
+
+def test_long_reduction_gets_a_block_per_output_short_ones_a_thread():
+    from loopweave.nn_ops.ops.shape import reduce
+    X = lw.placeholder((3, 5000), name="X")
+    Y = reduce(X, [1], kind="max")
+    (k,) = _kernels(lw.lower(nn_ops.schedule(Y, "cuda"), [X, Y], target="cuda"))
+    assert k.grid[0].value == 3 and k.block[0].value == 256
+    Z = reduce(X, [0], kind="max")       # 5000 outputs of 3 elements
+    (k,) = _kernels(lw.lower(nn_ops.schedule(Z, "cuda"), [X, Z], target="cuda"))
+    assert k.block[0].value == 128 and k.grid[0].value == 40
+
+
+@pytest.mark.parametrize("shape", [(1, 300, 7), (2, 130, 129, 70)])
+def test_gemm_ragged_shapes_emulated(shape, emulate):
+    if len(shape) == 3:
+        m, n, k = shape
+        s, args = _matmul(m, n, k)
+        ref = lambda a, b: a @ b   # noqa: E731
+        shapes = [(m, k), (k, n), (m, n)]
+    else:
+        b, m, n, k = shape
+        A, B = lw.placeholder((b, m, k), name="A"), lw.placeholder((b, k, n), name="B")
+        C = nn_ops.batch_matmul(A, B)
+        s, args = nn_ops.schedule(C, "cuda"), [A, B, C]
+        ref = lambda a, b_: a @ b_   # noqa: E731
+        shapes = [(b, m, k), (b, k, n), (b, m, n)]
+    rng = np.random.default_rng(0)
+    a, bb = (rng.standard_normal(sh).astype("float32") for sh in shapes[:2])
+    c = np.empty(shapes[2], "float32")
+    emulate(s, args)(a, bb, c)
+    np.testing.assert_allclose(c, ref(a, bb), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mnk", [(512, 512, 512), (1000, 700, 300), (4096, 4096, 256)])
+def test_matmul_on_gpu(mnk):
+    m, n, k = mnk
+    s, args = _matmul(m, n, k)
+    f = lw.build(s, args, target="cuda")
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((m, k)).astype("float32"), rng.standard_normal((k, n)).astype("float32")
+    c = np.empty((m, n), "float32")
+    f(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_dense_bias_relu_and_softmax_on_gpu():
+    X, W, bias = lw.placeholder((256, 512), name="X"), lw.placeholder((384, 512), name="W"), lw.placeholder((384,),
+                                                                                                          name="b")
+    Y = nn_ops.relu(nn_ops.dense(X, W, bias))
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(sh).astype("float32") * 0.1 for sh in ((256, 512), (384, 512), (384,)))
+    h = np.maximum(x @ w.T + b, 0)
+    f = lw.build(nn_ops.schedule(Y, "cuda"), [X, W, bias, Y], target="cuda")
+    got = np.empty((256, 384), "float32")
+    f(x, w, b, got)
+    np.testing.assert_allclose(got, h, rtol=1e-3, atol=1e-4)
+    H = lw.placeholder((256, 384), name="H")
+    S = nn_ops.softmax(H, axis=1)
+    f = lw.build(nn_ops.schedule(S, "cuda"), [H, S], target="cuda")
+    f(h.astype("float32"), got)
+    e = np.exp(h - h.max(1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=1e-4, atol=1e-6)
+
+
+def test_cuda_schedules_replay_from_their_trace():
+    X = lw.placeholder((16, 300), name="X")
+    A, B = lw.placeholder((200, 64), name="A"), lw.placeholder((64, 130), name="B")
+    C, D = lw.placeholder((256, 64), name="C"), lw.placeholder((64, 128), name="D")   # whole tiles: double-buffered
+    for out, args in ((nn_ops.softmax(X, axis=1), [X]), (nn_ops.matmul(A, B), [A, B]), (nn_ops.matmul(C, D), [C, D])):
+        s = nn_ops.schedule(out, "cuda")
+        again = lw.create_schedule(out)
+        lw.Trace.from_json(s.trace.to_json()).apply(again)
+        assert "set_scope('shared')" in str(s.trace) or "cache_read" in str(s.trace)
+        assert str(lw.lower(again, args + [out], target="cuda")) == str(lw.lower(s, args + [out], target="cuda"))
+    assert ".double_buffer()" in "\n".join(s.trace.code_lines())
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_pooling_emulated(kind, emulate):
+    X = lw.placeholder((2, 3, 9, 9), name="X")
+    Y = nn_ops.pool2d(X, (3, 3), (2, 2), (1, 1, 1, 1), pool_type=kind)
+    G = nn_ops.global_pool(X, kind)
+    x = np.random.default_rng(0).standard_normal((2, 3, 9, 9)).astype("float32")
+    g = np.empty((2, 3, 1, 1), "float32")
+    emulate(nn_ops.schedule(G, "cuda"), [X, G])(x, g)
+    want = x.max((2, 3), keepdims=True) if kind == "max" else x.mean((2, 3), keepdims=True)
+    np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
+    f_cpu = lw.build(nn_ops.schedule(Y, "llvm"), [X, Y])
+    y_cpu = np.empty((2, 3, 5, 5), "float32")
+    f_cpu(x, y_cpu)
+    y = np.empty_like(y_cpu)
+    emulate(nn_ops.schedule(Y, "cuda"), [X, Y])(x, y)
+    np.testing.assert_allclose(y, y_cpu, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape,axis", [((6, 100), -1), ((2, 3, 40), -1), ((2, 3, 4, 5), 1)])
+def test_layer_norm_emulated(shape, axis, emulate):
+    from loopweave.nn_ops.ops.norm import layer_norm
+    X = lw.placeholder(shape, name="X")
+    inner = shape[axis % len(shape):]
+    G, B = lw.placeholder(inner, name="G"), lw.placeholder(inner, name="B")
+    Y = layer_norm(X, G, B, axis, 1e-5)
+    s = nn_ops.schedule(Y, "cuda")
+    func = lw.lower(s, [X, G, B, Y], target="cuda")
+    if axis == -1:
+        (k,) = _kernels(func)                                    # a block per row, one kernel
+        assert k.grid[0].value == int(np.prod(shape[:-1]))
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(shape).astype("float32")
+    g, b = rng.standard_normal(inner).astype("float32"), rng.standard_normal(inner).astype("float32")
+    y = np.empty_like(x)
+    emulate(s, [X, G, B, Y])(x, g, b, y)
+    ax = tuple(range(axis % len(shape), len(shape)))
+    ref = (x - x.mean(ax, keepdims=True)) / np.sqrt(x.var(ax, keepdims=True) + 1e-5) * g + b
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+    lw.build(s, [X, G, B, Y], target="cuda:sm_90")               # and the CUDA C compiles (where a compiler is)

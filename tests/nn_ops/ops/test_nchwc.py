@@ -1,0 +1,201 @@
+"""The blocked (NCHW[b]c) layout: its kernels against numpy, and the choose_conv_layout pass
+(transforms only at the edges of the blocked region, values unchanged)."""
+import numpy as np
+import pytest
+
+import loopweave as lw
+from loopweave import nn_ops
+from loopweave.nn_ops.ops import elementwise as ew
+from loopweave.nn_ops.ops import nchwc
+
+from .test_conv2d import conv2d_ref
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from loopweave.nn_ops.network.passes import fuse_operators, optimize  # noqa: E402
+from loopweave.nn_ops.testing.model_zoo import OnnxBuilder, mobilenet_v2, resnet18  # noqa: E402
+
+
+def _blocked(x, b):
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(n, c // b, b, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def _plain(y):
+    n, cb, h, w, b = y.shape
+    return y.transpose(0, 1, 4, 2, 3).reshape(n, cb * b, h, w)
+
+
+def _shape(t):
+    return tuple(int(d.value) for d in t.shape)
+
+
+@pytest.mark.parametrize("c,oc,size,k,stride,pad,blocked_in,epilogue", [
+    (32, 64, 14, 3, 1, 1, True, False),
+    (32, 64, 14, 3, 1, 1, True, True),
+    (3, 32, 23, 7, 2, 3, False, True),       # the first layer reads NCHW
+    (64, 128, 28, 1, 2, 0, True, False),     # 1x1 stride 2 (a downsample)
+    (24, 16, 9, 3, 1, 1, True, True),        # input block 8 (24 channels)
+])
+def test_blocked_conv_matches_numpy(c, oc, size, k, stride, pad, blocked_in, epilogue):
+    rng = np.random.default_rng(c + oc)
+    x = rng.standard_normal((1, c, size, size)).astype("float32")
+    w = rng.standard_normal((oc, c, k, k)).astype("float32")
+    bias = rng.standard_normal(oc).astype("float32")
+    in_block = 8 if c % 16 else 16
+    cb = in_block if blocked_in else c
+    wp = nchwc.pack_blocked_weight(w, 16, cb)
+    xin = _blocked(x, in_block) if blocked_in else x
+    X, W, B = lw.placeholder(xin.shape, name="X"), lw.placeholder(wp.shape, name="W"), lw.placeholder((oc,), name="b")
+    Y = nchwc.conv2d_blocked(X, W, B, (stride, stride), (pad,) * 4)
+    if epilogue:
+        Y = ew.relu(Y)
+    y = np.empty(_shape(Y), "float32")
+    lw.build(nn_ops.schedule(Y), [X, W, B, Y])(xin, wp, bias, y)
+    ref = conv2d_ref(x, w, stride=stride, padding=pad) + bias[None, :, None, None]
+    np.testing.assert_allclose(_plain(y), np.maximum(ref, 0) if epilogue else ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("c,size,stride,epilogue", [(32, 14, 1, False), (32, 15, 2, True), (16, 7, 1, True),
+                                                     (24, 9, 1, False)])
+def test_blocked_depthwise_matches_numpy(c, size, stride, epilogue):
+    rng = np.random.default_rng(size)
+    b = 8 if c % 16 else 16
+    x = rng.standard_normal((1, c, size, size)).astype("float32")
+    w = rng.standard_normal((c, 1, 3, 3)).astype("float32")
+    wd = nchwc.pack_depthwise_weight(w, b)
+    X, W = lw.placeholder(_blocked(x, b).shape, name="X"), lw.placeholder(wd.shape, name="W")
+    Y = nchwc.depthwise_blocked(X, W, None, (stride, stride), (1, 1, 1, 1))
+    if epilogue:
+        Y = ew.clip(Y, 0.0, 6.0)
+    y = np.empty(_shape(Y), "float32")
+    lw.build(nn_ops.schedule(Y), [X, W, Y])(_blocked(x, b), wd, y)
+    ref = conv2d_ref(x, w, stride=stride, padding=1, groups=c)
+    np.testing.assert_allclose(_plain(y), np.clip(ref, 0, 6) if epilogue else ref, rtol=1e-4, atol=1e-4)
+
+
+def test_blocked_pools_match_numpy():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 32, 9, 9)).astype("float32")
+    X = lw.placeholder(_blocked(x, 16).shape, name="X")
+    Y = nchwc.pool2d_blocked(X, (3, 3), (2, 2), (1, 1, 1, 1), pool_type="max")
+    y = np.empty(_shape(Y), "float32")
+    lw.build(nn_ops.schedule(Y), [X, Y])(_blocked(x, 16), y)
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    ref = np.max([xp[:, :, i:i + 9:2, j:j + 9:2] for i in range(3) for j in range(3)], axis=0)
+    np.testing.assert_allclose(_plain(y), ref)
+    G = nchwc.global_avg_pool_blocked(X)
+    g = np.empty(_shape(G), "float32")
+    lw.build(nn_ops.schedule(G), [X, G])(_blocked(x, 16), g)
+    np.testing.assert_allclose(_plain(g)[:, :, 0, 0], x.mean((2, 3)), rtol=1e-5, atol=1e-6)
+
+
+def test_resnet18_is_blocked_end_to_end():
+    g = optimize(lw.from_onnx(resnet18()))
+    counts = g.op_counts()
+    # the ten 3x3 stride-1 convs at 56x56 to 14x14 run as Winograd F(2x2, 3x3), the rest direct
+    assert counts.get("conv2d_winograd_blocked") == 10 and counts.get("conv2d_blocked") == 10
+    assert "conv2d" not in counts
+    assert counts.get("from_blocked") == 1 and "to_blocked" not in counts     # one transform, after the pool
+
+
+def test_mobilenet_v2_uses_block_8_for_24_channels_and_stays_blocked():
+    g = optimize(lw.from_onnx(mobilenet_v2()))
+    counts = g.op_counts()
+    assert counts.get("depthwise_blocked") == 17 and counts.get("from_blocked") == 1
+    assert any(v.shape[-1] == 8 and len(v.shape) == 5 for v in g.values.values())
+
+
+def test_plain_consumers_get_one_transform_and_values_match():
+    """A blocked conv output read by a blocked conv and by two NCHW-only ops: one from_blocked."""
+    b = OnnxBuilder()
+    y = b.relu(b.conv("input", 3, 16, 3))
+    z = b.conv(y, 16, 16, 3)
+    t1 = b.node("Transpose", [y], perm=[0, 1, 3, 2])
+    t2 = b.node("ReduceMean", [y], axes=[2], keepdims=1)
+    out = b.node("Add", [b.node("Add", [z, t1]), t2])
+    model = b.model((1, 3, 8, 8), out, (1, 16, 8, 8))
+    g = optimize(lw.from_onnx(model))
+    assert g.op_counts().get("from_blocked") == 2          # y for the transpose/mean, z for the add with them
+    exe = lw.compile(lw.from_onnx(model), progress=False)
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype("float32")
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    np.testing.assert_allclose(exe.run({"input": x})[0], want[0], rtol=1e-4, atol=1e-4)
+
+
+def test_depthwise_on_a_plain_value_gets_one_to_blocked():
+    b = OnnxBuilder()
+    y = b.node("Relu", ["input"])                         # not a conv: stays NCHW
+    z = b.conv(y, 16, 16, 3, groups=16)
+    model = b.model((1, 16, 10, 10), z, (1, 16, 10, 10))
+    g = optimize(lw.from_onnx(model))
+    assert g.op_counts().get("to_blocked") == 1 and g.op_counts().get("depthwise_blocked") == 1
+    kernels = [tuple(n.op_type for n in grp.nodes) for grp in fuse_operators(g) if grp.kind != "alias"]
+    assert ("from_blocked",) in kernels
+    exe = lw.compile(lw.from_onnx(model), progress=False)
+    x = np.random.default_rng(1).standard_normal((1, 16, 10, 10)).astype("float32")
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    np.testing.assert_allclose(exe.run({"input": x})[0], want[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("c,oc,size,stride,clip,dw_bias,residual", [
+    (32, 16, 16, 1, True, True, False),      # MobileNetV2's first block
+    (48, 24, 15, 2, True, True, False),      # stride-2 depthwise, 24 outputs in blocks of 8
+    (32, 32, 14, 1, False, False, True),     # no elementwise stage between: a cache_write accumulator
+    (24, 16, 9, 1, True, False, True),       # input blocks of 8, a residual add epilogue
+])
+def test_depthwise_fused_into_the_pointwise_conv_matches_numpy(c, oc, size, stride, clip, dw_bias, residual):
+    """depthwise (+ bias, clip) -> 1x1 conv (+ bias, + residual) in one kernel: the depthwise rows
+    are computed inside the 1x1 convolution's rows, no depthwise result goes through memory."""
+    rng = np.random.default_rng(c + size)
+    b_in, b_out = (8 if c % 16 else 16), (8 if oc % 16 else 16)
+    x = rng.standard_normal((1, c, size, size)).astype("float32")
+    wd = rng.standard_normal((c, 1, 3, 3)).astype("float32")
+    bd = rng.standard_normal(c).astype("float32")
+    wp = rng.standard_normal((oc, c, 1, 1)).astype("float32")
+    bp = rng.standard_normal(oc).astype("float32")
+    X = lw.placeholder(_blocked(x, b_in).shape, name="X")
+    Wd = lw.placeholder((c // b_in, 3, 3, b_in), name="Wd")
+    Bd, Bp = lw.placeholder((c,), name="bd"), lw.placeholder((oc,), name="bp")
+    Wp = lw.placeholder((oc // b_out, c // b_in, 1, 1, b_in, b_out), name="Wp")
+    D = nchwc.depthwise_blocked(X, Wd, Bd if dw_bias else None, (stride, stride), (1, 1, 1, 1))
+    if clip:
+        D = ew.clip(D, 0.0, 6.0)
+    Y = nchwc.conv2d_blocked(D, Wp, Bp)
+    oh = _shape(Y)[2]
+    r = rng.standard_normal((1, oc, oh, oh)).astype("float32")
+    R = lw.placeholder(_blocked(r, b_out).shape, name="R")
+    if residual:
+        Y = ew.add(Y, R)
+    s = nn_ops.schedule(Y)
+    assert s[D.op].attach_type == "scope"        # computed inside the convolution's rows
+    y = np.empty(_shape(Y), "float32")
+    lw.build(s, [X, Wd, Bd, Wp, Bp, R, Y])(_blocked(x, b_in), nchwc.pack_depthwise_weight(wd, b_in), bd,
+                                           nchwc.pack_blocked_weight(wp, b_out, b_in), bp, _blocked(r, b_out), y)
+    d = conv2d_ref(x, wd, stride=stride, padding=1, groups=c) + (bd[None, :, None, None] if dw_bias else 0)
+    if clip:
+        d = np.clip(d, 0, 6)
+    ref = conv2d_ref(d, wp) + bp[None, :, None, None] + (r if residual else 0)
+    np.testing.assert_allclose(_plain(y), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_mobilenet_v2_fuses_depthwise_with_projection_where_rows_allow():
+    g = optimize(lw.from_onnx(mobilenet_v2()))
+    kernels = [grp for grp in fuse_operators(g) if grp.kind != "alias"]
+    fused = [grp for grp in kernels if [n.op_type for n in grp.nodes][:3] ==
+             ["depthwise_blocked", "clip", "conv2d_blocked"]]
+    # every block but the four on 7x7 maps (too few rows to share between threads)
+    assert len(fused) == 13
+    assert all(g.shape(grp.output)[2] >= 14 for grp in fused)
+    alone = [grp for grp in kernels if grp.nodes[0].op_type == "depthwise_blocked" and grp not in fused]
+    assert len(alone) == 4 and all(g.shape(grp.output)[2] == 7 for grp in alone)
+
+
+def test_depthwise_read_by_another_stage_too_stays_at_root():
+    """A depthwise result that a second output also reads is computed whole, not row by row."""
+    X = lw.placeholder((1, 2, 10, 10, 16), name="X")
+    D = nchwc.depthwise_blocked(X, lw.placeholder((2, 3, 3, 16), name="Wd"), None, (1, 1), (1, 1, 1, 1))
+    Y = nchwc.conv2d_blocked(D, lw.placeholder((1, 2, 1, 1, 16, 16), name="Wp"))
+    s = nn_ops.schedule([Y, ew.relu(D)])
+    assert nchwc.fused_depthwise(s, Y.op) is None and s[D.op].attach_type == "root"

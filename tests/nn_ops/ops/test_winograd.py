@@ -1,0 +1,112 @@
+"""Winograd F(2x2, 3x3) in the blocked layout (nn_ops/ops/winograd.py): against numpy, fused
+epilogues, where choose_conv_layout picks it, and its errors."""
+import numpy as np
+import pytest
+
+import loopweave as lw
+from loopweave import nn_ops
+from loopweave.nn_ops.ops import winograd
+
+from .test_conv2d import conv2d_ref
+from .test_nchwc import _blocked, _plain, _shape
+
+
+def _run(x, w, bias=None, pad=1, block=16, in_block=16, residual=None):
+    n, c = x.shape[:2]
+    oc = w.shape[0]
+    u = winograd.winograd_weight(w, block, in_block)
+    xb = _blocked(x, in_block)
+    X, U = lw.placeholder(xb.shape, name="X"), lw.placeholder(u.shape, name="U")
+    args, arrays = [X, U], [xb, u]
+    B = None
+    if bias is not None:
+        B = lw.placeholder((oc,), name="b")
+        args.append(B)
+        arrays.append(bias)
+    Y = winograd.conv2d_winograd_blocked(X, U, B, (pad,) * 4)
+    if residual is not None:
+        R = lw.placeholder(_shape(Y), name="R")
+        Y = nn_ops.relu(nn_ops.add(Y, R))
+        args.append(R)
+        arrays.append(_blocked(residual, block))
+    y = np.empty(_shape(Y), "float32")
+    lw.build(nn_ops.schedule(Y), args + [Y])(*arrays, y)
+    return _plain(y)
+
+
+@pytest.mark.parametrize("n,c,oc,size,pad,in_block", [
+    (1, 16, 32, 8, 1, 16),
+    (2, 32, 16, 6, 1, 16),       # batch 2, fewer output channels than input
+    (1, 24, 16, 10, 1, 8),       # input channel block 8
+    (1, 16, 16, 12, 2, 16),      # padding 2: a 14x14 output from a 12x12 input
+])
+def test_winograd_matches_numpy(n, c, oc, size, pad, in_block):
+    rng = np.random.default_rng(c * oc + size)
+    x = rng.standard_normal((n, c, size, size)).astype("float32")
+    w = rng.standard_normal((oc, c, 3, 3)).astype("float32")
+    got = _run(x, w, pad=pad, in_block=in_block)
+    ref = conv2d_ref(x, w, 1, (pad, pad, pad, pad), 1, 1)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def test_winograd_with_bias_and_fused_residual_relu():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 32, 8, 8)).astype("float32")
+    w = rng.standard_normal((32, 32, 3, 3)).astype("float32")
+    bias = rng.standard_normal(32).astype("float32")
+    res = rng.standard_normal((1, 32, 8, 8)).astype("float32")
+    got = _run(x, w, bias=bias, residual=res)
+    ref = np.maximum(conv2d_ref(x, w, 1, (1, 1, 1, 1), 1, 1) + bias[None, :, None, None] + res, 0)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def test_weight_transform_is_exact_for_a_delta_filter():
+    """A centre tap of 1 is the identity convolution: Winograd must give the input back."""
+    w = np.zeros((16, 16, 3, 3), "float32")
+    w[np.arange(16), np.arange(16), 1, 1] = 1.0
+    x = np.random.default_rng(2).standard_normal((1, 16, 6, 6)).astype("float32")
+    np.testing.assert_allclose(_run(x, w), x, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kernel,stride,dilation,out_hw,expected", [
+    ((3, 3), (1, 1), (1, 1), (56, 56), True),
+    ((3, 3), (1, 1), (1, 1), (14, 14), True),
+    ((3, 3), (1, 1), (1, 1), (7, 7), False),      # odd: no whole 2x2 tiles
+    ((3, 3), (2, 2), (1, 1), (28, 28), False),
+    ((3, 3), (1, 1), (2, 2), (28, 28), False),
+    ((1, 1), (1, 1), (1, 1), (28, 28), False),
+    ((3, 3), (1, 1), (1, 1), (12, 12), False),    # few tiles: the direct kernel
+])
+def test_winograd_pays(kernel, stride, dilation, out_hw, expected):
+    assert winograd.winograd_pays(kernel, stride, dilation, out_hw, 64, 64) is expected
+
+
+def test_errors_name_the_problem():
+    X = lw.placeholder((1, 1, 7, 7, 16), name="X")
+    U = lw.placeholder((16, 1, 1, 16, 16), name="U")
+    with pytest.raises(lw.ExprError, match="even height and width"):
+        winograd.conv2d_winograd_blocked(X, U)
+    X8 = lw.placeholder((1, 2, 8, 8, 8), name="X8")
+    with pytest.raises(lw.ExprError, match="make it with winograd_weight"):
+        winograd.conv2d_winograd_blocked(X8, U)
+    with pytest.raises(lw.ExprError, match=r"\[OC, C, 3, 3\]"):
+        winograd.winograd_weight(np.zeros((16, 16, 5, 5), "float32"), 16, 16)
+
+
+def test_network_layer_runs_as_winograd_and_matches_onnxruntime():
+    pytest.importorskip("onnxruntime")
+    from loopweave.nn_ops.network.passes import optimize
+    from loopweave.nn_ops.testing.model_zoo import OnnxBuilder
+
+    from ..network.test_network import _check_against_onnxruntime
+    b = OnnxBuilder(seed=3)
+    x = "input"
+    h = b.conv(x, 16, 32, 3, pad=1)
+    h = b.node("Relu", [h])
+    h = b.conv(h, 32, 32, 3, pad=1)
+    h = b.node("Add", [h, b.conv(x, 16, 32, 1)])
+    model = b.model((1, 16, 14, 14), b.node("Relu", [h]), (1, 32, 14, 14))
+    counts = optimize(lw.from_onnx(model)).op_counts()
+    # the first conv reads the plain NCHW input (direct); the second, on blocked data, is Winograd
+    assert counts.get("conv2d_winograd_blocked") == 1 and counts.get("conv2d_blocked") == 2, counts
+    _check_against_onnxruntime(model, lw.compile(lw.from_onnx(model), progress=False))
