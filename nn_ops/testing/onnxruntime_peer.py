@@ -1,4 +1,4 @@
-"""Interleaved latency comparison of a compiled network against onnxruntime (see ``loopweave.timing``)."""
+"""Interleaved latency comparison of a compiled network against onnxruntime (see ``loopweave.backends.timing``)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -6,7 +6,7 @@ from typing import Optional
 import numpy as np
 
 
-from ...timing import Comparison, interleaved, set_threads  # noqa: F401 - re-exported for the CLI
+from ...backends.timing import Comparison, interleaved, set_threads  # noqa: F401 - re-exported for the CLI
 
 
 def onnxruntime_session(model, threads: int):

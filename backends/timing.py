@@ -56,7 +56,7 @@ def interleaved(ours: Callable[[], object], theirs: Callable[[], object], pairs:
 
 def set_threads(n: int) -> None:
     """Use ``n`` threads in loopweave's pool (and in OpenBLAS when threadpoolctl is installed)."""
-    from .backends.llvm import thread_pool
+    from .llvm import thread_pool
     thread_pool.set_num_threads(n)
     try:
         from threadpoolctl import threadpool_limits

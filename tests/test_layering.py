@@ -1,0 +1,151 @@
+"""The package's architecture, checked: layers import only downwards, and no modules import each other.
+
+Layers, lowest first (``shared/DESIGN.md``): ``errors`` (imports nothing of the project) < ``target``
+< ``dsl`` < ``lowering`` < ``backends`` < ``autoschedule`` < ``nn_ops`` < the face
+(``__init__``, ``cli``, ``demo``, ...).  Inside ``nn_ops``: ``ops`` < ``network`` < ``onnx_import`` <
+``compile``/``testing``/``nn_ops/__init__``.  Every import statement counts, also one inside a
+function: hiding an import there does not change which way the dependency runs.
+"""
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+from typing import Dict, Set
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "loopweave"
+NOT_PACKAGE = {"tests", "benchmarks", "notebooks", "docs", ".venv", "build", ".git"}
+
+LAYERS = ["errors", "target", "dsl", "lowering", "backends", "autoschedule", "nn_ops", "face"]
+NN_OPS_LAYERS = ["ops", "network", "onnx_import", "top"]
+
+
+def package_modules() -> Dict[str, Path]:
+    """Every module of the package by dotted name (packages by their own name)."""
+    modules = {}
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] in NOT_PACKAGE or any(p.startswith(".") for p in rel.parts):
+            continue
+        parts = list(rel.with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join([PACKAGE] + parts)] = path
+    return modules
+
+
+def imports_of(name: str, path: Path, modules: Dict[str, Path]) -> Set[str]:
+    """The project modules ``path`` imports, anywhere in the file; ``from P import m`` names module P.m
+    when m is a submodule, else P."""
+    is_pkg = path.name == "__init__.py"
+    package = name if is_pkg else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            targets = [f"{source}.{a.name}" if f"{source}.{a.name}" in modules else source for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in modules and "." in t:
+                t = t.rsplit(".", 1)[0]
+            if t in modules and t != name and t != PACKAGE:
+                found.add(t)
+    return found
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")[1:]
+    if not parts:
+        return "face"
+    return parts[0] if parts[0] in LAYERS else "face"
+
+
+def nn_ops_layer_of(module: str) -> str:
+    parts = module.split(".")[2:]
+    return parts[0] if parts and parts[0] in NN_OPS_LAYERS[:-1] else "top"
+
+
+@pytest.fixture(scope="module")
+def graph():
+    modules = package_modules()
+    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def test_the_scan_sees_the_package(graph):
+    assert {"loopweave.dsl.expr", "loopweave.lowering.lower", "loopweave.backends.build",
+            "loopweave.nn_ops.network.executable", "loopweave.cli"} <= set(graph)
+    assert "loopweave.dsl.expr" in graph["loopweave.dsl.schedule"]
+
+
+def test_layers_import_only_downwards(graph):
+    wrong = []
+    for module, targets in graph.items():
+        mine = LAYERS.index(layer_of(module))
+        for t in targets:
+            theirs = LAYERS.index(layer_of(t))
+            if theirs > mine or (theirs == mine and layer_of(module) in ("errors", "target")):
+                wrong.append(f"{module} ({layer_of(module)}) imports {t} ({layer_of(t)})")
+    assert not wrong, "imports against the layers:\n" + "\n".join(sorted(wrong))
+
+
+def test_nn_ops_subpackages_import_one_way(graph):
+    wrong = []
+    for module, targets in graph.items():
+        if layer_of(module) != "nn_ops":
+            continue
+        mine = NN_OPS_LAYERS.index(nn_ops_layer_of(module))
+        for t in targets:
+            if layer_of(t) == "nn_ops" and NN_OPS_LAYERS.index(nn_ops_layer_of(t)) > mine:
+                wrong.append(f"{module} imports {t}")
+    assert not wrong, "nn_ops: ops < network < onnx_import < compile/testing, broken by:\n" + "\n".join(sorted(wrong))
+
+
+def test_no_import_cycles(graph):
+    """No module reaches itself through imports (Tarjan's strongly connected components)."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not cycles, "modules that import each other:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_every_package_folder_ships_in_the_wheel():
+    """pyproject lists packages explicitly (the root is the package): a new folder must be added there."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    listed = set(config["tool"]["setuptools"]["packages"])
+    folders = {name for name, path in package_modules().items() if path.name == "__init__.py"}
+    assert folders == listed, f"missing from pyproject: {sorted(folders - listed)}; listed but absent: " \
+                              f"{sorted(listed - folders)}"
