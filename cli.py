@@ -5,14 +5,21 @@ import argparse
 import sys
 
 
+class UsageError(Exception):
+    """A bad command line or input file: printed as one line, exit code 2."""
+
+
 def _input_shapes(specs):
     """``name=1x3x224x224`` options to a dict of shapes."""
     shapes = {}
     for spec in specs or []:
         name, _, dims = spec.partition("=")
         if not dims:
-            raise SystemExit(f"loopweave: --input-shape takes name=AxBxC, got {spec!r}")
-        shapes[name] = tuple(int(d) for d in dims.lower().split("x"))
+            raise UsageError(f"--input-shape takes name=AxBxC, got {spec!r}")
+        try:
+            shapes[name] = tuple(int(d) for d in dims.lower().split("x"))
+        except ValueError:
+            raise UsageError(f"--input-shape takes name=AxBxC with whole numbers, got {spec!r}") from None
     return shapes
 
 
@@ -25,7 +32,7 @@ def _model_source(path: str):
         from .nn_ops.testing import model_zoo
         name = path[4:]
         if name not in ZOO_MODELS:
-            raise SystemExit(f"loopweave: unknown zoo model {name!r} ({', '.join(ZOO_MODELS)})")
+            raise UsageError(f"unknown zoo model {name!r} ({', '.join(ZOO_MODELS)})")
         return getattr(model_zoo, name)()
     return path
 
@@ -43,6 +50,17 @@ def _cmd_compile(args) -> int:
     return 0
 
 
+def _load_array(name: str, path: str):
+    """An input array from a .npy file, or a one-line error naming the input and the file."""
+    import numpy as np
+    try:
+        return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise UsageError(f"input {name!r}: no such file {path!r}") from None
+    except (OSError, ValueError) as exc:   # unreadable, not .npy, or a pickled object array
+        raise UsageError(f"input {name!r}: cannot read {path!r} as a .npy array ({exc})") from None
+
+
 def _cmd_run(args) -> int:
     import numpy as np
     from . import load
@@ -51,8 +69,8 @@ def _cmd_run(args) -> int:
     for spec in args.input or []:
         name, _, path = spec.partition("=")
         if not path:
-            raise SystemExit(f"loopweave: --input takes name=file.npy, got {spec!r}")
-        feed[name] = np.load(path, allow_pickle=False)
+            raise UsageError(f"--input takes name=file.npy, got {spec!r}")
+        feed[name] = _load_array(name, path)
     if not feed and args.random:
         from .nn_ops.testing.onnxruntime_peer import random_feed
         feed = random_feed(exe)
@@ -126,8 +144,12 @@ def main(argv=None) -> int:
     handlers = {"compile": _cmd_compile, "run": _cmd_run, "bench": _cmd_bench}
     try:
         return handlers[args.command](args)
-    except LoopweaveError as exc:
+    except (LoopweaveError, UsageError) as exc:
         print(f"loopweave {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:     # a model file that is missing, an output folder that cannot be written, ...
+        where = f" {exc.filename!r}" if exc.filename else ""
+        print(f"loopweave {args.command}: error:{where} {exc.strerror or exc}", file=sys.stderr)
         return 2
 
 

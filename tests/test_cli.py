@@ -16,9 +16,12 @@ def test_compile_then_run(tmp_path, capsys):
     assert cli.main(["run", exe_path, "--input", f"input={tmp_path / 'x.npy'}", "--output-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "float32[1, 10]" in out
-    import loopweave as lw
+    import onnxruntime as ort
+    from loopweave.nn_ops.testing.model_zoo import small_cnn
+    want = ort.InferenceSession(small_cnn().SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"input": x})[0]
     saved = np.load(next(p for p in tmp_path.iterdir() if p.name.startswith("gemm")))
-    np.testing.assert_array_equal(saved, lw.load(exe_path).run({"input": x})[0])
+    np.testing.assert_allclose(saved, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
     assert cli.main(["run", exe_path, "--input", f"image={tmp_path / 'x.npy'}"]) == 2
     assert "unknown input(s) 'image'" in capsys.readouterr().err
 
@@ -37,3 +40,40 @@ def test_compile_reports_unsupported_ops(tmp_path, capsys):
 def test_bench_prints_a_ratio(capsys):
     assert cli.main(["bench", "zoo:small_cnn", "--pairs", "2", "--threads", "1", "-q"]) == 0
     assert "speed-up" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def small_exe(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("exe") / "small.lwx")
+    assert cli.main(["compile", "zoo:small_cnn", "-o", path, "-q"]) == 0
+    return path
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("missing", "input 'input': no such file"),
+    ("not_npy", "input 'input': cannot read"),
+    ("pickled", "input 'input': cannot read"),
+    ("no_equals", "--input takes name=file.npy"),
+])
+def test_run_with_a_bad_input_file_fails_in_one_line(small_exe, tmp_path, capsys, case, expected):
+    files = {"missing": tmp_path / "missing.npy", "not_npy": tmp_path / "text.npy", "pickled": tmp_path / "obj.npy"}
+    (tmp_path / "text.npy").write_text("not an array")
+    np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    spec = str(files["missing"]) if case == "no_equals" else f"input={files[case]}"
+    assert cli.main(["run", small_exe, "--input", spec]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("loopweave run: error: ") and expected in err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["compile", "missing.onnx", "-o", "x.lwx", "-q"], "missing.onnx"),
+    (["compile", "zoo:small_cnn", "-o", "x.lwx", "--input-shape", "input=1xthree", "-q"], "whole numbers"),
+    (["compile", "zoo:nope", "-o", "x.lwx"], "unknown zoo model 'nope'"),
+    (["run", "missing.lwx"], "missing.lwx"),
+    (["compile", "zoo:small_cnn", "-o", "no/such/folder/x.lwx", "-q"], "no/such/folder/x.lwx"),
+])
+def test_cli_failures_are_one_line_with_exit_code_2(tmp_path, monkeypatch, capsys, argv, expected):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and ": error: " in err and expected in err, err
