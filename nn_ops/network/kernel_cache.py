@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Optional
 
 _fingerprint: Optional[str] = None
-_SOURCE_DIRS = ("dsl", "lowering", "backends", "nn_ops")
+_SOURCE_DIRS = ("dsl", "lowering", "backends", "autoschedule", "nn_ops")
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]      # nn_ops/network/kernel_cache.py -> the package
 
 
 def source_fingerprint() -> str:
@@ -30,7 +31,7 @@ def source_fingerprint() -> str:
     global _fingerprint
     if _fingerprint is None:
         from ...backends.llvm.jit import source_hash
-        _fingerprint = source_hash(Path(__file__).resolve().parent.parent, _SOURCE_DIRS, top_level=True)
+        _fingerprint = source_hash(_PACKAGE_ROOT, _SOURCE_DIRS, top_level=True)
     return _fingerprint
 
 

@@ -21,6 +21,15 @@ def _run(exe):
     return exe.run({exe.inputs[0][0]: x})[0]
 
 
+def _reference(model):
+    """The model's output from onnxruntime, on ``_run``'s input."""
+    ort = pytest.importorskip("onnxruntime")
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {model.graph.input[0].name: x})[0]
+
+
 def _count_builds(monkeypatch):
     calls = []
     real = executable._build_group
@@ -58,7 +67,7 @@ def test_a_changed_compiler_or_a_lost_object_rebuilds(fresh_cache, monkeypatch):
     monkeypatch.setattr(kernel_cache, "_fingerprint", None)
     exe = lw.compile(lw.from_onnx(model), progress=False)
     assert len(builds) == len(exe.kernels)
-    assert np.isfinite(_run(exe)).all()
+    np.testing.assert_allclose(_run(exe), _reference(model), rtol=1e-4, atol=1e-4)
 
 
 def test_fingerprint_covers_the_compiler_source(tmp_path):
@@ -76,7 +85,20 @@ def test_fingerprint_covers_the_compiler_source(tmp_path):
     second = source_hash(tmp_path, ["dsl"], top_level=True)
     (tmp_path / "top.py").write_text("y = 2\n")
     assert len({first, second, source_hash(tmp_path, ["dsl"], top_level=True)}) == 3
-    assert kernel_cache.source_fingerprint() == kernel_cache.source_fingerprint()
+
+
+def test_fingerprint_hashes_the_whole_compiler(monkeypatch):
+    """The kernel cache's fingerprint is taken over the package's compiler folders (a wrong root
+    would hash nothing and let a changed compiler reuse stale kernels)."""
+    from pathlib import Path
+    from loopweave.backends.llvm import jit
+    seen = []
+    monkeypatch.setattr(kernel_cache, "_fingerprint", None)
+    monkeypatch.setattr(jit, "source_hash", lambda root, folders, top_level=False: seen.append((root, folders)) or "h")
+    assert kernel_cache.source_fingerprint() == "h"
+    (root, folders), = seen
+    assert Path(root) == Path(lw.__file__).resolve().parent
+    assert {"dsl", "lowering", "backends", "nn_ops"} <= {f for f in folders if (Path(root) / f).is_dir()}
 
 
 def test_a_schedule_registered_from_outside_turns_the_cache_off(fresh_cache, monkeypatch):
