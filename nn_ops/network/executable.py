@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ...backends import build as build_mod
 from ...backends.build import build
@@ -76,35 +77,6 @@ class KernelCall:
     shape: Optional[Tuple[int, ...]] = None   # the kernel's output shape (for display)
 
 
-class _Progress:
-    """One line on stderr: a bar redrawn in place on a terminal, a single summary line otherwise."""
-
-    def __init__(self, total: int, enabled: bool):
-        self.total, self.enabled, self.start = total, enabled and total > 0, time.perf_counter()
-        self.tty = sys.stderr.isatty()
-        self.reused = 0
-
-    def update(self, done: int, label: str, reused: int):
-        self.reused = reused
-        if not self.enabled or not self.tty:
-            return
-        width = 24
-        filled = int(width * done / self.total)
-        sys.stderr.write(f"\rloopweave: compiling kernels [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total}"
-                         f" ({reused} reused) {time.perf_counter() - self.start:5.1f}s {label[:28]:<28}")
-        sys.stderr.flush()
-
-    def close(self):
-        if not self.enabled:
-            return
-        if self.tty:
-            sys.stderr.write("\n")
-        else:
-            sys.stderr.write(f"loopweave: compiled {self.total}/{self.total} kernels ({self.reused} reused) in "
-                             f"{time.perf_counter() - self.start:.1f}s\n")
-        sys.stderr.flush()
-
-
 def compile_graph(graph: Graph, tgt, progress: Optional[bool] = None):
     """Compile a static Graph for target ``tgt`` (llvm or cuda) into an Executable / CudaExecutable."""
     t0 = time.perf_counter()
@@ -145,26 +117,37 @@ class KernelPlan:
                           target=tgt, graph=self.graph)
 
 
+def plan_kernel_groups(graph: Graph, target_kind: str):
+    """The graph after the passes for ``target_kind`` and its fused groups: ``(graph, kernel groups in
+    run order, {alias output: the value it views})``.  Shared by the compiler and the tuning tasks."""
+    g = optimize(graph, target_kind)
+    _materialize_output_copies(g)
+    groups = fuse_operators(g)
+    kernel_groups = [grp for grp in groups if grp.kind != "alias"]
+    alias_of = {grp.output: grp.nodes[0].inputs[0] for grp in groups if grp.kind == "alias"}
+    return g, kernel_groups, alias_of
+
+
 def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None) -> KernelPlan:
     """Graph passes, fusion into kernels, one build per distinct kernel, weights and the memory plan.
 
     Each kernel is scheduled with the op library's schedules for ``tgt`` and built by
     ``build_fn(schedule, args, name)`` (default ``lw.build`` for ``tgt``; the CUDA network
     tests pass a CPU emulation of the GPU schedules)."""
-    g = optimize(graph, tgt.kind)
-    _materialize_output_copies(g)
-    groups = fuse_operators(g)
-    kernel_groups = [grp for grp in groups if grp.kind != "alias"]
-    alias_of = {grp.output: grp.nodes[0].inputs[0] for grp in groups if grp.kind == "alias"}
+    g, kernel_groups, alias_of = plan_kernel_groups(graph, tgt.kind)
     progress = sys.stderr.isatty() or len(kernel_groups) > 8 if progress is None else progress
-    bar = _Progress(len(kernel_groups), progress)
+    # a bar where someone watches (terminal, Jupyter); in a log, only the summary line below
+    watched = sys.stderr.isatty() or "ipykernel" in sys.modules
+    bar = tqdm(total=len(kernel_groups), desc="loopweave: compiling kernels", unit="kernel",
+               disable=not (progress and watched), leave=False)
+    start = time.perf_counter()
     built: Dict[str, object] = {}
     by_signature: Dict[str, object] = {}
     calls_params: List[Tuple[object, List[str], str]] = []
     reused = 0
     remembered = tgt.kind == "llvm" and build_fn is None      # kernel_cache: CPU builds of the op library
-    for k, grp in enumerate(kernel_groups):
-        signature, params = _group_signature(g, grp)
+    for grp in kernel_groups:
+        signature, params = group_signature(g, grp)
         module = by_signature.get(signature)
         if module is None:
             module = kernel_cache.lookup(signature, tgt) if remembered else None
@@ -177,8 +160,12 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None) ->
         else:
             reused += 1
         calls_params.append((module, params, grp.name))
-        bar.update(k + 1, grp.name, reused)
+        bar.set_postfix_str(f"{reused} reused, {grp.name[:24]}", refresh=False)
+        bar.update()
     bar.close()
+    if progress and kernel_groups:
+        print(f"loopweave: compiled {len(kernel_groups)} kernels ({reused} reused) in "
+              f"{time.perf_counter() - start:.1f}s", file=sys.stderr)
     weights, weight_offsets = _pack_weights(g, {p for _, params, _ in calls_params for p in params})
     steps = [(params, grp.output) for (_, params, _), grp in zip(calls_params, kernel_groups)]
     locations, arena_size = _plan_memory(g, steps, alias_of, weight_offsets)
@@ -208,7 +195,7 @@ def _materialize_output_copies(g: Graph) -> None:
         seen.add(g.outputs[k])
 
 
-def _group_signature(g: Graph, grp) -> Tuple[str, List[str]]:
+def group_signature(g: Graph, grp) -> Tuple[str, List[str]]:
     """A structural key of the group's computation and its parameter value names (in order)."""
     params: List[str] = []
     index: Dict[str, str] = {}
@@ -234,7 +221,9 @@ def _group_signature(g: Graph, grp) -> Tuple[str, List[str]]:
     return "|".join(parts), params
 
 
-def _build_group(g: Graph, grp, params: List[str], target, build_fn=None):
+def group_computation(g: Graph, grp, params: List[str]):
+    """The compute DAG of a fused group: ``(placeholders in0, in1, ... for params, output tensor)``,
+    built from the op table (so identical layers give structurally identical computations)."""
     tensors = {}
     placeholders = []
     for k, name in enumerate(params):
@@ -250,12 +239,20 @@ def _build_group(g: Graph, grp, params: List[str], target, build_fn=None):
             raise InternalError(f"kernel for {node.op_type} computed shape {_static(t)}, the graph says "
                                 f"{g.values[node.outputs[0]].shape}")
         tensors[node.outputs[0]] = t
-    out = tensors[grp.output]
+    return placeholders, tensors[grp.output]
+
+
+def _build_group(g: Graph, grp, params: List[str], target, build_fn=None):
+    placeholders, out = group_computation(g, grp, params)
     s = schedule([out], target)
-    name = "".join(ch if ch.isalnum() else "_" for ch in grp.name)
+    name = kernel_name(grp)
     if build_fn is not None:
         return build_fn(s, placeholders + [out], name)
     return build(s, placeholders + [out], target=target, name=name)
+
+
+def kernel_name(grp) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in grp.name)
 
 
 def _static(t):

@@ -3,7 +3,7 @@
 The object cache (``backends/llvm/jit.py``) is keyed by the kernel's symbol, a hash of
 its lowered IR, so even a fully cached compile used to schedule and lower every
 kernel to learn its symbol (most of ResNet-18's cached compile time).  This cache maps
-a group's structural signature (``executable._group_signature``: op types, attributes,
+a group's structural signature (``executable.group_signature``: op types, attributes,
 shapes and dtypes of its parameters, scalar constants) plus the target and a
 fingerprint of loopweave's own source to that symbol.  A hit whose object is still in
 the object cache skips scheduling, lowering and code generation; any change to the
