@@ -5,6 +5,7 @@ import hashlib
 from typing import Sequence
 
 from ..dsl.schedule import Schedule
+from ..dsl.visitor import post_order_visit
 from ..errors import BuildError
 from ..lowering.ir import PrimFunc
 from ..lowering.lower import lower
@@ -37,7 +38,6 @@ def build(schedule_or_func, args: Sequence = (), target="llvm", name: str = "mai
 
 
 def _thread_bound_loops(func: PrimFunc) -> list:
-    from ..dsl.visitor import post_order_visit
     found = []
     post_order_visit(func.body, lambda n: found.append(n.var.name) if type(n).__name__ == "For"
                      and n.kind == "thread" else None)
@@ -45,7 +45,6 @@ def _thread_bound_loops(func: PrimFunc) -> list:
 
 
 def _has_kernels(func: PrimFunc) -> bool:
-    from ..dsl.visitor import post_order_visit
     found = []
     post_order_visit(func.body, lambda n: found.append(1) if type(n).__name__ == "KernelLaunch" else None)
     return bool(found)
@@ -104,7 +103,6 @@ def _optimized_ir(llvm_ir: str, target) -> str:
 
 
 def _written_buffers(func: PrimFunc):
-    from ..dsl.visitor import post_order_visit
     found = []
     post_order_visit(func.body, lambda n: found.append(n.buffer) if type(n).__name__ == "BufferStore" else None)
     return found

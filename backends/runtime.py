@@ -14,7 +14,9 @@ from typing import Dict, List
 import numpy as np
 
 from ..dsl.expr import Const, Var
+from ..dsl.expr_printer import expr_to_str
 from ..errors import ArgumentError
+from .module_html import module_html
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 
@@ -51,7 +53,6 @@ class ParamSpec:
 
 def _shape_spec(shape, size_names: Dict[int, str]):
     """Each dimension as an int, a size-var name, or an expression string (checked after binding)."""
-    from ..lowering.printer import expr_to_str
     out = []
     for s in shape:
         if isinstance(s, Const):
@@ -221,7 +222,6 @@ class Module:
 
     def _repr_html_(self) -> str:
         """Signature, then collapsed lowered IR, LLVM IR and assembly (generated when displayed)."""
-        from ..lowering.printer import module_html
         return module_html(self)
 
 

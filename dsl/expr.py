@@ -15,11 +15,10 @@ from typing import Any, Tuple
 
 from ..errors import DTypeError, ExprError
 from . import dtypes
+from .expr_printer import OPERATOR_SYMBOL, expr_to_str
 
 _BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max")
 _COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
-_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "floormod": "%",
-           "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
 class ExprOps:
@@ -52,14 +51,12 @@ class ExprOps:
     def __ror__(self, other): return _logic_or_bits("bitwise_or", logical_or, other, self)
     def __xor__(self, other): return _logic_or_bits("bitwise_xor", logical_xor, self, other)
     def __rxor__(self, other): return _logic_or_bits("bitwise_xor", logical_xor, other, self)
-    def __invert__(self): return logical_not(self) if _is_bool(self) else _bitwise("bitwise_not")(self)
-    def __lshift__(self, other): return _bitwise("shift_left")(self, other)
-    def __rlshift__(self, other): return _bitwise("shift_left")(other, self)
-    def __rshift__(self, other): return _bitwise("shift_right")(self, other)
-    def __rrshift__(self, other): return _bitwise("shift_right")(other, self)
-    def __pow__(self, other):
-        from .intrinsics import pow as pow_
-        return pow_(self, other)
+    def __invert__(self): return logical_not(self) if _is_bool(self) else bitwise_not(self)
+    def __lshift__(self, other): return bitwise_binary("shift_left", self, other)
+    def __rlshift__(self, other): return bitwise_binary("shift_left", other, self)
+    def __rshift__(self, other): return bitwise_binary("shift_right", self, other)
+    def __rrshift__(self, other): return bitwise_binary("shift_right", other, self)
+    def __pow__(self, other): return float_binary_call("pow", self, other, "cast them first")
 
     def __bool__(self):
         raise ExprError(
@@ -76,7 +73,6 @@ class Expr(ExprOps):
     _is_ir_node = True
 
     def __str__(self) -> str:
-        from ..lowering.printer import expr_to_str
         return expr_to_str(self)
 
     def __repr__(self) -> str:
@@ -328,21 +324,21 @@ def _operands(a, b, what: str):
 
 
 def binary(op: str, a, b) -> Expr:
-    a, b = _operands(a, b, f"'{_SYMBOL.get(op, op)}'")
+    a, b = _operands(a, b, f"'{OPERATOR_SYMBOL.get(op, op)}'")
     if a.dtype == dtypes.BOOL and op not in ("min", "max"):
-        raise DTypeError(f"arithmetic '{_SYMBOL.get(op, op)}' on bool values; cast them to an int dtype first")
+        raise DTypeError(f"arithmetic '{OPERATOR_SYMBOL.get(op, op)}' on bool values; cast them to an int dtype first")
     if op == "div" and not dtypes.is_float(a.dtype):
         raise DTypeError(
             f"'/' on integer dtype {a.dtype} is ambiguous; use '//' (floor division) "
             f"or cast to a float dtype")
     if op in ("floordiv", "floormod") and isinstance(b, Const) and b.value == 0:
-        raise ExprError(f"division by the constant zero in {a} {_SYMBOL[op]} 0")
+        raise ExprError(f"division by the constant zero in {a} {OPERATOR_SYMBOL[op]} 0")
     folded = _fold_binary(op, a, b)
     return folded if folded is not None else Binary(op, a, b)
 
 
 def compare(op: str, a, b) -> Expr:
-    a, b = _operands(a, b, f"'{_SYMBOL[op]}'")
+    a, b = _operands(a, b, f"'{OPERATOR_SYMBOL[op]}'")
     if isinstance(a, Const) and isinstance(b, Const):
         return const(_PY_COMPARE[op](a.value, b.value), dtypes.BOOL)
     return Compare(op, a, b)
@@ -389,16 +385,11 @@ def _is_bool(value) -> bool:
     return isinstance(value, bool) or (isinstance(value, ExprOps) and as_expr(value).dtype == dtypes.BOOL)
 
 
-def _bitwise(name: str):
-    from . import bitwise    # bitwise builds on this module
-    return getattr(bitwise, name)
-
-
 def _logic_or_bits(name: str, logical, a, b) -> Expr:
     """``&``, ``|``, ``^`` are logic when a side is bool, else bitwise (integers only), as in numpy and TVM."""
     if _is_bool(a) or _is_bool(b):
         return logical(a, b)
-    return _bitwise(name)(a, b)
+    return bitwise_binary(name, a, b)
 
 
 _PY_COMPARE = {
@@ -500,3 +491,59 @@ def var(name: str = "v", dtype: str = dtypes.INDEX) -> Var:
     if not isinstance(name, str) or not name.isidentifier():
         raise ExprError(f"a var name must be an identifier, got {name!r}")
     return Var(name, dtypes.normalize(dtype))
+
+
+# ----------------------------------------------------------------------------- calls behind operators
+# ``**`` and the bit operators build intrinsic Calls; they are defined here, below the
+# operators that use them, and ``intrinsics.py`` / ``bitwise.py`` name them for users.
+
+def float_binary_call(name: str, x, y, hint: str) -> Expr:
+    """``Call(name, (x, y))`` of two float operands (``pow``, ``fmod``); ``hint`` says what to do otherwise."""
+    x, y = _operands(x, y, f"lw.{name}")
+    if not dtypes.is_float(x.dtype):
+        raise DTypeError(f"lw.{name} needs float arguments, got {x.dtype}; {hint}")
+    return Call(name, (x, y), x.dtype)
+
+
+BITWISE_BINARY = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "shift_left": "<<", "shift_right": ">>"}
+BITWISE_UNARY = {"bitwise_not": "~"}
+
+
+def _require_int(name: str, dtype: str) -> None:
+    if not dtypes.is_int(dtype):
+        symbol = BITWISE_BINARY.get(name) or BITWISE_UNARY[name]
+        hint = "use a bool tensor's logic ops (&, |, ~ on bools) instead" if dtype == dtypes.BOOL \
+            else "cast to an integer dtype first"
+        raise DTypeError(f"lw.{name} ('{symbol}') needs integer operands, got dtype {dtype}; {hint}")
+
+
+def _fold_bits(name: str, x: int, y: int, dtype: str) -> int:
+    """What numpy computes for two constants (the result wrapped to ``dtype``)."""
+    x, y = _wrap_int(x, dtype), _wrap_int(y, dtype)
+    if name == "bitwise_and":
+        return x & y
+    if name == "bitwise_or":
+        return x | y
+    if name == "bitwise_xor":
+        return _wrap_int(x ^ y, dtype)
+    if not 0 <= y < dtypes.bits(dtype):
+        return -1 if name == "shift_right" and x < 0 else 0
+    return _wrap_int(x << y, dtype) if name == "shift_left" else x >> y
+
+
+def bitwise_binary(name: str, a, b) -> Expr:
+    """One of the ``BITWISE_BINARY`` operations on two integer operands (constants fold as numpy does)."""
+    a, b = _operands(a, b, f"lw.{name} ('{BITWISE_BINARY[name]}')")
+    _require_int(name, a.dtype)
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(_fold_bits(name, a.value, b.value, a.dtype), a.dtype)
+    return Call(name, (a, b), a.dtype)
+
+
+def bitwise_not(a) -> Expr:
+    """``~a`` of an integer (all bits flipped)."""
+    a = as_expr(a)
+    _require_int("bitwise_not", a.dtype)
+    if isinstance(a, Const):
+        return Const(_wrap_int(~a.value, a.dtype), a.dtype)
+    return Call("bitwise_not", (a,), a.dtype)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..errors import DTypeError
 from . import dtypes
-from .expr import Call, Const, Expr, _operands, as_expr, binary, cast, const, select
+from .expr import Call, Const, Expr, as_expr, binary, cast, const, float_binary_call, select
 
 FLOAT_ONLY = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil", "round",
               "pow", "fmod")
@@ -40,20 +40,14 @@ def abs(x) -> Expr:  # noqa: A001
     return Call("abs", (x,), x.dtype)
 
 
-def _float_pair(name: str, x, y, hint: str) -> Expr:
-    x, y = _operands(x, y, f"lw.{name}")
-    if not dtypes.is_float(x.dtype):
-        raise DTypeError(f"lw.{name} needs float arguments, got {x.dtype}; {hint}")
-    return Call(name, (x, y), x.dtype)
-
-
 def pow(x, y) -> Expr:  # noqa: A001
-    return _float_pair("pow", x, y, "cast them first")
+    """``x ** y`` of floats (what the ``**`` operator builds)."""
+    return float_binary_call("pow", x, y, "cast them first")
 
 
 def fmod(x, y) -> Expr:
     """C's fmod: ``x - n * y`` with ``n = trunc(x / y)`` computed exactly (the sign of ``x``)."""
-    return _float_pair("fmod", x, y, "use % for integers")
+    return float_binary_call("fmod", x, y, "use % for integers")
 
 
 def elementwise_min(a, b) -> Expr:

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import ExprError
 from . import dtypes
-from .expr import Expr, Reduce, Var, as_expr, binary, const, logical_and, logical_or, select
+from .expr import Expr, Reduce, Var, as_expr, binary, compare, const, logical_and, logical_or, select
 from .tensor import IterVar
 
 
@@ -119,7 +119,6 @@ def min(expr, b=None, axis=None, where=None):  # noqa: A001
 def _arg_combine(better: str):
     def combine(x, y):
         (xi, xv), (yi, yv) = x, y
-        from .expr import compare
         strictly = compare(better, yv, xv)
         tie = logical_and(compare("eq", yv, xv), compare("lt", yi, xi))
         take_y = logical_or(strictly, tie)

@@ -8,7 +8,7 @@ factored axis can be vectorized or run in parallel.
 from __future__ import annotations
 
 from ..errors import ScheduleError
-from .expr import Reduce, Var, const, logical_and
+from .expr import Reduce, Var, const, logical_and, select
 from .relations import Split, derive_extents, needs_guard, root_values
 from .tensor import ComputeOp, IterVar
 from .visitor import substitute
@@ -55,12 +55,9 @@ def rfactor(schedule, tensor, axis, factor_axis: int = 0):
         rf_body = Reduce(body.combiner, source, tuple(new_reduce.values()), condition, 0)
         rf_op = ComputeOp(name, rf_axes, (rf_body,), op.tag, op.attrs)
     else:
-        from .expr import select
         rf_op = ComputeOp(name, rf_axes, (select(condition, source[0], body.combiner.identity[0]),), op.tag, op.attrs)
     rf_tensor = rf_op.outputs[0]
-    from .schedule import Stage
-    rf_stage = Stage(schedule, rf_op)
-    schedule._add_stage(rf_stage, before=stage)
+    schedule._new_stage(rf_op, before=stage)
     # the original stage now sums the partial results over the factored axis
     k_final = IterVar(Var(axis.name + ".v"), const(0), extents[axis], "reduce")
     idx = [iv.var for iv in op.axis]

@@ -14,10 +14,13 @@ from typing import Dict, List, Optional, Sequence
 from ..errors import ScheduleError
 from . import dtypes
 from .expr import Const, Expr, TensorLoad, Var, as_expr, const
+from .printer import schedule_to_str
+from .printer_html import schedule_html, stage_html
 from .relations import Fuse, Split, split_extents
-from .tensor import ComputeOp, IterVar, PlaceholderOp, Tensor
+from .rfactor import rfactor
+from .tensor import ComputeOp, IterVar, PlaceholderOp, Tensor, compute
 from .trace import Trace
-from .visitor import Mutator
+from .visitor import Mutator, collect_vars, substitute
 
 ANNOTATIONS = ("vectorize", "parallel", "unroll", "bind")
 SCOPES = ("global", "shared", "local")
@@ -54,7 +57,6 @@ class Stage:
         return f"Stage({self.name})"
 
     def _repr_html_(self) -> str:
-        from ..lowering.printer import stage_html
         return stage_html(self)
 
     def _error(self, primitive: str, message: str, fix: str = "") -> ScheduleError:
@@ -397,7 +399,7 @@ class Schedule:
         self.stages: List[Stage] = []
         self._stage_of: Dict[int, Stage] = {}
         for op in _topo_ops(self.outputs):
-            self._add_stage(Stage(self, op))
+            self._new_stage(op)
         for op in self.outputs:
             self[op].is_output = True
         self.trace = Trace()
@@ -405,16 +407,18 @@ class Schedule:
         for stage in self.stages:
             for t in stage.op.outputs:
                 for s in t.shape:
-                    from .visitor import collect_vars
                     for v in collect_vars(s):
                         self.vars.setdefault(v.name, v)
 
-    def _add_stage(self, stage: Stage, before: Optional[Stage] = None):
+    def _new_stage(self, op, before: Optional[Stage] = None) -> Stage:
+        """A stage for ``op``, last or (for the ops cache_read, cache_write, rfactor make) before ``before``."""
+        stage = Stage(self, op)
         if before is None:
             self.stages.append(stage)
         else:
             self.stages.insert(self.stages.index(before), stage)
         self._stage_of[id(stage.op)] = stage
+        return stage
 
     def __getitem__(self, item) -> Stage:
         op = item.op if isinstance(item, Tensor) else item
@@ -435,11 +439,9 @@ class Schedule:
         return f"Schedule({', '.join(s.name for s in self.stages)})"
 
     def __str__(self) -> str:
-        from ..lowering.printer import schedule_to_str
         return schedule_to_str(self)
 
     def _repr_html_(self) -> str:
-        from ..lowering.printer import schedule_html
         return schedule_html(self)
 
     # ------------------------------------------------------------- structure
@@ -497,12 +499,9 @@ class Schedule:
             if not isinstance(rs.op, ComputeOp) or all(t is not tensor for t in rs.op.input_tensors):
                 raise ScheduleError(f"cache_read of '{tensor.name}': stage '{rs.name}' does not read '{tensor.name}'")
         name = self._fresh_stage_name(f"{tensor.name}.{scope}")
-        from .tensor import compute
         cache = compute(tensor.shape, lambda *idx: tensor[idx], name=name)
-        stage = Stage(self, cache.op)
-        stage.scope = scope
         first_reader = min(reader_stages, key=self.stages.index)
-        self._add_stage(stage, before=first_reader)
+        self._new_stage(cache.op, before=first_reader).scope = scope
         for rs in reader_stages:
             self._replace_op(rs, _ReplaceLoads(tensor, cache))
         self.trace.record("cache_read", tensor.name, {"scope": scope, "readers": [r.name for r in reader_stages],
@@ -526,14 +525,11 @@ class Schedule:
         old_op = stage.op
         name = self._fresh_stage_name(f"{tensor.name}.{scope}")
         new_axis = [IterVar(Var(iv.name + ".c"), iv.min, iv.extent, "spatial") for iv in old_op.axis]
-        from .visitor import substitute
         mapping = {old.var: new.var for old, new in zip(old_op.axis, new_axis)}
         body = tuple(substitute(b, mapping) for b in old_op.body)
         cache_op = ComputeOp(name, new_axis, body, old_op.tag, old_op.attrs)
         cache = cache_op.outputs[0]
-        cache_stage = Stage(self, cache_op)
-        cache_stage.scope = scope
-        self._add_stage(cache_stage, before=stage)
+        self._new_stage(cache_op, before=stage).scope = scope
         copy_op = ComputeOp(old_op.name, old_op.axis, (cache[tuple(iv.var for iv in old_op.axis)],),
                             old_op.tag, old_op.attrs)
         self._retarget(stage, copy_op)
@@ -542,7 +538,6 @@ class Schedule:
 
     def rfactor(self, tensor: Tensor, axis: IterVar, factor_axis: int = 0) -> Tensor:
         """Turn reduction axis ``axis`` into a spatial axis of a new stage (partial results)."""
-        from .rfactor import rfactor
         return rfactor(self, tensor, axis, factor_axis)
 
     def _fresh_stage_name(self, base: str) -> str:

@@ -7,7 +7,10 @@ from typing import Callable, Sequence, Tuple
 
 from ..errors import DTypeError, ExprError
 from . import dtypes
-from .expr import Const, Expr, ExprOps, Reduce, TensorLoad, Var, as_expr, const
+from .expr import Const, Expr, ExprOps, Reduce, TensorLoad, Var, as_expr, cast, const
+from .expr_printer import expr_to_str
+from .printer_html import tensor_definition_html
+from .visitor import collect_tensor_loads, contains_reduce
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -40,7 +43,6 @@ class IterVar(ExprOps):
         return id(self)
 
     def __repr__(self) -> str:
-        from ..lowering.printer import expr_to_str
         lo, hi = expr_to_str(self.min), expr_to_str(self.min + self.extent)
         return f"IterVar({self.name}, range({lo}, {hi}), {self.kind})"
 
@@ -52,7 +54,6 @@ def _as_extent(value, what: str) -> Expr:
     if not dtypes.is_int(e.dtype):
         raise DTypeError(f"{what} must be an integer, got {e} of dtype {e.dtype}")
     if e.dtype != dtypes.INDEX:
-        from .expr import cast
         e = cast(dtypes.INDEX, e)
     if isinstance(e, Const) and e.value < 0:
         raise ExprError(f"{what} must not be negative, got {e.value}")
@@ -128,7 +129,6 @@ class Tensor:
             if not dtypes.is_int(e.dtype):
                 raise DTypeError(f"index {d} of {self.name!r} is {e} of dtype {e.dtype}; indices must be integers")
             if e.dtype != dtypes.INDEX:
-                from .expr import cast
                 e = cast(dtypes.INDEX, e)
             exprs.append(e)
         return TensorLoad(self, tuple(exprs))
@@ -143,12 +143,10 @@ class Tensor:
         return ("Tensor", id(self))
 
     def __repr__(self) -> str:
-        from ..lowering.printer import expr_to_str
         dims = ", ".join(expr_to_str(s) for s in self.shape)
         return f"Tensor({self.name}, shape=({dims}), {self.dtype})"
 
     def _repr_html_(self) -> str:
-        from ..lowering.printer import tensor_definition_html
         return tensor_definition_html(self)
 
 
@@ -183,7 +181,6 @@ class ComputeOp(Operation):
 
     @property
     def input_tensors(self) -> list:
-        from .visitor import collect_tensor_loads
         seen = []
         for b in self.body:
             for t in collect_tensor_loads(b):
@@ -238,7 +235,6 @@ def compute(shape, fcompute: Callable, name: str = "compute", tag: str = "", att
 
 
 def _check_body(name: str, body: Tuple[Expr, ...]) -> None:
-    from .visitor import contains_reduce
     reduces = [b for b in body if isinstance(b, Reduce)]
     for b in body:
         inner = b.source if isinstance(b, Reduce) else (b,)

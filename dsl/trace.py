@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
 from ..errors import ScheduleError
+from .tensor import thread_axis
 
 TRACE_VERSION = 1
 
@@ -42,6 +43,10 @@ class Trace:
 
     def __iter__(self):
         return iter(self.steps)
+
+    def of_stage(self, stage: str) -> "Trace":
+        """The steps applied to the stage named ``stage``, in order."""
+        return Trace([st for st in self.steps if st.stage == stage])
 
     def to_json(self) -> str:
         return json.dumps({"version": TRACE_VERSION, "steps": [s.to_dict() for s in self.steps]})
@@ -119,7 +124,6 @@ class Trace:
 
     def apply(self, schedule) -> None:
         """Replay these steps on ``schedule`` (a fresh schedule of the same computation)."""
-        from .tensor import thread_axis
         for st in self.steps:
             a, p = st.args, st.primitive
             try:

@@ -19,7 +19,10 @@ from typing import List, Sequence
 
 import islpy as isl
 
+from ..dsl.arith import simplify_expr
 from ..dsl.expr import Const, Expr, Var, const, select
+from ..dsl.expr_printer import expr_to_str
+from ..dsl.visitor import substitute
 from ..errors import BoundsError
 from .accesses import Access
 from .isl_adapter import IslNames, affine, condition, make_set, pw_aff_to_expr, set_to_condition
@@ -222,10 +225,7 @@ def check_accesses_in_bounds(op_name: str, domain: Sequence[Loop], accesses: Seq
 
 
 def _raise_out_of_bounds(op_name, acc: Access, shape, names: IslNames, values: dict):
-    from .printer import expr_to_str
-    from ..dsl.visitor import substitute
     at = ", ".join(f"{names.var_of[n].name} = {v}" for n, v in values.items())
-    from .passes.simplify import simplify_expr
     mapping = {names.var_of[n]: const(v) for n, v in values.items()}
     # substitute() rebuilds nodes without folding; fold so the offending index is a number
     idx = [simplify_expr(substitute(i, mapping)) for i in acc.indices]

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..dsl.expr import Expr, Var, _structural_node
+from ..dsl.expr_printer import expr_to_str
+from .printer import primfunc_html, primfunc_to_str, stmt_to_str
 
 FOR_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread")
 
@@ -29,7 +31,6 @@ class Buffer:
         return ("Buffer", id(self))
 
     def __repr__(self):
-        from .printer import expr_to_str
         return f"Buffer({self.name}, [{', '.join(expr_to_str(s) for s in self.shape)}], {self.dtype}, {self.scope})"
 
 
@@ -71,7 +72,6 @@ class Stmt:
     _is_ir_node = True
 
     def __str__(self) -> str:
-        from .printer import stmt_to_str
         return stmt_to_str(self)
 
     def __repr__(self):
@@ -187,16 +187,13 @@ class PrimFunc:
         return f
 
     def __str__(self) -> str:
-        from .printer import primfunc_to_str
         return primfunc_to_str(self)
 
     def __repr__(self) -> str:
         return str(self)
 
     def _repr_html_(self) -> str:
-        from .printer import primfunc_html
         return primfunc_html(self)
 
     def structural_key(self):
-        from .printer import primfunc_to_str
         return primfunc_to_str(self, unique_names=True)

@@ -15,6 +15,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 import islpy as isl
 
 from ..dsl import dtypes
+from ..dsl.arith import simplify_expr
 from ..dsl.expr import Binary, Cast, Compare, Const, Expr, Logical, Var, binary, const, logical_and, logical_or, select
 from ..errors import InternalError
 
@@ -184,7 +185,6 @@ def _as_min_or_max(pw: isl.PwAff, pieces, names: IslNames) -> Optional[Expr]:
 
 def pw_aff_to_expr(pw: isl.PwAff, names: IslNames) -> Expr:
     """A loopweave expression for an isl piecewise quasi-affine function (simplified)."""
-    from .passes.simplify import simplify_expr
     return simplify_expr(_pw_aff_to_expr(pw, names))
 
 

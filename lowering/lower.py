@@ -10,9 +10,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Sequence
 
+from ..dsl.expr import Let, Reduce
 from ..dsl.schedule import Schedule
-from ..dsl.tensor import Tensor
-from ..errors import LoweringError
+from ..dsl.tensor import ComputeOp, Tensor
+from ..dsl.visitor import collect_vars, post_order_visit
+from ..errors import ExprError, LoweringError
+from ..target import resolve_target
+from .check_gpu_schedule import check_gpu_schedule
 from .ir import PrimFunc
 from .passes.loop_partition import loop_partition
 from .passes.remove_noops import remove_noops
@@ -74,11 +78,9 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
     _check_free_vars(schedule, args)
     tgt = None
     if target is not None:
-        from ..target import resolve_target
         tgt = resolve_target(target)
     passes = PASSES
     if tgt is not None and tgt.kind == "cuda":
-        from .check_gpu_schedule import check_gpu_schedule
         check_gpu_schedule(schedule)
         passes = PASSES + GPU_PASSES
     start = time.perf_counter()
@@ -107,10 +109,6 @@ def _check_free_vars(schedule: Schedule, args) -> None:
     """Every variable in a compute body must be one of its axes, a reduce axis of a
     reducer in it, or a size of the arguments; anything else (typically a reduce_axis
     used outside lw.sum/lw.max/...) would be unbound at run time."""
-    from ..dsl.expr import Let, Reduce
-    from ..dsl.tensor import ComputeOp
-    from ..dsl.visitor import collect_vars, post_order_visit
-    from ..errors import ExprError
     sizes = {id(v) for a in args for s in schedule.current_tensor(a).shape for v in collect_vars(s)}
     for stage in schedule.stages:
         op = stage.op

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from typing import Dict, List
 
 from ...dsl import dtypes
+from ...dsl.arith import linear_form, simplify_expr
 from ...dsl.bitwise import NAMES as BITWISE_NAMES
 from ...dsl.expr import Binary, Call, Cast, Compare, Const, Let, Logical, Select, Var
 from ...dsl.visitor import Mutator, post_order_visit
 from ...errors import BuildError, InternalError
 from ...lowering.ir import (SYNC_THREADS, Allocate, Broadcast, BufferLoad, BufferStore, Evaluate, For, IfThenElse,
                             KernelLaunch, LetStmt, PrimFunc, Ramp, Seq)
-from ...lowering.passes.simplify import linear_form, simplify_expr
 from .index_width import fits_int32
 
 C_TYPE = {"float32": "float", "float64": "double", "int8": "signed char", "int16": "short", "int32": "int",

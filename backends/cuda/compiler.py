@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Optional, Tuple
 
 from ...errors import BuildError
+from ..disk_cache import cache_dir
 
 DEFAULT_ARCH = "sm_90"
 
@@ -124,7 +125,6 @@ def _nvcc_compile(nvcc: str, source: str, arch: str) -> str:
 
 
 def _cache_path(source: str, arch: str, compiler: str) -> Path:
-    from ..llvm.jit import cache_dir
     key = hashlib.sha256(f"{compiler}|{arch}|{source}".encode()).hexdigest()[:32]
     path = cache_dir() / "cuda"
     path.mkdir(parents=True, exist_ok=True)

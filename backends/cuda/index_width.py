@@ -4,7 +4,7 @@ The IR computes indices in int64.  On a GPU that doubles the registers every add
 takes and turns each multiply-add into two: the double-buffered 128x128-tile matmul
 needs 167 registers with 64-bit indices and 127 with 32-bit ones (ptxas, sm_90), which
 decides between one and two blocks per multiprocessor.  ``fits_int32(kernel)`` proves,
-by interval arithmetic over the loop ranges (``simplify.binary_bound``, the
+by interval arithmetic over the loop ranges (``dsl.arith.binary_bound``, the
 simplifier's own rules), that every int64 value the kernel computes (each
 subexpression, not only the final index) lies in int32's range; the emitter then
 writes ``int`` for them.  Anything whose range is unknown (a value loaded from memory,
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
+from ...dsl.arith import binary_bound
 from ...dsl.expr import Binary, Call, Cast, Compare, Const, Let, Logical, Select, Var
 from ...lowering.ir import (Allocate, Broadcast, BufferLoad, BufferStore, Evaluate, For, IfThenElse, KernelLaunch,
                             LetStmt, Ramp, Seq)
-from ...lowering.passes.simplify import binary_bound
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 Range = Tuple[int, int]

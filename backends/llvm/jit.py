@@ -21,17 +21,12 @@ import llvmlite
 from llvmlite import binding as llvm
 
 from ...target import Target
+from ..disk_cache import cache_dir
 from . import thread_pool
 
 _lock = threading.Lock()
 _engine = None
 _target_machines = {}
-
-
-def cache_dir() -> Path:
-    path = Path(os.environ.get("LOOPWEAVE_CACHE_DIR", Path.home() / ".cache" / "loopweave"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def _initialize():

@@ -97,6 +97,8 @@ import threading
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
+from ..disk_cache import cache_dir
+
 __all__ = [
     "MAX_THREADS",
     "PIECES_PER_THREAD",
@@ -645,7 +647,6 @@ def _optimize(module_ref, target_machine):
 
 def _cached_object_path(ir_text: str):
     import hashlib
-    from .jit import cache_dir
     key = hashlib.sha256("\0".join([ir_text, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
                                       "pool-v1"]).encode()).hexdigest()[:32]
     return cache_dir() / f"pool-{key}.o"

@@ -14,7 +14,7 @@ otherwise LoweringError (a divergent barrier hangs or corrupts the kernel).
 from __future__ import annotations
 
 from ...dsl.expr import Call
-from ...dsl.visitor import Mutator, collect_vars, post_order_visit
+from ...dsl.visitor import Mutator, children, collect_vars, post_order_visit
 from ...errors import LoweringError
 from ..ir import SYNC_THREADS, BufferLoad, BufferStore, Evaluate, For, IfThenElse, KernelLaunch, Seq, seq
 
@@ -149,7 +149,6 @@ def _reads_shared_only_inside(s) -> bool:
 
 def _has_inner_seq_writer(s) -> bool:
     """Whether barriers go inside ``s``: a Seq in it (outside self-contained nests) both fills and reads shared memory."""
-    from ...dsl.visitor import children
     stack = [s]
     while stack:
         n = stack.pop()

@@ -1,233 +1,25 @@
 """simplify: fold constants, canonicalise affine index arithmetic, drop proven guards.
 
-Before/after: any loop IR.  Integer expressions that are affine in variables are
-rewritten as a canonical sum ``c0 + c1*v1 + ...`` (so ``(i*4 + j) - i*4`` becomes
-``j``); floor division and modulo by a constant of such sums are folded where the
-range of the loop variables (known from the enclosing loops) proves the result.
+Before/after: any loop IR.  Expressions are simplified by ``dsl/arith.py``
+(constant folding, canonical affine sums, floor division and modulo folded where
+variable ranges prove the result); this pass adds the statement forms: the range of
+each loop variable, known from its enclosing loop, becomes a fact while its body is
+simplified, and index lets are substituted so the canonical form cancels origins.
 Guards (IfThenElse) that the enclosing loop ranges prove true are removed; proven
 false ones drop their then-branch.  Range facts come from enclosing loops with
 constant bounds and from isl for the symbolic rest (see loop_partition).
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
-
 from ...dsl import dtypes
-from ...dsl.expr import Binary, Compare, Const, Expr, Logical, Select, Var, binary, const, logical_and
-from ...dsl.visitor import Mutator
-from ..ir import For, IfThenElse, LetStmt, NOOP
+from ...dsl.arith import ExprSimplifier
+from ...dsl.expr import Binary, Const, Expr, Var
+from ...dsl.visitor import substitute
+from ..ir import NOOP, For, IfThenElse, LetStmt
 
 
-def linear_form(e: Expr) -> Optional[Tuple[Dict[object, int], int]]:
-    """``e`` as ({term: coefficient}, constant) if it is a sum of terms; terms are Vars or opaque nodes."""
-    if isinstance(e, Const) and e.dtype == dtypes.INDEX:
-        return {}, e.value
-    if not (isinstance(e, Expr) and e.dtype == dtypes.INDEX):
-        return None
-    if isinstance(e, Binary) and e.op in ("add", "sub"):
-        a, b = linear_form(e.a), linear_form(e.b)
-        if a is None or b is None:
-            return None
-        sign = 1 if e.op == "add" else -1
-        terms = dict(a[0])
-        for t, c in b[0].items():
-            terms[t] = terms.get(t, 0) + sign * c
-        return {t: c for t, c in terms.items() if c}, a[1] + sign * b[1]
-    if isinstance(e, Binary) and e.op == "mul":
-        a, b = linear_form(e.a), linear_form(e.b)
-        if a is not None and b is not None:
-            if not b[0]:
-                return {t: c * b[1] for t, c in a[0].items() if c * b[1]}, a[1] * b[1]
-            if not a[0]:
-                return {t: c * a[1] for t, c in b[0].items() if c * a[1]}, a[1] * b[1]
-    return {_TermKey(e): 1}, 0
-
-
-class _TermKey:
-    """Hashes a non-linear term structurally (Vars by identity)."""
-
-    __slots__ = ("expr", "_hash")
-
-    def __init__(self, expr):
-        self.expr = expr
-        self._hash = hash(expr)
-
-    def __hash__(self):
-        return self._hash
-
-    def __eq__(self, other):
-        return isinstance(other, _TermKey) and bool(self.expr == other.expr)
-
-
-def from_linear(terms: Dict[object, int], constant: int) -> Expr:
-    result: Optional[Expr] = None
-    ordered = sorted(terms.items(), key=lambda tc: -abs(tc[1]))
-    for term, c in ordered:
-        e = term.expr
-        if c == 1:
-            part = e
-        elif c == -1 and result is not None:
-            result = binary("sub", result, e)
-            continue
-        else:
-            part = binary("mul", e, const(c))
-        result = part if result is None else binary("add", result, part)
-    if result is None:
-        return const(constant)
-    if constant > 0:
-        return binary("add", result, const(constant))
-    if constant < 0:
-        return binary("sub", result, const(-constant))
-    return result
-
-
-def _fold_div_mod_pairs(terms: Dict[object, int], constant: int):
-    """``k*d*(x // d) + k*(x % d)`` -> ``k*x`` (floor division), e.g. a fused index split back and re-joined."""
-    for key, k in list(terms.items()):
-        e = key.expr
-        if not (isinstance(e, Binary) and e.op == "floormod" and isinstance(e.b, Const) and e.b.value > 0):
-            continue
-        div_key = _TermKey(Binary("floordiv", e.a, e.b))
-        if key not in terms or terms.get(div_key) != k * e.b.value:
-            continue
-        inner = linear_form(e.a)
-        if inner is None:
-            continue
-        del terms[key], terms[div_key]
-        for t, c in inner[0].items():
-            terms[t] = terms.get(t, 0) + k * c
-        terms = {t: c for t, c in terms.items() if c}
-        constant += k * inner[1]
-    return terms, constant
-
-
-def binary_bound(op: str, a: Tuple[int, int], b: Tuple[int, int]) -> Optional[Tuple[int, int]]:
-    """The inclusive range of ``a op b`` over integer ranges ``a`` and ``b`` (None when unbounded
-    here: a division by anything but a positive constant)."""
-    if op == "add":
-        return a[0] + b[0], a[1] + b[1]
-    if op == "sub":
-        return a[0] - b[1], a[1] - b[0]
-    if op == "mul":
-        products = [x * y for x in a for y in b]
-        return min(products), max(products)
-    if op == "floordiv" and b[0] == b[1] and b[0] > 0:
-        return a[0] // b[0], a[1] // b[0]
-    if op == "floormod" and b[0] == b[1] and b[0] > 0:
-        if a[0] // b[0] == a[1] // b[0]:
-            return a[0] % b[0], a[1] % b[0]
-        return 0, b[0] - 1
-    if op == "min":
-        return min(a[0], b[0]), min(a[1], b[1])
-    if op == "max":
-        return max(a[0], b[0]), max(a[1], b[1])
-    return None
-
-
-class Simplifier(Mutator):
-    """Expression simplification with known constant ranges of loop variables."""
-
-    def __init__(self):
-        self.ranges: Dict[int, Tuple[int, int]] = {}  # id(var) -> (lo, hi) inclusive
-
-    def bound(self, e: Expr) -> Optional[Tuple[int, int]]:
-        if isinstance(e, Const) and dtypes.is_int(e.dtype):
-            return e.value, e.value
-        if isinstance(e, Var):
-            return self.ranges.get(id(e))
-        if isinstance(e, Binary) and e.dtype == dtypes.INDEX:
-            a, b = self.bound(e.a), self.bound(e.b)
-            if a is None or b is None:
-                return None
-            return binary_bound(e.op, a, b)
-        return None
-
-    def visit_Binary(self, node):
-        a, b = self.visit(node.a), self.visit(node.b)
-        if node.op in ("floordiv", "floormod") and isinstance(b, Const) and b.value == 0 and dtypes.is_int(b.dtype):
-            # a divisor that folds to 0 is a fused axis's inner extent that is empty here (a
-            # region of extent 0): the fused loop has extent 0 and this code never runs
-            return const(0, node.dtype)
-        e = binary(node.op, a, b) if (a is not node.a or b is not node.b) else node
-        if not isinstance(e, Binary):
-            return e
-        if e.dtype == dtypes.INDEX:
-            if e.op in ("add", "sub", "mul"):
-                form = linear_form(e)
-                if form is not None:
-                    return from_linear(*_fold_div_mod_pairs(*form))
-            if e.op in ("floordiv", "floormod") and isinstance(e.b, Const) and e.b.value > 0:
-                return self._divmod(e)
-            if e.op in ("min", "max"):
-                if isinstance(e.a, Const) and not isinstance(e.b, Const):
-                    e = Binary(e.op, e.b, e.a)  # canonical order: constant last, so equal terms cancel
-                ba, bb = self.bound(e.a), self.bound(e.b)
-                if ba is not None and bb is not None:
-                    if ba[1] <= bb[0]:
-                        return e.a if e.op == "min" else e.b
-                    if bb[1] <= ba[0]:
-                        return e.b if e.op == "min" else e.a
-        return e
-
-    def _divmod(self, e: Binary) -> Expr:
-        d = e.b.value
-        form = linear_form(e.a)
-        if form is None:
-            return e
-        terms, c = form
-        # split the sum into the part divisible by d and the rest
-        multiple = {t: k for t, k in terms.items() if k % d == 0}
-        rest = {t: k for t, k in terms.items() if k % d != 0}
-        rest_expr = from_linear(rest, c % d)
-        rb = self.bound(rest_expr)
-        if rb is not None and 0 <= rb[0] and rb[1] < d:
-            if e.op == "floordiv":
-                return from_linear({t: k // d for t, k in multiple.items()}, c // d)
-            return rest_expr
-        whole = self.bound(e.a)
-        if whole is not None and 0 <= whole[0] and whole[1] < d:
-            return e.a if e.op == "floormod" else const(0)
-        return e
-
-    def visit_Compare(self, node):
-        a, b = self.visit(node.a), self.visit(node.b)
-        e = node if (a is node.a and b is node.b) else Compare(node.op, a, b)
-        if dtypes.is_int(e.a.dtype):
-            diff = self.bound(self.visit(binary("sub", e.a, e.b))) if e.a.dtype == dtypes.INDEX else None
-            if diff is not None:
-                lo, hi = diff
-                verdict = {"lt": (hi < 0, lo >= 0), "le": (hi <= 0, lo > 0), "gt": (lo > 0, hi <= 0),
-                           "ge": (lo >= 0, hi < 0), "eq": (lo == hi == 0, lo > 0 or hi < 0),
-                           "ne": (lo > 0 or hi < 0, lo == hi == 0)}[e.op]
-                if verdict[0]:
-                    return const(True)
-                if verdict[1]:
-                    return const(False)
-        if isinstance(e.a, Const) and isinstance(e.b, Const):
-            from ...dsl.expr import compare
-            return compare(e.op, e.a, e.b)
-        return e
-
-    def visit_Logical(self, node):
-        a = self.visit(node.a)
-        if node.op == "not":
-            if isinstance(a, Const):
-                return const(not a.value)
-            return node if a is node.a else Logical("not", a)
-        b = self.visit(node.b)
-        from ...dsl.expr import logical_or
-        return (logical_and if node.op == "and" else logical_or)(a, b)
-
-    def visit_Select(self, node):
-        c = self.visit(node.condition)
-        if isinstance(c, Const):
-            return self.visit(node.true_value if c.value else node.false_value)
-        t, f = self.visit(node.true_value), self.visit(node.false_value)
-        if t.same_as(f):
-            return t
-        if c is node.condition and t is node.true_value and f is node.false_value:
-            return node
-        return Select(c, t, f)
+class Simplifier(ExprSimplifier):
+    """Expression simplification plus the ranges of enclosing loops and lets."""
 
     def visit_For(self, node):
         lo, ext = self.visit(node.min), self.visit(node.extent)
@@ -248,7 +40,6 @@ class Simplifier(Mutator):
         value = self.visit(node.value)
         if _is_index_arithmetic(value):
             # cheap to recompute: substituting lets the affine canonicaliser cancel origins
-            from ...dsl.visitor import substitute
             return self.visit(substitute(node.body, {node.var: value}))
         b = self.bound(value)
         if b is not None:
@@ -274,10 +65,6 @@ def _is_index_arithmetic(e: Expr) -> bool:
     if isinstance(e, Binary) and e.op in ("add", "sub", "mul", "floordiv", "floormod", "min", "max"):
         return _is_index_arithmetic(e.a) and _is_index_arithmetic(e.b)
     return False
-
-
-def simplify_expr(e: Expr) -> Expr:
-    return Simplifier().visit(e)
 
 
 def simplify(stmt, ctx):

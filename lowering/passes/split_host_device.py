@@ -18,10 +18,10 @@ from typing import Dict, List
 
 from ...dsl import dtypes
 from ...dsl.expr import Const, Let, Var, const
-from ...dsl.visitor import collect_vars, post_order_visit
+from ...dsl.expr_printer import expr_to_str
+from ...dsl.visitor import children, collect_vars, post_order_visit
 from ...errors import LoweringError
 from ..ir import Allocate, BufferLoad, BufferStore, For, KernelLaunch, LetStmt, Seq, seq
-from ..printer import expr_to_str
 
 MAX_BLOCK_DIMS = (1024, 1024, 64)
 MAX_GRID_YZ = 65535
@@ -36,7 +36,6 @@ def _written_names(stmt) -> List[str]:
 
 def _pre_order_visit(node, callback) -> None:
     """Parents before children, in program order (so messages list loops outermost first)."""
-    from ...dsl.visitor import children
     stack = [node]
     while stack:
         current = stack.pop()

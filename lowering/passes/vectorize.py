@@ -10,7 +10,7 @@ loop and carries the annotation ``not_vectorized=<reason>`` so the user sees why
 from __future__ import annotations
 
 from ...dsl.expr import Binary, Const, Var, binary
-from ...dsl.visitor import Mutator, post_order_visit
+from ...dsl.visitor import Mutator, post_order_visit, substitute
 from ..ir import Broadcast, BufferStore, For, Ramp
 
 
@@ -90,7 +90,6 @@ class _Vectorize(Mutator):
         else:
             try:
                 lanes = node.extent.value
-                from ...dsl.visitor import substitute
                 shifted = body
                 if not (isinstance(node.min, Const) and node.min.value == 0):
                     shifted = substitute(body, {node.var: binary("add", node.var, node.min)})

@@ -6,7 +6,7 @@ from loopweave.dsl.expr import Const, Var, const
 from loopweave.dsl.visitor import post_order_visit
 from loopweave.lowering.accesses import Access
 from loopweave.lowering.bound_inference import Loop, required_region
-from loopweave.lowering.passes.simplify import simplify_expr
+from loopweave.dsl.arith import simplify_expr
 
 
 def _same(e, expected):

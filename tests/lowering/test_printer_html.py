@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 import loopweave as lw
-from loopweave.lowering import printer
+from loopweave.backends.module_html import module_html
+from loopweave.dsl.html_markup import highlight_code
+from loopweave.dsl.printer import tensor_definition
 
 
 def _text(markup: str) -> str:
@@ -53,8 +55,8 @@ def _stencil():
 # ------------------------------------------------------------------------------- tensors
 def test_tensor_definition_text_is_math():
     A, B, C, _ = _matmul()
-    assert printer.tensor_definition(C) == "C[i, j] = Σ_{k∈[0, n)} A[i, k]·B[k, j]"
-    assert printer.tensor_definition(A) == "A : float32[n, n]  (input)"
+    assert tensor_definition(C) == "C[i, j] = Σ_{k∈[0, n)} A[i, k]·B[k, j]"
+    assert tensor_definition(A) == "A : float32[n, n]  (input)"
 
 
 def test_tensor_definition_other_reducers_and_conditions():
@@ -64,9 +66,9 @@ def test_tensor_definition_other_reducers_and_conditions():
     M = lw.compute((n,), lambda i: lw.max(A[i, k], axis=k), name="M")
     S = lw.compute((n,), lambda i: lw.sum(A[i, k], axis=k, where=k < i), name="S")
     E = lw.compute((n, n), lambda i, j: lw.exp(A[i, j]) * 2.0, name="E")
-    assert printer.tensor_definition(M) == "M[i] = max_{k∈[0, n)} A[i, k]"
-    assert printer.tensor_definition(S) == "S[i] = Σ_{k∈[0, n)} A[i, k]  if k < i"
-    assert printer.tensor_definition(E) == "E[i, j] = exp(A[i, j])·2.0"
+    assert tensor_definition(M) == "M[i] = max_{k∈[0, n)} A[i, k]"
+    assert tensor_definition(S) == "S[i] = Σ_{k∈[0, n)} A[i, k]  if k < i"
+    assert tensor_definition(E) == "E[i, j] = exp(A[i, j])·2.0"
     markup = S._repr_html_()
     assert "&lt;" in markup and "k < i" not in markup          # escaped
     assert "if k < i" in _text(markup)
@@ -203,8 +205,8 @@ def test_primfunc_repr_html_is_the_text_form_highlighted():
     "x32(ramp(i.outer * 8, 1, 8))",
 ])
 def test_highlighting_round_trips_the_text(code):
-    assert _text(printer.highlight_code(code)) == code
-    assert "<tag>" not in printer.highlight_code(code)
+    assert _text(highlight_code(code)) == code
+    assert "<tag>" not in highlight_code(code)
 
 
 # ------------------------------------------------------------------------------- modules
@@ -238,6 +240,6 @@ def test_module_repr_html_survives_a_failing_source():
                 raise RuntimeError("no assembler")
             return "x < y"
 
-    markup = printer.module_html(Fake())
+    markup = module_html(Fake())
     assert "RuntimeError: no assembler" in _text(markup)
     assert "x &lt; y" in markup
