@@ -31,7 +31,7 @@ def normalize(dtype) -> str:
         return dtype  # the common case, on every constant built during lowering
     try:
         name = np.dtype(dtype).name
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:  # ValueError: an object whose .dtype numpy cannot read
         raise DTypeError(f"unknown dtype {dtype!r}; use one of {', '.join(ALL_DTYPES)}") from exc
     if name not in ALL_DTYPES:
         raise DTypeError(f"unsupported dtype {name!r}; use one of {', '.join(ALL_DTYPES)}")

@@ -58,6 +58,10 @@ class ExprOps:
     def __rrshift__(self, other): return bitwise_binary("shift_right", other, self)
     def __pow__(self, other): return float_binary_call("pow", self, other, "cast them first")
 
+    def astype(self, dtype) -> "Expr":
+        """This value converted to ``dtype``: ``x.astype("int32")`` is ``lw.cast("int32", x)``, as in TVM."""
+        return cast(dtype, self)
+
     def __bool__(self):
         raise ExprError(
             f"the symbolic expression {self} has no truth value; use lw.if_then_else / "
@@ -455,7 +459,18 @@ def _is_const(e: Expr, value) -> bool:
 
 
 def cast(dtype, value) -> Expr:
-    """Convert ``value`` to ``dtype`` (float->int truncates toward zero, as in C)."""
+    """Convert ``value`` to ``dtype`` (float->int truncates toward zero, as in C).
+
+    The dtype comes first, as in TVM's ``tir.Cast``; TOPI's ``topi.cast(x, dtype)`` order
+    is caught with the call to write instead (``x.astype(dtype)`` reads that way round).
+    """
+    if isinstance(dtype, ExprOps) or (isinstance(value, str) and not isinstance(dtype, str)):
+        x = str(as_expr(dtype)) if isinstance(dtype, ExprOps) else repr(dtype)
+        fix = f"lw.cast({value!r}, {x})"
+        if isinstance(dtype, ExprOps):
+            operand = f"({x})" if isinstance(as_expr(dtype), (Binary, Compare, Logical)) else x
+            fix += f" or {operand}.astype({value!r})"
+        raise DTypeError(f"lw.cast takes the dtype first: write {fix}, not lw.cast({x}, {value!r})")
     dtype = dtypes.normalize(dtype)
     value = as_expr(value)
     if value.dtype == dtype:

@@ -128,6 +128,22 @@ def test_cast_of_constant_folds_and_truncates():
     assert structural_equal(lw.cast("uint8", lw.const(300)), lw.const(44, "uint8"))
 
 
+def test_astype_is_cast(tensors):
+    n, F, I = tensors
+    e = I[0].astype("float32")
+    assert isinstance(e, Cast) and e.dtype == "float32" and structural_equal(e, lw.cast("float32", I[0]))
+    assert F[0].astype("float32") is F[0]                                            # same dtype: no Cast node
+    k = lw.reduce_axis((0, n), name="k")
+    assert structural_equal(k.astype("int32"), lw.cast("int32", k.var))               # IterVars too, as in TVM
+    assert structural_equal(lw.const(2.7).astype("int32"), lw.const(2, "int32"))      # folds like lw.cast
+
+
+def test_cast_in_topi_order_is_a_dtype_error(tensors):
+    n, F, I = tensors
+    with pytest.raises(lw.DTypeError, match=r"lw.cast\('int32', F\[0\]\) or F\[0\].astype\('int32'\)"):
+        lw.cast(F[0], "int32")
+
+
 def test_division_by_constant_zero_raises():
     n = lw.var("n")
     with pytest.raises(lw.ExprError, match="division by the constant zero"):

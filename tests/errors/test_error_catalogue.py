@@ -342,6 +342,25 @@ def test_mixing_float_and_int(p):
         lw.compute((p.n,), lambda i: p.A[i, i] * I[i], name="X")
 
 
+def test_cast_with_topi_argument_order(p):
+    """``topi.cast(x, dtype)`` order: the message shows both calls that work, not numpy's complaint."""
+    k = lw.reduce_axis((0, p.n), name="k")
+    with pytest.raises(lw.DTypeError, match=r"^lw.cast takes the dtype first: write lw.cast\('int32', A\[i, k\]\) "
+                                            r"or A\[i, k\].astype\('int32'\), not lw.cast\(A\[i, k\], 'int32'\)$"):
+        lw.compute((p.n,), lambda i: lw.sum(lw.cast(p.A[i, k], "int32"), axis=k), name="X")
+    with pytest.raises(lw.DTypeError, match=r"write lw.cast\('float32', n \+ 1\) or \(n \+ 1\).astype\('float32'\)"):
+        lw.cast(p.n + 1, "float32")
+    with pytest.raises(lw.DTypeError, match=r"write lw.cast\('int8', 2.5\), not lw.cast\(2.5, 'int8'\)$"):
+        lw.cast(2.5, "int8")
+
+
+def test_dtype_that_is_an_expression():
+    """An object with a ``.dtype`` numpy cannot read is an unknown dtype, not numpy's ValueError."""
+    A = lw.placeholder((4,), name="A")
+    with pytest.raises(lw.DTypeError, match=r"unknown dtype <TensorLoad A\[0\]>"):
+        lw.placeholder((4,), name="B", dtype=A[0])
+
+
 def test_compute_function_arity():
     with pytest.raises(lw.ExprError, match=r"compute 'X' has 2 dimensions; its function must take 2 index arguments"):
         lw.compute((2, 2), lambda i: lw.const(0.0), name="X")
