@@ -132,7 +132,8 @@ def test_astype_is_cast(tensors):
     n, F, I = tensors
     e = I[0].astype("float32")
     assert isinstance(e, Cast) and e.dtype == "float32" and structural_equal(e, lw.cast("float32", I[0]))
-    assert F[0].astype("float32") is F[0]                                            # same dtype: no Cast node
+    x = F[0]
+    assert x.astype("float32") is x                                                  # same dtype: no Cast node
     k = lw.reduce_axis((0, n), name="k")
     assert structural_equal(k.astype("int32"), lw.cast("int32", k.var))               # IterVars too, as in TVM
     assert structural_equal(lw.const(2.7).astype("int32"), lw.const(2, "int32"))      # folds like lw.cast
