@@ -81,12 +81,8 @@ class Stage:
                             f"{', '.join(iv.name for iv in self.all_iter_vars)}")
 
     # -------------------------------------------------------------- validation
-    def _check_no_attached(self, primitive: str, ivar) -> None:
-        users = [st.name for st in self.schedule.stages if st.attach_type == "scope" and st.attach_ivar is ivar]
-        if users:
-            raise self._error(primitive, f"stages {', '.join(users)} are computed at axis '{ivar.name}'",
-                              f"{primitive} first, then compute_at the resulting axis")
-
+    # Only what concerns one call is checked here; where stages are computed relative to each
+    # other is judged on the whole schedule when it is lowered (validate.py).
     def _check_leaf(self, primitive: str, ivar) -> IterVar:
         if not isinstance(ivar, IterVar):
             raise self._error(primitive, f"expected an axis (IterVar), got {ivar!r}",
@@ -97,16 +93,18 @@ class Stage:
             raise self._error(primitive, f"axis '{ivar.name}' is not an axis of this stage; {where}",
                               f"pass one of this stage's leaf axes: {self._leaf_names()}")
         if all(ivar is not iv for iv in self.leaf_iter_vars):
-            children = [r for r in self.relations if (isinstance(r, Split) and r.parent is ivar)
-                        or (isinstance(r, Fuse) and (r.outer is ivar or r.inner is ivar))]
-            became = ""
-            if children:
-                rel = children[0]
-                became = (f": it was split into '{rel.outer.name}' and '{rel.inner.name}'" if isinstance(rel, Split)
-                          else f": it was fused into '{rel.fused.name}'")
-            raise self._error(primitive, f"axis '{ivar.name}' is no longer a leaf axis{became}",
+            raise self._error(primitive, f"axis '{ivar.name}' is no longer a leaf axis{self._became(ivar)}",
                               f"schedule the current leaf axes instead: {self._leaf_names()}")
         return ivar
+
+    def _became(self, ivar) -> str:
+        """``": it was split into 'i.outer' and 'i.inner'"`` (or fused into ...) for an axis that is no leaf."""
+        for rel in self.relations:
+            if isinstance(rel, Split) and rel.parent is ivar:
+                return f": it was split into '{rel.outer.name}' and '{rel.inner.name}'"
+            if isinstance(rel, Fuse) and (rel.outer is ivar or rel.inner is ivar):
+                return f": it was fused into '{rel.fused.name}'"
+        return ""
 
     def _leaf_names(self) -> str:
         return ", ".join(iv.name for iv in self.leaf_iter_vars) or "(none)"
@@ -146,7 +144,6 @@ class Stage:
             factor = self._positive_int_or_expr("split", factor, "factor")
         else:
             nparts = self._positive_int_or_expr("split", nparts, "nparts")
-        self._check_no_attached("split", parent)
         if parent.kind == "thread" or parent in self.bound_threads:
             raise self._error("split", f"axis '{parent.name}' is bound to a thread axis; split before bind")
         if tail not in ("guard", "shift"):
@@ -183,7 +180,6 @@ class Stage:
             raise self._error("fuse", "cannot fuse a reduction axis with a spatial axis "
                               f"({', '.join(f'{a.name}:{a.kind}' for a in axes)})")
         for a in axes:
-            self._check_no_attached("fuse", a)
             if a in self.annotations:
                 raise self._error("fuse", f"axis '{a.name}' is already annotated ({self.annotations[a]}); fuse first")
         fused = axes[0]
@@ -291,7 +287,13 @@ class Stage:
         self._trace("double_buffer")
 
     def compute_at(self, parent: "Stage", scope_ivar: IterVar):
-        """Compute this stage inside loop ``scope_ivar`` of ``parent``, only the region it needs."""
+        """Compute this stage inside loop ``scope_ivar`` of ``parent``, only the region it needs.
+
+        Checked now: the arguments, that ``scope_ivar`` is a leaf axis of ``parent``, that this
+        stage is no output.  Checked when the schedule is lowered, once every stage is placed:
+        that the stages reading this one run inside that loop, that the loop still exists, and
+        that there is no cycle (``validate.py``) - so stages may be attached in any order.
+        """
         primitive = "compute_at"
         self._check_not_placeholder(primitive)
         if not isinstance(parent, Stage) or parent.schedule is not self.schedule:
@@ -308,20 +310,6 @@ class Stage:
                 from None
         if self.is_output:
             raise self._error(primitive, "this stage is an output of the schedule; outputs are computed at root")
-        consumers = self.schedule.consumers_of(self)
-        names = ", ".join(f"'{c.name}'" for c in consumers) or "no stage"
-        outside = [c for c in consumers if c is not parent and not self.schedule._computed_within(c, parent, scope_ivar)]
-        if parent not in consumers and not consumers or len(outside) == len(consumers):
-            raise self._error(primitive, f"stage '{parent.name}' does not read '{self.name}' (it is read by {names})",
-                              f"compute_at one of the stages that read it ({names}), or a stage they are "
-                              f"computed inside, at a loop that encloses them")
-        if outside:
-            raise self._error(primitive, f"'{self.name}' is also read by {', '.join(repr(c.name) for c in outside)}, "
-                              f"which is not computed inside loop '{scope_ivar.name}' of '{parent.name}'; "
-                              f"a stage computed there is not visible to it",
-                              "compute it at root, or cache_read it once per consumer")
-        if self.schedule._attached_under(parent, self):
-            raise self._error(primitive, f"'{parent.name}' is itself computed inside '{self.name}'; that would be a cycle")
         self.attach_type = "scope"
         self.attach_stage, self.attach_ivar = parent, scope_ivar
         self._trace(primitive, parent=parent.name, axis=scope_ivar.name)
@@ -337,8 +325,6 @@ class Stage:
                               "compute_at it inside the consumer instead")
         if self.op.num_outputs != 1:
             raise self._error(primitive, "a tuple-valued stage cannot be inlined")
-        if any(iv in self.schedule._attached_ivars() for iv in self.all_iter_vars):
-            raise self._error(primitive, "other stages are computed at this stage's loops; move them first")
         self.attach_type = "inline"
         self.attach_stage = self.attach_ivar = None
         self._trace(primitive)
@@ -461,28 +447,6 @@ class Schedule:
             if any(ivar is iv for iv in s.all_iter_vars):
                 return s
         return None
-
-    def _attached_ivars(self) -> list:
-        return [s.attach_ivar for s in self.stages if s.attach_type == "scope"]
-
-    def _computed_within(self, stage: Stage, host: Stage, axis: IterVar) -> bool:
-        """Whether ``stage`` is computed (transitively) inside loop ``axis`` of ``host``."""
-        current = stage
-        while current.attach_type == "scope":
-            if current.attach_stage is host:
-                leaves = host.leaf_iter_vars
-                return (current.attach_ivar in leaves and axis in leaves
-                        and leaves.index(current.attach_ivar) >= leaves.index(axis))
-            current = current.attach_stage
-        return False
-
-    def _attached_under(self, stage: Stage, ancestor: Stage) -> bool:
-        current = stage
-        while current.attach_type == "scope":
-            current = current.attach_stage
-            if current is ancestor:
-                return True
-        return False
 
     # ------------------------------------------------------- new stages
     def cache_read(self, tensor: Tensor, scope: str, readers) -> Tensor:

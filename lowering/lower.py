@@ -13,6 +13,7 @@ from typing import Dict, Optional, Sequence
 from ..dsl.expr import Let, Reduce
 from ..dsl.schedule import Schedule
 from ..dsl.tensor import ComputeOp, Tensor
+from ..dsl.validate import validate_schedule
 from ..dsl.visitor import collect_vars, post_order_visit
 from ..errors import ExprError, LoweringError
 from ..target import resolve_target
@@ -62,6 +63,8 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
           target=None) -> PrimFunc:
     """Lower ``schedule`` to loop IR for a function taking ``args`` (inputs and outputs).
 
+    The schedule is first judged as a whole (``dsl/validate.py``: where each stage is
+    computed relative to the others), so the order of the primitive calls does not matter.
     With ``target="cuda"`` the schedule is first checked as a GPU schedule, and the
     result is host code whose loop nests are ``KernelLaunch``es with barriers inserted.
     """
@@ -75,6 +78,7 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
             raise LoweringError(f"the output '{out.name}' of the schedule is not in the argument list")
     if not name.isidentifier():
         raise LoweringError(f"function name {name!r} is not an identifier")
+    validate_schedule(schedule)
     _check_free_vars(schedule, args)
     tgt = None
     if target is not None:

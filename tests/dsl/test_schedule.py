@@ -3,6 +3,7 @@ import pytest
 
 import loopweave as lw
 from loopweave.dsl.relations import Fuse, Split
+from loopweave.dsl.validate import legal_attach_points
 
 
 def _names(ivs):
@@ -179,6 +180,43 @@ def test_consumers_look_through_inlined_stages():
     assert s.consumers_of(s[B]) == [s[D]]
     s[B].compute_at(s[D], D.op.axis[0])
     assert s[B].attach_stage is s[D]
+
+
+def _softmax():
+    A = lw.placeholder((6, 10), name="A")
+    k = lw.reduce_axis((0, 10), name="k")
+    M = lw.compute((6,), lambda i: lw.max(A[i, k], axis=k), name="M")
+    E = lw.compute((6, 10), lambda i, j: lw.exp(A[i, j] - M[i]), name="E")
+    k2 = lw.reduce_axis((0, 10), name="k2")
+    S = lw.compute((6,), lambda i: lw.sum(E[i, k2], axis=k2), name="S")
+    C = lw.compute((6, 10), lambda i, j: E[i, j] / S[i], name="C")
+    return A, M, E, S, C
+
+
+@pytest.mark.parametrize("order", [("M", "E", "S"), ("S", "E", "M"), ("E", "M", "S")])
+def test_attach_order_does_not_matter(order):
+    """TOPI's CPU softmax attaches the row max, the exponentials and their sum at the output's row
+    loop in that order, each before the stage reading it is placed; any order lowers to the same IR."""
+    A, M, E, S, C = _softmax()
+    s = lw.create_schedule(C)
+    stages = {"M": M, "E": E, "S": S}
+    for name in order:
+        s[stages[name]].compute_at(s[C], C.op.axis[0])
+    reference = lw.create_schedule(C)
+    for name in ("S", "E", "M"):          # consumers first: the order every check was happy with before
+        reference[stages[name]].compute_at(reference[C], C.op.axis[0])
+    assert str(lw.lower(s, [A, C])) == str(lw.lower(reference, [A, C]))
+
+
+def test_legal_attach_points_follow_the_rest_of_the_schedule():
+    A, M, E, S, C = _softmax()
+    s = lw.create_schedule(C)
+    i, j = C.op.axis
+    assert [(h.name, a.name) for h, a in legal_attach_points(s, s[M])] == [("E", "i"), ("E", "j")]
+    s[E].compute_at(s[C], i)               # E now runs inside C's row loop: M may go there too
+    assert ("C", "i") in [(h.name, a.name) for h, a in legal_attach_points(s, s[M])]
+    assert ("C", "j") not in [(h.name, a.name) for h, a in legal_attach_points(s, s[M])]  # E runs outside j
+    assert legal_attach_points(s, s[C]) == []                                             # nothing reads C
 
 
 def test_cache_read(chain):

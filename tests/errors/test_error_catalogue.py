@@ -47,13 +47,6 @@ def test_vectorize_or_parallel_of_reduction_axis(p, primitive):
         getattr(p.s[p.D], primitive)(p.k)
 
 
-def test_compute_at_a_stage_that_does_not_consume(p):
-    di, = p.D.op.axis
-    with pytest.raises(lw.ScheduleError,
-                       match=r"compute_at on stage 'B': stage 'D' does not read 'B' \(it is read by 'C'\)"):
-        p.s[p.B].compute_at(p.s[p.D], di)
-
-
 def test_compute_at_an_axis_of_another_stage(p):
     bi, bj = p.B.op.axis
     with pytest.raises(lw.ScheduleError,
@@ -78,16 +71,6 @@ def test_compute_at_of_an_output(p):
     di, = p.D.op.axis
     with pytest.raises(lw.ScheduleError, match=r"compute_at on stage 'E': this stage is an output of the schedule"):
         p.s[p.E].compute_at(p.s[p.D], di)
-
-
-def test_compute_at_with_two_consumers():
-    A = lw.placeholder((8,), name="A")
-    B = lw.compute((8,), lambda i: A[i] + 1.0, name="B")
-    C = lw.compute((8,), lambda i: B[i] * 2.0, name="C")
-    D = lw.compute((8,), lambda i: B[i] + C[i], name="D")
-    s = lw.create_schedule(D)
-    with pytest.raises(lw.ScheduleError, match=r"compute_at on stage 'B': 'B' is also read by 'D'"):
-        s[B].compute_at(s[C], C.op.axis[0])
 
 
 def test_split_of_axis_that_is_no_longer_a_leaf(p):
@@ -200,13 +183,6 @@ def test_compute_inline_of_an_output(p):
         p.s[p.E].compute_inline()
 
 
-def test_compute_inline_with_attached_stages(p):
-    p.s[p.B].compute_at(p.s[p.C], p.C.op.axis[0])
-    with pytest.raises(lw.ScheduleError, match=r"compute_inline on stage 'C': other stages are computed at this "
-                                               r"stage's loops"):
-        p.s[p.C].compute_inline()
-
-
 def test_cache_write_after_split(p):
     p.s[p.D].split(p.D.op.axis[0], factor=4)
     with pytest.raises(lw.ScheduleError, match=r"cache_write of 'D': stage 'D' was already scheduled; call "
@@ -293,6 +269,73 @@ def test_create_schedule_of_a_non_tensor():
         lw.create_schedule(3)
     with pytest.raises(lw.ScheduleError, match=r"create_schedule takes a tensor or a list of tensors, got \[\]"):
         lw.create_schedule([])
+
+
+# ------------------------------------------------------------------ the schedule as a whole
+# Where a stage is computed relative to the others is judged when the schedule is lowered, once
+# every primitive has been applied (dsl/validate.py): the calls themselves are accepted.
+
+def test_compute_at_a_stage_that_does_not_consume(p):
+    di, = p.D.op.axis
+    p.s[p.B].compute_at(p.s[p.D], di)
+    with pytest.raises(lw.ScheduleError,
+                       match=r"^compute_at on stage 'B': stage 'D' does not read 'B' \(it is read by 'C'\), and no "
+                             r"stage that does is computed inside loop 'i' of 'D'\n  the call: "
+                             r"s\[B\].compute_at\(s\[D\], i\)\n  fix: compute_at one of the stages that read it "
+                             r"\('C'\).*compute it at root, or at one of C.i, C.j$"):
+        lw.lower(p.s, [p.A, p.E])
+
+
+def test_compute_at_with_two_consumers():
+    A = lw.placeholder((8,), name="A")
+    B = lw.compute((8,), lambda i: A[i] + 1.0, name="B")
+    C = lw.compute((8,), lambda i: B[i] * 2.0, name="C")
+    D = lw.compute((8,), lambda i: B[i] + C[i], name="D")
+    s = lw.create_schedule(D)
+    s[B].compute_at(s[C], C.op.axis[0])
+    with pytest.raises(lw.ScheduleError, match=r"compute_at on stage 'B': 'B' is also read by 'D', which is not "
+                                               r"computed inside loop 'i' of 'C'; a stage computed there is not "
+                                               r"visible to it\n  the call: s\[B\].compute_at\(s\[C\], i\)\n  fix: compute "
+                                               r"those readers inside that loop too, or cache_read it once per "
+                                               r"consumer, or compute it at root \(s\[B\].compute_root\(\)\)$"):
+        lw.lower(s, [A, D])
+    s[C].compute_at(s[D], D.op.axis[0])       # now both readers run inside D's loop: B may go there too
+    s[B].compute_at(s[D], D.op.axis[0])
+    lw.lower(s, [A, D])
+
+
+def test_compute_inline_of_a_stage_that_hosts_others(p):
+    p.s[p.B].compute_at(p.s[p.C], p.C.op.axis[0])
+    p.s[p.C].compute_inline()
+    with pytest.raises(lw.ScheduleError, match=r"compute_at on stage 'B': 'C' is inlined \(compute_inline\), so it "
+                                               r"has no loop 'i' to compute 'B' in(.|\n)*fix: keep 'C' as a stage"):
+        lw.lower(p.s, [p.A, p.E])
+
+
+@pytest.mark.parametrize("primitive", ["split", "fuse"])
+def test_host_axis_split_or_fused_after_compute_at(p, primitive):
+    ci, cj = p.C.op.axis
+    p.s[p.B].compute_at(p.s[p.C], ci)
+    if primitive == "split":
+        p.s[p.C].split(ci, factor=4)
+        became = r"it was split into 'i.outer' and 'i.inner'"
+    else:
+        p.s[p.C].fuse(ci, cj)
+        became = r"it was fused into 'i.j.fused'"
+    with pytest.raises(lw.ScheduleError, match=r"compute_at on stage 'B': axis 'i' of 'C' is not a leaf axis when "
+                                               rf"the schedule is lowered: {became}(.|\n)*fix: split or fuse first, "
+                                               r"then compute_at one of the leaf axes of 'C'"):
+        lw.lower(p.s, [p.A, p.E])
+
+
+def test_compute_at_cycle(p):
+    bi, bj = p.B.op.axis
+    ci, cj = p.C.op.axis
+    p.s[p.B].compute_at(p.s[p.C], ci)
+    p.s[p.C].compute_at(p.s[p.B], bi)
+    with pytest.raises(lw.ScheduleError, match=r"compute_at on stage 'B': 'C' is itself computed inside 'B'; that "
+                                               r"would be a cycle\n  the call: s\[B\].compute_at\(s\[C\], i\)"):
+        lw.lower(p.s, [p.A, p.E])
 
 
 # ------------------------------------------------------------------ compute definitions
