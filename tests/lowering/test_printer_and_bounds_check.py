@@ -1,6 +1,7 @@
 """The loop-IR printer (lowering/printer.py) and the static bounds check (bound_inference)."""
 import re
 
+import numpy as np
 import pytest
 
 import loopweave as lw
@@ -85,7 +86,13 @@ def test_guard_in_false_branch_is_understood():
     n = lw.var("n")
     A = lw.placeholder((n,), name="A")
     B = lw.compute((n,), lambda i: lw.if_then_else(i < 1, 0.0, A[i - 1]), name="B")
-    lw.lower(lw.create_schedule(B), [A, B])
+    s = lw.create_schedule(B)
+    assert "select(i < 1, 0.0, A[i - 1])" in str(lw.lower(s, [A, B]))   # no BoundsError: the guard covers it
+    f = lw.build(s, [A, B])
+    a = np.arange(1, 6, dtype="float32")
+    b = np.full(5, np.nan, "float32")
+    f(a, b)
+    np.testing.assert_array_equal(b, [0, 1, 2, 3, 4])
 
 
 def test_wrong_guard_still_raises():

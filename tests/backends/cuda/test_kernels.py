@@ -333,6 +333,16 @@ def _inputs(args, n_inputs, env, rng):
     return arrays
 
 
+def _unwritten(want, dtype: str) -> np.ndarray:
+    """An output before the kernel runs: NaN, the most negative integer, or for bools the opposite
+    of the expected value, so an element the kernel should write and does not cannot pass."""
+    if dtype.startswith("float"):
+        return np.full(np.shape(want), np.nan, dtype)
+    if dtype == "bool":
+        return np.logical_not(want)
+    return np.full(np.shape(want), np.iinfo(dtype).min, dtype)
+
+
 def _run_and_compare(f, case):
     s, args, env, ref = case
     rng = np.random.default_rng(0)
@@ -340,7 +350,7 @@ def _run_and_compare(f, case):
     n_inputs = len(inspect.signature(ref).parameters)
     ins = _inputs(args, n_inputs, env, rng)
     expected = ref(*ins)
-    outs = [np.zeros(np.shape(e), t.dtype) for t, e in zip(args[n_inputs:], expected)]
+    outs = [_unwritten(e, t.dtype) for t, e in zip(args[n_inputs:], expected)]
     f(*ins, *outs)
     for t, got, want in zip(args[n_inputs:], outs, expected):
         if t.dtype.startswith("float"):
