@@ -8,7 +8,7 @@ factored axis can be vectorized or run in parallel.
 from __future__ import annotations
 
 from ..errors import ScheduleError
-from .expr import Reduce, Var, const, logical_and, select
+from .expr import Const, Reduce, Var, const, logical_and, select
 from .relations import Split, derive_extents, needs_guard, root_values
 from .tensor import ComputeOp, IterVar
 from .visitor import substitute
@@ -44,10 +44,14 @@ def rfactor(schedule, tensor, axis, factor_axis: int = 0):
     spatial_map = {old.var: new.var for old, new in zip(op.axis, new_axis)}
     mapping = {iv.var: iv.min + values[iv] for iv in op.reduce_axis}
     mapping.update(spatial_map)  # the condition may use spatial axes too (e.g. where=k <= i)
-    condition = substitute(body.condition, mapping)
+    guard = const(True)
     for rel in stage.relations:
         if isinstance(rel, Split) and needs_guard(rel, extents):
-            condition = logical_and(condition, values[rel.parent] < extents[rel.parent])
+            guard = logical_and(guard, values[rel.parent] < extents[rel.parent])
+    # the guard comes first and protects the where= condition, which may read tensors (where=A[i, k] > 0)
+    # at the indices of the split's tail: a select evaluates it only inside the domain
+    where = substitute(body.condition, mapping)
+    condition = guard if isinstance(where, Const) and where.value else select(guard, where, const(False))
     source = tuple(substitute(src, mapping) for src in body.source)
     rf_axes = new_axis[:factor_axis] + [rf_var] + new_axis[factor_axis:]
     name = schedule._fresh_stage_name(f"{op.name}.rf")

@@ -43,11 +43,16 @@ class LetBinding:
 
 @dataclass
 class Region:
-    """Per dimension: the first element needed, how many, and the buffer extent to allocate."""
+    """Per dimension: the first element needed, how many, and the buffer extent to allocate.
+
+    ``whole_dims`` are the dimensions taken whole (min 0, the tensor's full extent) because an
+    index or the extent is not affine: the region there is an over-approximation, not exact.
+    """
 
     mins: List[Expr]
     extents: List[Expr]
     alloc_extents: List[Expr]
+    whole_dims: frozenset = frozenset()
 
 
 def _loop_constraints(loop: Loop, names: IslNames) -> List[str]:
@@ -153,7 +158,7 @@ def required_region(context: Sequence, inner_loops: Sequence[Loop], guards: Sequ
         mins.append(lo_expr)
         extents.append(ext_expr)
         allocs.append(_max_over_outer(ext_pw, outer_domain, n_params, n_outer, names, shape[k]))
-    return Region(mins, extents, allocs)
+    return Region(mins, extents, allocs, frozenset(fallback_dims))
 
 
 def _max_over_outer(ext_pw: isl.PwAff, outer_domain: isl.Set, n_params: int, n_outer: int,

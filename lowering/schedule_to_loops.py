@@ -229,8 +229,8 @@ class Lowering:
         inner = [Loop(loop_vars[iv], const(0), extents[iv]) for iv in inner_leaves]
         access = Access(op.outputs[0], root_index, const(True))
         region = required_region(outer_ctx, inner, guards, [access], op.outputs[0].shape, self.size_vars)
-        if not all(isinstance(e, Const) for e in region.alloc_extents):
-            return None
+        if region.whole_dims or not all(isinstance(e, Const) for e in region.alloc_extents):
+            return None   # a tile not known exactly would be copied back beyond the stage's own region
         size = 1
         for e in region.alloc_extents:
             size *= e.value
