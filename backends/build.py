@@ -4,12 +4,17 @@ from __future__ import annotations
 import hashlib
 from typing import Sequence
 
+from llvmlite import binding as llvm
+
 from ..dsl.schedule import Schedule
 from ..dsl.visitor import post_order_visit
 from ..errors import BuildError
 from ..lowering.ir import PrimFunc
 from ..lowering.lower import lower
 from ..target import resolve_target
+from .cuda.build import build_cuda
+from .llvm import jit
+from .llvm.codegen import CodeGen
 from .runtime import Module, ParamSpec, _shape_spec
 
 _loaded = {}
@@ -25,7 +30,6 @@ def build(schedule_or_func, args: Sequence = (), target="llvm", name: str = "mai
     else:
         raise BuildError(f"build takes a schedule or a lowered function, got {type(schedule_or_func).__name__}")
     if tgt.kind == "cuda":
-        from .cuda.build import build_cuda
         return build_cuda(func, tgt, _written_buffers(func))
     if _has_kernels(func):
         raise BuildError(f"'{func.name}' was lowered for target 'cuda' (it launches GPU kernels); "
@@ -56,8 +60,6 @@ def build_llvm(func: PrimFunc, target) -> Module:
     The cache key is the printed lowered IR (structurally unique) plus the target;
     the LLVM IR is generated only on a miss, or when the user asks for it.
     """
-    from .llvm import jit
-    from .llvm.codegen import CodeGen
     lowered = func.structural_key()
     digest = hashlib.sha256((lowered + target.key()).encode()).hexdigest()[:16]
     symbol = f"lw_{func.name}_{digest}"
@@ -95,8 +97,6 @@ def build_llvm(func: PrimFunc, target) -> Module:
 
 
 def _optimized_ir(llvm_ir: str, target) -> str:
-    from llvmlite import binding as llvm
-    from .llvm import jit
     m = llvm.parse_assembly(llvm_ir)
     jit.optimize(m, target)
     return str(m)

@@ -7,6 +7,7 @@ arguments), C-contiguity, writability of outputs.  A mistake raises
 """
 from __future__ import annotations
 
+import ast
 import ctypes
 import time
 from typing import Dict, List
@@ -227,7 +228,6 @@ class Module:
 
 def _eval_shape_expr(text: str, sizes: Dict[str, int]) -> int:
     """Evaluate a printed shape expression such as ``n + 2`` or ``n // 2`` with known sizes."""
-    import ast
     tree = ast.parse(text, mode="eval")
     allowed = (ast.Expression, ast.BinOp, ast.Name, ast.Constant, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv,
                ast.Mod, ast.Load, ast.UnaryOp, ast.USub, ast.Call)

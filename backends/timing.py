@@ -15,6 +15,8 @@ from typing import Callable
 
 import numpy as np
 
+from .llvm import thread_pool
+
 
 @dataclass
 class Comparison:
@@ -56,7 +58,6 @@ def interleaved(ours: Callable[[], object], theirs: Callable[[], object], pairs:
 
 def set_threads(n: int) -> None:
     """Use ``n`` threads in loopweave's pool (and in OpenBLAS when threadpoolctl is installed)."""
-    from .llvm import thread_pool
     thread_pool.set_num_threads(n)
     try:
         from threadpoolctl import threadpool_limits

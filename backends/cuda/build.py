@@ -13,17 +13,17 @@ from ...errors import BuildError
 from ...lowering.ir import PrimFunc
 from ..runtime import ParamSpec, _shape_spec
 from . import codegen, compiler
+from .driver import get_driver, gpu_available
+from .module import CudaModule
 
 
 def _arch(target) -> str:
     if target.cpu:
         return target.cpu
-    from .driver import gpu_available, get_driver
     return get_driver().arch if gpu_available() else compiler.DEFAULT_ARCH
 
 
-def build_cuda(func: PrimFunc, target, written) -> "CudaModule":
-    from .module import CudaModule
+def build_cuda(func: PrimFunc, target, written) -> CudaModule:
     if not codegen.kernels_of(func):
         raise BuildError(f"'{func.name}' has no GPU kernel: lower it with lw.lower(..., target='cuda') (or pass "
                          f"the schedule to lw.build) after binding its loops to GPU axes")

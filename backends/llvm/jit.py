@@ -20,6 +20,7 @@ from typing import Tuple
 import llvmlite
 from llvmlite import binding as llvm
 
+from ...errors import InternalError
 from ...target import Target
 from ..disk_cache import cache_dir
 from . import thread_pool
@@ -141,6 +142,5 @@ def load_object(obj: bytes, symbol: str) -> int:
         _engine.finalize_object()
         address = _engine.get_function_address(symbol)
     if not address:
-        from ...errors import InternalError
         raise InternalError(f"symbol {symbol} not found after loading its object code")
     return address

@@ -90,8 +90,10 @@ harmless: every waiter re-checks its word. Each futex word has one waiter.
 """
 
 import ctypes
+import hashlib
 import os
 import platform
+import tempfile
 import threading
 
 import llvmlite.binding as llvm
@@ -646,14 +648,12 @@ def _optimize(module_ref, target_machine):
 
 
 def _cached_object_path(ir_text: str):
-    import hashlib
     key = hashlib.sha256("\0".join([ir_text, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
                                       "pool-v1"]).encode()).hexdigest()[:32]
     return cache_dir() / f"pool-{key}.o"
 
 
 def _write_atomically(path, data: bytes) -> None:
-    import tempfile
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     with os.fdopen(fd, "wb") as f:
         f.write(data)
