@@ -7,7 +7,7 @@ from loopweave.dsl.arith import simplify_expr
 from loopweave.dsl.expr import Const, Var, const, structural_equal
 from loopweave.dsl.visitor import post_order_visit
 from loopweave.lowering.ir import Buffer, BufferStore, For, IfThenElse, Ramp
-from loopweave.lowering.passes.simplify import Simplifier, simplify
+from loopweave.lowering.passes.simplify import simplify
 from loopweave.lowering.passes.storage_flatten import buffer_strides
 
 
