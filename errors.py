@@ -42,6 +42,25 @@ class ImportError_(LoopweaveError):  # noqa: N801 - avoid shadowing the builtin
     """A model file is malformed or uses something the importer does not support."""
 
 
+class DamagedFileError(ArgumentError):
+    """A saved file (a ``.lwx`` member, a cache entry) fails its checksum or is malformed.
+
+    ``member`` names the damaged part (e.g. ``kernels/lw_conv_1a2b.o`` or ``meta.json``).
+    """
+
+    def __init__(self, message: str, member: str = ""):
+        super().__init__(message)
+        self.member = member
+
+
+class LoopweaveWarning(UserWarning):
+    """Base of the warnings loopweave issues."""
+
+
+class CacheWarning(LoopweaveWarning):
+    """The on-disk cache was damaged (the entry was deleted and rebuilt) or is not writable."""
+
+
 class InternalError(Exception):
     """A bug in loopweave: an invariant that should always hold did not."""
 

@@ -5,8 +5,14 @@ CUDA PTX, network kernels), so clearing it clears them all.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
+import warnings
 from pathlib import Path
+from typing import Optional
+
+from ..errors import CacheWarning
 
 
 def cache_dir() -> Path:
@@ -14,3 +20,74 @@ def cache_dir() -> Path:
     path = Path(os.environ.get("LOOPWEAVE_CACHE_DIR", Path.home() / ".cache" / "loopweave"))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+_MAGIC = b"LWC1"          # checksummed entry: magic, sha256 of the payload (32 bytes), payload
+_HEADER = len(_MAGIC) + 32
+_warned_unwritable = set()
+
+
+def writable_cache_dir() -> Optional[Path]:
+    """``cache_dir()``, or None (with one CacheWarning per folder) when it cannot be created or written:
+    callers then build in memory."""
+    path = Path(os.environ.get("LOOPWEAVE_CACHE_DIR", Path.home() / ".cache" / "loopweave"))
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if os.access(path, os.W_OK | os.X_OK):
+            return path
+        problem = "it is not writable"
+    except OSError as exc:
+        problem = str(exc)
+    if str(path) not in _warned_unwritable:
+        _warned_unwritable.add(str(path))
+        warnings.warn(f"loopweave cache directory {str(path)!r} cannot be used ({problem}); compiled code is kept "
+                      "in memory only (set LOOPWEAVE_CACHE_DIR to a writable folder)", CacheWarning, stacklevel=3)
+    return None
+
+
+def read_verified(path: Path) -> Optional[bytes]:
+    """The payload of the checksummed entry at ``path``, or None if it is missing.
+
+    A damaged entry (truncated, bytes flipped, not written by ``write_checksummed``) is
+    deleted and reported with one CacheWarning naming the file, and None is returned so
+    the caller rebuilds it; no byte of it reaches the caller."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        warnings.warn(f"cannot read loopweave cache entry {str(path)!r} ({exc}); rebuilding it", CacheWarning,
+                      stacklevel=3)
+        return None
+    payload = data[_HEADER:]
+    if len(data) >= _HEADER and data[:len(_MAGIC)] == _MAGIC and \
+            hashlib.sha256(payload).digest() == data[len(_MAGIC):_HEADER]:
+        return payload
+    try:
+        path.unlink()
+    except OSError:
+        pass
+    warnings.warn(f"loopweave cache entry {str(path)!r} was damaged (checksum mismatch, {len(data)} bytes); "
+                  "deleted it and rebuilding", CacheWarning, stacklevel=3)
+    return None
+
+
+def write_checksummed(path: Path, payload: bytes) -> None:
+    """Write ``payload`` with its sha256 to ``path`` atomically (a temporary file, then a rename);
+    an unwritable folder is reported once and the entry is skipped."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    except OSError:
+        writable_cache_dir()
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(_MAGIC + hashlib.sha256(payload).digest() + payload)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        warnings.warn(f"cannot write loopweave cache entry {str(path)!r} ({exc}); keeping it in memory only",
+                      CacheWarning, stacklevel=3)

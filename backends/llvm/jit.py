@@ -11,18 +11,16 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import hashlib
-import os
-import tempfile
 import threading
 from pathlib import Path
-from typing import Tuple
+from typing import Optional, Tuple
 
 import llvmlite
 from llvmlite import binding as llvm
 
 from ...errors import InternalError
 from ...target import Target
-from ..disk_cache import cache_dir
+from ..disk_cache import cache_dir, read_verified, writable_cache_dir, write_checksummed
 from . import thread_pool
 
 _lock = threading.Lock()
@@ -95,24 +93,29 @@ def codegen_fingerprint() -> str:
     return _codegen_fingerprint
 
 
-def _object_path(symbol: str, target: Target) -> Path:
+def _object_path(symbol: str, target: Target) -> Optional[Path]:
+    """Where ``symbol``'s object is cached, or None when the cache folder is unusable (built in memory)."""
+    folder = writable_cache_dir()
+    if folder is None:
+        return None
     key = hashlib.sha256("\0".join([symbol, target.cpu, target.features, llvmlite.__version__,
                                     codegen_fingerprint()]).encode())
-    return cache_dir() / f"{key.hexdigest()[:32]}.o"
+    return folder / f"{key.hexdigest()[:32]}.o"
 
 
 def cached_object(symbol: str, target: Target):
-    """The cached object code for ``symbol`` (whose name hashes the lowered IR), or None."""
+    """The cached object code for ``symbol`` (whose name hashes the lowered IR), or None.
+
+    Entries carry their sha256 (``disk_cache.write_checksummed``); a damaged one is deleted
+    and reported, never handed to LLVM, and the caller rebuilds it."""
     path = _object_path(symbol, target)
-    return path.read_bytes() if path.exists() else None
+    return None if path is None else read_verified(path)
 
 
 def store_object(symbol: str, target: Target, obj: bytes) -> None:
     path = _object_path(symbol, target)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(obj)
-    os.replace(tmp, path)
+    if path is not None:
+        write_checksummed(path, obj)
 
 
 def compile_ir(llvm_ir: str, target: Target) -> Tuple[bytes, str]:

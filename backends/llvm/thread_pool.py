@@ -93,13 +93,12 @@ import ctypes
 import hashlib
 import os
 import platform
-import tempfile
 import threading
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-from ..disk_cache import cache_dir
+from ..disk_cache import read_verified, writable_cache_dir, write_checksummed
 
 __all__ = [
     "MAX_THREADS",
@@ -650,14 +649,8 @@ def _optimize(module_ref, target_machine):
 def _cached_object_path(ir_text: str):
     key = hashlib.sha256("\0".join([ir_text, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
                                       "pool-v1"]).encode()).hexdigest()[:32]
-    return cache_dir() / f"pool-{key}.o"
-
-
-def _write_atomically(path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    folder = writable_cache_dir()
+    return None if folder is None else folder / f"pool-{key}.o"
 
 
 class _CompiledPool:
@@ -669,14 +662,17 @@ class _CompiledPool:
         target_machine = host_target_machine()
         ir_text = str(build_module())
         cached = _cached_object_path(ir_text)
+        # verified before LLVM sees a byte: a damaged entry is deleted, reported and rebuilt
+        cached_object = None if cached is None else read_verified(cached)
         module_ref = llvm.parse_assembly(ir_text)
-        if not cached.exists():
+        if cached_object is None:
             module_ref.verify()
             _optimize(module_ref, target_machine)
         self.engine = llvm.create_mcjit_compiler(module_ref, target_machine)
         # the object code is cached on disk like every kernel's: a new process skips codegen
-        self.engine.set_object_cache(lambda _module, buffer: _write_atomically(cached, buffer),
-                                     lambda _module: cached.read_bytes() if cached.exists() else None)
+        if cached is not None:
+            self.engine.set_object_cache(lambda _module, buffer: write_checksummed(cached, buffer),
+                                         lambda _module: cached_object)
         self.engine.finalize_object()
         self.addresses = {name: self.engine.get_function_address(name)
                           for name in self.EXPORTED}

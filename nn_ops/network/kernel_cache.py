@@ -15,8 +15,6 @@ result, and the cache stays out of the way.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -53,28 +51,40 @@ def applies() -> bool:
     return all((getattr(fn, "__module__", "") or "").startswith(_PACKAGE + ".") for fn in functions)
 
 
-def _entry_path(signature: str, target) -> Path:
-    from ...backends.llvm.jit import cache_dir
+def _entry_path(signature: str, target) -> Optional[Path]:
+    from ...backends.disk_cache import writable_cache_dir
+    folder = writable_cache_dir()
+    if folder is None:
+        return None
     key = hashlib.sha256("\0".join([signature, target.key(), str(target), source_fingerprint()]).encode())
-    return cache_dir() / f"{key.hexdigest()[:32]}.kernel"
+    return folder / f"{key.hexdigest()[:32]}.kernel"
 
 
 def lookup(signature: str, target) -> Optional[CachedKernel]:
-    """The kernel built for ``signature`` on ``target`` before, if its object is still cached."""
+    """The kernel built for ``signature`` on ``target`` before, if its object is still cached.
+
+    Entries are checksummed like objects (``disk_cache.read_verified``): a damaged one is
+    deleted with a warning and the group is built again."""
+    from ...backends.disk_cache import read_verified
     from ...backends.llvm.jit import cached_object
     if not applies():
         return None
     path = _entry_path(signature, target)
-    if not path.exists():
+    data = None if path is None else read_verified(path)
+    if data is None:
         return None
-    symbol = path.read_text().strip()
-    obj = cached_object(symbol, target)
-    return CachedKernel(symbol, obj) if obj is not None and symbol else None
+    try:
+        symbol = data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        return None
+    obj = cached_object(symbol, target) if symbol else None
+    return CachedKernel(symbol, obj) if obj is not None else None
 
 
 def store(signature: str, target, module) -> None:
     """Remember that ``signature`` became ``module`` (and keep its object on disk: a kernel
     loaded earlier in this process may have been compiled under another cache directory)."""
+    from ...backends.disk_cache import write_checksummed
     from ...backends.llvm.jit import cached_object, store_object
     if not applies():
         return
@@ -82,7 +92,5 @@ def store(signature: str, target, module) -> None:
     if cached_object(symbol, target) is None:
         store_object(symbol, target, module.object_code)
     path = _entry_path(signature, target)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(symbol)
-    os.replace(tmp, path)
+    if path is not None:
+        write_checksummed(path, symbol.encode("ascii"))
