@@ -3,8 +3,8 @@
 State *what* to compute with placeholders and ``compute``; state *how* with a
 schedule; ``lower`` shows the loops; ``build`` returns a checked, native callable.
 """
-from .errors import (ArgumentError, BoundsError, BuildError, DTypeError, ExprError, InternalError, LoopweaveError,
-                     LoweringError, ScheduleError)
+from .errors import (ArgumentError, BoundsError, BuildError, CacheWarning, DamagedFileError, DTypeError, ExprError,
+                     InternalError, LoopweaveError, LoopweaveWarning, LoweringError, OnnxImportError, ScheduleError)
 from .target import Target
 from .dsl.expr import Expr, Var, cast, const, if_then_else, select, var
 from .dsl.intrinsics import abs, ceil, erf, exp, floor, fmod, log, pow, round, rsqrt, sigmoid, sqrt, tanh
@@ -23,8 +23,9 @@ from .nn_ops.compile import compile, load
 __version__ = "0.1.0"
 
 __all__ = [
-    "ArgumentError", "BoundsError", "BuildError", "DTypeError", "ExprError", "InternalError", "LoopweaveError",
-    "LoweringError", "ScheduleError", "Target", "Expr", "Var", "cast", "const", "if_then_else", "select", "var",
+    "ArgumentError", "BoundsError", "BuildError", "CacheWarning", "DamagedFileError", "DTypeError", "ExprError",
+    "InternalError", "LoopweaveError", "LoopweaveWarning", "LoweringError", "OnnxImportError", "ScheduleError",
+    "Target", "Expr", "Var", "cast", "const", "if_then_else", "select", "var",
     "abs", "ceil", "erf", "exp", "floor", "fmod", "log", "pow", "round", "rsqrt", "sigmoid", "sqrt", "tanh",
     "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "shift_left", "shift_right", "argmax",
     "argmin", "comm_reducer", "max", "min", "prod", "sum", "Schedule", "Stage", "create_schedule", "IterVar",

@@ -7,13 +7,13 @@ DynamicExecutable that compiles one static specialisation per input binding.
 """
 from __future__ import annotations
 
-import zipfile
 from typing import Optional
 
-from ..errors import ArgumentError, BuildError
+from ..errors import ArgumentError, BuildError, DamagedFileError, LoopweaveError
 from ..target import resolve_target
-from .network.dynamic_executable import FORMAT as DYNAMIC_FORMAT, DynamicExecutable, load_dynamic
-from .network.executable import compile_graph, load_static, read_meta
+from .network.archive import ArchiveReader
+from .network.dynamic_executable import FORMAT as DYNAMIC_FORMAT, DynamicExecutable, check_dynamic_meta, load_dynamic
+from .network.executable import compile_graph, load_static_from
 from .network.graph import Graph
 from .onnx_import.dynamic import DynamicGraph
 
@@ -41,12 +41,25 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
 
 
 def load(path):
-    """Load an executable written by ``save`` (an Executable or a DynamicExecutable); nothing is compiled."""
-    meta = read_meta(path)
-    if meta.get("format") != DYNAMIC_FORMAT:
-        return load_static(path)
-    import onnx
-    with zipfile.ZipFile(path) as z:
-        model = onnx.ModelProto.FromString(z.read("model.onnx"))
-        graph = DynamicGraph(model, meta["opset"], meta["name"], meta["value_inputs"], check=False)
-        return load_dynamic(z, meta, repr(str(path)), graph)
+    """Load an executable written by ``save`` (an Executable or a DynamicExecutable); nothing is compiled.
+
+    Every member is checked against the sha256 recorded at save before it reaches numpy,
+    onnx or LLVM; a damaged file raises ``DamagedFileError`` (an ``ArgumentError``) naming
+    the member.  Checksums guard against damage, not malice: a ``.lwx`` holds native code
+    that runs when it is loaded, so load only files you trust."""
+    with ArchiveReader(path) as reader:
+        if reader.meta.get("format") != DYNAMIC_FORMAT:
+            return load_static_from(reader)
+        check_dynamic_meta(reader)
+        meta = reader.meta
+        model_bytes = reader.read("model.onnx")
+        import onnx
+        try:
+            model = onnx.ModelProto.FromString(model_bytes)
+            graph = DynamicGraph(model, meta["opset"], meta["name"], meta["value_inputs"], check=False)
+        except LoopweaveError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the verified model is still not one we wrote
+            raise DamagedFileError(f"{reader.where}: member 'model.onnx' is not a model this loopweave can load "
+                                   f"({type(exc).__name__}: {exc})", "model.onnx") from None
+        return load_dynamic(reader, graph)

@@ -99,7 +99,7 @@ def _object_path(symbol: str, target: Target) -> Optional[Path]:
     if folder is None:
         return None
     key = hashlib.sha256("\0".join([symbol, target.cpu, target.features, llvmlite.__version__,
-                                    codegen_fingerprint()]).encode())
+                                    codegen_fingerprint(), "checksummed"]).encode())
     return folder / f"{key.hexdigest()[:32]}.o"
 
 

@@ -648,7 +648,7 @@ def _optimize(module_ref, target_machine):
 
 def _cached_object_path(ir_text: str):
     key = hashlib.sha256("\0".join([ir_text, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
-                                      "pool-v1"]).encode()).hexdigest()[:32]
+                                      "pool-v2"]).encode()).hexdigest()[:32]
     folder = writable_cache_dir()
     return None if folder is None else folder / f"pool-{key}.o"
 

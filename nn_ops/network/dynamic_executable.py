@@ -13,20 +13,19 @@ compiled so far; ``load`` brings them back without compiling.
 from __future__ import annotations
 
 import io
-import json
-import zipfile
 from typing import Dict, List, Tuple
 
 import numpy as np
 
 from ...errors import ArgumentError
 from ...target import resolve_target
+from .archive import ArchiveReader, ArchiveWriter, MetaChecker
 from .feed import check_names_and_dtypes
 from .executable import compile_graph, load_static
 from .feed import show_shape
 
 FORMAT = "loopweave-dynamic-executable"
-VERSION = 1
+VERSION = 2      # 2: checksummed members (archive.py); version 1 files are refused
 
 
 class DynamicExecutable:
@@ -91,31 +90,49 @@ class DynamicExecutable:
 
     # ------------------------------------------------------------ save / load
     def save(self, path) -> None:
-        """A zip: meta.json, model.onnx, and one nested executable per compiled specialisation."""
+        """A checksummed zip (``archive.py``): meta.json, model.onnx, and one nested executable per
+        compiled specialisation."""
         entries = []
-        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as z:
-            z.writestr("model.onnx", self.graph.model_bytes)
+        with ArchiveWriter(path) as z:
+            z.add("model.onnx", self.graph.model_bytes)
             for k, (key, exe) in enumerate(self.specializations.items()):
                 buf = io.BytesIO()
                 exe.save(buf)
-                z.writestr(f"specializations/{k}.lwx", buf.getvalue())
+                z.add(f"specializations/{k}.lwx", buf.getvalue())
                 entries.append({"file": f"specializations/{k}.lwx",
                                 "shapes": [[n, list(shape)] for n, shape in (e for e in key if len(e) == 2)],
                                 "values": [[n, dt, list(shape), data.hex()]
                                            for n, dt, shape, data in (e for e in key if len(e) == 4)]})
-            z.writestr("meta.json", json.dumps({
-                "format": FORMAT, "version": VERSION, "name": self.graph.name, "opset": self.graph.opset,
-                "value_inputs": self.graph.value_inputs, "specializations": entries}, indent=1))
+            z.finish({"format": FORMAT, "version": VERSION, "name": self.graph.name, "opset": self.graph.opset,
+                      "value_inputs": self.graph.value_inputs, "specializations": entries})
 
 
-def load_dynamic(z: zipfile.ZipFile, meta: dict, where: str, graph) -> DynamicExecutable:
-    """A DynamicExecutable over ``graph`` (rebuilt by the caller from the zip's model) with the
-    specialisations saved in ``z`` by ``DynamicExecutable.save``."""
+def check_dynamic_meta(reader: ArchiveReader) -> None:
+    """Refuse other versions, and a meta.json whose keys a DynamicGraph needs are missing or mistyped."""
+    meta, check = reader.meta, MetaChecker(reader.where)
     if meta.get("version") != VERSION:
-        raise ArgumentError(f"{where}: unsupported dynamic executable version {meta.get('version')!r}")
+        raise ArgumentError(f"{reader.where}: unsupported dynamic executable version {meta.get('version')!r} "
+                            f"(this loopweave reads version {VERSION})")
+    check.get(meta, "name", str)
+    check.get(meta, "opset", int)
+    if not all(isinstance(n, str) for n in check.get(meta, "value_inputs", list)):
+        check.fail("has a bad 'value_inputs'")
+    check.get(meta, "specializations", list)
+
+
+def load_dynamic(reader: ArchiveReader, graph) -> DynamicExecutable:
+    """A DynamicExecutable over ``graph`` (rebuilt by the caller from the archive's model) with the
+    specialisations saved by ``DynamicExecutable.save``; every member is verified first."""
+    check_dynamic_meta(reader)
+    check = MetaChecker(reader.where)
     exe = DynamicExecutable(graph)
-    for entry in meta["specializations"]:
-        key = tuple((n, tuple(s)) for n, s in entry["shapes"])
-        key += tuple((n, dt, tuple(shape), bytes.fromhex(data)) for n, dt, shape, data in entry["values"])
-        exe.specializations[key] = load_static(io.BytesIO(z.read(entry["file"])))
+    for entry in reader.meta["specializations"]:
+        member = check.get(entry, "file", str, "specializations.")
+        try:
+            key = tuple((n, tuple(check.shape(s, n))) for n, s in entry["shapes"])
+            key += tuple((n, dt, tuple(check.shape(shape, n)), bytes.fromhex(data))
+                         for n, dt, shape, data in entry["values"])
+        except (KeyError, TypeError, ValueError):
+            check.fail(f"has a malformed entry for {member!r}")
+        exe.specializations[key] = load_static(io.BytesIO(reader.read(member)), f"{reader.where} member {member!r}")
     return exe

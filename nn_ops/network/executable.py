@@ -23,11 +23,9 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import io
-import json
 import sys
 import threading
 import time
-import zipfile
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -38,17 +36,19 @@ from ...backends import build as build_mod
 from ...backends.build import build
 from ...backends.llvm import jit
 from ...dsl.tensor import placeholder
-from ...errors import ArgumentError, BuildError, InternalError
+from ...errors import ArgumentError, BuildError, DamagedFileError, InternalError
 from ...target import resolve_target
 from ..ops.registry import schedule
 from . import kernel_cache
+from .archive import ArchiveReader, ArchiveWriter, MetaChecker
 from .cuda_executable import CudaExecutable
 from .feed import check_static_feed
 from .graph import Graph
+from .limits import memory_limit_bytes
 from .op_table import OPS, scalar_constants
 from .passes import fuse_operators, optimize
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2      # 2: every member checksummed (archive.py); version 1 files are refused
 ALIGN = 64
 _RUN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
@@ -514,7 +514,8 @@ class Executable:
 
     # ------------------------------------------------------------ save / load
     def save(self, path) -> None:
-        """Write a zip: meta.json, kernels/<symbol>.o, runner.o, weights/<k>.npy (no pickle)."""
+        """Write a zip: meta.json (with the sha256 of every other member), meta.sha256, kernels/<symbol>.o,
+        runner.o, weights/<k>.npy (no pickle); see ``archive.py``."""
         weights = []
         meta = {
             "format": "loopweave-executable", "version": FORMAT_VERSION,
@@ -526,55 +527,83 @@ class Executable:
             "kernels": sorted(self.kernels), "runner": self.runner_symbol, "arena_size": self.arena_size,
             "weights_size": int(self.weights.nbytes), "weights": weights,
         }
-        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as z:
+        with ArchiveWriter(path) as z:
             for k, (name, (off, shape, dtype)) in enumerate(sorted(self.weight_table.items(), key=lambda x: x[1][0])):
                 nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
                 arr = self.weights[off:off + nbytes].view(dtype).reshape(shape)
                 buf = io.BytesIO()
                 np.save(buf, arr, allow_pickle=False)
-                z.writestr(f"weights/{k}.npy", buf.getvalue())
+                z.add(f"weights/{k}.npy", buf.getvalue())
                 weights.append({"name": name, "file": f"weights/{k}.npy", "offset": off})
             for sym, obj in self.kernels.items():
-                z.writestr(f"kernels/{sym}.o", obj)
-            z.writestr("runner.o", self.runner_object)
-            z.writestr("meta.json", json.dumps(meta, indent=1))
+                z.add(f"kernels/{sym}.o", obj)
+            z.add("runner.o", self.runner_object)
+            z.finish(meta)
 
 
 def read_meta(path) -> dict:
-    """``meta.json`` of a saved executable, with a clear error for anything that is not one."""
-    try:
-        z = zipfile.ZipFile(path)
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise ArgumentError(f"cannot open {str(path)!r} as a loopweave executable: {exc}") from exc
-    with z:
-        try:
-            return json.loads(z.read("meta.json"))
-        except KeyError as exc:
-            raise ArgumentError(f"{str(path)!r} is not a loopweave executable (no meta.json)") from exc
+    """``meta.json`` of a saved executable, verified against its checksum (``archive.ArchiveReader``)."""
+    with ArchiveReader(path) as reader:
+        return reader.meta
 
 
-def load_static(path) -> "Executable":
+def load_static(path, where: str = "") -> "Executable":
     """Load an Executable written by ``Executable.save``; nothing is compiled."""
-    meta = read_meta(path)
+    with ArchiveReader(path, where) as reader:
+        return load_static_from(reader)
+
+
+def load_static_from(reader: ArchiveReader) -> "Executable":
+    """The Executable in an opened archive: every member is verified before numpy or LLVM sees it,
+    and meta.json is checked key by key (a bad one is a DamagedFileError naming it)."""
+    meta, where, check = reader.meta, reader.where, MetaChecker(reader.where)
     if meta.get("format") != "loopweave-executable" or meta.get("version") != FORMAT_VERSION:
-        raise ArgumentError(f"{str(path)!r}: unsupported format {meta.get('format')!r} version "
+        raise ArgumentError(f"{where}: unsupported format {meta.get('format')!r} version "
                             f"{meta.get('version')!r} (this loopweave reads version {FORMAT_VERSION})")
     host = resolve_target("llvm")
-    saved = meta["target"]
-    if saved["cpu"] != host.cpu or saved["features"] != host.features:
-        raise ArgumentError(f"{str(path)!r} was compiled for cpu {saved['cpu']!r} with other CPU features than "
+    saved = check.get(meta, "target", dict)
+    if check.get(saved, "cpu", str, "target.") != host.cpu or check.get(saved, "features", str, "target.") != host.features:
+        raise ArgumentError(f"{where} was compiled for cpu {saved['cpu']!r} with other CPU features than "
                             f"this machine ({host.cpu!r}); compile the model again here")
-    with zipfile.ZipFile(path) as z:
-        blob = _aligned_empty(meta["weights_size"])
-        table = {}
-        for w in meta["weights"]:
-            arr = np.load(io.BytesIO(z.read(w["file"])), allow_pickle=False)
-            off = w["offset"]
-            blob[off:off + arr.nbytes] = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-            table[w["name"]] = (off, list(arr.shape), str(arr.dtype))
-        kernels = {sym: z.read(f"kernels/{sym}.o") for sym in meta["kernels"]}
-        runner = z.read("runner.o")
-    calls = [KernelCall(c["symbol"], c["name"], [tuple(a) for a in c["args"]], ops=tuple(c.get("ops", ())),
-                        shape=None if c.get("shape") is None else tuple(c["shape"])) for c in meta["calls"]]
-    return Executable(meta["inputs"], meta["outputs"], calls, kernels, meta["arena_size"], blob, table, host,
-                      runner_object=runner, runner_symbol=meta["runner"])
+    inputs = check.signature(check.get(meta, "inputs", list), "inputs")
+    outputs = check.signature(check.get(meta, "outputs", list), "outputs")
+    for name, _, dtype in inputs + outputs:
+        try:
+            np.dtype(dtype)
+        except TypeError:
+            check.fail(f"gives {name!r} the unknown dtype {dtype!r:.40}")
+    arena_size, weights_size = check.get(meta, "arena_size", int), check.get(meta, "weights_size", int)
+    if arena_size + weights_size > memory_limit_bytes():
+        check.fail(f"asks for {arena_size + weights_size} bytes of memory, more than the limit "
+                   f"{memory_limit_bytes()}")
+    kernel_symbols = check.get(meta, "kernels", list)
+    runner_symbol = check.get(meta, "runner", str)
+    if not all(isinstance(sym, str) for sym in kernel_symbols):
+        check.fail("has a kernel symbol that is not a string")
+    try:
+        calls = [KernelCall(c["symbol"], c["name"], [tuple(a) for a in c["args"]], ops=tuple(c.get("ops", ())),
+                            shape=None if c.get("shape") is None else tuple(c["shape"]))
+                 for c in check.get(meta, "calls", list)]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        check.fail("has a malformed 'calls' table")
+    if any(call.symbol not in kernel_symbols for call in calls):
+        check.fail("calls a kernel that it does not contain")
+    blob = _aligned_empty(weights_size)
+    table = {}
+    for w in check.get(meta, "weights", list):
+        member, off = check.get(w, "file", str, "weights."), check.get(w, "offset", int, "weights.")
+        data = reader.read(member)
+        try:
+            arr = np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, OSError, EOFError, TypeError) as exc:
+            raise DamagedFileError(f"{where} is damaged: member {member!r} is not a numpy array ({exc})",
+                                   member) from None
+        if off % ALIGN or off + arr.nbytes > weights_size:
+            check.fail(f"places {member!r} ({arr.nbytes} bytes) at offset {off}, outside the weights "
+                       f"({weights_size} bytes)")
+        blob[off:off + arr.nbytes] = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        table[check.get(w, "name", str, "weights.")] = (off, list(arr.shape), str(arr.dtype))
+    kernels = {sym: reader.read(f"kernels/{sym}.o") for sym in kernel_symbols}
+    runner = reader.read("runner.o")
+    return Executable(inputs, outputs, calls, kernels, arena_size, blob, table, host,
+                      runner_object=runner, runner_symbol=runner_symbol)

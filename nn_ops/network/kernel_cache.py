@@ -56,7 +56,7 @@ def _entry_path(signature: str, target) -> Optional[Path]:
     folder = writable_cache_dir()
     if folder is None:
         return None
-    key = hashlib.sha256("\0".join([signature, target.key(), str(target), source_fingerprint()]).encode())
+    key = hashlib.sha256("\0".join([signature, target.key(), str(target), source_fingerprint(), "checksummed"]).encode())
     return folder / f"{key.hexdigest()[:32]}.kernel"
 
 

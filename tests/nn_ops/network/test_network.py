@@ -240,6 +240,7 @@ def test_same_value_twice_two_inputs_and_a_constant_output():
 
 
 def test_load_refuses_other_cpus_and_versions(small, tmp_path):
+    import hashlib
     import json
     import zipfile
     _, exe = small
@@ -251,10 +252,13 @@ def test_load_refuses_other_cpus_and_versions(small, tmp_path):
         with zipfile.ZipFile(path) as src, zipfile.ZipFile(broken, "w") as dst:
             for item in src.namelist():
                 data = src.read(item)
+                if item == "meta.sha256":
+                    continue
                 if item == "meta.json":
                     meta = json.loads(data)
                     meta[key] = value
-                    data = json.dumps(meta)
+                    data = json.dumps(meta).encode()
+                    dst.writestr("meta.sha256", hashlib.sha256(data).hexdigest())
                 dst.writestr(item, data)
         with pytest.raises(lw.ArgumentError, match=message):
             lw.load(broken)

@@ -1,0 +1,155 @@
+"""The checksummed zip behind ``.lwx`` files (``Executable.save``, ``DynamicExecutable.save``).
+
+Every member (kernel objects, the runner, weights, the ONNX model, nested executables)
+has its sha256 recorded in ``meta.json`` under ``"checksums"``; ``meta.json`` itself has
+its sha256 in the member ``meta.sha256``.  ``ArchiveReader`` verifies ``meta.json``
+before parsing it and every other member before returning a byte of it, so a damaged
+file gives a ``DamagedFileError`` naming the member instead of reaching LLVM or numpy.
+
+Checksums guard against damage (a truncated download, a full disk, bit rot), not against
+a malicious file: a ``.lwx`` contains native code, and loading one runs it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+import zlib
+from typing import Dict
+
+from ...errors import ArgumentError, DamagedFileError
+
+META = "meta.json"
+META_DIGEST = "meta.sha256"
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class ArchiveWriter:
+    """``with ArchiveWriter(path) as w: w.add(name, data); ...; w.finish(meta)``."""
+
+    def __init__(self, path):
+        self._zip = zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED)
+        self.checksums: Dict[str, str] = {}
+
+    def add(self, name: str, data: bytes) -> None:
+        self._zip.writestr(name, data)
+        self.checksums[name] = sha256(data)
+
+    def finish(self, meta: dict) -> None:
+        text = json.dumps(dict(meta, checksums=self.checksums), indent=1).encode("utf-8")
+        self._zip.writestr(META, text)
+        self._zip.writestr(META_DIGEST, sha256(text))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._zip.close()
+
+
+def _read_raw(z: zipfile.ZipFile, name: str, where: str) -> bytes:
+    try:
+        return z.read(name)
+    except KeyError:
+        raise DamagedFileError(f"{where} is damaged: member {name!r} is missing", name) from None
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as exc:
+        raise DamagedFileError(f"{where} is damaged: member {name!r} cannot be read ({exc})", name) from None
+
+
+class ArchiveReader:
+    """An opened ``.lwx``: ``meta`` (verified and parsed) and ``read(member)`` (verified)."""
+
+    def __init__(self, path, where: str = ""):
+        self.where = where or repr(str(path))
+        try:
+            self._zip = zipfile.ZipFile(path)
+        except (OSError, zipfile.BadZipFile, zlib.error, EOFError, ValueError) as exc:
+            raise ArgumentError(f"cannot open {self.where} as a loopweave executable: {exc}") from None
+        try:
+            self.meta = self._read_meta()
+        except BaseException:
+            self._zip.close()
+            raise
+
+    def _read_meta(self) -> dict:
+        names = set(self._zip.namelist())
+        if META not in names:
+            raise ArgumentError(f"{self.where} is not a loopweave executable (no meta.json)")
+        text = _read_raw(self._zip, META, self.where)
+        if META_DIGEST not in names:
+            raise ArgumentError(f"{self.where} was saved by an older loopweave (format without checksums), which "
+                                "this version does not load; compile the model and save it again")
+        recorded = _read_raw(self._zip, META_DIGEST, self.where).decode("ascii", "replace").strip()
+        if recorded != sha256(text):
+            raise DamagedFileError(f"{self.where} is damaged: meta.json does not match its checksum", META)
+        try:
+            meta = json.loads(text.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise DamagedFileError(f"{self.where} is damaged: meta.json is not valid JSON ({exc})", META) from None
+        if not isinstance(meta, dict) or not isinstance(meta.get("checksums"), dict) or \
+                not all(isinstance(k, str) and isinstance(v, str) for k, v in meta["checksums"].items()):
+            raise DamagedFileError(f"{self.where} is damaged: meta.json has no valid 'checksums' table", META)
+        return meta
+
+    def read(self, name: str) -> bytes:
+        """The bytes of member ``name``, after checking them against the sha256 recorded at save."""
+        if not isinstance(name, str):
+            raise DamagedFileError(f"{self.where} is damaged: meta.json names a member by {name!r}", META)
+        expected = self.meta["checksums"].get(name)
+        if expected is None:
+            raise DamagedFileError(f"{self.where} is damaged: member {name!r} has no recorded checksum", name)
+        data = _read_raw(self._zip, name, self.where)
+        if sha256(data) != expected:
+            raise DamagedFileError(f"{self.where} is damaged: member {name!r} does not match its checksum "
+                                   f"({len(data)} bytes)", name)
+        return data
+
+    def close(self) -> None:
+        self._zip.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class MetaChecker:
+    """Typed access to a parsed meta.json: a missing key or a wrong type is a DamagedFileError."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def fail(self, what: str):
+        raise DamagedFileError(f"{self.where} is damaged: meta.json {what}", META)
+
+    def get(self, table, key: str, kind, context: str = ""):
+        if not isinstance(table, dict) or key not in table:
+            self.fail(f"lacks {context + key!r}")
+        value = table[key]
+        if kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        else:
+            ok = isinstance(value, kind)
+        if not ok:
+            self.fail(f"has a bad {context + key!r}: {value!r:.80}")
+        return value
+
+    def shape(self, value, context: str):
+        if not isinstance(value, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                  for d in value):
+            self.fail(f"has a bad shape for {context}: {value!r:.80}")
+        return value
+
+    def signature(self, rows, context: str):
+        """[[name, shape, dtype], ...] as inputs and outputs are saved."""
+        if not isinstance(rows, list):
+            self.fail(f"has a bad {context!r}")
+        for row in rows:
+            if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str) and isinstance(row[2], str)):
+                self.fail(f"has a bad entry in {context!r}: {row!r:.80}")
+            self.shape(row[1], f"{context} {row[0]!r}")
+        return rows
