@@ -19,6 +19,7 @@ from .backends.runtime import Module
 from .backends.cuda.ndarray import DeviceArray, device_array, from_dlpack
 from .nn_ops.onnx_import import from_onnx
 from .nn_ops.compile import compile, load
+from .nn_ops.network.limits import memory_limit, set_memory_limit
 
 __version__ = "0.1.0"
 
@@ -31,4 +32,5 @@ __all__ = [
     "argmin", "comm_reducer", "max", "min", "prod", "sum", "Schedule", "Stage", "create_schedule", "IterVar",
     "Tensor", "compute", "placeholder", "reduce_axis", "thread_axis", "Trace", "lower", "build", "Module",
     "from_onnx", "compile", "load", "DeviceArray", "device_array", "from_dlpack",
+    "memory_limit", "set_memory_limit",
 ]

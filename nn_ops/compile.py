@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..errors import ArgumentError, BuildError, DamagedFileError, LoopweaveError
+from ..errors import ArgumentError, BuildError, DamagedFileError, InternalError, LoopweaveError
 from ..target import resolve_target
 from .network.archive import ArchiveReader
 from .network.dynamic_executable import FORMAT as DYNAMIC_FORMAT, DynamicExecutable, check_dynamic_meta, load_dynamic
@@ -37,7 +37,13 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
         return DynamicExecutable(graph, target, progress)
     if not isinstance(graph, Graph):
         raise ArgumentError(f"compile takes a loopweave Graph (from lw.from_onnx), got {type(graph).__name__}")
-    return compile_graph(graph, tgt, progress)
+    try:
+        return compile_graph(graph, tgt, progress)
+    except (LoopweaveError, InternalError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the promise: only loopweave's types escape
+        raise InternalError(f"compiling network {graph.name!r} failed unexpectedly: "
+                            f"{type(exc).__name__}: {exc}") from exc
 
 
 def load(path):

@@ -13,6 +13,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 
 from ..network.graph import Graph
+from ..network.limits import memory_limit_bytes
 from ..network.op_table import infer_output, output_shape, scalar_constants
 
 
@@ -54,6 +55,21 @@ def find_converter(op_type: str, opset: int) -> Optional[Converter]:
         if c.since <= opset and (c.until is None or opset <= c.until):
             return c
     return None
+
+
+def check_size(shape, dtype: str, what: str) -> None:
+    """Refuse (Unsupported) a value whose size would exceed the memory limit, before anything is allocated."""
+    if any(int(d) < 0 for d in shape):
+        raise Unsupported(f"{what} has a negative dimension in shape {tuple(shape)}")
+    elements = 1
+    for d in shape:
+        elements *= int(d)
+    nbytes = elements * np.dtype(dtype).itemsize
+    limit = memory_limit_bytes()
+    if nbytes > limit:
+        raise Unsupported(f"{what} of shape {tuple(shape)} ({dtype}) would take {nbytes} bytes, more than the "
+                          f"memory limit of {limit} bytes (raise it with lw.memory_limit(nbytes), lw.set_memory_limit "
+                          f"or LOOPWEAVE_MAX_TENSOR_BYTES)")
 
 
 def onnx_attrs(node) -> dict:
@@ -177,6 +193,7 @@ class ImportContext:
                                   f"shape follows take empty tensors") from exc
             raise Unsupported(f"{op_type} over input shapes {shapes}: {exc}") from exc
         shape = output_shape(t)
+        check_size(shape, t.dtype, f"the result {output!r}")
         empty = [i for i in inputs if 0 in self.graph.values[i].shape]
         if 0 in shape or empty:
             # nothing to compute: an empty result is empty whatever its inputs, and a reduction over

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Sequence
 
-from ...errors import OnnxImportError
+from ...errors import InternalError, LoopweaveError, OnnxImportError
 from .dynamic import DynamicGraph
 from .importer import (MIN_OPSET, import_static, load_model, model_opset, shape_inputs_behind, symbolic_dims,
                        with_input_shapes)
@@ -19,6 +19,15 @@ def from_onnx(model, input_shapes: Optional[Dict[str, Sequence[int]]] = None, na
     makes it an executable that specialises to each concrete input shape (and each value
     of those shape inputs) on first use.
     """
+    try:
+        return _from_onnx(model, input_shapes, name)
+    except (LoopweaveError, InternalError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the promise: only loopweave's types escape
+        raise InternalError(f"from_onnx failed unexpectedly: {type(exc).__name__}: {exc}") from exc
+
+
+def _from_onnx(model, input_shapes, name):
     model = load_model(model)
     import onnx
     if not model.graph.node and not model.graph.output:

@@ -13,11 +13,12 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 
-from ...errors import OnnxImportError
+from ...errors import InternalError, LoopweaveError, OnnxImportError
 from ..network.graph import Graph
 from . import converters as _converters  # noqa: F401 - importing it registers every converter
-from .context import CONVERTERS, ImportContext, NeedsConstant, Unsupported, find_converter
+from .context import CONVERTERS, ImportContext, NeedsConstant, Unsupported, check_size, find_converter
 from .fold import FOLDERS, try_fold
+from .validate import check_attributes
 
 MIN_OPSET = 13
 
@@ -77,11 +78,25 @@ def _tensor_dtype(vi, what: str) -> str:
     return dtype
 
 
+SHAPE_LIKE_LIMIT = 4096
+
+
+def _data_prop_is_cheap(model) -> bool:
+    """ONNX's data propagation walks every element of a 1-D integer input that feeds a shape-like
+    operand (a declared length of 2^31 took minutes); no shape has more than a few thousand
+    entries, so a longer integer input turns it off (it only ever helps for shape computations)."""
+    for inp in model.graph.input:
+        tt = inp.type.tensor_type
+        if tt.elem_type in (6, 7) and len(tt.shape.dim) == 1 and tt.shape.dim[0].dim_value > SHAPE_LIKE_LIMIT:
+            return False        # 6, 7: INT32, INT64
+    return True
+
+
 def import_static(model, opset: int, name: str) -> Graph:
     """The import proper, for a model whose graph inputs all have static shapes."""
     import onnx
     try:
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=_data_prop_is_cheap(model))
     except Exception as exc:
         raise OnnxImportError(f"ONNX shape inference failed on the model: {exc}") from exc
     return _convert(model, opset, name)
@@ -165,7 +180,11 @@ def _value_info_shapes(model) -> Dict[str, tuple]:
     for vi in list(model.graph.value_info) + list(model.graph.output):
         tt = vi.type.tensor_type
         if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
-            out[vi.name] = (tuple(d.dim_value for d in tt.shape.dim), np_dtype(tt.elem_type))
+            try:
+                dtype = np_dtype(tt.elem_type)
+            except Exception:  # noqa: BLE001 - an element type numpy lacks: no size to trust
+                continue
+            out[vi.name] = (tuple(d.dim_value for d in tt.shape.dim), dtype)
     return out
 
 
@@ -179,7 +198,12 @@ def _convert(model, opset: int, name: str) -> Graph:
         if inp.name in g.initializers:
             continue
         tt = inp.type.tensor_type
-        g.add_value(inp.name, [d.dim_value for d in tt.shape.dim], _tensor_dtype(inp, "input"))
+        shape, dtype = [d.dim_value for d in tt.shape.dim], _tensor_dtype(inp, "input")
+        try:
+            check_size(shape, dtype, f"input {inp.name!r}")
+        except Unsupported as exc:
+            raise OnnxImportError(str(exc)) from None
+        g.add_value(inp.name, shape, dtype)
         g.inputs.append(inp.name)
     inferred = _value_info_shapes(model)
     problems = []
@@ -198,8 +222,21 @@ def _convert(model, opset: int, name: str) -> Graph:
             _assume_outputs(g, node, inferred, poisoned)
             continue
         try:
+            check_attributes(ctx, node)
+            for out in node.output:         # ONNX's inferred sizes, before numpy or a kernel allocates them
+                if out in inferred:
+                    check_size(inferred[out][0], inferred[out][1], f"output {out!r}")
+        except Unsupported as exc:
+            problems.append((label, node.op_type, opset, str(exc)))
+            _assume_outputs(g, node, inferred, poisoned)
+            continue
+        try:
             if try_fold(ctx, node):
                 continue
+        except Unsupported as exc:
+            problems.append((label, node.op_type, opset, str(exc)))
+            poisoned.update(node.output)
+            continue
         except Exception as exc:
             problems.append((label, node.op_type, opset, f"constant folding failed: {exc}"))
             poisoned.update(node.output)
@@ -221,6 +258,11 @@ def _convert(model, opset: int, name: str) -> Graph:
         except KeyError as exc:
             problems.append((label, node.op_type, opset, f"input {exc} has no known static shape"))
             _assume_outputs(g, node, inferred, poisoned)
+        except LoopweaveError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a converter bug: say so, with the node
+            raise InternalError(f"converting node {label!r} ({node.op_type}) failed: "
+                                f"{type(exc).__name__}: {exc}") from exc
     if problems:
         lines = "\n".join(f"  - node {n!r}: {op} (opset {v}): {why}" for n, op, v, why in problems)
         error = OnnxImportError(f"the ONNX model has {len(problems)} node(s) loopweave cannot import:\n{lines}",

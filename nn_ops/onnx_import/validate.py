@@ -1,0 +1,262 @@
+"""Attribute contracts of ONNX operators, checked before a converter builds anything.
+
+``check_attributes(ctx, node)`` runs before constant folding and conversion; it raises
+:class:`BadAttribute` (an ``Unsupported``, so the importer lists it with the node's name in
+its one ``OnnxImportError``) naming the attribute, its value and the allowed range.  The
+rules are the operators' contracts from the ONNX spec plus the limits onnxruntime applies
+(a pooling pad smaller than its kernel, a window that fits the padded input), so a
+pathological attribute cannot reach a division, an index or an allocation.
+
+One table for every converter: windowed ops (Conv, pools), ``axis``/``axes`` in range,
+flags that are 0 or 1, Split sizes, sizes that must be positive.  ``context.check_size``
+refuses a value whose inferred size exceeds the memory limit (``network/limits.py``).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..network.limits import memory_limit_bytes
+from .context import ImportContext, Unsupported, check_size
+
+MAX_DIM = 2 ** 31 - 1
+
+
+class BadAttribute(Unsupported):
+    """An attribute outside its operator's contract."""
+
+
+def _attr(node, name):
+    from onnx import helper
+    for a in node.attribute:
+        if a.name == name:
+            value = helper.get_attribute_value(a)
+            return value.decode(errors="replace") if isinstance(value, bytes) else value
+    return None
+
+
+def _rank(ctx: ImportContext, node, k: int = 0) -> Optional[int]:
+    shape = _shape(ctx, node, k)
+    return None if shape is None else len(shape)
+
+
+def _shape(ctx: ImportContext, node, k: int = 0):
+    if len(node.input) <= k or not node.input[k]:
+        return None
+    value = ctx.graph.values.get(node.input[k])
+    if value is not None:
+        return tuple(value.shape)
+    const = ctx.const(node.input[k])
+    return None if const is None else tuple(const.shape)
+
+
+def _bad(name, value, allowed):
+    shown = repr(value)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    raise BadAttribute(f"attribute {name!r} = {shown} is out of range: {allowed}")
+
+
+def _ints(node, name) -> Optional[list]:
+    value = _attr(node, name)
+    if value is None:
+        return None
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not all(isinstance(v, (int, np.integer)) for v in values):
+        _bad(name, value, "integers expected")
+    return [int(v) for v in values]
+
+
+def _check_axis(node, name: str, rank: Optional[int], extra: int = 0) -> None:
+    """``axis`` (or each of ``axes``) in [-rank-extra, rank+extra-1], without repeats."""
+    values = _ints(node, name)
+    if values is None or rank is None:
+        return
+    r = rank + extra
+    for v in values:
+        if not -r <= v < r:
+            _bad(name, _attr(node, name), f"each axis must be in [{-r}, {r - 1}] for rank {r}")
+    if len({v % r for v in values}) != len(values):
+        _bad(name, _attr(node, name), "axes must not repeat")
+
+
+def _check_flag(node, name: str) -> None:
+    values = _ints(node, name)
+    if values is not None and any(v not in (0, 1) for v in values):
+        _bad(name, values[0] if len(values) == 1 else values, "must be 0 or 1")
+
+
+def _check_positive(node, name: str, low: int = 1, high: int = MAX_DIM) -> None:
+    values = _ints(node, name)
+    if values is not None and any(not low <= v <= high for v in values):
+        _bad(name, _attr(node, name), f"each must be in [{low}, {high}]")
+
+
+WINDOWED = {"Conv", "ConvInteger", "QLinearConv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"}
+POOLS = {"MaxPool", "AveragePool", "LpPool"}
+
+
+def _check_window(ctx: ImportContext, node) -> None:
+    """kernel_shape, strides, dilations, pads, auto_pad, group of convolutions and pools."""
+    op = node.op_type
+    shape = _shape(ctx, node, 0)
+    spatial = None if shape is None else len(shape) - 2
+    if spatial is not None and spatial < 1:
+        raise BadAttribute(f"input of rank {len(shape)}: {op} needs (N, C, spatial...) with at least one spatial axis")
+    weight_index = 3 if op == "QLinearConv" else 1
+    kernel = _ints(node, "kernel_shape")
+    if kernel is None and op not in POOLS:
+        w = _shape(ctx, node, weight_index)
+        kernel = None if w is None else list(w[2:])
+    if kernel is None and op in POOLS:
+        raise BadAttribute("attribute 'kernel_shape' is required")
+    strides, dilations, pads = _ints(node, "strides"), _ints(node, "dilations"), _ints(node, "pads")
+    for name, values, factor in (("kernel_shape", kernel, 1), ("strides", strides, 1), ("dilations", dilations, 1),
+                                 ("pads", pads, 2)):
+        if values is not None and spatial is not None and len(values) != factor * spatial:
+            _bad(name, values, f"needs {factor * spatial} values for an input of rank {spatial + 2}")
+    for name in ("kernel_shape", "strides", "dilations"):
+        _check_positive(node, name)
+    if pads is not None and any(p < 0 for p in pads):
+        _bad("pads", pads, "each pad must be >= 0")
+    auto_pad = _attr(node, "auto_pad")
+    if auto_pad not in (None, "", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        _bad("auto_pad", auto_pad, "one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")
+    group = _ints(node, "group")
+    if group is not None:
+        if group[0] < 1:
+            _bad("group", group[0], "must be >= 1")
+        if shape is not None and op != "ConvTranspose" and shape[1] % group[0]:
+            _bad("group", group[0], f"must divide the {shape[1]} input channels")
+    if spatial is None or kernel is None or op == "ConvTranspose":
+        return
+    dilations = dilations or [1] * spatial
+    explicit = auto_pad in (None, "", "NOTSET")
+    pads = (pads or [0] * 2 * spatial) if explicit else [0] * 2 * spatial
+    for k in range(spatial):
+        extent = (kernel[k] - 1) * dilations[k] + 1
+        size = shape[2 + k]
+        padded = size + pads[k] + pads[k + spatial]
+        if op in POOLS and explicit and max(pads[k], pads[k + spatial]) >= kernel[k] * dilations[k]:
+            _bad("pads", pads, f"a pooling pad must be smaller than its window ({kernel[k]} x dilation "
+                               f"{dilations[k]} on spatial axis {k})")
+        if explicit and max(pads[k], pads[k + spatial]) > size + extent:
+            _bad("pads", pads, f"a pad larger than the input plus the window ({size} + {extent} on spatial "
+                               f"axis {k}) only reads padding")
+        if explicit and extent > padded:
+            _bad("kernel_shape" if _ints(node, "kernel_shape") else "dilations", kernel if dilations[k] == 1
+                 else dilations, f"the window ({extent} wide with dilation) must fit the padded input ({padded} "
+                                 f"on spatial axis {k})")
+
+
+def _check_split(ctx: ImportContext, node) -> None:
+    shape = _shape(ctx, node, 0)
+    axis = _ints(node, "axis")
+    axis = 0 if axis is None else axis[0]
+    if shape is None:
+        return
+    _check_axis(node, "axis", len(shape))
+    dim = shape[axis % len(shape)] if shape else None
+    sizes = _ints(node, "split")
+    if sizes is None and len(node.input) > 1 and node.input[1]:
+        const = ctx.const(node.input[1])
+        sizes = None if const is None else [int(v) for v in np.asarray(const).reshape(-1)]
+    if sizes is not None:
+        if len(sizes) != len(node.output):
+            _bad("split", sizes, f"needs one size per output ({len(node.output)})")
+        if any(s < 0 for s in sizes) or (dim is not None and sum(sizes) != dim):
+            _bad("split", sizes, f"sizes must be >= 0 and add up to the axis length {dim}")
+    num = _ints(node, "num_outputs")
+    if num is not None and (num[0] < 1 or num[0] != len(node.output) or (dim is not None and num[0] > max(dim, 1))):
+        _bad("num_outputs", num[0], f"must be >= 1, equal the {len(node.output)} outputs and at most the axis "
+                                    f"length {dim}")
+
+
+AXIS_OPS = {"Softmax", "LogSoftmax", "Hardmax", "Gather", "GatherElements", "ArgMax", "ArgMin", "LayerNormalization",
+            "ScatterElements", "Compress", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "TopK",
+            "CumSum", "ReverseSequence"}
+REDUCE_OPS = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+              "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}
+FLAGS = ("keepdims", "transA", "transB", "ceil_mode", "count_include_pad", "storage_order", "select_last_index",
+         "exclusive", "reverse", "upper", "largest", "sorted", "noop_with_empty_axes", "training_mode",
+         "detect_positive", "detect_negative", "align_corners", "interleaved")
+POSITIVE = {"DepthToSpace": ("blocksize",), "SpaceToDepth": ("blocksize",), "LRN": ("size",),
+            "GroupNormalization": ("num_groups",), "Attention": ("q_num_heads", "kv_num_heads"),
+            "RotaryEmbedding": ("num_heads",), "LpPool": ("p",)}
+
+
+def check_attributes(ctx: ImportContext, node) -> None:
+    """Raise BadAttribute for an attribute (or a constant shape-like operand) of ``node`` outside its
+    operator's contract."""
+    op = node.op_type
+    check_operands(ctx, node, memory_limit_bytes())
+    for name in FLAGS:
+        _check_flag(node, name)
+    for name in POSITIVE.get(op, ()):
+        _check_positive(node, name)
+    if op in WINDOWED:
+        _check_window(ctx, node)
+    elif op == "Split":
+        _check_split(ctx, node)
+    elif op in AXIS_OPS:
+        _check_axis(node, "axis", _rank(ctx, node, 0))
+    elif op == "Flatten":
+        _check_axis(node, "axis", _rank(ctx, node, 0), extra=1)
+    elif op == "Concat":
+        _check_axis(node, "axis", _rank(ctx, node, 0))
+    elif op == "OneHot":
+        _check_axis(node, "axis", _rank(ctx, node, 0), extra=1)
+    elif op in REDUCE_OPS:
+        _check_axis(node, "axes", _rank(ctx, node, 0))
+    elif op == "LpNormalization":
+        _check_axis(node, "axis", _rank(ctx, node, 0))
+        p = _ints(node, "p")
+        if p is not None and p[0] not in (1, 2):
+            _bad("p", p[0], "must be 1 or 2")
+    elif op == "Transpose":
+        perm, rank = _ints(node, "perm"), _rank(ctx, node, 0)
+        if perm is not None and rank is not None and sorted(perm) != list(range(rank)):
+            _bad("perm", perm, f"must be a permutation of 0..{rank - 1}")
+
+
+# constant operands: (op, input index) -> the rank they must have ("0-or-1": a scalar or one element)
+OPERAND_RANKS = {("Trilu", 1): 0, ("Range", 0): 0, ("Range", 1): 0, ("Range", 2): 0, ("CumSum", 1): "0-or-1", ("CumProd", 1): "0-or-1",
+                 ("Dropout", 1): "0-or-1", ("Dropout", 2): "0-or-1", ("Clip", 1): "0-or-1", ("Clip", 2): "0-or-1",
+                 ("OneHot", 1): "0-or-1", ("TopK", 1): "0-or-1", ("Reshape", 1): 1, ("Expand", 1): 1, ("Tile", 1): 1,
+                 ("Unsqueeze", 1): 1, ("Squeeze", 1): 1, ("ConstantOfShape", 0): 1, ("Split", 1): 1, ("Pad", 1): 1,
+                 ("Slice", 1): 1, ("Slice", 2): 1, ("Slice", 3): 1, ("Slice", 4): 1, ("Resize", 2): 1,
+                 ("Resize", 3): 1}
+OPERAND_RANKS.update({(op, 1): 1 for op in REDUCE_OPS})
+
+
+MIN_RANKS = {"BatchNormalization": 2, "InstanceNormalization": 3, "GroupNormalization": 2, "LRN": 3,
+             "GlobalAveragePool": 3, "GlobalMaxPool": 3, "GlobalLpPool": 3, "DepthToSpace": 4, "SpaceToDepth": 4}
+
+
+def check_operands(ctx: ImportContext, node, memory_limit: int) -> None:
+    """Shape-like operands of the right rank, and generators (Range, ConstantOfShape) of a size that fits."""
+    need = MIN_RANKS.get(node.op_type)
+    rank = _rank(ctx, node, 0) if need is not None else None
+    if rank is not None and rank < need:
+        raise BadAttribute(f"input 0 ({node.input[0]!r}) has rank {rank}; {node.op_type} needs rank >= {need} "
+                           f"(N, C, ...)")
+    for k in range(len(node.input)):
+        want = OPERAND_RANKS.get((node.op_type, k))
+        shape = _shape(ctx, node, k) if want is not None else None
+        if shape is None:
+            continue
+        ok = (len(shape) <= 1 and int(np.prod(shape)) == 1) if want == "0-or-1" else len(shape) == want
+        if not ok:
+            raise BadAttribute(f"input {k} ({node.input[k]!r}) has shape {shape}; it must be "
+                               f"{'a scalar' if want in (0, '0-or-1') else 'one-dimensional'}")
+    consts = [ctx.const(i) if i else None for i in node.input]
+    if node.op_type == "Range" and len(consts) == 3 and all(c is not None for c in consts):
+        start, limit, delta = (np.asarray(c).reshape(()).item() for c in consts)
+        if delta == 0:
+            raise BadAttribute("input 2 (delta) is 0; a Range needs a non-zero step")
+        count = max(0, int(np.ceil((limit - start) / delta))) if np.isfinite([start, limit, delta]).all() else -1
+        if count < 0 or count * np.asarray(consts[0]).itemsize > memory_limit:
+            raise BadAttribute(f"Range({start}, {limit}, {delta}) has {count if count >= 0 else 'unbounded'} "
+                               f"elements, more than the memory limit of {memory_limit} bytes allows")
+    if node.op_type == "ConstantOfShape" and consts and consts[0] is not None:
+        check_size([int(d) for d in np.asarray(consts[0]).reshape(-1)], "uint8", "the ConstantOfShape result")
