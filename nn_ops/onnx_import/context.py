@@ -124,7 +124,12 @@ class ImportContext:
             if a.name == name:
                 from onnx import helper
                 value = helper.get_attribute_value(a)
-                return value.decode() if isinstance(value, bytes) else value
+                if isinstance(value, bytes):
+                    try:
+                        return value.decode()
+                    except UnicodeDecodeError:
+                        raise Unsupported(f"attribute {name!r} is not valid UTF-8 text: {value[:40]!r}") from None
+                return value
         return default
 
     def const(self, name: str) -> Optional[np.ndarray]:

@@ -92,9 +92,36 @@ def _data_prop_is_cheap(model) -> bool:
     return True
 
 
+def precheck(model, opset: int) -> None:
+    """Attribute contracts checked before ONNX's shape inference sees the model: its C++ aborts the
+    process on some of them (Split's num_outputs unequal to its outputs).  Only declared shapes are
+    known here, so rules that need a node's input shape wait for the node walk."""
+    from onnx import numpy_helper
+    g = Graph("precheck")
+    ctx = ImportContext(g, opset)
+    for t in model.graph.initializer:       # the small ones: shape-like operands (Split sizes, Range bounds)
+        if len(t.dims) <= 1 and (not t.dims or t.dims[0] <= SHAPE_LIKE_LIMIT):
+            try:
+                g.initializers[t.name] = numpy_helper.to_array(t)
+            except Exception:  # noqa: BLE001 - a broken tensor is reported by the node walk
+                pass
+    problems = []
+    for k, node in enumerate(model.graph.node):
+        if node.domain in ("", "ai.onnx"):
+            try:
+                check_attributes(ctx, node)
+            except Unsupported as exc:
+                problems.append((node_label(k, node), node.op_type, opset, str(exc)))
+    if problems:
+        lines = "\n".join(f"  - node {n!r}: {op} (opset {v}): {why}" for n, op, v, why in problems)
+        raise OnnxImportError(f"the ONNX model has {len(problems)} node(s) loopweave cannot import:\n{lines}",
+                              problems)
+
+
 def import_static(model, opset: int, name: str) -> Graph:
     """The import proper, for a model whose graph inputs all have static shapes."""
     import onnx
+    precheck(model, opset)
     try:
         model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=_data_prop_is_cheap(model))
     except Exception as exc:

@@ -143,6 +143,10 @@ def _check_window(ctx: ImportContext, node) -> None:
         if explicit and max(pads[k], pads[k + spatial]) > size + extent:
             _bad("pads", pads, f"a pad larger than the input plus the window ({size} + {extent} on spatial "
                                f"axis {k}) only reads padding")
+        if not explicit and extent > (size if auto_pad == "VALID" else 2 * size + 1):
+            _bad("kernel_shape" if dilations[k] == 1 else "dilations", kernel if dilations[k] == 1 else dilations,
+                 f"with auto_pad={auto_pad} the window ({extent} wide with dilation) must be at most "
+                 f"{'the input' if auto_pad == 'VALID' else 'twice the input plus one'} ({size} on spatial axis {k})")
         if explicit and extent > padded:
             _bad("kernel_shape" if _ints(node, "kernel_shape") else "dilations", kernel if dilations[k] == 1
                  else dilations, f"the window ({extent} wide with dilation) must fit the padded input ({padded} "
@@ -153,6 +157,9 @@ def _check_split(ctx: ImportContext, node) -> None:
     shape = _shape(ctx, node, 0)
     axis = _ints(node, "axis")
     axis = 0 if axis is None else axis[0]
+    num = _ints(node, "num_outputs")
+    if num is not None and (num[0] < 1 or num[0] != len(node.output)):     # (ONNX's shape inference aborts)
+        _bad("num_outputs", num[0], f"must equal the number of outputs ({len(node.output)})")
     if shape is None:
         return
     _check_axis(node, "axis", len(shape))
@@ -166,10 +173,8 @@ def _check_split(ctx: ImportContext, node) -> None:
             _bad("split", sizes, f"needs one size per output ({len(node.output)})")
         if any(s < 0 for s in sizes) or (dim is not None and sum(sizes) != dim):
             _bad("split", sizes, f"sizes must be >= 0 and add up to the axis length {dim}")
-    num = _ints(node, "num_outputs")
-    if num is not None and (num[0] < 1 or num[0] != len(node.output) or (dim is not None and num[0] > max(dim, 1))):
-        _bad("num_outputs", num[0], f"must be >= 1, equal the {len(node.output)} outputs and at most the axis "
-                                    f"length {dim}")
+    if num is not None and dim is not None and num[0] > max(dim, 1):
+        _bad("num_outputs", num[0], f"must be at most the axis length {dim}")
 
 
 AXIS_OPS = {"Softmax", "LogSoftmax", "Hardmax", "Gather", "GatherElements", "ArgMax", "ArgMin", "LayerNormalization",
@@ -222,6 +227,7 @@ def check_attributes(ctx: ImportContext, node) -> None:
 # constant operands: (op, input index) -> the rank they must have ("0-or-1": a scalar or one element)
 OPERAND_RANKS = {("Trilu", 1): 0, ("Range", 0): 0, ("Range", 1): 0, ("Range", 2): 0, ("CumSum", 1): "0-or-1", ("CumProd", 1): "0-or-1",
                  ("Dropout", 1): "0-or-1", ("Dropout", 2): "0-or-1", ("Clip", 1): "0-or-1", ("Clip", 2): "0-or-1",
+                 ("AffineGrid", 1): 1,
                  ("OneHot", 1): "0-or-1", ("TopK", 1): "0-or-1", ("Reshape", 1): 1, ("Expand", 1): 1, ("Tile", 1): 1,
                  ("Unsqueeze", 1): 1, ("Squeeze", 1): 1, ("ConstantOfShape", 0): 1, ("Split", 1): 1, ("Pad", 1): 1,
                  ("Slice", 1): 1, ("Slice", 2): 1, ("Slice", 3): 1, ("Slice", 4): 1, ("Resize", 2): 1,
@@ -233,8 +239,28 @@ MIN_RANKS = {"BatchNormalization": 2, "InstanceNormalization": 3, "GroupNormaliz
              "GlobalAveragePool": 3, "GlobalMaxPool": 3, "GlobalLpPool": 3, "DepthToSpace": 4, "SpaceToDepth": 4}
 
 
+ZERO_POINTS = {"QuantizeLinear": (2,), "DequantizeLinear": (2,), "QLinearMatMul": (2, 5, 7),
+               "QLinearConv": (2, 5, 7), "ConvInteger": (2, 3), "MatMulInteger": (2, 3)}
+
+
+def _dtype(ctx: ImportContext, name: str) -> Optional[str]:
+    value = ctx.graph.values.get(name)
+    if value is not None:
+        return value.dtype
+    const = ctx.const(name)
+    return None if const is None else str(const.dtype)
+
+
 def check_operands(ctx: ImportContext, node, memory_limit: int) -> None:
-    """Shape-like operands of the right rank, and generators (Range, ConstantOfShape) of a size that fits."""
+    """A first input that is given, shape-like operands of the right rank, integer zero points, and
+    generators (Range, ConstantOfShape) of a size that fits."""
+    if node.input and not node.input[0]:
+        raise BadAttribute("input 0 is missing (an empty name); it is required")
+    for k in ZERO_POINTS.get(node.op_type, ()):
+        dtype = _dtype(ctx, node.input[k]) if len(node.input) > k and node.input[k] else None
+        if dtype is not None and not np.issubdtype(np.dtype(dtype), np.integer):
+            raise BadAttribute(f"input {k} ({node.input[k]!r}) is a zero point of dtype {dtype}; it must be an "
+                               f"integer tensor")
     need = MIN_RANKS.get(node.op_type)
     rank = _rank(ctx, node, 0) if need is not None else None
     if rank is not None and rank < need:

@@ -121,14 +121,15 @@ class FuzzWorker:
 
 
 # ------------------------------------------------------------------ cases and mutations
-def fuzz_cases(limit_nodes: int = 3) -> list:
-    """Small claimed backend cases (a few nodes, data given): the models mutants start from."""
+def fuzz_cases(limit_nodes: int = 3, expanded: bool = False) -> list:
+    """Small claimed backend cases (a few nodes, data given): the models mutants start from
+    (``expanded``: also the cases whose functions ONNX expanded into several nodes)."""
     from .conformance import collect_cases, is_claimed
     chosen = []
     for case in collect_cases():
         if not case.data_sets or not is_claimed(case) or len(case.model.graph.node) > limit_nodes:
             continue
-        if "expanded" in case.name:
+        if "expanded" in case.name and not expanded:
             continue
         chosen.append(case)
     return sorted(chosen, key=lambda c: c.name)
@@ -235,8 +236,10 @@ def main(argv=None) -> int:
     parser.add_argument("--cases", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--max-nodes", type=int, default=3, help="mutate cases of at most this many nodes")
+    parser.add_argument("--expanded", action="store_true", help="include the expanded-function cases")
     args = parser.parse_args(argv)
-    by_kind = cases_by_kind(fuzz_cases())
+    by_kind = cases_by_kind(fuzz_cases(args.max_nodes, args.expanded))
     cases = by_kind["fed_shape"]
     rng = np.random.default_rng(args.seed)
     worker = FuzzWorker(timeout=args.timeout)

@@ -38,6 +38,8 @@ BAD = [
     ("Conv", dict(pads=[2 ** 31 - 1, 0, 0, 0]), "pads", "larger than the input"),
     ("AveragePool", dict(kernel_shape=[10 ** 6, 10 ** 6]), "kernel_shape", "must fit the padded input"),
     ("MaxPool", dict(kernel_shape=[2, 2], pads=[2, 0, 0, 0]), "pads", "smaller than its window"),
+    ("MaxPool", dict(kernel_shape=[2 ** 31 - 1, 2], auto_pad="SAME_UPPER"), "kernel_shape", "twice the input"),
+    ("Conv", dict(dilations=[10 ** 6, 1], auto_pad="SAME_LOWER"), "dilations", "twice the input"),
     ("MaxPool", dict(kernel_shape=[2, 2], dilations=[-1, 1]), "dilations", r"\[1, "),
     ("MaxPool", dict(kernel_shape=[2, 2, 2]), "kernel_shape", "needs 2 values"),
     ("Conv", dict(pads=[-1, 0, 0, 0]), "pads", ">= 0"),
