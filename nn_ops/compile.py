@@ -41,6 +41,9 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
         return compile_graph(graph, tgt, progress)
     except (LoopweaveError, InternalError):
         raise
+    except MemoryError as exc:
+        raise BuildError(f"compiling network {graph.name!r} ran out of memory ({exc}): its tensors are too large "
+                         f"for this machine") from None
     except Exception as exc:  # noqa: BLE001 - the promise: only loopweave's types escape
         raise InternalError(f"compiling network {graph.name!r} failed unexpectedly: "
                             f"{type(exc).__name__}: {exc}") from exc

@@ -82,13 +82,13 @@ SHAPE_LIKE_LIMIT = 4096
 
 
 def _data_prop_is_cheap(model) -> bool:
-    """ONNX's data propagation walks every element of a 1-D integer input that feeds a shape-like
-    operand (a declared length of 2^31 took minutes); no shape has more than a few thousand
-    entries, so a longer integer input turns it off (it only ever helps for shape computations)."""
+    """ONNX's data propagation walks every element of a 1-D input that reaches a shape-like operand
+    or arithmetic on one (a declared length of 2^31 took minutes); no shape has more than a few
+    thousand entries, so a longer 1-D input turns it off (it only ever helps shape computations)."""
     for inp in model.graph.input:
-        tt = inp.type.tensor_type
-        if tt.elem_type in (6, 7) and len(tt.shape.dim) == 1 and tt.shape.dim[0].dim_value > SHAPE_LIKE_LIMIT:
-            return False        # 6, 7: INT32, INT64
+        dims = inp.type.tensor_type.shape.dim
+        if len(dims) == 1 and dims[0].dim_value > SHAPE_LIKE_LIMIT:
+            return False
     return True
 
 
@@ -220,7 +220,12 @@ def _convert(model, opset: int, name: str) -> Graph:
     g = Graph(name)
     ctx = ImportContext(g, opset)
     for t in model.graph.initializer:
-        g.add_initializer(t.name, numpy_helper.to_array(t))
+        try:
+            array = numpy_helper.to_array(t)
+        except Exception as exc:  # noqa: BLE001 - onnx raises KeyError/ValueError for broken tensors
+            raise OnnxImportError(f"initializer {t.name!r} cannot be read (element type {t.data_type}): "
+                                  f"{type(exc).__name__}: {exc}") from None
+        g.add_initializer(t.name, array)
     for inp in model.graph.input:
         if inp.name in g.initializers:
             continue

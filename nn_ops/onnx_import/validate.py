@@ -190,6 +190,20 @@ POSITIVE = {"DepthToSpace": ("blocksize",), "SpaceToDepth": ("blocksize",), "LRN
             "RotaryEmbedding": ("num_heads",), "LpPool": ("p",)}
 
 
+def _check_matmul_shapes(a, b) -> None:
+    if a is None or b is None or not a or not b:
+        return
+    a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
+    b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
+    try:
+        np.broadcast_shapes(a2[:-2], b2[:-2])
+    except ValueError:
+        raise BadAttribute(f"input shapes {tuple(a)} and {tuple(b)}: the batch dimensions do not broadcast") from None
+    if a2[-1] != b2[-2]:
+        raise BadAttribute(f"input shapes {tuple(a)} and {tuple(b)}: the inner dimensions {a2[-1]} and {b2[-2]} "
+                           f"differ")
+
+
 def check_attributes(ctx: ImportContext, node) -> None:
     """Raise BadAttribute for an attribute (or a constant shape-like operand) of ``node`` outside its
     operator's contract."""
@@ -213,6 +227,8 @@ def check_attributes(ctx: ImportContext, node) -> None:
         _check_axis(node, "axis", _rank(ctx, node, 0), extra=1)
     elif op in REDUCE_OPS:
         _check_axis(node, "axes", _rank(ctx, node, 0))
+    elif op in ("MatMul", "MatMulInteger"):
+        _check_matmul_shapes(_shape(ctx, node, 0), _shape(ctx, node, 1))
     elif op == "LpNormalization":
         _check_axis(node, "axis", _rank(ctx, node, 0))
         p = _ints(node, "p")

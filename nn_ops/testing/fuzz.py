@@ -64,7 +64,11 @@ while True:
         exe.run(feeds)
         result = ("ok", "")
     except InternalError as exc:
-        result = ("internal", str(exc).splitlines()[0][:300])
+        import traceback
+        cause = exc.__cause__ or exc
+        tb = traceback.extract_tb(cause.__traceback__)[-1] if cause.__traceback__ else None
+        where = f" at {tb.filename}:{tb.lineno}" if tb else ""
+        result = ("internal", str(exc).splitlines()[0][:300] + where)
     except LoopweaveError as exc:
         result = ("clean", type(exc).__name__)
     except BaseException as exc:
