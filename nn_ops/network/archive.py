@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import zipfile
 import zlib
 from typing import Dict
@@ -64,6 +65,8 @@ class ArchiveReader:
 
     def __init__(self, path, where: str = ""):
         self.where = where or repr(str(path))
+        if not (isinstance(path, (str, os.PathLike)) or (hasattr(path, "read") and hasattr(path, "seek"))):
+            raise ArgumentError(f"load takes a file path (or a binary file object), got {type(path).__name__}")
         try:
             self._zip = zipfile.ZipFile(path)
         except (OSError, zipfile.BadZipFile, zlib.error, EOFError, ValueError) as exc:

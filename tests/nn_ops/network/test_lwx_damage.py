@@ -187,3 +187,9 @@ def test_damaged_dynamic_executable_members(tmp_path):
         assert results[path].startswith("ERROR"), (member, results[path])
         if member != "meta.sha256":
             assert member in results[path], (member, results[path])
+
+
+@pytest.mark.parametrize("what", [None, 3, b"PK\x03\x04", "no/such/file.lwx"])
+def test_load_of_something_that_is_not_a_file_is_an_argument_error(what):
+    with pytest.raises(lw.ArgumentError):
+        lw.load(what)
