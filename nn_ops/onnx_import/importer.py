@@ -55,7 +55,10 @@ def model_opset(model) -> int:
 
 def np_dtype(elem_type: int) -> str:
     from onnx import helper
-    return str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)))
+    try:
+        return str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)))
+    except Exception:  # noqa: BLE001 - onnx raises KeyError for an element type it does not know
+        raise OnnxImportError(f"ONNX element type {elem_type} is not a type loopweave knows") from None
 
 
 def _tensor_dtype(vi, what: str) -> str:
