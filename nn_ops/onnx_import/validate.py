@@ -54,7 +54,7 @@ def _shape(ctx: ImportContext, node, k: int = 0):
 def _bad(name, value, allowed):
     shown = repr(value)
     shown = shown if len(shown) <= 80 else shown[:77] + "..."
-    raise BadAttribute(f"attribute {name!r} = {shown} is out of range: {allowed}")
+    raise BadAttribute(f"attribute {name}={shown} is out of range: {allowed}")
 
 
 def _ints(node, name) -> Optional[list]:

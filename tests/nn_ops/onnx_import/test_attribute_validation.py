@@ -64,13 +64,13 @@ def test_out_of_range_attributes_name_node_attribute_and_range(op, attrs, attrib
     with pytest.raises(OnnxImportError) as info:
         lw.from_onnx(model)
     message = str(info.value)
-    assert "the_node" in message and f"'{attribute}'" in message, message
+    assert "the_node" in message and f"attribute {attribute}=" in message, message
     assert re.search(allowed, message), message
 
 
 def test_split_sizes_and_axis():
     split = _one_node("Split", [6], {"axis": 3}, outputs=("a", "b"))
-    with pytest.raises(OnnxImportError, match="'axis'.*out of range"):
+    with pytest.raises(OnnxImportError, match="axis=3 is out of range"):
         lw.from_onnx(split)
     sizes = _one_node("Split", [6], {}, inputs=("x", "s"), initializers=(("s", np.array([2, 5])),),
                       outputs=("a", "b"))
