@@ -1,0 +1,165 @@
+"""The search space: one sketch per task, generated from the compute DAG alone.
+
+A sketch is a list of named decisions, each with its legal choices (``Space.decisions``);
+``Space.apply(choice)`` turns one assignment into a Schedule through the ordinary
+schedule API, so the result carries its replayable trace.  The rules:
+
+* elementwise producers: inlined, or computed at the output's tile, or at root;
+  producers with a reduction: computed at the output's row tile or at root;
+* the output stage is tiled in two levels over its last two spatial axes
+  (``mr`` rows x ``nr`` columns, ``tail="shift"`` full tiles where legal), batch axes outside;
+* a reduction output may accumulate in a ``cache_write`` buffer computed at the register
+  tile (rows unrolled, columns vectorized, the reduction outside the block), and may pack
+  one operand by ``cache_read`` computed at the column-panel loop;
+* without an accumulator the reduction may be split and placed between the tile loops;
+* outer loops fused (one or two levels) and run in parallel; inner columns vectorized.
+
+A mutation is the same sketch with one decision changed (``Space.mutate``).
+"""
+from __future__ import annotations
+
+import random
+from typing import Dict, List, Tuple
+
+from ..dsl.schedule import create_schedule
+from ..dsl.tensor import PlaceholderOp
+from .task import Task, compute_stages, const_int
+
+Choice = Dict[str, object]
+
+
+def _divisor_like(extent: int, options) -> list:
+    return [o for o in options if o <= extent] or [extent]
+
+
+class Space:
+    def __init__(self, task: Task):
+        self.task = task
+        out = task.outputs[-1]
+        self.out = out
+        self.producers = [t for t in compute_stages(task.outputs) if t.op is not out.op]
+        shape = [const_int(d) for d in out.shape]
+        lanes = task.target.lanes(out.dtype)
+        d: List[Tuple[str, list]] = []
+        for t in self.producers:
+            if t.op.reduce_axis:
+                d.append((f"place:{t.name}", ["tile", "root"]))
+            else:
+                d.append((f"place:{t.name}", ["inline", "tile", "root"]))
+        last = shape[-1] or 1
+        d.append(("nr", _divisor_like(last, [lanes, 2 * lanes, 3 * lanes, 4 * lanes])))
+        if len(shape) >= 2:
+            rows = shape[-2] or 1
+            d.append(("mr", _divisor_like(rows, [1, 2, 4, 6, 8, 12])))
+            d.append(("order", ["cols_outer", "rows_outer"]))
+        has_red = bool(out.op.reduce_axis)
+        if has_red:
+            d.append(("cache_write", [True, False]))
+            packable = [i for i, t in enumerate(out.op.input_tensors)
+                        if isinstance(t.op, PlaceholderOp) and len(t.shape) >= 2]
+            d.append(("pack", [None] + packable))
+            kext = const_int(out.op.reduce_axis[0].extent) or 1
+            d.append(("ksplit", [0] + _divisor_like(kext, [4, 8, 16, 64, 256])))
+        d.append(("parallel", ["outer", "fuse2", "none"]))
+        d.append(("unroll_rows", [True, False]))
+        self.decisions = d
+
+    # -- sampling ------------------------------------------------------------
+    def sample(self, rng: random.Random) -> Choice:
+        return {name: rng.choice(choices) for name, choices in self.decisions}
+
+    def mutate(self, choice: Choice, rng: random.Random) -> Choice:
+        options = [(n, c) for n, c in self.decisions if len(c) > 1]
+        if not options:
+            return dict(choice)
+        name, choices = rng.choice(options)
+        new = dict(choice)
+        new[name] = rng.choice([c for c in choices if c != choice.get(name)])
+        return new
+
+    def crossover(self, a: Choice, b: Choice, rng: random.Random) -> Choice:
+        return {n: (a if rng.random() < 0.5 else b).get(n) for n, _ in self.decisions}
+
+    def size(self) -> int:
+        n = 1
+        for _, c in self.decisions:
+            n *= len(c)
+        return n
+
+    # -- building ------------------------------------------------------------
+    def apply(self, choice: Choice):
+        """A Schedule for ``choice``; raises ScheduleError where the schedule API refuses it."""
+        s = create_schedule(self.task.outputs)
+        out = self.out
+        inputs = list(out.op.input_tensors)
+        at_tile = []
+        for t in self.producers:
+            place = choice.get(f"place:{t.name}", "root")
+            if place == "inline":
+                s[t].compute_inline()
+            elif place == "tile":
+                at_tile.append(t)
+        C = s[out.op]
+        cw = bool(choice.get("cache_write")) and bool(out.op.reduce_axis)
+        CC = s.cache_write(out, "local") if cw else None
+        pack = choice.get("pack")
+        BB = None
+        if pack is not None and cw:
+            BB = s.cache_read(inputs[pack], "local", [s[CC.op] if False else CC.op])
+        axes = list(C.op.axis)
+        reds = list(C.op.reduce_axis)
+        tail = "guard" if reds else "shift"
+        nr = int(choice["nr"])
+        jo, ji = C.split(axes[-1], factor=nr, tail=tail)
+        batch = axes[:-2] if len(axes) >= 2 else []
+        if len(axes) >= 2:
+            io, ii = C.split(axes[-2], factor=int(choice["mr"]), tail=tail)
+            outer = [jo, io] if choice.get("order") == "cols_outer" else [io, jo]
+            inner = [ii, ji]
+        else:
+            outer, inner, ii = [jo], [ji], None
+        kloops = []
+        if reds:
+            ks = int(choice.get("ksplit") or 0)
+            if ks:
+                ko, ki = C.split(reds[0], factor=ks)
+                kloops = [ko] + reds[1:] + [ki]
+            else:
+                kloops = reds
+        C.reorder(*batch, *outer, *kloops, *inner)
+        C.vectorize(ji)
+        if ii is not None and choice.get("unroll_rows") and not cw and not reds:
+            C.unroll(ii)
+        par = choice.get("parallel")
+        outer_at, inner_at = outer[0], outer[-1]
+        if par == "fuse2" and len(batch + outer) >= 2:
+            fused = C.fuse(*batch, *outer)
+            C.parallel(fused)
+            outer_at = inner_at = fused
+        elif par in ("outer", "fuse2"):
+            if batch:
+                fused = C.fuse(*batch, outer[0])
+                outer_at = fused
+                if inner_at is outer[0]:
+                    inner_at = fused
+                C.parallel(fused)
+            else:
+                C.parallel(outer[0])
+        if cw:
+            A = s[CC.op]
+            A.compute_at(C, inner_at)
+            c_axes = list(A.op.axis)
+            ck = list(A.op.reduce_axis)
+            if len(c_axes) >= 2:
+                A.reorder(*c_axes[:-2], *ck, c_axes[-2], c_axes[-1])
+                if choice.get("unroll_rows"):
+                    A.unroll(c_axes[-2])
+            else:
+                A.reorder(*ck, c_axes[-1])
+            A.vectorize(c_axes[-1])
+        if BB is not None:
+            s[BB.op].compute_at(C, outer_at)
+            s[BB.op].vectorize(s[BB.op].op.axis[-1])
+        for t in at_tile:
+            s[t].compute_at(C, inner_at)
+        return s

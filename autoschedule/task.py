@@ -1,0 +1,111 @@
+"""A tuning task: one kernel's compute DAG, its argument list and the target.
+
+The key is structural: a hash of the untuned kernel's lowered loop IR text (names,
+shapes, dtypes and arithmetic of every stage) and the target's CPU name and features,
+so a fresh copy of the same DAG gets the same key and records apply by key, never by
+object identity.
+"""
+from __future__ import annotations
+
+import hashlib
+import pickle
+from dataclasses import dataclass, field
+from typing import List
+
+from ..dsl.tensor import ComputeOp, PlaceholderOp
+from ..dsl.schedule import create_schedule
+from ..errors import ArgumentError, BuildError
+from ..lowering.lower import lower
+from ..target import Target, resolve_target
+
+
+def _outputs(args) -> list:
+    return [t for t in args if isinstance(getattr(t, "op", None), ComputeOp)]
+
+
+@dataclass
+class Task:
+    args: list
+    target: Target
+    weight: float = 1.0
+    name: str = "task"
+    key: str = field(init=False)
+
+    def __post_init__(self):
+        self.args = list(self.args)
+        if not self.args:
+            raise ArgumentError("tune: the argument list is empty; pass the placeholders and the outputs, as to lw.build")
+        for a in self.args:
+            if not hasattr(a, "op"):
+                raise ArgumentError(f"tune: argument {a!r} is not a tensor")
+        if not self.outputs:
+            raise ArgumentError("tune: the argument list has no outputs (no tensor made by lw.compute); "
+                                "list the tensors to compute after the placeholders")
+        try:
+            self.target = resolve_target(self.target)
+        except BuildError as exc:
+            raise ArgumentError(f"tune: {exc}") from None
+        if self.target.kind != "llvm":
+            raise ArgumentError(f"tune: target {self.target.kind!r} is not supported by the autoscheduler yet; use 'llvm'")
+        text = str(lower(create_schedule(self.outputs), self.args))
+        self.key = hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    @property
+    def outputs(self) -> list:
+        return _outputs(self.args)
+
+    def schedule(self):
+        return create_schedule(self.outputs)
+
+    def to_bytes(self) -> bytes:
+        """The DAG for a measuring worker (expression trees are plain data; no code travels)."""
+        return pickle.dumps(self.args)
+
+    def flops(self) -> float:
+        """Multiply-adds and arithmetic per output point times points, roughly (for GFLOPS display)."""
+        total = 0.0
+        for t in _all_compute(self.outputs):
+            n = 1
+            for d in t.shape:
+                n *= const_int(d) or 1
+            r = 1
+            for ax in t.op.reduce_axis:
+                r *= const_int(ax.extent) or 1
+            total += 2.0 * n * r
+        return total
+
+    def __repr__(self):
+        outs = ", ".join(f"{t.name}{[str(d) for d in t.shape]}" for t in self.outputs)
+        return f"Task({outs}, key={self.key[:10]}, target={self.target.cpu})"
+
+
+def const_int(x):
+    """``x`` as a Python int when it is a constant, else None."""
+    if isinstance(x, int):
+        return x
+    v = getattr(x, "value", None)
+    return int(v) if isinstance(v, (int,)) or (v is not None and float(v).is_integer()) else None
+
+
+def _all_compute(outputs) -> List:
+    seen, order = set(), []
+
+    def visit(t):
+        if id(t.op) in seen:
+            return
+        seen.add(id(t.op))
+        if isinstance(t.op, ComputeOp):
+            for inp in t.op.input_tensors:
+                visit(inp)
+            order.append(t)
+    for t in outputs:
+        visit(t)
+    return order
+
+
+def compute_stages(outputs) -> List:
+    """Compute tensors of the DAG in topological order (producers first)."""
+    return _all_compute(outputs)
+
+
+__all__ = ["Task", "compute_stages", "PlaceholderOp"]
