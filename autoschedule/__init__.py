@@ -1,0 +1,14 @@
+"""The autoscheduler: fast schedules from the compute definition alone.
+
+``tune(args, target, trials, ...)`` searches a sketch space of schedule decisions
+(space.py) with an evolutionary search (search.py) ranked by a LightGBM cost model
+(cost_model.py) over features of the lowered IR (features.py); candidates are built
+and timed in spawned worker processes (measure.py) and logged as JSON Lines
+(records.py).  ``apply_best(log, args, target)`` replays the best record.
+``tune_tasks`` (task_scheduler.py) shares trials among several kernels.
+"""
+from .records import RecordWarning
+from .task import Task
+from .tune import TuneResult, apply_best, tune
+
+__all__ = ["tune", "apply_best", "TuneResult", "Task", "RecordWarning"]

@@ -1,0 +1,205 @@
+"""Build and time candidates in spawned worker processes.
+
+The native thread pool is not fork-safe, so workers are *spawned*.  By default one
+persistent worker (a fresh interpreter started by exec) is reused across candidates (its compile cache and the task's
+reference output stay warm); a crash or a hang costs one candidate: the pool is
+replaced and the candidate logged with its error.  Any ``concurrent.futures.Executor``
+works instead (a Dask ``Client.get_executor()`` included): what travels is the task
+(pickled expression data, no code) and the trace as JSON; the worker rebuilds the
+schedule from the trace, builds, times, and checks a new best against the untuned
+build's output on random inputs.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import pickle
+import select
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+_TASKS: dict = {}       # per worker process: task key -> (args, inputs, reference output)
+
+
+@dataclass
+class MeasureResult:
+    seconds: Optional[float]
+    error: Optional[str]
+    build_seconds: float = 0.0
+
+
+def _random_inputs(args, seed: int = 1234):
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for t in args:
+        shape = tuple(int(getattr(d, "value", d)) for d in t.shape)
+        dt = np.dtype(t.dtype)
+        if dt.kind == "f":
+            arrays.append(rng.standard_normal(shape).astype(dt))
+        elif dt.kind == "b":
+            arrays.append(rng.random(shape) < 0.5)
+        else:
+            arrays.append(rng.integers(0, 8, size=shape).astype(dt))
+    return arrays
+
+
+def _output_positions(args):
+    from ..dsl.tensor import ComputeOp
+    return [i for i, t in enumerate(args) if isinstance(t.op, ComputeOp)]
+
+
+def _task_state(key: str, task_bytes: bytes):
+    state = _TASKS.get(key)
+    if state is None:
+        args = pickle.loads(task_bytes)
+        state = _TASKS[key] = {"args": args, "arrays": None, "reference": None}
+    return state
+
+
+def _reference(state):
+    if state["reference"] is None:
+        from ..backends.build import build
+        from ..dsl.schedule import create_schedule
+        args = state["args"]
+        outs = [args[i] for i in _output_positions(args)]
+        arrays = _random_inputs(args)
+        build(create_schedule(outs), args)(*arrays)
+        state["reference"] = [arrays[i].copy() for i in _output_positions(args)]
+    return state["reference"]
+
+
+def measure_one(key: str, task_bytes: bytes, trace_json: str, check_below: Optional[float] = None,
+                repeat: int = 5, min_seconds: float = 0.05, crash: bool = False) -> dict:
+    """Rebuild the schedule from ``trace_json``, build, time; a JSON-able dict back.
+
+    When the time beats ``check_below`` the outputs are compared with the untuned build's.
+    ``crash`` kills this process (tests use it to check that a crash costs one candidate).
+    """
+    if crash:
+        import os
+        os._exit(3)
+    from ..backends.build import build
+    from ..dsl.schedule import create_schedule
+    from ..dsl.trace import Trace
+    try:
+        state = _task_state(key, task_bytes)
+        args = state["args"]
+        outs = [args[i] for i in _output_positions(args)]
+        s = create_schedule(outs)
+        Trace.from_json(trace_json).apply(s)
+        t0 = time.perf_counter()
+        mod = build(s, args)
+        build_s = time.perf_counter() - t0
+        if state["arrays"] is None:
+            state["arrays"] = _random_inputs(args, seed=99)
+        seconds = mod.time(*state["arrays"], repeat=repeat, min_seconds=min_seconds)
+        if check_below is not None and seconds < check_below:
+            ref = _reference(state)
+            arrays = _random_inputs(args)
+            for i in _output_positions(args):
+                arrays[i][...] = np.nan if arrays[i].dtype.kind == "f" else 0
+            mod(*arrays)
+            for got, want in zip([arrays[i] for i in _output_positions(args)], ref):
+                if want.dtype.kind == "f":
+                    ok = np.allclose(got, want, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(want).max(initial=0))))
+                else:
+                    ok = np.array_equal(got, want)
+                if not ok:
+                    return {"seconds": None, "error": "wrong answer: differs from the untuned build", "build_seconds": build_s}
+        return {"seconds": seconds, "error": None, "build_seconds": build_s}
+    except Exception as exc:  # a candidate's failure is a result, not a crash of the tuner
+        return {"seconds": None, "error": f"{type(exc).__name__}: {exc}"[:2000],
+                "build_seconds": 0.0, "traceback": traceback.format_exc()[-2000:]}
+
+
+class LocalMeasurer:
+    """One persistent worker process (two timings never overlap), started by exec.
+
+    A crash or a timeout kills the worker and costs that one candidate; the next
+    candidate starts a fresh worker."""
+
+    def __init__(self, timeout: float = 60.0):
+        self.timeout = timeout
+        self._proc = None
+
+    def _start(self):
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = subprocess.Popen([sys.executable, "-m", "loopweave.autoschedule.worker"],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        return self._proc
+
+    def _kill(self):
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def run_one(self, job) -> MeasureResult:
+        from .worker import recv, send
+        proc = self._start()
+        try:
+            send(proc.stdin.fileno(), job)
+        except OSError as exc:
+            self._kill()
+            return MeasureResult(None, f"worker failed: {exc}")
+        ready, _, _ = select.select([proc.stdout], [], [], self.timeout)
+        if not ready:
+            self._kill()
+            return MeasureResult(None, f"timeout: no result within {self.timeout:g} s")
+        try:
+            # the reply starts arriving; a worker that dies mid-reply is a crash
+            r = recv(proc.stdout.fileno())
+        except (EOFError, OSError, pickle.UnpicklingError):
+            code = proc.poll()
+            self._kill()
+            return MeasureResult(None, f"worker crashed (exit code {code})")
+        return MeasureResult(r["seconds"], r["error"], r.get("build_seconds", 0.0))
+
+    def run(self, jobs):
+        """``jobs``: list of kwargs for measure_one; returns a MeasureResult per job, in order."""
+        return [self.run_one(job) for job in jobs]
+
+    def close(self):
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            try:
+                proc.stdin.close()
+                proc.wait(timeout=5)
+            except Exception:
+                proc.kill()
+                proc.wait()
+
+
+class ExecutorMeasurer:
+    """Measure through a user's Executor (e.g. ``distributed.Client(...).get_executor()``).
+
+    Jobs are submitted one at a time so two timings never overlap on one machine."""
+
+    def __init__(self, executor: cf.Executor, timeout: float = 120.0):
+        self.executor, self.timeout = executor, timeout
+
+    def run(self, jobs):
+        return [_wait(self.executor.submit(measure_one, **job), self.timeout, None) for job in jobs]
+
+    def close(self):
+        pass
+
+
+def _wait(fut, timeout, reset) -> MeasureResult:
+    try:
+        r = fut.result(timeout=timeout)
+        return MeasureResult(r["seconds"], r["error"], r.get("build_seconds", 0.0))
+    except cf.TimeoutError:
+        fut.cancel()
+        if reset:
+            reset()
+        return MeasureResult(None, f"timeout: no result within {timeout:g} s")
+    except Exception as exc:   # BrokenProcessPool (worker crashed) or a remote failure
+        if reset:
+            reset()
+        return MeasureResult(None, f"worker failed: {type(exc).__name__}: {exc}"[:2000])

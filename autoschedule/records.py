@@ -1,0 +1,79 @@
+"""Tuning records: JSON Lines, one measured candidate a line, append-only.
+
+A line holds the task key, the target (CPU name and features), the decisions, the
+trace (as its JSON text), the measured seconds (null on error), the error, and the
+loopweave version.  Reading skips a corrupt line with a warning naming its number, and
+ignores lines of another target or another loopweave version.
+"""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from importlib import metadata
+from typing import Iterator, List, Optional
+
+from ..errors import ArgumentError, LoopweaveWarning
+from ..target import Target
+
+try:
+    VERSION = metadata.version("loopweave")
+except metadata.PackageNotFoundError:   # running from a source tree without an install
+    VERSION = "unknown"
+
+
+class RecordWarning(LoopweaveWarning):
+    """A tuning log line could not be read and was skipped."""
+
+
+def make_record(task_key: str, target: Target, choice: dict, trace_json: str, seconds: Optional[float],
+                error: Optional[str], trial: int, build_seconds: float = 0.0) -> dict:
+    return {"task": task_key, "target": {"cpu": target.cpu, "features": target.features},
+            "choice": choice, "trace": trace_json, "seconds": seconds, "error": error, "trial": trial,
+            "build_seconds": round(build_seconds, 4), "version": VERSION}
+
+
+def append(path, records: List[dict]) -> None:
+    if not path or not records:
+        return
+    with open(path, "a", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(r, sort_keys=True) + "\n")
+        fh.flush()
+
+
+def read(path, target: Optional[Target] = None, task_key: Optional[str] = None) -> Iterator[dict]:
+    """The usable records of ``path`` (optionally of one target / one task)."""
+    if path is None or not os.path.exists(path):
+        return
+    if os.path.isdir(path):
+        raise ArgumentError(f"tuning log {path!r} is a directory, not a JSON Lines file")
+    with open(path, "rb") as fh:
+        head = fh.read(1)
+    if head and head not in b"{ \n\r\t":
+        raise ArgumentError(f"tuning log {path!r} is not JSON Lines (its first byte is {head!r}; "
+                            "a log has one JSON object per line)")
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+                if not isinstance(r, dict) or "task" not in r or "trace" not in r or "target" not in r:
+                    raise ValueError("not a tuning record")
+            except ValueError as exc:
+                warnings.warn(f"{path}:{lineno}: skipped a corrupt tuning record ({exc})", RecordWarning, stacklevel=2)
+                continue
+            if r.get("version") != VERSION:
+                continue
+            if target is not None and (r["target"].get("cpu") != target.cpu
+                                       or r["target"].get("features") != target.features):
+                continue
+            if task_key is not None and r["task"] != task_key:
+                continue
+            yield r
+
+
+def best(path, target: Target, task_key: str) -> Optional[dict]:
+    found = [r for r in read(path, target, task_key) if r.get("seconds") is not None and not r.get("error")]
+    return min(found, key=lambda r: r["seconds"]) if found else None

@@ -1,0 +1,190 @@
+"""Evolutionary search over a sketch's decisions, ranked by the cost model.
+
+``TaskTuner`` keeps one task's state (measured candidates, the model, the best) and
+measures one batch per ``round()``: children of the best measured candidates (one
+decision mutated, or two parents crossed) and fresh samples, filtered through the
+schedule API and lowering (a candidate either refuses is dropped before any build),
+ranked by the model; the top of the ranking plus a few random ones are measured.
+The task scheduler interleaves rounds of several TaskTuners.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from typing import List, Optional
+
+import numpy as np
+
+from ..errors import LoopweaveError
+from ..lowering.lower import lower
+from . import records
+from .cost_model import CostModel, ranking_quality
+from .features import encode_choice, extract
+from .measure import LocalMeasurer
+from .space import Space
+from .task import Task
+
+
+def _key(choice: dict) -> str:
+    return json.dumps(choice, sort_keys=True)
+
+
+class TaskTuner:
+    def __init__(self, task: Task, measurer, log=None, seed: int = 0, batch: int = 8, n_random: int = 2,
+                 population: int = 96):
+        self.task, self.space, self.measurer, self.log = task, Space(task), measurer, log
+        self.rng = random.Random(seed)
+        self.batch, self.n_random, self.population = batch, n_random, population
+        self.model = CostModel(seed)
+        self.task_bytes = task.to_bytes()
+        self.measured = {}            # choice key -> record
+        self.features = {}            # choice key -> feature vector
+        self.history: List[dict] = []
+        self.best: Optional[dict] = None
+        self.rejected = 0
+        self.model_quality: List[dict] = []
+        self.untuned_seconds: Optional[float] = None
+        self._resume()
+
+    # -- state ---------------------------------------------------------------
+    def _resume(self):
+        for r in records.read(self.log, self.task.target, self.task.key):
+            if not isinstance(r.get("choice"), dict):
+                continue
+            k = _key(r["choice"])
+            if k in self.measured:
+                continue
+            self.measured[k] = r
+            self._note(r, resumed=True)
+        self._refit()
+
+    def _note(self, r: dict, resumed: bool = False):
+        if r.get("seconds") is not None and not r.get("error"):
+            if self.best is None or r["seconds"] < self.best["seconds"]:
+                self.best = r
+        self.history.append({"trial": len(self.history) + 1, "seconds": r.get("seconds"),
+                             "best_seconds": self.best["seconds"] if self.best else None,
+                             "error": r.get("error"), "resumed": resumed})
+
+    @property
+    def n_measured(self) -> int:
+        return len(self.history)
+
+    def _candidate(self, choice):
+        k = _key(choice)
+        if k in self.measured:
+            return None
+        try:
+            s = self.space.apply(choice)
+            func = lower(s, self.task.args)
+        except LoopweaveError:
+            self.rejected += 1
+            return None
+        feats = np.concatenate([extract(func), encode_choice(self.space, choice)])
+        return k, choice, s.trace.to_json(), feats
+
+    def _feature_of(self, k, choice):
+        if k not in self.features:
+            c = self._candidate_features(choice)
+            self.features[k] = c
+        return self.features[k]
+
+    def _candidate_features(self, choice):
+        try:
+            func = lower(self.space.apply(choice), self.task.args)
+        except LoopweaveError:
+            return None
+        return np.concatenate([extract(func), encode_choice(self.space, choice)])
+
+    def _refit(self):
+        X, y = [], []
+        for k, r in self.measured.items():
+            if r.get("seconds") is None or r.get("error"):
+                continue
+            f = self._feature_of(k, r["choice"])
+            if f is not None:
+                X.append(f)
+                y.append(r["seconds"])
+        if X:
+            self.model.fit(np.array(X), y)
+
+    # -- one round -------------------------------------------------------------
+    def _proposals(self) -> list:
+        rng = self.rng
+        good = sorted((r for r in self.measured.values() if r.get("seconds") and not r.get("error")),
+                      key=lambda r: r["seconds"])[:16]
+        parents = [r["choice"] for r in good]
+        choices = []
+        for _ in range(self.population):
+            if parents and rng.random() < 0.7:
+                p = parents[min(int(rng.expovariate(0.4)), len(parents) - 1)]
+                if len(parents) > 1 and rng.random() < 0.2:
+                    p = self.space.crossover(p, rng.choice(parents), rng)
+                c = self.space.mutate(p, rng)
+                if rng.random() < 0.3:
+                    c = self.space.mutate(c, rng)
+            else:
+                c = self.space.sample(rng)
+            choices.append(c)
+        seen, out = set(), []
+        for c in choices:
+            k = _key(c)
+            if k in seen or k in self.measured:
+                continue
+            seen.add(k)
+            cand = self._candidate(c)
+            if cand is not None:
+                out.append(cand)
+        return out
+
+    def round(self, n: int) -> List[dict]:
+        """Measure up to ``n`` new candidates; returns their records."""
+        cands = self._proposals()
+        if not cands:
+            return []
+        scores = self.model.predict(np.array([c[3] for c in cands]))
+        order = list(np.argsort(-scores, kind="stable"))
+        n_rand = min(self.n_random, n // 2) if self.model.trained else n
+        pick = order[: n - n_rand] if self.model.trained else []
+        rest = [i for i in order if i not in set(pick)]
+        self.rng.shuffle(rest)
+        pick = list(pick) + rest[: n - len(pick)]
+        jobs, chosen = [], []
+        for i in pick:
+            k, choice, trace_json, feats = cands[i]
+            self.features[k] = feats
+            chosen.append((k, choice, trace_json, scores[i]))
+        out = []
+        for k, choice, trace_json, score in chosen:
+            check = self.best["seconds"] if self.best else float("inf")
+            res = self.measurer.run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=trace_json,
+                                          check_below=check)])[0]
+            r = records.make_record(self.task.key, self.task.target, choice, trace_json, res.seconds, res.error,
+                                    self.n_measured + 1, res.build_seconds)
+            self.measured[k] = r
+            self._note(r)
+            records.append(self.log, [r])
+            out.append(r)
+        if self.model.trained:
+            ok = [(s, r["seconds"]) for (_, _, _, s), r in zip(chosen, out) if r["seconds"] is not None]
+            if len(ok) >= 3:
+                self.model_quality.append(ranking_quality([a for a, _ in ok], [b for _, b in ok], k=3))
+        self._refit()
+        return out
+
+    def measure_untuned(self, timeout_ok: bool = True):
+        from ..dsl.trace import Trace
+        res = self.measurer.run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=Trace().to_json(),
+                                      repeat=1, min_seconds=0.0)])[0]
+        self.untuned_seconds = res.seconds
+        return res
+
+
+def default_measurer(executor=None, timeout: float = 60.0):
+    from .measure import ExecutorMeasurer
+    return LocalMeasurer(timeout) if executor is None else ExecutorMeasurer(executor, timeout)
+
+
+def now() -> float:
+    return time.perf_counter()

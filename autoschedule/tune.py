@@ -1,0 +1,160 @@
+"""``tune`` and ``apply_best``: the user's entry points, and ``TuneResult``."""
+from __future__ import annotations
+
+import html
+import numbers
+import time
+from typing import List, Optional
+
+from ..backends.build import build as _build
+from ..dsl.schedule import create_schedule
+from ..dsl.trace import Trace
+from ..errors import ArgumentError
+from ..target import resolve_target
+from . import records
+from .search import TaskTuner, default_measurer
+from .task import Task
+
+
+class TuneResult:
+    """The best schedule found for one task, with its history."""
+
+    def __init__(self, task: Task, tuner: TaskTuner, elapsed: float):
+        self.task = task
+        self.history: List[dict] = list(tuner.history)
+        self.untuned_seconds = tuner.untuned_seconds
+        self.model_quality = list(tuner.model_quality)
+        self.rejected = tuner.rejected
+        self.elapsed = elapsed
+        best = tuner.best
+        self.best_record = best
+        self.best_seconds: Optional[float] = best["seconds"] if best else None
+        self.trace: Optional[Trace] = Trace.from_json(best["trace"]) if best else None
+        self.choice = best["choice"] if best else None
+
+    @property
+    def schedule(self):
+        """A Schedule over the task's own tensors (the untuned one if nothing was measured)."""
+        s = create_schedule(self.task.outputs)
+        if self.trace is not None:
+            self.trace.apply(s)
+        return s
+
+    def build(self):
+        return _build(self.schedule, self.task.args, target=self.task.target)
+
+    @property
+    def speedup(self) -> Optional[float]:
+        if self.untuned_seconds and self.best_seconds:
+            return self.untuned_seconds / self.best_seconds
+        return None
+
+    def plot(self, ax=None):
+        import matplotlib.pyplot as plt
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 3.5))
+        xs = [h["trial"] for h in self.history if h["best_seconds"]]
+        ys = [h["best_seconds"] * 1e3 for h in self.history if h["best_seconds"]]
+        ax.step(xs, ys, where="post", label="best so far")
+        pts = [(h["trial"], h["seconds"] * 1e3) for h in self.history if h["seconds"]]
+        if pts:
+            ax.scatter(*zip(*pts), s=6, alpha=0.4, label="measured")
+        if self.untuned_seconds:
+            ax.axhline(self.untuned_seconds * 1e3, color="gray", ls="--", label="untuned")
+        ax.set_yscale("log")
+        ax.set_xlabel("trial")
+        ax.set_ylabel("ms")
+        ax.set_title(f"tuning {', '.join(t.name for t in self.task.outputs)}")
+        ax.legend()
+        return ax
+
+    def _summary(self) -> str:
+        if self.best_seconds is None:
+            return f"no successful candidate in {len(self.history)} trials"
+        gf = self.task.flops() / self.best_seconds / 1e9
+        sp = f", {self.speedup:.1f}x untuned" if self.speedup else ""
+        return (f"best {self.best_seconds * 1e3:.3f} ms ({gf:.1f} GFLOPS){sp} after {len(self.history)} trials "
+                f"({sum(1 for h in self.history if h['error'])} failed)")
+
+    def __repr__(self):
+        return f"TuneResult({self.task!r}: {self._summary()})"
+
+    def _repr_html_(self) -> str:
+        code = html.escape(str(self.trace)) if self.trace is not None else ""
+        img = ""
+        try:
+            import base64
+            import io
+            import matplotlib
+            import matplotlib.pyplot as plt
+            with matplotlib.rc_context({"backend": "agg"}):
+                ax = self.plot()
+                buf = io.BytesIO()
+                ax.figure.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+                plt.close(ax.figure)
+            img = f'<img src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}"/>'
+        except Exception:   # matplotlib is an optional extra; the text stays useful without it
+            img = ""
+        return (f"<div><b>TuneResult</b> {html.escape(repr(self.task))}<br>{html.escape(self._summary())}"
+                f"<pre>{code}</pre>{img}</div>")
+
+
+def _check_trials(trials):
+    if isinstance(trials, bool) or not isinstance(trials, numbers.Integral):
+        raise ArgumentError(f"tune: trials must be an integer >= 0, got {trials!r}")
+    if trials < 0:
+        raise ArgumentError(f"tune: trials must be >= 0, got {trials}")
+
+
+def _progress_bar(progress, total, desc):
+    from tqdm.auto import tqdm
+    return tqdm(total=total, desc=desc, disable=(progress is False), unit="trial", leave=True)
+
+
+def tune(args, target="llvm", trials: int = 256, time_budget: Optional[float] = None, log=None, executor=None,
+         seed: int = 0, progress=None, timeout: float = 60.0, batch: int = 8, measure_untuned: bool = True):
+    """Search a fast schedule for the kernel computing the outputs in ``args``.
+
+    ``args`` is the list ``lw.build`` takes (placeholders, then outputs).  ``trials``
+    candidates are measured (records already in ``log`` for this task and target count,
+    and are not measured again), or fewer if ``time_budget`` seconds run out.
+    """
+    _check_trials(trials)
+    if time_budget is not None and (not isinstance(time_budget, numbers.Real) or time_budget <= 0):
+        raise ArgumentError(f"tune: time_budget must be a positive number of seconds or None, got {time_budget!r}")
+    task = Task(list(args), target)
+    measurer = default_measurer(executor, timeout)
+    t0 = time.perf_counter()
+    tuner = TaskTuner(task, measurer, log=log, seed=seed, batch=batch)
+    bar = _progress_bar(progress, trials, f"tune {task.outputs[-1].name}")
+    bar.update(min(tuner.n_measured, trials))
+    try:
+        if measure_untuned and trials > 0:
+            tuner.measure_untuned()
+        stalls = 0
+        while tuner.n_measured < trials:
+            if time_budget is not None and time.perf_counter() - t0 > time_budget:
+                break
+            got = tuner.round(min(batch, trials - tuner.n_measured))
+            bar.update(len(got))
+            if tuner.best:
+                bar.set_postfix(best_ms=f"{tuner.best['seconds'] * 1e3:.3f}",
+                                gflops=f"{task.flops() / tuner.best['seconds'] / 1e9:.1f}")
+            stalls = stalls + 1 if not got else 0
+            if stalls >= 3:       # the space is exhausted (or every proposal is refused)
+                break
+    finally:
+        bar.close()
+        measurer.close()
+    return TuneResult(task, tuner, time.perf_counter() - t0)
+
+
+def apply_best(log, args, target="llvm"):
+    """The best recorded schedule for the kernel of ``args`` on ``target``, or None."""
+    task = Task(list(args), resolve_target(target) if not isinstance(target, str) else target)
+    r = records.best(log, task.target, task.key)
+    if r is None:
+        return None
+    s = create_schedule(task.outputs)
+    Trace.from_json(r["trace"]).apply(s)
+    return s

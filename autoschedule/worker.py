@@ -1,0 +1,54 @@
+"""A measuring worker process: ``python -m loopweave.autoschedule.worker``.
+
+Started with exec (a fresh interpreter, never a fork of the tuner: the native thread
+pool is not fork-safe), and without re-importing the user's main module (which
+multiprocessing's spawn would do, breaking scripts that lack a ``__main__`` guard).
+Protocol on stdin/stdout: 8-byte big-endian length, then a pickled dict; a request holds
+``measure_one``'s keyword arguments, a reply its result.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import sys
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return bytes(buf)
+
+
+def send(fd: int, obj) -> None:
+    data = pickle.dumps(obj)
+    os.write(fd, struct.pack(">Q", len(data)))
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def recv(fd: int):
+    (n,) = struct.unpack(">Q", _read_exact(fd, 8))
+    return pickle.loads(_read_exact(fd, n))
+
+
+def main() -> None:
+    from .measure import measure_one
+    inp, out = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())   # stray prints must not corrupt the protocol
+    while True:
+        try:
+            job = recv(inp)
+        except EOFError:
+            return
+        send(out, measure_one(**job))
+
+
+if __name__ == "__main__":
+    main()
