@@ -9,6 +9,7 @@ and timed in spawned worker processes (measure.py) and logged as JSON Lines
 """
 from .records import RecordWarning
 from .task import Task
+from .task_scheduler import tune_tasks
 from .tune import TuneResult, apply_best, tune
 
-__all__ = ["tune", "apply_best", "TuneResult", "Task", "RecordWarning"]
+__all__ = ["tune", "tune_tasks", "apply_best", "TuneResult", "Task", "RecordWarning"]

@@ -74,15 +74,18 @@ def _reference(state):
 
 
 def measure_one(key: str, task_bytes: bytes, trace_json: str, check_below: Optional[float] = None,
-                repeat: int = 5, min_seconds: float = 0.05, crash: bool = False) -> dict:
+                repeat: int = 5, min_seconds: float = 0.05, crash: bool = False, hang: float = 0.0) -> dict:
     """Rebuild the schedule from ``trace_json``, build, time; a JSON-able dict back.
 
     When the time beats ``check_below`` the outputs are compared with the untuned build's.
-    ``crash`` kills this process (tests use it to check that a crash costs one candidate).
+    ``crash`` kills this process and ``hang`` sleeps that long first (the tests use them to
+    check that a crash or a hang costs one candidate).
     """
     if crash:
         import os
         os._exit(3)
+    if hang:
+        time.sleep(hang)
     from ..backends.build import build
     from ..dsl.schedule import create_schedule
     from ..dsl.trace import Trace

@@ -1,0 +1,75 @@
+"""Sharing trials among several tasks (the kernels of a network).
+
+``tune_tasks(tasks, trials=...)`` gives every task one warm-up round, then keeps giving
+the next round to the task whose end-to-end gain is expected to be largest: its weight
+(calls per run) times its current best time times its recent relative improvement per
+round (Ansor's backward-window gradient, with a floor so no task starves while it still
+has unmeasured candidates).  A task is ``(args, weight)`` or a ``Task``; records are
+matched by the task's structural key, so a fresh copy of the same DAG gets them too.
+"""
+from __future__ import annotations
+
+import time
+from typing import Dict, List, Optional, Sequence
+
+from ..errors import ArgumentError
+from .search import TaskTuner, default_measurer
+from .task import Task
+from .tune import TuneResult, _check_trials, _progress_bar
+
+
+def _as_task(t, target) -> Task:
+    if isinstance(t, Task):
+        return t
+    if isinstance(t, tuple) and len(t) == 2:
+        args, weight = t
+        return Task(list(args), target, weight=float(weight))
+    raise ArgumentError(f"tune_tasks: a task is a Task or (args, weight), got {type(t).__name__}")
+
+
+def expected_gain(tuner: TaskTuner, window: int = 2, floor: float = 0.02) -> float:
+    """Seconds per network run this task is expected to save with one more round."""
+    best = tuner.best["seconds"] if tuner.best else None
+    if best is None:
+        return float("inf")
+    bests = [h["best_seconds"] for h in tuner.history if h["best_seconds"]]
+    per_round = tuner.batch * window
+    if len(bests) > per_round:
+        old = bests[-per_round - 1]
+        slope = max(0.0, (old - best) / old) / window
+    else:
+        slope = 1.0
+    return tuner.task.weight * best * max(slope, floor)
+
+
+def tune_tasks(tasks: Sequence, target="llvm", trials: int = 256, time_budget: Optional[float] = None, log=None,
+               executor=None, seed: int = 0, progress=None, timeout: float = 60.0, batch: int = 8
+               ) -> List[TuneResult]:
+    """Tune ``tasks`` with ``trials`` measurements in all; one TuneResult per task, in order."""
+    _check_trials(trials)
+    tasks = [_as_task(t, target) for t in tasks]
+    if not tasks:
+        raise ArgumentError("tune_tasks: no tasks")
+    measurer = default_measurer(executor, timeout)
+    t0 = time.perf_counter()
+    tuners = [TaskTuner(t, measurer, log=log, seed=seed + i, batch=batch) for i, t in enumerate(tasks)]
+    spent = 0
+    bar = _progress_bar(progress, trials, f"tune {len(tasks)} tasks")
+    exhausted: Dict[int, int] = {}
+    try:
+        while spent < trials:
+            if time_budget is not None and time.perf_counter() - t0 > time_budget:
+                break
+            live = [i for i in range(len(tuners)) if exhausted.get(i, 0) < 3]
+            if not live:
+                break
+            i = max(live, key=lambda j: expected_gain(tuners[j]))
+            got = tuners[i].round(min(batch, trials - spent))
+            exhausted[i] = exhausted.get(i, 0) + 1 if not got else 0
+            spent += len(got)
+            bar.update(len(got))
+    finally:
+        bar.close()
+        measurer.close()
+    elapsed = time.perf_counter() - t0
+    return [TuneResult(t.task, t, elapsed) for t in tuners]
