@@ -74,10 +74,12 @@ def _reference(state):
 
 
 def measure_one(key: str, task_bytes: bytes, trace_json: str, check_below: Optional[float] = None,
-                repeat: int = 5, min_seconds: float = 0.05, crash: bool = False, hang: float = 0.0) -> dict:
+                repeat: int = 5, min_seconds: float = 0.05, crash: bool = False, hang: float = 0.0,
+                target: Optional[dict] = None) -> dict:
     """Rebuild the schedule from ``trace_json``, build, time; a JSON-able dict back.
 
     When the time beats ``check_below`` the outputs are compared with the untuned build's.
+    ``target`` (Target fields as a dict) is what the code is built for, the host when None.
     ``crash`` kills this process and ``hang`` sleeps that long first (the tests use them to
     check that a crash or a hang costs one candidate).
     """
@@ -96,7 +98,8 @@ def measure_one(key: str, task_bytes: bytes, trace_json: str, check_below: Optio
         s = create_schedule(outs)
         Trace.from_json(trace_json).apply(s)
         t0 = time.perf_counter()
-        mod = build(s, args)
+        from ..target import Target
+        mod = build(s, args, target=Target(**target) if target else "llvm")
         build_s = time.perf_counter() - t0
         if state["arrays"] is None:
             state["arrays"] = _random_inputs(args, seed=99)
@@ -118,6 +121,12 @@ def measure_one(key: str, task_bytes: bytes, trace_json: str, check_below: Optio
     except Exception as exc:  # a candidate's failure is a result, not a crash of the tuner
         return {"seconds": None, "error": f"{type(exc).__name__}: {exc}"[:2000],
                 "build_seconds": 0.0, "traceback": traceback.format_exc()[-2000:]}
+
+
+def measure_job(job: dict) -> dict:
+    """``measure_one(**job)``: one positional argument, as executors that reserve keywords (Dask's
+    ``key``) need."""
+    return measure_one(**job)
 
 
 class LocalMeasurer:
@@ -187,7 +196,7 @@ class ExecutorMeasurer:
         self.executor, self.timeout = executor, timeout
 
     def run(self, jobs):
-        return [_wait(self.executor.submit(measure_one, **job), self.timeout, None) for job in jobs]
+        return [_wait(self.executor.submit(measure_job, job), self.timeout, None) for job in jobs]
 
     def close(self):
         pass

@@ -9,6 +9,7 @@ The task scheduler interleaves rounds of several TaskTuners.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import time
@@ -38,6 +39,7 @@ class TaskTuner:
         self.batch, self.n_random, self.population = batch, n_random, population
         self.model = CostModel(seed)
         self.task_bytes = task.to_bytes()
+        self.target_fields = dataclasses.asdict(task.target)
         self.measured = {}            # choice key -> record
         self.features = {}            # choice key -> feature vector
         self.history: List[dict] = []
@@ -159,7 +161,7 @@ class TaskTuner:
         for k, choice, trace_json, score in chosen:
             check = self.best["seconds"] if self.best else float("inf")
             res = self.measurer.run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=trace_json,
-                                          check_below=check)])[0]
+                                          check_below=check, target=self.target_fields)])[0]
             r = records.make_record(self.task.key, self.task.target, choice, trace_json, res.seconds, res.error,
                                     self.n_measured + 1, res.build_seconds)
             self.measured[k] = r
@@ -176,7 +178,7 @@ class TaskTuner:
     def measure_untuned(self, timeout_ok: bool = True):
         from ..dsl.trace import Trace
         res = self.measurer.run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=Trace().to_json(),
-                                      repeat=1, min_seconds=0.0)])[0]
+                                      repeat=1, min_seconds=0.0, target=self.target_fields)])[0]
         self.untuned_seconds = res.seconds
         return res
 

@@ -39,7 +39,7 @@ def recv(fd: int):
 
 
 def main() -> None:
-    from .measure import measure_one
+    from .measure import measure_job
     inp, out = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())   # stray prints must not corrupt the protocol
     while True:
@@ -47,7 +47,7 @@ def main() -> None:
             job = recv(inp)
         except EOFError:
             return
-        send(out, measure_one(**job))
+        send(out, measure_job(job))
 
 
 if __name__ == "__main__":
