@@ -33,7 +33,7 @@ def _key(choice: dict) -> str:
 
 class TaskTuner:
     def __init__(self, task: Task, measurer, log=None, seed: int = 0, batch: int = 8, n_random: int = 2,
-                 population: int = 96):
+                 population: int = 64):
         self.task, self.space, self.measurer, self.log = task, Space(task), measurer, log
         self.rng = random.Random(seed)
         self.batch, self.n_random, self.population = batch, n_random, population
@@ -45,6 +45,7 @@ class TaskTuner:
         self.history: List[dict] = []
         self.best: Optional[dict] = None
         self.rejected = 0
+        self._cands = {}              # choice key -> (key, choice, trace json, features), None if refused
         self.model_quality: List[dict] = []
         self.untuned_seconds: Optional[float] = None
         self._resume()
@@ -77,6 +78,12 @@ class TaskTuner:
         k = _key(choice)
         if k in self.measured:
             return None
+        if k in self._cands:
+            return self._cands[k]
+        self._cands[k] = self._lowered_candidate(k, choice)
+        return self._cands[k]
+
+    def _lowered_candidate(self, k, choice):
         try:
             s = self.space.apply(choice)
             func = lower(s, self.task.args)
