@@ -159,7 +159,10 @@ class Space:
             A.vectorize(c_axes[-1])
         if BB is not None:
             s[BB.op].compute_at(C, outer_at)
-            s[BB.op].vectorize(s[BB.op].op.axis[-1])
+            # vectors of `lanes` elements: the packed region's width is only known after bound
+            # inference, and a whole-dimension vector can be thousands of lanes wide
+            _, pv = s[BB.op].split(s[BB.op].op.axis[-1], factor=self.task.target.lanes(out.dtype))
+            s[BB.op].vectorize(pv)
         for t in at_tile:
             s[t].compute_at(C, inner_at)
         return s

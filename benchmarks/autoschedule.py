@@ -69,10 +69,11 @@ def softmax(m=128, n=3072):
 def layernorm(m=512, n=768):
     X = lw.placeholder((m, n), name="X")
     k1 = lw.reduce_axis((0, n), name="k1")
-    mean = lw.compute((m,), lambda i: lw.sum(X[i, k1], axis=k1) * (1.0 / n), name="mean")
+    total = lw.compute((m,), lambda i: lw.sum(X[i, k1], axis=k1), name="total")
+    mean = lw.compute((m,), lambda i: total[i] * (1.0 / n), name="mean")
     k2 = lw.reduce_axis((0, n), name="k2")
-    var = lw.compute((m,), lambda i: lw.sum((X[i, k2] - mean[i]) * (X[i, k2] - mean[i]), axis=k2) * (1.0 / n),
-                     name="var")
+    sq = lw.compute((m,), lambda i: lw.sum((X[i, k2] - mean[i]) * (X[i, k2] - mean[i]), axis=k2), name="sq")
+    var = lw.compute((m,), lambda i: sq[i] * (1.0 / n), name="var")
     Y = lw.compute((m, n), lambda i, j: (X[i, j] - mean[i]) * lw.rsqrt(var[i] + 1e-5), name="Y")
 
     def ref(x, out):

@@ -177,7 +177,7 @@ def test_space_holds_the_hand_schedule_structure():
     text = str(space.apply(choice).trace)
     for piece in ("cache_write(C, 'local')", "cache_read(B, 'local', [C_local])", "tail='shift'",
                   "s[C_local].unroll(i_c)", "s[C_local].vectorize(j_c)", "s[C].parallel(j_outer)",
-                  "s[B_local].compute_at(s[C], j_outer)"):
+                  "s[B_local].compute_at(s[C], j_outer)", "s[B_local].vectorize(ax1_inner)"):
         assert piece in text
 
 
