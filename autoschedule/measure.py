@@ -23,6 +23,8 @@ from typing import Optional
 
 import numpy as np
 
+from .protocol import recv, send
+
 _TASKS: dict = {}       # per worker process: task key -> (args, inputs, reference output)
 
 
@@ -161,7 +163,6 @@ class LocalMeasurer:
             proc.wait()
 
     def run_one(self, job) -> MeasureResult:
-        from .worker import recv, send
         proc = self._start()
         try:
             send(proc.stdin.fileno(), job)

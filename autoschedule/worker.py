@@ -9,37 +9,13 @@ Protocol on stdin/stdout: 8-byte big-endian length, then a pickled dict; a reque
 from __future__ import annotations
 
 import os
-import pickle
-import struct
 import sys
 
-
-def _read_exact(fd: int, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = os.read(fd, n - len(buf))
-        if not chunk:
-            raise EOFError
-        buf += chunk
-    return bytes(buf)
-
-
-def send(fd: int, obj) -> None:
-    data = pickle.dumps(obj)
-    os.write(fd, struct.pack(">Q", len(data)))
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def recv(fd: int):
-    (n,) = struct.unpack(">Q", _read_exact(fd, 8))
-    return pickle.loads(_read_exact(fd, n))
+from .measure import measure_job
+from .protocol import recv, send
 
 
 def main() -> None:
-    from .measure import measure_job
     inp, out = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())   # stray prints must not corrupt the protocol
     while True:
