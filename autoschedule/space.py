@@ -132,13 +132,16 @@ class Space:
             C.unroll(ii)
         par = choice.get("parallel")
         outer_at, inner_at = outer[0], outer[-1]
+        row_loop = outer[1] if len(axes) >= 2 and outer[0] is jo else outer[0]
         if par == "fuse2" and len(batch + outer) >= 2:
             fused = C.fuse(*batch, *outer)
             C.parallel(fused)
-            outer_at = inner_at = fused
+            outer_at = inner_at = row_loop = fused
         elif par in ("outer", "fuse2"):
             if batch:
                 fused = C.fuse(*batch, outer[0])
+                if row_loop is outer[0]:
+                    row_loop = fused
                 outer_at = fused
                 if inner_at is outer[0]:
                     inner_at = fused
@@ -163,6 +166,9 @@ class Space:
             # inference, and a whole-dimension vector can be thousands of lanes wide
             _, pv = s[BB.op].split(s[BB.op].op.axis[-1], factor=self.task.target.lanes(out.dtype))
             s[BB.op].vectorize(pv)
+        # producers go to the row-tile loop (io): at a column loop inside it they would be
+        # recomputed once per column tile
+        rows_at = row_loop if len(axes) >= 2 else inner_at
         for t in at_tile:
-            s[t].compute_at(C, inner_at)
+            s[t].compute_at(C, rows_at)
         return s
