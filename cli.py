@@ -1,4 +1,4 @@
-"""The ``loopweave`` command line: ``demo``, and for ONNX networks ``compile``, ``run``, ``bench``."""
+"""The ``loopweave`` command line: ``demo``, and for ONNX networks ``tune``, ``compile``, ``run``, ``bench``."""
 from __future__ import annotations
 
 import argparse
@@ -37,13 +37,39 @@ def _model_source(path: str):
     return path
 
 
+def _duration(text: str) -> float:
+    """``90``, ``90s``, ``20m`` or ``1.5h`` to seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
+    try:
+        seconds = float(number) * units[unit]
+    except ValueError:
+        raise UsageError(f"--time-budget takes seconds or a duration like 90s, 20m, 1h; got {text!r}") from None
+    if seconds <= 0:
+        raise UsageError(f"--time-budget must be positive, got {text!r}")
+    return seconds
+
+
+def _cmd_tune(args) -> int:
+    from . import autoschedule as auto, from_onnx
+    graph = from_onnx(_model_source(args.model), input_shapes=_input_shapes(args.input_shape))
+    budget = _duration(args.time_budget) if args.time_budget else None
+    if args.trials is None and budget is None:
+        raise UsageError("give --trials N, --time-budget DURATION, or both")
+    result = auto.tune_network(graph, target=args.target, trials=args.trials, time_budget=budget, log=args.log,
+                               progress=not args.quiet)
+    print(result)
+    print(f"wrote {args.log}; compile with: loopweave compile {args.model} -o model.lwx --tuning-log {args.log}")
+    return 0
+
+
 def _cmd_compile(args) -> int:
     import time
     from . import compile as lw_compile, from_onnx
     t0 = time.perf_counter()
     graph = from_onnx(_model_source(args.model), input_shapes=_input_shapes(args.input_shape))
     t1 = time.perf_counter()
-    exe = lw_compile(graph, progress=not args.quiet)
+    exe = lw_compile(graph, progress=not args.quiet, tuning_log=args.tuning_log)
     t2 = time.perf_counter()
     exe.save(args.output)
     print(f"{exe}\nimport {t1 - t0:.2f} s, compile {t2 - t1:.2f} s; wrote {args.output}")
@@ -121,7 +147,20 @@ def main(argv=None) -> int:
     comp.add_argument("-o", "--output", required=True, help="where to write the executable (e.g. model.lwx)")
     comp.add_argument("--input-shape", action="append", metavar="NAME=AxBxC",
                       help="fix a dynamic input's shape (static shapes only)")
+    comp.add_argument("--tuning-log", metavar="LOG.jsonl",
+                      help="apply the best tuning records of this log (from 'loopweave tune'); other kernels keep "
+                           "their default schedules")
     comp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+    tune = sub.add_parser("tune", help="search schedules for every kernel of an ONNX model; records go to a log")
+    tune.add_argument("model", help="model.onnx (or zoo:resnet18, zoo:mobilenet_v2, zoo:transformer_encoder, ...)")
+    tune.add_argument("--log", required=True, metavar="LOG.jsonl",
+                      help="the tuning log (JSON lines): appended to, and read back to resume")
+    tune.add_argument("--trials", type=int, help="measured candidates in all (across the network's kernels)")
+    tune.add_argument("--time-budget", metavar="DURATION", help="wall time for the whole search: 90s, 20m, 1h")
+    tune.add_argument("--target", default="llvm")
+    tune.add_argument("--input-shape", action="append", metavar="NAME=AxBxC")
+    tune.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
     run = sub.add_parser("run", help="run a compiled executable on inputs from .npy files")
     run.add_argument("model", help="an executable written by 'loopweave compile'")
@@ -141,7 +180,7 @@ def main(argv=None) -> int:
         from .demo import run_demo
         return run_demo(size=256 if args.quick else args.size)
     from .errors import LoopweaveError
-    handlers = {"compile": _cmd_compile, "run": _cmd_run, "bench": _cmd_bench}
+    handlers = {"compile": _cmd_compile, "run": _cmd_run, "bench": _cmd_bench, "tune": _cmd_tune}
     try:
         return handlers[args.command](args)
     except (LoopweaveError, UsageError) as exc:

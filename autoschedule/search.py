@@ -109,7 +109,7 @@ class TaskTuner:
     def _refit(self):
         X, y = [], []
         for k, r in self.measured.items():
-            if r.get("seconds") is None or r.get("error"):
+            if r.get("seconds") is None or r.get("error") or "given" in r["choice"]:
                 continue
             f = self._feature_of(k, r["choice"])
             if f is not None:
@@ -121,7 +121,8 @@ class TaskTuner:
     # -- one round -------------------------------------------------------------
     def _proposals(self) -> list:
         rng = self.rng
-        good = sorted((r for r in self.measured.values() if r.get("seconds") and not r.get("error")),
+        good = sorted((r for r in self.measured.values()
+                       if r.get("seconds") and not r.get("error") and "given" not in r["choice"]),
                       key=lambda r: r["seconds"])[:16]
         parents = [r["choice"] for r in good]
         choices = []
@@ -181,6 +182,25 @@ class TaskTuner:
                 self.model_quality.append(ranking_quality([a for a, _ in ok], [b for _, b in ok], k=3))
         self._refit()
         return out
+
+    def measure_given(self, trace_json: str, label: str) -> dict:
+        """Measure a schedule given from outside (a network's default schedule) as one candidate.
+
+        It is recorded like the others and competes for the best (so a tuned kernel is never
+        slower than it), but is no parent for mutations: its decisions are not this space's."""
+        choice = {"given": label}
+        k = _key(choice)
+        if k in self.measured:
+            return self.measured[k]
+        check = self.best["seconds"] if self.best else float("inf")
+        res = self.measurer.run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=trace_json,
+                                      check_below=check, target=self.target_fields)])[0]
+        r = records.make_record(self.task.key, self.task.target, choice, trace_json, res.seconds, res.error,
+                                self.n_measured + 1, res.build_seconds)
+        self.measured[k] = r
+        self._note(r)
+        records.append(self.log, [r])
+        return r
 
     def measure_untuned(self, timeout_ok: bool = True):
         from ..dsl.trace import Trace

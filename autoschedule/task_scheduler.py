@@ -43,9 +43,12 @@ def expected_gain(tuner: TaskTuner, window: int = 2, floor: float = 0.02) -> flo
 
 
 def tune_tasks(tasks: Sequence, target="llvm", trials: int = 256, time_budget: Optional[float] = None, log=None,
-               executor=None, seed: int = 0, progress=None, timeout: float = 60.0, batch: int = 8
-               ) -> List[TuneResult]:
-    """Tune ``tasks`` with ``trials`` measurements in all; one TuneResult per task, in order."""
+               executor=None, seed: int = 0, progress=None, timeout: float = 60.0, batch: int = 8,
+               baselines: Optional[Sequence[Optional[str]]] = None) -> List[TuneResult]:
+    """Tune ``tasks`` with ``trials`` measurements in all; one TuneResult per task, in order.
+
+    ``baselines``: per task, the JSON trace of a schedule to measure first as a candidate (a
+    network's default schedule), or None; these measurements count as trials."""
     _check_trials(trials)
     tasks = [_as_task(t, target) for t in tasks]
     if not tasks:
@@ -57,6 +60,12 @@ def tune_tasks(tasks: Sequence, target="llvm", trials: int = 256, time_budget: O
     bar = _progress_bar(progress, trials, f"tune {len(tasks)} tasks")
     exhausted: Dict[int, int] = {}
     try:
+        for tuner, trace_json in zip(tuners, baselines or []):
+            if trace_json is not None and spent < trials:
+                before = tuner.n_measured
+                tuner.measure_given(trace_json, "default schedule")
+                spent += tuner.n_measured - before
+                bar.update(tuner.n_measured - before)
         while spent < trials:
             if time_budget is not None and time.perf_counter() - t0 > time_budget:
                 break

@@ -22,6 +22,7 @@ class TuneResult:
     def __init__(self, task: Task, tuner: TaskTuner, elapsed: float):
         self.task = task
         self.history: List[dict] = list(tuner.history)
+        self.records: List[dict] = list(tuner.measured.values())     # every measured candidate's record
         self.untuned_seconds = tuner.untuned_seconds
         self.model_quality = list(tuner.model_quality)
         self.rejected = tuner.rejected

@@ -23,10 +23,10 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
 
     A DynamicGraph (symbolic input sizes or shape inputs) gives a DynamicExecutable that
     compiles one static specialisation per input binding, on first use.  ``target="cuda"``
-    gives a CudaExecutable (kernels on the GPU; ``network/cuda_executable.py``).
+    gives a CudaExecutable (kernels on the GPU; ``network/cuda_executable.py``).  ``tuning_log``
+    (from ``autoschedule.tune_network`` or ``loopweave tune``): kernels with a record for this
+    target use the best recorded schedule, the others their default schedule.
     """
-    if tuning_log is not None:
-        raise BuildError("tuning_log is not supported by the network compiler yet; compile without it")
     tgt = resolve_target(target)
     if tgt.kind not in ("llvm", "cuda"):
         raise BuildError(f"networks compile for targets 'llvm' and 'cuda', not {tgt.kind!r}")
@@ -34,11 +34,11 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
         if tgt.kind != "llvm":
             raise BuildError("models with dynamic shapes compile for target 'llvm' only for now; fix the input "
                              "shapes with from_onnx(..., input_shapes=...) to compile for cuda")
-        return DynamicExecutable(graph, target, progress)
+        return DynamicExecutable(graph, target, progress, tuning_log=tuning_log)
     if not isinstance(graph, Graph):
         raise ArgumentError(f"compile takes a loopweave Graph (from lw.from_onnx), got {type(graph).__name__}")
     try:
-        return compile_graph(graph, tgt, progress)
+        return compile_graph(graph, tgt, progress, tuning_log=tuning_log)
     except (LoopweaveError, InternalError):
         raise
     except MemoryError as exc:

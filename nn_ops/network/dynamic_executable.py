@@ -29,9 +29,9 @@ VERSION = 2      # 2: checksummed members (archive.py); version 1 files are refu
 
 
 class DynamicExecutable:
-    def __init__(self, graph, target="llvm", progress=None):
+    def __init__(self, graph, target="llvm", progress=None, tuning_log=None):
         self.graph = graph
-        self.target, self.progress = target, progress
+        self.target, self.progress, self.tuning_log = target, progress, tuning_log
         self.specializations: Dict[tuple, object] = {}
         self.outputs = list(graph.outputs)       # (name, shape with symbols, dtype)
 
@@ -58,7 +58,8 @@ class DynamicExecutable:
             if grew:        # more inputs are shape inputs now: keys made without their values are void
                 self.specializations.clear()
                 key = self._key(feed)
-            exe = compile_graph(graph, resolve_target(self.target), progress=self.progress)
+            exe = compile_graph(graph, resolve_target(self.target), progress=self.progress,
+                                tuning_log=self.tuning_log)
             self.specializations[key] = exe
         return exe
 

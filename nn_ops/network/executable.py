@@ -32,6 +32,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 from tqdm.auto import tqdm
 
+from ...autoschedule import apply_best
 from ...backends import build as build_mod
 from ...backends.build import build
 from ...backends.llvm import jit
@@ -77,10 +78,13 @@ class KernelCall:
     shape: Optional[Tuple[int, ...]] = None   # the kernel's output shape (for display)
 
 
-def compile_graph(graph: Graph, tgt, progress: Optional[bool] = None):
-    """Compile a static Graph for target ``tgt`` (llvm or cuda) into an Executable / CudaExecutable."""
+def compile_graph(graph: Graph, tgt, progress: Optional[bool] = None, tuning_log=None):
+    """Compile a static Graph for target ``tgt`` (llvm or cuda) into an Executable / CudaExecutable.
+
+    With ``tuning_log``, a kernel with a record for ``tgt`` in the log gets the best recorded
+    schedule (``autoschedule.apply_best``); the others keep the op library's default schedule."""
     t0 = time.perf_counter()
-    plan = build_kernels(graph, tgt, progress)
+    plan = build_kernels(graph, tgt, progress, tuning_log=tuning_log)
     if tgt.kind == "cuda":
         inputs, outputs = plan.signature()
         exe = CudaExecutable(inputs, outputs, plan.calls, plan.modules, plan.arena_size, plan.weights, tgt)
@@ -88,6 +92,7 @@ def compile_graph(graph: Graph, tgt, progress: Optional[bool] = None):
         exe = plan.cpu_executable(tgt)
     exe.compile_seconds = time.perf_counter() - t0
     exe.num_groups = len(plan.calls)
+    exe.tuned_kernels = plan.tuned_kernels
     return exe
 
 
@@ -101,6 +106,7 @@ class KernelPlan:
     weights: np.ndarray
     weight_table: Dict[str, tuple]
     arena_size: int
+    tuned_kernels: int = 0      # distinct kernels scheduled from a tuning record
 
     def signature(self):
         """([(name, shape, dtype)] of the inputs, the same of the outputs)."""
@@ -128,12 +134,12 @@ def plan_kernel_groups(graph: Graph, target_kind: str):
     return g, kernel_groups, alias_of
 
 
-def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None) -> KernelPlan:
+def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tuning_log=None) -> KernelPlan:
     """Graph passes, fusion into kernels, one build per distinct kernel, weights and the memory plan.
 
-    Each kernel is scheduled with the op library's schedules for ``tgt`` and built by
-    ``build_fn(schedule, args, name)`` (default ``lw.build`` for ``tgt``; the CUDA network
-    tests pass a CPU emulation of the GPU schedules)."""
+    Each kernel is scheduled with its best record in ``tuning_log`` if it has one, else with the
+    op library's schedules for ``tgt``, and built by ``build_fn(schedule, args, name)`` (default
+    ``lw.build`` for ``tgt``; the CUDA network tests pass a CPU emulation of the GPU schedules)."""
     g, kernel_groups, alias_of = plan_kernel_groups(graph, tgt.kind)
     progress = sys.stderr.isatty() or len(kernel_groups) > 8 if progress is None else progress
     # a bar where someone watches (terminal, Jupyter); in a log, only the summary line below
@@ -145,14 +151,18 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None) ->
     by_signature: Dict[str, object] = {}
     calls_params: List[Tuple[object, List[str], str]] = []
     reused = 0
-    remembered = tgt.kind == "llvm" and build_fn is None      # kernel_cache: CPU builds of the op library
+    # kernel_cache: CPU builds of the op library's schedules (a tuned build is found by the object
+    # cache instead, keyed by its lowered IR)
+    remembered = tgt.kind == "llvm" and build_fn is None and tuning_log is None
+    tuned = 0
     for grp in kernel_groups:
         signature, params = group_signature(g, grp)
         module = by_signature.get(signature)
         if module is None:
             module = kernel_cache.lookup(signature, tgt) if remembered else None
             if module is None:
-                module = _build_group(g, grp, params, tgt, build_fn)
+                module, from_record = _build_group(g, grp, params, tgt, build_fn, tuning_log)
+                tuned += from_record
                 if remembered:
                     kernel_cache.store(signature, tgt, module)
             by_signature[signature] = module
@@ -172,7 +182,7 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None) ->
     calls = [KernelCall(m.symbol, name, [locations[p] for p in params] + [locations[grp.output]],
                         ops=tuple(n.op_type for n in grp.nodes), shape=tuple(g.values[grp.output].shape))
              for (m, params, name), grp in zip(calls_params, kernel_groups)]
-    return KernelPlan(g, calls, built, weights, weight_offsets, arena_size)
+    return KernelPlan(g, calls, built, weights, weight_offsets, arena_size, tuned)
 
 
 def _materialize_output_copies(g: Graph) -> None:
@@ -242,13 +252,18 @@ def group_computation(g: Graph, grp, params: List[str]):
     return placeholders, tensors[grp.output]
 
 
-def _build_group(g: Graph, grp, params: List[str], target, build_fn=None):
+def _build_group(g: Graph, grp, params: List[str], target, build_fn=None, tuning_log=None):
+    """The group's compiled kernel, and whether its schedule came from a tuning record."""
     placeholders, out = group_computation(g, grp, params)
-    s = schedule([out], target)
+    args = placeholders + [out]
+    s = apply_best(tuning_log, args, target) if tuning_log is not None else None
+    from_record = s is not None
+    if s is None:
+        s = schedule([out], target)
     name = kernel_name(grp)
     if build_fn is not None:
-        return build_fn(s, placeholders + [out], name)
-    return build(s, placeholders + [out], target=target, name=name)
+        return build_fn(s, args, name), from_record
+    return build(s, args, target=target, name=name), from_record
 
 
 def kernel_name(grp) -> str:
@@ -402,6 +417,7 @@ class Executable:
         self.target, self.graph = target, graph
         self.compile_seconds = 0.0
         self.num_groups = len(calls)
+        self.tuned_kernels = 0
         self.last_profile: Optional[List[Tuple[str, float]]] = None   # set by profile(); shown by _repr_html_
         addresses = {sym: _load_kernel(sym, obj) for sym, obj in kernels.items()}
         self._addresses = addresses
@@ -424,7 +440,9 @@ class Executable:
         ins = ", ".join(f"{n}: {d}{list(s)}" for n, s, d in self.inputs)
         outs = ", ".join(f"{n}: {d}{list(s)}" for n, s, d in self.outputs)
         return (f"<loopweave Executable ({ins}) -> ({outs}): {len(self.calls)} kernel calls, "
-                f"{len(self.kernels)} distinct kernels, arena {self.arena_size / 1e6:.1f} MB, "
+                f"{len(self.kernels)} distinct kernels"
+                f"{f' ({self.tuned_kernels} from tuning records)' if self.tuned_kernels else ''}, "
+                f"arena {self.arena_size / 1e6:.1f} MB, "
                 f"weights {self.weights.nbytes / 1e6:.1f} MB>")
 
     def _repr_html_(self) -> str:

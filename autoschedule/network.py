@@ -1,0 +1,90 @@
+"""Tuning a whole network: its distinct kernels as tasks, trials shared by expected gain.
+
+``tune_network(graph, ...)`` asks the graph it is given for its kernels
+(``graph.tuning_tasks(target)``: compute DAG, default schedule, how often one run calls
+it) and never imports the network compiler.  Each kernel's default schedule is measured
+first as one candidate, so a tuned network is never slower than an untuned one; then
+``tune_tasks`` spends the remaining trials where the end-to-end latency gains most.
+``lw.compile(graph, tuning_log=log)`` applies the best record of each kernel.
+"""
+from __future__ import annotations
+
+import html
+from typing import List, Optional
+
+from ..errors import ArgumentError
+from .task import Task
+from .task_scheduler import tune_tasks
+from .tune import TuneResult
+
+
+class NetworkTuneResult:
+    """Per-kernel results of a network's tuning, with the estimated latency before and after."""
+
+    def __init__(self, names: List[str], weights: List[int], results: List[TuneResult], log):
+        self.names, self.weights, self.results, self.log = names, weights, results, log
+
+    def _estimate(self, pick) -> Optional[float]:
+        times = [pick(r) for r in self.results]
+        if any(t is None for t in times):
+            return None
+        return sum(w * t for w, t in zip(self.weights, times))
+
+    @property
+    def default_seconds(self) -> Optional[float]:
+        """Sum over kernels of calls x the default schedule's measured time (None if one is missing)."""
+        return self._estimate(_default_seconds)
+
+    @property
+    def tuned_seconds(self) -> Optional[float]:
+        """Sum over kernels of calls x the best measured time."""
+        return self._estimate(lambda r: r.best_seconds)
+
+    def __repr__(self) -> str:
+        d, t = self.default_seconds, self.tuned_seconds
+        est = (f"kernel time per run {d * 1e3:.2f} ms with the default schedules -> {t * 1e3:.2f} ms tuned "
+               f"({d / t:.2f}x)" if d and t else "some kernels have no successful measurement")
+        trials = sum(len(r.history) for r in self.results)
+        return f"<NetworkTuneResult {len(self.results)} kernels, {trials} trials; {est}; log {self.log}>"
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{html.escape(n)}</td><td>{w}</td><td>{_ms(_default_seconds(r))}</td>"
+            f"<td>{_ms(r.best_seconds)}</td><td>{len(r.history)}</td></tr>"
+            for n, w, r in zip(self.names, self.weights, self.results))
+        return (f"<div>{html.escape(repr(self))}<table><tr><th>kernel</th><th>calls</th><th>default ms</th>"
+                f"<th>best ms</th><th>trials</th></tr>{rows}</table></div>")
+
+
+def _default_seconds(result: TuneResult) -> Optional[float]:
+    for r in result.records:
+        if r.get("choice") == {"given": "default schedule"}:
+            return r.get("seconds")
+    return None
+
+
+def _ms(seconds) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
+def tune_network(graph, target="llvm", trials: int = 256, time_budget: Optional[float] = None, log=None,
+                 executor=None, seed: int = 0, progress=None, timeout: float = 60.0) -> NetworkTuneResult:
+    """Tune every distinct kernel of ``graph`` (from ``lw.from_onnx``); records go to ``log``.
+
+    ``trials`` counts measured candidates over the whole network (the default schedules
+    included); ``time_budget`` (seconds) stops the search earlier.  Tuning again with the same
+    log resumes without measuring again what it holds.
+    """
+    if log is None:
+        raise ArgumentError("tune_network: give log='net.jsonl' (the records are what lw.compile(..., "
+                            "tuning_log=...) applies)")
+    if not hasattr(graph, "tuning_tasks"):
+        raise ArgumentError(f"tune_network takes a static network graph (lw.from_onnx(...)), got "
+                            f"{type(graph).__name__}; a model with dynamic shapes needs fixed input shapes "
+                            f"(from_onnx(..., input_shapes=...))")
+    kernels = graph.tuning_tasks(target)
+    tasks = [Task(k.args, target, weight=float(k.weight), name=k.name) for k in kernels]
+    baselines = [k.default_schedule().trace.to_json() for k in kernels]
+    results = tune_tasks(tasks, target=target, trials=trials, time_budget=time_budget, log=log, executor=executor,
+                         seed=seed, progress=progress, timeout=timeout, baselines=baselines)
+    return NetworkTuneResult([k.name for k in kernels], [k.weight for k in kernels], results, log)

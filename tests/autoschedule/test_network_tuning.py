@@ -1,0 +1,55 @@
+"""Tuning a network's kernels (autoschedule/network.py), applying the log in lw.compile and the CLI."""
+import json
+
+import numpy as np
+import pytest
+
+import loopweave as lw
+from loopweave import autoschedule as auto, cli
+
+pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from loopweave.nn_ops.testing.model_zoo import small_cnn  # noqa: E402
+
+
+def _reference(model, x):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"input": x})[0]
+
+
+def test_tune_network_measures_the_defaults_first_and_compile_applies_the_log(tmp_path):
+    model = small_cnn()
+    graph = lw.from_onnx(model)
+    log = tmp_path / "net.jsonl"
+    result = auto.tune_network(graph, trials=14, log=str(log), progress=False)
+    kernels = graph.tuning_tasks("llvm")
+    assert len(result.results) == len(kernels) == 9
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert sum(r["choice"] == {"given": "default schedule"} for r in records) == 9
+    assert result.tuned_seconds <= result.default_seconds          # the default is one candidate
+    exe = lw.compile(graph, tuning_log=str(log), progress=False)
+    assert exe.tuned_kernels == len(exe.kernels)
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    np.testing.assert_allclose(exe.run({"input": x})[0], _reference(model, x), rtol=1e-4, atol=1e-4)
+    untouched = lw.compile(graph, tuning_log=str(tmp_path / "empty.jsonl"), progress=False)
+    assert untouched.tuned_kernels == 0
+
+
+def test_tune_network_errors():
+    graph = lw.from_onnx(small_cnn())
+    with pytest.raises(lw.ArgumentError, match="log="):
+        auto.tune_network(graph, trials=1)
+    with pytest.raises(lw.ArgumentError, match="static network graph"):
+        auto.tune_network(object(), trials=1, log="x.jsonl")
+
+
+def test_cli_tune_then_compile_with_the_log(tmp_path, capsys):
+    log, out = str(tmp_path / "net.jsonl"), str(tmp_path / "m.lwx")
+    assert cli.main(["tune", "zoo:small_cnn", "--trials", "9", "--log", log, "-q"]) == 0
+    assert "NetworkTuneResult" in capsys.readouterr().out
+    assert cli.main(["compile", "zoo:small_cnn", "-o", out, "--tuning-log", log, "-q"]) == 0
+    assert "from tuning records" in capsys.readouterr().out
+    assert cli.main(["tune", "zoo:small_cnn", "--log", log, "-q"]) == 2
+    assert "--trials" in capsys.readouterr().err
+    assert cli.main(["tune", "zoo:small_cnn", "--log", log, "--time-budget", "soon"]) == 2
