@@ -167,15 +167,7 @@ class TaskTuner:
             chosen.append((k, choice, trace_json, scores[i]))
         out = []
         for k, choice, trace_json, score in chosen:
-            check = self.best["seconds"] if self.best else float("inf")
-            res = self.measurer.run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=trace_json,
-                                          check_below=check, target=self.target_fields)])[0]
-            r = records.make_record(self.task.key, self.task.target, choice, trace_json, res.seconds, res.error,
-                                    self.n_measured + 1, res.build_seconds)
-            self.measured[k] = r
-            self._note(r)
-            records.append(self.log, [r])
-            out.append(r)
+            out.append(self._measure(k, choice, trace_json))
         if self.model.trained:
             ok = [(s, r["seconds"]) for (_, _, _, s), r in zip(chosen, out) if r["seconds"] is not None]
             if len(ok) >= 3:
@@ -192,6 +184,11 @@ class TaskTuner:
         k = _key(choice)
         if k in self.measured:
             return self.measured[k]
+        return self._measure(k, choice, trace_json)
+
+    def _measure(self, k: str, choice: dict, trace_json: str) -> dict:
+        """Build and time one candidate (checked against the untuned output if it would be the new
+        best), note it and append its record to the log."""
         check = self.best["seconds"] if self.best else float("inf")
         res = self.measurer.run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=trace_json,
                                       check_below=check, target=self.target_fields)])[0]
