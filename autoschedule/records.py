@@ -11,7 +11,7 @@ import json
 import os
 import warnings
 from importlib import metadata
-from typing import Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 from ..errors import ArgumentError, LoopweaveWarning
 from ..target import Target
@@ -44,15 +44,36 @@ def append(path, records: List[dict]) -> None:
 
 def read(path, target: Optional[Target] = None, task_key: Optional[str] = None) -> Iterator[dict]:
     """The usable records of ``path`` (optionally of one target / one task)."""
+    for r in _parsed(path):
+        if target is not None and (r["target"].get("cpu") != target.cpu
+                                   or r["target"].get("features") != target.features):
+            continue
+        if task_key is not None and r["task"] != task_key:
+            continue
+        yield r
+
+
+_PARSED: Dict[str, tuple] = {}     # path -> (mtime_ns, size, records of this version)
+
+
+def _parsed(path) -> List[dict]:
+    """The file's records of this version, parsed once per change of the file: a network compile asks
+    for every kernel's best record, and a log of thousands of lines should be read once, with each
+    corrupt line reported once."""
     if path is None or not os.path.exists(path):
-        return
+        return []
     if os.path.isdir(path):
         raise ArgumentError(f"tuning log {path!r} is a directory, not a JSON Lines file")
+    stat = os.stat(path)
+    cached = _PARSED.get(str(path))
+    if cached is not None and cached[:2] == (stat.st_mtime_ns, stat.st_size):
+        return cached[2]
     with open(path, "rb") as fh:
         head = fh.read(1)
     if head and head not in b"{ \n\r\t":
         raise ArgumentError(f"tuning log {path!r} is not JSON Lines (its first byte is {head!r}; "
                             "a log has one JSON object per line)")
+    found = []
     with open(path, encoding="utf-8", errors="replace") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
@@ -62,16 +83,12 @@ def read(path, target: Optional[Target] = None, task_key: Optional[str] = None) 
                 if not isinstance(r, dict) or "task" not in r or "trace" not in r or "target" not in r:
                     raise ValueError("not a tuning record")
             except ValueError as exc:
-                warnings.warn(f"{path}:{lineno}: skipped a corrupt tuning record ({exc})", RecordWarning, stacklevel=2)
+                warnings.warn(f"{path}:{lineno}: skipped a corrupt tuning record ({exc})", RecordWarning, stacklevel=3)
                 continue
-            if r.get("version") != VERSION:
-                continue
-            if target is not None and (r["target"].get("cpu") != target.cpu
-                                       or r["target"].get("features") != target.features):
-                continue
-            if task_key is not None and r["task"] != task_key:
-                continue
-            yield r
+            if r.get("version") == VERSION:
+                found.append(r)
+    _PARSED[str(path)] = (stat.st_mtime_ns, stat.st_size, found)
+    return found
 
 
 def best(path, target: Target, task_key: str) -> Optional[dict]:

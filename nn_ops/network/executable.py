@@ -559,12 +559,6 @@ class Executable:
             z.finish(meta)
 
 
-def read_meta(path) -> dict:
-    """``meta.json`` of a saved executable, verified against its checksum (``archive.ArchiveReader``)."""
-    with ArchiveReader(path) as reader:
-        return reader.meta
-
-
 def load_static(path, where: str = "") -> "Executable":
     """Load an Executable written by ``Executable.save``; nothing is compiled."""
     with ArchiveReader(path, where) as reader:
