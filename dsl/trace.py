@@ -66,19 +66,20 @@ class Trace:
 
     def code_lines(self) -> List[str]:
         """The steps as Python code against a schedule named ``s``."""
-        lines, known = [], set()
+        # which (stage, axis name) each Python identifier holds now: stages share axis names
+        # ('i' of two stages), so an identifier is rebound when another stage's axis took it
+        lines, bound = [], {}
 
         def axis(stage: str, name: str) -> str:
             ident = _ident(name)
-            if (stage, name) not in known:
-                # root axes come from the op; every other axis was bound by an earlier line
+            if bound.get(ident) != (stage, name):
                 lines.append(f"{ident} = s[{_ident(stage)}].axis_by_name({name!r})")
-                known.add((stage, name))
+                bound[ident] = (stage, name)
             return ident
 
         def outputs(stage: str, names) -> str:
             for n in names:
-                known.add((stage, n))
+                bound[_ident(n)] = (stage, n)
             return ", ".join(_ident(n) for n in names) + ("," if len(names) == 1 else "")
 
         for st in self.steps:
@@ -93,7 +94,7 @@ class Trace:
             elif p == "fuse":
                 axes = ", ".join(axis(st.stage, n) for n in a["axes"])
                 lines.append(f"{_ident(a['outputs'][0])} = {S}.fuse({axes})")
-                known.add((st.stage, a["outputs"][0]))
+                bound[_ident(a["outputs"][0])] = (st.stage, a["outputs"][0])
             elif p == "reorder":
                 lines.append(f"{S}.reorder({', '.join(axis(st.stage, n) for n in a['axes'])})")
             elif p in ("vectorize", "parallel", "unroll"):

@@ -130,3 +130,23 @@ def test_schedule_str_lists_the_primitives():
     text = str(s)
     assert "# primitives applied:" in text
     assert "# s[D].parallel(i_outer)" in text
+
+
+def test_printed_trace_rebinds_an_axis_name_shared_by_two_stages():
+    def definition():
+        A = lw.placeholder((16, 32), name="A")
+        B = lw.compute((16, 32), lambda i, j: A[i, j] * 2, name="B")
+        C = lw.compute((16, 32), lambda i, j: B[i, j] + 1, name="C")
+        return A, B, C
+
+    A, B, C = definition()
+    s = lw.create_schedule(C)
+    s[B].unroll(s[B].op.axis[1])       # binds identifier 'j' to B's axis
+    s[C].parallel(s[C].op.axis[1])     # 'j' now holds C's axis
+    s[B].reorder(s[B].op.axis[1], s[B].op.axis[0])   # B's 'j' again: the printed code must rebind it
+    code = str(s.trace)
+    assert code.count("j = s[B]") == 2
+    A2, B2, C2 = definition()
+    s2 = lw.create_schedule(C2)
+    exec(code, {"lw": lw, "s": s2, "A": A2, "B": B2, "C": C2})
+    assert str(lw.lower(s2, [A2, C2])) == str(lw.lower(s, [A, C]))
