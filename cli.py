@@ -23,7 +23,9 @@ def _input_shapes(specs):
     return shapes
 
 
-ZOO_MODELS = ("resnet18", "mobilenet_v2", "small_cnn", "transformer_encoder")
+# the names of nn_ops.testing.model_zoo.NAMES (kept here so that the CLI starts without importing it)
+ZOO_MODELS = ("resnet18", "mobilenet_v2", "small_cnn", "transformer_encoder", "squeezenet1_1", "vit_tiny",
+              "efficientnet_lite", "convnext", "densenet", "unet", "gpt2", "mlp_mixer")
 
 
 def _model_source(path: str):
@@ -143,7 +145,7 @@ def main(argv=None) -> int:
     demo.add_argument("--quick", action="store_true", help="small sizes, for a fast smoke test")
 
     comp = sub.add_parser("compile", help="compile an ONNX model into an executable file (.lwx)")
-    comp.add_argument("model", help="model.onnx (or zoo:resnet18, zoo:mobilenet_v2, zoo:small_cnn)")
+    comp.add_argument("model", help="model.onnx (or zoo:NAME: resnet18, squeezenet1_1, vit_tiny, gpt2, ... see ZOO_MODELS)")
     comp.add_argument("-o", "--output", required=True, help="where to write the executable (e.g. model.lwx)")
     comp.add_argument("--input-shape", action="append", metavar="NAME=AxBxC",
                       help="fix a dynamic input's shape (static shapes only)")
@@ -169,7 +171,7 @@ def main(argv=None) -> int:
     run.add_argument("--output-dir", help="save each output as <name>.npy there instead of printing a summary")
 
     bench = sub.add_parser("bench", help="latency of loopweave vs onnxruntime on an ONNX model, interleaved")
-    bench.add_argument("model", help="model.onnx (or zoo:resnet18, zoo:mobilenet_v2, zoo:small_cnn)")
+    bench.add_argument("model", help="model.onnx (or zoo:NAME: resnet18, squeezenet1_1, vit_tiny, gpt2, ... see ZOO_MODELS)")
     bench.add_argument("--threads", type=int, default=2)
     bench.add_argument("--pairs", type=int, default=15)
     bench.add_argument("--input-shape", action="append", metavar="NAME=AxBxC")

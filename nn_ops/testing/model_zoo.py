@@ -7,91 +7,20 @@ pools, a final Gemm), opset 13, input ``"input"`` of shape (batch, 3, size, size
 (MatMul + Add projections, Reshape/Transpose into heads with a Shape->Gather->Concat
 shape chain, scaled Softmax attention, erf-form GELU, LayerNormalization), input
 ``"input"`` of shape (batch, seq, hidden).  ``batch=None`` leaves the batch symbolic.
+
+The wider zoo (issue 21), each a full-size network at batch 1 by default: ``squeezenet1_1``,
+``efficientnet_lite``, ``convnext``, ``densenet`` and ``unet`` (``zoo_cnn.py``); ``vit_tiny``,
+``gpt2`` and ``mlp_mixer`` (``zoo_transformers.py``).  ``NAMES`` lists every model (the CLI's
+``zoo:NAME``), ``SMALL`` the keyword arguments of each one's small test variant.
+The graphs are written with ``OnnxBuilder`` (``onnx_builder.py``).
 """
 from __future__ import annotations
 
 import numpy as np
 
-
-class OnnxBuilder:
-    """Adds nodes and initializers with unique names; each method returns the output name."""
-
-    def __init__(self, seed: int = 0, opset: int = 13):
-        self.opset = opset
-        self.rng = np.random.default_rng(seed)
-        self.nodes, self.inits = [], []
-        self._count = 0
-
-    def _name(self, base: str) -> str:
-        self._count += 1
-        return f"{base}_{self._count}"
-
-    def init(self, base: str, array) -> str:
-        from onnx import numpy_helper
-        name = self._name(base)
-        self.inits.append(numpy_helper.from_array(np.asarray(array), name))
-        return name
-
-    def node(self, op: str, inputs, n_out: int = 1, **attrs):
-        from onnx import helper
-        outs = [self._name(op.lower()) for _ in range(n_out)]
-        self.nodes.append(helper.make_node(op, list(inputs), outs, name=outs[0] + "_node", **attrs))
-        return outs[0] if n_out == 1 else outs
-
-    def conv(self, x, cin, cout, k, stride=1, pad=None, groups=1, bias=False):
-        pad = k // 2 if pad is None else pad
-        fan_in = cin // groups * k * k
-        w = (self.rng.standard_normal((cout, cin // groups, k, k)) * np.sqrt(2.0 / fan_in)).astype(np.float32)
-        inputs = [x, self.init("w", w)]
-        if bias:
-            inputs.append(self.init("b", (self.rng.standard_normal(cout) * 0.1).astype(np.float32)))
-        return self.node("Conv", inputs, kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4, group=groups)
-
-    def bn(self, x, c):
-        r = self.rng
-        params = [r.uniform(0.5, 1.5, c), r.standard_normal(c) * 0.1, r.standard_normal(c) * 0.1,
-                  r.uniform(0.5, 1.5, c)]
-        return self.node("BatchNormalization", [x] + [self.init("bn", p.astype(np.float32)) for p in params],
-                         epsilon=1e-5)
-
-    def relu(self, x):
-        return self.node("Relu", [x])
-
-    def relu6(self, x):
-        lo = self.init("min", np.array(0.0, np.float32))
-        hi = self.init("max", np.array(6.0, np.float32))
-        return self.node("Clip", [x, lo, hi])
-
-    def gemm(self, x, cin, cout):
-        w = (self.rng.standard_normal((cout, cin)) / np.sqrt(cin)).astype(np.float32)
-        b = (self.rng.standard_normal(cout) * 0.1).astype(np.float32)
-        return self.node("Gemm", [x, self.init("fc_w", w), self.init("fc_b", b)], transB=1)
-
-    def matmul_add(self, x, cin, cout):
-        """x @ W + b as torch exports a Linear layer on a 3-d input."""
-        w = (self.rng.standard_normal((cin, cout)) / np.sqrt(cin)).astype(np.float32)
-        b = (self.rng.standard_normal(cout) * 0.02).astype(np.float32)
-        return self.node("Add", [self.node("MatMul", [x, self.init("w", w)]), self.init("b", b)])
-
-    def layer_norm(self, x, c):
-        scale = (1.0 + self.rng.standard_normal(c) * 0.1).astype(np.float32)
-        bias = (self.rng.standard_normal(c) * 0.1).astype(np.float32)
-        return self.node("LayerNormalization", [x, self.init("ln_s", scale), self.init("ln_b", bias)], axis=-1,
-                         epsilon=1e-12)
-
-    def const(self, value, dtype=np.float32):
-        return self.init("c", np.array(value, dtype))
-
-    def model(self, x_shape, out, out_shape=None, name="model"):
-        from onnx import TensorProto, helper
-        graph = helper.make_graph(self.nodes, name,
-                                  [helper.make_tensor_value_info("input", TensorProto.FLOAT, list(x_shape))],
-                                  [helper.make_tensor_value_info(out, TensorProto.FLOAT,
-                                                                 list(out_shape) if out_shape else [])],
-                                  initializer=self.inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)], producer_name="loopweave")
-        model.ir_version = 8
-        return model
+from .onnx_builder import OnnxBuilder  # noqa: F401 - re-exported: tests build graphs with it
+from .zoo_cnn import convnext, densenet, efficientnet_lite, squeezenet1_1, unet
+from .zoo_transformers import gpt2, mlp_mixer, vit_tiny
 
 
 def small_cnn(batch: int = 1, size: int = 16, classes: int = 10, seed: int = 0):
@@ -178,3 +107,20 @@ def transformer_encoder(batch=1, seq: int = 128, hidden: int = 256, heads: int =
         x = b.layer_norm(b.node("Add", [b.matmul_add(g, ffn, hidden), x]), hidden)
     batch_dim = "batch" if batch is None else batch
     return b.model((batch_dim, seq, hidden), x, (batch_dim, seq, hidden), name="transformer_encoder")
+
+
+NAMES = ("resnet18", "mobilenet_v2", "small_cnn", "transformer_encoder", "squeezenet1_1", "vit_tiny",
+         "efficientnet_lite", "convnext", "densenet", "unet", "gpt2", "mlp_mixer")
+
+# the small test variant of each wider-zoo model: builder keyword arguments
+SMALL = {
+    "squeezenet1_1": dict(size=64, classes=100),
+    "vit_tiny": dict(size=64, layers=2),
+    "efficientnet_lite": dict(size=64, classes=100, stem=16, head=256,
+                              stages=((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 1), (6, 3, 2, 80, 1))),
+    "convnext": dict(size=64, classes=100, depths=(1, 1, 2, 1), dims=(32, 64, 128, 256)),
+    "densenet": dict(size=64, classes=100, blocks=(3, 4), growth=16, stem=32),
+    "unet": dict(size=64, base=8, depth=3),
+    "gpt2": dict(seq=32, vocab=1000, hidden=128, heads=2, layers=2),
+    "mlp_mixer": dict(size=64, patch=8, hidden=64, tokens_mlp=32, channels_mlp=256, layers=2, classes=100),
+}

@@ -1,0 +1,157 @@
+"""The convolutional networks of the wider zoo (``model_zoo`` re-exports them): SqueezeNet 1.1,
+an EfficientNet-style CNN with squeeze-excitation, a ConvNeXt-style stack, a DenseNet and a U-Net.
+
+Each builder's defaults are the full-size network at batch 1 (the benchmark); smaller keyword
+arguments give the test variants (``model_zoo.SMALL``).  Input ``"input"`` is (batch, 3, size, size).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .onnx_builder import OnnxBuilder
+
+
+def squeezenet1_1(batch: int = 1, size: int = 224, classes: int = 1000, seed: int = 0):
+    """torchvision's ``squeezenet1_1``: Fire modules (1x1 squeeze, parallel 1x1 and 3x3 expands joined
+    by a channel Concat), ceil-mode max pools, and a 1x1 conv classifier + global average pool."""
+    b = OnnxBuilder(seed)
+
+    def conv_relu(x, cin, cout, k, stride=1, pad=0):
+        return b.relu(b.conv(x, cin, cout, k, stride=stride, pad=pad, bias=True))
+
+    def fire(x, cin, squeeze, expand):
+        s = conv_relu(x, cin, squeeze, 1)
+        return b.node("Concat", [conv_relu(s, squeeze, expand, 1), conv_relu(s, squeeze, expand, 3, pad=1)], axis=1)
+
+    def pool(x):
+        return b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 0, 0], ceil_mode=1)
+
+    x = pool(conv_relu("input", 3, 64, 3, stride=2))
+    x = fire(fire(x, 64, 16, 64), 128, 16, 64)
+    x = pool(x)
+    x = fire(fire(x, 128, 32, 128), 256, 32, 128)
+    x = pool(x)
+    for cin, s, e in ((256, 48, 192), (384, 48, 192), (384, 64, 256), (512, 64, 256)):
+        x = fire(x, cin, s, e)
+    x = b.node("GlobalAveragePool", [conv_relu(x, 512, classes, 1)])
+    out = b.node("Flatten", [x], axis=1)
+    return b.model((batch, 3, size, size), out, (batch, classes), name="squeezenet1_1")
+
+
+# EfficientNet-B0's stages: (expansion, kernel, stride, channels, repeats)
+_EFFICIENTNET_B0 = ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3), (6, 5, 1, 112, 3),
+                    (6, 5, 2, 192, 4), (6, 3, 1, 320, 1))
+
+
+def efficientnet_lite(batch: int = 1, size: int = 224, classes: int = 1000, act: str = "silu",
+                      stages=_EFFICIENTNET_B0, stem: int = 32, head: int = 1280, seed: int = 0):
+    """EfficientNet-B0-shaped CNN: MBConv blocks (1x1 expand, kxk depthwise, squeeze-excitation
+    GlobalAveragePool -> 1x1 conv -> act -> 1x1 conv -> Sigmoid -> Mul, 1x1 project, residual), with
+    ``act`` "silu" (x * Sigmoid(x), as torch exports ``nn.SiLU``) or "hardswish" (``HardSwish``)."""
+    b = OnnxBuilder(seed, opset=14 if act == "hardswish" else 13)
+    activate = b.silu if act == "silu" else b.hardswish
+    x = activate(b.bn(b.conv("input", 3, stem, 3, stride=2), stem))
+    cin = stem
+    for t, k, s, c, n in stages:
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hidden = cin * t
+            y = x
+            if t != 1:
+                y = activate(b.bn(b.conv(y, cin, hidden, 1, pad=0), hidden))
+            y = activate(b.bn(b.conv(y, hidden, hidden, k, stride=stride, groups=hidden), hidden))
+            squeeze = max(1, cin // 4)
+            se = b.node("GlobalAveragePool", [y])
+            se = activate(b.conv(se, hidden, squeeze, 1, pad=0, bias=True))
+            se = b.node("Sigmoid", [b.conv(se, squeeze, hidden, 1, pad=0, bias=True)])
+            y = b.node("Mul", [y, se])
+            y = b.bn(b.conv(y, hidden, c, 1, pad=0), c)
+            x = b.node("Add", [y, x]) if stride == 1 and cin == c else y
+            cin = c
+    x = activate(b.bn(b.conv(x, cin, head, 1, pad=0), head))
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
+    return b.model((batch, 3, size, size), b.gemm(x, head, classes), (batch, classes), name="efficientnet_lite")
+
+
+def convnext(batch: int = 1, size: int = 224, classes: int = 1000, depths=(3, 3, 9, 3), dims=(96, 192, 384, 768),
+             seed: int = 0):
+    """ConvNeXt-T-shaped stack at opset 17: 4x4/4 stem and 2x2/2 downsamples with the channels-first
+    LayerNorm written out (ReduceMean formula); blocks of 7x7 depthwise conv, Transpose to NHWC,
+    LayerNormalization, Linear (MatMul + Add) 4x, GELU, Linear, layer scale Mul, Transpose back, residual
+    Add; global average pool, LayerNormalization, Gemm."""
+    b = OnnxBuilder(seed, opset=17)
+    x = b.layer_norm_channels_first(b.conv("input", 3, dims[0], 4, stride=4, pad=0, bias=True), dims[0])
+    for stage, (depth, dim) in enumerate(zip(depths, dims)):
+        if stage:
+            x = b.conv(b.layer_norm_channels_first(x, dims[stage - 1]), dims[stage - 1], dim, 2, stride=2, pad=0,
+                       bias=True)
+        for _ in range(depth):
+            y = b.conv(x, dim, dim, 7, pad=3, groups=dim, bias=True)
+            y = b.node("Transpose", [y], perm=[0, 2, 3, 1])
+            y = b.layer_norm(y, dim, eps=1e-6)
+            y = b.matmul_add(b.gelu(b.matmul_add(y, dim, 4 * dim)), 4 * dim, dim)
+            y = b.node("Mul", [y, b.init("gamma", b.weight(dim, 0.5))])
+            y = b.node("Transpose", [y], perm=[0, 3, 1, 2])
+            x = b.node("Add", [x, y])
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
+    x = b.layer_norm(x, dims[-1], eps=1e-6)
+    return b.model((batch, 3, size, size), b.gemm(x, dims[-1], classes), (batch, classes), name="convnext")
+
+
+def densenet(batch: int = 1, size: int = 224, classes: int = 1000, blocks=(6, 12, 24, 16), growth: int = 32,
+             stem: int = 64, seed: int = 0):
+    """DenseNet-121 (the defaults): dense layers BN-ReLU-Conv1x1(4*growth)-BN-ReLU-Conv3x3(growth), each
+    Concat-ed onto the growing feature map; transitions BN-ReLU-Conv1x1(half)-AveragePool."""
+    b = OnnxBuilder(seed)
+    x = b.relu(b.bn(b.conv("input", 3, stem, 7, stride=2, pad=3), stem))
+    x = b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    c = stem
+    for i, n in enumerate(blocks):
+        features = [x]
+        for _ in range(n):
+            cat = features[0] if len(features) == 1 else b.node("Concat", features, axis=1)
+            y = b.conv(b.relu(b.bn(cat, c)), c, 4 * growth, 1, pad=0)
+            y = b.conv(b.relu(b.bn(y, 4 * growth)), 4 * growth, growth, 3)
+            features.append(y)
+            c += growth
+        x = b.node("Concat", features, axis=1)
+        if i != len(blocks) - 1:
+            x = b.conv(b.relu(b.bn(x, c)), c, c // 2, 1, pad=0)
+            x = b.node("AveragePool", [x], kernel_shape=[2, 2], strides=[2, 2])
+            c //= 2
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [b.relu(b.bn(x, c))])], axis=1)
+    return b.model((batch, 3, size, size), b.gemm(x, c, classes), (batch, classes), name="densenet")
+
+
+def unet(batch: int = 1, size: int = 256, out_classes: int = 2, base: int = 32, depth: int = 4,
+         up: str = "transpose", seed: int = 0):
+    """U-Net: double 3x3 conv-BN-ReLU per level, MaxPool down, up by ``up`` = "transpose"
+    (ConvTranspose 2x2/2), "nearest" or "linear" (Resize x2 as torch exports ``F.interpolate``, then a
+    1x1 conv halving the channels), skip Concat with the encoder level, 1x1 conv head."""
+    b = OnnxBuilder(seed)
+
+    def double_conv(x, cin, cout):
+        x = b.relu(b.bn(b.conv(x, cin, cout, 3), cout))
+        return b.relu(b.bn(b.conv(x, cout, cout, 3), cout))
+
+    x, c, skips = "input", 3, []
+    for level in range(depth + 1):
+        if level:
+            x = b.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+        x = double_conv(x, c, base << level)
+        c = base << level
+        skips.append(x)
+    for level in reversed(range(depth)):
+        half = base << level
+        if up == "transpose":
+            x = b.conv_transpose(x, c, half, 2, 2)
+        else:
+            scales = b.const([1.0, 1.0, 2.0, 2.0])
+            mode = "pytorch_half_pixel" if up == "linear" else "asymmetric"
+            x = b.node("Resize", [x, "", scales], mode=up, coordinate_transformation_mode=mode,
+                       **({"nearest_mode": "floor"} if up == "nearest" else {}))
+            x = b.conv(x, c, half, 1, pad=0, bias=True)
+        x = double_conv(b.node("Concat", [skips[level], x], axis=1), 2 * half, half)
+        c = half
+    out = b.conv(x, c, out_classes, 1, pad=0, bias=True)
+    return b.model((batch, 3, size, size), out, (batch, out_classes, size, size), name="unet")

@@ -1,0 +1,76 @@
+"""The wider model zoo (issue 21): each architecture's small variant compiled and checked against
+onnxruntime; the full-size builders checked for the shapes and sizes of the networks they copy."""
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import loopweave as lw  # noqa: E402
+from loopweave import cli  # noqa: E402
+from loopweave.nn_ops.testing import model_zoo  # noqa: E402
+from loopweave.nn_ops.testing.onnxruntime_peer import onnxruntime_session, random_feed  # noqa: E402
+
+VARIANTS = [(name, {}) for name in model_zoo.SMALL] + [
+    ("efficientnet_lite", {"act": "hardswish"}),
+    ("unet", {"up": "nearest"}),
+    ("unet", {"up": "linear"}),
+    ("gpt2", {"mask": "add"}),
+]
+
+
+def _id(variant):
+    name, extra = variant
+    return name + "".join(f"-{v}" for v in extra.values())
+
+
+def _check(model, exe, feed):
+    want = onnxruntime_session(model, threads=2).run(None, feed)
+    got = exe.run(feed)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(b).max())))
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=_id)
+def test_small_variant_matches_onnxruntime(variant):
+    name, extra = variant
+    kwargs = dict(model_zoo.SMALL[name], **extra)
+    model = getattr(model_zoo, name)(**kwargs)
+    onnx.checker.check_model(model)
+    exe = lw.compile(lw.from_onnx(model), progress=False)
+    feed = random_feed(exe)
+    if name == "gpt2":      # token ids over the whole vocabulary (random_feed's are small, some negative)
+        _check(model, exe, feed)
+        feed = {"input": np.random.default_rng(1).integers(0, kwargs["vocab"], (1, kwargs["seq"]), dtype=np.int64)}
+    _check(model, exe, feed)
+
+
+# (name, parameters, output shape) of the full-size builders: the published networks' sizes
+FULL = [
+    ("squeezenet1_1", 1_235_496, (1, 1000)),
+    ("vit_tiny", 5_717_600, (1, 1000)),
+    ("efficientnet_lite", 5_330_564, (1, 1000)),
+    ("convnext", 28_589_190, (1, 1000)),
+    ("densenet", 8_062_504, (1, 1000)),
+    ("unet", 7_768_962, (1, 2, 256, 256)),
+    ("gpt2", 82_011_116, (1, 128, 50257)),
+    ("mlp_mixer", 18_528_315, (1, 1000)),
+]
+
+
+@pytest.mark.parametrize("name,params,out_shape", FULL, ids=[f[0] for f in FULL])
+def test_full_size_builders(name, params, out_shape):
+    model = getattr(model_zoo, name)()
+    onnx.checker.check_model(model)
+    assert sum(int(np.prod(t.dims)) for t in model.graph.initializer) == params
+    dims = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
+    assert tuple(dims) == out_shape
+
+
+def test_every_zoo_model_is_a_cli_zoo_name():
+    assert set(cli.ZOO_MODELS) == set(model_zoo.NAMES)
+    assert set(model_zoo.SMALL) <= set(model_zoo.NAMES)
+    assert all(callable(getattr(model_zoo, name)) for name in model_zoo.NAMES)
+    assert cli._model_source("zoo:squeezenet1_1").graph.name == "squeezenet1_1"
