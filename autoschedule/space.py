@@ -4,8 +4,11 @@ A sketch is a list of named decisions, each with its legal choices (``Space.deci
 ``Space.apply(choice)`` turns one assignment into a Schedule through the ordinary
 schedule API, so the result carries its replayable trace.  The rules:
 
-* elementwise producers: inlined, or computed at the output's tile, or at root;
-  producers with a reduction: computed at the output's row tile or at root;
+* elementwise producers: inlined, or computed at the output's tile, or at root, their last
+  axis in vectors; producers with a reduction: computed at the output's row tile or at root;
+  a long one-axis reduction (softmax's max and sum, layer norm's moments) may be ``rfactor``-ed
+  into ``lanes`` vectorized partial results (``rfactor:NAME``); producers at root run their
+  outer loop in parallel;
 * the output stage is tiled in two levels over its last two spatial axes
   (``mr`` rows x ``nr`` columns, ``tail="shift"`` full tiles where legal), batch axes outside;
 * a reduction output may accumulate in a ``cache_write`` buffer computed at the register
@@ -32,6 +35,12 @@ def _divisor_like(extent: int, options) -> list:
     return [o for o in options if o <= extent] or [extent]
 
 
+def _row_reducible(t, lanes: int) -> bool:
+    """A one-axis reduction long enough that ``lanes`` partial results pay (softmax's max/sum)."""
+    reds = t.op.reduce_axis
+    return len(reds) == 1 and (const_int(reds[0].extent) or 0) >= 4 * lanes and t.op.num_outputs == 1
+
+
 class Space:
     def __init__(self, task: Task):
         self.task = task
@@ -41,9 +50,12 @@ class Space:
         shape = [const_int(d) for d in out.shape]
         lanes = task.target.lanes(out.dtype)
         d: List[Tuple[str, list]] = []
+        lanes_of = lambda t: task.target.lanes(t.dtype)
         for t in self.producers:
             if t.op.reduce_axis:
                 d.append((f"place:{t.name}", ["tile", "root"]))
+                if _row_reducible(t, lanes_of(t)):
+                    d.append((f"rfactor:{t.name}", [True, False]))
             else:
                 d.append((f"place:{t.name}", ["inline", "tile", "root"]))
         last = shape[-1] or 1
@@ -92,13 +104,20 @@ class Space:
         s = create_schedule(self.task.outputs)
         out = self.out
         inputs = list(out.op.input_tensors)
-        at_tile = []
+        at_tile, at_root = [], []
         for t in self.producers:
             place = choice.get(f"place:{t.name}", "root")
             if place == "inline":
                 s[t].compute_inline()
-            elif place == "tile":
-                at_tile.append(t)
+                continue
+            stages = [t]
+            if choice.get(f"rfactor:{t.name}"):
+                stages.insert(0, self._vectorized_partials(s, t))
+            else:
+                self._vectorize_inner(s, t)
+            (at_tile if place == "tile" else at_root).extend(stages)
+        for t in at_root:
+            self._parallel_outer(s, t)
         C = s[out.op]
         cw = bool(choice.get("cache_write")) and bool(out.op.reduce_axis)
         CC = s.cache_write(out, "local") if cw else None
@@ -172,3 +191,43 @@ class Space:
         for t in at_tile:
             s[t].compute_at(C, rows_at)
         return s
+
+    # -- producer stages -----------------------------------------------------
+    def _lanes(self, t) -> int:
+        return self.task.target.lanes(t.dtype)
+
+    def _vectorize_inner(self, s, t) -> None:
+        """An elementwise producer's last axis in vectors; reductions keep their order."""
+        st = s[t]
+        if t.op.reduce_axis or not st.op.axis:
+            return
+        last = st.op.axis[-1]
+        lanes = self._lanes(t)
+        if (const_int(last.extent) or 0) >= lanes:
+            _, vi = st.split(last, factor=lanes)
+            st.vectorize(vi)
+
+    def _vectorized_partials(self, s, t):
+        """rfactor the reduction into ``lanes`` partial results computed as vectors.
+
+        ``t[i] = red_k f(i, k)`` becomes ``rf[i, l] = red_ko f(i, ko*lanes + l)`` with ``l``
+        vectorized innermost, then ``t[i] = red_l rf[i, l]``: a row reduction whose serial
+        dependence chain was one scalar per element becomes one vector per ``lanes`` elements.
+        """
+        lanes = self._lanes(t)
+        st = s[t]
+        k = st.op.reduce_axis[0]
+        _, ki = st.split(k, factor=lanes)
+        rf = s.rfactor(t, ki, factor_axis=len(st.op.axis))
+        rs = s[rf]
+        rs.reorder(*rs.op.axis[:-1], *rs.op.reduce_axis, rs.op.axis[-1])
+        rs.vectorize(rs.op.axis[-1])
+        return rf
+
+    def _parallel_outer(self, s, t) -> None:
+        """A producer computed at root runs its outermost loop in parallel (when that loop is
+        still a whole axis: a one-axis stage split into vectors keeps it serial)."""
+        st = s[t]
+        first = st.leaf_iter_vars[0] if st.leaf_iter_vars else None
+        if first is not None and st.op.axis and first is st.op.axis[0] and (const_int(first.extent) or 0) > 1:
+            st.parallel(first)

@@ -221,3 +221,50 @@ def test_records_round_trip(tmp_path):
     records.append(str(log), [r])
     back = list(records.read(str(log), task.target, task.key))
     assert back == [json.loads(json.dumps(r))]
+
+
+def softmax(m=6, n=200):
+    X = lw.placeholder((m, n), name="X")
+    k1 = lw.reduce_axis((0, n), name="k1")
+    mx = lw.compute((m,), lambda i: lw.max(X[i, k1], axis=k1), name="mx")
+    e = lw.compute((m, n), lambda i, j: lw.exp(X[i, j] - mx[i]), name="e")
+    k2 = lw.reduce_axis((0, n), name="k2")
+    sm = lw.compute((m,), lambda i: lw.sum(e[i, k2], axis=k2), name="sm")
+    return [X, lw.compute((m, n), lambda i, j: e[i, j] / sm[i], name="Y")]
+
+
+def softmax_ref(x):
+    t = np.exp(x - x.max(axis=1, keepdims=True))
+    return t / t.sum(axis=1, keepdims=True)
+
+
+def test_row_reductions_may_be_factored_into_vector_partials():
+    """rfactor of a long row reduction is a decision; its partial-result stage is vectorized."""
+    args = softmax()
+    space = Space(Task(args, "llvm"))
+    names = dict(space.decisions)
+    assert names["rfactor:mx"] == [True, False] and names["rfactor:sm"] == [True, False]
+    choice = {n: c[0] for n, c in space.decisions}
+    choice.update({"place:mx": "tile", "place:e": "tile", "place:sm": "tile", "parallel": "outer", "mr": 2})
+    s = space.apply(choice)
+    text = str(s.trace)
+    assert "s.rfactor(mx," in text and "s.rfactor(sm," in text
+    assert "s[mx_rf].vectorize(k1_inner_rf)" in text and "s[e].vectorize(j_inner)" in text
+    x = np.random.rand(6, 200).astype("float32")
+    np.testing.assert_allclose(run(lw.build(s, args), args, x), softmax_ref(x), rtol=1e-5, atol=1e-7)
+
+
+def test_every_sampled_softmax_schedule_is_correct_or_refused():
+    args = softmax(5, 131)
+    space = Space(Task(args, "llvm"))
+    rng = random.Random(2)
+    x = np.random.rand(5, 131).astype("float32")
+    built = 0
+    for _ in range(12):
+        try:
+            mod = lw.build(space.apply(space.sample(rng)), args)
+        except lw.ScheduleError:
+            continue
+        np.testing.assert_allclose(run(mod, args, x), softmax_ref(x), rtol=1e-5, atol=1e-7)
+        built += 1
+    assert built >= 4
