@@ -10,7 +10,7 @@ from ..dsl.schedule import Schedule
 from ..dsl.visitor import post_order_visit
 from ..errors import BuildError
 from ..lowering.ir import PrimFunc
-from ..lowering.lower import lower
+from ..lowering.lower import check_checks_argument, lower
 from ..target import resolve_target
 from .cuda.build import build_cuda
 from .llvm import jit
@@ -20,13 +20,19 @@ from .runtime import Module, ParamSpec, _shape_spec
 _loaded = {}
 
 
-def build(schedule_or_func, args: Sequence = (), target="llvm", name: str = "main") -> Module:
-    """Compile a schedule (with its argument tensors) or a lowered PrimFunc into a callable."""
+def build(schedule_or_func, args: Sequence = (), target="llvm", name: str = "main", checks=None) -> Module:
+    """Compile a schedule (with its argument tensors) or a lowered PrimFunc into a callable.
+
+    ``checks="bounds"`` makes every load whose index depends on loaded data check that index
+    at run time (a bad one raises ``ArgumentError`` naming the tensor, the dimension and the
+    index); the default ``None`` keeps only the checks the computation states (the op
+    library's gathers and scatters).  A lowered PrimFunc already made its choice."""
+    check_checks_argument(checks, BuildError)
     tgt = resolve_target(target)
     if isinstance(schedule_or_func, PrimFunc):
         func = schedule_or_func
     elif isinstance(schedule_or_func, Schedule):
-        func = lower(schedule_or_func, args, name=name, target=tgt if tgt.kind == "cuda" else None)
+        func = lower(schedule_or_func, args, name=name, target=tgt if tgt.kind == "cuda" else None, checks=checks)
     else:
         raise BuildError(f"build takes a schedule or a lowered function, got {type(schedule_or_func).__name__}")
     if tgt.kind == "cuda":

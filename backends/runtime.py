@@ -19,7 +19,30 @@ from ..dsl.expr_printer import expr_to_str
 from ..errors import ArgumentError
 from .module_html import module_html
 
-_ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+_ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+ERROR_SLOT_WORDS = 4    # the kernel's error slot (backends/llvm/codegen.py): message, index, extent, call
+
+
+def new_error_slot():
+    """A zeroed error slot for kernel calls (one per caller: a kernel writes it when an index check fails)."""
+    return (ctypes.c_int64 * ERROR_SLOT_WORDS)()
+
+
+def index_error_text(slot) -> str:
+    """What failed, from a slot a kernel wrote: ``"index I is out of range for WHAT (...)"``.
+
+    The message pointer points into the kernel's loaded object code: a constant string whose
+    first character says whether negative indices count from the end ("1") or not ("0")."""
+    raw = ctypes.string_at(slot[0]).decode("utf-8", "replace")
+    wraps, what = raw[:1] == "1", raw[1:]
+    index, extent = slot[1], slot[2]
+    valid = f"{-extent} to {extent - 1}, negative ones counting from the end" if wraps else f"0 to {extent - 1}"
+    return f"index {index} is out of range for {what}, of size {extent} (valid: {valid})"
+
+
+def clear_error_slot(slot) -> None:
+    for k in range(ERROR_SLOT_WORDS):
+        slot[k] = 0
 
 
 def _data_pointer_reader():
@@ -78,7 +101,9 @@ class Module:
         self._keepalive = keepalive
         self._buffers = (ctypes.c_void_p * max(1, len(params)))()
         self._sizes = (ctypes.c_int64 * max(1, len(size_names)))()
-        self._call_args = (ctypes.addressof(self._buffers), ctypes.addressof(self._sizes))
+        self._err = new_error_slot()
+        self._call_args = (ctypes.addressof(self._buffers), ctypes.addressof(self._sizes),
+                           ctypes.addressof(self._err))
         self._static = self._static_params()
         self._output_indices = [k for k, p in enumerate(params) if p.is_output]
 
@@ -191,12 +216,22 @@ class Module:
     def __call__(self, *args) -> None:
         self._prepare(args)
         self._entry(*self._call_args)
+        if self._err[0]:
+            self._raise_index_error()
+
+    def _raise_index_error(self):
+        text = index_error_text(self._err)
+        clear_error_slot(self._err)
+        raise ArgumentError(f"{self.name}: {text}; the outputs were not fully written.\n"
+                            f"  fix: pass indices inside the range, or make the computation clamp or wrap them")
 
     def time(self, *args, number: int = 0, repeat: int = 7, min_seconds: float = 0.05) -> float:
         """Median seconds per call, after a warm-up call; ``number`` calls per sample (auto if 0)."""
         self._prepare(args)
         run = lambda: self._entry(*self._call_args)  # noqa: E731
         run()
+        if self._err[0]:
+            self._raise_index_error()
         if number <= 0:
             number = 1
             while True:

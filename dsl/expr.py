@@ -255,6 +255,25 @@ class Reduce(Expr):
         return self.source[self.value_index].dtype
 
 
+@_structural_node
+class CheckedIndex(Expr):
+    """An index read from data, checked where it is used: ``value`` (int64) must lie in
+    ``[0, extent)``, or in ``[-extent, extent)`` with ``wrap`` (a negative index counts from
+    the end, as ONNX and numpy say; the node then evaluates to ``value + extent``).
+
+    A bad index does not read memory: the kernel records the first one (``what`` says
+    which tensor and axis it indexes) in the call's error slot and uses 0 instead, and the
+    runtime raises ``ArgumentError`` after the call.  On targets without that slot (CUDA)
+    it lowers to a clamp into range.
+    """
+
+    value: Expr
+    extent: Expr
+    what: str
+    wrap: bool = False
+    dtype = dtypes.INDEX
+
+
 # ----------------------------------------------------------------------------- builders
 
 def const(value, dtype: str | None = None) -> Const:
@@ -562,3 +581,14 @@ def bitwise_not(a) -> Expr:
     if isinstance(a, Const):
         return Const(_wrap_int(~a.value, a.dtype), a.dtype)
     return Call("bitwise_not", (a,), a.dtype)
+
+
+def checked_index(value, extent, what: str, wrap: bool = False) -> Expr:
+    """``value`` as an index into an axis of ``extent`` elements, checked at run time (see
+    :class:`CheckedIndex`); ``what`` names the tensor and axis for the error message."""
+    value = as_expr(value)
+    if not dtypes.is_int(value.dtype):
+        raise DTypeError(f"an index checked against {what} must be an integer, got dtype {value.dtype}")
+    if value.dtype != dtypes.INDEX:
+        value = cast(dtypes.INDEX, value)
+    return CheckedIndex(value, as_expr(extent, dtypes.INDEX), str(what), bool(wrap))

@@ -83,6 +83,8 @@ def expr_to_str(e, names: Dict[int, str] | None = None) -> str:
         return f"{e.combiner.name}({src}, axis=[{axes}]{where}){part}"
     if kind == "BufferLoad":
         return f"{e.buffer.name}[{', '.join(s(i) for i in e.indices)}]"
+    if kind == "CheckedIndex":
+        return f"checked({s(e.value)}, {'-' + s(e.extent) + ', ' if e.wrap else ''}{s(e.extent)})"
     if kind == "Ramp":
         return f"ramp({s(e.base)}, {s(e.stride)}, {e.lanes})"
     if kind == "Broadcast":

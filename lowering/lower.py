@@ -19,6 +19,8 @@ from ..errors import ExprError, LoweringError
 from ..target import resolve_target
 from .check_gpu_schedule import check_gpu_schedule
 from .ir import PrimFunc
+from .passes.clamp_checked_indices import clamp_checked_indices
+from .passes.insert_bounds_checks import insert_bounds_checks
 from .passes.loop_partition import loop_partition
 from .passes.remove_noops import remove_noops
 from .passes.double_buffer import double_buffer
@@ -41,8 +43,15 @@ PASSES = (
     ("remove_noops", remove_noops),
 )
 
+# checks="bounds" only: before storage_flatten (it needs each dimension's extent)
+BOUNDS_CHECK_PASSES = (("insert_bounds_checks", insert_bounds_checks),)
+
+# what ``checks=`` takes: None (only the checks the computation states itself) or "bounds"
+CHECKS = (None, "bounds")
+
 # target "cuda" only: after the passes above, the host/device split and GPU barriers
 GPU_PASSES = (
+    ("clamp_checked_indices", clamp_checked_indices),
     ("double_buffer", double_buffer),
     ("split_host_device", split_host_device),
     ("insert_syncs", insert_syncs),
@@ -60,14 +69,17 @@ class PassContext:
 
 
 def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_after: Optional[str] = None,
-          target=None) -> PrimFunc:
+          target=None, checks: Optional[str] = None) -> PrimFunc:
     """Lower ``schedule`` to loop IR for a function taking ``args`` (inputs and outputs).
 
     The schedule is first judged as a whole (``dsl/validate.py``: where each stage is
     computed relative to the others), so the order of the primitive calls does not matter.
     With ``target="cuda"`` the schedule is first checked as a GPU schedule, and the
     result is host code whose loop nests are ``KernelLaunch``es with barriers inserted.
+    With ``checks="bounds"``, every load whose index depends on loaded data checks that
+    index at run time (``passes/insert_bounds_checks.py``).
     """
+    check_checks_argument(checks, LoweringError)
     if not isinstance(schedule, Schedule):
         raise LoweringError(f"lower takes a schedule from lw.create_schedule, got {type(schedule).__name__}")
     args = list(args)
@@ -84,6 +96,9 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
     if target is not None:
         tgt = resolve_target(target)
     passes = PASSES
+    if checks == "bounds":
+        at = [n for n, _ in passes].index("storage_flatten")
+        passes = passes[:at] + BOUNDS_CHECK_PASSES + passes[at:]
     if tgt is not None and tgt.kind == "cuda":
         check_gpu_schedule(schedule)
         passes = PASSES + GPU_PASSES
@@ -107,6 +122,14 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
         raise LoweringError(f"unknown pass {dump_after!r} for dump_after; passes: "
                             f"schedule_to_loops, {', '.join(n for n, _ in passes)}")
     return result
+
+
+def check_checks_argument(checks, error) -> None:
+    """Raise ``error`` unless ``checks`` is one of ``CHECKS``."""
+    if checks not in CHECKS:
+        raise error(f"checks={checks!r} is not a kind of run-time check; use checks=None (the default: only "
+                    f"the index checks of gathers and scatters) or checks='bounds' (also every load whose "
+                    f"index depends on loaded data)")
 
 
 def _check_free_vars(schedule: Schedule, args) -> None:

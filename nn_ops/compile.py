@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..errors import ArgumentError, BuildError, DamagedFileError, InternalError, LoopweaveError
+from ..lowering.lower import check_checks_argument
 from ..target import resolve_target
 from .network.archive import ArchiveReader
 from .network.dynamic_executable import FORMAT as DYNAMIC_FORMAT, DynamicExecutable, check_dynamic_meta, load_dynamic
@@ -18,15 +19,19 @@ from .network.graph import Graph
 from .onnx_import.dynamic import DynamicGraph
 
 
-def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=None):  # noqa: A001 - lw.compile
+def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=None,  # noqa: A001 - lw.compile
+            checks: Optional[str] = None):
     """Compile a network graph (from ``from_onnx``) into an executable.
 
     A DynamicGraph (symbolic input sizes or shape inputs) gives a DynamicExecutable that
     compiles one static specialisation per input binding, on first use.  ``target="cuda"``
     gives a CudaExecutable (kernels on the GPU; ``network/cuda_executable.py``).  ``tuning_log``
     (from ``autoschedule.tune_network`` or ``loopweave tune``): kernels with a record for this
-    target use the best recorded schedule, the others their default schedule.
+    target use the best recorded schedule, the others their default schedule.  Index checks of
+    gathers and scatters are always on; ``checks="bounds"`` also checks every other load whose
+    index depends on data (``lw.build``'s ``checks``).
     """
+    check_checks_argument(checks, BuildError)
     tgt = resolve_target(target)
     if tgt.kind not in ("llvm", "cuda"):
         raise BuildError(f"networks compile for targets 'llvm' and 'cuda', not {tgt.kind!r}")
@@ -34,11 +39,11 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
         if tgt.kind != "llvm":
             raise BuildError("models with dynamic shapes compile for target 'llvm' only for now; fix the input "
                              "shapes with from_onnx(..., input_shapes=...) to compile for cuda")
-        return DynamicExecutable(graph, target, progress, tuning_log=tuning_log)
+        return DynamicExecutable(graph, target, progress, tuning_log=tuning_log, checks=checks)
     if not isinstance(graph, Graph):
         raise ArgumentError(f"compile takes a loopweave Graph (from lw.from_onnx), got {type(graph).__name__}")
     try:
-        return compile_graph(graph, tgt, progress, tuning_log=tuning_log)
+        return compile_graph(graph, tgt, progress, tuning_log=tuning_log, checks=checks)
     except (LoopweaveError, InternalError):
         raise
     except MemoryError as exc:

@@ -2,8 +2,10 @@
 
 Accepts a PrimFunc after the lowering pipeline: flat (1-d) buffer indices, vector
 expressions (Ramp/Broadcast) where loops were vectorized, For kinds serial / parallel
-/ unrolled.  Emits one entry ``void NAME(ptr buffers, ptr sizes)`` whose arguments
-are an array of buffer pointers and an array of int64 sizes.  Parallel loops are
+/ unrolled.  Emits one entry ``void NAME(ptr buffers, ptr sizes, ptr err)`` whose
+arguments are an array of buffer pointers, an array of int64 sizes and the call's
+error slot (``ERROR_SLOT_WORDS`` int64s, zero on entry): a ``CheckedIndex`` that fails
+writes the first bad index there (``_index_error``) and the runtime raises after the call.  Parallel loops are
 outlined into ``void body(i64 begin, i64 end, ptr closure)`` functions run by
 ``lw_parallel_for`` (the native thread pool); the closure holds every value in scope.
 Float ``a * b + c`` becomes ``llvm.fmuladd`` so the backend emits FMA.
@@ -16,7 +18,7 @@ from llvmlite import ir
 
 from ...dsl import dtypes
 from ...dsl.bitwise import NAMES as BITWISE_NAMES
-from ...dsl.expr import Binary, Call, Cast, Compare, Const, Expr, Let, Logical, Select, Var
+from ...dsl.expr import Binary, Call, Cast, CheckedIndex, Compare, Const, Expr, Let, Logical, Select, Var
 from ...dsl.visitor import post_order_visit
 from ...errors import InternalError
 from ...lowering.ir import (Allocate, Broadcast, BufferLoad, BufferStore, Evaluate, For, IfThenElse, LetStmt,
@@ -27,6 +29,8 @@ from .vector_math import VECTOR_MATH
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 STACK_LIMIT_BYTES = 64 * 1024
+ERR_KEY = "lw.err"            # the scope key of the error slot pointer (scope keys are otherwise id(Var))
+ERROR_SLOT_WORDS = 4         # int64s: message pointer (0: no error), bad index, extent, network call index
 MAX_SHUFFLE_STRIDE = 4       # strided vector loads up to this stride: wide load + shuffle (else a gather)
 
 _SCALAR = {"float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType(),
@@ -291,6 +295,37 @@ class FunctionEmitter:
         else:
             self.scope[id(e.var)] = previous
         return value
+
+    def expr_CheckedIndex(self, e: CheckedIndex):
+        """One compare per index: a bad one (outside ``[0, extent)`` after wrapping) is recorded
+        in the error slot on a cold path and replaced by 0, so no memory outside the tensor is read."""
+        b = self.builder
+        raw, n = self._match_lanes(self.expr(e.value), self.expr(e.extent))
+        lanes = _lanes(raw)
+        value = raw
+        if e.wrap:
+            value = b.select(b.icmp_signed("<", raw, _splat_const(raw.type, 0)), b.add(raw, n), raw)
+        bad = b.icmp_unsigned(">=", value, n)
+        mask = self.masks[-1] if self.masks else None
+        if mask is not None and _lanes(mask) == lanes:
+            bad = b.and_(bad, mask)       # lanes a masked select does not use read nothing
+        if lanes == 1:
+            any_bad = bad
+        else:
+            reduce_or = self.cg.intrinsic(f"llvm.vector.reduce.or.v{lanes}i1", I1, [ir.VectorType(I1, lanes)])
+            any_bad = b.call(reduce_or, [bad])
+        message = self.cg.check_message(("1" if e.wrap else "0") + e.what)
+        report = self.cg.index_error_fn()
+        err = self.scope[ERR_KEY]
+        with b.if_then(any_bad, likely=False):
+            if lanes == 1:
+                b.call(report, [err, raw, n, message])
+            else:
+                for lane in range(lanes):
+                    k = ir.Constant(I32, lane)
+                    with b.if_then(b.extract_element(bad, k), likely=False):
+                        b.call(report, [err, b.extract_element(raw, k), b.extract_element(n, k), message])
+        return b.select(bad, _splat_const(value.type, 0), value)
 
     def _strided_load(self, base, elem, align: int, start, lanes: int, stride: int):
         """``lanes`` elements ``stride`` apart: one wide load and a shuffle instead of a gather.
@@ -706,6 +741,42 @@ class CodeGen:
         fn.attributes.add("nounwind")
         return fn
 
+    def check_message(self, what: str) -> ir.Value:
+        """A pointer to a constant C string naming what a checked index indexes (``runtime.index_error_text``
+        reads it)."""
+        data = what.encode("utf-8", "replace")[:400] + b"\0"
+        key = "lw.check." + what
+        var = self._intrinsics.get(key)
+        if var is None:
+            var = ir.GlobalVariable(self.module, ir.ArrayType(I8, len(data)), name=f"lw.check.{len(self._intrinsics)}")
+            var.linkage = "private"
+            var.global_constant = True
+            var.initializer = ir.Constant(ir.ArrayType(I8, len(data)), bytearray(data))
+            self._intrinsics[key] = var
+        return var.bitcast(PTR)
+
+    def index_error_fn(self) -> ir.Function:
+        """``_index_error(err, index, extent, message)``: the first failing check of a call wins
+        (a compare-and-swap of the message pointer, so parallel chunks may fail at once);
+        it then stores the index and the extent beside it."""
+        name = "lw.index_error"
+        fn = self.module.globals.get(name)
+        if fn is not None:
+            return fn
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64, PTR]), name=name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        fn.attributes.add("noinline")
+        fn.attributes.add("cold")
+        err, index, extent, message = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        result = b.cmpxchg(err, ir.Constant(I64, 0), b.ptrtoint(message, I64), "acq_rel", "monotonic")
+        with b.if_then(b.extract_value(result, 1)):
+            b.store(index, b.gep(err, [ir.Constant(I64, 1)], inbounds=True, source_etype=I64)).align = 8
+            b.store(extent, b.gep(err, [ir.Constant(I64, 2)], inbounds=True, source_etype=I64)).align = 8
+        b.ret_void()
+        return fn
+
     def kernel_function(self, name: str, values: list, buffers: list, leading_i64: int = 0):
         """An internal function whose buffer pointers are ``noalias`` parameters.
 
@@ -727,8 +798,8 @@ class CodeGen:
         return fn, emitter
 
     def generate(self) -> str:
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR]), name=self.symbol)
-        fn.args[0].name, fn.args[1].name = "buffers", "sizes"
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR]), name=self.symbol)
+        fn.args[0].name, fn.args[1].name, fn.args[2].name = "buffers", "sizes", "err"
         fn.attributes.add("nounwind")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         buffers, values = [], []
@@ -738,6 +809,7 @@ class CodeGen:
         for k, v in enumerate(self.func.size_vars):
             slot = b.gep(fn.args[1], [ir.Constant(I64, k)], inbounds=True, source_etype=I64)
             values.append((id(v), b.load(slot, typ=I64, name=v.name)))
+        values.append((ERR_KEY, fn.args[2]))
         body_fn, emitter = self.kernel_function(f"{self.symbol}.body", values, buffers)
         emitter.stmt(self.func.body)
         emitter.finish()

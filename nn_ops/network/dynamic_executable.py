@@ -29,9 +29,10 @@ VERSION = 2      # 2: checksummed members (archive.py); version 1 files are refu
 
 
 class DynamicExecutable:
-    def __init__(self, graph, target="llvm", progress=None, tuning_log=None):
+    def __init__(self, graph, target="llvm", progress=None, tuning_log=None, checks=None):
         self.graph = graph
         self.target, self.progress, self.tuning_log = target, progress, tuning_log
+        self.checks = checks
         self.specializations: Dict[tuple, object] = {}
         self.outputs = list(graph.outputs)       # (name, shape with symbols, dtype)
 
@@ -59,7 +60,7 @@ class DynamicExecutable:
                 self.specializations.clear()
                 key = self._key(feed)
             exe = compile_graph(graph, resolve_target(self.target), progress=self.progress,
-                                tuning_log=self.tuning_log)
+                                tuning_log=self.tuning_log, checks=self.checks)
             self.specializations[key] = exe
         return exe
 

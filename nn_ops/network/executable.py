@@ -10,9 +10,11 @@
 3. a static memory plan gives every intermediate value an offset in one arena,
    reusing memory whose value is dead (a kernel's output never overlaps its inputs);
    reshape-like nodes are aliases of their input's memory;
-4. a small LLVM function ``void run(ptr inputs, ptr outputs, ptr arena, ptr weights)``
+4. a small LLVM function ``void run(ptr inputs, ptr outputs, ptr arena, ptr weights, ptr err)``
    calls every kernel in order with its buffer pointers; it is compiled and cached like
-   the kernels.  ``Executable.run`` checks the inputs and makes one ctypes call.
+   the kernels.  ``Executable.run`` checks the inputs and makes one ctypes call.  A kernel
+   whose index check fails (a Gather's index out of range) writes the error slot ``err``;
+   the runner then stops and ``run`` raises ``ArgumentError`` naming the node.
 
 ``Executable.save(path)`` writes a zip (``meta.json``, ``kernels/<symbol>.o``,
 ``runner.o``, ``weights/<k>.npy``; no pickle); ``load_static(path)`` loads the objects into the
@@ -35,6 +37,7 @@ from tqdm.auto import tqdm
 from ...autoschedule import apply_best
 from ...backends import build as build_mod
 from ...backends.build import build
+from ...backends.runtime import clear_error_slot, index_error_text, new_error_slot
 from ...backends.llvm import jit
 from ...dsl.tensor import placeholder
 from ...errors import ArgumentError, BuildError, DamagedFileError, InternalError
@@ -49,9 +52,12 @@ from .limits import memory_limit_bytes
 from .op_table import OPS, scalar_constants
 from .passes import fuse_operators, optimize
 
-FORMAT_VERSION = 2      # 2: every member checksummed (archive.py); version 1 files are refused
+FORMAT_VERSION = 3      # 2: every member checksummed (archive.py); 3: kernels and runner take an error slot (older files are refused)
 ALIGN = 64
-_RUN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_RUN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+# the graph ops whose kernels check indices read from data (an error names the node of this kind)
+INDEX_CHECKING_OPS = ("gather", "gather_elements", "gather_nd", "scatter_elements", "scatter_nd")
 
 
 def _align(n: int) -> int:
@@ -76,15 +82,19 @@ class KernelCall:
     args: List[Tuple[str, int]]     # locations, in the kernel's parameter order (output last)
     ops: Tuple[str, ...] = ()       # the fused group: op types of its nodes, in order (for display)
     shape: Optional[Tuple[int, ...]] = None   # the kernel's output shape (for display)
+    nodes: Tuple[str, ...] = ()     # the graph node names of the fused group, in order (for errors)
+    inputs: Tuple[str, ...] = ()    # the value names behind the kernel's inputs in0, in1, ... (for errors)
 
 
-def compile_graph(graph: Graph, tgt, progress: Optional[bool] = None, tuning_log=None):
+def compile_graph(graph: Graph, tgt, progress: Optional[bool] = None, tuning_log=None, checks=None):
     """Compile a static Graph for target ``tgt`` (llvm or cuda) into an Executable / CudaExecutable.
 
     With ``tuning_log``, a kernel with a record for ``tgt`` in the log gets the best recorded
-    schedule (``autoschedule.apply_best``); the others keep the op library's default schedule."""
+    schedule (``autoschedule.apply_best``); the others keep the op library's default schedule.
+    ``checks`` is passed to every kernel's ``lw.build`` (``"bounds"``: check every
+    data-dependent index)."""
     t0 = time.perf_counter()
-    plan = build_kernels(graph, tgt, progress, tuning_log=tuning_log)
+    plan = build_kernels(graph, tgt, progress, tuning_log=tuning_log, checks=checks)
     if tgt.kind == "cuda":
         inputs, outputs = plan.signature()
         exe = CudaExecutable(inputs, outputs, plan.calls, plan.modules, plan.arena_size, plan.weights, tgt)
@@ -134,7 +144,8 @@ def plan_kernel_groups(graph: Graph, target_kind: str):
     return g, kernel_groups, alias_of
 
 
-def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tuning_log=None) -> KernelPlan:
+def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tuning_log=None,
+                  checks=None) -> KernelPlan:
     """Graph passes, fusion into kernels, one build per distinct kernel, weights and the memory plan.
 
     Each kernel is scheduled with its best record in ``tuning_log`` if it has one, else with the
@@ -153,7 +164,7 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
     reused = 0
     # kernel_cache: CPU builds of the op library's schedules (a tuned build is found by the object
     # cache instead, keyed by its lowered IR)
-    remembered = tgt.kind == "llvm" and build_fn is None and tuning_log is None
+    remembered = tgt.kind == "llvm" and build_fn is None and tuning_log is None and checks is None
     tuned = 0
     for grp in kernel_groups:
         signature, params = group_signature(g, grp)
@@ -161,7 +172,7 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
         if module is None:
             module = kernel_cache.lookup(signature, tgt) if remembered else None
             if module is None:
-                module, from_record = _build_group(g, grp, params, tgt, build_fn, tuning_log)
+                module, from_record = _build_group(g, grp, params, tgt, build_fn, tuning_log, checks)
                 tuned += from_record
                 if remembered:
                     kernel_cache.store(signature, tgt, module)
@@ -180,7 +191,8 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
     steps = [(params, grp.output) for (_, params, _), grp in zip(calls_params, kernel_groups)]
     locations, arena_size = _plan_memory(g, steps, alias_of, weight_offsets)
     calls = [KernelCall(m.symbol, name, [locations[p] for p in params] + [locations[grp.output]],
-                        ops=tuple(n.op_type for n in grp.nodes), shape=tuple(g.values[grp.output].shape))
+                        ops=tuple(n.op_type for n in grp.nodes), shape=tuple(g.values[grp.output].shape),
+                        nodes=tuple(n.name or n.op_type for n in grp.nodes), inputs=tuple(params))
              for (m, params, name), grp in zip(calls_params, kernel_groups)]
     return KernelPlan(g, calls, built, weights, weight_offsets, arena_size, tuned)
 
@@ -252,7 +264,7 @@ def group_computation(g: Graph, grp, params: List[str]):
     return placeholders, tensors[grp.output]
 
 
-def _build_group(g: Graph, grp, params: List[str], target, build_fn=None, tuning_log=None):
+def _build_group(g: Graph, grp, params: List[str], target, build_fn=None, tuning_log=None, checks=None):
     """The group's compiled kernel, and whether its schedule came from a tuning record."""
     placeholders, out = group_computation(g, grp, params)
     args = placeholders + [out]
@@ -263,7 +275,7 @@ def _build_group(g: Graph, grp, params: List[str], target, build_fn=None, tuning
     name = kernel_name(grp)
     if build_fn is not None:
         return build_fn(s, args, name), from_record
-    return build(s, args, target=target, name=name), from_record
+    return build(s, args, target=target, name=name, checks=checks), from_record
 
 
 def kernel_name(grp) -> str:
@@ -347,13 +359,16 @@ def _first_fit(live, size: int) -> int:
 
 # ---------------------------------------------------------------- the runner
 def _runner_ir(calls: List[KernelCall], symbol: str) -> str:
-    """LLVM IR of ``void symbol(ptr inputs, ptr outputs, ptr arena, ptr weights)``."""
+    """LLVM IR of ``void symbol(ptr inputs, ptr outputs, ptr arena, ptr weights, ptr err)``.
+
+    After each kernel call one load tests the error slot: a kernel whose index check failed
+    wrote it, and the runner then records the call's position in ``err[3]`` and returns."""
     from llvmlite import ir
     ptr = ir.PointerType(ir.IntType(8))
     i64 = ir.IntType(64)
     module = ir.Module(name=symbol)
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * 4), name=symbol)
-    for arg, nm in zip(fn.args, ("inputs", "outputs", "arena", "weights")):
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * 5), name=symbol)
+    for arg, nm in zip(fn.args, ("inputs", "outputs", "arena", "weights", "err")):
         arg.name = nm
     fn.attributes.add("nounwind")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -362,10 +377,11 @@ def _runner_ir(calls: List[KernelCall], symbol: str) -> str:
     sizes = b.alloca(ir.ArrayType(i64, 1), name="sizes")
     kernels: Dict[str, ir.Function] = {}
     spaces = {"input": fn.args[0], "output": fn.args[1], "arena": fn.args[2], "weight": fn.args[3]}
-    for call in calls:
+    err = fn.args[4]
+    for position, call in enumerate(calls):
         kfn = kernels.get(call.symbol)
         if kfn is None:
-            kfn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr, ptr]), name=call.symbol)
+            kfn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr, ptr, ptr]), name=call.symbol)
             kernels[call.symbol] = kfn
         for j, (space, where) in enumerate(call.args):
             base = spaces[space]
@@ -376,7 +392,12 @@ def _runner_ir(calls: List[KernelCall], symbol: str) -> str:
                 value = b.gep(base, [ir.Constant(i64, where)], inbounds=True, source_etype=ir.IntType(8))
             dst = b.gep(slots, [ir.Constant(i64, j)], inbounds=True, source_etype=ptr)
             b.store(value, dst)
-        b.call(kfn, [b.bitcast(slots, ptr), b.bitcast(sizes, ptr)])
+        b.call(kfn, [b.bitcast(slots, ptr), b.bitcast(sizes, ptr), err])
+        failed = b.icmp_unsigned("!=", b.load(b.bitcast(err, i64.as_pointer()), typ=i64), ir.Constant(i64, 0))
+        with b.if_then(failed, likely=False):
+            where = b.gep(err, [ir.Constant(i64, 3 * 8)], inbounds=True, source_etype=ir.IntType(8))
+            b.store(ir.Constant(i64, position), b.bitcast(where, i64.as_pointer()))
+            b.ret_void()
     b.ret_void()
     return str(module)
 
@@ -435,6 +456,7 @@ class Executable:
         self._in_ptrs = (ctypes.c_void_p * max(1, len(self.inputs)))()
         self._out_ptrs = (ctypes.c_void_p * max(1, len(self.outputs)))()
         self._lock = threading.Lock()
+        self._err = new_error_slot()
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}: {d}{list(s)}" for n, s, d in self.inputs)
@@ -497,8 +519,23 @@ class Executable:
             for k, o in enumerate(outs):
                 self._out_ptrs[k] = o.ctypes.data
             self._entry(ctypes.addressof(self._in_ptrs), ctypes.addressof(self._out_ptrs), self._arena.ctypes.data,
-                        self.weights.ctypes.data)
+                        self.weights.ctypes.data, ctypes.addressof(self._err))
+            if self._err[0]:
+                self._raise_index_error(self.calls[self._err[3]])
         return outs
+
+    def _raise_index_error(self, call: KernelCall):
+        """ArgumentError naming the node whose index check failed (the kernel wrote ``self._err``)."""
+        text = index_error_text(self._err)
+        clear_error_slot(self._err)
+        for k, value in enumerate(call.inputs):      # the kernel's inK are graph values
+            text = text.replace(f"'in{k}'", f"'{value}'")
+        suspects = [n for n, op in zip(call.nodes, call.ops) if op in INDEX_CHECKING_OPS] or list(call.nodes)
+        node = (f"node '{suspects[0]}'" if len(suspects) == 1 else
+                f"one of the nodes {', '.join(repr(n) for n in suspects)}") if suspects else f"kernel '{call.name}'"
+        raise ArgumentError(f"{node} ({' + '.join(call.ops) or call.name}): {text}.\n"
+                            f"  fix: check the values fed to the network (e.g. token ids against the vocabulary "
+                            f"size); ONNX leaves out-of-range indices undefined, and loopweave refuses them")
 
     __call__ = run
 
@@ -508,8 +545,8 @@ class Executable:
         outs = [np.empty(shape, dtype) for _, shape, dtype in self.outputs]
         self.run(feed)
         bases = {"input": [a.ctypes.data for a in arrays], "output": [o.ctypes.data for o in outs]}
-        entry_t = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
         sizes = (ctypes.c_int64 * 1)()
+        err = new_error_slot()
         result = []
         for call in self.calls:
             ptrs = (ctypes.c_void_p * max(1, len(call.args)))()
@@ -520,12 +557,15 @@ class Executable:
                     ptrs[j] = self._arena.ctypes.data + where
                 else:
                     ptrs[j] = self.weights.ctypes.data + where
-            fn = entry_t(self._addresses[call.symbol])
+            fn = _KERNEL_TYPE(self._addresses[call.symbol])
             samples = []
             for _ in range(repeat):
                 t0 = time.perf_counter()
-                fn(ctypes.addressof(ptrs), ctypes.addressof(sizes))
+                fn(ctypes.addressof(ptrs), ctypes.addressof(sizes), ctypes.addressof(err))
                 samples.append(time.perf_counter() - t0)
+            if err[0]:
+                clear_error_slot(err)
+                raise InternalError(f"kernel {call.name} failed an index check in profile() after run() passed")
             result.append((call.name, float(np.median(samples))))
         self.last_profile = result
         return result
@@ -541,7 +581,8 @@ class Executable:
             "inputs": [[n, list(s), d] for n, s, d in self.inputs],
             "outputs": [[n, list(s), d] for n, s, d in self.outputs],
             "calls": [{"symbol": c.symbol, "name": c.name, "args": [list(a) for a in c.args], "ops": list(c.ops),
-                       "shape": None if c.shape is None else list(c.shape)} for c in self.calls],
+                       "shape": None if c.shape is None else list(c.shape), "nodes": list(c.nodes),
+                       "inputs": list(c.inputs)} for c in self.calls],
             "kernels": sorted(self.kernels), "runner": self.runner_symbol, "arena_size": self.arena_size,
             "weights_size": int(self.weights.nbytes), "weights": weights,
         }
@@ -594,7 +635,9 @@ def load_static_from(reader: ArchiveReader) -> "Executable":
         check.fail("has a kernel symbol that is not a string")
     try:
         calls = [KernelCall(c["symbol"], c["name"], [tuple(a) for a in c["args"]], ops=tuple(c.get("ops", ())),
-                            shape=None if c.get("shape") is None else tuple(c["shape"]))
+                            shape=None if c.get("shape") is None else tuple(c["shape"]),
+                            nodes=tuple(str(n) for n in c.get("nodes", ())),
+                            inputs=tuple(str(n) for n in c.get("inputs", ())))
                  for c in check.get(meta, "calls", list)]
     except (KeyError, TypeError, ValueError, AttributeError):
         check.fail("has a malformed 'calls' table")

@@ -2,15 +2,16 @@
 
 All are single ``"injective"`` stages: each output element reads one input element at
 an index computed from its own position (and, for gathers, from an index tensor read at
-run time).  Run-time indices are made non-negative (``k + n`` for ``k < 0``, as ONNX
-specifies) and clamped into ``[0, n)``: ONNX leaves out-of-range indices undefined, and
-clamping keeps a bad index from reading outside the buffer.
+run time).  Run-time indices are checked where they are used (``dsl.expr.checked_index``:
+one compare per index): a negative one counts from the end (``k + n``, as ONNX says), and
+one outside ``[-n, n)`` makes the call raise ``ArgumentError`` naming the tensor, the axis
+and the index (onnxruntime refuses them too; nothing is clamped silently).
 """
 from __future__ import annotations
 
 from typing import Sequence, Union
 
-from ...dsl.expr import cast, const, select
+from ...dsl.expr import cast, checked_index, const, select
 from ...dsl.intrinsics import elementwise_max, elementwise_min
 from ...dsl.tensor import Tensor, compute
 from ...errors import ExprError
@@ -18,10 +19,9 @@ from .elementwise import broadcast_index, broadcast_shape, static_shape
 from .logic import select_invariant
 
 
-def _runtime_index(k, n: int):
-    k = cast("int64", k)
-    k = select(k < const(0, "int64"), k + const(n, "int64"), k)
-    return elementwise_min(elementwise_max(k, const(0, "int64")), const(n - 1, "int64"))
+def _runtime_index(k, n: int, axis: int, data: Tensor, indices: Tensor):
+    """``k`` read from ``indices``, checked as an index into ``axis`` of ``data`` (size ``n``)."""
+    return checked_index(k, n, f"axis {axis} of '{data.name}' (an index read from '{indices.name}')", wrap=True)
 
 
 def _check_index_dtype(indices: Tensor) -> None:
@@ -50,7 +50,7 @@ def gather(data: Tensor, indices: Union[Tensor, int], axis: int = 0, name: str =
 
     def fcompute(*idx):
         if isinstance(indices, Tensor):
-            k_expr = _runtime_index(indices[tuple(idx[axis:axis + q])], n)
+            k_expr = _runtime_index(indices[tuple(idx[axis:axis + q])], n, axis, data, indices)
         else:
             k_expr = k
         return data[tuple(idx[:axis]) + (k_expr,) + tuple(idx[axis + q:])]
@@ -69,7 +69,7 @@ def gather_elements(data: Tensor, indices: Tensor, axis: int = 0, name: str = "g
 
     def fcompute(*idx):
         index = list(idx)
-        index[axis] = _runtime_index(indices[idx], src[axis])
+        index[axis] = _runtime_index(indices[idx], src[axis], axis, data, indices)
         return data[tuple(index)]
 
     return compute(qshape, fcompute, name=name, tag="injective")
@@ -141,7 +141,8 @@ def gather_nd(data: Tensor, indices: Tensor, batch_dims: int = 0, name: str = "g
 
     def fcompute(*idx):
         q = tuple(idx[:lead])
-        coords = tuple(_runtime_index(indices[q + (j,)], dshape[batch_dims + j]) for j in range(m))
+        coords = tuple(_runtime_index(indices[q + (j,)], dshape[batch_dims + j], batch_dims + j, data, indices)
+                       for j in range(m))
         return data[tuple(idx[:batch_dims]) + coords + tuple(idx[lead:])]
 
     return compute(shape, fcompute, name=name, tag="injective")

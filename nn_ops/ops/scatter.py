@@ -6,14 +6,16 @@ ONNX's reference applies updates in order), found as a max-reduction over the fl
 ``k``; with add/mul/max/min the matching updates are reduced and combined with the data.
 One ``"reduce"`` stage (parallel over the output) and one injective stage.  It costs
 O(output x updates) comparisons, which suits the small index sets networks scatter
-(cache updates, masks); indices that match nothing leave the data unchanged.
+(cache updates, masks).  Each index is checked where it is read (``dsl.expr.checked_index``):
+a negative one counts from the end, one outside ``[-n, n)`` makes the call raise
+``ArgumentError`` naming the tensor, the axis and the index (as onnxruntime does).
 """
 from __future__ import annotations
 
 import math
 from typing import Callable, List, Sequence
 
-from ...dsl.expr import cast, const, select
+from ...dsl.expr import checked_index, const, select
 from ...dsl.intrinsics import elementwise_max, elementwise_min
 from ...dsl.reduction import max as lw_max, min as lw_min, prod as lw_prod, sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
@@ -24,9 +26,9 @@ _REDUCERS = {"add": lw_sum, "mul": lw_prod, "max": lw_max, "min": lw_min}
 _COMBINE = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b, "max": elementwise_max, "min": elementwise_min}
 
 
-def _normalized(v, n: int):
-    v = cast("int64", v)
-    return select(v < const(0, "int64"), v + const(n, "int64"), v)
+def _normalized(v, n: int, axis: int, data: Tensor, indices: Tensor):
+    """``v`` read from ``indices``, checked as an index into ``axis`` of ``data`` (size ``n``)."""
+    return checked_index(v, n, f"axis {axis} of '{data.name}' (an index read from '{indices.name}')", wrap=True)
 
 
 def _scatter(data: Tensor, extents: Sequence[int], match: Callable, update: Callable, reduction: str,
@@ -68,7 +70,7 @@ def scatter_elements(data: Tensor, indices: Tensor, updates: Tensor, axis: int =
                      for a in range(nd))
 
     def match(p, ks):
-        ok = _normalized(indices[at(p, ks[0])], shape[axis]) == p[axis]
+        ok = _normalized(indices[at(p, ks[0])], shape[axis], axis, data, indices) == p[axis]
         for a in others:
             ok = ok & (p[a] < ishape[a])
         return ok
@@ -86,7 +88,7 @@ def scatter_nd(data: Tensor, indices: Tensor, updates: Tensor, reduction: str = 
     def match(p, ks):
         ok = None
         for j in range(m):
-            hit = _normalized(indices[tuple(ks) + (j,)], shape[j]) == p[j]
+            hit = _normalized(indices[tuple(ks) + (j,)], shape[j], j, data, indices) == p[j]
             ok = hit if ok is None else ok & hit
         return ok
 

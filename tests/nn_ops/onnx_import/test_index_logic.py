@@ -57,13 +57,16 @@ def test_gather_of_a_constant_table_by_run_time_ids():
     np.testing.assert_array_equal(got, table[ids])
 
 
-def test_gather_clamps_out_of_range_run_time_indices():
-    """ONNX leaves them undefined; loopweave must not read outside the buffer."""
+def test_gather_refuses_out_of_range_run_time_indices():
+    """ONNX leaves them undefined; loopweave neither reads outside the buffer nor clamps: it raises."""
     data = np.arange(12, dtype=np.float32).reshape(4, 3)
-    model = _model([helper.make_node("Gather", ["data", "idx"], ["out"])],
+    model = _model([helper.make_node("Gather", ["data", "idx"], ["out"], name="pick")],
                    [("data", "float32", [4, 3]), ("idx", "int64", [3])], [("out", "float32", None)])
-    _, _, (got,) = _run(model, {"data": data, "idx": np.array([10**12, -10**12, 2])})
-    np.testing.assert_array_equal(got, data[[3, 0, 2]])
+    g = lw.from_onnx(model)
+    exe = lw.compile(g, progress=False)
+    with pytest.raises(lw.ArgumentError, match=r"node 'pick'.*index 1000000000000 .*'data'.*'idx'"):
+        exe.run({"data": data, "idx": np.array([10**12, -10**12, 2])})
+    np.testing.assert_array_equal(exe.run({"data": data, "idx": np.array([-1, -4, 2])})[0], data[[3, 0, 2]])
 
 
 def test_gather_default_schedule_is_parallel_and_vectorized():
