@@ -138,13 +138,17 @@ class TaskTuner:
                 c = self.space.sample(rng)
             choices.append(c)
         seen, out = set(), []
+        traces = {r.get("trace") for r in self.measured.values()}
         for c in choices:
             k = _key(c)
             if k in seen or k in self.measured:
                 continue
             seen.add(k)
             cand = self._candidate(c)
-            if cand is not None:
+            # two assignments can give one schedule (a decision that the others make moot):
+            # measure each schedule once
+            if cand is not None and cand[2] not in traces:
+                traces.add(cand[2])
                 out.append(cand)
         return out
 

@@ -4,25 +4,33 @@ A sketch is a list of named decisions, each with its legal choices (``Space.deci
 ``Space.apply(choice)`` turns one assignment into a Schedule through the ordinary
 schedule API, so the result carries its replayable trace.  The rules:
 
-* elementwise producers: inlined, or computed at the output's tile, or at root, their last
-  axis in vectors; producers with a reduction: computed at the output's row tile or at root;
-  a long one-axis reduction (softmax's max and sum, layer norm's moments) may be ``rfactor``-ed
-  into ``lanes`` vectorized partial results (``rfactor:NAME``); producers at root run their
-  outer loop in parallel;
-* the output stage is tiled in two levels over its last two spatial axes
-  (``mr`` rows x ``nr`` columns, ``tail="shift"`` full tiles where legal), batch axes outside;
-* a reduction output may accumulate in a ``cache_write`` buffer computed at the register
-  tile (rows unrolled, columns vectorized, the reduction outside the block), and may pack
-  one operand by ``cache_read`` computed at the column-panel loop;
-* without an accumulator the reduction may be split and placed between the tile loops;
-* outer loops fused (one or two levels) and run in parallel; inner columns vectorized.
+* the output stage is tiled over every spatial axis: ``tile:AXIS`` rows of each axis but
+  the last, ``nr`` vector columns of the last (``tail="shift"`` full tiles where legal);
+  the outer tile loops run in ``order`` (columns first or last), the leading ones fused
+  and run in parallel (``parallel``), the inner ones unrolled (``unroll_rows``) and the
+  last vectorized;
+* the *anchor* is the reduction computed at the register tile: the output itself through
+  a ``cache_write`` accumulator (``cache_write``), or a reduction producer of the output's
+  shape whose consumers up to the output are elementwise (a conv under its bias/ReLU/
+  residual epilogue: ``place:NAME = "register"``, the epilogue inlined).  Its reduction
+  loops run outside the tile, the tile's rows unrolled in ``tile_order`` (which row axis
+  is innermost decides which operand is reused from registers) and its columns in vectors; one
+  operand of an accumulated output may be packed by ``cache_read`` at the tile (``pack``);
+* without an anchor, an output reduction may be split (``ksplit``) between the tile loops;
+* other producers: elementwise ones inlined, computed at the output's row tile, or at
+  root, their last axis in vectors; reductions at the row tile or at root; a long
+  one-axis reduction (softmax's max and sum, layer norm's moments) may be ``rfactor``-ed
+  into ``lanes`` vectorized partial results (``rfactor:NAME``); producers at root run
+  their outer loop in parallel.
 
-A mutation is the same sketch with one decision changed (``Space.mutate``).
+A mutation is the same sketch with one decision changed (``Space.mutate``).  Sampling keeps
+a register tile within the machine's vector registers.
 """
 from __future__ import annotations
 
+import math
 import random
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..dsl.schedule import create_schedule
 from ..dsl.tensor import PlaceholderOp
@@ -30,9 +38,19 @@ from .task import Task, compute_stages, const_int
 
 Choice = Dict[str, object]
 
+#: vector registers a register tile may use (AVX-512 and AArch64 SVE/NEON have 32; AVX2 16)
+_REGISTERS = 32
+
 
 def _divisor_like(extent: int, options) -> list:
     return [o for o in options if o <= extent] or [extent]
+
+
+def _tile_options(extent: int) -> list:
+    """Row-tile sizes for one axis: small register-friendly sizes and the divisors up to 16."""
+    opts = {o for o in (1, 2, 3, 4, 6, 8, 12, 16) if o <= extent}
+    opts.update(dv for dv in range(2, 17) if extent % dv == 0)
+    return sorted(opts)
 
 
 def _row_reducible(t, lanes: int) -> bool:
@@ -41,31 +59,69 @@ def _row_reducible(t, lanes: int) -> bool:
     return len(reds) == 1 and (const_int(reds[0].extent) or 0) >= 4 * lanes and t.op.num_outputs == 1
 
 
+def _shape(t) -> list:
+    return [const_int(d) for d in t.shape]
+
+
+def _find_anchor(out, producers) -> Tuple[Optional[object], list]:
+    """The reduction producer to compute at the output's register tile, and its epilogue.
+
+    It has the output's shape, and every stage between it and the output is elementwise
+    (no reduction), so inlining those leaves the output reading it point for point."""
+    readers: Dict[int, list] = {}
+    for t in producers + [out]:
+        for inp in t.op.input_tensors:
+            readers.setdefault(id(inp.op), []).append(t)
+    for cand in reversed(producers):
+        if not cand.op.reduce_axis or cand.op.num_outputs != 1 or _shape(cand) != _shape(out):
+            continue
+        between, stack, ok = [], list(readers.get(id(cand.op), [])), True
+        while stack:
+            t = stack.pop()
+            if t.op is out.op or any(t.op is b.op for b in between):
+                continue
+            if t.op.reduce_axis:
+                ok = False
+                break
+            between.append(t)
+            stack.extend(readers.get(id(t.op), []))
+        if ok:
+            return cand, between
+    return None, []
+
+
 class Space:
     def __init__(self, task: Task):
         self.task = task
         out = task.outputs[-1]
         self.out = out
         self.producers = [t for t in compute_stages(task.outputs) if t.op is not out.op]
-        shape = [const_int(d) for d in out.shape]
-        lanes = task.target.lanes(out.dtype)
+        self.lanes = task.target.lanes(out.dtype)
+        shape = [s or 1 for s in _shape(out)]
+        self.shape = shape
+        self.anchor, self.epilogue = (None, []) if out.op.reduce_axis else _find_anchor(out, self.producers)
         d: List[Tuple[str, list]] = []
-        lanes_of = lambda t: task.target.lanes(t.dtype)
         for t in self.producers:
-            if t.op.reduce_axis:
+            if t is self.anchor:
+                d.append((f"place:{t.name}", ["register", "tile", "root"]))
+            elif t.op.reduce_axis:
                 d.append((f"place:{t.name}", ["tile", "root"]))
-                if _row_reducible(t, lanes_of(t)):
-                    d.append((f"rfactor:{t.name}", [True, False]))
             else:
                 d.append((f"place:{t.name}", ["inline", "tile", "root"]))
-        last = shape[-1] or 1
-        d.append(("nr", _divisor_like(last, [lanes, 2 * lanes, 3 * lanes, 4 * lanes])))
+            if t.op.reduce_axis and _row_reducible(t, task.target.lanes(t.dtype)):
+                d.append((f"rfactor:{t.name}", [True, False]))
+        for ax, ext in zip(out.op.axis[:-1], shape[:-1]):
+            if ext > 1:
+                d.append((f"tile:{ax.var.name}", _tile_options(ext)))
+        lanes = self.lanes
+        d.append(("nr", _divisor_like(shape[-1], [lanes, 2 * lanes, 3 * lanes, 4 * lanes])))
+        if sum(ext > 1 for ext in shape[:-1]) >= 2 and (out.op.reduce_axis or self.anchor is not None):
+            # which row axis of a register tile runs innermost: the operand it indexes is reused
+            # across the other (conv: output channels innermost reuse each input value)
+            d.append(("tile_order", ["natural", "reversed"]))
         if len(shape) >= 2:
-            rows = shape[-2] or 1
-            d.append(("mr", _divisor_like(rows, [1, 2, 4, 6, 8, 12])))
             d.append(("order", ["cols_outer", "rows_outer"]))
-        has_red = bool(out.op.reduce_axis)
-        if has_red:
+        if out.op.reduce_axis:
             d.append(("cache_write", [True, False]))
             packable = [i for i, t in enumerate(out.op.input_tensors)
                         if isinstance(t.op, PlaceholderOp) and len(t.shape) >= 2]
@@ -77,16 +133,38 @@ class Space:
         self.decisions = d
 
     # -- sampling ------------------------------------------------------------
+    def register_tiled(self, choice: Choice) -> bool:
+        if self.out.op.reduce_axis:
+            return bool(choice.get("cache_write"))
+        return self.anchor is not None and choice.get(f"place:{self.anchor.name}") == "register"
+
+    def tile_vectors(self, choice: Choice) -> int:
+        """Accumulator vectors one register tile holds."""
+        n = math.ceil(int(choice.get("nr") or self.lanes) / self.lanes)
+        for ax in self.out.op.axis[:-1]:
+            n *= int(choice.get(f"tile:{ax.var.name}", 1))
+        return n
+
+    def _fits(self, choice: Choice) -> bool:
+        return not self.register_tiled(choice) or self.tile_vectors(choice) <= _REGISTERS
+
     def sample(self, rng: random.Random) -> Choice:
-        return {name: rng.choice(choices) for name, choices in self.decisions}
+        for _ in range(32):
+            c = {name: rng.choice(choices) for name, choices in self.decisions}
+            if self._fits(c):
+                return c
+        return c
 
     def mutate(self, choice: Choice, rng: random.Random) -> Choice:
         options = [(n, c) for n, c in self.decisions if len(c) > 1]
         if not options:
             return dict(choice)
-        name, choices = rng.choice(options)
-        new = dict(choice)
-        new[name] = rng.choice([c for c in choices if c != choice.get(name)])
+        for _ in range(32):
+            name, choices = rng.choice(options)
+            new = dict(choice)
+            new[name] = rng.choice([c for c in choices if c != choice.get(name)])
+            if self._fits(new):
+                return new
         return new
 
     def crossover(self, a: Choice, b: Choice, rng: random.Random) -> Choice:
@@ -104,8 +182,15 @@ class Space:
         s = create_schedule(self.task.outputs)
         out = self.out
         inputs = list(out.op.input_tensors)
+        anchored = self.register_tiled(choice)
+        skip = {id(t.op) for t in self.epilogue} | ({id(self.anchor.op)} if self.anchor is not None else set())
+        if anchored and self.anchor is not None:
+            for t in self.epilogue:
+                s[t].compute_inline()
         at_tile, at_root = [], []
         for t in self.producers:
+            if anchored and id(t.op) in skip:
+                continue
             place = choice.get(f"place:{t.name}", "root")
             if place == "inline":
                 s[t].compute_inline()
@@ -115,28 +200,30 @@ class Space:
                 stages.insert(0, self._vectorized_partials(s, t))
             else:
                 self._vectorize_inner(s, t)
-            (at_tile if place == "tile" else at_root).extend(stages)
+            (at_tile if place in ("tile", "register") else at_root).extend(stages)
         for t in at_root:
             self._parallel_outer(s, t)
+
         C = s[out.op]
-        cw = bool(choice.get("cache_write")) and bool(out.op.reduce_axis)
+        cw = anchored and bool(out.op.reduce_axis)
         CC = s.cache_write(out, "local") if cw else None
         pack = choice.get("pack")
-        BB = None
-        if pack is not None and cw:
-            BB = s.cache_read(inputs[pack], "local", [s[CC.op] if False else CC.op])
+        BB = s.cache_read(inputs[pack], "local", [CC.op]) if pack is not None and cw else None
         axes = list(C.op.axis)
         reds = list(C.op.reduce_axis)
         tail = "guard" if reds else "shift"
-        nr = int(choice["nr"])
-        jo, ji = C.split(axes[-1], factor=nr, tail=tail)
-        batch = axes[:-2] if len(axes) >= 2 else []
-        if len(axes) >= 2:
-            io, ii = C.split(axes[-2], factor=int(choice["mr"]), tail=tail)
-            outer = [jo, io] if choice.get("order") == "cols_outer" else [io, jo]
-            inner = [ii, ji]
-        else:
-            outer, inner, ii = [jo], [ji], None
+        outer, inner = [], []
+        for ax in axes[:-1]:
+            f = int(choice.get(f"tile:{ax.var.name}", 1))
+            if f > 1:
+                o, i = C.split(ax, factor=f, tail=tail)
+                outer.append(o)
+                inner.append(i)
+            else:
+                outer.append(ax)
+        jo, ji = C.split(axes[-1], factor=int(choice["nr"]), tail=tail)
+        rows_outer = list(outer)
+        outer = [jo] + outer if choice.get("order") == "cols_outer" else outer + [jo]
         kloops = []
         if reds:
             ks = int(choice.get("ksplit") or 0)
@@ -145,52 +232,64 @@ class Space:
                 kloops = [ko] + reds[1:] + [ki]
             else:
                 kloops = reds
-        C.reorder(*batch, *outer, *kloops, *inner)
+        C.reorder(*outer, *kloops, *inner, ji)
         C.vectorize(ji)
-        if ii is not None and choice.get("unroll_rows") and not cw and not reds:
-            C.unroll(ii)
-        par = choice.get("parallel")
-        outer_at, inner_at = outer[0], outer[-1]
-        row_loop = outer[1] if len(axes) >= 2 and outer[0] is jo else outer[0]
-        if par == "fuse2" and len(batch + outer) >= 2:
-            fused = C.fuse(*batch, *outer)
-            C.parallel(fused)
-            outer_at = inner_at = row_loop = fused
-        elif par in ("outer", "fuse2"):
-            if batch:
-                fused = C.fuse(*batch, outer[0])
-                if row_loop is outer[0]:
-                    row_loop = fused
-                outer_at = fused
-                if inner_at is outer[0]:
-                    inner_at = fused
-                C.parallel(fused)
-            else:
-                C.parallel(outer[0])
-        if cw:
-            A = s[CC.op]
+        # unrolled, the output's tile reads an anchor's register tile at constant indices, which
+        # keeps the accumulators in registers (a loop over them would leave them in memory)
+        if choice.get("unroll_rows") and not reds:
+            for i in inner:
+                C.unroll(i)
+        # the row tile: the outer loop of the axis before the columns (the loop producers at
+        # "tile" are computed in; at a column loop inside it they would be recomputed per column tile)
+        row_loop = rows_outer[-1] if rows_outer else jo
+        outer = self._parallelize(C, outer, choice.get("parallel"))
+        fused = outer[0] if choice.get("parallel") in ("outer", "fuse2") else None
+        if fused is not None and all(row_loop is not o for o in outer):
+            row_loop = fused
+        inner_at = outer[-1]
+        if anchored:
+            A = s[CC.op] if cw else s[self.anchor]
             A.compute_at(C, inner_at)
             c_axes = list(A.op.axis)
-            ck = list(A.op.reduce_axis)
-            if len(c_axes) >= 2:
-                A.reorder(*c_axes[:-2], *ck, c_axes[-2], c_axes[-1])
-                if choice.get("unroll_rows"):
-                    A.unroll(c_axes[-2])
-            else:
-                A.reorder(*ck, c_axes[-1])
+            # axes the tile does not split span one point: outside the reduction they make the
+            # lowering accumulate in a register tile (.acc) of the split ones
+            single = [a for a, o in zip(c_axes[:-1], out.op.axis[:-1])
+                      if int(choice.get(f"tile:{o.var.name}", 1)) == 1]
+            tiled = [a for a in c_axes[:-1] if all(a is not x for x in single)]
+            if choice.get("tile_order") == "reversed":
+                tiled.reverse()
+            tiled.append(c_axes[-1])
+            A.reorder(*single, *A.op.reduce_axis, *tiled)
+            if choice.get("unroll_rows"):
+                for ax in tiled[:-1]:
+                    A.unroll(ax)
             A.vectorize(c_axes[-1])
         if BB is not None:
-            s[BB.op].compute_at(C, outer_at)
+            s[BB.op].compute_at(C, outer[0])
             # vectors of `lanes` elements: the packed region's width is only known after bound
             # inference, and a whole-dimension vector can be thousands of lanes wide
             _, pv = s[BB.op].split(s[BB.op].op.axis[-1], factor=self.task.target.lanes(out.dtype))
             s[BB.op].vectorize(pv)
-        # producers go to the row-tile loop (io): at a column loop inside it they would be
-        # recomputed once per column tile
         rows_at = row_loop if len(axes) >= 2 else inner_at
         for t in at_tile:
             s[t].compute_at(C, rows_at)
         return s
+
+    def _parallelize(self, C, outer: list, mode) -> list:
+        """Fuse the leading outer loops and run them in parallel: "outer" through the first loop
+        of more than one iteration (a batch of 1 adds nothing), "fuse2" one loop more."""
+        if mode not in ("outer", "fuse2") or not outer:
+            return outer
+        n = 0
+        while n < len(outer) - 1 and (const_int(outer[n].extent) or 2) <= 1:
+            n += 1
+        n += 1
+        if mode == "fuse2" and n < len(outer):
+            n += 1
+        if n > 1:
+            outer = [C.fuse(*outer[:n])] + outer[n:]
+        C.parallel(outer[0])
+        return outer
 
     # -- producer stages -----------------------------------------------------
     def _lanes(self, t) -> int:

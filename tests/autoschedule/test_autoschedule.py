@@ -172,7 +172,7 @@ def test_space_holds_the_hand_schedule_structure():
     """The op library's matmul structure (6x16 register block, packed B, shift tails) is one point."""
     space = Space(Task(matmul(96, 96, 64), "llvm"))
     choice = {"nr": space.task.target.lanes("float32") * 2 if space.task.target.lanes("float32") <= 32 else 16,
-              "mr": 6, "order": "cols_outer", "cache_write": True, "pack": 1, "ksplit": 0,
+              "tile:i": 6, "order": "cols_outer", "cache_write": True, "pack": 1, "ksplit": 0,
               "parallel": "outer", "unroll_rows": True}
     text = str(space.apply(choice).trace)
     for piece in ("cache_write(C, 'local')", "cache_read(B, 'local', [C_local])", "tail='shift'",
@@ -245,7 +245,7 @@ def test_row_reductions_may_be_factored_into_vector_partials():
     names = dict(space.decisions)
     assert names["rfactor:mx"] == [True, False] and names["rfactor:sm"] == [True, False]
     choice = {n: c[0] for n, c in space.decisions}
-    choice.update({"place:mx": "tile", "place:e": "tile", "place:sm": "tile", "parallel": "outer", "mr": 2})
+    choice.update({"place:mx": "tile", "place:e": "tile", "place:sm": "tile", "parallel": "outer", "tile:i": 2})
     s = space.apply(choice)
     text = str(s.trace)
     assert "s.rfactor(mx," in text and "s.rfactor(sm," in text
@@ -268,3 +268,52 @@ def test_every_sampled_softmax_schedule_is_correct_or_refused():
         np.testing.assert_allclose(run(mod, args, x), softmax_ref(x), rtol=1e-5, atol=1e-7)
         built += 1
     assert built >= 4
+
+
+def dense_bias_relu(n=24, m=40, kk=20):
+    A = lw.placeholder((n, kk), name="A")
+    B = lw.placeholder((kk, m), name="B")
+    bias = lw.placeholder((m,), name="bias")
+    k = lw.reduce_axis((0, kk), name="k")
+    C = lw.compute((n, m), lambda i, j: lw.sum(A[i, k] * B[k, j], axis=k), name="C")
+    E = lw.compute((n, m), lambda i, j: C[i, j] + bias[j], name="E")
+    return [A, B, bias, lw.compute((n, m), lambda i, j: lw.max(E[i, j], 0.0), name="D")]
+
+
+def test_reduction_under_an_elementwise_epilogue_is_the_register_tile_anchor():
+    """A conv/dense under bias + ReLU: the reduction is computed at the output's register
+    tile with the epilogue inlined, like the op library's fused schedules."""
+    args = dense_bias_relu()
+    space = Space(Task(args, "llvm"))
+    assert space.anchor.name == "C" and [t.name for t in space.epilogue] == ["E"]
+    assert dict(space.decisions)["place:C"] == ["register", "tile", "root"]
+    choice = {n: c[0] for n, c in space.decisions}
+    choice.update({"place:C": "register", "tile:i": 4, "unroll_rows": True})
+    text = str(space.apply(choice).trace)
+    for piece in ("s[E].compute_inline()", "s[C].compute_at(s[D], ", "s[C].unroll(i)", "s[C].vectorize(j)"):
+        assert piece in text, text
+    a, b = np.random.rand(24, 20).astype("float32"), np.random.rand(20, 40).astype("float32")
+    bias = np.random.randn(40).astype("float32")
+    want = np.maximum(a @ b + bias, 0)
+    rng = random.Random(4)
+    built = 0
+    for c in [choice] + [space.sample(rng) for _ in range(10)]:
+        try:
+            mod = lw.build(space.apply(c), args)
+        except lw.ScheduleError:
+            continue
+        np.testing.assert_allclose(run(mod, args, a, b, bias), want, rtol=1e-4, atol=1e-5)
+        built += 1
+    assert built >= 5
+
+
+def test_sampled_register_tiles_fit_the_vector_registers():
+    space = Space(Task(dense_bias_relu(64, 256, 32), "llvm"))
+    rng = random.Random(0)
+    for _ in range(40):
+        c = space.sample(rng)
+        if space.register_tiled(c):
+            assert space.tile_vectors(c) <= 32
+        m = space.mutate(c, rng)
+        if space.register_tiled(m):
+            assert space.tile_vectors(m) <= 32
