@@ -6,12 +6,21 @@ no inner loops or allocations.  After: the loop is gone; its variable became
 loads/stores), other arithmetic on vectors.  A loop that cannot be vectorized (a
 non-constant extent, an inner loop, a guard that depends on the lane) stays a serial
 loop and carries the annotation ``not_vectorized=<reason>`` so the user sees why.
+
+A vectorized loop wider than ``MAX_VECTOR_LANES`` is split first: a serial loop over
+``SPLIT_LANES``-lane vectors plus a serial tail, annotated ``vector_split=<why>``.  LLVM
+aborts the process on vectors of billions of lanes (an Attention with a dimension of
+2**31-1 did), and even a few thousand lanes only slow its compile down.
 """
 from __future__ import annotations
 
-from ...dsl.expr import Binary, Const, Var, binary
+from ...dsl.expr import Binary, Const, Var, binary, const
 from ...dsl.visitor import Mutator, post_order_visit, substitute
-from ..ir import Broadcast, BufferStore, For, Ramp
+from ..ir import Broadcast, BufferStore, For, Ramp, seq
+
+
+MAX_VECTOR_LANES = 1024     # a vectorized loop wider than this is split into SPLIT_LANES-lane vectors
+SPLIT_LANES = 16
 
 
 class _CannotVectorize(Exception):
@@ -87,6 +96,8 @@ class _Vectorize(Mutator):
             reason = "its extent is not a constant"
         elif node.extent.value < 2:
             return For(node.var, node.min, node.extent, "serial", body, node.annotations)
+        elif node.extent.value > MAX_VECTOR_LANES:
+            return self._split_wide(node, body)
         else:
             try:
                 lanes = node.extent.value
@@ -98,6 +109,27 @@ class _Vectorize(Mutator):
                 reason = str(exc)
         notes = node.annotations + (("not_vectorized", reason),)
         return For(node.var, node.min, node.extent, "serial", body, notes)
+
+
+    def _split_wide(self, node, body):
+        """``for v in [min, min + n)`` vectorized, n > MAX_VECTOR_LANES -> a serial loop over
+        SPLIT_LANES-lane vector loops and a serial tail of ``n % SPLIT_LANES`` iterations."""
+        n, lanes = node.extent.value, SPLIT_LANES
+        why = (f"{n} lanes exceed the limit of {MAX_VECTOR_LANES}; run as {n // lanes} vectors of {lanes} "
+               f"lanes{f' and a tail of {n % lanes}' if n % lanes else ''} (split the axis in the schedule "
+               f"to choose yourself)")
+        notes = node.annotations + (("vector_split", why),)
+        outer, inner = Var(node.var.name + ".vo"), Var(node.var.name + ".vi")
+        start = binary("add", node.min, binary("mul", outer, const(lanes)))
+        vector = For(inner, const(0), const(lanes), "vectorized",
+                     substitute(body, {node.var: binary("add", start, inner)}))
+        parts = [For(outer, const(0), const(n // lanes), "serial", self.visit(vector), notes)]
+        if n % lanes:
+            tail = Var(node.var.name + ".tail")
+            first = binary("add", node.min, const(n // lanes * lanes))
+            parts.append(For(tail, const(0), const(n % lanes), "serial",
+                             substitute(body, {node.var: binary("add", first, tail)}), notes))
+        return seq(*parts)
 
 
 def vectorize(stmt, ctx):

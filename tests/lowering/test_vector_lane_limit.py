@@ -1,0 +1,49 @@
+"""A vectorized loop of enormous extent never reaches LLVM as one vector (issue 22: an Attention
+with a dimension of 2**31-1 made LLVM abort the process from a 2**31-lane vector): loops wider
+than MAX_VECTOR_LANES are split into SPLIT_LANES-lane vectors and a tail, and say so in the IR."""
+import numpy as np
+import pytest
+
+import loopweave as lw
+from loopweave.dsl.visitor import post_order_visit
+from loopweave.lowering.ir import Ramp
+from loopweave.lowering.passes.vectorize import MAX_VECTOR_LANES, SPLIT_LANES
+
+
+def _widest(func) -> int:
+    lanes = [1]
+    post_order_visit(func.body, lambda n: lanes.append(n.lanes) if isinstance(n, Ramp) else None)
+    return max(lanes)
+
+
+def _double(rows, n):
+    A = lw.placeholder((rows, n), name="A")
+    C = lw.compute((rows, n), lambda i, j: A[i, j] * 2.0, name="C")
+    s = lw.create_schedule(C)
+    s[C].vectorize(C.op.axis[1])
+    return s, A, C
+
+
+def test_a_2_31_lane_vectorized_loop_is_split_and_builds():
+    s, A, C = _double(4, 2**31 - 1)
+    func = lw.lower(s, [A, C])
+    assert _widest(func) == SPLIT_LANES
+    text = str(func)
+    assert "vector_split=2147483647 lanes exceed the limit of 1024" in text and "a tail of 15" in text
+    lw.build(s, [A, C])      # LLVM sees 16-lane vectors only (before the split this aborted the process)
+
+
+@pytest.mark.parametrize("n", [MAX_VECTOR_LANES + 1, 2000, 4096])
+def test_a_wide_vectorized_loop_gives_the_right_answer(n):
+    s, A, C = _double(3, n)
+    assert _widest(lw.lower(s, [A, C])) == SPLIT_LANES
+    a = np.random.default_rng(0).standard_normal((3, n)).astype(np.float32)
+    c = np.zeros_like(a)
+    lw.build(s, [A, C])(a, c)
+    np.testing.assert_array_equal(c, a * 2)
+
+
+def test_up_to_the_limit_a_loop_stays_one_vector():
+    s, A, C = _double(2, MAX_VECTOR_LANES)
+    func = lw.lower(s, [A, C])
+    assert _widest(func) == MAX_VECTOR_LANES and "vector_split" not in str(func)
