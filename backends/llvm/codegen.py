@@ -81,6 +81,11 @@ class FunctionEmitter:
         self.buffer_ptrs = dict(buffer_ptrs)  # id(Buffer) -> ptr
         self.masks: List[ir.Value] = []
         self.free_at_exit: List[tuple] = []     # (workspace slot, buffer) to give back on return
+        # index checks (expr_CheckedIndex): the fast body only ORs failures into ``check_flag``;
+        # ``finish`` then runs ``replay`` (the body again, ``reporting``) to find and record the first
+        self.check_flag = None
+        self.reporting = False
+        self.replay = None
 
     # ------------------------------------------------------------ helpers
     def _alloca_in_entry(self, typ, count=None, name="", opaque=True):
@@ -187,7 +192,15 @@ class FunctionEmitter:
         return ptr
 
     def finish(self):
-        """Give the function-lifetime buffers back and return."""
+        """Replay the body to report a failed index check (if one failed), give the
+        function-lifetime buffers back and return."""
+        if self.check_flag is not None and self.replay is not None:
+            b = self.builder
+            failed = b.icmp_unsigned("!=", b.load(self.check_flag, typ=I8), ir.Constant(I8, 0))
+            with b.if_then(failed, likely=False):
+                self.reporting = True
+                self.replay()
+                self.reporting = False
         for slot, ptr in self.free_at_exit:
             self.builder.call(self.cg.workspace_fn("give"), [slot, ptr])
         self.builder.ret_void()
@@ -297,8 +310,14 @@ class FunctionEmitter:
         return value
 
     def expr_CheckedIndex(self, e: CheckedIndex):
-        """One compare per index: a bad one (outside ``[0, extent)`` after wrapping) is recorded
-        in the error slot on a cold path and replaced by 0, so no memory outside the tensor is read."""
+        """One compare per index; a bad one (outside ``[0, extent)`` after wrapping) is replaced
+        by 0, so no memory outside the tensor is read.
+
+        The body as run only ORs the failures into a flag (branch-free, so LLVM still
+        vectorizes the loop); when the flag is set, ``finish`` runs the body again in
+        ``reporting`` mode, where a failing check records its index in the error slot on a
+        cold path (``_index_error``: the first one in iteration order wins).  Kernels are
+        pure functions of their inputs, so running the body twice on the error path is safe."""
         b = self.builder
         raw, n = self._match_lanes(self.expr(e.value), self.expr(e.extent))
         lanes = _lanes(raw)
@@ -314,6 +333,14 @@ class FunctionEmitter:
         else:
             reduce_or = self.cg.intrinsic(f"llvm.vector.reduce.or.v{lanes}i1", I1, [ir.VectorType(I1, lanes)])
             any_bad = b.call(reduce_or, [bad])
+        if not self.reporting and self.replay is not None:
+            if self.check_flag is None:
+                with b.goto_entry_block():
+                    b.position_at_start(self.entry)
+                    self.check_flag = b.alloca(I8, name="index_check_failed")
+                    b.store(ir.Constant(I8, 0), self.check_flag)
+            b.store(b.or_(b.load(self.check_flag, typ=I8), b.zext(any_bad, I8)), self.check_flag)
+            return b.select(bad, _splat_const(value.type, 0), value)
         message = self.cg.check_message(("1" if e.wrap else "0") + e.what)
         report = self.cg.index_error_fn()
         err = self.scope[ERR_KEY]
@@ -811,6 +838,7 @@ class CodeGen:
             values.append((id(v), b.load(slot, typ=I64, name=v.name)))
         values.append((ERR_KEY, fn.args[2]))
         body_fn, emitter = self.kernel_function(f"{self.symbol}.body", values, buffers)
+        emitter.replay = lambda: emitter.stmt(self.func.body)
         emitter.stmt(self.func.body)
         emitter.finish()
         b.call(body_fn, [v for _, v in values] + [p for _, p in buffers])
@@ -845,7 +873,9 @@ class CodeGen:
         # the inner function runs iterations [begin, end) of the loop, offset by its min
         lo = child.expr(loop.min)
         first, last = inner_fn.args[0], inner_fn.args[1]
-        child.emit_loop(loop.var, child.builder.add(lo, first), child.builder.add(lo, last), loop.body, "serial")
+        start, stop = child.builder.add(lo, first), child.builder.add(lo, last)
+        child.replay = lambda: child.emit_loop(loop.var, start, stop, loop.body, "serial")
+        child.emit_loop(loop.var, start, stop, loop.body, "serial")
         child.finish()
         extent = parent.expr(loop.extent)
         pb.call(self.runtime_fn("lw_parallel_for"), [body_fn, pb.bitcast(closure, PTR), extent])

@@ -158,3 +158,32 @@ def test_cuda_lowering_clamps_checked_indices():
     func = lw.lower(s, [A, idx, C], target="cuda")
     assert not _checked_nodes(func)
     assert "min(max(" in str(func)
+
+
+def test_a_checked_loop_is_still_vectorized_by_llvm():
+    """The body ORs failures into a flag without branching (the report comes from a replay), so
+    LLVM's loop vectorizer still turns a scalar gather loop into vector code: the check costs
+    one compare, not the vectorization (benchmarks/index_check_overhead.py times it)."""
+    A, idx, C = _gather(n=4096, m=4096)
+    f = lw.build(lw.create_schedule(C), [A, idx, C])
+    optimized = f.get_source("ll-opt")
+    assert any(f"<{w} x i64>" in optimized for w in (2, 4, 8, 16)), "the checked gather loop was not vectorized"
+
+
+def test_a_failure_beside_an_intermediate_buffer_is_reported():
+    """The replay that reports runs the whole body again, intermediate buffers included
+    (here one of 256 KiB, from the per-call workspace)."""
+    n, m = 8, 65536
+    A = lw.placeholder((n,), name="A", dtype="float32")
+    idx = lw.placeholder((m,), name="idx", dtype="int64")
+    B = lw.compute((m,), lambda i: A[checked_index(idx[i], n, "axis 0 of 'A'", wrap=True)], name="B")
+    C = lw.compute((m,), lambda i: B[m - 1 - i] + 1.0, name="C")
+    f = lw.build(lw.create_schedule(C), [A, idx, C])
+    a = np.arange(8, dtype="float32")
+    good = np.arange(m, dtype=np.int64) % 8
+    c = np.zeros(m, "float32")
+    f(a, good, c)
+    np.testing.assert_array_equal(c, a[good][::-1] + 1)
+    good[60000] = 12
+    with pytest.raises(lw.ArgumentError, match="index 12 is out of range"):
+        f(a, good, c)
