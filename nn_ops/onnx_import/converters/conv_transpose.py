@@ -1,6 +1,8 @@
 """Converter for ConvTranspose: 2-d, and 1-d as 2-d on rows of height 1 (as Conv does)."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..context import ImportContext, Unsupported, converter
 from .nn import _as_rows, _from_rows, accumulate_float16_in_float32
 
@@ -72,4 +74,34 @@ def _conv_transpose(ctx: ImportContext, node, inputs, out: str) -> str:
         return _from_rows(ctx, node, "conv2d_transpose", [_as_rows(ctx, x), _as_rows(ctx, w)] + bias, attrs, out)
     attrs = {"stride": tuple(strides), "dilation": tuple(dilations), "output_padding": tuple(extra),
              "padding": (begin[0], begin[1], end[0], end[1]), "groups": int(ctx.attr(node, "group", 1))}
+    if (attrs["groups"] == 1 and kernel == strides and dilations == [1, 1] and extra == [0, 0]
+            and begin + end == [0, 0, 0, 0]):
+        shuffled = _as_pixel_shuffle(ctx, node, x, w, bias, kernel, out)
+        if shuffled:
+            return shuffled
     return ctx.emit("conv2d_transpose", [x, w] + bias, out, attrs, name=node.name)
+
+
+def _as_pixel_shuffle(ctx: ImportContext, node, x, w, bias, kernel, out):
+    """A ConvTranspose whose kernel equals its stride (U-Net's 2x2/2 up-convolution, no pads) with
+    constant weights: each input pixel writes its own KHxKW output tile, so it is a 1x1 conv to
+    OC*KH*KW channels (the blocked conv path) followed by DepthToSpace (CRD): Y[n, o, i*KH + ky,
+    j*KW + kx] = Z[n, (o*KH + ky)*KW + kx, i, j].  The gather form computes KH*KW taps per output
+    where one counts.  None when a weight or bias is not a constant."""
+    w_value = ctx.const(w)
+    b_value = ctx.const(bias[0]) if bias else None
+    if w_value is None or (bias and b_value is None):
+        return None
+    kh, kw = kernel
+    c, oc = w_value.shape[:2]
+    n, _, h, wd = ctx.shape(x)
+    w1 = ctx.add_constant(w + ".pixel_shuffle", np.ascontiguousarray(
+        w_value.transpose(1, 2, 3, 0).reshape(oc * kh * kw, c, 1, 1)))
+    inputs = [x, w1]
+    if bias:
+        inputs.append(ctx.add_constant(bias[0] + ".pixel_shuffle", np.repeat(b_value, kh * kw)))
+    z = ctx.emit("conv2d", inputs, ctx.temp(out, "tiles"),
+                 {"stride": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1})
+    r = ctx.emit("reshape", [z], ctx.temp(out, "split"), {"shape": (n, oc, kh, kw, h, wd)})
+    t = ctx.emit("transpose", [r], ctx.temp(out, "perm"), {"perm": (0, 1, 4, 2, 5, 3)})
+    return ctx.emit("reshape", [t], out, {"shape": (n, oc, h * kh, wd * kw)}, name=node.name)

@@ -74,3 +74,19 @@ def test_every_zoo_model_is_a_cli_zoo_name():
     assert set(model_zoo.SMALL) <= set(model_zoo.NAMES)
     assert all(callable(getattr(model_zoo, name)) for name in model_zoo.NAMES)
     assert cli._model_source("zoo:squeezenet1_1").graph.name == "squeezenet1_1"
+
+
+@pytest.mark.parametrize("kernel,bias", [((2, 2), True), ((3, 2), False)])
+def test_conv_transpose_with_kernel_equal_to_stride_runs_as_1x1_conv_and_depth_to_space(kernel, bias):
+    """U-Net's up-convolution: each input pixel writes its own output tile, so the importer emits a
+    1x1 conv to OC*KH*KW channels and the CRD depth-to-space reshape/transpose (no gather-form kernel)."""
+    b = model_zoo.OnnxBuilder(seed=3)
+    w = b.init("w", b.weight((16, 8) + kernel, 0.3))
+    inputs = ["input", w] + ([b.init("b", b.weight(8, 0.1))] if bias else [])
+    out = b.node("ConvTranspose", inputs, kernel_shape=list(kernel), strides=list(kernel))
+    model = b.model((1, 16, 5, 7), out, (1, 8, 5 * kernel[0], 7 * kernel[1]))
+    graph = lw.from_onnx(model)
+    ops = {n.op_type for n in graph.nodes}
+    assert "conv2d_transpose" not in ops and "conv2d" in ops
+    exe = lw.compile(graph, progress=False)
+    _check(model, exe, random_feed(exe))
