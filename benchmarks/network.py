@@ -1,7 +1,9 @@
 """Whole networks (ResNet-18, MobileNetV2 at batch 1, 224x224; the BERT-style encoder at batch 1,
-sequence 128) vs onnxruntime, interleaved.
+sequence 128; the wider zoo of issue 21: SqueezeNet 1.1, ViT-Tiny/16, an EfficientNet-B0-style CNN,
+ConvNeXt-T, DenseNet-121 and MLP-Mixer S/16 at 224, a U-Net at 256, a GPT-2-style decoder with
+distilgpt2's sizes at sequence 128) vs onnxruntime, interleaved.
 
-``python -m benchmarks.network [--threads 2] [--pairs 15] [--models resnet18 mobilenet_v2 transformer_encoder]``
+``python -m benchmarks.network [--threads 2] [--pairs 15] [--models resnet18 squeezenet1_1 ...]``
 prints, per model: loopweave and onnxruntime latency (medians), the ratio (median of
 per-pair onnxruntime-time / loopweave-time; > 1 means loopweave is faster), and compile
 times: cold (empty object cache, fresh process), cached (disk cache warm, fresh process)
@@ -15,6 +17,8 @@ import os
 import subprocess
 import sys
 import tempfile
+
+import numpy as np
 
 import loopweave as lw
 from loopweave.nn_ops.testing.onnxruntime_peer import compare_with_onnxruntime
@@ -59,20 +63,33 @@ def compile_times(model_name: str):
     return cold, cached, load
 
 
+MODELS = ("resnet18", "mobilenet_v2", "transformer_encoder", "squeezenet1_1", "vit_tiny", "efficientnet_lite",
+          "convnext", "densenet", "unet", "gpt2", "mlp_mixer")
+
+
+def _feed(name: str, model):
+    """Token ids over the vocabulary for gpt2; None (random normal inputs) for the others."""
+    if name != "gpt2":
+        return None
+    vocab = next(t.dims[0] for t in model.graph.initializer if t.name.startswith("wte"))
+    seq = model.graph.input[0].type.tensor_type.shape.dim[1].dim_value
+    return {"input": np.random.default_rng(0).integers(0, vocab, (1, seq), dtype=np.int64)}
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--pairs", type=int, default=15)
-    parser.add_argument("--models", nargs="+", default=["resnet18", "mobilenet_v2", "transformer_encoder"])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--no-compile-times", action="store_true")
     args = parser.parse_args(argv)
-    print(f"{'model':<14} {'loopweave ms':>12} {'onnxrt ms':>10} {'ratio':>6}   compile cold / cached / load (s)")
+    print(f"{'model':<20} {'loopweave ms':>12} {'onnxrt ms':>10} {'ratio':>6}   compile cold / cached / load (s)")
     for name in args.models:
         model = getattr(model_zoo, name)()
         exe = lw.compile(lw.from_onnx(model), progress=False)
-        c = compare_with_onnxruntime(model, exe, threads=args.threads, pairs=args.pairs)
+        c = compare_with_onnxruntime(model, exe, threads=args.threads, pairs=args.pairs, feed=_feed(name, model))
         times = "" if args.no_compile_times else "{:.1f} / {:.1f} / {:.2f}".format(*compile_times(name))
-        print(f"{name:<14} {c.ours_s * 1e3:12.2f} {c.theirs_s * 1e3:10.2f} {c.ratio:6.2f}   {times}", flush=True)
+        print(f"{name:<20} {c.ours_s * 1e3:12.2f} {c.theirs_s * 1e3:10.2f} {c.ratio:6.2f}   {times}", flush=True)
 
 
 if __name__ == "__main__":
