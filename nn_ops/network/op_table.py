@@ -166,6 +166,8 @@ def _pow(v, exponent: float, dtype: str):
     from ...dsl.intrinsics import pow as lw_pow, sqrt
     if exponent == 2.0:
         return v * v
+    if exponent == 3.0:     # GPT-2's tanh GELU: x + 0.044715 x^3 (a general pow is exp(3 log|x|) with sign fixes)
+        return v * v * v
     if exponent == 1.0:
         return v
     if exponent == 0.5:
