@@ -57,7 +57,8 @@ ALIGN = 64
 _RUN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 # the graph ops whose kernels check indices read from data (an error names the node of this kind)
-INDEX_CHECKING_OPS = ("gather", "gather_elements", "gather_nd", "scatter_elements", "scatter_nd")
+INDEX_CHECKING_OPS = ("gather", "gather_elements", "gather_nd", "scatter_elements", "scatter_nd", "nll_terms",
+                      "nll_weights", "rotary_embedding")
 
 
 def _align(n: int) -> int:

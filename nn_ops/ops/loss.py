@@ -1,24 +1,27 @@
 """The per-element parts of ONNX's NegativeLogLikelihoodLoss: pick ``-x[n, target, d...]``
 (times the class weight), and the weight each element carries.
 
-Targets equal to ``ignore_index`` contribute 0 and weigh 0.  Other targets are clamped
-into ``[0, C)`` before they index memory (ONNX leaves out-of-range targets undefined).
+Targets equal to ``ignore_index`` contribute 0 and weigh 0.  Other targets are checked
+where they index memory (``dsl.expr.checked_index``): one outside ``[0, C)`` makes the call
+raise ``ArgumentError`` naming the input and the target (ONNX leaves them undefined).
 Both are ``"injective"`` stages; the reductions (sum, mean) are ordinary reduce nodes.
 """
 from __future__ import annotations
 
 from typing import Optional
 
-from ...dsl.expr import cast, const, select
-from ...dsl.intrinsics import elementwise_max, elementwise_min
+from ...dsl.expr import cast, checked_index, const, select
 from ...dsl.tensor import Tensor, compute
 from ...errors import ExprError
 from .elementwise import static_shape
 
 
-def _target_class(target: Tensor, idx, classes: int):
+def _target_class(x: Tensor, target: Tensor, idx, classes: int, ignore_index: Optional[int]):
+    """The target read at ``idx`` and the class it picks, checked against ``classes`` (an ignored
+    target picks class 0, whose value is then not used)."""
     t = cast("int64", target[idx])
-    return t, elementwise_min(elementwise_max(t, const(0, "int64")), const(classes - 1, "int64"))
+    c = t if ignore_index is None else select(t == ignore_index, const(0, "int64"), t)
+    return t, checked_index(c, classes, f"axis 1 of '{x.name}' (a class read from '{target.name}')")
 
 
 def _class_weight(weight: Optional[Tensor], c, dtype: str):
@@ -40,7 +43,7 @@ def nll_terms(x: Tensor, target: Tensor, weight: Optional[Tensor] = None, ignore
     xs, ts = _check(x, target)
 
     def body(*idx):
-        t, c = _target_class(target, idx, xs[1])
+        t, c = _target_class(x, target, idx, xs[1], ignore_index)
         value = (const(0.0, x.dtype) - x[(idx[0], c) + tuple(idx[1:])]) * _class_weight(weight, c, x.dtype)
         return value if ignore_index is None else select(t == ignore_index, const(0.0, x.dtype), value)
 
@@ -53,7 +56,7 @@ def nll_weights(x: Tensor, target: Tensor, weight: Optional[Tensor] = None, igno
     xs, ts = _check(x, target)
 
     def body(*idx):
-        t, c = _target_class(target, idx, xs[1])
+        t, c = _target_class(x, target, idx, xs[1], ignore_index)
         if weight is None:      # (arithmetic, not a select of two constants: see math_ops)
             return const(1.0, x.dtype) if ignore_index is None else cast(x.dtype, t != ignore_index)
         w = weight[(c,)]

@@ -3,14 +3,14 @@
 Each output element of the rotated part mixes two input elements of its head with the
 cos/sin of its position: ``(c*x1 - s*x2, s*x1 + c*x2)`` on the two halves (or on even/odd
 pairs, ``interleaved``); elements past ``rotary_dim`` are copied.  The caches are indexed
-by position ids read at run time (clamped into the cache) or, without them, by (batch,
-sequence).  One injective stage, no transposes.
+by position ids read at run time (checked: one outside the cache raises ArgumentError) or,
+without them, by (batch, sequence).  One injective stage, no transposes.
 """
 from __future__ import annotations
 
 from typing import Optional
 
-from ...dsl.expr import cast, const, select
+from ...dsl.expr import cast, checked_index, const, select
 from ...dsl.intrinsics import elementwise_max, elementwise_min
 from ...dsl.tensor import Tensor, compute
 from ...errors import ExprError
@@ -53,7 +53,8 @@ def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor, position_ids: Optional
             row = (b, s)
         else:
             pos = cast("int64", position_ids[(b, s)])
-            row = (elementwise_min(elementwise_max(pos, const(0, "int64")), const(cshape[0] - 1, "int64")),)
+            row = (checked_index(pos, cshape[0], f"axis 0 of '{cos.name}' (a position read from "
+                                                 f"'{position_ids.name}')"),)
         c, sn = cos[row + (j,)], sin[row + (j,)]
         own, other = x[at(d)], x[at(partner)]
         rotated = select(first, c * own - sn * other, sn * other + c * own)

@@ -144,3 +144,39 @@ def test_a_fused_gather_names_its_node_among_the_group():
     exe = lw.compile(lw.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
                                                     ir_version=8)), progress=False)
     _refused(exe, {"x": np.zeros((10, 2), np.float32), "i": np.array([1, 2, 30])}, "the_gather", "x", "i", 30)
+
+
+def _model_of(nodes, inputs, outputs, opset=17, initializers=()):
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, _TYPES[d], s) for n, d, s in inputs],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
+                              initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+
+
+@pytest.mark.parametrize("checks", CHECKS)
+def test_loss_targets_are_checked_except_the_ignored_one(checks):
+    model = _model_of([helper.make_node("NegativeLogLikelihoodLoss", ["x", "t"], ["loss"], reduction="none",
+                                        ignore_index=-100, name="nll")],
+                      [("x", "float32", [3, 4]), ("t", "int64", [3])], [("loss", [3])])
+    exe = _compile(model, checks)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(exe.run({"x": x, "t": np.array([1, -100, 3])})[0], [-1, 0, -11])
+    with pytest.raises(lw.ArgumentError, match=r"node 'nll' .*index 4 is out of range for axis 1 of 'x' "
+                                               r"\(a class read from 't'\), of size 4 \(valid: 0 to 3\)"):
+        exe.run({"x": x, "t": np.array([1, 4, 3])})
+
+
+def test_rotary_position_ids_are_checked_against_the_cache():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 2, 3, 8)).astype(np.float32)
+    cos, sin = (rng.standard_normal((5, 4)).astype(np.float32) for _ in range(2))
+    model = _model_of([helper.make_node("RotaryEmbedding", ["x", "cos", "sin", "pos"], ["y"], name="rope")],
+                      [("x", "float32", list(x.shape)), ("cos", "float32", [5, 4]), ("sin", "float32", [5, 4]),
+                       ("pos", "int64", [1, 3])], [("y", list(x.shape))], opset=23)
+    exe = _compile(model, None)
+    feed = {"x": x, "cos": cos, "sin": sin, "pos": np.array([[0, 4, 2]])}
+    exe.run(feed)
+    feed["pos"] = np.array([[0, 5, 2]])
+    with pytest.raises(lw.ArgumentError, match=r"node 'rope' .*index 5 is out of range for axis 0 of 'cos' "
+                                               r"\(a position read from 'pos'\)"):
+        exe.run(feed)
