@@ -25,7 +25,7 @@ from ..dsl.expr_printer import expr_to_str
 from ..dsl.visitor import substitute
 from ..errors import BoundsError
 from .accesses import Access
-from .isl_adapter import IslNames, affine, condition, make_set, pw_aff_to_expr, set_to_condition
+from .isl_adapter import IslNames, affine, condition, equals, make_set, pw_aff_to_expr, set_to_condition
 
 
 @dataclass(frozen=True)
@@ -72,9 +72,9 @@ def _context_constraints(context: Sequence, names: IslNames) -> List[str]:
         if isinstance(entry, Loop):
             out += _loop_constraints(entry, names)
         else:
-            value = affine(entry.value, names)
-            if value is not None:
-                out.append(f"{names(entry.var)} = {value}")
+            text = equals(names(entry.var), entry.value, names)
+            if text is not None:
+                out.append(text)
     return out
 
 
@@ -120,11 +120,11 @@ def required_region(context: Sequence, inner_loops: Sequence[Loop], guards: Sequ
         if cond is not None:
             cons.append(cond)
         for k, index in enumerate(acc.indices):
-            text = affine(index, names)
+            text = equals(dims[k], index, names)
             if text is None:
                 fallback_dims.add(k)
             else:
-                cons.append(f"{dims[k]} = {text}")
+                cons.append(text)
         pieces.append(cons)
     set_dims = outer_names + inner_names + dims
     params = _params(size_vars, names, set_dims)

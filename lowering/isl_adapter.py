@@ -16,7 +16,7 @@ import islpy as isl
 
 from ..dsl import dtypes
 from ..dsl.arith import simplify_expr
-from ..dsl.expr import Binary, Cast, Compare, Const, Expr, Logical, Var, binary, const, logical_and, logical_or, select
+from ..dsl.expr import Binary, Cast, Compare, Const, Expr, Logical, Select, Var, binary, const, logical_and, logical_or, select
 from ..errors import InternalError
 
 
@@ -98,6 +98,59 @@ def condition(e: Expr, names: IslNames) -> Optional[str]:
         if b is None:
             return None
         return f"(({a}) {e.op} ({b}))"
+    return None
+
+
+_NEGATED = {"eq": "ne", "ne": "eq", "lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}
+
+
+def negated_condition(e: Expr, names: IslNames) -> Optional[str]:
+    """isl constraint text for ``not e``, or None (isl text has no general negation)."""
+    if isinstance(e, Const) and e.dtype == dtypes.BOOL:
+        return condition(Const(not e.value, dtypes.BOOL), names)
+    if isinstance(e, Compare):
+        return condition(Compare(_NEGATED[e.op], e.a, e.b), names)
+    if isinstance(e, Logical) and e.op in ("and", "or"):
+        a, b = negated_condition(e.a, names), negated_condition(e.b, names)
+        if a is None or b is None:
+            return None
+        return f"(({a}) {'or' if e.op == 'and' else 'and'} ({b}))"
+    if isinstance(e, Logical) and e.op == "not":
+        return condition(e.a, names)
+    return None
+
+
+def equals(var: str, e: Expr, names: IslNames) -> Optional[str]:
+    """isl constraint text for ``var = e``, where ``e`` may be a select between quasi-affine
+    values under affine conditions (a shifted tail's tile start under a fused loop)."""
+    value = affine(e, names)
+    if value is not None:
+        return f"{var} = {value}"
+    split = _split_select(e)
+    if split is not None:
+        cond, when_true, when_false = split
+        c, nc = condition(cond, names), negated_condition(cond, names)
+        if c is None or nc is None:
+            return None
+        t, f = equals(var, when_true, names), equals(var, when_false, names)
+        if t is not None and f is not None:
+            return f"((({c}) and ({t})) or (({nc}) and ({f})))"
+    return None
+
+
+def _split_select(e: Expr):
+    """(c, e with its first select taken as true, as false) for a select inside integer
+    arithmetic (``select(c, a, b) + j``), or None."""
+    if isinstance(e, Select) and dtypes.is_int(e.dtype):
+        return e.condition, e.true_value, e.false_value
+    if isinstance(e, Binary) and dtypes.is_int(e.dtype):
+        for side in ("a", "b"):
+            inner = _split_select(getattr(e, side))
+            if inner is not None:
+                c, t, f = inner
+                other = e.b if side == "a" else e.a
+                pair = (lambda x: Binary(e.op, x, other)) if side == "a" else (lambda x: Binary(e.op, other, x))
+                return c, pair(t), pair(f)
     return None
 
 
