@@ -14,18 +14,20 @@ from .fold_batch_norm import fold_batch_norm
 from .fold_constants import fold_constants
 from .fold_pad_into_conv import fold_pad_into_conv
 from .fuse_gelu import fuse_gelu
+from .fuse_silu import fuse_silu
 from .fuse_operators import FusedGroup, fuse_operators
 from .sink_reshapes import sink_reshapes
 
 
 def optimize(graph: Graph, target_kind: str = "llvm") -> Graph:
     """The standard graph pipeline, on a copy: fold constants, zero pads and BN into convs,
-    recognise GELU, move reshapes below elementwise ops, keep CPU convolution networks in
+    recognise GELU and SiLU, move reshapes below elementwise ops, keep CPU convolution networks in
     the blocked layout, pre-transpose constant dense weights, pre-pack constant conv
     weights, drop dead code."""
     g = graph.copy()
     g = fold_constants(g)
     g = fuse_gelu(g)
+    g = fuse_silu(g)
     g = sink_reshapes(g)
     g = eliminate_dead_code(g)
     g = fold_pad_into_conv(g)
@@ -41,4 +43,4 @@ def optimize(graph: Graph, target_kind: str = "llvm") -> Graph:
 
 
 __all__ = ["optimize", "choose_conv_layout", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "choose_dense_layout", "pack_conv_weights",
-           "eliminate_dead_code", "fuse_gelu", "sink_reshapes", "fuse_operators", "FusedGroup"]
+           "eliminate_dead_code", "fuse_gelu", "fuse_silu", "sink_reshapes", "fuse_operators", "FusedGroup"]

@@ -11,7 +11,7 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
   -> ``conv2d_winograd_blocked``, its weight transformed here, once;
 * depthwise conv2d with a constant weight -> ``depthwise_blocked``;
 * elementwise ops whose tensor operands all come blocked (bias, residual add, relu,
-  clip), max pools, unpadded/zero-counting average pools and global average pools
+  clip; an operand may be a per-channel (N, C, 1, 1) one, as squeeze-excitation's scale), max pools, unpadded/zero-counting average pools and global average pools
   follow their input into the blocked layout;
 * a value needed in NCHW (by any other op, or as a graph output) gets one
   ``from_blocked`` right after it is computed; a depthwise input that only exists in
@@ -101,6 +101,12 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None) -> Graph:
     return g
 
 
+def _per_channel(shape, out_shape) -> bool:
+    """(N, C, 1, 1) against an (N, C, H, W) output: squeeze-excitation's channel scale, whose blocked
+    twin (N, C/b, 1, 1, b) broadcasts against the blocked (N, C/b, H, W, b) as the plain one does."""
+    return len(shape) == 4 and tuple(shape[:2]) == tuple(out_shape[:2]) and tuple(shape[2:]) == (1, 1)
+
+
 def _decide(g: Graph, node: Node, block, lanes) -> Optional[str]:
     op = node.op_type
     if op == "conv2d":
@@ -129,8 +135,9 @@ def _decide(g: Graph, node: Node, block, lanes) -> Optional[str]:
         out_shape = g.shape(node.outputs[0])
         scalars = scalar_constants(g, op, node.inputs) if op in SCALAR_OPS else {}
         tensors = [i for k, i in enumerate(node.inputs) if k not in scalars]
-        if tensors and all(block.get(i) and g.shape(i) == out_shape for i in tensors) \
-                and len({block[i] for i in tensors}) == 1:
+        if tensors and all(block.get(i) and (g.shape(i) == out_shape or _per_channel(g.shape(i), out_shape))
+                           for i in tensors) \
+                and len({block[i] for i in tensors}) == 1 and any(g.shape(i) == out_shape for i in tensors):
             return "elementwise"
     return None
 

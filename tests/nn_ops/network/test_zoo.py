@@ -90,3 +90,17 @@ def test_conv_transpose_with_kernel_equal_to_stride_runs_as_1x1_conv_and_depth_t
     assert "conv2d_transpose" not in ops and "conv2d" in ops
     exe = lw.compile(graph, progress=False)
     _check(model, exe, random_feed(exe))
+
+
+def test_silu_fuses_and_squeeze_excitation_stays_blocked():
+    """x * Sigmoid(x) is one swish node (a conv epilogue), and SE's per-channel Mul runs in the blocked
+    layout: the only NCHW conversions left are the global pools' (SE squeeze and head)."""
+    from loopweave.nn_ops.network.passes import optimize
+    model = model_zoo.efficientnet_lite(**model_zoo.SMALL["efficientnet_lite"])
+    onnx_ops = [n.op_type for n in model.graph.node]
+    se_blocks = onnx_ops.count("GlobalAveragePool") - 1          # the head's pool has no gate
+    g = optimize(lw.from_onnx(model))
+    ops = [n.op_type for n in g.nodes]
+    assert ops.count("swish") == onnx_ops.count("Sigmoid") - se_blocks     # every SiLU; the SE gates stay
+    assert ops.count("sigmoid") == se_blocks
+    assert ops.count("from_blocked") == ops.count("global_avg_pool_blocked") == se_blocks + 1
