@@ -482,3 +482,28 @@ def test_every_user_error_is_a_loopweave_error():
         assert issubclass(cls, lw.LoopweaveError)
     assert not issubclass(lw.InternalError, lw.LoopweaveError)
     assert "This is a bug in loopweave" in str(lw.InternalError("x"))
+
+
+# ------------------------------------------------------------------ run-time index checks (issue 22)
+
+def _indexed_read():
+    A = lw.placeholder((5,), name="A")
+    idx = lw.placeholder((3,), name="idx", dtype="int64")
+    C = lw.compute((3,), lambda i: A[idx[i]], name="C")
+    return lw.create_schedule(C), [A, idx, C]
+
+
+def test_data_dependent_index_out_of_range_with_checks_bounds():
+    s, args = _indexed_read()
+    f = lw.build(s, args, checks="bounds", name="pick")
+    with pytest.raises(lw.ArgumentError, match=r"pick: index 5 is out of range for dimension 0 of 'A' \(read as "
+                                               r"A\[idx\[i\]\] in 'pick'\), of size 5 \(valid: 0 to 4\)"
+                                               r"(.|\n)*fix: pass indices inside the range"):
+        f(np.zeros(5, "float32"), np.array([0, 5, 1]), np.zeros(3, "float32"))
+
+
+def test_unknown_kind_of_checks():
+    s, args = _indexed_read()
+    with pytest.raises(lw.BuildError, match=r"checks='everything' is not a kind of run-time check; use checks=None "
+                                            r"\(the default.*\) or checks='bounds'"):
+        lw.build(s, args, checks="everything")
