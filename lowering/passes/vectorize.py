@@ -14,6 +14,8 @@ aborts the process on vectors of billions of lanes (an Attention with a dimensio
 """
 from __future__ import annotations
 
+import math
+
 from ...dsl.expr import Binary, Const, Var, binary, const
 from ...dsl.visitor import Mutator, post_order_visit, substitute
 from ..ir import Broadcast, BufferStore, For, Ramp, seq
@@ -31,6 +33,35 @@ def is_vector(e) -> bool:
     hit = []
     post_order_visit(e, lambda n: hit.append(1) if isinstance(n, (Ramp, Broadcast)) else None)
     return bool(hit)
+
+
+def _multiple_of(e, m: int) -> bool:
+    """``e`` is provably a multiple of ``m`` (sums and constant multiples)."""
+    if isinstance(e, Const):
+        return isinstance(e.value, int) and e.value % m == 0
+    if isinstance(e, Binary) and e.op in ("add", "sub"):
+        return _multiple_of(e.a, m) and _multiple_of(e.b, m)
+    if isinstance(e, Binary) and e.op == "mul":
+        for k, other in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(k, Const) and isinstance(k.value, int) and k.value != 0:
+                return k.value % m == 0 or _multiple_of(other, m // math.gcd(k.value, m))
+    return False
+
+
+def _fold_ramp_div(op: str, r: Ramp, c: int):
+    """``ramp(base, s, L) // c`` and ``% c`` without per-lane division, when the lanes cannot
+    cross a multiple of ``c``: ``s*L`` divides both ``c`` and ``base``.  Then every lane has
+    the quotient ``base // c`` and the remainders are ``ramp(base % c, s, L)`` (a flattened
+    reshape's index stays a contiguous load instead of a 16-lane gather)."""
+    stride = r.stride.value if isinstance(r.stride, Const) else None
+    if c <= 0 or not isinstance(stride, int) or stride <= 0:
+        return None
+    span = stride * r.lanes
+    if c % span or not _multiple_of(r.base, span):
+        return None
+    if op == "floordiv":
+        return binary("floordiv", r.base, const(c, r.base.dtype))
+    return Ramp(binary("floormod", r.base, const(c, r.base.dtype)), r.stride, r.lanes)
 
 
 class _VectorizeBody(Mutator):
@@ -57,6 +88,10 @@ class _VectorizeBody(Mutator):
                     return Ramp(binary(node.op, a.base, b), a.stride, self.lanes)
                 if ramp_b and not va and node.op == "add":
                     return Ramp(binary("add", a, b.base), b.stride, self.lanes)
+            if node.op in ("floordiv", "floormod") and ramp_a and isinstance(b, Const):
+                folded = _fold_ramp_div(node.op, a, b.value)
+                if folded is not None:
+                    return folded
             if node.op == "mul":
                 if ramp_a and not vb:
                     return Ramp(binary("mul", a.base, b), binary("mul", a.stride, b), self.lanes)
