@@ -180,3 +180,25 @@ def test_rotary_position_ids_are_checked_against_the_cache():
     with pytest.raises(lw.ArgumentError, match=r"node 'rope' .*index 5 is out of range for axis 0 of 'cos' "
                                                r"\(a position read from 'pos'\)"):
         exe.run(feed)
+
+
+def test_compile_refuses_an_unknown_kind_of_checks():
+    model = _model(helper.make_node("Gather", ["x", "i"], ["y"], name="lookup"),
+                   [("x", "float32", [10, 2]), ("i", "int64", [3])], "y", [3, 2])
+    with pytest.raises(lw.BuildError, match="checks='all' is not a kind of run-time check"):
+        lw.compile(lw.from_onnx(model), progress=False, checks="all")
+
+
+def test_a_dynamic_model_checks_its_indices_too():
+    """A symbolic batch: each specialisation is compiled with the same checks."""
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["y"], name="lookup")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [10, 2]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, ["N"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    for checks in CHECKS:
+        exe = lw.compile(lw.from_onnx(model), progress=False, checks=checks)
+        x = np.arange(20, dtype=np.float32).reshape(10, 2)
+        np.testing.assert_array_equal(exe.run({"x": x, "i": np.array([9, -10])})[0], x[[9, 0]])
+        _refused(exe, {"x": x, "i": np.array([1, 2, 10])}, "lookup", "x", "i", 10)
