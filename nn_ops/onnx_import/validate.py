@@ -21,6 +21,9 @@ from ..network.limits import memory_limit_bytes
 from .context import ImportContext, Unsupported, check_size
 
 MAX_DIM = 2 ** 31 - 1
+# multiply-adds one windowed node may cost (output elements x window elements): about a minute on
+# one core; the largest layers of common models are 10-100x below it
+MAX_WINDOW_WORK = 2 ** 42
 
 
 class BadAttribute(Unsupported):
@@ -151,6 +154,38 @@ def _check_window(ctx: ImportContext, node) -> None:
             _bad("kernel_shape" if _ints(node, "kernel_shape") else "dilations", kernel if dilations[k] == 1
                  else dilations, f"the window ({extent} wide with dilation) must fit the padded input ({padded} "
                                  f"on spatial axis {k})")
+    _check_window_work(ctx, node, shape, kernel, strides or [1] * spatial, dilations, pads, auto_pad, explicit)
+
+
+def _check_window_work(ctx: ImportContext, node, shape, kernel, strides, dilations, pads, auto_pad,
+                       explicit: bool) -> None:
+    """Refuse a window whose total work (output elements x window elements) exceeds
+    ``MAX_WINDOW_WORK``: attributes that each pass their own rule (a pool window as large as a
+    big input, padded by nearly the window) can still ask for hours of compute."""
+    spatial = len(kernel)
+    weight = None if node.op_type in POOLS else _shape(ctx, node, 3 if node.op_type == "QLinearConv" else 1)
+    dims = list(shape) + (list(weight) if weight is not None else [])
+    if not all(isinstance(d, (int, np.integer)) for d in dims) or (weight is not None and len(weight) < 2):
+        return
+    out = []
+    for k in range(spatial):
+        extent = (kernel[k] - 1) * dilations[k] + 1
+        size = shape[2 + k]
+        if explicit:
+            out.append(max(0, (size + pads[k] + pads[k + spatial] - extent) // strides[k] + 1))
+        elif auto_pad == "VALID":
+            out.append(max(0, (size - extent) // strides[k] + 1))
+        else:
+            out.append(-(-size // strides[k]))
+    channels_out, per_output = (shape[1], 1) if weight is None else (weight[0], weight[1])
+    outputs = int(shape[0]) * int(channels_out) * int(np.prod(out, dtype=object))
+    window = int(np.prod(kernel, dtype=object)) * int(per_output)
+    if outputs * window > MAX_WINDOW_WORK:
+        raise BadAttribute(
+            f"attributes kernel_shape={list(kernel)}, pads={list(pads)}, strides={list(strides)} ask for "
+            f"{outputs * window:.3g} multiply-adds ({outputs} outputs x a window of {window}), more than the "
+            f"limit of {MAX_WINDOW_WORK:.3g} (about a minute of compute): such a window over this input is "
+            f"almost certainly a mistake; use a smaller window, smaller pads or larger strides")
 
 
 def _check_split(ctx: ImportContext, node) -> None:

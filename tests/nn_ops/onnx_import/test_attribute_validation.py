@@ -121,3 +121,21 @@ def test_valid_attributes_still_import_and_run():
     exe = lw.compile(lw.from_onnx(model), progress=False)
     (got,) = exe.run({"x": np.ones((1, 3, 8, 8), np.float32)})
     assert got.shape == (1, 3, 4, 4) and np.allclose(got, 1.0)
+
+
+@pytest.mark.parametrize("op, x_shape, attrs", [
+    ("AveragePool", [1, 1, 2000, 2000], dict(kernel_shape=[2000, 2000], pads=[1999] * 4)),
+    ("MaxPool", [1, 8, 4000, 4000], dict(kernel_shape=[1000, 1000], auto_pad="SAME_UPPER")),
+])
+def test_a_window_asking_for_hours_of_compute_is_refused(op, x_shape, attrs):
+    """Each attribute passes its own rule; together they ask for > 2**42 multiply-adds (issue 22:
+    pathological attributes cannot make a kernel run for minutes)."""
+    with pytest.raises(OnnxImportError, match=r"node 'the_node'.*multiply-adds .*more than the limit .*use a "
+                                              r"smaller window, smaller pads or larger strides"):
+        lw.from_onnx(_one_node(op, x_shape, attrs))
+
+
+def test_a_big_but_ordinary_layer_is_not_refused_by_the_work_bound():
+    """A 3x3 convolution of 64 channels over a 1080p image: 8e10 multiply-adds, under the bound."""
+    w = np.zeros((64, 64, 3, 3), np.float32)
+    lw.from_onnx(_one_node("Conv", [1, 64, 1080, 1920], dict(pads=[1] * 4), ("x", "w"), (("w", w),)))
