@@ -11,7 +11,10 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
   -> ``conv2d_winograd_blocked``, its weight transformed here, once;
 * depthwise conv2d with a constant weight -> ``depthwise_blocked``;
 * elementwise ops whose tensor operands all come blocked (bias, residual add, relu,
-  clip; an operand may be a per-channel (N, C, 1, 1) one, as squeeze-excitation's scale), max pools, unpadded/zero-counting average pools and global average pools
+  clip; an operand may be a per-channel (N, C, 1, 1) one, as squeeze-excitation's scale, or a
+  per-channel constant, as an unfolded batch norm's, which is blocked here once), channel
+  concatenations of values blocked alike (DenseNet's, SqueezeNet's: a concat of the 5-d twins on
+  their channel-block axis), max pools, unpadded/zero-counting average pools and global average pools
   follow their input into the blocked layout;
 * a value needed in NCHW (by any other op, or as a graph output) gets one
   ``from_blocked`` right after it is computed; a depthwise input that only exists in
@@ -25,6 +28,8 @@ NCHW.  Accepts a graph after fold_batch_norm; guarantees the same values.
 from __future__ import annotations
 
 from typing import Dict, Optional
+
+import numpy as np
 
 from ...ops.conv2d import _divisor_at_most
 from ..graph import Graph, Node
@@ -131,15 +136,28 @@ def _decide(g: Graph, node: Node, block, lanes) -> Optional[str]:
         return "pool"
     if op == "global_avg_pool" and block.get(node.inputs[0]):
         return "global_pool"
+    if op == "concat" and _is_float4d(g, node.outputs[0]) and int(node.attrs["axis"]) % 4 == 1:
+        blocks = {block.get(i) for i in node.inputs}
+        if len(blocks) == 1 and blocks != {None} and blocks != {0} \
+                and channel_block(g.shape(node.outputs[0])[1], lanes) in blocks:
+            return "concat"
     if op in ELEMENTWISE:
         out_shape = g.shape(node.outputs[0])
         scalars = scalar_constants(g, op, node.inputs) if op in SCALAR_OPS else {}
-        tensors = [i for k, i in enumerate(node.inputs) if k not in scalars]
+        tensors = [i for k, i in enumerate(node.inputs) if k not in scalars and not _channel_constant(g, i, out_shape)]
         if tensors and all(block.get(i) and (g.shape(i) == out_shape or _per_channel(g.shape(i), out_shape))
                            for i in tensors) \
                 and len({block[i] for i in tensors}) == 1 and any(g.shape(i) == out_shape for i in tensors):
             return "elementwise"
     return None
+
+
+def _channel_constant(g: Graph, name: str, out_shape) -> bool:
+    """A constant of shape (C, 1, 1) or (1, C, 1, 1) against a 4-d (N, C, H, W) output (an unfolded
+    batch norm's scale and shift, DenseNet's BN-ReLU before each conv): it is blocked here, once."""
+    value = g.initializers.get(name)
+    return value is not None and len(out_shape) == 4 and value.ndim in (3, 4) and value.size == out_shape[1] \
+        and value.shape[-3] == out_shape[1] and value.shape[-2:] == (1, 1)
 
 
 def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input, lanes) -> Node:
@@ -172,9 +190,22 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
     if how == "pool":
         return Node("pool2d_blocked", [twin[node.inputs[0]]], [out],
                     dict(attrs, pool_type="max" if node.op_type == "max_pool2d" else "avg"), node.name)
-    # elementwise: blocked operands; scalar constants stay as they are
+    if how == "concat":
+        return Node("concat", [twin[i] for i in node.inputs], [out], {"axis": 1}, node.name)
+    # elementwise: blocked operands; scalar constants stay as they are, per-channel ones are blocked
     scalars = scalar_constants(g, node.op_type, node.inputs) if node.op_type in SCALAR_OPS else {}
-    inputs = [i if k in scalars else twin[i] for k, i in enumerate(node.inputs)]
+    out_shape = g.shape(node.outputs[0])
+    inputs = []
+    for k, i in enumerate(node.inputs):
+        if k in scalars:
+            inputs.append(i)
+        elif _channel_constant(g, i, out_shape):
+            value = g.initializers[i].reshape(-1)
+            name = g.fresh_name(i + ".blk")
+            g.add_initializer(name, np.ascontiguousarray(value.reshape(1, value.size // b, 1, 1, b)))
+            inputs.append(name)
+        else:
+            inputs.append(twin[i])
     return Node(node.op_type, inputs, [out], dict(attrs), node.name)
 
 

@@ -104,3 +104,15 @@ def test_silu_fuses_and_squeeze_excitation_stays_blocked():
     assert ops.count("swish") == onnx_ops.count("Sigmoid") - se_blocks     # every SiLU; the SE gates stay
     assert ops.count("sigmoid") == se_blocks
     assert ops.count("from_blocked") == ops.count("global_avg_pool_blocked") == se_blocks + 1
+
+
+@pytest.mark.parametrize("name", ["densenet", "squeezenet1_1"])
+def test_channel_concats_and_batch_norms_stay_blocked(name):
+    """DenseNet's and SqueezeNet's channel Concats join blocked values on their channel-block axis, and
+    DenseNet's BN-ReLU before each conv (an unfolded per-channel scale and shift) runs blocked too:
+    the only NCHW conversion left is at the head."""
+    from loopweave.nn_ops.network.passes import optimize
+    g = optimize(lw.from_onnx(getattr(model_zoo, name)(**model_zoo.SMALL[name])))
+    concats = [n for n in g.nodes if n.op_type == "concat"]
+    assert concats and all(len(g.shape(n.outputs[0])) == 5 for n in concats)
+    assert [n.op_type for n in g.nodes].count("from_blocked") == 1
