@@ -40,7 +40,8 @@ def to_blocked(X: Tensor, block: int, name: str = "to_blocked") -> Tensor:
 
 def from_blocked(X: Tensor, name: str = "from_blocked") -> Tensor:
     n, cb, h, w, b = static_shape(X)
-    return compute((n, cb * b, h, w), lambda nn, c, y, x: X[nn, c // b, y, x, c % b], name=name, tag="injective")
+    return compute((n, cb * b, h, w), lambda nn, c, y, x: X[nn, c // b, y, x, c % b], name=name, tag="injective",
+                   attrs=dict(unblocks=b))
 
 
 def pack_blocked_weight(weight: np.ndarray, block: int, in_block: int) -> np.ndarray:
