@@ -30,7 +30,25 @@ def test_a_2_31_lane_vectorized_loop_is_split_and_builds():
     assert _widest(func) == SPLIT_LANES
     text = str(func)
     assert "vector_split=2147483647 lanes exceed the limit of 1024" in text and "a tail of 15" in text
-    lw.build(s, [A, C])      # LLVM sees 16-lane vectors only (before the split this aborted the process)
+    # LLVM sees 16-lane vectors only; without the split, generating the 2**31-lane vector alone
+    # exhausts memory (or LLVM aborts): build in a child process with its address space capped
+    _build_in_capped_child(2 ** 31 - 1)
+
+
+def _build_in_capped_child(n: int) -> None:
+    import subprocess
+    import sys
+    code = ("import resource\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))\n"
+            "import loopweave as lw\n"
+            f"A = lw.placeholder((4, {n}), name='A')\n"
+            f"C = lw.compute((4, {n}), lambda i, j: A[i, j] * 2.0, name='C')\n"
+            "s = lw.create_schedule(C)\n"
+            "s[C].vectorize(C.op.axis[1])\n"
+            "lw.build(s, [A, C])\n"
+            "print('built')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "built" in done.stdout, done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("n", [MAX_VECTOR_LANES + 1, 2000, 4096])
@@ -47,3 +65,26 @@ def test_up_to_the_limit_a_loop_stays_one_vector():
     s, A, C = _double(2, MAX_VECTOR_LANES)
     func = lw.lower(s, [A, C])
     assert _widest(func) == MAX_VECTOR_LANES and "vector_split" not in str(func)
+
+
+def test_the_fuzzer_s_attention_with_a_2_31_dimension_compiles(tmp_path):
+    """The long fuzz run's crash (benchmarks/RESULTS.md): Attention with V's last dimension declared
+    2**31-1 made LLVM abort the process in a matmul kernel's 2**31-lane vector.  In a child
+    process, so a regression fails this test instead of killing the suite."""
+    pytest.importorskip("onnx")
+    import subprocess
+    import sys
+    script = tmp_path / "attention.py"
+    script.write_text(
+        "import onnx\n"
+        "import loopweave as lw\n"
+        "from loopweave.nn_ops.testing.conformance import collect_cases\n"
+        "case = [c for c in collect_cases()\n"
+        "        if c.name == 'test_attention_24_qk_matmul_output_mode3_softmax_precision'][0]\n"
+        "model = onnx.ModelProto.FromString(case.model.SerializeToString())\n"
+        "v = [vi for vi in model.graph.input if vi.name == 'V'][0]\n"
+        "v.type.tensor_type.shape.dim[-1].dim_value = 2 ** 31 - 1\n"
+        "lw.compile(lw.from_onnx(model), progress=False)\n"
+        "print('compiled')\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "compiled" in done.stdout, done.stderr[-2000:]
