@@ -100,6 +100,10 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
         at = [n for n, _ in passes].index("storage_flatten")
         passes = passes[:at] + BOUNDS_CHECK_PASSES + passes[at:]
     if tgt is not None and tgt.kind == "cuda":
+        if checks == "bounds":
+            raise LoweringError("checks='bounds' is not available for target 'cuda' yet: its kernels have no "
+                                "error slot to report a bad index (the op library's index checks become clamps "
+                                "there); build for target='llvm' to check indices")
         check_gpu_schedule(schedule)
         passes = PASSES + GPU_PASSES
     start = time.perf_counter()

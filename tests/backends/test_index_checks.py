@@ -187,3 +187,14 @@ def test_a_failure_beside_an_intermediate_buffer_is_reported():
     good[60000] = 12
     with pytest.raises(lw.ArgumentError, match="index 12 is out of range"):
         f(a, good, c)
+
+
+def test_checks_bounds_is_refused_for_cuda_rather_than_silently_clamped():
+    A, idx, C = _data_dependent()
+    s = lw.create_schedule(C)
+    i, j = C.op.axis
+    s[C].bind(i, lw.thread_axis("blockIdx.x"))
+    s[C].bind(j, lw.thread_axis("threadIdx.x"))
+    with pytest.raises(LoweringError, match="checks='bounds' is not available for target 'cuda' yet.*build for "
+                                            "target='llvm'"):
+        lw.lower(s, [A, idx, C], target="cuda", checks="bounds")
