@@ -49,10 +49,17 @@ def winograd_pays(kernel, stride, dilation, out_hw, channels: int, out_channels:
     layers (``benchmarks/RESULTS.md``): 1.6-2x faster at 56x56, 28x28 and 14x14.  Smaller
     maps (12x12 and below; ResNet-18's 7x7 is odd anyway) were not measured and stay with
     the direct kernel: few tiles per matmul, and the transformed weights are 16/9 of the
-    direct ones' bytes."""
+    direct ones' bytes.  Larger maps than 56x56 stay direct too: the transformed input and
+    output (16/4 of the map's bytes each) leave the caches, and on U-Net's 64x64 to 256x256
+    levels Winograd took 1.2-3x the direct kernel's time (interleaved per-kernel profile,
+    Intel Xeon VM, 2 threads, ``MAX_WINOGRAD_PIXELS``)."""
     oh, ow = out_hw
     return (tuple(kernel) == (3, 3) and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1)
-            and oh % 2 == 0 and ow % 2 == 0 and oh * ow >= 14 * 14 and min(channels, out_channels) >= 16)
+            and oh % 2 == 0 and ow % 2 == 0 and 14 * 14 <= oh * ow <= MAX_WINOGRAD_PIXELS
+            and min(channels, out_channels) >= 16)
+
+
+MAX_WINOGRAD_PIXELS = 56 * 56
 
 
 def winograd_weight(weight: np.ndarray, block: int, in_block: int) -> np.ndarray:

@@ -120,7 +120,7 @@ SMALL = {
                               stages=((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 1), (6, 3, 2, 80, 1))),
     "convnext": dict(size=64, classes=100, depths=(1, 1, 2, 1), dims=(32, 64, 128, 256)),
     "densenet": dict(size=64, classes=100, blocks=(2, 4), growth=16, stem=32),
-    "unet": dict(size=64, base=8, depth=3),
+    "unet": dict(size=64, base=16, depth=3),
     "gpt2": dict(seq=32, vocab=1000, hidden=128, heads=2, layers=2),
     "mlp_mixer": dict(size=64, patch=8, hidden=64, tokens_mlp=32, channels_mlp=256, layers=2, classes=100),
 }

@@ -14,7 +14,8 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
   clip; an operand may be a per-channel (N, C, 1, 1) one, as squeeze-excitation's scale, or a
   per-channel constant, as an unfolded batch norm's, which is blocked here once), channel
   concatenations of values blocked alike (DenseNet's, SqueezeNet's: a concat of the 5-d twins on
-  their channel-block axis), max pools, unpadded/zero-counting average pools and global average pools
+  their channel-block axis; a plain input among them, as U-Net's up-sampled half, gets a
+  to_blocked), max pools, unpadded/zero-counting average pools and global average pools
   follow their input into the blocked layout;
 * a value needed in NCHW (by any other op, or as a graph output) gets one
   ``from_blocked`` right after it is computed; a depthwise input that only exists in
@@ -70,12 +71,13 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None) -> Graph:
     new_nodes = []
     to_blocked_done = {}
 
-    def blocked_input(name: str) -> str:
-        """The blocked twin of ``name``, made by one to_blocked the first time a plain value needs it."""
+    def blocked_input(name: str, b: Optional[int] = None) -> str:
+        """The blocked twin of ``name``, made by one to_blocked (of block ``b``, by default the channels'
+        own) the first time a plain value needs it."""
         if name in twin and block.get(name):
             return twin[name]
         if name not in to_blocked_done:
-            b = channel_block(g.shape(name)[1], lanes)
+            b = b or channel_block(g.shape(name)[1], lanes)
             made = g.fresh_name(name + ".blk")
             g.add_value(made, blocked_shape(g.shape(name), b), g.values[name].dtype)
             new_nodes.append(Node("to_blocked", [name], [made], {"block": b}, made))
@@ -137,9 +139,10 @@ def _decide(g: Graph, node: Node, block, lanes) -> Optional[str]:
     if op == "global_avg_pool" and block.get(node.inputs[0]):
         return "global_pool"
     if op == "concat" and _is_float4d(g, node.outputs[0]) and int(node.attrs["axis"]) % 4 == 1:
-        blocks = {block.get(i) for i in node.inputs}
-        if len(blocks) == 1 and blocks != {None} and blocks != {0} \
-                and channel_block(g.shape(node.outputs[0])[1], lanes) in blocks:
+        blocks = {block[i] for i in node.inputs if block.get(i)}
+        b = channel_block(g.shape(node.outputs[0])[1], lanes)
+        if blocks == {b} and all(block.get(i) or (_is_float4d(g, i) and g.shape(i)[1] % b == 0)
+                                 for i in node.inputs):
             return "concat"
     if op in ELEMENTWISE:
         out_shape = g.shape(node.outputs[0])
@@ -191,7 +194,7 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
         return Node("pool2d_blocked", [twin[node.inputs[0]]], [out],
                     dict(attrs, pool_type="max" if node.op_type == "max_pool2d" else "avg"), node.name)
     if how == "concat":
-        return Node("concat", [twin[i] for i in node.inputs], [out], {"axis": 1}, node.name)
+        return Node("concat", [blocked_input(i, b) for i in node.inputs], [out], {"axis": 1}, node.name)
     # elementwise: blocked operands; scalar constants stay as they are, per-channel ones are blocked
     scalars = scalar_constants(g, node.op_type, node.inputs) if node.op_type in SCALAR_OPS else {}
     out_shape = g.shape(node.outputs[0])
