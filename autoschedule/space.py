@@ -32,7 +32,9 @@ import math
 import random
 from typing import Dict, List, Optional, Tuple
 
+from ..dsl.expr import TensorLoad
 from ..dsl.schedule import create_schedule
+from ..dsl.visitor import collect_vars, post_order_visit
 from ..dsl.tensor import PlaceholderOp
 from .task import Task, compute_stages, const_int
 
@@ -54,9 +56,20 @@ def _tile_options(extent: int) -> list:
 
 
 def _row_reducible(t, lanes: int) -> bool:
-    """A one-axis reduction long enough that ``lanes`` partial results pay (softmax's max/sum)."""
+    """A one-axis reduction long enough that ``lanes`` partial results pay, along rows: every
+    input of rank >= 2 indexed by the reduction has it in its innermost index (softmax's max
+    and sum, layer norm's moments; not a matmul, whose columns vectorize without partials)."""
     reds = t.op.reduce_axis
-    return len(reds) == 1 and (const_int(reds[0].extent) or 0) >= 4 * lanes and t.op.num_outputs == 1
+    if len(reds) != 1 or (const_int(reds[0].extent) or 0) < 4 * lanes or t.op.num_outputs != 1:
+        return False
+    k = reds[0].var
+    found = []
+    post_order_visit(t.op.body[0], lambda e: found.append(e) if isinstance(e, TensorLoad) else None)
+
+    def uses_k(e):
+        return any(v is k for v in collect_vars(e))
+    # inputs not indexed by k are broadcast over it (layer norm's mean in its variance)
+    return all(len(e.indices) < 2 or not uses_k(e) or uses_k(e.indices[-1]) for e in found)
 
 
 def _shape(t) -> list:

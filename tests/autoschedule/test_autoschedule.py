@@ -317,3 +317,11 @@ def test_sampled_register_tiles_fit_the_vector_registers():
         m = space.mutate(c, rng)
         if space.register_tiled(m):
             assert space.tile_vectors(m) <= 32
+
+
+def test_rfactor_is_offered_for_row_reductions_only():
+    """Partial results pay for a reduction along rows (softmax), not for a matmul's k."""
+    mm = Space(Task(dense_bias_relu(24, 40, 128), "llvm"))
+    assert not any(n.startswith("rfactor:") for n, _ in mm.decisions)
+    sm = Space(Task(softmax(), "llvm"))
+    assert {n for n, _ in sm.decisions if n.startswith("rfactor:")} == {"rfactor:mx", "rfactor:sm"}
