@@ -34,6 +34,19 @@ class ArgumentError(LoopweaveError, ValueError):
     """A compiled function was called with arguments that do not match its signature."""
 
 
+class IndexOutOfRangeError(ArgumentError, IndexError):
+    """A kernel's run-time index check failed: an index read from data (a Gather's indices, or any
+    data-dependent load with ``checks="bounds"``) is outside the tensor.
+
+    ``index`` is the bad value as read, ``extent`` the size of the axis it indexes, ``what`` names
+    that axis and tensor, ``node`` the network node (empty for a kernel built by ``lw.build``).
+    """
+
+    def __init__(self, message: str, index: int = 0, extent: int = 0, what: str = "", node: str = ""):
+        super().__init__(message)
+        self.index, self.extent, self.what, self.node = index, extent, what, node
+
+
 class BuildError(LoopweaveError):
     """Code generation or native compilation failed for a user-visible reason."""
 

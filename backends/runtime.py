@@ -16,7 +16,7 @@ import numpy as np
 
 from ..dsl.expr import Const, Var
 from ..dsl.expr_printer import expr_to_str
-from ..errors import ArgumentError
+from ..errors import ArgumentError, IndexOutOfRangeError
 from .module_html import module_html
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
@@ -28,14 +28,17 @@ def new_error_slot():
     return (ctypes.c_int64 * ERROR_SLOT_WORDS)()
 
 
-def index_error_text(slot) -> str:
-    """What failed, from a slot a kernel wrote: ``"index I is out of range for WHAT (...)"``.
+def read_index_error(slot):
+    """``(what, index, extent, wraps)`` from a slot a kernel wrote.
 
     The message pointer points into the kernel's loaded object code: a constant string whose
     first character says whether negative indices count from the end ("1") or not ("0")."""
     raw = ctypes.string_at(slot[0]).decode("utf-8", "replace")
-    wraps, what = raw[:1] == "1", raw[1:]
-    index, extent = slot[1], slot[2]
+    return raw[1:], int(slot[1]), int(slot[2]), raw[:1] == "1"
+
+
+def index_error_text(what: str, index: int, extent: int, wraps: bool) -> str:
+    """``"index I is out of range for WHAT, of size N (valid: ...)"``."""
     valid = f"{-extent} to {extent - 1}, negative ones counting from the end" if wraps else f"0 to {extent - 1}"
     return f"index {index} is out of range for {what}, of size {extent} (valid: {valid})"
 
@@ -220,10 +223,11 @@ class Module:
             self._raise_index_error()
 
     def _raise_index_error(self):
-        text = index_error_text(self._err)
+        what, index, extent, wraps = read_index_error(self._err)
         clear_error_slot(self._err)
-        raise ArgumentError(f"{self.name}: {text}; the outputs were not fully written.\n"
-                            f"  fix: pass indices inside the range, or make the computation clamp or wrap them")
+        raise IndexOutOfRangeError(f"{self.name}: {index_error_text(what, index, extent, wraps)}; the outputs were "
+                                   f"not fully written.\n  fix: pass indices inside the range, or make the "
+                                   f"computation clamp or wrap them", index, extent, what)
 
     def time(self, *args, number: int = 0, repeat: int = 7, min_seconds: float = 0.05) -> float:
         """Median seconds per call, after a warm-up call; ``number`` calls per sample (auto if 0)."""

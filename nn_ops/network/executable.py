@@ -14,7 +14,8 @@
    calls every kernel in order with its buffer pointers; it is compiled and cached like
    the kernels.  ``Executable.run`` checks the inputs and makes one ctypes call.  A kernel
    whose index check fails (a Gather's index out of range) writes the error slot ``err``;
-   the runner then stops and ``run`` raises ``ArgumentError`` naming the node.
+   the runner then stops and ``run`` raises ``IndexOutOfRangeError`` (an ``ArgumentError``)
+   naming the node.
 
 ``Executable.save(path)`` writes a zip (``meta.json``, ``kernels/<symbol>.o``,
 ``runner.o``, ``weights/<k>.npy``; no pickle); ``load_static(path)`` loads the objects into the
@@ -37,10 +38,10 @@ from tqdm.auto import tqdm
 from ...autoschedule import apply_best
 from ...backends import build as build_mod
 from ...backends.build import build
-from ...backends.runtime import clear_error_slot, index_error_text, new_error_slot
+from ...backends.runtime import clear_error_slot, index_error_text, new_error_slot, read_index_error
 from ...backends.llvm import jit
 from ...dsl.tensor import placeholder
-from ...errors import ArgumentError, BuildError, DamagedFileError, InternalError
+from ...errors import ArgumentError, BuildError, DamagedFileError, IndexOutOfRangeError, InternalError
 from ...target import resolve_target
 from ..ops.registry import schedule
 from . import kernel_cache
@@ -527,16 +528,18 @@ class Executable:
 
     def _raise_index_error(self, call: KernelCall):
         """ArgumentError naming the node whose index check failed (the kernel wrote ``self._err``)."""
-        text = index_error_text(self._err)
+        what, index, extent, wraps = read_index_error(self._err)
         clear_error_slot(self._err)
         for k, value in enumerate(call.inputs):      # the kernel's inK are graph values
-            text = text.replace(f"'in{k}'", f"'{value}'")
+            what = what.replace(f"'in{k}'", f"'{value}'")
+        text = index_error_text(what, index, extent, wraps)
         suspects = [n for n, op in zip(call.nodes, call.ops) if op in INDEX_CHECKING_OPS] or list(call.nodes)
         node = (f"node '{suspects[0]}'" if len(suspects) == 1 else
                 f"one of the nodes {', '.join(repr(n) for n in suspects)}") if suspects else f"kernel '{call.name}'"
-        raise ArgumentError(f"{node} ({' + '.join(call.ops) or call.name}): {text}.\n"
-                            f"  fix: check the values fed to the network (e.g. token ids against the vocabulary "
-                            f"size); ONNX leaves out-of-range indices undefined, and loopweave refuses them")
+        raise IndexOutOfRangeError(f"{node} ({' + '.join(call.ops) or call.name}): {text}.\n"
+                                   f"  fix: check the values fed to the network (e.g. token ids against the "
+                                   f"vocabulary size); ONNX leaves out-of-range indices undefined, and loopweave "
+                                   f"refuses them", index, extent, what, suspects[0] if len(suspects) == 1 else "")
 
     __call__ = run
 

@@ -54,8 +54,9 @@ def test_checked_gather_runs_good_indices_and_refuses_bad_ones(kind):
 def test_without_wrap_a_negative_index_is_out_of_range():
     A, idx, C = _gather(wrap=False)
     f = lw.build(lw.create_schedule(C), [A, idx, C])
-    with pytest.raises(lw.ArgumentError, match=r"index -1 is out of range .* \(valid: 0 to 7\)"):
+    with pytest.raises(lw.IndexOutOfRangeError, match=r"index -1 is out of range .* \(valid: 0 to 7\)") as info:
         f(np.zeros(8, "float32"), np.full(64, -1), np.zeros(64, "float32"))
+    assert (info.value.index, info.value.extent, info.value.what, info.value.node) == (-1, 8, "axis 0 of 'A'", "")
 
 
 def test_the_first_bad_index_of_a_serial_kernel_is_reported():

@@ -202,3 +202,14 @@ def test_a_dynamic_model_checks_its_indices_too():
         x = np.arange(20, dtype=np.float32).reshape(10, 2)
         np.testing.assert_array_equal(exe.run({"x": x, "i": np.array([9, -10])})[0], x[[9, 0]])
         _refused(exe, {"x": x, "i": np.array([1, 2, 10])}, "lookup", "x", "i", 10)
+
+
+def test_the_error_carries_the_index_and_the_node():
+    model = _model(helper.make_node("Gather", ["x", "i"], ["y"], name="lookup"),
+                   [("x", "float32", [10, 2]), ("i", "int64", [3])], "y", [3, 2])
+    exe = _compile(model, None)
+    with pytest.raises(lw.IndexOutOfRangeError) as info:
+        exe.run({"x": np.zeros((10, 2), np.float32), "i": np.array([1, 2, -11])})
+    err = info.value
+    assert (err.index, err.extent, err.node) == (-11, 10, "lookup") and "'x'" in err.what
+    assert isinstance(err, lw.ArgumentError) and isinstance(err, IndexError)
