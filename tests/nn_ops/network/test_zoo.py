@@ -128,3 +128,13 @@ def test_unet_skip_concats_are_blocked_and_large_maps_skip_winograd():
     assert len(concats) == model_zoo.SMALL["unet"]["depth"] and all(len(g.shape(n.outputs[0])) == 5 for n in concats)
     assert winograd_pays((3, 3), (1, 1), (1, 1), (56, 56), 64, 64)
     assert not winograd_pays((3, 3), (1, 1), (1, 1), (64, 64), 64, 64)
+
+
+def test_tanh_gelu_is_one_node():
+    """GPT-2's gelu_new (Pow, Mul, Add, Mul, Tanh, Add, Mul, Mul) is one tanh-approximate gelu node."""
+    from loopweave.nn_ops.network.passes import optimize
+    kwargs = model_zoo.SMALL["gpt2"]
+    g = optimize(lw.from_onnx(model_zoo.gpt2(**kwargs)))
+    gelus = [n for n in g.nodes if n.op_type == "gelu"]
+    assert len(gelus) == kwargs["layers"] and all(n.attrs["approximate"] == "tanh" for n in gelus)
+    assert not any(n.op_type in ("tanh", "pow_const") for n in g.nodes)
