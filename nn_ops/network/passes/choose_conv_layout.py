@@ -17,6 +17,8 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
   their channel-block axis; a plain input among them, as U-Net's up-sampled half, gets a
   to_blocked), max pools, unpadded/zero-counting average pools and global average pools
   follow their input into the blocked layout;
+* a Transpose to NHWC of a blocked value (ConvNeXt's, before its channels-last LayerNorm) reads
+  the blocked twin: one transpose to [N, H, W, C/b, b], which is [N, H, W, C] as it lies;
 * a value needed in NCHW (by any other op, or as a graph output) gets one
   ``from_blocked`` right after it is computed; a depthwise input that only exists in
   NCHW gets one ``to_blocked``.  Transforms sit at the edges of the blocked region, once
@@ -63,7 +65,7 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None) -> Graph:
         if how:
             plan[id(node)] = how
             out = node.outputs[0]
-            block[out] = channel_block(g.shape(out)[1], lanes) if how != "global_pool" else 0
+            block[out] = channel_block(g.shape(out)[1], lanes) if how not in ("global_pool", "to_nhwc") else 0
     if not plan:
         return g
     users = g.consumer_map()
@@ -97,6 +99,14 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None) -> Graph:
             g.add_value(pooled, (n, c // b, 1, 1, b), g.values[out].dtype)
             new_nodes.append(Node("global_avg_pool_blocked", [twin[node.inputs[0]]], [pooled], {}, node.name))
             new_nodes.append(Node("from_blocked", [pooled], [out], {}, out + ".plain"))
+            continue
+        if how == "to_nhwc":        # [N, C/b, H, W, b] -> [N, H, W, C/b, b], viewed as [N, H, W, C]
+            moved = g.fresh_name(out + ".nhwcb")
+            n, c, h, w = g.shape(node.inputs[0])
+            b = block[node.inputs[0]]
+            g.add_value(moved, (n, h, w, c // b, b), g.values[out].dtype)
+            new_nodes.append(Node("transpose", [twin[node.inputs[0]]], [moved], {"perm": (0, 2, 3, 1, 4)}, node.name))
+            new_nodes.append(Node("reshape", [moved], [out], {"shape": (n, h, w, c)}, out + ".view"))
             continue
         b = block[out]
         g.add_value(twin[out], blocked_shape(g.shape(out), b), g.values[out].dtype)
@@ -138,6 +148,8 @@ def _decide(g: Graph, node: Node, block, lanes) -> Optional[str]:
         return "pool"
     if op == "global_avg_pool" and block.get(node.inputs[0]):
         return "global_pool"
+    if op == "transpose" and block.get(node.inputs[0]) and tuple(node.attrs["perm"]) == (0, 2, 3, 1):
+        return "to_nhwc"
     if op == "concat" and _is_float4d(g, node.outputs[0]) and int(node.attrs["axis"]) % 4 == 1:
         blocks = {block[i] for i in node.inputs if block.get(i)}
         b = channel_block(g.shape(node.outputs[0])[1], lanes)

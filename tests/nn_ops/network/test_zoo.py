@@ -138,3 +138,15 @@ def test_tanh_gelu_is_one_node():
     gelus = [n for n in g.nodes if n.op_type == "gelu"]
     assert len(gelus) == kwargs["layers"] and all(n.attrs["approximate"] == "tanh" for n in gelus)
     assert not any(n.op_type in ("tanh", "pow_const") for n in g.nodes)
+
+
+def test_nhwc_transpose_reads_the_blocked_twin():
+    """ConvNeXt's depthwise conv -> Transpose(0, 2, 3, 1): one transpose of the blocked value (no
+    from_blocked before it)."""
+    from loopweave.nn_ops.network.passes import optimize
+    g = optimize(lw.from_onnx(model_zoo.convnext(**model_zoo.SMALL["convnext"])))
+    producers = g.producer_map()
+    transposes = [n for n in g.nodes if n.op_type == "transpose"]
+    blocked_reads = [n for n in transposes if len(g.shape(n.inputs[0])) == 5]
+    assert len(blocked_reads) == sum(model_zoo.SMALL["convnext"]["depths"])
+    assert not any(producers[n.inputs[0]].op_type == "from_blocked" for n in transposes)
