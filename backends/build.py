@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import List, Sequence
 
 from llvmlite import binding as llvm
 
@@ -29,14 +30,25 @@ def build(schedule_or_func, args: Sequence = (), target="llvm", name: str = "mai
     library's gathers and scatters).  A lowered PrimFunc already made its choice."""
     check_checks_argument(checks, BuildError)
     tgt = resolve_target(target)
+    if tgt.kind != "cuda":
+        return build_llvm(_lowered_for_cpu(schedule_or_func, args, tgt, name, checks), tgt)
     if isinstance(schedule_or_func, PrimFunc):
         func = schedule_or_func
     elif isinstance(schedule_or_func, Schedule):
-        func = lower(schedule_or_func, args, name=name, target=tgt if tgt.kind == "cuda" else None, checks=checks)
+        func = lower(schedule_or_func, args, name=name, target=tgt, checks=checks)
     else:
         raise BuildError(f"build takes a schedule or a lowered function, got {type(schedule_or_func).__name__}")
-    if tgt.kind == "cuda":
-        return build_cuda(func, tgt, _written_buffers(func))
+    return build_cuda(func, tgt, _written_buffers(func))
+
+
+def _lowered_for_cpu(schedule_or_func, args, tgt, name, checks) -> PrimFunc:
+    """The schedule lowered for the CPU (or a given PrimFunc), refused if it holds GPU code."""
+    if isinstance(schedule_or_func, PrimFunc):
+        func = schedule_or_func
+    elif isinstance(schedule_or_func, Schedule):
+        func = lower(schedule_or_func, args, name=name, checks=checks)
+    else:
+        raise BuildError(f"build takes a schedule or a lowered function, got {type(schedule_or_func).__name__}")
     if _has_kernels(func):
         raise BuildError(f"'{func.name}' was lowered for target 'cuda' (it launches GPU kernels); "
                          f"build it with target='cuda'")
@@ -44,7 +56,7 @@ def build(schedule_or_func, args: Sequence = (), target="llvm", name: str = "mai
     if bound:
         raise BuildError(f"loops {', '.join(bound)} are bound to GPU thread axes (bind), which target "
                          f"'{tgt.kind}' cannot run; build for target='cuda' or use parallel() instead")
-    return build_llvm(func, tgt)
+    return func
 
 
 def _thread_bound_loops(func: PrimFunc) -> list:
@@ -66,25 +78,80 @@ def build_llvm(func: PrimFunc, target) -> Module:
     The cache key is the printed lowered IR (structurally unique) plus the target;
     the LLVM IR is generated only on a miss, or when the user asks for it.
     """
-    lowered = func.structural_key()
-    digest = hashlib.sha256((lowered + target.key()).encode()).hexdigest()[:16]
-    symbol = f"lw_{func.name}_{digest}"
-    generated = {}
+    job = _LlvmJob(func, target)
+    job.start(lambda ir: _Done(jit.compile_ir(ir, target)))
+    return job.finish()
 
-    def llvm_ir() -> str:
-        if "ir" not in generated:
-            generated["ir"] = CodeGen(func, target, symbol).generate()
-        return generated["ir"]
 
-    if symbol in _loaded:
-        address, obj = _loaded[symbol]
-    else:
-        obj = jit.cached_object(symbol, target)
-        if obj is None:
-            obj, generated["opt"] = jit.compile_ir(llvm_ir(), target)
-            jit.store_object(symbol, target, obj)
-        address = jit.load_object(obj, symbol)
-        _loaded[symbol] = (address, obj)
+class _Done:
+    """A finished result with the interface of a Future."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
+class _LlvmJob:
+    """One CPU build in two halves: ``start`` (symbol, disk cache, LLVM IR text: Python work,
+    then the LLVM compile handed to ``submit``) and ``finish`` (load, make the Module)."""
+
+    def __init__(self, func: PrimFunc, target):
+        self.func, self.target = func, target
+        digest = hashlib.sha256((func.structural_key() + target.key()).encode()).hexdigest()[:16]
+        self.symbol = f"lw_{func.name}_{digest}"
+        self.generated = {}
+        self.obj = None
+        self.pending = None
+
+    def llvm_ir(self) -> str:
+        if "ir" not in self.generated:
+            self.generated["ir"] = CodeGen(self.func, self.target, self.symbol).generate()
+        return self.generated["ir"]
+
+    def start(self, submit) -> None:
+        if self.symbol in _loaded:
+            return
+        self.obj = jit.cached_object(self.symbol, self.target)
+        if self.obj is None:
+            self.pending = submit(self.llvm_ir())
+
+    def finish(self) -> Module:
+        func, target, symbol, generated = self.func, self.target, self.symbol, self.generated
+        if symbol in _loaded:
+            address, obj = _loaded[symbol]
+        else:
+            obj = self.obj
+            if obj is None:
+                obj, generated["opt"] = self.pending.result()
+                jit.store_object(symbol, target, obj)
+            address = jit.load_object(obj, symbol)
+            _loaded[symbol] = (address, obj)
+        return _module(func, target, symbol, address, obj, generated, self.llvm_ir)
+
+
+def build_many(jobs: Sequence, target="llvm", checks=None, progress=None) -> List[Module]:
+    """``[build(s, args, target, name) for s, args, name in jobs]`` for the CPU, with each
+    kernel's LLVM compile (native code, no GIL) running on a background thread while the next
+    kernel is lowered in Python: a cold network compile overlaps its two halves.
+    ``progress()`` is called after each kernel is lowered."""
+    check_checks_argument(checks, BuildError)
+    tgt = resolve_target(target)
+    if tgt.kind != "llvm":
+        return [build(s, args, tgt, name, checks) for s, args, name in jobs]
+    started = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="loopweave-llvm") as pool:
+        for s, args, name in jobs:
+            job = _LlvmJob(_lowered_for_cpu(s, args, tgt, name, checks), tgt)
+            job.start(lambda ir: pool.submit(jit.compile_ir, ir, tgt))
+            started.append(job)
+            if progress is not None:
+                progress()
+        return [job.finish() for job in started]
+
+
+def _module(func: PrimFunc, target, symbol: str, address: int, obj: bytes, generated: dict, llvm_ir) -> Module:
     outputs = {id(b) for b in _written_buffers(func)}
     size_names = [v.name for v in func.size_vars]
     if len(set(size_names)) != len(size_names):

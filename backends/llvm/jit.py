@@ -118,15 +118,22 @@ def store_object(symbol: str, target: Target, obj: bytes) -> None:
         write_checksummed(path, obj)
 
 
+_compile_lock = threading.Lock()
+
+
 def compile_ir(llvm_ir: str, target: Target) -> Tuple[bytes, str]:
-    """(object code, optimised LLVM IR) for an LLVM IR module."""
+    """(object code, optimised LLVM IR) for an LLVM IR module.
+
+    Safe to call from a background thread (``build_many`` overlaps it with the next kernel's
+    lowering): the module lives in its own LLVM context and one compile runs at a time."""
     with _lock:
         _initialize()
-    module_ref = llvm.parse_assembly(llvm_ir)
-    module_ref.verify()
-    optimize(module_ref, target)
-    obj = target_machine_for(target).emit_object(module_ref)
-    return obj, str(module_ref)
+    with _compile_lock:
+        module_ref = llvm.parse_assembly(llvm_ir, context=llvm.create_context())
+        module_ref.verify()
+        optimize(module_ref, target)
+        obj = target_machine_for(target).emit_object(module_ref)
+        return obj, str(module_ref)
 
 
 def assembly(llvm_ir: str, target: Target) -> str:

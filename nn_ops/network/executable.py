@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from ...autoschedule import apply_best
 from ...backends import build as build_mod
-from ...backends.build import build
+from ...backends.build import build, build_many
 from ...backends.runtime import clear_error_slot, index_error_text, new_error_slot, read_index_error
 from ...backends.llvm import jit
 from ...dsl.tensor import placeholder
@@ -168,23 +168,36 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
     # cache instead, keyed by its lowered IR)
     remembered = tgt.kind == "llvm" and build_fn is None and tuning_log is None and checks is None
     tuned = 0
+    jobs, job_signatures = [], []
+    group_params = []
     for grp in kernel_groups:
         signature, params = group_signature(g, grp)
-        module = by_signature.get(signature)
-        if module is None:
-            module = kernel_cache.lookup(signature, tgt) if remembered else None
-            if module is None:
-                module, from_record = _build_group(g, grp, params, tgt, build_fn, tuning_log, checks)
-                tuned += from_record
-                if remembered:
-                    kernel_cache.store(signature, tgt, module)
-            by_signature[signature] = module
-            built.setdefault(module.symbol, module)
-        else:
+        group_params.append((signature, params, grp.name))
+        if signature in by_signature or signature in job_signatures:
             reused += 1
-        calls_params.append((module, params, grp.name))
-        bar.set_postfix_str(f"{reused} reused, {grp.name[:24]}", refresh=False)
-        bar.update()
+            bar.update()
+            continue
+        module = kernel_cache.lookup(signature, tgt) if remembered else None
+        if module is None and build_fn is not None:
+            module, from_record = _build_group(g, grp, params, tgt, build_fn, tuning_log, checks)
+            tuned += from_record
+        if module is not None:
+            by_signature[signature] = module
+            bar.update()
+            continue
+        s, args, from_record = _group_schedule(g, grp, params, tgt, tuning_log)
+        tuned += from_record
+        jobs.append((s, args, kernel_name(grp)))
+        job_signatures.append(signature)
+    # the LLVM compile of each new kernel overlaps the lowering of the next (build_many)
+    for signature, module in zip(job_signatures, build_many(jobs, tgt, checks, progress=bar.update)):
+        by_signature[signature] = module
+        if remembered:
+            kernel_cache.store(signature, tgt, module)
+    for signature, params, name in group_params:
+        module = by_signature[signature]
+        built.setdefault(module.symbol, module)
+        calls_params.append((module, params, name))
     bar.close()
     if progress and kernel_groups:
         print(f"loopweave: compiled {len(kernel_groups)} kernels ({reused} reused) in "
@@ -266,14 +279,19 @@ def group_computation(g: Graph, grp, params: List[str]):
     return placeholders, tensors[grp.output]
 
 
-def _build_group(g: Graph, grp, params: List[str], target, build_fn=None, tuning_log=None, checks=None):
-    """The group's compiled kernel, and whether its schedule came from a tuning record."""
+def _group_schedule(g: Graph, grp, params: List[str], target, tuning_log=None):
+    """(schedule, argument tensors, whether the schedule came from a tuning record) of a group."""
     placeholders, out = group_computation(g, grp, params)
     args = placeholders + [out]
     s = apply_best(tuning_log, args, target) if tuning_log is not None else None
-    from_record = s is not None
     if s is None:
-        s = schedule([out], target)
+        return schedule([out], target), args, False
+    return s, args, True
+
+
+def _build_group(g: Graph, grp, params: List[str], target, build_fn=None, tuning_log=None, checks=None):
+    """The group's compiled kernel, and whether its schedule came from a tuning record."""
+    s, args, from_record = _group_schedule(g, grp, params, target, tuning_log)
     name = kernel_name(grp)
     if build_fn is not None:
         return build_fn(s, args, name), from_record

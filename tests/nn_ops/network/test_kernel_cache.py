@@ -32,12 +32,12 @@ def _reference(model):
 
 def _count_builds(monkeypatch):
     calls = []
-    real = executable._build_group
+    real = executable._group_schedule
 
     def counting(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
-    monkeypatch.setattr(executable, "_build_group", counting)
+    monkeypatch.setattr(executable, "_group_schedule", counting)
     return calls
 
 
