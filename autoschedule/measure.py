@@ -35,8 +35,30 @@ class MeasureResult:
     build_seconds: float = 0.0
 
 
+def _index_bounds(args) -> dict:
+    """For each placeholder whose values are used as checked indices (a gather's ids), the
+    smallest extent they index: random ids must stay below it or the kernel refuses them."""
+    from ..dsl.expr import CheckedIndex, TensorLoad
+    from ..dsl.visitor import post_order_visit
+    from .task import compute_stages, const_int
+    bounds = {}
+
+    def visit(e):
+        if isinstance(e, CheckedIndex):
+            extent = const_int(e.extent) or 1
+            found = []
+            post_order_visit(e.value, lambda n: found.append(n.tensor) if isinstance(n, TensorLoad) else None)
+            for t in found:
+                bounds[id(t.op)] = min(bounds.get(id(t.op), extent), extent)
+    for t in compute_stages([a for a in args if hasattr(a.op, "body")]):
+        for body in t.op.body:
+            post_order_visit(body, visit)
+    return bounds
+
+
 def _random_inputs(args, seed: int = 1234):
     rng = np.random.default_rng(seed)
+    bounds = _index_bounds(args)
     arrays = []
     for t in args:
         shape = tuple(int(getattr(d, "value", d)) for d in t.shape)
@@ -46,7 +68,7 @@ def _random_inputs(args, seed: int = 1234):
         elif dt.kind == "b":
             arrays.append(rng.random(shape) < 0.5)
         else:
-            arrays.append(rng.integers(0, 8, size=shape).astype(dt))
+            arrays.append(rng.integers(0, max(1, min(8, bounds.get(id(t.op), 8))), size=shape).astype(dt))
     return arrays
 
 

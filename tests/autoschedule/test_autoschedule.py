@@ -325,3 +325,16 @@ def test_rfactor_is_offered_for_row_reductions_only():
     assert not any(n.startswith("rfactor:") for n, _ in mm.decisions)
     sm = Space(Task(softmax(), "llvm"))
     assert {n for n, _ in sm.decisions if n.startswith("rfactor:")} == {"rfactor:mx", "rfactor:sm"}
+
+
+def test_a_gather_over_a_short_axis_is_tuned_with_ids_in_range():
+    """Measured inputs of an index tensor stay below the axis it indexes (the kernel checks)."""
+    from loopweave.nn_ops.ops.index import gather
+    table = lw.placeholder((3, 64), name="table")
+    ids = lw.placeholder((40,), name="ids", dtype="int64")
+    out = gather(table, ids, axis=0)
+    from loopweave.autoschedule.measure import _random_inputs
+    drawn = _random_inputs([table, ids, out])[1]
+    assert drawn.min() >= 0 and drawn.max() < 3
+    res = auto.tune([table, ids, out], trials=3, progress=False, measure_untuned=False)
+    assert res.best_seconds and not any(h["error"] for h in res.history), res.history
