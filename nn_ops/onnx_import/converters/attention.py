@@ -94,6 +94,11 @@ class _Attention:
             raise Unsupported(f"Q, K, V of ranks {ranks}: they must all be 3-D or all 4-D")
         if (optional_input(self.node, 4) is None) != (optional_input(self.node, 5) is None):
             raise Unsupported("past_key and past_value must be given together")
+        for what in ("past_key", "past_value"):
+            name = optional_input(self.node, names[what])
+            if name is not None and len(self.ctx.shape(name)) != 4:
+                raise Unsupported(f"{what} has shape {tuple(self.ctx.shape(name))}; it must be 4-D "
+                                  f"[batch, kv_heads, past_sequence, head_size]")
         if optional_input(self.node, 6) is not None and optional_input(self.node, 4) is not None:
             raise Unsupported("nonpad_kv_seqlen together with past_key/past_value")
 

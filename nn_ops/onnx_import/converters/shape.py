@@ -77,7 +77,10 @@ def pad(ctx: ImportContext, node):
     pads = [int(p) for p in ctx.require_const(node, 1, "pads")]
     value = 0.0
     if len(node.input) > 2 and node.input[2]:
-        value = float(ctx.require_const(node, 2, "constant_value").reshape(()))
+        given = ctx.require_const(node, 2, "constant_value")
+        if given.size != 1 or given.dtype.kind not in "biuf":
+            raise Unsupported(f"constant_value must be one number, got {given.size} values of dtype {given.dtype}")
+        value = float(given.reshape(()))
     nd = len(ctx.shape(node.input[0]))
     if len(node.input) > 3 and node.input[3]:
         axes = [int(a) for a in ctx.require_const(node, 3, "axes")]

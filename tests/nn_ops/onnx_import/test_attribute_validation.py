@@ -139,3 +139,23 @@ def test_a_big_but_ordinary_layer_is_not_refused_by_the_work_bound():
     """A 3x3 convolution of 64 channels over a 1080p image: 8e10 multiply-adds, under the bound."""
     w = np.zeros((64, 64, 3, 3), np.float32)
     lw.from_onnx(_one_node("Conv", [1, 64, 1080, 1920], dict(pads=[1] * 4), ("x", "w"), (("w", w),)))
+
+
+def test_pad_with_a_constant_value_of_several_numbers_is_refused():
+    """A rewired Pad whose constant_value has 4 numbers was a numpy ValueError (fuzzer)."""
+    model = _one_node("Pad", [1, 2, 3, 3], {}, inputs=("x", "pads", "cv"),
+                      initializers=[("pads", np.zeros(8, np.int64)), ("cv", np.zeros(4, np.float32))])
+    with pytest.raises(OnnxImportError, match="constant_value must be one number"):
+        lw.from_onnx(model)
+
+
+def test_attention_with_a_past_key_of_the_wrong_rank_is_refused():
+    """A rewired Attention whose past_key is 2-D was an IndexError (fuzzer)."""
+    q = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 8])
+    node = helper.make_node("Attention", ["x", "x", "x", "", "pk", "pv"], ["y", "k2", "v2"], name="att")
+    graph = helper.make_graph([node], "g", [q], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 8])],
+                              initializer=[numpy_helper.from_array(np.zeros((2, 8), np.float32), "pk"),
+                                           numpy_helper.from_array(np.zeros((1, 2, 3, 8), np.float32), "pv")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
+    with pytest.raises(OnnxImportError, match="past_key has shape"):
+        lw.from_onnx(model)
