@@ -53,3 +53,30 @@ def test_cli_tune_then_compile_with_the_log(tmp_path, capsys):
     assert cli.main(["tune", "zoo:small_cnn", "--log", log, "-q"]) == 2
     assert "--trials" in capsys.readouterr().err
     assert cli.main(["tune", "zoo:small_cnn", "--log", log, "--time-budget", "soon"]) == 2
+
+
+def test_sampled_schedules_of_every_kernel_of_a_network_compute_the_same():
+    """The space's schedules of a CNN's fused kernels (conv + bias/ReLU/residual anchors, pools,
+    layout transforms, dense) never change a result: each built sample against the default."""
+    import random
+    from loopweave.autoschedule.measure import _random_inputs
+    from loopweave.autoschedule.space import Space
+    from loopweave.autoschedule.task import Task
+    graph = lw.from_onnx(small_cnn())
+    rng = random.Random(0)
+    built = 0
+    for k in graph.tuning_tasks("llvm"):
+        space = Space(Task(k.args, "llvm"))
+        arrays = _random_inputs(k.args)
+        lw.build(k.default_schedule(), k.args)(*arrays)
+        want = arrays[-1].copy()
+        for _ in range(3):
+            try:
+                mod = lw.build(space.apply(space.sample(rng)), k.args)
+            except lw.ScheduleError:
+                continue
+            arrays[-1][...] = np.nan
+            mod(*arrays)
+            np.testing.assert_allclose(arrays[-1], want, rtol=1e-4, atol=1e-4, err_msg=k.name)
+            built += 1
+    assert built >= 15
