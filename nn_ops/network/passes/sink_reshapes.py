@@ -29,12 +29,16 @@ ELEMENTWISE = {"add", "sub", "mul", "div", "max", "min", "relu", "clip", "sigmoi
 def _operand_for(g: Graph, name: str, out_shape, new_shape):
     """How ``name`` is read in the rewritten node: itself, a view of it, or None (cannot move)."""
     shape = g.shape(name)
+    if tuple(shape) == tuple(out_shape):
+        return None, tuple(new_shape)               # view it in the reshape's input shape
+    if len(shape) > len(new_shape):
+        # read as it is, it would broadcast the result to its own rank: (1, 64) + (1, 1, 64) is
+        # (1, 1, 64), not the (1, 64) the rewritten node must have (a sequence of 1 token)
+        return None, None
     if math.prod(shape) == 1 or (len(shape) <= 1 and (not shape or shape[0] == out_shape[-1])):
         return name, None
     if all(d == 1 for d in shape[:-1]) and shape[-1] == out_shape[-1]:
         return name, None
-    if tuple(shape) == tuple(out_shape):
-        return None, tuple(new_shape)               # view it in the reshape's input shape
     return None, None
 
 

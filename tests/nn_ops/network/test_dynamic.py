@@ -108,3 +108,36 @@ def test_shape_given_as_a_runtime_input_is_specialised_per_value():
         got, = exe.run({"x": data, "shape": np.array(target, np.int64)})
         np.testing.assert_array_equal(got, np.maximum(data.reshape(target), 0))
     assert len(exe.specializations) == 2
+
+
+def dynamic_encoder(hidden=64, heads=2, ffn=128):
+    """One BERT-style layer with symbolic batch and sequence, heads split through a Shape chain
+    for both, as torch exports it."""
+    b = OnnxBuilder(0, opset=17)
+    dh, x = hidden // heads, "input"
+    shape = b.node("Shape", [x])
+    dims = [b.node("Unsqueeze", [b.node("Gather", [shape, b.const(k, np.int64)], axis=0), b.const([0], np.int64)])
+            for k in (0, 1)]
+    head_shape = b.node("Concat", dims + [b.const([heads, dh], np.int64)], axis=0)
+
+    def heads_of(t, perm):
+        return b.node("Transpose", [b.node("Reshape", [t, head_shape])], perm=perm)
+    q = heads_of(b.matmul_add(x, hidden, hidden), [0, 2, 1, 3])
+    k = heads_of(b.matmul_add(x, hidden, hidden), [0, 2, 3, 1])
+    v = heads_of(b.matmul_add(x, hidden, hidden), [0, 2, 1, 3])
+    probs = b.node("Softmax", [b.node("Div", [b.node("MatMul", [q, k]), b.const(np.sqrt(dh))])], axis=-1)
+    ctx = b.node("Reshape", [b.node("Transpose", [b.node("MatMul", [probs, v])], perm=[0, 2, 1, 3]),
+                             b.const([0, 0, hidden], np.int64)])
+    x = b.layer_norm(b.node("Add", [b.matmul_add(ctx, hidden, hidden), x]), hidden)
+    x = b.layer_norm(b.node("Add", [b.matmul_add(b.relu(b.matmul_add(x, hidden, ffn)), ffn, hidden), x]), hidden)
+    return b.model(("batch", "seq", hidden), x, ("batch", "seq", hidden), name="dynamic_encoder")
+
+
+@pytest.mark.parametrize("batch, seq", [(1, 1), (2, 1), (1, 5), (3, 2)])
+def test_symbolic_batch_and_sequence_at_size_one(batch, seq):
+    """The classic trap: a residual Add after a dense layer at batch 1 x seq 1 read the 3-D
+    input into the 2-D dense epilogue (InternalError: computed (1, 1, 64), graph says (1, 64))."""
+    model = dynamic_encoder()
+    exe = lw.compile(lw.from_onnx(model), progress=False)
+    feed = {"input": np.random.default_rng(seq).standard_normal((batch, seq, 64)).astype(np.float32)}
+    np.testing.assert_allclose(exe.run(feed)[0], _ort(model, feed)[0], rtol=1e-3, atol=1e-3)
