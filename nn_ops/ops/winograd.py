@@ -42,7 +42,20 @@ _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=n
 _AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float64)
 
 
-def winograd_pays(kernel, stride, dilation, out_hw, channels: int, out_channels: int) -> bool:
+#: CPUs (LLVM names) that run 512-bit FMAs at full rate per instruction (Intel's AVX-512 cores).
+#: There the direct blocked kernel is fast enough that Winograd's transforms, memory traffic,
+#: cost more than the multiplies they save except on small maps: on a Rocket Lake VM (2
+#: threads, interleaved) Winograd lost at 56x56 and 28x28 and won at 14x14 and 16x16, and
+#: ResNet-18 ran 1.33x faster with direct convs there.  Zen 4 executes AVX-512 as two 256-bit
+#: halves: there Winograd was 1.6-2x faster from 14x14 to 56x56.
+FULL_RATE_AVX512 = frozenset({"skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client",
+                              "icelake-server", "tigerlake", "rocketlake", "alderlake-avx512", "sapphirerapids",
+                              "emeraldrapids", "graniterapids", "graniterapids-d"})
+#: the largest map (pixels) where Winograd pays on those CPUs
+MAX_WINOGRAD_PIXELS_FULL_RATE = 16 * 16
+
+
+def winograd_pays(kernel, stride, dilation, out_hw, channels: int, out_channels: int, cpu: str = "") -> bool:
     """Whether a blocked conv runs faster as Winograd F(2x2, 3x3) on the CPU.
 
     Only 3x3, stride 1, undilated, with whole 2x2 output tiles.  Measured on ResNet-18's
@@ -52,10 +65,12 @@ def winograd_pays(kernel, stride, dilation, out_hw, channels: int, out_channels:
     direct ones' bytes.  Larger maps than 56x56 stay direct too: the transformed input and
     output (16/4 of the map's bytes each) leave the caches, and on U-Net's 64x64 to 256x256
     levels Winograd took 1.2-3x the direct kernel's time (interleaved per-kernel profile,
-    Intel Xeon VM, 2 threads, ``MAX_WINOGRAD_PIXELS``)."""
+    Intel Xeon VM, 2 threads, ``MAX_WINOGRAD_PIXELS``).  On CPUs with full-rate 512-bit FMAs
+    (``cpu`` in ``FULL_RATE_AVX512``) only maps up to 16x16 pay."""
     oh, ow = out_hw
+    largest = MAX_WINOGRAD_PIXELS_FULL_RATE if cpu in FULL_RATE_AVX512 else MAX_WINOGRAD_PIXELS
     return (tuple(kernel) == (3, 3) and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1)
-            and oh % 2 == 0 and ow % 2 == 0 and 14 * 14 <= oh * ow <= MAX_WINOGRAD_PIXELS
+            and oh % 2 == 0 and ow % 2 == 0 and 14 * 14 <= oh * ow <= largest
             and min(channels, out_channels) >= 16)
 
 

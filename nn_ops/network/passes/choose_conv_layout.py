@@ -54,10 +54,14 @@ def _is_float4d(g: Graph, name: str) -> bool:
     return len(v.shape) == 4 and v.dtype == "float32"
 
 
-def choose_conv_layout(g: Graph, lanes: Optional[int] = None) -> Graph:
-    if lanes is None:
+def choose_conv_layout(g: Graph, lanes: Optional[int] = None, cpu: Optional[str] = None) -> Graph:
+    """``lanes`` (float32 vector lanes) and ``cpu`` (LLVM CPU name: whether Winograd pays) default
+    to the host's."""
+    if lanes is None or cpu is None:
         from ....target import resolve_target
-        lanes = resolve_target("llvm").lanes("float32")
+        host = resolve_target("llvm")
+        lanes = host.lanes("float32") if lanes is None else lanes
+        cpu = host.cpu if cpu is None else cpu
     block: Dict[str, int] = {}                # plain value name -> block of its blocked twin
     plan: Dict[int, str] = {}                 # id(node) -> how it is rewritten
     for node in g.nodes:
@@ -110,7 +114,7 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None) -> Graph:
             continue
         b = block[out]
         g.add_value(twin[out], blocked_shape(g.shape(out), b), g.values[out].dtype)
-        new_nodes.append(_rewrite(g, node, how, b, twin, block, blocked_input, lanes))
+        new_nodes.append(_rewrite(g, node, how, b, twin, block, blocked_input, lanes, cpu))
         # every rewritten reader takes the blocked twin; anything else (and a graph output) needs NCHW
         if out in g.outputs or any(id(u) not in plan for u in users.get(out, [])):
             new_nodes.append(Node("from_blocked", [twin[out]], [out], {}, out + ".plain"))
@@ -175,7 +179,7 @@ def _channel_constant(g: Graph, name: str, out_shape) -> bool:
         and value.shape[-3] == out_shape[1] and value.shape[-2:] == (1, 1)
 
 
-def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input, lanes) -> Node:
+def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input, lanes, cpu: str = "") -> Node:
     out = twin[node.outputs[0]]
     attrs = node.attrs
     if how in ("conv", "conv_plain_input"):
@@ -186,7 +190,7 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
         x_in = twin[x] if how == "conv" else x
         w_name = g.fresh_name(node.inputs[1] + ".blocked")
         if how == "conv" and winograd_pays(weight.shape[2:], attrs["stride"], attrs["dilation"],
-                                           g.shape(node.outputs[0])[2:], c, weight.shape[0]):
+                                           g.shape(node.outputs[0])[2:], c, weight.shape[0], cpu):
             g.add_initializer(w_name, winograd_weight(weight, b, cb))
             return Node("conv2d_winograd_blocked", [x_in, w_name] + node.inputs[2:], [out],
                         {"padding": tuple(attrs["padding"])}, node.name)
