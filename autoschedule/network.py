@@ -67,12 +67,13 @@ def _ms(seconds) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.3f}"
 
 
-def tune_network(graph, target="llvm", trials: int = 256, time_budget: Optional[float] = None, log=None,
+def tune_network(graph, target="llvm", trials: Optional[int] = 256, time_budget: Optional[float] = None, log=None,
                  executor=None, seed: int = 0, progress=None, timeout: float = 60.0) -> NetworkTuneResult:
     """Tune every distinct kernel of ``graph`` (from ``lw.from_onnx``); records go to ``log``.
 
     ``trials`` counts measured candidates over the whole network (the default schedules
-    included); ``time_budget`` (seconds) stops the search earlier.  Tuning again with the same
+    included); ``time_budget`` (seconds) stops the search earlier; ``trials=None`` with a
+    ``time_budget`` searches until the budget is spent.  Tuning again with the same
     log resumes without measuring again what it holds.
     """
     if log is None:

@@ -42,14 +42,21 @@ def expected_gain(tuner: TaskTuner, window: int = 2, floor: float = 0.02) -> flo
     return tuner.task.weight * best * max(slope, floor)
 
 
-def tune_tasks(tasks: Sequence, target="llvm", trials: int = 256, time_budget: Optional[float] = None, log=None,
+def tune_tasks(tasks: Sequence, target="llvm", trials: Optional[int] = 256, time_budget: Optional[float] = None, log=None,
                executor=None, seed: int = 0, progress=None, timeout: float = 60.0, batch: int = 8,
                baselines: Optional[Sequence[Optional[str]]] = None) -> List[TuneResult]:
-    """Tune ``tasks`` with ``trials`` measurements in all; one TuneResult per task, in order.
+    """Tune ``tasks`` with ``trials`` measurements in all (``None``: until ``time_budget`` runs
+    out); one TuneResult per task, in order.
 
     ``baselines``: per task, the JSON trace of a schedule to measure first as a candidate (a
     network's default schedule), or None; these measurements count as trials."""
-    _check_trials(trials)
+    if trials is None:      # as many as the time budget allows
+        if time_budget is None:
+            raise ArgumentError("tune_tasks: give trials, time_budget (seconds), or both")
+        limit = float("inf")
+    else:
+        _check_trials(trials)
+        limit = trials
     tasks = [_as_task(t, target) for t in tasks]
     if not tasks:
         raise ArgumentError("tune_tasks: no tasks")
@@ -57,23 +64,23 @@ def tune_tasks(tasks: Sequence, target="llvm", trials: int = 256, time_budget: O
     t0 = time.perf_counter()
     tuners = [TaskTuner(t, measurer, log=log, seed=seed + i, batch=batch) for i, t in enumerate(tasks)]
     spent = 0
-    bar = _progress_bar(progress, trials, f"tune {len(tasks)} tasks")
+    bar = _progress_bar(progress, trials, f"tune {len(tasks)} tasks")   # no total: until the budget
     exhausted: Dict[int, int] = {}
     try:
         for tuner, trace_json in zip(tuners, baselines or []):
-            if trace_json is not None and spent < trials:
+            if trace_json is not None and spent < limit:
                 before = tuner.n_measured
                 tuner.measure_given(trace_json, "default schedule")
                 spent += tuner.n_measured - before
                 bar.update(tuner.n_measured - before)
-        while spent < trials:
+        while spent < limit:
             if time_budget is not None and time.perf_counter() - t0 > time_budget:
                 break
             live = [i for i in range(len(tuners)) if exhausted.get(i, 0) < 3]
             if not live:
                 break
             i = max(live, key=lambda j: expected_gain(tuners[j]))
-            got = tuners[i].round(min(batch, trials - spent))
+            got = tuners[i].round(int(min(batch, limit - spent)))
             exhausted[i] = exhausted.get(i, 0) + 1 if not got else 0
             spent += len(got)
             bar.update(len(got))

@@ -80,3 +80,16 @@ def test_sampled_schedules_of_every_kernel_of_a_network_compute_the_same():
             np.testing.assert_allclose(arrays[-1], want, rtol=1e-4, atol=1e-4, err_msg=k.name)
             built += 1
     assert built >= 15
+
+
+def test_cli_tune_with_only_a_time_budget_runs_until_it_is_spent(tmp_path, capsys):
+    """`loopweave tune MODEL --time-budget 20m` (the README's command) needs no --trials."""
+    import time
+    log = str(tmp_path / "budget.jsonl")
+    t0 = time.perf_counter()
+    assert cli.main(["tune", "zoo:small_cnn", "--time-budget", "6s", "--log", log, "-q"]) == 0
+    assert time.perf_counter() - t0 < 60
+    lines = open(log).read().splitlines()
+    assert len(lines) > 9        # more than the default schedules alone
+    with pytest.raises(lw.ArgumentError, match="trials, time_budget"):
+        auto.tune_network(lw.from_onnx(small_cnn()), trials=None, log=log)
