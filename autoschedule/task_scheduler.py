@@ -42,6 +42,16 @@ def expected_gain(tuner: TaskTuner, window: int = 2, floor: float = 0.02) -> flo
     return tuner.task.weight * best * max(slope, floor)
 
 
+def _status(tuners, t0: float, time_budget: Optional[float]) -> str:
+    """The progress bar's note: estimated kernel time per network run with the best schedules
+    so far (calls x best time), and the time budget left."""
+    bests = [t.task.weight * t.best["seconds"] for t in tuners if t.best]
+    note = f"kernels {sum(bests) * 1e3:.2f} ms/run" if len(bests) == len(tuners) else ""
+    if time_budget is not None:
+        note += f", {max(0.0, time_budget - (time.perf_counter() - t0)):.0f}s left"
+    return note.lstrip(", ")
+
+
 def tune_tasks(tasks: Sequence, target="llvm", trials: Optional[int] = 256, time_budget: Optional[float] = None, log=None,
                executor=None, seed: int = 0, progress=None, timeout: float = 60.0, batch: int = 8,
                baselines: Optional[Sequence[Optional[str]]] = None) -> List[TuneResult]:
@@ -83,6 +93,7 @@ def tune_tasks(tasks: Sequence, target="llvm", trials: Optional[int] = 256, time
             got = tuners[i].round(int(min(batch, limit - spent)))
             exhausted[i] = exhausted.get(i, 0) + 1 if not got else 0
             spent += len(got)
+            bar.set_postfix_str(_status(tuners, t0, time_budget), refresh=False)
             bar.update(len(got))
     finally:
         bar.close()
