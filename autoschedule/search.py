@@ -68,7 +68,8 @@ class TaskTuner:
                 self.best = r
         self.history.append({"trial": len(self.history) + 1, "seconds": r.get("seconds"),
                              "best_seconds": self.best["seconds"] if self.best else None,
-                             "error": r.get("error"), "resumed": resumed})
+                             "error": r.get("error"), "resumed": resumed,
+                             "given": "given" in (r.get("choice") or {})})
 
     @property
     def n_measured(self) -> int:
