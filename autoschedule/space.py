@@ -15,7 +15,7 @@ schedule API, so the result carries its replayable trace.  The rules:
   residual epilogue: ``place:NAME = "register"``, the epilogue inlined).  Its reduction
   loops run outside the tile, the tile's rows unrolled in ``tile_order`` (which row axis
   is innermost decides which operand is reused from registers) and its columns in vectors; one
-  operand of an accumulated output may be packed by ``cache_read`` at the tile (``pack``);
+  operand of the anchor may be packed by ``cache_read`` at the parallel loop (``pack``);
 * without an anchor, an output reduction may be split (``ksplit``) between the tile loops;
 * other producers: elementwise ones inlined, computed at the output's row tile, or at
   root, their last axis in vectors; reductions at the row tile or at root; a long
@@ -134,11 +134,15 @@ class Space:
             d.append(("tile_order", ["natural", "reversed"]))
         if len(shape) >= 2:
             d.append(("order", ["cols_outer", "rows_outer"]))
-        if out.op.reduce_axis:
-            d.append(("cache_write", [True, False]))
-            packable = [i for i, t in enumerate(out.op.input_tensors)
+        reduction = out if out.op.reduce_axis else self.anchor
+        if reduction is not None:
+            if out.op.reduce_axis:
+                d.append(("cache_write", [True, False]))
+            packable = [i for i, t in enumerate(reduction.op.input_tensors)
                         if isinstance(t.op, PlaceholderOp) and len(t.shape) >= 2]
-            d.append(("pack", [None] + packable))
+            if packable:
+                d.append(("pack", [None] + packable))
+        if out.op.reduce_axis:
             kext = const_int(out.op.reduce_axis[0].extent) or 1
             d.append(("ksplit", [0] + _divisor_like(kext, [4, 8, 16, 64, 256])))
         d.append(("parallel", ["outer", "fuse2", "none"]))
@@ -221,7 +225,10 @@ class Space:
         cw = anchored and bool(out.op.reduce_axis)
         CC = s.cache_write(out, "local") if cw else None
         pack = choice.get("pack")
-        BB = s.cache_read(inputs[pack], "local", [CC.op]) if pack is not None and cw else None
+        BB = None
+        if pack is not None and anchored:
+            reader = CC.op if cw else self.anchor.op
+            BB = s.cache_read(reader.input_tensors[pack] if not cw else inputs[pack], "local", [reader])
         axes = list(C.op.axis)
         reds = list(C.op.reduce_axis)
         tail = "guard" if reds else "shift"

@@ -292,12 +292,15 @@ def test_reduction_under_an_elementwise_epilogue_is_the_register_tile_anchor():
     text = str(space.apply(choice).trace)
     for piece in ("s[E].compute_inline()", "s[C].compute_at(s[D], ", "s[C].unroll(i)", "s[C].vectorize(j)"):
         assert piece in text, text
+    assert dict(space.decisions)["pack"] == [None, 0, 1]       # A or B packed per panel
+    packed = str(space.apply(dict(choice, pack=1)).trace)
+    assert "B_local = s.cache_read(B, 'local', [C])" in packed and "s[B_local].compute_at(s[D], " in packed
     a, b = np.random.rand(24, 20).astype("float32"), np.random.rand(20, 40).astype("float32")
     bias = np.random.randn(40).astype("float32")
     want = np.maximum(a @ b + bias, 0)
     rng = random.Random(4)
     built = 0
-    for c in [choice] + [space.sample(rng) for _ in range(10)]:
+    for c in [choice, dict(choice, pack=1)] + [space.sample(rng) for _ in range(10)]:
         try:
             mod = lw.build(space.apply(c), args)
         except lw.ScheduleError:
