@@ -592,7 +592,13 @@ class Executable:
         self.last_profile = result
         return result
 
-    # ------------------------------------------------------------ save / load
+    # ------------------------------------------------------------ save / load / export
+    def export_library(self, path, prefix: str = "lw_", params: str = "embed", cc: Optional[str] = None):
+        """Write this network as a shared library ``path`` with a C API, and its header beside it
+        (``model.so`` -> ``model.h``); needs a C compiler (``cc``, ``$CC``).  See ``export.py``."""
+        from .export import export_library
+        return export_library(self, path, prefix=prefix, params=params, cc=cc)
+
     def save(self, path) -> None:
         """Write a zip: meta.json (with the sha256 of every other member), meta.sha256, kernels/<symbol>.o,
         runner.o, weights/<k>.npy (no pickle); see ``archive.py``."""

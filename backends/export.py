@@ -1,0 +1,92 @@
+"""Link compiled objects into one shared library with the system C compiler.
+
+Generic helpers for ``export_library`` (the network's C API is generated in
+``nn_ops/network/export.py``):
+
+* ``find_c_compiler()``: ``$CC`` or ``cc`` / ``gcc`` / ``clang`` on the PATH; none is a
+  ``BuildError`` that says what to install.
+* ``thread_pool_object(target)``: the native thread pool (``llvm/thread_pool.py``) compiled to
+  position-independent object code, so the library carries its own pool.
+* ``weights_assembly(blob_path, symbol)``: a small assembler file that places a binary file in
+  ``.rodata`` with ``.incbin`` (tens of MB of weights cost the assembler a file copy, where an
+  LLVM constant or a C initializer of that size takes the compiler seconds to minutes).
+* ``link_shared(...)``: ``cc -shared`` with a version script that exports only the names given;
+  every other symbol (kernels, runner, pool) stays local to the library.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Iterable, List, Optional, Sequence
+
+from ..errors import BuildError
+
+COMPILER_HINT = ("export_library links with the system C compiler and found none: install one (Debian/Ubuntu: "
+                 "'apt-get install gcc', Fedora: 'dnf install gcc', Alpine: 'apk add build-base') or set CC "
+                 "to its path")
+
+
+def find_c_compiler(cc: Optional[str] = None) -> str:
+    """The C compiler to link with: ``cc`` if given, else ``$CC``, else cc / gcc / clang on the PATH."""
+    candidates = [cc] if cc else ([os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"])
+    for name in candidates:
+        found = shutil.which(name)
+        if found:
+            return found
+    if cc or os.environ.get("CC"):
+        raise BuildError(f"the C compiler {candidates[0]!r} was not found; {COMPILER_HINT}")
+    raise BuildError(COMPILER_HINT)
+
+
+def thread_pool_object(target) -> bytes:
+    """``lw_parallel_for`` and its pool as position-independent object code for ``target``'s CPU."""
+    from llvmlite import binding as llvm
+    from .llvm import thread_pool
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    module_ref = llvm.parse_assembly(str(thread_pool.build_module()))
+    module_ref.verify()
+    machine = llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(
+        cpu=target.cpu, features=target.features, opt=3, reloc="pic", codemodel="default")
+    module_ref.data_layout = str(machine.target_data)
+    builder = llvm.create_pass_builder(machine, llvm.PipelineTuningOptions(speed_level=2))
+    builder.getModulePassManager().run(module_ref, builder)
+    return machine.emit_object(module_ref)
+
+
+def weights_assembly(blob_path: Path, symbol: str, align: int = 64) -> str:
+    """GNU assembler text defining ``symbol`` (hidden) as the bytes of ``blob_path`` in ``.rodata``."""
+    path = str(blob_path).replace("\\", "\\\\").replace('"', '\\"')
+    return (f'\t.section .rodata.{symbol},"a"\n\t.balign {align}\n\t.globl {symbol}\n'
+            f'\t.hidden {symbol}\n\t.type {symbol}, @object\n{symbol}:\n\t.incbin "{path}"\n'
+            f'\t.byte 0\n\t.size {symbol}, . - {symbol}\n\t.section .note.GNU-stack,"",@progbits\n')
+
+
+def version_script(exported: Iterable[str]) -> str:
+    """A linker version script exporting exactly ``exported``."""
+    names = "".join(f"    {name};\n" for name in exported)
+    return f"{{\n  global:\n{names}  local:\n    *;\n}};\n"
+
+
+def link_shared(output: Path, sources: Sequence[Path], objects: Sequence[Path], exported: Sequence[str],
+                workdir: Path, cc: Optional[str] = None) -> None:
+    """Compile ``sources`` (C / assembler) and link them with ``objects`` into the shared library
+    ``output``, exporting only ``exported``; needs nothing at run time but libc, libm and pthread.
+
+    The kernels' objects are JIT code (absolute addresses, not position-independent), so the
+    library has text relocations, resolved once when it is loaded (``-z notext``)."""
+    compiler = find_c_compiler(cc)
+    script = workdir / "exports.map"
+    script.write_text(version_script(exported))
+    cmd: List[str] = [compiler, "-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-o", str(output),
+                      *map(str, sources), *map(str, objects), f"-Wl,--version-script={script}",
+                      "-Wl,-z,notext", "-Wl,-z,defs", "-Wl,-z,noexecstack", "-lm", "-lpthread"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir)
+    except OSError as exc:
+        raise BuildError(f"could not run the C compiler {compiler!r}: {exc}; {COMPILER_HINT}") from None
+    if proc.returncode != 0:
+        raise BuildError(f"linking {output.name} with {compiler} failed (exit {proc.returncode}):\n"
+                         f"{proc.stderr.strip()[-4000:]}\n  command: {' '.join(cmd)}")

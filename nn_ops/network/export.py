@@ -1,0 +1,367 @@
+"""``Executable.export_library``: a compiled network as one shared library with a C API.
+
+``export_library(exe, "model.so", prefix="lw_")`` writes ``model.so`` and ``model.h`` beside it.
+The library holds the kernels' object code, the runner (which calls them by symbol; the linker
+resolves them), the native thread pool, the memory plan (the arena size; offsets are constants in
+the runner) and the weights, read-only in ``.rodata`` (``.incbin``, see ``backends/export.py``).
+A generated C file implements the API below; it is compiled and linked with the system C compiler.
+At run time the library needs only libc, libm and pthread.
+
+The API (``lw_`` is the prefix; every exported symbol, type and status macro carries it, and nothing
+else is exported)::
+
+    int lw_model_create(lw_model **out, int num_threads);      /* 0 ok; num_threads 0 = all cores */
+    int lw_model_num_inputs(const lw_model *m);  int lw_model_num_outputs(const lw_model *m);
+    const char *lw_model_input_name(const lw_model *m, int i);  /* and output_name, NULL on error */
+    const char *lw_model_input_dtype(const lw_model *m, int i); /* "float32", ...; and output_dtype */
+    int lw_model_input_shape(const lw_model *m, int i, int64_t *dims, int max_rank); /* rank, or < 0 */
+    int lw_model_output_shape(const lw_model *m, int i, int64_t *dims, int max_rank);
+    int lw_model_run(lw_model *m, const void *const *inputs, void *const *outputs);
+    void lw_model_destroy(lw_model *m);
+    const char *lw_last_error(void);
+
+Every entry point checks its arguments: a null pointer, an index out of range, a bad thread count,
+a ``dims`` array too short is a negative status (or NULL) and a thread-local message, never an abort.
+"""
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from ...backends.export import link_shared, thread_pool_object, weights_assembly
+from ...errors import ArgumentError, BuildError
+from ...backends.llvm.thread_pool import MAX_THREADS
+
+API_FUNCTIONS = ("model_create", "model_num_inputs", "model_num_outputs", "model_input_name", "model_output_name",
+                 "model_input_dtype", "model_output_dtype", "model_input_shape", "model_output_shape", "model_run",
+                 "model_destroy", "last_error")
+_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_WEIGHTS_SYMBOL = "lw_export_weights"
+_POOL_THREADS_SYMBOL = "lw_set_num_threads"
+
+_HEADER = r"""/* HEADER_NAME: C API of a network compiled by loopweave (generated; do not edit).
+ *
+ *   model: inputs  INPUTS_DOC
+ *          outputs OUTPUTS_DOC
+ *   compiled for CPU 'CPU_NAME' (the code uses this CPU's features: run it on the same kind of CPU)
+ *
+ * Link with the library (cc app.c ./LIBRARY_NAME); at run time it needs only libc, libm and pthread.
+ * The library is native code: load only libraries you trust, as you would any other.
+ *
+ * Status: 0 is success; a negative LWPU_ERR_* code is a failure, and LWPlast_error() then returns
+ * its message (thread-local, valid until this thread's next failing call).  No function aborts.
+ * Tensors are dense, C order (row-major), of the dtype and shape queried below.
+ * One handle runs one inference at a time; use one handle per thread to run concurrently.
+ */
+#ifndef LWPU_MODEL_H_INCLUDED
+#define LWPU_MODEL_H_INCLUDED
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LWPU_OK 0
+#define LWPU_ERR_NULL (-1)      /* a pointer argument is NULL */
+#define LWPU_ERR_INDEX (-2)     /* an input / output index is out of range */
+#define LWPU_ERR_THREADS (-3)   /* num_threads is not in [0, MAX_THREADS_VALUE] */
+#define LWPU_ERR_NOMEM (-4)     /* out of memory */
+#define LWPU_ERR_RANK (-5)      /* max_rank is smaller than the tensor's rank */
+#define LWPU_ERR_DATA (-6)      /* an input value is out of range (e.g. a Gather index); see LWPlast_error() */
+
+typedef struct LWPmodel LWPmodel;
+
+/* Create a handle; *out is set to it (NULL on failure).  num_threads: 0 = every core this process
+ * may use, else 1 .. MAX_THREADS_VALUE. */
+int LWPmodel_create(LWPmodel **out, int num_threads);
+int LWPmodel_num_inputs(const LWPmodel *m);    /* count, or < 0 */
+int LWPmodel_num_outputs(const LWPmodel *m);
+const char *LWPmodel_input_name(const LWPmodel *m, int i);    /* NULL on error */
+const char *LWPmodel_output_name(const LWPmodel *m, int i);
+const char *LWPmodel_input_dtype(const LWPmodel *m, int i);   /* "float32", "int64", ...; NULL on error */
+const char *LWPmodel_output_dtype(const LWPmodel *m, int i);
+/* Write the dims into dims[0 .. rank-1] and return the rank, or < 0.  dims may be NULL when
+ * max_rank is 0: then only the rank is returned. */
+int LWPmodel_input_shape(const LWPmodel *m, int i, int64_t *dims, int max_rank);
+int LWPmodel_output_shape(const LWPmodel *m, int i, int64_t *dims, int max_rank);
+/* Run the network: inputs[k] / outputs[k] point to caller-owned buffers of input / output k
+ * (read / written in place, nothing is copied).  0, or < 0 with a message. */
+int LWPmodel_run(LWPmodel *m, const void *const *inputs, void *const *outputs);
+void LWPmodel_destroy(LWPmodel *m);                    /* NULL is a no-op */
+const char *LWPlast_error(void);                       /* "" when this thread had no failure */
+
+#ifdef __cplusplus
+}
+#endif
+#endif
+"""
+
+_SOURCE = r"""#define _GNU_SOURCE
+#include <sched.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "HEADER_FILE"
+
+#define EXPORT __attribute__((visibility("default")))
+#define NUM_INPUTS NUM_INPUTS_VALUE
+#define NUM_OUTPUTS NUM_OUTPUTS_VALUE
+#define MAX_THREADS MAX_THREADS_VALUE
+#define ARENA_BYTES ((size_t)ARENA_VALUE)
+
+TABLES
+
+extern void RUNNER_SYMBOL(void *inputs, void *outputs, void *arena, void *weights, int64_t *err);
+extern void POOL_THREADS_SYMBOL(int32_t n);
+extern const unsigned char WEIGHTS_SYMBOL[];
+
+struct LWPmodel {
+    void *arena;
+    int num_threads;
+};
+
+static __thread char last_error[1024];
+
+static int fail(int status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+EXPORT const char *LWPlast_error(void) { return last_error; }
+
+static int all_cores(void) {
+    cpu_set_t set;
+    int n = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+    if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (n <= 0) n = 1;
+    return n > MAX_THREADS ? MAX_THREADS : n;
+}
+
+EXPORT int LWPmodel_create(LWPmodel **out, int num_threads) {
+    LWPmodel *m;
+    if (out == NULL) return fail(LWPU_ERR_NULL, "LWPmodel_create: out is NULL");
+    *out = NULL;
+    if (num_threads < 0 || num_threads > MAX_THREADS)
+        return fail(LWPU_ERR_THREADS, "LWPmodel_create: num_threads must be 0 (all cores) or 1 to %d, got %d",
+                    MAX_THREADS, num_threads);
+    m = (LWPmodel *)calloc(1, sizeof *m);
+    if (m == NULL) return fail(LWPU_ERR_NOMEM, "LWPmodel_create: out of memory");
+    if (posix_memalign(&m->arena, 64, ARENA_BYTES ? ARENA_BYTES : 64) != 0) {
+        free(m);
+        return fail(LWPU_ERR_NOMEM, "LWPmodel_create: out of memory (the arena takes %zu bytes)", ARENA_BYTES);
+    }
+    m->num_threads = num_threads ? num_threads : all_cores();
+    *out = m;
+    return LWPU_OK;
+}
+
+EXPORT void LWPmodel_destroy(LWPmodel *m) {
+    if (m == NULL) return;
+    free(m->arena);
+    free(m);
+}
+
+EXPORT int LWPmodel_num_inputs(const LWPmodel *m) {
+    if (m == NULL) return fail(LWPU_ERR_NULL, "LWPmodel_num_inputs: m is NULL");
+    return NUM_INPUTS;
+}
+
+EXPORT int LWPmodel_num_outputs(const LWPmodel *m) {
+    if (m == NULL) return fail(LWPU_ERR_NULL, "LWPmodel_num_outputs: m is NULL");
+    return NUM_OUTPUTS;
+}
+
+static int check_index(const char *fn, const LWPmodel *m, int i, int count, const char *what) {
+    if (m == NULL) return fail(LWPU_ERR_NULL, "%s: m is NULL", fn);
+    if (i < 0 || i >= count)
+        return fail(LWPU_ERR_INDEX, "%s: %s index %d is out of range (the model has %d %ss)", fn, what, i, count, what);
+    return LWPU_OK;
+}
+
+EXPORT const char *LWPmodel_input_name(const LWPmodel *m, int i) {
+    return check_index("LWPmodel_input_name", m, i, NUM_INPUTS, "input") ? NULL : input_names[i];
+}
+
+EXPORT const char *LWPmodel_output_name(const LWPmodel *m, int i) {
+    return check_index("LWPmodel_output_name", m, i, NUM_OUTPUTS, "output") ? NULL : output_names[i];
+}
+
+EXPORT const char *LWPmodel_input_dtype(const LWPmodel *m, int i) {
+    return check_index("LWPmodel_input_dtype", m, i, NUM_INPUTS, "input") ? NULL : input_dtypes[i];
+}
+
+EXPORT const char *LWPmodel_output_dtype(const LWPmodel *m, int i) {
+    return check_index("LWPmodel_output_dtype", m, i, NUM_OUTPUTS, "output") ? NULL : output_dtypes[i];
+}
+
+static int shape_of(const char *fn, const LWPmodel *m, int i, int count, const char *what, const int *ranks,
+                    const int *starts, const int64_t *all_dims, int64_t *dims, int max_rank) {
+    int status = check_index(fn, m, i, count, what), rank;
+    if (status) return status;
+    rank = ranks[i];
+    if (dims == NULL && max_rank == 0) return rank;
+    if (dims == NULL) return fail(LWPU_ERR_NULL, "%s: dims is NULL (pass max_rank 0 to ask for the rank only)", fn);
+    if (max_rank < rank)
+        return fail(LWPU_ERR_RANK, "%s: %s %d has rank %d, more than max_rank %d", fn, what, i, rank, max_rank);
+    if (rank > 0) memcpy(dims, all_dims + starts[i], (size_t)rank * sizeof(int64_t));
+    return rank;
+}
+
+EXPORT int LWPmodel_input_shape(const LWPmodel *m, int i, int64_t *dims, int max_rank) {
+    return shape_of("LWPmodel_input_shape", m, i, NUM_INPUTS, "input", input_ranks, input_starts, input_dims,
+                    dims, max_rank);
+}
+
+EXPORT int LWPmodel_output_shape(const LWPmodel *m, int i, int64_t *dims, int max_rank) {
+    return shape_of("LWPmodel_output_shape", m, i, NUM_OUTPUTS, "output", output_ranks, output_starts,
+                    output_dims, dims, max_rank);
+}
+
+EXPORT int LWPmodel_run(LWPmodel *m, const void *const *inputs, void *const *outputs) {
+    int64_t err[4] = {0, 0, 0, 0};
+    int k;
+    if (m == NULL) return fail(LWPU_ERR_NULL, "LWPmodel_run: m is NULL");
+    if (inputs == NULL && NUM_INPUTS > 0) return fail(LWPU_ERR_NULL, "LWPmodel_run: inputs is NULL");
+    if (outputs == NULL && NUM_OUTPUTS > 0) return fail(LWPU_ERR_NULL, "LWPmodel_run: outputs is NULL");
+    for (k = 0; k < NUM_INPUTS; k++)
+        if (inputs[k] == NULL && input_bytes[k] > 0)
+            return fail(LWPU_ERR_NULL, "LWPmodel_run: inputs[%d] (input '%s') is NULL", k, input_names[k]);
+    for (k = 0; k < NUM_OUTPUTS; k++)
+        if (outputs[k] == NULL && output_bytes[k] > 0)
+            return fail(LWPU_ERR_NULL, "LWPmodel_run: outputs[%d] (output '%s') is NULL", k, output_names[k]);
+    POOL_THREADS_SYMBOL(m->num_threads);
+    RUNNER_SYMBOL((void *)inputs, (void *)outputs, m->arena, (void *)WEIGHTS_SYMBOL, err);
+    if (err[0] != 0) {
+        /* a kernel's index check failed: err = {message, index, extent, call}; the message's first
+           character says whether negative indices count from the end */
+        const char *what = (const char *)(intptr_t)err[0];
+        const char *node = err[3] >= 0 && err[3] < NUM_CALLS ? call_names[err[3]] : "?";
+        if (what[0] == '1')
+            return fail(LWPU_ERR_DATA, "LWPmodel_run: %s: index %lld is out of range for %s, of size %lld (valid: "
+                        "%lld to %lld, negative ones counting from the end)", node, (long long)err[1], what + 1,
+                        (long long)err[2], -(long long)err[2], (long long)err[2] - 1);
+        return fail(LWPU_ERR_DATA, "LWPmodel_run: %s: index %lld is out of range for %s, of size %lld (valid: 0 to "
+                    "%lld)", node, (long long)err[1], what + 1, (long long)err[2], (long long)err[2] - 1);
+    }
+    return LWPU_OK;
+}
+"""
+
+
+def c_string(text: str) -> str:
+    """A C string literal of ``text`` (UTF-8; anything but printable ASCII as octal escapes)."""
+    out = []
+    for byte in text.encode("utf-8"):
+        ch = chr(byte)
+        if ch in '"\\?':
+            out.append("\\" + ch)
+        elif 32 <= byte < 127:
+            out.append(ch)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def _array(ctype: str, name: str, values: Sequence[str]) -> str:
+    """A static const array; one filler element keeps C happy when ``values`` is empty."""
+    body = ", ".join(values) if values else "0"
+    return f"static const {ctype} {name}[] = {{{body}}};"
+
+
+def _tensor_tables(kind: str, tensors) -> List[str]:
+    names = [c_string(n) for n, _, _ in tensors]
+    dtypes = [c_string(str(np.dtype(d))) for _, _, d in tensors]
+    ranks = [str(len(s)) for _, s, _ in tensors]
+    starts, dims, nbytes = [], [], []
+    for _, shape, dtype in tensors:
+        starts.append(str(len(dims)))
+        dims += [f"INT64_C({int(d)})" for d in shape]
+        nbytes.append(f"(size_t){int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize}u")
+    return [_array("char *const", f"{kind}_names", names if names else ["\"\""]),
+            _array("char *const", f"{kind}_dtypes", dtypes if dtypes else ["\"\""]),
+            _array("int", f"{kind}_ranks", ranks), _array("int", f"{kind}_starts", starts),
+            _array("int64_t", f"{kind}_dims", dims), _array("size_t", f"{kind}_bytes", nbytes)]
+
+
+def _signature_doc(tensors) -> str:
+    return ", ".join(f"{n}: {np.dtype(d)}{list(s)}" for n, s, d in tensors) or "(none)"
+
+
+def _fill(template: str, prefix: str, values: dict) -> str:
+    """``template`` with each placeholder replaced once (inserted text is never scanned again):
+    ``LWPU_`` by the upper-case prefix, ``LWP`` by the prefix, the keys of ``values`` by their values."""
+    table = dict(values, LWPU_=prefix.upper(), LWP=prefix)
+    pattern = re.compile("|".join(re.escape(k) for k in sorted(table, key=len, reverse=True)))
+    return pattern.sub(lambda m: table[m.group(0)], template)
+
+
+def header_text(exe, prefix: str, header_name: str, library_name: str) -> str:
+    """The generated header of ``exe``'s library."""
+    return _fill(_HEADER, prefix, {
+        "HEADER_NAME": header_name, "LIBRARY_NAME": library_name, "INPUTS_DOC": _signature_doc(exe.inputs),
+        "OUTPUTS_DOC": _signature_doc(exe.outputs), "CPU_NAME": exe.target.cpu,
+        "MAX_THREADS_VALUE": str(MAX_THREADS)})
+
+
+def source_text(exe, prefix: str, header_file: str) -> str:
+    """The C implementation of the API over ``exe``'s runner."""
+    call_names = [c_string(f"node '{c.nodes[0]}'" if len(c.nodes) == 1 else f"kernel '{c.name}' (nodes "
+                           + ", ".join(c.nodes) + ")") for c in exe.calls]
+    tables = (_tensor_tables("input", exe.inputs) + _tensor_tables("output", exe.outputs)
+              + [f"#define NUM_CALLS {len(exe.calls)}", _array("char *const", "call_names", call_names or ['""'])])
+    return _fill(_SOURCE, prefix, {
+        "HEADER_FILE": header_file, "NUM_INPUTS_VALUE": str(len(exe.inputs)),
+        "NUM_OUTPUTS_VALUE": str(len(exe.outputs)), "MAX_THREADS_VALUE": str(MAX_THREADS),
+        "ARENA_VALUE": str(int(exe.arena_size)), "TABLES": "\n".join(tables), "RUNNER_SYMBOL": exe.runner_symbol,
+        "POOL_THREADS_SYMBOL": _POOL_THREADS_SYMBOL, "WEIGHTS_SYMBOL": _WEIGHTS_SYMBOL})
+
+
+def export_library(exe, path, prefix: str = "lw_", params: str = "embed", cc: Optional[str] = None) -> Path:
+    """Write ``exe`` (a CPU ``Executable``) as the shared library ``path`` and its header beside it
+    (``model.so`` -> ``model.h``); returns the library's path.  See the module docstring."""
+    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+        raise ArgumentError(f"export_library: prefix must be the start of a C identifier (letters, digits, "
+                            f"'_', not starting with a digit), got {prefix!r}")
+    if params != "embed":
+        raise ArgumentError(f"export_library: params={params!r} is not supported yet; only params='embed' "
+                            f"(the weights inside the library)")
+    if getattr(exe.target, "kind", None) != "llvm":
+        raise ArgumentError("export_library: only CPU (llvm) executables can be exported")
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise ArgumentError(f"export_library: the folder {str(path.parent)!r} does not exist")
+    header = path.with_suffix(".h")
+    header_body = header_text(exe, prefix, header.name, path.name)
+    with tempfile.TemporaryDirectory(prefix="loopweave-export-") as tmp:
+        work = Path(tmp)
+        (work / header.name).write_text(header_body)
+        (work / "api.c").write_text(source_text(exe, prefix, header.name))
+        np.ascontiguousarray(exe.weights).view(np.uint8).tofile(work / "weights.bin")
+        (work / "weights.s").write_text(weights_assembly(work / "weights.bin", _WEIGHTS_SYMBOL))
+        objects = []
+        for k, (symbol, obj) in enumerate(sorted(exe.kernels.items())):
+            objects.append(work / f"kernel{k}.o")
+            objects[-1].write_bytes(obj)
+        (work / "runner.o").write_bytes(exe.runner_object)
+        (work / "pool.o").write_bytes(thread_pool_object(exe.target))
+        objects += [work / "runner.o", work / "pool.o"]
+        partial = path.with_name(path.name + ".partial")
+        try:
+            link_shared(partial, [work / "api.c", work / "weights.s"], objects,
+                        [prefix + name for name in API_FUNCTIONS], work, cc)
+            partial.replace(path)
+        except BuildError:
+            partial.unlink(missing_ok=True)
+            raise
+    header.write_text(header_body)
+    return path
