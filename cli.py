@@ -71,10 +71,18 @@ def _cmd_compile(args) -> int:
     t0 = time.perf_counter()
     graph = from_onnx(_model_source(args.model), input_shapes=_input_shapes(args.input_shape))
     t1 = time.perf_counter()
+    if not args.output and not args.export:
+        raise UsageError("give -o model.lwx, --export model.so, or both")
     exe = lw_compile(graph, progress=not args.quiet, tuning_log=args.tuning_log)
     t2 = time.perf_counter()
-    exe.save(args.output)
-    print(f"{exe}\nimport {t1 - t0:.2f} s, compile {t2 - t1:.2f} s; wrote {args.output}")
+    wrote = []
+    if args.output:
+        exe.save(args.output)
+        wrote.append(args.output)
+    if args.export:
+        lib = exe.export_library(args.export, prefix=args.prefix)
+        wrote += [str(lib), str(lib.with_suffix(".h"))]
+    print(f"{exe}\nimport {t1 - t0:.2f} s, compile {t2 - t1:.2f} s; wrote {', '.join(wrote)}")
     return 0
 
 
@@ -144,9 +152,12 @@ def main(argv=None) -> int:
     demo.add_argument("--size", type=int, default=1024, help="matmul size N (default 1024)")
     demo.add_argument("--quick", action="store_true", help="small sizes, for a fast smoke test")
 
-    comp = sub.add_parser("compile", help="compile an ONNX model into an executable file (.lwx)")
+    comp = sub.add_parser("compile", help="compile an ONNX model into an executable file (.lwx) or a C library (.so)")
     comp.add_argument("model", help="model.onnx (or zoo:NAME: resnet18, squeezenet1_1, vit_tiny, gpt2, ... see ZOO_MODELS)")
-    comp.add_argument("-o", "--output", required=True, help="where to write the executable (e.g. model.lwx)")
+    comp.add_argument("-o", "--output", help="where to write the executable (e.g. model.lwx)")
+    comp.add_argument("--export", metavar="MODEL.so",
+                      help="also (or instead) write a shared library with a C API and its header MODEL.h beside it")
+    comp.add_argument("--prefix", default="lw_", help="prefix of the library's exported C symbols (default lw_)")
     comp.add_argument("--input-shape", action="append", metavar="NAME=AxBxC",
                       help="fix a dynamic input's shape (static shapes only)")
     comp.add_argument("--tuning-log", metavar="LOG.jsonl",

@@ -248,3 +248,15 @@ def test_export_refuses_bad_arguments(exported, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(BuildError, match="found none: install one"):
         find_c_compiler()
+
+
+def test_cli_compile_export(tmp_path, capsys):
+    from loopweave import cli
+    lib = tmp_path / "net.so"
+    assert cli.main(["compile", "zoo:small_cnn", "--export", str(lib), "--prefix", "net_", "-q"]) == 0
+    assert f"wrote {lib}, {tmp_path / 'net.h'}" in capsys.readouterr().out
+    assert "int net_model_run(net_model *m" in (tmp_path / "net.h").read_text()
+    assert cli.main(["compile", "zoo:small_cnn", "-q"]) == 2
+    assert "give -o model.lwx, --export model.so, or both" in capsys.readouterr().err
+    assert cli.main(["compile", "zoo:small_cnn", "--export", str(lib), "--prefix", "1x", "-q"]) == 2
+    assert "prefix must be the start of a C identifier" in capsys.readouterr().err
