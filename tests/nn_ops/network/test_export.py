@@ -260,3 +260,35 @@ def test_cli_compile_export(tmp_path, capsys):
     assert "give -o model.lwx, --export model.so, or both" in capsys.readouterr().err
     assert cli.main(["compile", "zoo:small_cnn", "--export", str(lib), "--prefix", "1x", "-q"]) == 2
     assert "prefix must be the start of a C identifier" in capsys.readouterr().err
+
+
+def test_index_error_in_data_is_a_status_from_c(tmp_path):
+    from onnx import TensorProto, helper, numpy_helper
+    table = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3), "table")
+    graph = helper.make_graph([helper.make_node("Gather", ["table", "ids"], ["rows"], name="lookup", axis=0)],
+                              "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("rows", TensorProto.FLOAT, [2, 3])], [table])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    exe = lw.compile(lw.from_onnx(model), progress=False)
+    exe.export_library(tmp_path / "model.so")
+    source = r"""
+#include <stdio.h>
+#include "model.h"
+int main(void) {
+    lw_model *m; int64_t ids[2] = {1, 9}, ok[2] = {3, -1}; float rows[6];
+    const void *bad_in[1] = {ids}, *ok_in[1] = {ok}; void *outs[1] = {rows};
+    if (lw_model_create(&m, 1)) return 2;
+    printf("%d %s\n", lw_model_run(m, bad_in, outs), lw_last_error());
+    int status = lw_model_run(m, ok_in, outs);
+    printf("%d %g %g\n", status, rows[0], rows[5]);
+    lw_model_destroy(m);
+    return 0;
+}
+"""
+    app = _compile_c(tmp_path, source, [tmp_path / "model.so"])
+    proc = subprocess.run([str(app)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    bad, good = proc.stdout.splitlines()
+    assert bad.startswith("-6 lw_model_run: node 'lookup': index 9 is out of range for "), bad
+    assert "of size 4 (valid: -4 to 3, negative ones counting from the end)" in bad
+    assert good == "0 9 11"
