@@ -227,6 +227,26 @@ EXPORT int LWPmodel_output_shape(const LWPmodel *m, int i, int64_t *dims, int ma
                     output_dims, dims, max_rank);
 }
 
+/* the kernel's message names its inputs in0, in1, ...: write the graph's value names instead */
+static void name_inputs(char *dst, size_t cap, const char *what, int64_t call) {
+    size_t n = 0;
+    while (*what && n + 1 < cap) {
+        if (what[0] == '\'' && what[1] == 'i' && what[2] == 'n' && what[3] >= '0' && what[3] <= '9') {
+            const char *p = what + 3;
+            long k = 0;
+            while (*p >= '0' && *p <= '9' && k < 1000000) k = k * 10 + (*p++ - '0');
+            if (*p == '\'' && call >= 0 && call < NUM_CALLS && k < call_input_counts[call]) {
+                int wrote = snprintf(dst + n, cap - n, "'%s'", call_inputs[call_input_starts[call] + k]);
+                n = wrote < 0 || (size_t)wrote >= cap - n ? cap - 1 : n + (size_t)wrote;
+                what = p + 1;
+                continue;
+            }
+        }
+        dst[n++] = *what++;
+    }
+    dst[n] = 0;
+}
+
 EXPORT int LWPmodel_run(LWPmodel *m, const void *const *inputs, void *const *outputs) {
     int64_t err[4] = {0, 0, 0, 0};
     int k;
@@ -244,14 +264,16 @@ EXPORT int LWPmodel_run(LWPmodel *m, const void *const *inputs, void *const *out
     if (err[0] != 0) {
         /* a kernel's index check failed: err = {message, index, extent, call}; the message's first
            character says whether negative indices count from the end */
-        const char *what = (const char *)(intptr_t)err[0];
+        const char *message = (const char *)(intptr_t)err[0];
         const char *node = err[3] >= 0 && err[3] < NUM_CALLS ? call_names[err[3]] : "?";
-        if (what[0] == '1')
+        char what[512];
+        name_inputs(what, sizeof what, message + 1, err[3]);
+        if (message[0] == '1')
             return fail(LWPU_ERR_DATA, "LWPmodel_run: %s: index %lld is out of range for %s, of size %lld (valid: "
-                        "%lld to %lld, negative ones counting from the end)", node, (long long)err[1], what + 1,
+                        "%lld to %lld, negative ones counting from the end)", node, (long long)err[1], what,
                         (long long)err[2], -(long long)err[2], (long long)err[2] - 1);
         return fail(LWPU_ERR_DATA, "LWPmodel_run: %s: index %lld is out of range for %s, of size %lld (valid: 0 to "
-                    "%lld)", node, (long long)err[1], what + 1, (long long)err[2], (long long)err[2] - 1);
+                    "%lld)", node, (long long)err[1], what, (long long)err[2], (long long)err[2] - 1);
     }
     return LWPU_OK;
 }
@@ -293,6 +315,17 @@ def _tensor_tables(kind: str, tensors) -> List[str]:
             _array("int64_t", f"{kind}_dims", dims), _array("size_t", f"{kind}_bytes", nbytes)]
 
 
+def _call_input_tables(calls) -> List[str]:
+    """Per kernel call, the graph value names of its inputs in0, in1, ... (for index error messages)."""
+    counts, starts, names = [], [], []
+    for call in calls:
+        starts.append(str(len(names)))
+        counts.append(str(len(call.inputs)))
+        names += [c_string(v) for v in call.inputs]
+    return [_array("int", "call_input_counts", counts), _array("int", "call_input_starts", starts),
+            _array("char *const", "call_inputs", names or ['""'])]
+
+
 def _signature_doc(tensors) -> str:
     return ", ".join(f"{n}: {np.dtype(d)}{list(s)}" for n, s, d in tensors) or "(none)"
 
@@ -318,7 +351,8 @@ def source_text(exe, prefix: str, header_file: str) -> str:
     call_names = [c_string(f"node '{c.nodes[0]}'" if len(c.nodes) == 1 else f"kernel '{c.name}' (nodes "
                            + ", ".join(c.nodes) + ")") for c in exe.calls]
     tables = (_tensor_tables("input", exe.inputs) + _tensor_tables("output", exe.outputs)
-              + [f"#define NUM_CALLS {len(exe.calls)}", _array("char *const", "call_names", call_names or ['""'])])
+              + [f"#define NUM_CALLS {len(exe.calls)}", _array("char *const", "call_names", call_names or ['""'])]
+              + _call_input_tables(exe.calls))
     return _fill(_SOURCE, prefix, {
         "HEADER_FILE": header_file, "NUM_INPUTS_VALUE": str(len(exe.inputs)),
         "NUM_OUTPUTS_VALUE": str(len(exe.outputs)), "MAX_THREADS_VALUE": str(MAX_THREADS),

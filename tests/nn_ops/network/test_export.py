@@ -289,6 +289,7 @@ int main(void) {
     proc = subprocess.run([str(app)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     bad, good = proc.stdout.splitlines()
-    assert bad.startswith("-6 lw_model_run: node 'lookup': index 9 is out of range for "), bad
+    assert bad.startswith("-6 lw_model_run: node 'lookup': index 9 is out of range for axis 0 of 'table' "
+                          "(an index read from 'ids'), of size 4"), bad
     assert "of size 4 (valid: -4 to 3, negative ones counting from the end)" in bad
     assert good == "0 9 11"
