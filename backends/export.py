@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence
 
-from ..errors import BuildError
+from ..errors import ArgumentError, BuildError, InternalError
 
 COMPILER_HINT = ("export_library links with the system C compiler and found none: install one (Debian/Ubuntu: "
                  "'apt-get install gcc', Fedora: 'dnf install gcc', Alpine: 'apk add build-base') or set CC "
@@ -40,13 +40,34 @@ def find_c_compiler(cc: Optional[str] = None) -> str:
     raise BuildError(COMPILER_HINT)
 
 
+POOL_SET_THREADS = "loopweave_export_pool_set_num_threads"
+"""The pool's ``lw_set_num_threads`` in an exported library (renamed: a user's ``lw_`` API may want the name)."""
+INTERNAL_SYMBOLS = ("lw_parallel_for", POOL_SET_THREADS, "loopweave_export_pool_get_num_threads")
+
+
+def check_exported_names(exported: Sequence[str], internal: Iterable[str]) -> None:
+    """An ``ArgumentError`` if an exported name is also an internal symbol of the library."""
+    clash = sorted(set(exported) & (set(internal) | set(INTERNAL_SYMBOLS)))
+    if clash:
+        raise ArgumentError(f"export_library: {', '.join(clash)} would be both an exported function and a symbol "
+                            f"inside the library; choose another prefix (or kernel name)")
+
+
 def thread_pool_object(target) -> bytes:
-    """``lw_parallel_for`` and its pool as position-independent object code for ``target``'s CPU."""
+    """``lw_parallel_for`` and its pool as position-independent object code for ``target``'s CPU;
+    ``lw_set_num_threads`` is ``POOL_SET_THREADS`` here."""
+    import re
     from llvmlite import binding as llvm
     from .llvm import thread_pool
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    module_ref = llvm.parse_assembly(str(thread_pool.build_module()))
+    text = str(thread_pool.build_module())
+    for name, renamed in (("lw_set_num_threads", POOL_SET_THREADS),
+                          ("lw_get_num_threads", "loopweave_export_pool_get_num_threads")):
+        text = re.sub(rf'@"?{name}"?(?=\W)', f'@"{renamed}"', text)
+        if renamed not in text:
+            raise InternalError(f"the thread pool's IR has no function {name} to rename")
+    module_ref = llvm.parse_assembly(text)
     module_ref.verify()
     machine = llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(
         cpu=target.cpu, features=target.features, opt=3, reloc="pic", codemodel="default")

@@ -253,6 +253,12 @@ class Module:
             samples.append((time.perf_counter() - t0) / number)
         return float(np.median(samples))
 
+    def export_library(self, path, prefix: str = "lw_", cc=None):
+        """Write this kernel as a shared library ``path`` with one C function ``PREFIX<name>`` and its
+        header beside it (``k.so`` -> ``k.h``); needs a C compiler.  See ``backends/kernel_export.py``."""
+        from .kernel_export import export_kernel_library
+        return export_kernel_library(self, path, prefix=prefix, cc=cc)
+
     def get_source(self, fmt: str = "ll") -> str:
         """The generated code: ``"lowered"`` (loop IR), ``"ll"`` (LLVM IR), ``"ll-opt"`` or ``"asm"``."""
         if fmt not in self._sources:

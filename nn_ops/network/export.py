@@ -32,7 +32,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from ...backends.export import link_shared, thread_pool_object, weights_assembly
+from ...backends.export import POOL_SET_THREADS, check_exported_names, link_shared, thread_pool_object, weights_assembly
 from ...errors import ArgumentError, BuildError
 from ...backends.llvm.thread_pool import MAX_THREADS
 
@@ -41,7 +41,6 @@ API_FUNCTIONS = ("model_create", "model_num_inputs", "model_num_outputs", "model
                  "model_destroy", "last_error")
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _WEIGHTS_SYMBOL = "lw_export_weights"
-_POOL_THREADS_SYMBOL = "lw_set_num_threads"
 
 _HEADER = r"""/* HEADER_NAME: C API of a network compiled by loopweave (generated; do not edit).
  *
@@ -357,7 +356,7 @@ def source_text(exe, prefix: str, header_file: str) -> str:
         "HEADER_FILE": header_file, "NUM_INPUTS_VALUE": str(len(exe.inputs)),
         "NUM_OUTPUTS_VALUE": str(len(exe.outputs)), "MAX_THREADS_VALUE": str(MAX_THREADS),
         "ARENA_VALUE": str(int(exe.arena_size)), "TABLES": "\n".join(tables), "RUNNER_SYMBOL": exe.runner_symbol,
-        "POOL_THREADS_SYMBOL": _POOL_THREADS_SYMBOL, "WEIGHTS_SYMBOL": _WEIGHTS_SYMBOL})
+        "POOL_THREADS_SYMBOL": POOL_SET_THREADS, "WEIGHTS_SYMBOL": _WEIGHTS_SYMBOL})
 
 
 def export_library(exe, path, prefix: str = "lw_", params: str = "embed", cc: Optional[str] = None) -> Path:
@@ -374,6 +373,8 @@ def export_library(exe, path, prefix: str = "lw_", params: str = "embed", cc: Op
     path = Path(path)
     if not path.parent.is_dir():
         raise ArgumentError(f"export_library: the folder {str(path.parent)!r} does not exist")
+    exported = [prefix + name for name in API_FUNCTIONS]
+    check_exported_names(exported, [*exe.kernels, exe.runner_symbol, _WEIGHTS_SYMBOL])
     header = path.with_suffix(".h")
     header_body = header_text(exe, prefix, header.name, path.name)
     with tempfile.TemporaryDirectory(prefix="loopweave-export-") as tmp:
@@ -391,8 +392,7 @@ def export_library(exe, path, prefix: str = "lw_", params: str = "embed", cc: Op
         objects += [work / "runner.o", work / "pool.o"]
         partial = path.with_name(path.name + ".partial")
         try:
-            link_shared(partial, [work / "api.c", work / "weights.s"], objects,
-                        [prefix + name for name in API_FUNCTIONS], work, cc)
+            link_shared(partial, [work / "api.c", work / "weights.s"], objects, exported, work, cc)
             partial.replace(path)
         except BuildError:
             partial.unlink(missing_ok=True)

@@ -1,0 +1,74 @@
+"""f.export_library: one kernel from lw.build as a shared library, called from C with symbolic sizes."""
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import loopweave as lw
+from loopweave.errors import ArgumentError
+from loopweave.kernels import design_matmul_schedule, matmul_kernel
+
+CC = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
+pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler (cc) to link and call the library")
+
+APP_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "mm.h"
+int main(int argc, char **argv) {
+    int64_t n = atoll(argv[1]); size_t bytes = (size_t)(n * n) * 4;
+    float *a = malloc(bytes), *b = malloc(bytes), *c = malloc(bytes);
+    FILE *f = fopen("ab.bin", "rb");
+    if (fread(a, 1, bytes, f) != bytes || fread(b, 1, bytes, f) != bytes) return 3;
+    fclose(f);
+    if (k_set_num_threads(2) != 0) return 4;
+    if (k_matmul(a, b, c, n) != 0) { fprintf(stderr, "%s\n", k_last_error()); return 5; }
+    f = fopen("c.bin", "wb"); fwrite(c, 1, bytes, f); fclose(f);
+    printf("%d %s\n", k_matmul(NULL, b, c, n), k_last_error());
+    printf("%d %s\n", k_matmul(a, b, c, -1), k_last_error());
+    printf("%d %s\n", k_set_num_threads(-2), k_last_error());
+    return 0;
+}
+"""
+
+
+def test_kernel_library_from_c(tmp_path):
+    s, args = design_matmul_schedule()
+    f = lw.build(s, args, name="matmul")
+    lib = f.export_library(tmp_path / "mm.so", prefix="k_")
+    header = (tmp_path / "mm.h").read_text()
+    assert "int k_matmul(const float *A, const float *B, float *C, int64_t n);" in header
+    out = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True).stdout
+    assert sorted(line.split()[-1] for line in out.splitlines()) == ["k_last_error", "k_matmul", "k_set_num_threads"]
+    src = tmp_path / "app.c"
+    src.write_text(APP_C)
+    subprocess.run([CC, "-o", str(tmp_path / "app"), str(src), str(lib), f"-Wl,-rpath,{tmp_path}"], check=True,
+                   cwd=tmp_path)
+    n = 67
+    a, b = np.random.default_rng(0).standard_normal((2, n, n)).astype(np.float32)
+    np.concatenate([a.ravel(), b.ravel()]).tofile(tmp_path / "ab.bin")
+    proc = subprocess.run([str(tmp_path / "app"), str(n)], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    c = np.fromfile(tmp_path / "c.bin", np.float32).reshape(n, n)
+    expect = np.empty_like(c)
+    f(a, b, expect)
+    np.testing.assert_array_equal(c, expect)
+    assert proc.stdout.splitlines() == [
+        "-1 k_matmul: A is NULL", "-2 k_matmul: size n must be >= 0, got -1",
+        "-3 k_set_num_threads: num_threads must be 0 (all cores) or 1 to 1024, got -2"]
+
+
+def test_kernel_export_refuses_bad_prefix(tmp_path):
+    f, _ = matmul_kernel()
+    with pytest.raises(ArgumentError, match="prefix must be the start of a C identifier"):
+        f.export_library(tmp_path / "mm.so", prefix="a-b")
+
+
+def test_kernel_export_refuses_a_name_clash(tmp_path):
+    s, args = design_matmul_schedule()
+    f = lw.build(s, args, name="parallel_for")
+    with pytest.raises(ArgumentError, match="lw_parallel_for would be both an exported function and a symbol"):
+        f.export_library(tmp_path / "mm.so")
+    assert not (tmp_path / "mm.so").exists()
