@@ -80,8 +80,8 @@ def _cmd_compile(args) -> int:
         exe.save(args.output)
         wrote.append(args.output)
     if args.export:
-        lib = exe.export_library(args.export, prefix=args.prefix)
-        wrote += [str(lib), str(lib.with_suffix(".h"))]
+        lib = exe.export_library(args.export, prefix=args.prefix, params=args.params)
+        wrote += [str(lib), str(lib.with_suffix(".h"))] + ([str(lib.with_suffix(".params"))] if args.params == "side" else [])
     print(f"{exe}\nimport {t1 - t0:.2f} s, compile {t2 - t1:.2f} s; wrote {', '.join(wrote)}")
     return 0
 
@@ -158,6 +158,8 @@ def main(argv=None) -> int:
     comp.add_argument("--export", metavar="MODEL.so",
                       help="also (or instead) write a shared library with a C API and its header MODEL.h beside it")
     comp.add_argument("--prefix", default="lw_", help="prefix of the library's exported C symbols (default lw_)")
+    comp.add_argument("--params", choices=("embed", "side"), default="embed",
+                      help="with --export: weights inside the library (embed, default) or in MODEL.params beside it")
     comp.add_argument("--input-shape", action="append", metavar="NAME=AxBxC",
                       help="fix a dynamic input's shape (static shapes only)")
     comp.add_argument("--tuning-log", metavar="LOG.jsonl",

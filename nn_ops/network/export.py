@@ -22,10 +22,18 @@ else is exported)::
 
 Every entry point checks its arguments: a null pointer, an index out of range, a bad thread count,
 a ``dims`` array too short is a negative status (or NULL) and a thread-local message, never an abort.
+
+``params="side"`` leaves the weights out of the library: they go to ``model.params`` beside it (a
+64-byte header: magic, version, size, a fingerprint of the weights; then the packed weights), and
+``create`` maps that file read-only from the library's own folder (``dladdr``).  A missing file, one
+of another size or with another header is ``ERR_PARAMS``; the weights' bytes themselves are not
+checksummed at create (that would read the whole file).
 """
 from __future__ import annotations
 
+import hashlib
 import re
+import struct
 import tempfile
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -41,12 +49,15 @@ API_FUNCTIONS = ("model_create", "model_num_inputs", "model_num_outputs", "model
                  "model_destroy", "last_error")
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _WEIGHTS_SYMBOL = "lw_export_weights"
+PARAMS_MAGIC = b"LWPARAMS"
+PARAMS_VERSION = 1
 
 _HEADER = r"""/* HEADER_NAME: C API of a network compiled by loopweave (generated; do not edit).
  *
  *   model: inputs  INPUTS_DOC
  *          outputs OUTPUTS_DOC
  *   compiled for CPU 'CPU_NAME' (the code uses this CPU's features: run it on the same kind of CPU)
+ *   weights: WEIGHTS_DOC
  *
  * Link with the library (cc app.c ./LIBRARY_NAME); at run time it needs only libc, libm and pthread.
  * The library is native code: load only libraries you trust, as you would any other.
@@ -70,6 +81,7 @@ extern "C" {
 #define LWPU_ERR_NOMEM (-4)     /* out of memory */
 #define LWPU_ERR_RANK (-5)      /* max_rank is smaller than the tensor's rank */
 #define LWPU_ERR_DATA (-6)      /* an input value is out of range (e.g. a Gather index); see LWPlast_error() */
+#define LWPU_ERR_PARAMS (-7)    /* the weights file (PARAMS_DOC) is missing or not this library's */
 
 typedef struct LWPmodel LWPmodel;
 
@@ -106,6 +118,11 @@ _SOURCE = r"""#define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include "HEADER_FILE"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -118,11 +135,21 @@ TABLES
 
 extern void RUNNER_SYMBOL(void *inputs, void *outputs, void *arena, void *weights, int64_t *err);
 extern void POOL_THREADS_SYMBOL(int32_t n);
+#define SIDE_PARAMS SIDE_PARAMS_VALUE
+#define PARAMS_BYTES ((size_t)PARAMS_BYTES_VALUE)
+#if SIDE_PARAMS
+#define PARAMS_HEADER_BYTES 64
+static const unsigned char params_header[PARAMS_HEADER_BYTES] = {PARAMS_HEADER_VALUE};
+#else
 extern const unsigned char WEIGHTS_SYMBOL[];
+#endif
 
 struct LWPmodel {
     void *arena;
     int num_threads;
+    const unsigned char *weights;
+    void *map;          /* the mapped .params file (params="side"), else NULL */
+    size_t map_bytes;
 };
 
 static __thread char last_error[1024];
@@ -146,6 +173,51 @@ static int all_cores(void) {
     return n > MAX_THREADS ? MAX_THREADS : n;
 }
 
+#if SIDE_PARAMS
+/* map NAME.params from the folder of this library (read-only, shared by every handle's page cache) */
+static int map_params(LWPmodel *m) {
+    Dl_info info;
+    char path[4096], why[256];
+    const char *slash, *dot;
+    size_t stem;
+    struct stat st;
+    void *base;
+    int fd;
+    if (!dladdr((void *)&LWPmodel_create, &info) || info.dli_fname == NULL)
+        return fail(LWPU_ERR_PARAMS, "LWPmodel_create: cannot tell where this library was loaded from, to find "
+                    "its .params file");
+    slash = strrchr(info.dli_fname, '/');
+    dot = strrchr(info.dli_fname, '.');
+    stem = dot != NULL && (slash == NULL || dot > slash) ? (size_t)(dot - info.dli_fname) : strlen(info.dli_fname);
+    if (stem + sizeof ".params" > sizeof path)
+        return fail(LWPU_ERR_PARAMS, "LWPmodel_create: the library's path is too long");
+    memcpy(path, info.dli_fname, stem);
+    memcpy(path + stem, ".params", sizeof ".params");
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fail(LWPU_ERR_PARAMS, "LWPmodel_create: cannot open the weights file %s: %s", path,
+                    strerror_r(errno, why, sizeof why));
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != PARAMS_HEADER_BYTES + PARAMS_BYTES) {
+        close(fd);
+        return fail(LWPU_ERR_PARAMS, "LWPmodel_create: %s has %lld bytes, this library expects %zu: it belongs to "
+                    "another model or export", path, (long long)st.st_size, PARAMS_HEADER_BYTES + PARAMS_BYTES);
+    }
+    base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED)
+        return fail(LWPU_ERR_PARAMS, "LWPmodel_create: cannot map %s: %s", path, strerror_r(errno, why, sizeof why));
+    if (memcmp(base, params_header, PARAMS_HEADER_BYTES) != 0) {
+        munmap(base, (size_t)st.st_size);
+        return fail(LWPU_ERR_PARAMS, "LWPmodel_create: %s was not written with this library (its header differs): "
+                    "export the model again", path);
+    }
+    m->map = base;
+    m->map_bytes = (size_t)st.st_size;
+    m->weights = (const unsigned char *)base + PARAMS_HEADER_BYTES;
+    return LWPU_OK;
+}
+#endif
+
 EXPORT int LWPmodel_create(LWPmodel **out, int num_threads) {
     LWPmodel *m;
     if (out == NULL) return fail(LWPU_ERR_NULL, "LWPmodel_create: out is NULL");
@@ -160,12 +232,25 @@ EXPORT int LWPmodel_create(LWPmodel **out, int num_threads) {
         return fail(LWPU_ERR_NOMEM, "LWPmodel_create: out of memory (the arena takes %zu bytes)", ARENA_BYTES);
     }
     m->num_threads = num_threads ? num_threads : all_cores();
+#if SIDE_PARAMS
+    {
+        int status = map_params(m);
+        if (status != LWPU_OK) {
+            free(m->arena);
+            free(m);
+            return status;
+        }
+    }
+#else
+    m->weights = WEIGHTS_SYMBOL;
+#endif
     *out = m;
     return LWPU_OK;
 }
 
 EXPORT void LWPmodel_destroy(LWPmodel *m) {
     if (m == NULL) return;
+    if (m->map != NULL) munmap(m->map, m->map_bytes);
     free(m->arena);
     free(m);
 }
@@ -259,7 +344,7 @@ EXPORT int LWPmodel_run(LWPmodel *m, const void *const *inputs, void *const *out
         if (outputs[k] == NULL && output_bytes[k] > 0)
             return fail(LWPU_ERR_NULL, "LWPmodel_run: outputs[%d] (output '%s') is NULL", k, output_names[k]);
     POOL_THREADS_SYMBOL(m->num_threads);
-    RUNNER_SYMBOL((void *)inputs, (void *)outputs, m->arena, (void *)WEIGHTS_SYMBOL, err);
+    RUNNER_SYMBOL((void *)inputs, (void *)outputs, m->arena, (void *)m->weights, err);
     if (err[0] != 0) {
         /* a kernel's index check failed: err = {message, index, extent, call}; the message's first
            character says whether negative indices count from the end */
@@ -337,15 +422,27 @@ def _fill(template: str, prefix: str, values: dict) -> str:
     return pattern.sub(lambda m: table[m.group(0)], template)
 
 
-def header_text(exe, prefix: str, header_name: str, library_name: str) -> str:
+def params_header(exe) -> bytes:
+    """The 64-byte header of a ``.params`` file: magic, version, size, and a fingerprint of the weights
+    (the library compares all of it, so a file of another model or export is refused)."""
+    blob = np.ascontiguousarray(exe.weights).view(np.uint8)
+    fingerprint = hashlib.sha256(blob.tobytes()).hexdigest()[:16].encode()
+    header = PARAMS_MAGIC + struct.pack("<QQ", PARAMS_VERSION, blob.nbytes) + fingerprint
+    return header + bytes(64 - len(header))
+
+
+def header_text(exe, prefix: str, header_name: str, library_name: str, params: str = "embed") -> str:
     """The generated header of ``exe``'s library."""
+    params_doc = Path(library_name).with_suffix(".params").name
+    weights_doc = (f"in {params_doc} ({exe.weights.nbytes} bytes), mapped by create from the library's folder"
+                   if params == "side" else f"embedded, read-only ({exe.weights.nbytes} bytes)")
     return _fill(_HEADER, prefix, {
         "HEADER_NAME": header_name, "LIBRARY_NAME": library_name, "INPUTS_DOC": _signature_doc(exe.inputs),
-        "OUTPUTS_DOC": _signature_doc(exe.outputs), "CPU_NAME": exe.target.cpu,
-        "MAX_THREADS_VALUE": str(MAX_THREADS)})
+        "OUTPUTS_DOC": _signature_doc(exe.outputs), "CPU_NAME": exe.target.cpu, "WEIGHTS_DOC": weights_doc,
+        "PARAMS_DOC": params_doc if params == "side" else "params='side' only", "MAX_THREADS_VALUE": str(MAX_THREADS)})
 
 
-def source_text(exe, prefix: str, header_file: str) -> str:
+def source_text(exe, prefix: str, header_file: str, params: str = "embed") -> str:
     """The C implementation of the API over ``exe``'s runner."""
     call_names = [c_string(f"node '{c.nodes[0]}'" if len(c.nodes) == 1 else f"kernel '{c.name}' (nodes "
                            + ", ".join(c.nodes) + ")") for c in exe.calls]
@@ -356,7 +453,9 @@ def source_text(exe, prefix: str, header_file: str) -> str:
         "HEADER_FILE": header_file, "NUM_INPUTS_VALUE": str(len(exe.inputs)),
         "NUM_OUTPUTS_VALUE": str(len(exe.outputs)), "MAX_THREADS_VALUE": str(MAX_THREADS),
         "ARENA_VALUE": str(int(exe.arena_size)), "TABLES": "\n".join(tables), "RUNNER_SYMBOL": exe.runner_symbol,
-        "POOL_THREADS_SYMBOL": POOL_SET_THREADS, "WEIGHTS_SYMBOL": _WEIGHTS_SYMBOL})
+        "POOL_THREADS_SYMBOL": POOL_SET_THREADS, "WEIGHTS_SYMBOL": _WEIGHTS_SYMBOL,
+        "SIDE_PARAMS_VALUE": "1" if params == "side" else "0", "PARAMS_BYTES_VALUE": str(int(exe.weights.nbytes)),
+        "PARAMS_HEADER_VALUE": ", ".join(str(b) for b in params_header(exe)) if params == "side" else "0"})
 
 
 def export_library(exe, path, prefix: str = "lw_", params: str = "embed", cc: Optional[str] = None) -> Path:
@@ -365,9 +464,9 @@ def export_library(exe, path, prefix: str = "lw_", params: str = "embed", cc: Op
     if not isinstance(prefix, str) or not _PREFIX.match(prefix):
         raise ArgumentError(f"export_library: prefix must be the start of a C identifier (letters, digits, "
                             f"'_', not starting with a digit), got {prefix!r}")
-    if params != "embed":
-        raise ArgumentError(f"export_library: params={params!r} is not supported yet; only params='embed' "
-                            f"(the weights inside the library)")
+    if params not in ("embed", "side"):
+        raise ArgumentError(f"export_library: params must be 'embed' (the weights inside the library) or 'side' "
+                            f"(a .params file beside it, mapped at create), got {params!r}")
     if getattr(exe.target, "kind", None) != "llvm":
         raise ArgumentError("export_library: only CPU (llvm) executables can be exported")
     path = Path(path)
@@ -376,13 +475,16 @@ def export_library(exe, path, prefix: str = "lw_", params: str = "embed", cc: Op
     exported = [prefix + name for name in API_FUNCTIONS]
     check_exported_names(exported, [*exe.kernels, exe.runner_symbol, _WEIGHTS_SYMBOL])
     header = path.with_suffix(".h")
-    header_body = header_text(exe, prefix, header.name, path.name)
+    header_body = header_text(exe, prefix, header.name, path.name, params)
     with tempfile.TemporaryDirectory(prefix="loopweave-export-") as tmp:
         work = Path(tmp)
         (work / header.name).write_text(header_body)
-        (work / "api.c").write_text(source_text(exe, prefix, header.name))
-        np.ascontiguousarray(exe.weights).view(np.uint8).tofile(work / "weights.bin")
-        (work / "weights.s").write_text(weights_assembly(work / "weights.bin", _WEIGHTS_SYMBOL))
+        (work / "api.c").write_text(source_text(exe, prefix, header.name, params))
+        sources = [work / "api.c"]
+        if params == "embed":
+            np.ascontiguousarray(exe.weights).view(np.uint8).tofile(work / "weights.bin")
+            (work / "weights.s").write_text(weights_assembly(work / "weights.bin", _WEIGHTS_SYMBOL))
+            sources.append(work / "weights.s")
         objects = []
         for k, (symbol, obj) in enumerate(sorted(exe.kernels.items())):
             objects.append(work / f"kernel{k}.o")
@@ -392,10 +494,17 @@ def export_library(exe, path, prefix: str = "lw_", params: str = "embed", cc: Op
         objects += [work / "runner.o", work / "pool.o"]
         partial = path.with_name(path.name + ".partial")
         try:
-            link_shared(partial, [work / "api.c", work / "weights.s"], objects, exported, work, cc)
+            link_shared(partial, sources, objects, exported, work, cc)
             partial.replace(path)
         except BuildError:
             partial.unlink(missing_ok=True)
             raise
+    if params == "side":
+        side = path.with_suffix(".params")
+        partial = side.with_name(side.name + ".partial")
+        with open(partial, "wb") as f:
+            f.write(params_header(exe))
+            np.ascontiguousarray(exe.weights).view(np.uint8).tofile(f)
+        partial.replace(side)
     header.write_text(header_body)
     return path

@@ -236,8 +236,8 @@ def test_export_refuses_bad_arguments(exported, tmp_path, monkeypatch):
     _, exe, _, _ = exported
     with pytest.raises(ArgumentError, match="prefix must be the start of a C identifier"):
         exe.export_library(tmp_path / "m.so", prefix="9bad")
-    with pytest.raises(ArgumentError, match="params='side' is not supported yet"):
-        exe.export_library(tmp_path / "m.so", params="side")
+    with pytest.raises(ArgumentError, match="params must be 'embed' .* or 'side'"):
+        exe.export_library(tmp_path / "m.so", params="beside")
     with pytest.raises(ArgumentError, match="does not exist"):
         exe.export_library(tmp_path / "missing" / "m.so")
     monkeypatch.setenv("CC", "no-such-compiler-xyz")
@@ -256,6 +256,8 @@ def test_cli_compile_export(tmp_path, capsys):
     assert cli.main(["compile", "zoo:small_cnn", "--export", str(lib), "--prefix", "net_", "-q"]) == 0
     assert f"wrote {lib}, {tmp_path / 'net.h'}" in capsys.readouterr().out
     assert "int net_model_run(net_model *m" in (tmp_path / "net.h").read_text()
+    assert cli.main(["compile", "zoo:small_cnn", "--export", str(tmp_path / "s.so"), "--params", "side", "-q"]) == 0
+    assert f"{tmp_path / 's.params'}" in capsys.readouterr().out and (tmp_path / "s.params").exists()
     assert cli.main(["compile", "zoo:small_cnn", "-q"]) == 2
     assert "give -o model.lwx, --export model.so, or both" in capsys.readouterr().err
     assert cli.main(["compile", "zoo:small_cnn", "--export", str(lib), "--prefix", "1x", "-q"]) == 2
@@ -293,3 +295,39 @@ int main(void) {
                           "(an index read from 'ids'), of size 4"), bad
     assert "of size 4 (valid: -4 to 3, negative ones counting from the end)" in bad
     assert good == "0 9 11"
+
+
+def test_side_params_are_mapped_at_create(tmp_path):
+    exe = lw.compile(lw.from_onnx(model_zoo.small_cnn()), progress=False)
+    lib = exe.export_library(tmp_path / "model.so", params="side")
+    side = tmp_path / "model.params"
+    assert side.stat().st_size == 64 + exe.weights.nbytes
+    assert lib.stat().st_size < exe.weights.nbytes + 64 * 1024
+    assert "weights: in model.params" in (tmp_path / "model.h").read_text()
+    app = _compile_c(tmp_path, MAIN_C, [lib])
+    x = np.random.default_rng(2).standard_normal(exe.inputs[0][1]).astype(np.float32)
+    x.tofile(tmp_path / "x.bin")
+
+    def run_app():
+        return subprocess.run([str(app), str(tmp_path / "x.bin"), str(tmp_path / "y.bin"), "1"],
+                              capture_output=True, text=True, timeout=60)
+
+    proc = run_app()
+    assert proc.returncode == 0, proc.stderr
+    y = np.fromfile(tmp_path / "y.bin", np.float32).reshape(exe.outputs[0][1])
+    np.testing.assert_array_equal(y, exe.run({exe.inputs[0][0]: x})[0])
+    good = side.read_bytes()
+    side.unlink()
+    proc = run_app()
+    assert proc.returncode == 2 and "cannot open the weights file" in proc.stderr
+    assert f"{tmp_path}/model.params: No such file or directory" in proc.stderr
+    other = lw.compile(lw.from_onnx(model_zoo.small_cnn(classes=7)), progress=False)
+    other.export_library(tmp_path / "other.so", params="side")
+    (tmp_path / "other.params").replace(side)
+    proc = run_app()
+    assert proc.returncode == 2 and "it belongs to another model or export" in proc.stderr
+    side.write_bytes(good[:64 + 8] + bytes([good[72] ^ 1]) + good[73:])   # same size, the header is intact
+    assert run_app().returncode == 0
+    side.write_bytes(good[:30] + bytes([good[30] ^ 1]) + good[31:])       # the fingerprint differs
+    proc = run_app()
+    assert proc.returncode == 2 and "was not written with this library" in proc.stderr
