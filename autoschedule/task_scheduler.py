@@ -62,7 +62,11 @@ def expected_gain(tuner: TaskTuner, window: int = 2, floor: float = 0.02) -> flo
         slope = max(0.0, (old - new) / old) / window
     else:
         slope = 1.0
-    return tuner.task.weight * best * max(slope, floor)
+    # a stalled search's floor shrinks with the rounds it has had: among stalled tasks, rounds
+    # then go in proportion to each one's share of the run time (weight x best), not all to the
+    # largest (an encoder's 12-call dense kernel got 24 trials while two others took 4000)
+    rounds = max(1.0, len(bests) / tuner.batch)
+    return tuner.task.weight * best * max(slope, floor / rounds)
 
 
 def _status(tuners, t0: float, time_budget: Optional[float]) -> str:

@@ -110,3 +110,18 @@ def test_a_search_still_above_the_default_schedule_is_not_starved():
                             history=history([2e-3] * 6))
     assert expected_gain(improving) > 10 * expected_gain(stuck)
     assert expected_gain(stuck) > 0          # the floor: never starved outright
+
+
+def test_stalled_tasks_share_rounds_by_their_part_of_the_run_time():
+    """Two stalled searches: the one that has had many rounds yields to a smaller one that has
+    had few, so trials follow weight x time instead of all going to the largest kernel."""
+    from types import SimpleNamespace
+    from loopweave.autoschedule.task_scheduler import expected_gain
+
+    def stalled(weight, seconds, rounds):
+        h = [{"seconds": seconds, "error": None, "given": True}]
+        h += [{"seconds": seconds * 1.5, "error": None, "given": False}] * (8 * rounds)
+        return SimpleNamespace(best={"seconds": seconds}, batch=8, task=SimpleNamespace(weight=weight), history=h)
+    big_and_well_tuned = stalled(4, 0.2e-3, rounds=300)
+    small_and_fresh = stalled(12, 0.046e-3, rounds=3)
+    assert expected_gain(small_and_fresh) > expected_gain(big_and_well_tuned)
