@@ -91,6 +91,12 @@ class DynamicExecutable:
         return f"<div>{html.escape(repr(self))}<ul>{rows}</ul></div>"
 
     # ------------------------------------------------------------ save / load
+    def export_library(self, path, prefix: str = "lw_", params: str = "embed", cc=None):
+        """Not for dynamic shapes yet: the C API has fixed shapes (an ArgumentError that says what to do)."""
+        raise ArgumentError("export_library needs fixed input shapes (the C library's shapes are static): import "
+                            "the model with them, e.g. lw.from_onnx(model, input_shapes={'input': (1, 3, 224, 224)}) "
+                            "(CLI: --input-shape input=1x3x224x224), compile, then export")
+
     def save(self, path) -> None:
         """A checksummed zip (``archive.py``): meta.json, model.onnx, and one nested executable per
         compiled specialisation."""

@@ -331,3 +331,15 @@ def test_side_params_are_mapped_at_create(tmp_path):
     side.write_bytes(good[:30] + bytes([good[30] ^ 1]) + good[31:])       # the fingerprint differs
     proc = run_app()
     assert proc.returncode == 2 and "was not written with this library" in proc.stderr
+
+
+def test_dynamic_executable_says_to_fix_the_shapes(tmp_path):
+    from onnx import TensorProto, helper
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ArgumentError, match="export_library needs fixed input shapes"):
+        lw.compile(lw.from_onnx(model), progress=False).export_library(tmp_path / "m.so")
+    exe = lw.compile(lw.from_onnx(model, input_shapes={"x": (2, 4)}), progress=False)
+    assert exe.export_library(tmp_path / "m.so").exists()
