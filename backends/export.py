@@ -16,6 +16,7 @@ Generic helpers for ``export_library`` (the network's C API is generated in
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -28,15 +29,17 @@ COMPILER_HINT = ("export_library links with the system C compiler and found none
                  "to its path")
 
 
-def find_c_compiler(cc: Optional[str] = None) -> str:
-    """The C compiler to link with: ``cc`` if given, else ``$CC``, else cc / gcc / clang on the PATH."""
-    candidates = [cc] if cc else ([os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"])
-    for name in candidates:
-        found = shutil.which(name)
+def find_c_compiler(cc: Optional[str] = None) -> List[str]:
+    """The C compiler command to link with (program path, then any words given with it, as in
+    ``CC="ccache gcc"``): ``cc`` if given, else ``$CC``, else cc / gcc / clang on the PATH."""
+    given = cc or os.environ.get("CC")
+    candidates = [shlex.split(given)] if given else [["cc"], ["gcc"], ["clang"]]
+    for words in candidates:
+        found = shutil.which(words[0]) if words else None
         if found:
-            return found
-    if cc or os.environ.get("CC"):
-        raise BuildError(f"the C compiler {candidates[0]!r} was not found; {COMPILER_HINT}")
+            return [found, *words[1:]]
+    if given:
+        raise BuildError(f"the C compiler {given!r} was not found; {COMPILER_HINT}")
     raise BuildError(COMPILER_HINT)
 
 
@@ -101,13 +104,13 @@ def link_shared(output: Path, sources: Sequence[Path], objects: Sequence[Path], 
     compiler = find_c_compiler(cc)
     script = workdir / "exports.map"
     script.write_text(version_script(exported))
-    cmd: List[str] = [compiler, "-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-o", str(output),
+    cmd: List[str] = [*compiler, "-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-o", str(output),
                       *map(str, sources), *map(str, objects), f"-Wl,--version-script={script}",
                       "-Wl,-z,notext", "-Wl,-z,defs", "-Wl,-z,noexecstack", "-lm", "-lpthread"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir)
     except OSError as exc:
-        raise BuildError(f"could not run the C compiler {compiler!r}: {exc}; {COMPILER_HINT}") from None
+        raise BuildError(f"could not run the C compiler {compiler[0]!r}: {exc}; {COMPILER_HINT}") from None
     if proc.returncode != 0:
-        raise BuildError(f"linking {output.name} with {compiler} failed (exit {proc.returncode}):\n"
+        raise BuildError(f"linking {output.name} with {compiler[0]} failed (exit {proc.returncode}):\n"
                          f"{proc.stderr.strip()[-4000:]}\n  command: {' '.join(cmd)}")

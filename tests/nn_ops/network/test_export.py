@@ -244,6 +244,9 @@ def test_export_refuses_bad_arguments(exported, tmp_path, monkeypatch):
     with pytest.raises(BuildError, match="was not found.*install one"):
         exe.export_library(tmp_path / "m.so")
     assert not (tmp_path / "m.so").exists()
+    monkeypatch.setenv("CC", f"{CC} -O1")        # a compiler given with words after it
+    assert find_c_compiler() == [CC, "-O1"]
+    assert exe.export_library(tmp_path / "m.so").exists()
     monkeypatch.delenv("CC")
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(BuildError, match="found none: install one"):
