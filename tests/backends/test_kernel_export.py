@@ -72,3 +72,32 @@ def test_kernel_export_refuses_a_name_clash(tmp_path):
     with pytest.raises(ArgumentError, match="lw_parallel_for would be both an exported function and a symbol"):
         f.export_library(tmp_path / "mm.so")
     assert not (tmp_path / "mm.so").exists()
+
+
+def test_kernel_index_check_is_a_status_from_c(tmp_path):
+    n, m = lw.var("n"), lw.var("m")
+    A = lw.placeholder((n,), name="A", dtype="float32")
+    idx = lw.placeholder((m,), name="idx", dtype="int64")
+    B = lw.compute((m,), lambda i: A[idx[i]], name="B")
+    f = lw.build(lw.create_schedule(B), [A, idx, B], name="take", checks="bounds")
+    lib = f.export_library(tmp_path / "take.so", prefix="t_")
+    assert "int t_take(const float *A, const int64_t *idx, float *B, int64_t n, int64_t m);" in \
+        (tmp_path / "take.h").read_text()
+    (tmp_path / "app.c").write_text(r"""
+#include <stdio.h>
+#include "take.h"
+int main(void) {
+    float a[4] = {10, 11, 12, 13}, b[2]; int64_t ok[2] = {3, 0}, bad[2] = {1, 7};
+    int status = t_take(a, ok, b, 4, 2);
+    printf("%d %g %g\n", status, b[0], b[1]);
+    printf("%d %s\n", t_take(a, bad, b, 4, 2), t_last_error());
+    return 0;
+}
+""")
+    subprocess.run([CC, "-o", str(tmp_path / "app"), str(tmp_path / "app.c"), str(lib), f"-Wl,-rpath,{tmp_path}"],
+                   check=True, cwd=tmp_path)
+    proc = subprocess.run([str(tmp_path / "app")], capture_output=True, text=True, timeout=60)
+    ok, bad = proc.stdout.splitlines()
+    assert ok == "0 13 10"
+    assert bad == ("-6 t_take: index 7 is out of range for dimension 0 of 'A' (read as A[idx[i]] in 'take'), "
+                   "of size 4 (valid: 0 to 3)")
