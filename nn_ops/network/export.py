@@ -65,7 +65,8 @@ _HEADER = r"""/* HEADER_NAME: C API of a network compiled by loopweave (generate
  * Status: 0 is success; a negative LWPU_ERR_* code is a failure, and LWPlast_error() then returns
  * its message (thread-local, valid until this thread's next failing call).  No function aborts.
  * Tensors are dense, C order (row-major), of the dtype and shape queried below.
- * One handle runs one inference at a time; use one handle per thread to run concurrently.
+ * One handle runs one inference at a time (a second concurrent run on it is LWPU_ERR_BUSY); use one
+ * handle per thread to run concurrently.
  */
 #ifndef LWPU_MODEL_H_INCLUDED
 #define LWPU_MODEL_H_INCLUDED
@@ -82,6 +83,7 @@ extern "C" {
 #define LWPU_ERR_RANK (-5)      /* max_rank is smaller than the tensor's rank */
 #define LWPU_ERR_DATA (-6)      /* an input value is out of range (e.g. a Gather index); see LWPlast_error() */
 #define LWPU_ERR_PARAMS (-7)    /* the weights file (PARAMS_DOC) is missing or not this library's */
+#define LWPU_ERR_BUSY (-8)      /* the handle is running on another thread (use one handle per thread) */
 
 typedef struct LWPmodel LWPmodel;
 
@@ -150,6 +152,7 @@ struct LWPmodel {
     const unsigned char *weights;
     void *map;          /* the mapped .params file (params="side"), else NULL */
     size_t map_bytes;
+    int busy;           /* 1 while a run uses the arena */
 };
 
 static __thread char last_error[1024];
@@ -343,8 +346,12 @@ EXPORT int LWPmodel_run(LWPmodel *m, const void *const *inputs, void *const *out
     for (k = 0; k < NUM_OUTPUTS; k++)
         if (outputs[k] == NULL && output_bytes[k] > 0)
             return fail(LWPU_ERR_NULL, "LWPmodel_run: outputs[%d] (output '%s') is NULL", k, output_names[k]);
+    if (__atomic_exchange_n(&m->busy, 1, __ATOMIC_ACQUIRE))
+        return fail(LWPU_ERR_BUSY, "LWPmodel_run: this handle is running on another thread; create one handle per "
+                    "thread");
     POOL_THREADS_SYMBOL(m->num_threads);
     RUNNER_SYMBOL((void *)inputs, (void *)outputs, m->arena, (void *)m->weights, err);
+    __atomic_store_n(&m->busy, 0, __ATOMIC_RELEASE);
     if (err[0] != 0) {
         /* a kernel's index check failed: err = {message, index, extent, call}; the message's first
            character says whether negative indices count from the end */
