@@ -341,3 +341,10 @@ def test_a_gather_over_a_short_axis_is_tuned_with_ids_in_range():
     assert drawn.min() >= 0 and drawn.max() < 3
     res = auto.tune([table, ids, out], trials=3, progress=False, measure_untuned=False)
     assert res.best_seconds and not any(h["error"] for h in res.history), res.history
+
+
+def test_fresh_samples_favour_the_register_tiled_sketch():
+    rng = random.Random(5)
+    space = Space(Task(dense_bias_relu(), "llvm"))
+    share = sum(space.register_tiled(space.sample(rng)) for _ in range(200)) / 200
+    assert share > 0.55           # uniform draws gave one in three
