@@ -57,9 +57,14 @@ class TaskTuner:
                 continue
             k = _key(r["choice"])
             if k in self.measured:
+                if r.get("verified"):        # a re-measurement supersedes the first time
+                    self.measured[k] = r
                 continue
             self.measured[k] = r
             self._note(r, resumed=True)
+        ok = [r for r in self.measured.values() if r.get("seconds") is not None and not r.get("error")]
+        if ok:
+            self.best = min(ok, key=lambda r: r["seconds"])
         self._refit()
 
     def _note(self, r: dict, resumed: bool = False):
@@ -203,6 +208,44 @@ class TaskTuner:
         self._note(r)
         records.append(self.log, [r])
         return r
+
+    def verify_against(self, trace_json: str, rounds: int = 3, picks: int = 3) -> None:
+        """Measure the best searched schedule and ``trace_json`` (the default) again, alternately,
+        and record each one's fastest re-measurement (records.best takes a schedule's newest);
+        repeated while an unverified candidate is the best, up to ``picks`` of them.  Candidates
+        measured minutes apart under a changing machine load are so compared side by side before
+        one is kept (a tuned ResNet-18 whose picks had looked 1.5x faster than their defaults
+        during a busy spell ran at 0.92x its untuned compile)."""
+        given = next((r for r in self.measured.values() if r.get("trace") == trace_json), None)
+        if given is None:
+            return
+        for _ in range(picks):
+            ok = [r for r in self.measured.values() if r.get("seconds") and not r.get("error")]
+            if not ok:
+                return
+            best = min(ok, key=lambda r: r["seconds"])
+            self.best = best
+            if best.get("verified") or best["trace"] == trace_json:
+                return
+            self._remeasure([best, given], rounds)
+
+    def _remeasure(self, olds, rounds: int) -> None:
+        times = {r["trace"]: [] for r in olds}
+        for _ in range(rounds):
+            for r in olds:
+                res = self.measurer.run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=r["trace"],
+                                              check_below=None, target=self.target_fields)])[0]
+                if res.seconds is not None and not res.error:
+                    times[r["trace"]].append(res.seconds)
+        fresh = []
+        for old in olds:
+            seconds = min(times[old["trace"]]) if times[old["trace"]] else None
+            r = records.make_record(self.task.key, self.task.target, old["choice"], old["trace"], seconds,
+                                    None if seconds is not None else "failed when measured again", self.n_measured)
+            r["verified"] = True
+            fresh.append(r)
+            self.measured[_key(old["choice"])] = r
+        records.append(self.log, fresh)
 
     def measure_untuned(self, timeout_ok: bool = True):
         from ..dsl.trace import Trace

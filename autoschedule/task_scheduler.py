@@ -127,6 +127,9 @@ def tune_tasks(tasks: Sequence, target="llvm", trials: Optional[int] = 256, time
             spent += len(got)
             bar.set_postfix_str(_status(tuners, t0, time_budget), refresh=False)
             bar.update(len(got))
+        for tuner, trace_json in zip(tuners, baselines or []):
+            if trace_json is not None:
+                tuner.verify_against(trace_json)
     finally:
         bar.close()
         measurer.close()

@@ -348,3 +348,34 @@ def test_fresh_samples_favour_the_register_tiled_sketch():
     space = Space(Task(dense_bias_relu(), "llvm"))
     share = sum(space.register_tiled(space.sample(rng)) for _ in range(200)) / 200
     assert share > 0.55           # uniform draws gave one in three
+
+
+def test_verification_re_measures_the_pick_beside_the_default(tmp_path):
+    """A candidate that looked fast in a quiet moment is measured again next to the default; the
+    newest time of each schedule stands (records.best), so a lucky pick does not win."""
+    from types import SimpleNamespace
+    from loopweave.autoschedule.search import TaskTuner
+    args = matmul(16, 16, 8)
+    task = Task(args, "llvm")
+    default_trace = lw.create_schedule(task.outputs).trace.to_json()
+    seen = {}
+
+    class Fake:
+        def run(self, jobs):
+            out = []
+            for j in jobs:
+                n = seen.get(j["trace_json"], 0)
+                seen[j["trace_json"]] = n + 1
+                t = 1.0 if j["trace_json"] == default_trace else (0.5 if n == 0 else 2.0)
+                out.append(SimpleNamespace(seconds=t, error=None, build_seconds=0.0))
+            return out
+    log = tmp_path / "v.jsonl"
+    tuner = TaskTuner(task, Fake(), log=str(log), seed=0, batch=2)
+    tuner.measure_given(default_trace, "default schedule")
+    tuner.round(2)
+    assert tuner.best["seconds"] == 0.5                       # a lucky first measurement
+    tuner.verify_against(default_trace)
+    assert tuner.best["trace"] == default_trace
+    assert records.best(str(log), task.target, task.key)["trace"] == default_trace
+    again = TaskTuner(task, Fake(), log=str(log), seed=0, batch=2)    # resumed: the verified times
+    assert again.best["trace"] == default_trace

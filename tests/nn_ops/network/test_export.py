@@ -329,7 +329,12 @@ def test_side_params_are_mapped_at_create(tmp_path):
     (tmp_path / "other.params").replace(side)
     proc = run_app()
     assert proc.returncode == 2 and "it belongs to another model or export" in proc.stderr
-    side.write_bytes(good[:64 + 8] + bytes([good[72] ^ 1]) + good[73:])   # same size, the header is intact
+    side.write_bytes(good[:64 + 8] + bytes([good[72] ^ 1]) + good[73:])   # one weight bit flipped (issue 22)
+    proc = run_app()
+    assert proc.returncode == 2 and "is damaged" in proc.stderr
+    side.write_bytes(good[:-1] + bytes([good[-1] ^ 128]))                 # the last, zero-padded word
+    assert run_app().returncode == 2
+    side.write_bytes(good)
     assert run_app().returncode == 0
     side.write_bytes(good[:30] + bytes([good[30] ^ 1]) + good[31:])       # the fingerprint differs
     proc = run_app()
@@ -389,3 +394,14 @@ def test_one_handle_shared_by_two_threads_is_busy_not_wrong(exported):
     assert ok + busy == 6000 and other == 0 and wrong == 0
     if busy:     # the threads overlapped (nearly always; not guaranteed on a loaded machine)
         assert message == ["lw_model_run: this handle is running on another thread; create one handle per thread"]
+
+
+def test_weights_checksum_sees_every_single_bit_flip():
+    from loopweave.nn_ops.network.export import weights_checksum
+    blob = np.random.default_rng(0).integers(0, 256, 37, dtype=np.uint8)     # not a multiple of 8
+    base = weights_checksum(blob)
+    for byte in range(37):
+        for bit in range(8):
+            damaged = blob.copy()
+            damaged[byte] ^= 1 << bit
+            assert weights_checksum(damaged) != base
