@@ -29,6 +29,29 @@ COMPILER_HINT = ("export_library links with the system C compiler and found none
                  "to its path")
 
 
+
+#: C shared by the generated libraries (network and kernel): ``fail`` records a thread-local message
+#: and returns the status, ``PREFIXlast_error`` reads it, ``all_cores`` counts the usable CPUs
+C_FAIL_AND_CORES = r"""static int fail(int status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+EXPORT const char *LWPlast_error(void) { return last_error; }
+
+static int all_cores(void) {
+    cpu_set_t set;
+    int n = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+    if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (n <= 0) n = 1;
+    return n > MAX_THREADS ? MAX_THREADS : n;
+}
+"""
+
 def find_c_compiler(cc: Optional[str] = None) -> List[str]:
     """The C compiler command to link with (program path, then any words given with it, as in
     ``CC="ccache gcc"``): ``cc`` if given, else ``$CC``, else cc / gcc / clang on the PATH."""

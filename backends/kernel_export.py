@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..errors import ArgumentError, BuildError
-from .export import POOL_SET_THREADS, check_exported_names, link_shared, thread_pool_object
+from .export import C_FAIL_AND_CORES, POOL_SET_THREADS, check_exported_names, link_shared, thread_pool_object
 from .llvm.thread_pool import MAX_THREADS
 
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -86,25 +86,7 @@ extern void POOL_SET_THREADS(int32_t n);
 static __thread char last_error[1024];
 static int threads_wanted = 0;   /* 0: every core */
 
-static int fail(int status, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
-    va_end(ap);
-    return status;
-}
-
-EXPORT const char *LWPlast_error(void) { return last_error; }
-
-static int all_cores(void) {
-    cpu_set_t set;
-    int n = 0;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
-    if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (n <= 0) n = 1;
-    return n > MAX_THREADS ? MAX_THREADS : n;
-}
-
+""" + C_FAIL_AND_CORES + r"""
 EXPORT int LWPset_num_threads(int num_threads) {
     if (num_threads < 0 || num_threads > MAX_THREADS)
         return fail(LWPU_ERR_THREADS, "LWPset_num_threads: num_threads must be 0 (all cores) or 1 to %d, got %d",

@@ -41,7 +41,8 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from ...backends.export import POOL_SET_THREADS, check_exported_names, link_shared, thread_pool_object, weights_assembly
+from ...backends.export import (C_FAIL_AND_CORES, POOL_SET_THREADS, check_exported_names, link_shared,
+                               thread_pool_object, weights_assembly)
 from ...errors import ArgumentError, BuildError
 from ...backends.llvm.thread_pool import MAX_THREADS
 
@@ -158,25 +159,7 @@ struct LWPmodel {
 
 static __thread char last_error[1024];
 
-static int fail(int status, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
-    va_end(ap);
-    return status;
-}
-
-EXPORT const char *LWPlast_error(void) { return last_error; }
-
-static int all_cores(void) {
-    cpu_set_t set;
-    int n = 0;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
-    if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (n <= 0) n = 1;
-    return n > MAX_THREADS ? MAX_THREADS : n;
-}
-
+""" + C_FAIL_AND_CORES + r"""
 #if SIDE_PARAMS
 /* the weights against the checksum in the header (export.py's weights_checksum: two 64-bit sums over
    little-endian 8-byte words, the last one zero-padded) */
