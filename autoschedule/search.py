@@ -62,10 +62,13 @@ class TaskTuner:
                 continue
             self.measured[k] = r
             self._note(r, resumed=True)
-        ok = [r for r in self.measured.values() if r.get("seconds") is not None and not r.get("error")]
-        if ok:
-            self.best = min(ok, key=lambda r: r["seconds"])
+        self.best = self._fastest_measured()
         self._refit()
+
+    def _fastest_measured(self) -> Optional[dict]:
+        """The fastest record among ``measured`` (each schedule at its newest time)."""
+        ok = [r for r in self.measured.values() if r.get("seconds") and not r.get("error")]
+        return min(ok, key=lambda r: r["seconds"]) if ok else None
 
     def _note(self, r: dict, resumed: bool = False):
         if r.get("seconds") is not None and not r.get("error"):
@@ -220,12 +223,8 @@ class TaskTuner:
         if given is None:
             return
         for _ in range(picks):
-            ok = [r for r in self.measured.values() if r.get("seconds") and not r.get("error")]
-            if not ok:
-                return
-            best = min(ok, key=lambda r: r["seconds"])
-            self.best = best
-            if best.get("verified") or best["trace"] == trace_json:
+            best = self.best = self._fastest_measured()
+            if best is None or best.get("verified") or best["trace"] == trace_json:
                 return
             self._remeasure([best, given], rounds)
 

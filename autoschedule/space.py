@@ -208,7 +208,6 @@ class Space:
         """A Schedule for ``choice``; raises ScheduleError where the schedule API refuses it."""
         s = create_schedule(self.task.outputs)
         out = self.out
-        inputs = list(out.op.input_tensors)
         anchored = self.register_tiled(choice)
         skip = {id(t.op) for t in self.epilogue} | ({id(self.anchor.op)} if self.anchor is not None else set())
         if anchored and self.anchor is not None:
@@ -238,7 +237,7 @@ class Space:
         BB = None
         if pack is not None and anchored:
             reader = CC.op if cw else self.anchor.op
-            BB = s.cache_read(reader.input_tensors[pack] if not cw else inputs[pack], "local", [reader])
+            BB = s.cache_read(reader.input_tensors[pack], "local", [reader])
         axes = list(C.op.axis)
         reds = list(C.op.reduce_axis)
         tail = "guard" if reds else "shift"

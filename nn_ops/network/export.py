@@ -27,8 +27,7 @@ a ``dims`` array too short is a negative status (or NULL) and a thread-local mes
 64-byte header: magic, version, size, a fingerprint of the weights; then the packed weights), and
 ``create`` maps that file read-only from the library's own folder (``dladdr``).  A missing file, one
 of another size or with another header is ``ERR_PARAMS``, and so is a damaged one: the weights are
-checked against a 64-bit checksum pair recorded in the header (``weights_checksum``; ~10 ms for
-ResNet-18's weights at create).
+checked against a 64-bit checksum pair recorded in the header (``weights_checksum``).
 """
 from __future__ import annotations
 
@@ -444,7 +443,7 @@ def weights_checksum(blob: np.ndarray) -> tuple:
     """Two 64-bit sums over the weights as little-endian 8-byte words ``w[i]`` (zero-padded):
     ``sum(w[i] * (2i + 1))`` and ``sum((w[i] ^ i) * 0x9E3779B97F4A7C15)``, mod 2**64.  Any one
     flipped bit changes the first (an odd multiplier is invertible mod 2**64); the library
-    recomputes both at create (~10 ms for ResNet-18's 45 MB) and refuses a damaged file.  A
+    recomputes both at create and refuses a damaged file.  A
     check against damage, not against a forged file (see the security note)."""
     raw = np.ascontiguousarray(blob).view(np.uint8).ravel()
     padded = np.zeros((raw.size + 7) // 8 * 8, np.uint8)
