@@ -119,6 +119,12 @@ class _LlvmJob:
 
     def finish(self) -> Module:
         func, target, symbol, generated = self.func, self.target, self.symbol, self.generated
+        if not target.runs_here():      # cross-compiled: object code for export_library, never loaded
+            obj = self.obj
+            if obj is None:
+                obj, generated["opt"] = self.pending.result()
+                jit.store_object(symbol, target, obj)
+            return _module(func, target, symbol, 0, obj, generated, self.llvm_ir, CrossCompiledModule)
         if symbol in _loaded:
             address, obj = _loaded[symbol]
         else:
@@ -151,7 +157,29 @@ def build_many(jobs: Sequence, target="llvm", checks=None, progress=None) -> Lis
         return [job.finish() for job in started]
 
 
-def _module(func: PrimFunc, target, symbol: str, address: int, obj: bytes, generated: dict, llvm_ir) -> Module:
+def cannot_run_here(target, what: str) -> BuildError:
+    """The error of running code compiled for a CPU this machine cannot run."""
+    from ..target import host_target
+    host = host_target()
+    machine = target.triple or host.arch
+    return BuildError(f"{what} was compiled for {machine} (cpu {target.cpu}), which this machine ({host.arch}, "
+                      f"cpu {host.cpu}) cannot run; export it with export_library(...) and run it there, or "
+                      f"compile for target='llvm' to run here")
+
+
+class CrossCompiledModule(Module):
+    """A kernel compiled for another CPU (``lw.build(..., target="llvm -mtriple=... -mcpu=...")``): its
+    code is for ``export_library``; calling or timing it raises ``BuildError``."""
+
+    def __call__(self, *args) -> None:
+        raise cannot_run_here(self.target, f"kernel {self.name!r}")
+
+    def time(self, *args, **kwargs) -> float:
+        raise cannot_run_here(self.target, f"kernel {self.name!r}")
+
+
+def _module(func: PrimFunc, target, symbol: str, address: int, obj: bytes, generated: dict, llvm_ir,
+            cls=Module) -> Module:
     outputs = {id(b) for b in _written_buffers(func)}
     size_names = [v.name for v in func.size_vars]
     if len(set(size_names)) != len(size_names):
@@ -163,7 +191,7 @@ def _module(func: PrimFunc, target, symbol: str, address: int, obj: bytes, gener
         "ll-opt": lambda: generated.get("opt") or _optimized_ir(llvm_ir(), target),
         "asm": lambda: jit.assembly(llvm_ir(), target),
     }
-    module = Module(func.name, address, params, size_names, sources, target)
+    module = cls(func.name, address, params, size_names, sources, target)
     module.object_code = obj
     module.symbol = symbol
     return module

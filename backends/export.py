@@ -79,28 +79,130 @@ def check_exported_names(exported: Sequence[str], internal: Iterable[str]) -> No
                             f"inside the library; choose another prefix (or kernel name)")
 
 
-def thread_pool_object(target) -> bytes:
-    """``lw_parallel_for`` and its pool as position-independent object code for ``target``'s CPU;
+def thread_pool_ir(target) -> str:
+    """The native thread pool's LLVM IR for ``target`` (its triple, its futex call), optimised;
     ``lw_set_num_threads`` is ``POOL_SET_THREADS`` here."""
     import re
     from llvmlite import binding as llvm
     from .llvm import thread_pool
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    text = str(thread_pool.build_module())
+    from .llvm.jit import cross_target_machine
+    machine = cross_target_machine(target)
+    text = str(thread_pool.build_module(target.arch, machine.triple))
     for name, renamed in (("lw_set_num_threads", POOL_SET_THREADS),
                           ("lw_get_num_threads", "loopweave_export_pool_get_num_threads")):
         text = re.sub(rf'@"?{name}"?(?=\W)', f'@"{renamed}"', text)
         if renamed not in text:
             raise InternalError(f"the thread pool's IR has no function {name} to rename")
-    module_ref = llvm.parse_assembly(text)
+    module_ref = llvm.parse_assembly(text, context=llvm.create_context())
     module_ref.verify()
-    machine = llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(
-        cpu=target.cpu, features=target.features, opt=3, reloc="pic", codemodel="default")
     module_ref.data_layout = str(machine.target_data)
     builder = llvm.create_pass_builder(machine, llvm.PipelineTuningOptions(speed_level=2))
     builder.getModulePassManager().run(module_ref, builder)
+    return str(module_ref)
+
+
+def thread_pool_object(target) -> bytes:
+    """``lw_parallel_for`` and its pool as position-independent object code for ``target``'s CPU;
+    ``lw_set_num_threads`` is ``POOL_SET_THREADS`` here."""
+    from llvmlite import binding as llvm
+    from .llvm.jit import cross_target_machine
+    return cross_target_machine(target).emit_object(llvm.parse_assembly(thread_pool_ir(target)))
+
+
+def weights_ir(blob, symbol: str) -> str:
+    """LLVM IR defining ``symbol`` as the bytes of ``blob`` (and a zero byte after them), read-only,
+    64-byte aligned.  For a cross-compile, whose object LLVM writes alone: its assembler cannot take
+    the ``.incbin`` of ``weights_assembly`` for a foreign CPU (llvmlite initialises only the host's
+    assembly parser).  Every byte is written as ``\\XX``: numpy makes the text in one pass."""
+    import numpy as np
+    raw = np.append(np.ascontiguousarray(blob).view(np.uint8).ravel(), np.uint8(0))
+    digits = np.frombuffer(b"0123456789ABCDEF", np.uint8)
+    text = np.empty((raw.size, 3), np.uint8)
+    text[:, 0] = ord("\\")
+    text[:, 1] = digits[raw >> 4]
+    text[:, 2] = digits[raw & 15]
+    return (f'@{symbol} = hidden constant [{raw.size} x i8] c"' + text.tobytes().decode("ascii")
+            + '", section ".rodata.lw_weights", align 64\n')
+
+
+def linked_object(target, ir_texts: Sequence[str], weights=None, weights_symbol: str = "") -> bytes:
+    """One position-independent object for ``target`` from LLVM IR modules (kernels, runner), the
+    thread pool and, if given, the weights: every symbol in it is hidden, so a library made from it
+    exports only what its C API file exports.  Used for a cross-compile (code this machine cannot
+    run, compiled again for another CPU's linker), where no object of the JIT can serve."""
+    from llvmlite import binding as llvm
+    from .llvm.jit import cross_target_machine
+    machine = cross_target_machine(target)
+    context = llvm.create_context()
+    texts = [thread_pool_ir(target), *ir_texts]
+    if weights is not None:
+        texts.append(weights_ir(weights, weights_symbol))
+    module_ref = None
+    for text in texts:
+        part = llvm.parse_assembly(text, context=context)
+        part.triple = machine.triple
+        part.data_layout = str(machine.target_data)
+        if module_ref is None:
+            module_ref = part
+        else:
+            module_ref.link_in(part)
+    module_ref.verify()
+    for value in [*module_ref.functions, *module_ref.global_variables]:
+        if not value.is_declaration and value.linkage.name not in ("internal", "private"):
+            value.visibility = "hidden"
     return machine.emit_object(module_ref)
+
+
+def check_output_kind(path: Path, cross: bool, cc) -> bool:
+    """Whether ``path`` asks for an object file (``.o``: a cross-compile only, and without ``cc``)."""
+    if path.suffix != ".o":
+        return False
+    if not cross:
+        raise ArgumentError(f"export_library: {path.name!r} names an object file, which is written for a "
+                            f"cross-compiled network or kernel (target='llvm -mtriple=... -mcpu=...'); for this "
+                            f"machine, export a shared library (e.g. {path.with_suffix('.so').name!r})")
+    if cc is not None:
+        raise ArgumentError(f"export_library: cc= links a shared library, but {path.name!r} names an object file; "
+                            f"give a path ending in .so to link with {cc!r}")
+    return True
+
+
+def target_description(target) -> str:
+    """The CPU named in a generated header: ``znver4``, or ``neoverse-n1 (aarch64-linux-gnu)``."""
+    return f"{target.cpu} ({target.triple})" if target.triple else target.cpu
+
+
+def compiler_machine(compiler: Sequence[str]) -> str:
+    """The architecture a C compiler builds for (``cc -dumpmachine``: ``aarch64-linux-gnu`` ->
+    ``aarch64``), or "" when it does not say."""
+    try:
+        proc = subprocess.run([*compiler, "-dumpmachine"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    words = proc.stdout.strip().split("-") if proc.returncode == 0 else []
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(words[0], words[0]) if words and words[0] else ""
+
+
+def cross_compiler(cc: Optional[str], target) -> List[str]:
+    """The C compiler that links a cross-compiled library: ``cc`` (required: the system's own builds
+    for this machine), checked to build for ``target``'s architecture."""
+    arch = target.arch
+    hint = (f"install a cross compiler for {arch} (Debian/Ubuntu: 'apt-get install gcc-{arch.replace('_', '-')}-"
+            f"linux-gnu', which gives {arch}-linux-gnu-gcc) and pass it as cc=")
+    if cc is None:
+        raise BuildError(f"this network or kernel was compiled for {target.triple or arch} (cpu {target.cpu}): "
+                         f"a shared library for it needs a C compiler for that machine; {hint}, or export an "
+                         f"object file (a path ending in .o) and link it there")
+    words = shlex.split(cc)
+    found = shutil.which(words[0]) if words else None
+    if not found:
+        raise BuildError(f"the C compiler {cc!r} was not found; {hint}")
+    compiler = [found, *words[1:]]
+    built_for = compiler_machine(compiler)
+    if built_for and built_for != arch:
+        raise BuildError(f"the C compiler {cc!r} builds for {built_for}, not for {arch} (the target's machine); "
+                         f"{hint}")
+    return compiler
 
 
 def weights_assembly(blob_path: Path, symbol: str, align: int = 64) -> str:
@@ -118,18 +220,22 @@ def version_script(exported: Iterable[str]) -> str:
 
 
 def link_shared(output: Path, sources: Sequence[Path], objects: Sequence[Path], exported: Sequence[str],
-                workdir: Path, cc: Optional[str] = None) -> None:
+                workdir: Path, cc: Optional[str] = None, compiler: Optional[Sequence[str]] = None,
+                pic: bool = False) -> None:
     """Compile ``sources`` (C / assembler) and link them with ``objects`` into the shared library
     ``output``, exporting only ``exported``; needs nothing at run time but libc, libm and pthread.
 
     The kernels' objects are JIT code (absolute addresses, not position-independent), so the
-    library has text relocations, resolved once when it is loaded (``-z notext``)."""
-    compiler = find_c_compiler(cc)
+    library has text relocations, resolved once when it is loaded (``-z notext``); with ``pic``
+    (every object position-independent: a cross-compile) a text relocation is a link error
+    (``-z text``).  ``compiler`` (words of a command) overrides ``cc`` / ``$CC``."""
+    compiler = list(compiler) if compiler else find_c_compiler(cc)
     script = workdir / "exports.map"
     script.write_text(version_script(exported))
     cmd: List[str] = [*compiler, "-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-o", str(output),
                       *map(str, sources), *map(str, objects), f"-Wl,--version-script={script}",
-                      "-Wl,-z,notext", "-Wl,-z,defs", "-Wl,-z,noexecstack", "-lm", "-lpthread"]
+                      "-Wl,-z,text" if pic else "-Wl,-z,notext", "-Wl,-z,defs", "-Wl,-z,noexecstack", "-lm",
+                      "-lpthread"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir)
     except OSError as exc:

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..errors import ArgumentError, BuildError
-from .export import C_FAIL_AND_CORES, POOL_SET_THREADS, check_exported_names, link_shared, thread_pool_object
+from .export import (C_FAIL_AND_CORES, POOL_SET_THREADS, check_exported_names, check_output_kind, cross_compiler,
+                     link_shared, linked_object, target_description, thread_pool_object)
 from .llvm.thread_pool import MAX_THREADS
 
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -164,7 +165,7 @@ def kernel_c_parts(module, prefix: str, header_name: str, library_name: str):
     if not sizes:
         checks.append("    sizes[0] = 0;")
     values = {"HEADER_NAME": header_name, "LIBRARY_NAME": library_name, "KERNEL_NAME": module.name,
-              "CPU_NAME": module.target.cpu, "SHAPES_DOC": doc, "SIGNATURE": signature, "FUNCTION": function,
+              "CPU_NAME": target_description(module.target), "SHAPES_DOC": doc, "SIGNATURE": signature, "FUNCTION": function,
               "MAX_THREADS_VALUE": str(MAX_THREADS), "GUARD": re.sub(r"\W", "_", header_name).upper(),
               "HEADER_FILE": header_name, "KERNEL_SYMBOL": module.symbol,
               "NUM_BUFFERS": str(max(1, len(params))), "NUM_SIZES": str(max(1, len(sizes))),
@@ -180,7 +181,11 @@ def kernel_c_parts(module, prefix: str, header_name: str, library_name: str):
 
 def export_kernel_library(module, path, prefix: str = "lw_", cc: Optional[str] = None) -> Path:
     """Write ``module`` (a CPU kernel from ``lw.build``) as the shared library ``path`` and its
-    header beside it (``k.so`` -> ``k.h``); returns the library's path."""
+    header beside it (``k.so`` -> ``k.h``); returns the library's path.
+
+    A kernel built for another CPU (``target="llvm -mtriple=... -mcpu=..."``) is written as one
+    position-independent object ``k.o`` for that CPU (the kernel and the pool) with ``k.h`` and the
+    C source ``k.c`` of its API, or linked into ``k.so`` by a C compiler for that CPU (``cc=``)."""
     if not isinstance(prefix, str) or not _PREFIX.match(prefix):
         raise ArgumentError(f"export_library: prefix must be the start of a C identifier (letters, digits, "
                             f"'_', not starting with a digit), got {prefix!r}")
@@ -190,17 +195,29 @@ def export_kernel_library(module, path, prefix: str = "lw_", cc: Optional[str] =
     path = Path(path)
     if not path.parent.is_dir():
         raise ArgumentError(f"export_library: the folder {str(path.parent)!r} does not exist")
+    cross = not module.target.runs_here()
+    as_object = check_output_kind(path, cross, cc)
+    compiler = cross_compiler(cc, module.target) if cross and not as_object else None
     header = path.with_suffix(".h")
     header_body, source, exported = kernel_c_parts(module, prefix, header.name, path.name)
     with tempfile.TemporaryDirectory(prefix="loopweave-export-") as tmp:
         work = Path(tmp)
         (work / header.name).write_text(header_body)
         (work / "api.c").write_text(source)
-        (work / "kernel.o").write_bytes(obj)
-        (work / "pool.o").write_bytes(thread_pool_object(module.target))
+        if cross:   # the kernel's optimised IR and the pool, as one position-independent object for the target
+            objects = [work / "kernel.o"]
+            objects[0].write_bytes(linked_object(module.target, [module.get_source("ll-opt")]))
+        else:
+            (work / "kernel.o").write_bytes(obj)
+            (work / "pool.o").write_bytes(thread_pool_object(module.target))
+            objects = [work / "kernel.o", work / "pool.o"]
         partial = path.with_name(path.name + ".partial")
         try:
-            link_shared(partial, [work / "api.c"], [work / "kernel.o", work / "pool.o"], exported, work, cc)
+            if as_object:
+                partial.write_bytes(objects[0].read_bytes())
+                path.with_suffix(".c").write_text(source)
+            else:
+                link_shared(partial, [work / "api.c"], objects, exported, work, cc, compiler=compiler, pic=cross)
             partial.replace(path)
         except BuildError:
             partial.unlink(missing_ok=True)

@@ -18,7 +18,7 @@ from typing import Optional, Tuple
 import llvmlite
 from llvmlite import binding as llvm
 
-from ...errors import InternalError
+from ...errors import BuildError, InternalError
 from ...target import Target
 from ..disk_cache import cache_dir, read_verified, writable_cache_dir, write_checksummed
 from . import thread_pool
@@ -26,6 +26,7 @@ from . import thread_pool
 _lock = threading.Lock()
 _engine = None
 _target_machines = {}
+_machines_lock = threading.Lock()
 
 
 def _initialize():
@@ -43,15 +44,37 @@ def _initialize():
 
 
 def target_machine_for(target: Target | None):
-    key = None if target is None else (target.cpu, target.features)
-    tm = _target_machines.get(key)
-    if tm is None:
-        cpu = llvm.get_host_cpu_name() if target is None else target.cpu
-        features = llvm.get_host_cpu_features().flatten() if target is None else target.features
-        tm = llvm.Target.from_default_triple().create_target_machine(
-            cpu=cpu, features=features, opt=3, reloc="static", codemodel="jitdefault")
-        _target_machines[key] = tm
+    """The LLVM target machine for ``target`` (None: the host).  A target this machine runs gets JIT
+    code (static relocations, the JIT's code model); one it cannot run is cross-compiled, and only
+    ever linked into a library elsewhere, so its code is position-independent (``runs_here``)."""
+    key = None if target is None else (target.cpu, target.features, target.triple)
+    with _machines_lock:
+        tm = _target_machines.get(key)
+        if tm is None:
+            cpu = llvm.get_host_cpu_name() if target is None else target.cpu
+            features = llvm.get_host_cpu_features().flatten() if target is None else target.features
+            if target is None or target.runs_here():
+                tm = llvm.Target.from_default_triple().create_target_machine(
+                    cpu=cpu, features=features, opt=3, reloc="static", codemodel="jitdefault")
+            else:
+                tm = cross_target_machine(target)
+            _target_machines[key] = tm
     return tm
+
+
+def cross_target_machine(target: Target, reloc: str = "pic"):
+    """A target machine for ``target``'s triple (the host's when it names none), position-independent
+    by default: the code of a library (``export_library``), never loaded into this process."""
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    triple = target.triple or llvm.get_process_triple()
+    try:
+        machine_target = llvm.Target.from_triple(triple)
+    except RuntimeError as exc:
+        raise BuildError(f"this LLVM (llvmlite {llvmlite.__version__}) cannot generate code for {triple!r}: "
+                         f"{exc}") from None
+    return machine_target.create_target_machine(cpu=target.cpu, features=target.features, opt=3, reloc=reloc,
+                                                codemodel="default")
 
 
 def optimize(module_ref, target: Target):
@@ -98,8 +121,10 @@ def _object_path(symbol: str, target: Target) -> Optional[Path]:
     folder = writable_cache_dir()
     if folder is None:
         return None
-    key = hashlib.sha256("\0".join([symbol, target.cpu, target.features, llvmlite.__version__,
-                                    codegen_fingerprint(), "checksummed"]).encode())
+    words = [symbol, target.cpu, target.features, llvmlite.__version__, codegen_fingerprint(), "checksummed"]
+    if target.triple or not target.runs_here():     # cross-compiled: another triple, position-independent
+        words += [target.triple, "pic"]
+    key = hashlib.sha256("\0".join(words).encode())
     return folder / f"{key.hexdigest()[:32]}.o"
 
 

@@ -177,14 +177,14 @@ def _i64(value):
 class _PoolModuleBuilder:
     """Builds the LLVM module of the pool, one IR function per method."""
 
-    def __init__(self, machine=None):
+    def __init__(self, machine=None, triple=None):
         self.machine = (machine or platform.machine()).lower()
         if self.machine not in _SYS_FUTEX:
             raise RuntimeError(
                 f"loopweave thread pool: unsupported machine {self.machine!r} "
                 "(needs Linux x86_64 or aarch64 for futex)")
         self.module = ir.Module(name="loopweave_thread_pool")
-        self.module.triple = llvm.get_process_triple()
+        self.module.triple = triple or llvm.get_process_triple()
         self._declare_libc()
         self._define_globals()
         self.now_ns = self._define_now_ns()
@@ -621,9 +621,10 @@ class _PoolModuleBuilder:
         b.ret(b.load_atomic(self.num_threads, "monotonic", 4))
 
 
-def build_module():
-    """The pool's LLVM module (``llvmlite.ir.Module``), not compiled."""
-    return _PoolModuleBuilder().module
+def build_module(machine=None, triple=None):
+    """The pool's LLVM module (``llvmlite.ir.Module``), not compiled; for this machine, or for
+    ``machine`` (``"x86_64"`` / ``"aarch64"``: its futex call number and spin hint) and ``triple``."""
+    return _PoolModuleBuilder(machine, triple).module
 
 
 def host_target_machine(opt=3):

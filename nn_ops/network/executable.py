@@ -37,12 +37,12 @@ from tqdm.auto import tqdm
 
 from ...autoschedule import apply_best
 from ...backends import build as build_mod
-from ...backends.build import build, build_many
+from ...backends.build import build, build_many, cannot_run_here
 from ...backends.runtime import clear_error_slot, index_error_text, new_error_slot, read_index_error
 from ...backends.llvm import jit
 from ...dsl.tensor import placeholder
 from ...errors import ArgumentError, BuildError, DamagedFileError, IndexOutOfRangeError, InternalError
-from ...target import resolve_target
+from ...target import compiling_for, resolve_target
 from ..ops.registry import schedule
 from . import kernel_cache
 from .archive import ArchiveReader, ArchiveWriter, MetaChecker
@@ -96,7 +96,12 @@ def compile_graph(graph: Graph, tgt, progress: Optional[bool] = None, tuning_log
     ``checks`` is passed to every kernel's ``lw.build`` (``"bounds"``: check every
     data-dependent index)."""
     t0 = time.perf_counter()
-    plan = build_kernels(graph, tgt, progress, tuning_log=tuning_log, checks=checks)
+    if tgt.kind == "llvm" and not tgt.runs_here():
+        # cross-compiling: layout choices made from "the CPU's vector width" follow the target too
+        with compiling_for(tgt):
+            plan = build_kernels(graph, tgt, progress, tuning_log=tuning_log, checks=checks)
+    else:
+        plan = build_kernels(graph, tgt, progress, tuning_log=tuning_log, checks=checks)
     if tgt.kind == "cuda":
         inputs, outputs = plan.signature()
         exe = CudaExecutable(inputs, outputs, plan.calls, plan.modules, plan.arena_size, plan.weights, tgt)
@@ -130,9 +135,11 @@ class KernelPlan:
         """The CPU executable of this plan (its modules are CPU builds)."""
         inputs, outputs = self.signature()
         kernels = {sym: m.object_code for sym, m in self.modules.items()}
+        # a cross-compiled network keeps each kernel's optimised LLVM IR: export links them into one object
+        kernel_ir = None if tgt.runs_here() else {sym: m.get_source("ll-opt") for sym, m in self.modules.items()}
         return Executable(inputs=inputs, outputs=outputs, calls=self.calls, kernels=kernels,
                           arena_size=self.arena_size, weights=self.weights, weight_table=self.weight_table,
-                          target=tgt, graph=self.graph)
+                          target=tgt, graph=self.graph, kernel_ir=kernel_ir)
 
 
 def plan_kernel_groups(graph: Graph, target_kind: str):
@@ -166,7 +173,9 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
     reused = 0
     # kernel_cache: CPU builds of the op library's schedules (a tuned build is found by the object
     # cache instead, keyed by its lowered IR)
-    remembered = tgt.kind == "llvm" and build_fn is None and tuning_log is None and checks is None
+    # (not for a cross-compile: its export needs each kernel's LLVM IR, which a remembered kernel lacks)
+    remembered = (tgt.kind == "llvm" and build_fn is None and tuning_log is None and checks is None
+                  and tgt.runs_here())
     tuned = 0
     jobs, job_signatures = [], []
     group_params = []
@@ -450,7 +459,8 @@ class Executable:
 
     def __init__(self, inputs, outputs, calls: List[KernelCall], kernels: Dict[str, bytes], arena_size: int,
                  weights: np.ndarray, weight_table, target, graph: Optional[Graph] = None,
-                 runner_object: Optional[bytes] = None, runner_symbol: Optional[str] = None):
+                 runner_object: Optional[bytes] = None, runner_symbol: Optional[str] = None,
+                 kernel_ir: Optional[Dict[str, str]] = None):
         self.inputs = [(n, tuple(s), d) for n, s, d in inputs]
         self.outputs = [(n, tuple(s), d) for n, s, d in outputs]
         self.calls, self.kernels = calls, kernels
@@ -460,7 +470,13 @@ class Executable:
         self.num_groups = len(calls)
         self.tuned_kernels = 0
         self.last_profile: Optional[List[Tuple[str, float]]] = None   # set by profile(); shown by _repr_html_
-        addresses = {sym: _load_kernel(sym, obj) for sym, obj in kernels.items()}
+        # compiled for another CPU (a cross-compile): nothing is loaded, run() refuses, export_library
+        # links the kernels' LLVM IR into one position-independent object for that CPU
+        self.runs_here = target.runs_here()
+        self.kernel_ir = kernel_ir
+        if not self.runs_here and kernel_ir is None:
+            raise InternalError("a cross-compiled executable needs its kernels' LLVM IR")
+        addresses = {sym: _load_kernel(sym, obj) for sym, obj in kernels.items()} if self.runs_here else {}
         self._addresses = addresses
         if runner_object is None:
             text = _runner_ir(calls, "lw_run")
@@ -471,7 +487,8 @@ class Executable:
                 runner_object, _ = jit.compile_ir(_runner_ir(calls, runner_symbol), target)
                 jit.store_object(runner_symbol, target, runner_object)
         self.runner_symbol, self.runner_object = runner_symbol, runner_object
-        self._entry = _RUN_TYPE(_load_runner(runner_symbol, runner_object, addresses))
+        self.runner_ir = None if self.runs_here else _runner_ir(calls, runner_symbol)
+        self._entry = _RUN_TYPE(_load_runner(runner_symbol, runner_object, addresses) if self.runs_here else 0)
         self._arena = _aligned_empty(arena_size)
         self._in_ptrs = (ctypes.c_void_p * max(1, len(self.inputs)))()
         self._out_ptrs = (ctypes.c_void_p * max(1, len(self.outputs)))()
@@ -527,6 +544,8 @@ class Executable:
 
     # ------------------------------------------------------------ running
     def _check_feed(self, feed) -> List[np.ndarray]:
+        if not self.runs_here:
+            raise cannot_run_here(self.target, "this network")
         return check_static_feed(self.inputs, feed)
 
     def run(self, feed) -> List[np.ndarray]:
@@ -595,13 +614,22 @@ class Executable:
     # ------------------------------------------------------------ save / load / export
     def export_library(self, path, prefix: str = "lw_", params: str = "embed", cc: Optional[str] = None):
         """Write this network as a shared library ``path`` with a C API, and its header beside it
-        (``model.so`` -> ``model.h``); needs a C compiler (``cc``, ``$CC``).  See ``export.py``."""
+        (``model.so`` -> ``model.h``); needs a C compiler (``cc``, ``$CC``).  See ``export.py``.
+
+        Compiled for another CPU (a cross-compile), it writes ``model.o`` (every kernel, the runner, the
+        pool and the weights in one position-independent object for that CPU) with ``model.h`` and the
+        API's C source ``model.c``; or, given a C compiler for that CPU (``cc="aarch64-linux-gnu-gcc"``),
+        the shared library."""
         from .export import export_library
         return export_library(self, path, prefix=prefix, params=params, cc=cc)
 
     def save(self, path) -> None:
         """Write a zip: meta.json (with the sha256 of every other member), meta.sha256, kernels/<symbol>.o,
         runner.o, weights/<k>.npy (no pickle); see ``archive.py``."""
+        if not self.runs_here:
+            raise ArgumentError(f"save writes a .lwx to load and run on this machine; this network was compiled for "
+                                f"{self.target.triple or self.target.arch} (cpu {self.target.cpu}): write it with "
+                                f"export_library(...) instead")
         weights = []
         meta = {
             "format": "loopweave-executable", "version": FORMAT_VERSION,

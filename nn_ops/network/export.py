@@ -40,8 +40,9 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from ...backends.export import (C_FAIL_AND_CORES, POOL_SET_THREADS, check_exported_names, link_shared,
-                               thread_pool_object, weights_assembly)
+from ...backends.export import (C_FAIL_AND_CORES, POOL_SET_THREADS, check_exported_names, check_output_kind,
+                               cross_compiler, link_shared, linked_object, target_description, thread_pool_object,
+                               weights_assembly)
 from ...errors import ArgumentError, BuildError
 from ...backends.llvm.thread_pool import MAX_THREADS
 
@@ -474,7 +475,7 @@ def header_text(exe, prefix: str, header_name: str, library_name: str, params: s
                    if params == "side" else f"embedded, read-only ({exe.weights.nbytes} bytes)")
     return _fill(_HEADER, prefix, {
         "HEADER_NAME": header_name, "LIBRARY_NAME": library_name, "INPUTS_DOC": _signature_doc(exe.inputs),
-        "OUTPUTS_DOC": _signature_doc(exe.outputs), "CPU_NAME": exe.target.cpu, "WEIGHTS_DOC": weights_doc,
+        "OUTPUTS_DOC": _signature_doc(exe.outputs), "CPU_NAME": target_description(exe.target), "WEIGHTS_DOC": weights_doc,
         "PARAMS_DOC": params_doc if params == "side" else "params='side' only", "MAX_THREADS_VALUE": str(MAX_THREADS)})
 
 
@@ -508,6 +509,9 @@ def export_library(exe, path, prefix: str = "lw_", params: str = "embed", cc: Op
     path = Path(path)
     if not path.parent.is_dir():
         raise ArgumentError(f"export_library: the folder {str(path.parent)!r} does not exist")
+    cross = not exe.runs_here
+    as_object = check_output_kind(path, cross, cc)
+    compiler = cross_compiler(cc, exe.target) if cross and not as_object else None
     exported = [prefix + name for name in API_FUNCTIONS]
     check_exported_names(exported, [*exe.kernels, exe.runner_symbol, _WEIGHTS_SYMBOL])
     header = path.with_suffix(".h")
@@ -517,20 +521,20 @@ def export_library(exe, path, prefix: str = "lw_", params: str = "embed", cc: Op
         (work / header.name).write_text(header_body)
         (work / "api.c").write_text(source_text(exe, prefix, header.name, params))
         sources = [work / "api.c"]
-        if params == "embed":
-            np.ascontiguousarray(exe.weights).view(np.uint8).tofile(work / "weights.bin")
-            (work / "weights.s").write_text(weights_assembly(work / "weights.bin", _WEIGHTS_SYMBOL))
-            sources.append(work / "weights.s")
-        objects = []
-        for k, (symbol, obj) in enumerate(sorted(exe.kernels.items())):
-            objects.append(work / f"kernel{k}.o")
-            objects[-1].write_bytes(obj)
-        (work / "runner.o").write_bytes(exe.runner_object)
-        (work / "pool.o").write_bytes(thread_pool_object(exe.target))
-        objects += [work / "runner.o", work / "pool.o"]
+        if cross:
+            # one position-independent object for the target: kernels, runner, pool (and the weights)
+            objects = [work / "model.o"]
+            objects[0].write_bytes(linked_object(exe.target, [*exe.kernel_ir.values(), exe.runner_ir],
+                                                 exe.weights if params == "embed" else None, _WEIGHTS_SYMBOL))
+        else:
+            objects = _host_objects(exe, work, params, sources)
         partial = path.with_name(path.name + ".partial")
         try:
-            link_shared(partial, sources, objects, exported, work, cc)
+            if as_object:
+                partial.write_bytes(objects[0].read_bytes())
+                path.with_suffix(".c").write_text((work / "api.c").read_text())
+            else:
+                link_shared(partial, sources, objects, exported, work, cc, compiler=compiler, pic=cross)
             partial.replace(path)
         except BuildError:
             partial.unlink(missing_ok=True)
@@ -544,3 +548,20 @@ def export_library(exe, path, prefix: str = "lw_", params: str = "embed", cc: Op
         partial.replace(side)
     header.write_text(header_body)
     return path
+
+
+def _host_objects(exe, work: Path, params: str, sources: List[Path]) -> List[Path]:
+    """The objects of a library for this machine: each kernel's JIT object, the runner's, the pool
+    compiled position-independent; with embedded weights, their ``.incbin`` file joins ``sources``."""
+    if params == "embed":
+        np.ascontiguousarray(exe.weights).view(np.uint8).tofile(work / "weights.bin")
+        (work / "weights.s").write_text(weights_assembly(work / "weights.bin", _WEIGHTS_SYMBOL))
+        sources.append(work / "weights.s")
+    objects = []
+    for k, (symbol, obj) in enumerate(sorted(exe.kernels.items())):
+        objects.append(work / f"kernel{k}.o")
+        objects[-1].write_bytes(obj)
+    (work / "runner.o").write_bytes(exe.runner_object)
+    (work / "pool.o").write_bytes(thread_pool_object(exe.target))
+    return objects + [work / "runner.o", work / "pool.o"]
+
