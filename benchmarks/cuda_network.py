@@ -1,10 +1,13 @@
-"""ResNet-18 on the GPU: ``lw.compile(net, target="cuda")`` vs PyTorch eager (torchvision's resnet18).
+"""Networks on the GPU: ``lw.compile(net, target="cuda")`` vs PyTorch eager.
 
-``python -m benchmarks.cuda_network [--batches 1 32] [--repeat 20]`` compiles the bundled
-ResNet-18 (seeded weights) for the GPU at each batch size, checks it against onnxruntime
-on the CPU, then prints the median latency of loopweave's kernels (CUDA events) and of
-torchvision's ResNet-18 in eager mode (same shapes, random weights; cudnn, TF32 off),
-each synchronised, and their ratio.  Exits with a message when there is no GPU.
+``python -m benchmarks.cuda_network [--models resnet18 mobilenet_v2 transformer_encoder]
+[--batches 1 32] [--repeat 20] [--profile 8]`` compiles each bundled model (seeded weights)
+for the GPU at each batch size, checks it against onnxruntime on the CPU, then prints the
+median latency of loopweave's kernels (CUDA events) and of the same architecture in PyTorch
+eager (torchvision's resnet18 / mobilenet_v2; ``nn.TransformerEncoder`` with the zoo encoder's
+sizes, post-LayerNorm, GELU), same shapes, random weights, cudnn/cuBLAS with TF32 off, each
+synchronised, and their ratio (> 1: loopweave faster).  ``--profile N`` also prints each
+network's N slowest kernel calls.  Exits with a message when there is no GPU.
 """
 from __future__ import annotations
 
@@ -15,10 +18,13 @@ import time
 import numpy as np
 
 import loopweave as lw
-from loopweave.nn_ops.testing.model_zoo import resnet18
+from loopweave.nn_ops.testing import model_zoo
+
+ENCODER = dict(seq=128, hidden=256, heads=4, layers=4, ffn=1024)   # model_zoo.transformer_encoder's defaults
 
 
-def torch_latency(batch: int, repeat: int):
+def torch_model(name: str, batch: int):
+    """(module, input) of ``name`` in PyTorch eager on the GPU, or None without torch/GPU."""
     try:
         import torch
         import torchvision
@@ -28,8 +34,23 @@ def torch_latency(batch: int, repeat: int):
         return None
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    net = torchvision.models.resnet18().cuda().eval()
-    x = torch.rand(batch, 3, 224, 224, device="cuda")
+    if name == "transformer_encoder":
+        layer = torch.nn.TransformerEncoderLayer(ENCODER["hidden"], ENCODER["heads"], ENCODER["ffn"], dropout=0.0,
+                                                 activation="gelu", batch_first=True, norm_first=False)
+        net = torch.nn.TransformerEncoder(layer, ENCODER["layers"], enable_nested_tensor=False)
+        x = torch.rand(batch, ENCODER["seq"], ENCODER["hidden"], device="cuda")
+    else:
+        net = getattr(torchvision.models, name)()
+        x = torch.rand(batch, 3, 224, 224, device="cuda")
+    return net.cuda().eval(), x
+
+
+def torch_latency(name: str, batch: int, repeat: int):
+    made = torch_model(name, batch)
+    if made is None:
+        return None
+    import torch
+    net, x = made
     samples = []
     with torch.no_grad():
         for _ in range(3):
@@ -45,8 +66,11 @@ def torch_latency(batch: int, repeat: int):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--models", nargs="+", default=["resnet18"],
+                        choices=["resnet18", "mobilenet_v2", "transformer_encoder"])
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="print the N slowest kernel calls")
     args = parser.parse_args(argv)
     from loopweave.backends.cuda.driver import get_driver
     try:
@@ -55,19 +79,31 @@ def main(argv=None) -> int:
         print(f"cuda_network: {exc}", file=sys.stderr)
         return 2
     print(f"device: {drv.name()} ({drv.arch})")
-    print(f"{'model':<22} {'loopweave ms':>12} {'torch ms':>9} {'ratio':>6}")
-    for batch in args.batches:
-        model = resnet18(batch=batch)
-        exe = lw.compile(lw.from_onnx(model), target="cuda", progress=False)
-        feed = {n: np.random.default_rng(0).standard_normal(s).astype(d) for n, s, d in exe.inputs}
-        import onnxruntime as ort
-        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
-        for a, b in zip(exe.run(feed), want):
-            np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3)
-        ours = exe.time(feed, repeat=args.repeat)
-        theirs = torch_latency(batch, args.repeat)
+    rows = []
+    for name in args.models:
+        for batch in args.batches:
+            model = getattr(model_zoo, name)(batch=batch)
+            t0 = time.perf_counter()
+            exe = lw.compile(lw.from_onnx(model), target="cuda", progress=False)
+            compile_s = time.perf_counter() - t0
+            feed = {n: np.random.default_rng(0).standard_normal(s).astype(d) for n, s, d in exe.inputs}
+            import onnxruntime as ort
+            want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+            for a, b in zip(exe.run(feed), want):
+                np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3)
+            ours = exe.time(feed, repeat=args.repeat)
+            theirs = torch_latency(name, batch, args.repeat)
+            rows.append((f"{name} b{batch}", ours, theirs, compile_s))
+            if args.profile:
+                prof = sorted(exe.profile(feed), key=lambda r: -r[1])
+                total = sum(s for _, s in prof)
+                print(f"{name} batch {batch}: {len(prof)} kernel calls, sum {total * 1e3:.2f} ms; slowest:")
+                for kname, sec in prof[:args.profile]:
+                    print(f"  {sec * 1e6:9.1f} us  {kname}")
+    print(f"{'model':<26} {'loopweave ms':>12} {'torch ms':>9} {'ratio':>6} {'compile s':>9}")
+    for label, ours, theirs, compile_s in rows:
         ratio = f"{theirs / ours:6.2f}" if theirs else "     -"
-        print(f"resnet18 batch {batch:<7} {ours * 1e3:12.2f} {theirs * 1e3 if theirs else float('nan'):9.2f} {ratio}")
+        print(f"{label:<26} {ours * 1e3:12.2f} {theirs * 1e3 if theirs else float('nan'):9.2f} {ratio} {compile_s:9.1f}")
     return 0
 
 

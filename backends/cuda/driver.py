@@ -19,10 +19,24 @@ from ...errors import BuildError
 CUdeviceptr = ctypes.c_uint64
 _ATTR_CC_MAJOR, _ATTR_CC_MINOR = 75, 76
 _ATTR_MAX_SHARED_PER_BLOCK = 8
+_ATTR_MULTIPROCESSOR_COUNT = 16
+_CAPTURE_THREAD_LOCAL = 1    # CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 
 
 class CudaError(BuildError):
     """A CUDA driver call failed."""
+
+
+class PreparedLaunch:
+    """One kernel launch with its grid, block and argument array marshalled for ``cuLaunchKernel``."""
+    __slots__ = ("fn", "grid", "block", "args", "params")
+
+    def __init__(self, fn, grid, block, args: list):
+        self.fn = fn
+        self.grid = [ctypes.c_uint(int(g)) for g in grid]
+        self.block = [ctypes.c_uint(int(b)) for b in block]
+        self.args = args     # kept alive: params points into them
+        self.params = (ctypes.c_void_p * max(1, len(args)))(*[ctypes.addressof(a) for a in args])
 
 
 class Driver:
@@ -63,6 +77,10 @@ class Driver:
     @property
     def arch(self) -> str:
         return f"sm_{self.attribute(_ATTR_CC_MAJOR)}{self.attribute(_ATTR_CC_MINOR)}"
+
+    @property
+    def multiprocessors(self) -> int:
+        return self.attribute(_ATTR_MULTIPROCESSOR_COUNT)
 
     def name(self) -> str:
         buf = ctypes.create_string_buffer(256)
@@ -121,14 +139,58 @@ class Driver:
         self._check(self.lib.cuModuleGetFunction(ctypes.byref(fn), module, name.encode()), "cuModuleGetFunction")
         return fn
 
-    def launch(self, fn, grid, block, args: list):
-        """Launch ``fn`` with ``args`` (ctypes scalars: c_uint64 pointers, c_int64 sizes) on the default stream."""
+    def launch(self, fn, grid, block, args: list, stream=None):
+        """Launch ``fn`` with ``args`` (ctypes scalars: c_uint64 pointers, c_int64 sizes) on ``stream``
+        (None: the legacy default stream)."""
         self.make_current()
-        params = (ctypes.c_void_p * max(1, len(args)))(*[ctypes.addressof(a) for a in args])
-        self._check(self.lib.cuLaunchKernel(fn, *[ctypes.c_uint(int(g)) for g in grid],
-                                            *[ctypes.c_uint(int(b)) for b in block],
-                                            ctypes.c_uint(0), ctypes.c_void_p(0), params, ctypes.c_void_p(0)),
-                    "cuLaunchKernel")
+        self.launch_prepared(PreparedLaunch(fn, grid, block, args), stream)
+
+    def launch_prepared(self, launch: "PreparedLaunch", stream=None):
+        """Launch with arguments marshalled once (a network replays the same launches every run)."""
+        self._check(self.lib.cuLaunchKernel(launch.fn, *launch.grid, *launch.block, ctypes.c_uint(0),
+                                            stream if stream is not None else ctypes.c_void_p(0),
+                                            launch.params, ctypes.c_void_p(0)), "cuLaunchKernel")
+
+    def copy_device_to_device(self, dst: int, src: int, nbytes: int):
+        self.make_current()
+        self._check(self.lib.cuMemcpyDtoD_v2(CUdeviceptr(dst), CUdeviceptr(src), ctypes.c_size_t(nbytes)),
+                    "cuMemcpyDtoD")
+
+    # ---------------------------------------------------------------- streams and graphs
+    def stream(self) -> ctypes.c_void_p:
+        """A new blocking stream (it orders with the legacy default stream, where copies and events go)."""
+        self.make_current()
+        stream = ctypes.c_void_p()
+        self._check(self.lib.cuStreamCreate(ctypes.byref(stream), 0), "cuStreamCreate")
+        return stream
+
+    def capture_graph(self, stream, work) -> ctypes.c_void_p:
+        """Record the launches ``work()`` issues on ``stream`` into an instantiated CUDA graph: one
+        ``cuGraphLaunch`` then replays all of them, without a host round trip per kernel."""
+        self.make_current()
+        self._check(self.lib.cuStreamBeginCapture_v2(stream, _CAPTURE_THREAD_LOCAL), "cuStreamBeginCapture")
+        graph = ctypes.c_void_p()
+        try:
+            work()
+        finally:   # end the capture even when a launch failed, so that the stream stays usable
+            ended = self.lib.cuStreamEndCapture(stream, ctypes.byref(graph))
+        self._check(ended, "cuStreamEndCapture")
+        exe = ctypes.c_void_p()
+        try:
+            self._check(self.lib.cuGraphInstantiateWithFlags(ctypes.byref(exe), graph, ctypes.c_ulonglong(0)),
+                        "cuGraphInstantiateWithFlags")
+        finally:
+            self.lib.cuGraphDestroy(graph)
+        return exe
+
+    def launch_graph(self, graph_exec, stream):
+        self._check(self.lib.cuGraphLaunch(graph_exec, stream), "cuGraphLaunch")
+
+    def destroy_graph(self, graph_exec):
+        self.lib.cuGraphExecDestroy(graph_exec)
+
+    def destroy_stream(self, stream):
+        self.lib.cuStreamDestroy_v2(stream)
 
     # ---------------------------------------------------------------- timing
     def event(self) -> ctypes.c_void_p:

@@ -10,7 +10,7 @@ into the driver on the first call, so building needs no GPU.
 from __future__ import annotations
 
 import ctypes
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from ...dsl.expr import Binary, Cast, Compare, Const, Logical, Select, Var
 from ...errors import ArgumentError, InternalError
 from ...lowering.ir import Allocate, KernelLaunch, LetStmt, Seq
 from ..runtime import Module, ParamSpec
-from .driver import get_driver
+from .driver import PreparedLaunch, get_driver
 from .ndarray import DeviceArray, as_device_array, overlaps
 
 
@@ -125,21 +125,40 @@ class CudaModule(Module):
     def _run(self, drv, pointers, sizes):
         env = {id(v): sizes[v.name] for v in self._size_vars}
         buffers = {id(b): ptr for b, ptr in zip(self._func.params, pointers)}
-        self._exec(drv, self._func.body, env, buffers)
+        self._exec(drv, self._func.body, env, buffers, drv.launch)
 
-    def _exec(self, drv, s, env, buffers):
+    def prepared_launches(self, drv, pointers, sizes) -> Tuple[List[PreparedLaunch], List[int]]:
+        """This call's launches, marshalled once, for a caller that replays them (a network, a CUDA
+        graph), and the device buffers allocated for the host program's intermediates, which the
+        caller now owns (they live as long as the launches are replayed; free them with drv.free)."""
+        env = {id(v): sizes[v.name] for v in self._size_vars}
+        buffers = {id(b): ptr for b, ptr in zip(self._func.params, pointers)}
+        launches: List[PreparedLaunch] = []
+        owned: List[int] = []
+        self._exec(drv, self._func.body, env, buffers,
+                   lambda fn, grid, block, args: launches.append(PreparedLaunch(fn, grid, block, args)),
+                   owned=owned)
+        return launches, owned
+
+    def _exec(self, drv, s, env, buffers, launch, owned: Optional[list] = None):
+        """Interpret the host program; with ``owned``, intermediates are allocated for good and
+        listed there (the launches are being recorded, not run)."""
         if isinstance(s, Seq):
             for c in s.stmts:
-                self._exec(drv, c, env, buffers)
+                self._exec(drv, c, env, buffers, launch, owned)
         elif isinstance(s, LetStmt):
             env[id(s.var)] = eval_host(s.value, env)
-            self._exec(drv, s.body, env, buffers)
+            self._exec(drv, s.body, env, buffers, launch, owned)
         elif isinstance(s, Allocate):
             nbytes = eval_host(s.extent, env) * dtypes.itemsize(s.buffer.dtype)
             ptr = drv.alloc(nbytes)
             buffers[id(s.buffer)] = ptr
+            if owned is not None:
+                owned.append(ptr)
+                self._exec(drv, s.body, env, buffers, launch, owned)
+                return
             try:
-                self._exec(drv, s.body, env, buffers)
+                self._exec(drv, s.body, env, buffers, launch)
             finally:
                 drv.synchronize()   # kernels that use the buffer have finished
                 drv.free(ptr)
@@ -150,7 +169,7 @@ class CudaModule(Module):
             block = [int(b.value) for b in s.block]
             args = [ctypes.c_uint64(buffers[id(b)]) for b in s.params]
             args += [ctypes.c_int64(env[id(v)]) for v in s.scalars]
-            drv.launch(self._functions[s.name], grid, block, args)
+            launch(self._functions[s.name], grid, block, args)
         else:
             raise InternalError(f"host code of a CUDA module has a {type(s).__name__}")
 

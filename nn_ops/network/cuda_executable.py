@@ -3,9 +3,14 @@
 The same plan as on the CPU (``executable.build_kernels``: graph passes, fused kernels
 built once each with the op library's CUDA schedules, one weight blob, one arena
 planned by liveness), on the GPU: the weights are copied to the device once, the
-arena is one device allocation, and ``run`` copies the inputs in, launches every
-kernel in order on the default stream and copies the outputs back.  Building needs no
-GPU (every kernel's CUDA C and PTX can be inspected: ``exe.sources()``); running does.
+arena is one device allocation, and every kernel's arguments are fixed device
+addresses, so the launches are marshalled once and captured as one CUDA graph
+(``cuda_graph=True``, the default): ``run`` copies the inputs in, replays the graph (one
+``cuGraphLaunch`` instead of a host round trip per kernel) and copies the outputs back.
+Inputs may be device arrays (``DeviceArray``, CUDA tensors with DLPack): they are copied
+on the device; ``run(feed, device_outputs=True)`` returns ``DeviceArray`` s.  Building
+needs no GPU (every kernel's CUDA C and PTX can be inspected: ``exe.sources()``);
+running does.
 """
 from __future__ import annotations
 
@@ -13,8 +18,14 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ...errors import InternalError
+from ...backends.cuda.ndarray import DeviceArray, as_device_array
+from ...errors import ArgumentError, InternalError
 from .feed import check_static_feed
+
+
+def _on_device(value) -> bool:
+    """Whether a feed value is a device array: a DeviceArray or a tensor offering DLPack (torch, CuPy)."""
+    return isinstance(value, DeviceArray) or hasattr(value, "__dlpack__")
 
 
 class CudaExecutable:
@@ -26,6 +37,7 @@ class CudaExecutable:
         self.arena_size, self.weights, self.target = arena_size, weights, target
         self.compile_seconds = 0.0
         self.num_groups = len(calls)
+        self.cuda_graph = True     # replay the launches as one CUDA graph (False: launch one by one)
         self._device: Optional[dict] = None
 
     def __repr__(self) -> str:
@@ -61,8 +73,33 @@ class CudaExecutable:
             pointers = [self._pointer(dev, loc) for loc in call.args]
             module._check_alignment(pointers)
             dev["launches"].append((module, pointers))
+        dev["scratch"] = []
+        dev["prepared"] = self._prepared_launches(drv, dev)
+        dev["stream"] = dev["graph"] = None
         self._device = dev
         return dev
+
+    @staticmethod
+    def _prepared_launches(drv, dev):
+        """Each call's kernel launches, marshalled once; intermediates a kernel's host program
+        allocates are allocated here for the executable's lifetime (freed with the arena)."""
+        prepared = []
+        for module, pointers in dev["launches"]:
+            steps, owned = module.prepared_launches(drv, pointers, {})
+            dev["scratch"].extend(owned)
+            prepared.append(steps)
+        return prepared
+
+    def _graph(self, dev):
+        """The run's launches captured as a CUDA graph, made on first use (None: cuda_graph is off)."""
+        if not self.cuda_graph:
+            return None
+        if dev["graph"] is None:
+            drv = dev["drv"]
+            dev["stream"] = drv.stream()
+            dev["graph"] = drv.capture_graph(
+                dev["stream"], lambda: [drv.launch_prepared(p, dev["stream"]) for steps in dev["prepared"] for p in steps])
+        return dev["graph"]
 
     def _pointer(self, dev, location) -> int:
         space, where = location
@@ -73,22 +110,65 @@ class CudaExecutable:
         raise InternalError(f"unknown storage location {location!r}")
 
     def _launch_all(self, dev):
-        for module, pointers in dev["launches"]:
-            module._run(dev["drv"], pointers, {})
+        drv = dev["drv"]
+        graph = self._graph(dev)
+        if graph is not None:
+            drv.launch_graph(graph, dev["stream"])
+        else:
+            for steps in dev["prepared"]:
+                for launch in steps:
+                    drv.launch_prepared(launch)
 
-    def run(self, feed) -> List[np.ndarray]:
-        """Run on ``feed`` ({input name: numpy array}); returns numpy outputs in graph order."""
-        arrays = check_static_feed(self.inputs, feed)
+    def run(self, feed, device_outputs: bool = False) -> list:
+        """Run on ``feed`` ({input name: numpy array, DeviceArray or CUDA DLPack tensor}); returns the
+        outputs in graph order, as numpy arrays, or with ``device_outputs=True`` as new DeviceArrays
+        (copied on the device, never through the host)."""
+        arrays = self._checked_feed(feed)
         dev = self._setup()
         drv = dev["drv"]
         for a, ptr in zip(arrays, dev["inputs"]):
-            drv.copy_to_device(ptr, a.ctypes.data, a.nbytes)
+            if isinstance(a, np.ndarray):
+                drv.copy_to_device(ptr, a.ctypes.data, a.nbytes)
+            elif a.nbytes:
+                drv.copy_device_to_device(ptr, a.ptr, a.nbytes)
         self._launch_all(dev)
+        if device_outputs:
+            outs = [DeviceArray.empty(s, d) for _, s, d in self.outputs]
+            for o, ptr in zip(outs, dev["outputs"]):
+                if o.nbytes:
+                    drv.copy_device_to_device(o.ptr, ptr, o.nbytes)
+            drv.synchronize()
+            return outs
         drv.synchronize()
         outs = [np.empty(s, d) for _, s, d in self.outputs]
         for o, ptr in zip(outs, dev["outputs"]):
             drv.copy_to_host(o.ctypes.data, ptr, o.nbytes)
         return outs
+
+    def _checked_feed(self, feed) -> list:
+        """The feed's arrays in input order: host arrays through the CPU executable's checks, device
+        arrays (DeviceArray, or a CUDA tensor through DLPack) checked for shape and dtype here."""
+        if isinstance(feed, dict) and any(not isinstance(v, np.ndarray) and _on_device(v) for v in feed.values()):
+            host = {k: v for k, v in feed.items() if isinstance(v, np.ndarray)}
+            device = {k: as_device_array(v) if not isinstance(v, DeviceArray) else v
+                      for k, v in feed.items() if not isinstance(v, np.ndarray)}
+            checked = dict(zip([n for n, _, _ in self.inputs if n in host],
+                               check_static_feed([i for i in self.inputs if i[0] in host], host)))
+            for name, shape, dtype in self.inputs:
+                if name in device:
+                    a = device[name]
+                    if a.dtype != np.dtype(dtype) or tuple(a.shape) != tuple(shape):
+                        raise ArgumentError(f"input {name!r} must be a {dtype} array of shape {tuple(shape)}, "
+                                            f"got a device array of {a.dtype} {tuple(a.shape)}")
+                    checked[name] = a
+                elif name not in checked:
+                    raise ArgumentError(f"missing input {name!r}")
+            unknown = [k for k in feed if k not in checked]
+            if unknown:
+                raise ArgumentError(f"unknown input(s) {', '.join(map(repr, unknown))}; the network's inputs "
+                                    f"are {', '.join(repr(n) for n, _, _ in self.inputs)}")
+            return [checked[n] for n, _, _ in self.inputs]
+        return check_static_feed(self.inputs, feed)
 
     __call__ = run
 
@@ -119,8 +199,9 @@ class CudaExecutable:
         self.run(feed)
         dev = self._setup()
         drv = dev["drv"]
-        result = [(call.name, self._median_seconds(drv, lambda m=module, p=pointers: m._run(drv, p, {}), repeat))
-                  for call, (module, pointers) in zip(self.calls, dev["launches"])]
+        result = [(call.name, self._median_seconds(drv, lambda k=k: [drv.launch_prepared(p) for p in dev["prepared"][k]],
+                                                   repeat))
+                  for k, call in enumerate(self.calls)]
         self.last_profile = result
         return result
 
@@ -131,7 +212,10 @@ class CudaExecutable:
         try:
             drv = dev["drv"]
             drv.synchronize()
-            for ptr in [dev["arena"], dev["weights"]] + dev["inputs"] + dev["outputs"]:
+            if dev.get("graph") is not None:
+                drv.destroy_graph(dev["graph"])
+                drv.destroy_stream(dev["stream"])
+            for ptr in [dev["arena"], dev["weights"]] + dev["inputs"] + dev["outputs"] + dev.get("scratch", []):
                 drv.free(ptr)
         except Exception:  # noqa: BLE001 - interpreter shutdown: the driver may be gone already
             pass
