@@ -73,15 +73,16 @@ def _cmd_compile(args) -> int:
     t1 = time.perf_counter()
     if not args.output and not args.export:
         raise UsageError("give -o model.lwx, --export model.so, or both")
-    exe = lw_compile(graph, progress=not args.quiet, tuning_log=args.tuning_log)
+    exe = lw_compile(graph, target=args.target, progress=not args.quiet, tuning_log=args.tuning_log)
     t2 = time.perf_counter()
     wrote = []
     if args.output:
         exe.save(args.output)
         wrote.append(args.output)
     if args.export:
-        lib = exe.export_library(args.export, prefix=args.prefix, params=args.params)
-        wrote += [str(lib), str(lib.with_suffix(".h"))] + ([str(lib.with_suffix(".params"))] if args.params == "side" else [])
+        lib = exe.export_library(args.export, prefix=args.prefix, params=args.params, cc=args.cc)
+        wrote += [str(lib), str(lib.with_suffix(".h"))] + ([str(lib.with_suffix(".c"))] if lib.suffix == ".o" else []) \
+            + ([str(lib.with_suffix(".params"))] if args.params == "side" else [])
     print(f"{exe}\nimport {t1 - t0:.2f} s, compile {t2 - t1:.2f} s; wrote {', '.join(wrote)}")
     return 0
 
@@ -160,6 +161,12 @@ def main(argv=None) -> int:
     comp.add_argument("--prefix", default="lw_", help="prefix of the library's exported C symbols (default lw_)")
     comp.add_argument("--params", choices=("embed", "side"), default="embed",
                       help="with --export: weights inside the library (embed, default) or in MODEL.params beside it")
+    comp.add_argument("--target", default="llvm",
+                      help="the CPU to compile for: llvm (this machine, default), or e.g. 'llvm -mtriple=aarch64-linux-gnu "
+                           "-mcpu=neoverse-n1', 'llvm -mcpu=x86-64-v2' (then --export MODEL.o, or MODEL.so with --cc)")
+    comp.add_argument("--cc", metavar="COMPILER",
+                      help="with --export MODEL.so: the C compiler that links it (default $CC or cc; a cross "
+                           "compiler such as aarch64-linux-gnu-gcc for another CPU)")
     comp.add_argument("--input-shape", action="append", metavar="NAME=AxBxC",
                       help="fix a dynamic input's shape (static shapes only)")
     comp.add_argument("--tuning-log", metavar="LOG.jsonl",

@@ -188,7 +188,7 @@ def cross_compiler(cc: Optional[str], target) -> List[str]:
     for this machine), checked to build for ``target``'s architecture."""
     arch = target.arch
     hint = (f"install a cross compiler for {arch} (Debian/Ubuntu: 'apt-get install gcc-{arch.replace('_', '-')}-"
-            f"linux-gnu', which gives {arch}-linux-gnu-gcc) and pass it as cc=")
+            f"linux-gnu', which gives {arch}-linux-gnu-gcc) and pass it with cc= (CLI: --cc)")
     if cc is None:
         raise BuildError(f"this network or kernel was compiled for {target.triple or arch} (cpu {target.cpu}): "
                          f"a shared library for it needs a C compiler for that machine; {hint}, or export an "

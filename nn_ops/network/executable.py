@@ -42,7 +42,7 @@ from ...backends.runtime import clear_error_slot, index_error_text, new_error_sl
 from ...backends.llvm import jit
 from ...dsl.tensor import placeholder
 from ...errors import ArgumentError, BuildError, DamagedFileError, IndexOutOfRangeError, InternalError
-from ...target import compiling_for, resolve_target
+from ...target import compiling_for, host_target, resolve_target
 from ..ops.registry import schedule
 from . import kernel_cache
 from .archive import ArchiveReader, ArchiveWriter, MetaChecker
@@ -96,8 +96,8 @@ def compile_graph(graph: Graph, tgt, progress: Optional[bool] = None, tuning_log
     ``checks`` is passed to every kernel's ``lw.build`` (``"bounds"``: check every
     data-dependent index)."""
     t0 = time.perf_counter()
-    if tgt.kind == "llvm" and not tgt.runs_here():
-        # cross-compiling: layout choices made from "the CPU's vector width" follow the target too
+    if tgt.kind == "llvm" and tgt.key() != host_target().key():
+        # compiling for another CPU: layout choices made from "the CPU's vector width" follow it too
         with compiling_for(tgt):
             plan = build_kernels(graph, tgt, progress, tuning_log=tuning_log, checks=checks)
     else:
