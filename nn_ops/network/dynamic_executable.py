@@ -1,7 +1,8 @@
 """DynamicExecutable: a compiled DynamicGraph, specialised per concrete input binding.
 
 The graph is any object with the DynamicGraph interface (``onnx_import/dynamic.py``):
-``inputs``, ``outputs``, ``value_inputs``, ``symbol_values(feed)``, ``specialize_to(feed)``,
+``inputs``, ``outputs``, ``value_inputs``, ``symbol_values(feed)`` (the feed checked against the
+symbolic signature, giving the symbols' values), ``specialize_to(feed)``,
 ``model_bytes``, ``name`` and ``opset``; the network compiler does not import importers.
 
 ``run(feed)`` checks the inputs against the symbolic signature, looks the binding up
@@ -42,7 +43,6 @@ class DynamicExecutable:
         return [(n, s, d) for n, s, d in self.graph.inputs if n not in self.graph.value_inputs]
 
     def _key(self, feed) -> tuple:
-        self.graph.symbol_values(feed)
         shapes = tuple((n, tuple(feed[n].shape)) for n, _, _ in self.inputs)
         values = tuple((n, feed[n].dtype.str, tuple(feed[n].shape), feed[n].tobytes()) for n in self.graph.value_inputs)
         return shapes + values
@@ -52,6 +52,7 @@ class DynamicExecutable:
         return self._specialization(check_names_and_dtypes(self.graph.inputs, feed))
 
     def _specialization(self, feed):
+        self.graph.symbol_values(feed)       # the symbolic signature's checks, before anything runs
         key = self._key(feed)
         exe = self.specializations.get(key)
         if exe is None:
@@ -68,7 +69,11 @@ class DynamicExecutable:
         return {n: a for n, a in feed.items() if n not in self.graph.value_inputs}
 
     def run(self, feed) -> List[np.ndarray]:
-        """Run on ``feed`` ({input name: array}); compiles the binding's specialisation on first use."""
+        """Run on ``feed`` ({input name: array}); compiles the binding's specialisation on first use.
+
+        The feed is checked against the graph's symbolic signature first (``symbol_values``:
+        names, dtypes, ranks, fixed sizes, one value per symbol, the run-time checks recorded at
+        import); an ArgumentError names the input (or node) and the symbol before anything runs."""
         feed = check_names_and_dtypes(self.graph.inputs, feed)
         return self._specialization(feed).run(self._tensor_feed(feed))
 

@@ -9,7 +9,12 @@ concrete binding (input shapes, and the values of those shape inputs); the
 specialising executable (``nn_ops/network/dynamic_executable.py``) does this once per binding.
 
 Unsupported ops are still reported at import: unless shape inputs are needed, the model
-is imported once with every symbol set to 1, and that import's errors are raised.
+is imported once with every symbol set to 1 (or the smallest common size the symbolic shape
+inference's run-time checks accept), and that import's errors are raised.
+
+Shapes are also inferred symbolically (``symbolic_shapes.py``): every value's shape as sympy
+sizes over the symbols, equalities proven at import (or refused, naming the node), and a
+signature that ``symbol_values`` checks each feed against before anything runs.
 """
 from __future__ import annotations
 
@@ -17,11 +22,13 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from ...errors import ArgumentError, OnnxImportError
+from ...errors import OnnxImportError
 from ..network.feed import check_names_and_dtypes, show_shape
-from .importer import import_static, np_dtype, shape_inputs_behind, symbolic_dims, with_input_shapes
+from .importer import import_static, node_label, np_dtype, shape_inputs_behind, symbolic_dims, with_input_shapes
+from .symbolic_shapes import infer_symbolic_shapes
 
 TRIAL_SIZE = 1
+TRIAL_LIMIT = 64       # the largest common size tried when size 1 breaks a recorded check
 
 
 class DynamicGraph:
@@ -42,15 +49,29 @@ class DynamicGraph:
                                        for d in o.type.tensor_type.shape.dim), np_dtype(o.type.tensor_type.elem_type))
                         for o in model.graph.output]
         self.symbols = sorted({d for _, shape, _ in self.inputs for d in shape if isinstance(d, str)})
-        self.sample = None
+        # every value's shape as sympy sizes over the symbols; refutes impossible models here, and
+        # gives the signature a feed is checked against (with the checks import could not prove)
+        self.shapes = infer_symbolic_shapes(model, node_label)
+        self.signature = self.shapes.signature
+        self.sample, self.trial = None, None
         if check and not self.value_inputs:        # import once now, so unsupported ops are reported before compiling
             try:
-                self.sample = self.specialize({n: tuple(TRIAL_SIZE if isinstance(d, str) else d for d in shape)
+                trial = self.trial = self.trial_binding()
+                self.sample = self.specialize({n: tuple(trial[d] if isinstance(d, str) else d for d in shape)
                                                for n, shape, _ in self.inputs}, {})
             except OnnxImportError as exc:     # shape inputs as well: their values are needed first
                 if not getattr(exc, "more_value_inputs", None):
                     raise
                 self.value_inputs = list(exc.more_value_inputs)
+
+    def trial_binding(self) -> Dict[str, int]:
+        """The sizes of the import that reports unsupported ops: every symbol = 1, unless the run-time
+        checks refuse that (a 3x3 pool needs H >= 3): then the smallest common size they accept."""
+        for size in range(TRIAL_SIZE, TRIAL_LIMIT + 1):
+            binding = {s: size for s in self.signature.symbols}
+            if all(c.holds(binding) for c in self.signature.checks):
+                return binding
+        return {s: TRIAL_SIZE for s in self.signature.symbols}
 
     # ------------------------------------------------------------ specialising
     def bind(self, feed: Dict[str, np.ndarray]) -> Dict[str, int]:
@@ -58,25 +79,16 @@ class DynamicGraph:
         return self.symbol_values(check_names_and_dtypes(self.inputs, feed))
 
     def symbol_values(self, feed: Dict[str, np.ndarray]) -> Dict[str, int]:
-        """The symbols' values for a ``feed`` whose names and dtypes are already checked (ranks,
-        fixed sizes and consistent symbols are checked here)."""
-        values: Dict[str, int] = {}
-        for name, shape, dtype in self.inputs:
-            a = feed[name]
-            if a.ndim != len(shape):
-                raise ArgumentError(f"input {name!r} must have rank {len(shape)} (shape {show_shape(shape)}), "
-                                    f"got shape {tuple(a.shape)}")
-            for k, (want, got) in enumerate(zip(shape, a.shape)):
-                if isinstance(want, str):
-                    if values.setdefault(want, int(got)) != got:
-                        raise ArgumentError(f"input {name!r} dimension {k} is {want!r} = {got}, but another input "
-                                            f"set {want!r} = {values[want]}")
-                    if got == 0:
-                        raise ArgumentError(f"input {name!r} has size 0 in dimension {k}; empty tensors are not "
-                                            f"supported")
-                elif want != got:
-                    raise ArgumentError(f"input {name!r} must have shape {show_shape(shape)}, got {tuple(a.shape)}")
-        return values
+        """The symbols' values for ``feed``, checked against the symbolic signature before anything
+        runs: names, dtypes, ranks, fixed sizes, one value per symbol over all inputs (an
+        ArgumentError names the input and the symbol), then the run-time checks import recorded."""
+        binding = self.signature.bind(feed)
+        self.signature.check(binding)
+        return binding
+
+    def output_shapes(self, binding: Dict[str, int]):
+        """The outputs' shapes at ``binding`` from symbolic inference (None where it did not reach)."""
+        return self.signature.output_shapes(binding)
 
     def specialize(self, shapes: Dict[str, Sequence[int]], values: Dict[str, np.ndarray]):
         """The static Graph for these input shapes, with ``values`` (the shape inputs) as constants."""
@@ -132,5 +144,6 @@ class DynamicGraph:
         import html
         body = html.escape(repr(self))
         if self.sample is not None:
-            body += f"<div>imported with every symbol = {TRIAL_SIZE}:</div>" + self.sample._repr_html_()
+            sizes = ", ".join(f"{k} = {v}" for k, v in self.trial.items())
+            body += f"<div>imported with {html.escape(sizes)}:</div>" + self.sample._repr_html_()
         return f"<div>{body}</div>"

@@ -6,7 +6,7 @@ pools, a final Gemm), opset 13, input ``"input"`` of shape (batch, 3, size, size
 ``transformer_encoder()`` is a BERT-style encoder as torch exports it at opset 17
 (MatMul + Add projections, Reshape/Transpose into heads with a Shape->Gather->Concat
 shape chain, scaled Softmax attention, erf-form GELU, LayerNormalization), input
-``"input"`` of shape (batch, seq, hidden).  ``batch=None`` leaves the batch symbolic.
+``"input"`` of shape (batch, seq, hidden).  ``batch=None`` / ``seq=None`` leave them symbolic.
 
 The wider zoo (issue 21), each a full-size network at batch 1 by default: ``squeezenet1_1``,
 ``efficientnet_lite``, ``convnext``, ``densenet`` and ``unet`` (``zoo_cnn.py``); ``vit_tiny``,
@@ -81,15 +81,23 @@ def mobilenet_v2(batch: int = 1, size: int = 224, classes: int = 1000, seed: int
 
 def transformer_encoder(batch=1, seq: int = 128, hidden: int = 256, heads: int = 4, layers: int = 4,
                         ffn: int = 1024, seed: int = 0):
-    """A BERT-style encoder stack (post-LayerNorm), opset 17, as torch.onnx exports it."""
+    """A BERT-style encoder stack (post-LayerNorm), opset 17, as torch.onnx exports it.
+
+    ``batch=None`` / ``seq=None`` leave the batch / sequence length symbolic (``"batch"``, ``"seq"``);
+    with a symbolic ``seq`` the head split's target shape takes both sizes from a Shape chain."""
     b = OnnxBuilder(seed, opset=17)
     dh = hidden // heads
     x = "input"
     for _ in range(layers):
         # the head split's target shape comes from a shape chain, as in torch exports
-        n = b.node("Unsqueeze", [b.node("Gather", [b.node("Shape", [x]), b.const(0, np.int64)], axis=0),
-                                 b.const([0], np.int64)])
-        head_shape = b.node("Concat", [n, b.const([seq, heads, dh], np.int64)], axis=0)
+        shape = b.node("Shape", [x])
+        n = b.node("Unsqueeze", [b.node("Gather", [shape, b.const(0, np.int64)], axis=0), b.const([0], np.int64)])
+        if seq is None:     # a symbolic sequence length: the head shape takes it from the same Shape
+            t = b.node("Unsqueeze", [b.node("Gather", [shape, b.const(1, np.int64)], axis=0),
+                                     b.const([0], np.int64)])
+            head_shape = b.node("Concat", [n, t, b.const([heads, dh], np.int64)], axis=0)
+        else:
+            head_shape = b.node("Concat", [n, b.const([seq, heads, dh], np.int64)], axis=0)
 
         def heads_of(t, perm):
             return b.node("Transpose", [b.node("Reshape", [t, head_shape])], perm=perm)
@@ -106,7 +114,8 @@ def transformer_encoder(batch=1, seq: int = 128, hidden: int = 256, heads: int =
         g = b.node("Mul", [b.node("Mul", [h, b.node("Add", [erf, b.const(1.0)])]), b.const(0.5)])
         x = b.layer_norm(b.node("Add", [b.matmul_add(g, ffn, hidden), x]), hidden)
     batch_dim = "batch" if batch is None else batch
-    return b.model((batch_dim, seq, hidden), x, (batch_dim, seq, hidden), name="transformer_encoder")
+    seq_dim = "seq" if seq is None else seq
+    return b.model((batch_dim, seq_dim, hidden), x, (batch_dim, seq_dim, hidden), name="transformer_encoder")
 
 
 NAMES = ("resnet18", "mobilenet_v2", "small_cnn", "transformer_encoder", "squeezenet1_1", "vit_tiny",

@@ -1,0 +1,208 @@
+"""Graph-level symbolic shape inference (``onnx_import/symbolic_shapes.py``).
+
+Every value's symbolic shape, evaluated at a binding, must equal what ONNX's own (static) shape
+inference gives for the model with the inputs fixed to that binding; every symbol is tried at 1.
+Equalities the graph needs are proven, refuted at import (error naming node and sizes), or
+recorded as run-time checks that a run evaluates before anything runs."""
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper  # noqa: E402
+
+import loopweave as lw  # noqa: E402
+from loopweave.errors import OnnxImportError  # noqa: E402
+from loopweave.nn_ops.onnx_import.symbolic_shapes import infer_symbolic_shapes  # noqa: E402
+from loopweave.nn_ops.testing.model_zoo import OnnxBuilder, resnet18, transformer_encoder  # noqa: E402
+
+
+def static_shapes(model, binding):
+    """ONNX's shape inference for ``model`` with each symbolic input dimension set from ``binding``."""
+    m = onnx.ModelProto.FromString(model.SerializeToString())
+    for inp in m.graph.input:
+        for d in inp.type.tensor_type.shape.dim:
+            if d.dim_param:
+                value = binding[d.dim_param]
+                d.ClearField("dim_param")
+                d.dim_value = value
+    for out in m.graph.output:
+        out.type.tensor_type.ClearField("shape")
+    m = onnx.shape_inference.infer_shapes(m, strict_mode=True, data_prop=True)
+    found = {}
+    for vi in list(m.graph.value_info) + list(m.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        if vi.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+            found[vi.name] = tuple(d.dim_value for d in dims)
+    return found
+
+
+def assert_matches_onnx(model, result, binding):
+    """Every node output's symbolic shape at ``binding`` is ONNX's (which must know them all)."""
+    want = static_shapes(model, binding)
+    outputs = [o for n in model.graph.node for o in n.output if o]
+    assert set(outputs) <= set(want)
+    for name in outputs:
+        assert name in result.shapes, f"no symbolic shape for {name!r}"
+        assert result.shape_at(name, binding) == want[name], (name, result.show(name), binding)
+
+
+def symbolic_resnet18():
+    model = resnet18(size=64, classes=10)
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    for k, name in ((0, "N"), (2, "H"), (3, "W")):
+        dims[k].dim_param = name
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    return model
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    model = transformer_encoder(batch=None, seq=None, hidden=64, heads=2, layers=2, ffn=128)
+    return model, infer_symbolic_shapes(model)
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    model = symbolic_resnet18()
+    return model, infer_symbolic_shapes(model)
+
+
+@pytest.mark.parametrize("batch, seq", [(1, 1), (1, 7), (4, 1), (2, 64), (3, 200)])
+def test_encoder_shapes_match_onnx_at_every_binding(encoder, batch, seq):
+    model, result = encoder
+    assert_matches_onnx(model, result, {"batch": batch, "seq": seq})
+
+
+def test_encoder_is_fully_symbolic_with_nothing_left_to_check(encoder):
+    model, result = encoder
+    assert result.unknown == [] and result.checks == []
+    assert repr(result.signature) == ("<SymbolicSignature (input: float32[batch, seq, 64]) -> "
+                                      f"({model.graph.output[0].name}: float32[batch, seq, 64])>")
+    shows = {result.show(n) for n in result.shapes}
+    # the head split through Shape -> Gather -> Unsqueeze -> Concat -> Reshape, and the scores
+    assert {"[batch, seq, 2, 32]", "[batch, 2, seq, 32]", "[batch, 2, 32, seq]", "[batch, 2, seq, seq]"} <= shows
+    concat = next(n.output[0] for n in model.graph.node if n.op_type == "Concat")
+    assert [str(v) for v in result.values[concat]] == ["batch", "seq", "2", "32"]
+
+
+@pytest.mark.parametrize("binding", [dict(N=1, H=1, W=1), dict(N=1, H=64, W=64), dict(N=2, H=33, W=17),
+                                     dict(N=1, H=40, W=50), dict(N=3, H=2, W=7)])
+def test_resnet18_shapes_match_onnx_at_every_binding(resnet, binding):
+    model, result = resnet
+    assert_matches_onnx(model, result, binding)
+
+
+def test_resnet18_sizes_are_the_window_formulas(resnet):
+    model, result = resnet
+    assert result.unknown == [] and result.checks == []
+    stem = next(n.output[0] for n in model.graph.node if n.op_type == "Conv")
+    assert result.show(stem) == "[N, 64, (H - 1)//2 + 1, (W - 1)//2 + 1]"
+    pool = next(n.output[0] for n in model.graph.node if n.op_type == "MaxPool")
+    assert result.show(pool) == "[N, 64, ((H - 1)//2)//2 + 1, ((W - 1)//2)//2 + 1]"
+    assert result.show(model.graph.output[0].name) == "[N, 10]"
+
+
+def two_input_model(nodes, inputs, outputs, opset=17):
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [None, None]) for n in outputs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_slice_and_concat_of_symbolic_extents():
+    """x[:, 1:] concatenated with x, and a reshape with -1 over the symbolic sizes."""
+    i64 = lambda v: helper.make_tensor("c" + str(abs(hash(str(v))) % 10 ** 6), TensorProto.INT64, [len(v)], v)  # noqa
+    starts, ends, axes, target = i64([1]), i64([2 ** 62]), i64([1]), i64([-1, 4])
+    nodes = [helper.make_node("Slice", ["x", starts.name, ends.name, axes.name], ["s"]),
+             helper.make_node("Concat", ["s", "x"], ["c"], axis=1),
+             helper.make_node("Reshape", ["c", target.name], ["y"])]
+    model = two_input_model(nodes, [("x", ["N", "seq", 4])], ["y"])
+    model.graph.initializer.extend([starts, ends, axes, target])
+    result = infer_symbolic_shapes(model)
+    assert result.show("s") == "[N, seq - 1, 4]" and result.show("c") == "[N, 2*seq - 1, 4]"
+    assert result.show("y") in ("[N*(2*seq - 1), 4]", "[2*N*seq - N, 4]")
+    for binding in (dict(N=1, seq=1), dict(N=2, seq=5)):
+        assert_matches_onnx(model, result, binding)
+
+
+def test_an_impossible_equality_is_an_import_error_naming_node_and_sizes():
+    b = OnnxBuilder()
+    out = b.node("MatMul", ["input", b.init("w", np.zeros((32, 10), np.float32))])
+    with pytest.raises(OnnxImportError, match=r"node 'matmul_2_node' \(MatMul\): the inner sizes of "
+                                              r"\[N, seq, 64\] @ \[32, 10\]: 64 and 32 must be equal"):
+        lw.from_onnx(b.model(("N", "seq", 64), out))
+    b = OnnxBuilder()
+    out = b.node("Reshape", ["input", b.init("shape", np.array([0, 4], np.int64))])
+    with pytest.raises(OnnxImportError, match=r"node 'reshape_2_node' \(Reshape\): element counts of the input "
+                                              r"\[N, 6\] and the target \[N, 4\]: 6\*N and 4\*N must be equal"):
+        lw.from_onnx(b.model(("N", 6), out))
+
+
+def test_an_open_broadcast_becomes_a_run_time_check():
+    """x [N, seq] + y [N, seq_k]: legal when seq == seq_k or either is 1; checked before a run."""
+    model = two_input_model([helper.make_node("Add", ["x", "y"], ["z"], name="the_add")],
+                            [("x", ["N", "seq"]), ("y", ["N", "seq_k"])], ["z"])
+    g = lw.from_onnx(model)
+    assert len(g.shapes.checks) == 1 and g.shapes.show("z") == "[N, max(seq, seq_k)]"
+    exe = lw.compile(g, progress=False)
+    rng = np.random.default_rng(0)
+    for seq, seq_k in ((3, 3), (3, 1), (1, 4)):
+        x, y = rng.standard_normal((2, seq)).astype(np.float32), rng.standard_normal((2, seq_k)).astype(np.float32)
+        np.testing.assert_array_equal(exe.run({"x": x, "y": y})[0], x + y)
+    compiled = len(exe.specializations)
+    with pytest.raises(lw.ArgumentError, match=r"node 'the_add' \(Add\): sizes seq and seq_k \(axis -1\) do not "
+                                               r"broadcast.*\(here seq = 3, seq_k = 4\)"):
+        exe.run({"x": np.zeros((2, 3), np.float32), "y": np.zeros((2, 4), np.float32)})
+    assert len(exe.specializations) == compiled       # refused before anything was compiled or run
+
+
+def test_a_reshape_that_may_not_divide_is_checked_at_run_time():
+    b = OnnxBuilder()
+    out = b.node("Reshape", ["input", b.init("shape", np.array([-1, 4], np.int64))])
+    model = b.model(("N", 6), out)
+    g = lw.from_onnx(model)
+    assert g.shapes.show(out) == "[3*N/2, 4]"
+    exe = lw.compile(g, progress=False)
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    np.testing.assert_array_equal(exe.run({"input": x})[0], x.reshape(-1, 4))
+    with pytest.raises(lw.ArgumentError, match=r"node 'reshape_2_node' \(Reshape\): the input's 6\*N elements do "
+                                               r"not split into rows of 4 .*\(here N = 3\)"):
+        exe.run({"input": np.zeros((3, 6), np.float32)})
+
+
+def test_a_window_larger_than_the_input_is_checked_at_run_time():
+    b = OnnxBuilder()
+    out = b.node("MaxPool", ["input"], kernel_shape=[3, 3])
+    g = lw.from_onnx(b.model((1, 1, "H", "H"), out))
+    assert g.shapes.show(out) == "[1, 1, H - 2, H - 2]"
+    with pytest.raises(lw.ArgumentError, match=r"MaxPool\): an input of size H is smaller than the window.*"
+                                               r"\(here H = 2\)"):
+        lw.compile(g, progress=False).run({"input": np.zeros((1, 1, 2, 2), np.float32)})
+
+
+def test_ops_without_a_rule_leave_the_rest_unknown_and_still_run():
+    b = OnnxBuilder()
+    out = b.node("Relu", [b.node("TopK", ["input", b.const([2], np.int64)], n_out=2, axis=1)[0]])
+    model = b.model(("N", 5), out)
+    g = lw.from_onnx(model)
+    assert [(op, why) for _, op, why in g.shapes.unknown] == [
+        ("TopK", "no symbolic shape rule for this op"), ("Relu", f"the shape of {'topk_2'!r} is not known "
+                                                                 f"symbolically")]
+    assert g.signature.outputs[0][1] is None
+    x = np.random.default_rng(1).standard_normal((3, 5)).astype(np.float32)
+    np.testing.assert_allclose(lw.compile(g, progress=False).run({"input": x})[0],
+                               np.maximum(np.sort(x, axis=1)[:, ::-1][:, :2], 0))
+
+
+@pytest.mark.parametrize("batch, seq", [(1, 1), (2, 1), (1, 3)])
+def test_symbolic_encoder_runs_at_size_one_with_the_predicted_shapes(batch, seq):
+    """The zoo's encoder with symbolic batch and sequence, at every symbol = 1 and beside it: the
+    run matches onnxruntime, and the output shape is the signature's."""
+    model = transformer_encoder(batch=None, seq=None, hidden=64, heads=2, layers=1, ffn=128)
+    g = lw.from_onnx(model)
+    exe = lw.compile(g, progress=False)
+    feed = {"input": np.random.default_rng(seq).standard_normal((batch, seq, 64)).astype(np.float32)}
+    got, = exe.run(feed)
+    want, = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    assert [got.shape] == g.output_shapes(g.symbol_values(feed))
