@@ -19,17 +19,25 @@ from loopweave import nn_ops
 from .compare import interleaved
 
 
-def build(m: int, n: int, k: int):
+def build(m: int, n: int, k: int, tiles=None):
+    """The default CUDA schedule, or with ``tiles`` = (rows, columns) per thread forced."""
     A = lw.placeholder((m, k), name="A")
     B = lw.placeholder((k, n), name="B")
     C = nn_ops.matmul(A, B)
-    return lw.build(nn_ops.schedule(C, "cuda"), [A, B, C], target="cuda")
+    if tiles is None:
+        return lw.build(nn_ops.schedule(C, "cuda"), [A, B, C], target="cuda")
+    from loopweave.nn_ops.ops.cuda.matmul import _schedule_gemm_cuda
+    s = lw.create_schedule(C)
+    _schedule_gemm_cuda(s, C.op, lw.target.resolve_target("cuda"), batch=False, tiles=tiles)
+    return lw.build(s, [A, B, C], target="cuda")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096])
     parser.add_argument("--pairs", type=int, default=15)
+    parser.add_argument("--tiles", nargs="*", default=[], metavar="RxC",
+                        help="also time these register blocks per thread (e.g. 8x8 4x8 4x4), kernel alone")
     args = parser.parse_args(argv)
     from loopweave.backends.cuda.driver import get_driver
     try:
@@ -65,6 +73,11 @@ def main(argv=None) -> int:
         cmp = interleaved(lambda: f(a, b, c), theirs, pairs=args.pairs, pause=0.05)
         print(cmp.row(f"{size} x {size} x {size}", 2.0 * size ** 3))
         print(f"{'':<34} loopweave kernel alone (CUDA events): {2.0 * size ** 3 / f.time(a, b, c) / 1e9:.1f} GF")
+        for spec in args.tiles:
+            g = build(size, size, size, tuple(int(v) for v in spec.split("x")))
+            g(a, b, c)
+            np.testing.assert_allclose(c.cpu().numpy(), ref.cpu().numpy(), rtol=1e-3, atol=1e-2)
+            print(f"{'':<34} {spec} per thread, kernel alone: {2.0 * size ** 3 / g.time(a, b, c) / 1e9:.1f} GF")
     return 0
 
 

@@ -1,7 +1,8 @@
 """matmul, dense and batch_matmul on the GPU: shared-memory tiles, register blocks.
 
-Each block of 16 x 16 threads computes a ``TILE x TILE`` (128 x 128) tile of the
-output; each thread an ``8 x 8`` block of it, accumulated in registers
+Each block of 16 x 16 threads computes a tile of the output, 128 x 128 where the output
+is large; each thread an ``8 x 8`` block of it (4 or 2 per side where that makes whole
+tiles or fills the multiprocessors: ``gemm_tiles``), accumulated in registers
 (``cache_write(C, "local")`` computed at the thread).  The reduction runs in steps of
 ``K_TILE`` (16, or 8 when the reduction is not a multiple of 16): per step the block
 copies the 128 x K_TILE panel of A and the K_TILE x 128 panel of B into shared memory
@@ -21,8 +22,10 @@ from ....dsl.expr import Const
 from ....dsl.tensor import thread_axis
 from ..registry import fused_output, register_schedule
 
-TILE = 128          # output tile per block (rows and columns)
-PER_THREAD = 8      # output block per thread (rows and columns): 16 x 16 threads
+TILE = 128          # the largest output tile per block (rows and columns)
+PER_THREAD = 8      # the largest output block per thread (rows and columns): 16 x 16 threads
+THREADS = TILE // PER_THREAD
+MULTIPROCESSORS = 132   # an H100's; fewer blocks than this leave multiprocessors idle
 K_TILE = 16         # reduction step staged through shared memory (double-buffered)
 K_TILE_SINGLE = 8   # ... when partial tiles rule double buffering out
 VEC = 4             # float4 copies into shared memory
@@ -41,13 +44,47 @@ def _cooperative_copy(s, cache, threads_y: int, threads_x: int) -> None:
     stage.vectorize(vec)
 
 
-def _whole_tiles(i, j, k, k_tile: int) -> bool:
+def _whole_tiles(extents, k, tiles, k_tile: int) -> bool:
     """Whether every block copies full panels at every step (double buffering needs one copy shape)."""
-    extents = [(axis.extent, step) for axis, step in ((i, TILE), (j, TILE), (k, k_tile))]
-    return all(isinstance(e, Const) and e.value % step == 0 for e, step in extents)
+    pairs = list(zip(extents, tiles)) + [(k.extent, k_tile)]
+    return all(isinstance(e, Const) and e.value % step == 0 for e, step in pairs)
 
 
-def _schedule_gemm_cuda(s, op, target, batch: bool) -> None:
+def _per_thread(extent) -> int:
+    """Rows (or columns) per thread along an output axis: the largest of 8, 4, 2 whose tile
+    (16 threads' worth) divides the extent, so that no thread's register block is partial
+    (a partial one has run-time extents, which put it in local memory: a 128 x 64 batch
+    matmul in the encoder took 360 us that way on an H100); 8 for ragged extents."""
+    if not isinstance(extent, Const):
+        return PER_THREAD
+    for p in (8, 4, 2):
+        if extent.value % (THREADS * p) == 0:
+            return p
+    return PER_THREAD if extent.value >= TILE else max(2, min(PER_THREAD, -(-extent.value // THREADS)))
+
+
+def gemm_tiles(rows, cols, batch=None, multiprocessors: int = MULTIPROCESSORS):
+    """Register block per thread (rows, columns) for an output of ``rows x cols`` (times ``batch``):
+    whole tiles where possible, then smaller blocks while the grid has fewer blocks than the
+    GPU has multiprocessors (1024^3 at 128 x 128 is 64 blocks for 132 of them)."""
+    pm, pn = _per_thread(rows), _per_thread(cols)
+    extents = [e.value if isinstance(e, Const) else None for e in (rows, cols)]
+    extents.append(1 if batch is None else batch.value if isinstance(batch, Const) else None)
+    if None in extents:
+        return pm, pn
+
+    def blocks(pm, pn):
+        return -(-extents[0] // (THREADS * pm)) * -(-extents[1] // (THREADS * pn)) * extents[2]
+    while blocks(pm, pn) < multiprocessors and max(pm, pn) > 4:
+        if pm >= pn:
+            pm //= 2
+        else:
+            pn //= 2
+    return pm, pn
+
+
+def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None) -> None:
+    """``tiles``: (rows, columns) per thread, to override :func:`gemm_tiles` (benchmarks compare them)."""
     out = op.outputs[0]
     final = fused_output(s, op)
     if final is s[op]:
@@ -63,9 +100,10 @@ def _schedule_gemm_cuda(s, op, target, batch: bool) -> None:
 
     axes = list(C.op.axis)
     i, j = axes[-2], axes[-1]
-    threads = TILE // PER_THREAD
-    by, yi = C.split(i, factor=TILE)
-    bx, xi = C.split(j, factor=TILE)
+    threads = THREADS
+    pm, pn = tiles if tiles is not None else gemm_tiles(i.extent, j.extent, axes[0].extent if batch else None)
+    by, yi = C.split(i, factor=threads * pm)
+    bx, xi = C.split(j, factor=threads * pn)
     ty, yi = C.split(yi, nparts=threads)
     tx, xi = C.split(xi, nparts=threads)
     if batch:
@@ -82,7 +120,7 @@ def _schedule_gemm_cuda(s, op, target, batch: bool) -> None:
     s[CL].compute_at(C, tx)
     c_axes = list(L.op.axis)
     ci, cj = c_axes[-2], c_axes[-1]
-    double = _whole_tiles(i, j, L.op.reduce_axis[0], K_TILE)
+    double = _whole_tiles((i.extent, j.extent), L.op.reduce_axis[0], (threads * pm, threads * pn), K_TILE)
     ko, ki = L.split(L.op.reduce_axis[0], factor=K_TILE if double else K_TILE_SINGLE)
     # the batch axis goes inside the reduction steps: a thread with no rows of a small output
     # gets an empty loop there, which must not enclose the barriers around the shared copies

@@ -48,7 +48,6 @@ def _block_per_output(s, op) -> None:
 @register_schedule("reduce", "cuda")
 @register_schedule("pool", "cuda")
 @register_schedule("global_pool", "cuda")
-@register_schedule("gemv", "cuda")
 def schedule_reduce(s, op, target) -> None:
     stage = s[op]
     spatial = [iv for iv in stage.leaf_iter_vars if iv.kind != "reduce"]
