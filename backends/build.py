@@ -137,6 +137,15 @@ class _LlvmJob:
         return _module(func, target, symbol, address, obj, generated, self.llvm_ir)
 
 
+def optimized_llvm_ir(schedule, args, target, name: str):
+    """``(symbol, optimised LLVM IR)`` of the CPU build ``build(schedule, args, target, name)`` would make
+    (the same symbol), generated without compiling or loading anything: ``export_library`` links it
+    position-independent when the process has only the kernel's object code (a kernel cache hit)."""
+    tgt = resolve_target(target)
+    job = _LlvmJob(_lowered_for_cpu(schedule, args, tgt, name, None), tgt)
+    return job.symbol, _optimized_ir(job.llvm_ir(), tgt)
+
+
 def build_many(jobs: Sequence, target="llvm", checks=None, progress=None) -> List[Module]:
     """``[build(s, args, target, name) for s, args, name in jobs]`` for the CPU, with each
     kernel's LLVM compile (native code, no GIL) running on a background thread while the next

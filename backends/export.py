@@ -20,7 +20,7 @@ import shlex
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence
+from typing import Callable, Iterable, List, Optional, Sequence
 
 from ..errors import ArgumentError, BuildError, InternalError
 
@@ -125,18 +125,24 @@ def weights_ir(blob, symbol: str) -> str:
             + '", section ".rodata.lw_weights", align 64\n')
 
 
-def linked_object(target, ir_texts: Sequence[str], weights=None, weights_symbol: str = "") -> bytes:
-    """One position-independent object for ``target`` from LLVM IR modules (kernels, runner), the
-    thread pool and, if given, the weights: every symbol in it is hidden, so a library made from it
-    exports only what its C API file exports.  Used for a cross-compile (code this machine cannot
-    run, compiled again for another CPU's linker), where no object of the JIT can serve."""
+def linked_object(target, ir_texts: Callable[[], Sequence[str]], weights=None, weights_symbol: str = "",
+                  cache_key: str = "") -> bytes:
+    """One position-independent object for ``target`` from LLVM IR modules (``ir_texts()``: kernels,
+    runner), the thread pool and, if given, the weights: every symbol in it is hidden, so a library made
+    from it exports only what its C API file exports.  Without weights, the object cache keeps it
+    under ``cache_key`` (a name that hashes the kernels and the target, e.g. the runner's symbol), so a
+    second export skips even making the IR."""
     from llvmlite import binding as llvm
-    from .llvm.jit import cross_target_machine
-    machine = cross_target_machine(target)
-    context = llvm.create_context()
-    texts = [thread_pool_ir(target), *ir_texts]
+    from .llvm import jit
+    machine = jit.cross_target_machine(target)
+    cache_symbol = f"lw_export_{cache_key}_v1" if cache_key and weights is None else ""
+    cached = jit.cached_object(cache_symbol, target) if cache_symbol else None
+    if cached is not None:
+        return cached
+    texts = [thread_pool_ir(target), *ir_texts()]
     if weights is not None:
         texts.append(weights_ir(weights, weights_symbol))
+    context = llvm.create_context()
     module_ref = None
     for text in texts:
         part = llvm.parse_assembly(text, context=context)
@@ -150,7 +156,10 @@ def linked_object(target, ir_texts: Sequence[str], weights=None, weights_symbol:
     for value in [*module_ref.functions, *module_ref.global_variables]:
         if not value.is_declaration and value.linkage.name not in ("internal", "private"):
             value.visibility = "hidden"
-    return machine.emit_object(module_ref)
+    obj = machine.emit_object(module_ref)
+    if cache_symbol:
+        jit.store_object(cache_symbol, target, obj)
+    return obj
 
 
 def check_output_kind(path: Path, cross: bool, cc) -> bool:

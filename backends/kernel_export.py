@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 
 from ..errors import ArgumentError, BuildError
 from .export import (C_FAIL_AND_CORES, POOL_SET_THREADS, check_exported_names, check_output_kind, cross_compiler,
-                     link_shared, linked_object, target_description, thread_pool_object)
+                     link_shared, linked_object, target_description)
 from .llvm.thread_pool import MAX_THREADS
 
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -204,20 +204,17 @@ def export_kernel_library(module, path, prefix: str = "lw_", cc: Optional[str] =
         work = Path(tmp)
         (work / header.name).write_text(header_body)
         (work / "api.c").write_text(source)
-        if cross:   # the kernel's optimised IR and the pool, as one position-independent object for the target
-            objects = [work / "kernel.o"]
-            objects[0].write_bytes(linked_object(module.target, [module.get_source("ll-opt")]))
-        else:
-            (work / "kernel.o").write_bytes(obj)
-            (work / "pool.o").write_bytes(thread_pool_object(module.target))
-            objects = [work / "kernel.o", work / "pool.o"]
+        # the kernel's optimised IR and the pool, as one position-independent object (no text relocations)
+        objects = [work / "kernel.o"]
+        objects[0].write_bytes(linked_object(module.target, lambda: [module.get_source("ll-opt")],
+                                             cache_key=module.symbol))
         partial = path.with_name(path.name + ".partial")
         try:
             if as_object:
                 partial.write_bytes(objects[0].read_bytes())
                 path.with_suffix(".c").write_text(source)
             else:
-                link_shared(partial, [work / "api.c"], objects, exported, work, cc, compiler=compiler, pic=cross)
+                link_shared(partial, [work / "api.c"], objects, exported, work, cc, compiler=compiler, pic=True)
             partial.replace(path)
         except BuildError:
             partial.unlink(missing_ok=True)

@@ -24,13 +24,14 @@ JIT without compiling anything.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import io
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -124,6 +125,8 @@ class KernelPlan:
     weight_table: Dict[str, tuple]
     arena_size: int
     tuned_kernels: int = 0      # distinct kernels scheduled from a tuning record
+    # per kernel symbol, a function giving its optimised LLVM IR (export links it position-independent)
+    kernel_ir: Optional[Dict[str, Callable[[], str]]] = None
 
     def signature(self):
         """([(name, shape, dtype)] of the inputs, the same of the outputs)."""
@@ -135,11 +138,9 @@ class KernelPlan:
         """The CPU executable of this plan (its modules are CPU builds)."""
         inputs, outputs = self.signature()
         kernels = {sym: m.object_code for sym, m in self.modules.items()}
-        # a cross-compiled network keeps each kernel's optimised LLVM IR: export links them into one object
-        kernel_ir = None if tgt.runs_here() else {sym: m.get_source("ll-opt") for sym, m in self.modules.items()}
         return Executable(inputs=inputs, outputs=outputs, calls=self.calls, kernels=kernels,
                           arena_size=self.arena_size, weights=self.weights, weight_table=self.weight_table,
-                          target=tgt, graph=self.graph, kernel_ir=kernel_ir)
+                          target=tgt, graph=self.graph, kernel_ir=self.kernel_ir)
 
 
 def plan_kernel_groups(graph: Graph, target_kind: str):
@@ -179,6 +180,7 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
     tuned = 0
     jobs, job_signatures = [], []
     group_params = []
+    kernel_ir: Dict[str, Callable[[], str]] = {}
     for grp in kernel_groups:
         signature, params = group_signature(g, grp)
         group_params.append((signature, params, grp.name))
@@ -187,6 +189,8 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
             bar.update()
             continue
         module = kernel_cache.lookup(signature, tgt) if remembered else None
+        if module is not None:      # object code only: its IR, if export asks, comes from lowering the group again
+            kernel_ir[module.symbol] = _group_ir_function(g, grp, params, tgt, module.symbol)
         if module is None and build_fn is not None:
             module, from_record = _build_group(g, grp, params, tgt, build_fn, tuning_log, checks)
             tuned += from_record
@@ -201,6 +205,7 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
     # the LLVM compile of each new kernel overlaps the lowering of the next (build_many)
     for signature, module in zip(job_signatures, build_many(jobs, tgt, checks, progress=bar.update)):
         by_signature[signature] = module
+        kernel_ir[module.symbol] = functools.partial(module.get_source, "ll-opt")
         if remembered:
             kernel_cache.store(signature, tgt, module)
     for signature, params, name in group_params:
@@ -218,7 +223,8 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
                         ops=tuple(n.op_type for n in grp.nodes), shape=tuple(g.values[grp.output].shape),
                         nodes=tuple(n.name or n.op_type for n in grp.nodes), inputs=tuple(params))
              for (m, params, name), grp in zip(calls_params, kernel_groups)]
-    return KernelPlan(g, calls, built, weights, weight_offsets, arena_size, tuned)
+    has_ir = tgt.kind == "llvm" and all(sym in kernel_ir for sym in built)
+    return KernelPlan(g, calls, built, weights, weight_offsets, arena_size, tuned, kernel_ir if has_ir else None)
 
 
 def _materialize_output_copies(g: Graph) -> None:
@@ -296,6 +302,19 @@ def _group_schedule(g: Graph, grp, params: List[str], target, tuning_log=None):
     if s is None:
         return schedule([out], target), args, False
     return s, args, True
+
+
+def _group_ir_function(g: Graph, grp, params: List[str], target, symbol: str) -> Callable[[], str]:
+    """A function giving the optimised LLVM IR of the group's default-schedule kernel ``symbol`` (one the
+    kernel cache remembered as object code), lowered again; an ``InternalError`` if that is not the
+    same kernel (its symbol hashes its lowered IR and the target)."""
+    def llvm_ir() -> str:
+        s, args, _ = _group_schedule(g, grp, params, target)
+        found, text = build_mod.optimized_llvm_ir(s, args, target, kernel_name(grp))
+        if found != symbol:
+            raise InternalError(f"kernel {kernel_name(grp)!r} lowered again is {found}, not the cached {symbol}")
+        return text
+    return llvm_ir
 
 
 def _build_group(g: Graph, grp, params: List[str], target, build_fn=None, tuning_log=None, checks=None):
@@ -460,7 +479,7 @@ class Executable:
     def __init__(self, inputs, outputs, calls: List[KernelCall], kernels: Dict[str, bytes], arena_size: int,
                  weights: np.ndarray, weight_table, target, graph: Optional[Graph] = None,
                  runner_object: Optional[bytes] = None, runner_symbol: Optional[str] = None,
-                 kernel_ir: Optional[Dict[str, str]] = None):
+                 kernel_ir: Optional[Dict[str, Callable[[], str]]] = None):
         self.inputs = [(n, tuple(s), d) for n, s, d in inputs]
         self.outputs = [(n, tuple(s), d) for n, s, d in outputs]
         self.calls, self.kernels = calls, kernels
@@ -470,10 +489,12 @@ class Executable:
         self.num_groups = len(calls)
         self.tuned_kernels = 0
         self.last_profile: Optional[List[Tuple[str, float]]] = None   # set by profile(); shown by _repr_html_
-        # compiled for another CPU (a cross-compile): nothing is loaded, run() refuses, export_library
-        # links the kernels' LLVM IR into one position-independent object for that CPU
+        # compiled for another CPU (a cross-compile): nothing is loaded, run() refuses.  export_library
+        # links the kernels' LLVM IR (``kernel_ir``: symbol -> a function giving it; None for a loaded
+        # .lwx, which holds object code only) into one position-independent object
         self.runs_here = target.runs_here()
         self.kernel_ir = kernel_ir
+        self._kernel_ir_text: Optional[Dict[str, str]] = None
         if not self.runs_here and kernel_ir is None:
             raise InternalError("a cross-compiled executable needs its kernels' LLVM IR")
         addresses = {sym: _load_kernel(sym, obj) for sym, obj in kernels.items()} if self.runs_here else {}
@@ -487,7 +508,7 @@ class Executable:
                 runner_object, _ = jit.compile_ir(_runner_ir(calls, runner_symbol), target)
                 jit.store_object(runner_symbol, target, runner_object)
         self.runner_symbol, self.runner_object = runner_symbol, runner_object
-        self.runner_ir = None if self.runs_here else _runner_ir(calls, runner_symbol)
+        self.runner_ir = _runner_ir(calls, runner_symbol)
         self._entry = _RUN_TYPE(_load_runner(runner_symbol, runner_object, addresses) if self.runs_here else 0)
         self._arena = _aligned_empty(arena_size)
         self._in_ptrs = (ctypes.c_void_p * max(1, len(self.inputs)))()
@@ -612,6 +633,13 @@ class Executable:
         return result
 
     # ------------------------------------------------------------ save / load / export
+    def kernels_llvm_ir(self) -> Optional[Dict[str, str]]:
+        """The optimised LLVM IR of every kernel (symbol -> text), or None when this executable has only
+        their object code (loaded from a .lwx).  Kernels the kernel cache supplied are lowered again."""
+        if self._kernel_ir_text is None and self.kernel_ir is not None:
+            self._kernel_ir_text = {sym: get() for sym, get in sorted(self.kernel_ir.items())}
+        return self._kernel_ir_text
+
     def export_library(self, path, prefix: str = "lw_", params: str = "embed", cc: Optional[str] = None):
         """Write this network as a shared library ``path`` with a C API, and its header beside it
         (``model.so`` -> ``model.h``); needs a C compiler (``cc``, ``$CC``).  See ``export.py``.

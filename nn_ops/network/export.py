@@ -521,12 +521,17 @@ def export_library(exe, path, prefix: str = "lw_", params: str = "embed", cc: Op
         (work / header.name).write_text(header_body)
         (work / "api.c").write_text(source_text(exe, prefix, header.name, params))
         sources = [work / "api.c"]
-        if cross:
-            # one position-independent object for the target: kernels, runner, pool (and the weights)
+        pic = exe.kernel_ir is not None
+        if pic:
+            # one position-independent object for the target: kernels, runner, pool; the weights too for a
+            # cross-compile (this machine's assembler cannot take .incbin for another CPU: an LLVM constant)
             objects = [work / "model.o"]
-            objects[0].write_bytes(linked_object(exe.target, [*exe.kernel_ir.values(), exe.runner_ir],
-                                                 exe.weights if params == "embed" else None, _WEIGHTS_SYMBOL))
-        else:
+            objects[0].write_bytes(linked_object(exe.target, lambda: [*exe.kernels_llvm_ir().values(), exe.runner_ir],
+                                                 exe.weights if cross and params == "embed" else None,
+                                                 _WEIGHTS_SYMBOL, cache_key=exe.runner_symbol))
+            if not cross and params == "embed":
+                sources.append(_weights_source(exe, work))
+        else:   # a loaded .lwx: its JIT objects, linked with text relocations
             objects = _host_objects(exe, work, params, sources)
         partial = path.with_name(path.name + ".partial")
         try:
@@ -534,7 +539,8 @@ def export_library(exe, path, prefix: str = "lw_", params: str = "embed", cc: Op
                 partial.write_bytes(objects[0].read_bytes())
                 path.with_suffix(".c").write_text((work / "api.c").read_text())
             else:
-                link_shared(partial, sources, objects, exported, work, cc, compiler=compiler, pic=cross)
+                link_shared(partial, sources, objects, exported, work, cc, compiler=compiler,
+                            pic=pic)
             partial.replace(path)
         except BuildError:
             partial.unlink(missing_ok=True)
@@ -550,13 +556,19 @@ def export_library(exe, path, prefix: str = "lw_", params: str = "embed", cc: Op
     return path
 
 
+def _weights_source(exe, work: Path) -> Path:
+    """An assembler file placing the weights in ``.rodata`` (``.incbin`` of a copy of them)."""
+    np.ascontiguousarray(exe.weights).view(np.uint8).tofile(work / "weights.bin")
+    (work / "weights.s").write_text(weights_assembly(work / "weights.bin", _WEIGHTS_SYMBOL))
+    return work / "weights.s"
+
+
 def _host_objects(exe, work: Path, params: str, sources: List[Path]) -> List[Path]:
-    """The objects of a library for this machine: each kernel's JIT object, the runner's, the pool
-    compiled position-independent; with embedded weights, their ``.incbin`` file joins ``sources``."""
+    """The objects of a library for this machine from a loaded .lwx (object code only): each kernel's
+    JIT object, the runner's, the pool compiled position-independent; with embedded weights, their
+    ``.incbin`` file joins ``sources``."""
     if params == "embed":
-        np.ascontiguousarray(exe.weights).view(np.uint8).tofile(work / "weights.bin")
-        (work / "weights.s").write_text(weights_assembly(work / "weights.bin", _WEIGHTS_SYMBOL))
-        sources.append(work / "weights.s")
+        sources.append(_weights_source(exe, work))
     objects = []
     for k, (symbol, obj) in enumerate(sorted(exe.kernels.items())):
         objects.append(work / f"kernel{k}.o")

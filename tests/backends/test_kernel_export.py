@@ -101,3 +101,19 @@ int main(void) {
     assert ok == "0 13 10"
     assert bad == ("-6 t_take: index 7 is out of range for dimension 0 of 'A' (read as A[idx[i]] in 'take'), "
                    "of size 4 (valid: 0 to 3)")
+
+
+def _text_relocations(lib) -> bool:
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        pytest.skip("no readelf")
+    dyn = subprocess.run([readelf, "-d", str(lib)], capture_output=True, text=True, check=True).stdout
+    return "TEXTREL" in dyn
+
+
+def test_kernel_library_is_position_independent(tmp_path):
+    """The kernel is linked from its LLVM IR compiled position-independent (one object with the pool),
+    not from its JIT object: the library has no text relocations."""
+    s, args = design_matmul_schedule()
+    f = lw.build(s, args, name="matmul")
+    assert not _text_relocations(f.export_library(tmp_path / "mm.so"))

@@ -64,7 +64,7 @@ def _aarch64_assembly(exe) -> str:
     from llvmlite import binding as llvm
     from loopweave.backends.llvm.jit import cross_target_machine
     machine = cross_target_machine(exe.target)
-    return "".join(machine.emit_assembly(llvm.parse_assembly(text)) for text in exe.kernel_ir.values())
+    return "".join(machine.emit_assembly(llvm.parse_assembly(text)) for text in exe.kernels_llvm_ir().values())
 
 
 def _disassembly(objects) -> str:

@@ -1,4 +1,5 @@
 """exe.export_library: a shared library + header with a C API, called from a C program compiled here."""
+import functools
 import os
 import shutil
 import subprocess
@@ -195,6 +196,34 @@ def test_only_prefixed_symbols_and_libc_only(exported):
         needed = {line.split("[")[1].split("]")[0] for line in dyn.splitlines() if "(NEEDED)" in line}
         assert all(n.split(".so")[0] in ("libc", "libm", "libpthread", "ld-linux-x86-64", "ld-linux-aarch64")
                    for n in needed), needed
+
+
+def _text_relocations(lib) -> bool:
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        pytest.skip("no readelf")
+    return "TEXTREL" in subprocess.run([readelf, "-d", str(lib)], capture_output=True, text=True, check=True).stdout
+
+
+def test_library_is_position_independent(exported, tmp_path):
+    """The kernels are linked from their LLVM IR compiled position-independent (not from their JIT
+    objects): no text relocations, so a loader that forbids them (some SELinux policies) takes it."""
+    _, exe, lib, _ = exported
+    assert not _text_relocations(lib)
+    # kernels the kernel cache supplied (object code only) are lowered again to the same symbols
+    from loopweave.nn_ops.network import kernel_cache
+    again = lw.compile(lw.from_onnx(model_zoo.small_cnn()), progress=False)
+    relowered = [sym for sym, get in again.kernel_ir.items() if not isinstance(get, functools.partial)]
+    if not relowered:
+        pytest.skip(f"the kernel cache supplied no kernel (applies: {kernel_cache.applies()})")
+    ir = again.kernels_llvm_ir()
+    assert sorted(ir) == sorted(again.kernels) and all(f'@"{sym}"' in ir[sym] or f"@{sym}(" in ir[sym]
+                                                       for sym in relowered)
+    # a loaded .lwx holds object code only: it still exports, from its JIT objects (text relocations)
+    exe.save(tmp_path / "m.lwx")
+    loaded = lw.load(tmp_path / "m.lwx")
+    assert loaded.kernel_ir is None
+    assert _text_relocations(loaded.export_library(tmp_path / "loaded.so"))
 
 
 def test_two_prefixes_link_into_one_program(tmp_path):
