@@ -181,6 +181,11 @@ def test_aarch64_network_exports_one_object(arm_network, tmp_path):
         [line for line in header_text(here, "lw_", "model.h", "model.o").splitlines() if "compiled for CPU" not in line]
     assert "neoverse-n1 (aarch64-linux-gnu)" in header
     assert (tmp_path / "model.c").read_text() == source_text(exe, "lw_", "model.h")
+    # params="side": the weights go to model.params beside the object, not into it
+    side = exe.export_library(tmp_path / "side.o", params="side")
+    assert ".rodata.lw_weights" not in [name for name, _, _ in _elf(side.read_bytes())[1]]
+    assert (tmp_path / "side.params").read_bytes()[64:] == exe.weights.tobytes()
+    assert "#define SIDE_PARAMS 1" in (tmp_path / "side.c").read_text()
 
 
 def test_cross_export_errors_name_what_to_do(arm_network, tmp_path, monkeypatch):
