@@ -193,11 +193,18 @@ def compiler_machine(compiler: Sequence[str]) -> str:
 
 
 def cross_compiler(cc: Optional[str], target) -> List[str]:
-    """The C compiler that links a cross-compiled library: ``cc`` (required: the system's own builds
-    for this machine), checked to build for ``target``'s architecture."""
+    """The C compiler that links a cross-compiled library: ``cc`` (by default the system's, ``$CC`` or
+    cc, when the target has this machine's architecture), checked to build for ``target``'s."""
+    from ..target import host_target
     arch = target.arch
     hint = (f"install a cross compiler for {arch} (Debian/Ubuntu: 'apt-get install gcc-{arch.replace('_', '-')}-"
             f"linux-gnu', which gives {arch}-linux-gnu-gcc) and pass it with cc= (CLI: --cc)")
+    if cc is None and arch == host_target().arch:
+        compiler = find_c_compiler()
+        built_for = compiler_machine(compiler)
+        if built_for and built_for != arch:
+            raise BuildError(f"the C compiler {compiler[0]!r} builds for {built_for}, not for {arch}; {hint}")
+        return compiler
     if cc is None:
         raise BuildError(f"this network or kernel was compiled for {target.triple or arch} (cpu {target.cpu}): "
                          f"a shared library for it needs a C compiler for that machine; {hint}, or export an "

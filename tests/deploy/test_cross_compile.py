@@ -318,7 +318,7 @@ def test_cross_compiled_x86_library_is_position_independent_and_right(tmp_path):
     model = model_zoo.small_cnn()
     exe = lw.compile(lw.from_onnx(model), target="llvm -mcpu=x86-64-v2 -mattr=+amx-tile", progress=False)
     assert not exe.runs_here
-    lib = exe.export_library(tmp_path / "model.so", cc=CC)
+    lib = exe.export_library(tmp_path / "model.so")      # the system's cc builds for x86-64: no cc= needed
     _check_library(lib, EM_X86_64)
     out = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True).stdout
     assert sorted(line.split()[-1] for line in out.splitlines()) == sorted(
@@ -341,3 +341,15 @@ def test_aarch64_library_runs_under_qemu(arm_network, tmp_path):
     x = np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)
     y = _run_from_c(tmp_path, CROSS_CC, lib, x, (1, 10), run=[QEMU, "-L", "/usr/aarch64-linux-gnu"])
     np.testing.assert_allclose(y, _ort(model, x), rtol=1e-4, atol=1e-5)
+
+
+def test_cli_compile_cross_target(tmp_path, capsys):
+    from loopweave import cli
+    target = "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"
+    assert cli.main(["compile", "zoo:small_cnn", "--target", target, "--export", str(tmp_path / "net.o"), "-q"]) == 0
+    assert f"wrote {tmp_path / 'net.o'}, {tmp_path / 'net.h'}, {tmp_path / 'net.c'}" in capsys.readouterr().out
+    assert _elf((tmp_path / "net.o").read_bytes())[0] == EM_AARCH64
+    assert cli.main(["compile", "zoo:small_cnn", "--target", target, "--export", str(tmp_path / "net.so"),
+                     "--cc", "no-such-aarch64-gcc", "-q"]) != 0
+    assert "'no-such-aarch64-gcc' was not found" in capsys.readouterr().err
+    assert not (tmp_path / "net.so").exists()
