@@ -3,10 +3,13 @@
 ``python -m benchmarks.cuda_network [--models resnet18 mobilenet_v2 transformer_encoder]
 [--batches 1 32] [--repeat 20] [--profile 8]`` compiles each bundled model (seeded weights)
 for the GPU at each batch size, checks it against onnxruntime on the CPU, then prints the
-median latency of loopweave's kernels (CUDA events) and of the same architecture in PyTorch
-eager (torchvision's resnet18 / mobilenet_v2; ``nn.TransformerEncoder`` with the zoo encoder's
-sizes, post-LayerNorm, GELU), same shapes, random weights, cudnn/cuBLAS with TF32 off, each
-synchronised, and their ratio (> 1: loopweave faster).  ``--profile N`` also prints each
+latency of a loopweave run (input already on the device, ``exe.run(feed, device_outputs=True)``:
+the captured graph and the copies on the device, synchronised) and of the same architecture in
+PyTorch eager (torchvision's resnet18 / mobilenet_v2; ``nn.TransformerEncoder`` with the zoo
+encoder's sizes, post-LayerNorm, GELU; input on the device, synchronised), same shapes, random
+weights, cudnn/cuBLAS with TF32 off, timed alternately (``backends.timing.interleaved``: each
+sample ~50 ms of back-to-back calls, which also keeps the GPU's clocks up), with the ratio the
+median of per-pair ratios (> 1: loopweave faster); then loopweave's kernels alone (CUDA events).  ``--profile N`` also prints each
 network's N slowest kernel calls.  Exits with a message when there is no GPU.
 """
 from __future__ import annotations
@@ -45,23 +48,19 @@ def torch_model(name: str, batch: int):
     return net.cuda().eval(), x
 
 
-def torch_latency(name: str, batch: int, repeat: int):
+def torch_runner(name: str, batch: int):
+    """A call of ``name`` in PyTorch eager, synchronised, or None without torch/GPU."""
     made = torch_model(name, batch)
     if made is None:
         return None
     import torch
     net, x = made
-    samples = []
-    with torch.no_grad():
-        for _ in range(3):
+
+    def run():
+        with torch.no_grad():
             net(x)
         torch.cuda.synchronize()
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            net(x)
-            torch.cuda.synchronize()
-            samples.append(time.perf_counter() - t0)
-    return float(np.median(samples))
+    return run
 
 
 def main(argv=None) -> int:
@@ -69,7 +68,7 @@ def main(argv=None) -> int:
     parser.add_argument("--models", nargs="+", default=["resnet18"],
                         choices=["resnet18", "mobilenet_v2", "transformer_encoder"])
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32])
-    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=15, help="interleaved pairs")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="print the N slowest kernel calls")
     args = parser.parse_args(argv)
     from loopweave.backends.cuda.driver import get_driver
@@ -91,19 +90,27 @@ def main(argv=None) -> int:
             want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
             for a, b in zip(exe.run(feed), want):
                 np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3)
-            ours = exe.time(feed, repeat=args.repeat)
-            theirs = torch_latency(name, batch, args.repeat)
-            rows.append((f"{name} b{batch}", ours, theirs, compile_s))
+            from loopweave.backends.timing import interleaved
+            on_device = {n: lw.device_array(a) for n, a in feed.items()}
+            theirs = torch_runner(name, batch)
+            if theirs is None:
+                cmp = None
+            else:
+                cmp = interleaved(lambda: exe.run(on_device, device_outputs=True), theirs, pairs=args.repeat,
+                                  min_seconds=0.05, pause=0.01)
+            kernels = exe.time(feed, repeat=args.repeat)
+            rows.append((f"{name} b{batch}", cmp, kernels, compile_s))
             if args.profile:
                 prof = sorted(exe.profile(feed), key=lambda r: -r[1])
                 total = sum(s for _, s in prof)
                 print(f"{name} batch {batch}: {len(prof)} kernel calls, sum {total * 1e3:.2f} ms; slowest:")
                 for kname, sec in prof[:args.profile]:
                     print(f"  {sec * 1e6:9.1f} us  {kname}")
-    print(f"{'model':<26} {'loopweave ms':>12} {'torch ms':>9} {'ratio':>6} {'compile s':>9}")
-    for label, ours, theirs, compile_s in rows:
-        ratio = f"{theirs / ours:6.2f}" if theirs else "     -"
-        print(f"{label:<26} {ours * 1e3:12.2f} {theirs * 1e3 if theirs else float('nan'):9.2f} {ratio} {compile_s:9.1f}")
+    print(f"{'model':<26} {'loopweave ms':>12} {'torch ms':>9} {'ratio':>6} {'kernels ms':>10} {'compile s':>9}")
+    for label, cmp, kernels, compile_s in rows:
+        ours, theirs, ratio = (cmp.ours_s * 1e3, cmp.theirs_s * 1e3, f"{cmp.ratio:6.2f}") if cmp else \
+            (float("nan"), float("nan"), "     -")
+        print(f"{label:<26} {ours:12.3f} {theirs:9.3f} {ratio} {kernels * 1e3:10.3f} {compile_s:9.1f}")
     return 0
 
 
