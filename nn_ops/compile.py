@@ -17,10 +17,11 @@ from .network.dynamic_executable import FORMAT as DYNAMIC_FORMAT, DynamicExecuta
 from .network.executable import compile_graph, load_static_from
 from .network.graph import Graph
 from .onnx_import.dynamic import DynamicGraph
+from .onnx_import.polymorphic import build_polymorphic
 
 
 def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=None,  # noqa: A001 - lw.compile
-            checks: Optional[str] = None):
+            checks: Optional[str] = None, polymorphic: bool = False):
     """Compile a network graph (from ``from_onnx``) into an executable.
 
     A DynamicGraph (symbolic input sizes or shape inputs) gives a DynamicExecutable that
@@ -30,6 +31,10 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
     target use the best recorded schedule, the others their default schedule.  Index checks of
     gathers and scatters are always on; ``checks="bounds"`` also checks every other load whose
     index depends on data (``lw.build``'s ``checks``).
+
+    ``polymorphic=True`` (a DynamicGraph only; first slice of issue 18): compile once, kernels
+    taking the symbolic sizes as arguments, a symbolic memory plan evaluated per call
+    (``onnx_import/polymorphic.py``); ops it does not cover yet are listed in one error.
     """
     check_checks_argument(checks, BuildError)
     tgt = resolve_target(target)
@@ -39,7 +44,14 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
         if tgt.kind != "llvm":
             raise BuildError("models with dynamic shapes compile for target 'llvm' only for now; fix the input "
                              "shapes with from_onnx(..., input_shapes=...) to compile for cuda")
+        if polymorphic:
+            if tuning_log is not None or checks is not None:
+                raise BuildError("polymorphic=True does not take tuning_log or checks yet")
+            return build_polymorphic(graph, tgt)
         return DynamicExecutable(graph, target, progress, tuning_log=tuning_log, checks=checks)
+    if polymorphic:
+        raise ArgumentError("polymorphic=True compiles a DynamicGraph (a model with symbolic input sizes); this "
+                            "graph's shapes are static")
     if not isinstance(graph, Graph):
         raise ArgumentError(f"compile takes a loopweave Graph (from lw.from_onnx), got {type(graph).__name__}")
     try:

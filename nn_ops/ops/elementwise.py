@@ -25,6 +25,12 @@ def static_shape(t: Tensor) -> Tuple[int, ...]:
     return tuple(dims)
 
 
+def extents(t: Tensor) -> tuple:
+    """``t``'s shape with each constant extent as an int and each symbolic one (an ``lw.var`` size,
+    as shape-polymorphic network kernels have) as its expression; ops that work on either use it."""
+    return tuple(int(d.value) if isinstance(d, Const) else d for d in t.shape)
+
+
 def broadcast_shape(a: Sequence[int], b: Sequence[int]) -> Tuple[int, ...]:
     """numpy's broadcast of two static shapes (aligned at the right; 1 stretches)."""
     n = max(len(a), len(b))

@@ -15,12 +15,12 @@ from ...dsl.intrinsics import erf, rsqrt, tanh
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
-from .elementwise import static_shape, unary
+from .elementwise import extents, static_shape, unary
 from .registry import compute_all_at, register_schedule, vectorized_reduction
 
 
 def _split_axis(X: Tensor, axis: int):
-    shape = static_shape(X)
+    shape = extents(X)          # the rows may be symbolic (shape-polymorphic kernels); see layer_norm_stats
     nd = len(shape)
     a = axis + nd if axis < 0 else axis
     if not 0 <= a < nd:
@@ -46,6 +46,8 @@ def layer_norm_stats(X: Tensor, axis: int = -1, epsilon: float = 1e-5, name: str
     """(mean, inverse standard deviation) over the axes from ``axis`` on, shaped ``X.shape[:axis]``."""
     shape, a = _split_axis(X, axis)
     outer, inner = shape[:a], shape[a:]
+    if not all(isinstance(d, int) for d in inner):
+        raise ExprError(f"layer_norm: the normalised axes {inner} must have constant extents")
     n = math.prod(inner)
     rows = outer or (1,)
 

@@ -14,7 +14,7 @@ from ...dsl.intrinsics import exp
 from ...dsl.reduction import max as lw_max, sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
-from .elementwise import static_shape
+from .elementwise import extents, static_shape
 from .registry import compute_all_at, register_schedule, schedule_injective, vectorized_reduction
 
 
@@ -56,7 +56,7 @@ def reshape(X: Tensor, shape: Sequence[int], name: str = "reshape") -> Tensor:
 
 
 def transpose(X: Tensor, perm: Sequence[int], name: str = "transpose") -> Tensor:
-    src = static_shape(X)
+    src = extents(X)
     perm = [int(p) for p in perm]
     if sorted(perm) != list(range(len(src))):
         raise ExprError(f"transpose: {perm} is not a permutation of {len(src)} axes")
@@ -123,7 +123,7 @@ def softmax(X: Tensor, axis: int = -1, name: str = "softmax") -> Tensor:
     sum and the division), their sum, and the scaling.  Along the last axis the default
     schedule computes all of them per row, vectorized (see ``schedule_softmax``).
     """
-    shape = static_shape(X)
+    shape = extents(X)          # symbolic extents allowed (shape-polymorphic kernels)
     nd = len(shape)
     axis = axis + nd if axis < 0 else axis
     rest = tuple(d for k, d in enumerate(shape) if k != axis)

@@ -1,0 +1,334 @@
+"""``build_polymorphic(graph)``: a DynamicGraph compiled once, its kernels taking symbolic extents.
+
+The first slice of issue 18's compile-once executables (``lw.compile(graph, polymorphic=True)``).
+It walks the ONNX model with the symbolic shapes of ``symbolic_shapes.py`` and makes one kernel
+per node, each built once with ``lw.build`` over placeholders whose symbolic sizes are
+``lw.var`` s (the sympy -> DSL conversion is ``network/symbolic.py``'s): one var per distinct
+symbolic extent of the kernel's arguments, so a kernel over ``(batch*seq, 256)`` takes one
+size, bound from its arrays at run time.  Identical kernels (the same op, attributes and
+pattern of extents) are built once and shared.
+
+Covered: MatMul by a constant 2-d weight (a ``dense`` over the flattened rows, a following
+bias Add fused in), MatMul of two computed operands with equal batch axes (``batch_matmul``),
+broadcasting elementwise arithmetic and the common activations, Softmax, LayerNormalization,
+Transpose, and the shape-only ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity as views;
+Shape/Gather/Concat chains on shape values computed at import).  Everything else is listed in
+one ``OnnxImportError`` (compile without ``polymorphic=True`` to specialise per shape).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from ...dsl import intrinsics as lwi
+from ...dsl.expr import const
+from ...dsl.tensor import compute, placeholder
+from ...errors import OnnxImportError
+from ...target import resolve_target
+from ..network import symbolic as S
+from ..network.polymorphic_executable import KernelCall, PolymorphicExecutable, View
+from ..network.symbolic_plan import SymbolicPlan
+from ..ops.matmul import batch_matmul, dense
+from ..ops.norm import layer_norm
+from ..ops.registry import schedule
+from ..ops.shape import softmax, transpose
+from .importer import node_label
+
+BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
+          "Div": lambda a, b: a / b, "Max": lambda a, b: lwi_max(a, b), "Min": lambda a, b: lwi_min(a, b),
+          "Pow": lambda a, b: lwi.pow(a, b)}
+UNARY = {"Relu": lambda x: lwi_max(x, const(0.0, x.dtype)), "Erf": lwi.erf, "Tanh": lwi.tanh,
+         "Sigmoid": lwi.sigmoid, "Exp": lwi.exp, "Sqrt": lwi.sqrt, "Neg": lambda x: -x, "Abs": lwi.abs,
+         "Identity": lambda x: x}
+VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+COVERED = set(BINARY) | set(UNARY) | set(VIEWS) | {"MatMul", "Transpose", "Softmax", "LayerNormalization",
+                                                   "Constant", "Dropout", "Shape", "Gather", "Concat"}
+NO_KERNEL = "no shape-polymorphic kernel for this op yet"
+
+
+def lwi_max(a, b):
+    from ...dsl.expr import binary
+    return binary("max", a, b)
+
+
+def lwi_min(a, b):
+    from ...dsl.expr import binary
+    return binary("min", a, b)
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def build_polymorphic(graph, target="llvm") -> PolymorphicExecutable:
+    """Compile ``graph`` (a DynamicGraph) once for every binding of its symbols."""
+    import onnx
+    if graph.value_inputs:
+        raise OnnxImportError(f"{graph.name!r}: shape inputs ({', '.join(graph.value_inputs)}) change the graph's "
+                              f"structure with their values; compile without polymorphic=True")
+    model = onnx.ModelProto.FromString(graph.model_bytes)
+    return _Builder(model, graph.shapes, resolve_target(target), graph.name).build()
+
+
+class _Builder:
+    def __init__(self, model, shapes, target, name):
+        from onnx import numpy_helper
+        self.model, self.shapes, self.target, self.name = model, shapes, target, name
+        self.consts: Dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+        self.inputs = {n for n, _, _ in shapes.signature.inputs}
+        self.values: Dict[str, Tuple[tuple, str]] = {}        # arena values: (symbolic shape, dtype)
+        self.views: List[View] = []
+        self.calls: List[KernelCall] = []
+        self.steps: List[Tuple[list, list]] = []
+        self.kernels: Dict[tuple, object] = {}
+        self.consumers: Dict[str, list] = {}
+        for node in model.graph.node:
+            for i in node.input:
+                self.consumers.setdefault(i, []).append(node)
+        self.done = set()
+        self.local: Dict[str, tuple] = {}       # values this builder makes up: (shape, dtype[, "input"])
+
+    # ---------------------------------------------------------------- the walk
+    def build(self) -> PolymorphicExecutable:
+        problems = [(label, op, why) for label, op, why in self.shapes.unknown]
+        poisoned = set()            # values after a node that could not be converted: not reported again
+        for k, node in enumerate(self.model.graph.node):
+            if id(node) in self.done:
+                continue
+            label = node_label(k, node)
+            if any(i in poisoned for i in node.input):
+                poisoned.update(node.output)
+                if node.op_type not in COVERED:
+                    problems.append((label, node.op_type, NO_KERNEL))
+                continue
+            try:
+                self.convert(node, label)
+            except _Unsupported as exc:
+                problems.append((label, node.op_type, str(exc)))
+                poisoned.update(node.output)
+        if problems:
+            lines = "\n".join(f"  - node {n!r}: {op}: {why}" for n, op, why in problems)
+            raise OnnxImportError(f"{self.name!r} cannot compile shape-polymorphically yet ({len(problems)} "
+                                  f"node(s); compile without polymorphic=True to specialise per shape):\n{lines}")
+        outputs = [o.name for o in self.model.graph.output]
+        view_sources = {v.name: v.source for v in self.views if v.source in self.values}
+        plan = SymbolicPlan(self.values, self.steps, view_sources, keep=outputs)
+        return PolymorphicExecutable(self.shapes.signature, self.calls, self.views, plan, self.consts, outputs,
+                                     self.name)
+
+    def convert(self, node, label: str) -> None:
+        op = node.op_type
+        outs = [o for o in node.output if o]
+        if all(o in self.shapes.values for o in outs) and op not in ("Identity",):
+            for o in outs:                       # shape arithmetic: done at import, by value
+                for user in self.consumers.get(o, []):
+                    if not (user.op_type in VIEWS and list(user.input).index(o) == 1) and \
+                            not all(u in self.shapes.values for u in user.output if u):
+                        raise _Unsupported(f"the shape value {o!r} is read as data by {user.op_type}")
+            return
+        if op == "Constant":
+            from onnx import numpy_helper
+            self.consts[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+            return
+        if op in VIEWS or (op == "Dropout" and len(outs) == 1):
+            return self.view(node.input[0], node.output[0])
+        if op == "MatMul":
+            return self.matmul(node, label)
+        if op in BINARY or op in UNARY:
+            return self.elementwise(node, label)
+        if op == "Transpose":
+            perm = list(node.attribute[0].ints) if node.attribute else list(range(len(self.shape(node.input[0]))))[::-1]
+            return self.kernel(label, ("transpose", tuple(perm)), [node.input[0]], node.output[0],
+                               lambda x: transpose(x, perm, name="transpose"))
+        if op == "Softmax":
+            axis = _attr(node, "axis", -1)
+            return self.kernel(label, ("softmax", axis), [node.input[0]], node.output[0],
+                               lambda x: softmax(x, axis, name="softmax"))
+        if op == "LayerNormalization":
+            if len(outs) > 1:
+                raise _Unsupported("LayerNormalization's mean/inv_std outputs")
+            axis, eps = _attr(node, "axis", -1), _attr(node, "epsilon", 1e-5)
+            ins = [i for i in node.input if i]
+            return self.kernel(label, ("layer_norm", axis, eps, len(ins)), ins, node.output[0],
+                               lambda x, s, b=None: layer_norm(x, s, b, axis, eps, name="layer_norm"))
+        raise _Unsupported(NO_KERNEL)
+
+    # ---------------------------------------------------------------- pieces
+    def shape(self, name: str) -> tuple:
+        if name in self.consts:
+            return tuple(S.dim(int(d)) for d in self.consts[name].shape)
+        if name in self.local:
+            return self.local[name][0]
+        return self.shapes.shapes[name]
+
+    def dtype(self, name: str) -> str:
+        if name in self.consts:
+            return str(self.consts[name].dtype)
+        if name in self.local:
+            return self.local[name][1]
+        return self.shapes.dtypes.get(name) or self.values[name][1]
+
+    def view(self, src: str, dst: str, shape: Optional[tuple] = None) -> None:
+        shape = self.shapes.shapes[dst] if shape is None else shape
+        if src in self.consts:
+            self.consts[dst] = self.consts[src].reshape([int(d) for d in shape])
+            return
+        self.local[dst] = (shape, self.dtype(src))
+        if src not in self.inputs and not (src in self.local and self.local[src][2:] == ("input",)):
+            self.values[dst] = (shape, self.dtype(src))
+        else:
+            self.local[dst] = (shape, self.dtype(src), "input")
+        self.views.append(View(dst, src, shape))
+
+    def kernel(self, label, key, inputs: List[str], output: str, make, out_shape=None) -> None:
+        """Build (or reuse) the kernel ``make(*placeholders)`` and call it on ``inputs`` -> ``output``."""
+        out_shape = self.shapes.shapes[output] if out_shape is None else out_shape
+        arg_shapes = [self.shape(i) for i in inputs] + [out_shape]
+        variables: Dict[object, object] = {}
+        pattern = []
+        for shape in arg_shapes:
+            for d in shape:
+                if not S.is_static(d) and d not in variables:
+                    variables[d] = None
+                pattern.append(int(d) if S.is_static(d) else f"v{list(variables).index(d)}")
+        full_key = key + (tuple(pattern), tuple(len(s) for s in arg_shapes), tuple(self.dtype(i) for i in inputs))
+        module = self.kernels.get(full_key)
+        if module is None:
+            names = S.dsl_variables([f"v{k}" for k in range(len(variables))])
+            var_of = {d: names[f"v{k}"] for k, d in enumerate(variables)}
+
+            def extent(d):
+                return int(d) if S.is_static(d) else var_of[d]
+            holders = [placeholder(tuple(extent(d) for d in self.shape(i)), name=f"in{k}", dtype=self.dtype(i))
+                       for k, i in enumerate(inputs)]
+            out = make(*holders)
+            got = tuple(S.from_dsl(e) if not hasattr(e, "value") else int(e.value) for e in out.shape)
+            want = tuple(int(d) if S.is_static(d) else S.from_dsl(var_of[d]) for d in out_shape)
+            if got != want:
+                raise _Unsupported(f"the kernel computes shape {got}, the graph says {want}")
+            from ...backends.build import build
+            module = build(schedule([out], self.target), holders + [out], target=self.target,
+                           name=f"poly_{key[0]}")
+            self.kernels[full_key] = module
+        if output not in self.values:
+            self.values[output] = (out_shape, self.dtype_of_output(output, inputs))
+            self.local[output] = self.values[output]
+        self.calls.append(KernelCall(label, module, tuple(inputs) + (output,)))
+        self.steps.append(([i for i in inputs if i in self.values], [output]))
+
+    def dtype_of_output(self, output: str, inputs) -> str:
+        return self.shapes.dtypes.get(output) or self.dtype(inputs[0])
+
+    def matmul(self, node, label: str) -> None:
+        a, b = node.input[0], node.input[1]
+        sa, sb = self.shape(a), self.shape(b)
+        out = node.output[0]
+        if b in self.consts and len(sb) == 2 and len(sa) >= 2 and a not in self.consts:
+            rows = S.simplify(S.product(sa[:-1]))
+            k, n = sa[-1], sb[1]
+            flat = self.fresh(a + ".rows")
+            self.view(a, flat, (rows, k))
+            weight = self.fresh(b + ".T")
+            self.consts[weight] = np.ascontiguousarray(self.consts[b].T)
+            bias, final = self.fusable_bias(out, n)
+            result = self.fresh(final + ".rows")
+            ins = [flat, weight] + ([bias] if bias else [])
+            self.kernel(label, ("dense", bool(bias)), ins, result,
+                        lambda x, w, bb=None: dense(x, w, bb, name="dense"), out_shape=(rows, n))
+            self.view(result, final, self.shapes.shapes[final])
+            return
+        if a in self.consts or b in self.consts or len(sa) < 3 or len(sa) != len(sb):
+            raise _Unsupported("MatMul other than by a constant 2-d weight or of two computed operands of equal rank")
+        if not all(S.equal(x, y) is True for x, y in zip(sa[:-2], sb[:-2])):
+            raise _Unsupported(f"MatMul whose batch axes {sa[:-2]} and {sb[:-2]} may differ (broadcasting)")
+        batch = S.simplify(S.product(sa[:-2]))
+        a3, b3, result = self.fresh(a + ".b3"), self.fresh(b + ".b3"), self.fresh(out + ".b3")
+        self.view(a, a3, (batch,) + sa[-2:])
+        self.view(b, b3, (batch,) + sb[-2:])
+        self.kernel(label, ("batch_matmul",), [a3, b3], result, lambda x, y: batch_matmul(x, y, name="bmm"),
+                    out_shape=(batch, sa[-2], sb[-1]))
+        self.view(result, out)
+
+    def fusable_bias(self, out: str, n) -> Tuple[Optional[str], str]:
+        """(bias constant, the Add's output) when ``out``'s one consumer adds a constant vector of ``n``."""
+        users = self.consumers.get(out, [])
+        if len(users) != 1 or users[0].op_type != "Add" or out in {o.name for o in self.model.graph.output}:
+            return None, out
+        add = users[0]
+        other = add.input[1] if add.input[0] == out else add.input[0]
+        if other not in self.consts or self.consts[other].size != int(n) or self.consts[other].ndim > 1 \
+                and any(d != 1 for d in self.consts[other].shape[:-1]):
+            return None, out
+        name = self.fresh(other + ".vec")
+        self.consts[name] = np.ascontiguousarray(self.consts[other].reshape(-1))
+        self.done.add(id(add))
+        return name, add.output[0]
+
+    def elementwise(self, node, label: str) -> None:
+        op = node.op_type
+        out = node.output[0]
+        out_shape = self.shapes.shapes[out]
+        operands, inline = [], []
+        for i in node.input:
+            if i in self.consts and self.consts[i].size == 1:
+                inline.append(float(self.consts[i].reshape(-1)[0]))
+                operands.append(None)
+            else:
+                operands.append(i)
+                inline.append(None)
+        tensors = [i for i in operands if i is not None]
+        if not tensors:
+            raise _Unsupported("elementwise op on constants only")
+        shapes = [self.shape(i) for i in tensors]
+
+        def make(*holders):
+            dtype = holders[0].dtype
+            it = iter(holders)
+            args = [next(it) if o is not None else None for o in operands]
+
+            def body(*idx):
+                vals = []
+                for arg, name, c in zip(args, operands, inline):
+                    if arg is None:
+                        vals.append(const(c, dtype))
+                        continue
+                    vals.append(arg[_broadcast_index(self.shape(name), out_shape, idx)])
+                return BINARY[op](*vals) if op in BINARY else UNARY[op](vals[0])
+            return compute(tuple(_extent(d, holders, shapes) for d in out_shape), body, name=op.lower(),
+                           tag="elemwise")
+        key = ("elementwise", op, tuple(inline), tuple(o is None for o in operands))
+        self.kernel(label, key, tensors, out, make)
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 0
+        while name in self.consts or name in self.values or name in self.shapes.shapes or name in self.local:
+            k += 1
+            name = f"{base}.{k}"
+        return name
+
+
+def _broadcast_index(shape, out_shape, idx) -> tuple:
+    """An operand of ``shape`` read at output index ``idx`` (numpy broadcasting: a 1 that the output
+    stretches is read at 0)."""
+    lead = len(out_shape) - len(shape)
+    return tuple(0 if d == 1 and out_shape[lead + k] != 1 else idx[lead + k] for k, d in enumerate(shape))
+
+
+def _extent(d, holders, shapes):
+    """The output extent ``d`` as one of the kernel's own extents (an int or an input's var)."""
+    if S.is_static(d):
+        return int(d)
+    for h, shape in zip(holders, shapes):
+        for e, s in zip(h.shape, shape):
+            if S.equal(s, d) is True:
+                return e
+    raise _Unsupported(f"output extent {S.show(d)} is no input's extent")
+
+
+def _attr(node, name, default):
+    from onnx import helper
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default

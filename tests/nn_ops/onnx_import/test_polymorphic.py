@@ -1,0 +1,122 @@
+"""``lw.compile(graph, polymorphic=True)``: compiled once, run at any binding of the symbols
+(``onnx_import/polymorphic.py``, ``network/polymorphic_executable.py``)."""
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+import loopweave as lw  # noqa: E402
+from loopweave.errors import OnnxImportError  # noqa: E402
+from loopweave.nn_ops.network.polymorphic_executable import PolymorphicExecutable  # noqa: E402
+from loopweave.nn_ops.testing.model_zoo import OnnxBuilder, resnet18, transformer_encoder  # noqa: E402
+
+
+def _ort(model, feed):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    model = transformer_encoder(batch=None, seq=None, hidden=64, heads=2, layers=2, ffn=128)
+    return model, lw.compile(lw.from_onnx(model), polymorphic=True)
+
+
+def test_encoder_compiles_once_and_shares_kernels_between_layers(encoder):
+    _, exe = encoder
+    assert isinstance(exe, PolymorphicExecutable)
+    distinct = {id(c.module) for c in exe.calls}
+    assert len(exe.calls) == 46 and len(distinct) < len(exe.calls) // 2 + 1
+    assert exe.inputs == [("input", ("batch", "seq", 64), "float32")]
+
+
+@pytest.mark.parametrize("batch, seq", [(1, 1), (4, 1), (1, 7), (4, 7), (1, 64), (2, 200)])
+def test_encoder_matches_onnxruntime_at_every_shape(encoder, batch, seq):
+    model, exe = encoder
+    x = np.random.default_rng(batch * 1000 + seq).standard_normal((batch, seq, 64)).astype(np.float32)
+    got, = exe.run({"input": x})
+    want, = _ort(model, {"input": x})
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+def test_no_compilation_at_run_time(encoder, monkeypatch):
+    """Runs at shapes never seen before touch neither lowering, nor LLVM, nor the object loader."""
+    model, exe = encoder
+    import loopweave.backends.build as build_module
+    from loopweave.backends.llvm import jit
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("compilation at run time")
+    for module, name in ((build_module, "build"), (build_module, "lower"), (build_module, "build_llvm"),
+                         (jit, "compile_ir"), (jit, "load_object")):
+        monkeypatch.setattr(module, name, forbidden)
+    for batch, seq in ((3, 13), (1, 129), (5, 2)):
+        x = np.random.default_rng(seq).standard_normal((batch, seq, 64)).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-3, atol=1e-3)
+
+
+def test_arena_grows_for_a_larger_binding_and_is_reused_after(encoder):
+    _, exe = encoder
+    run = lambda b, s: exe.run({"input": np.ones((b, s, 64), np.float32)})  # noqa: E731
+    run(2, 300)
+    grown, size = exe.plan.grown, exe.plan.arena_bytes
+    run(1, 5)
+    run(2, 299)
+    assert (exe.plan.grown, exe.plan.arena_bytes) == (grown, size)
+    run(2, 301)
+    assert exe.plan.grown == grown + 1 and exe.plan.arena_bytes > size
+
+
+def test_outputs_are_not_overwritten_by_the_next_run(encoder):
+    _, exe = encoder
+    first, = exe.run({"input": np.ones((1, 3, 64), np.float32)})
+    keep = first.copy()
+    exe.run({"input": np.full((1, 3, 64), 2.0, np.float32)})
+    np.testing.assert_array_equal(first, keep)
+
+
+def test_inputs_are_checked_before_anything_runs(encoder):
+    _, exe = encoder
+    with pytest.raises(lw.ArgumentError, match=r"input 'input' must have shape \[batch, seq, 64\], got \(1, 3, 32\)"):
+        exe.run({"input": np.zeros((1, 3, 32), np.float32)})
+    with pytest.raises(lw.ArgumentError, match="must have dtype float32"):
+        exe.run({"input": np.zeros((1, 3, 64), np.float64)})
+    with pytest.raises(lw.ArgumentError, match=r"rank 3"):
+        exe.run({"input": np.zeros((3, 64), np.float32)})
+
+
+def test_save_is_refused_with_what_to_do(encoder, tmp_path):
+    _, exe = encoder
+    with pytest.raises(lw.ArgumentError, match="without polymorphic=True"):
+        exe.save(tmp_path / "x.lwx")
+
+
+def test_ops_not_covered_are_listed_in_one_error():
+    model = resnet18(size=32, classes=10)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    with pytest.raises(OnnxImportError, match=r"cannot compile shape-polymorphically yet") as info:
+        lw.compile(lw.from_onnx(model), polymorphic=True)
+    message = str(info.value)
+    for op in ("Conv", "MaxPool", "GlobalAveragePool", "Gemm"):
+        assert f"{op}: no shape-polymorphic kernel for this op yet" in message
+    assert message.count("Conv: no shape") == sum(n.op_type == "Conv" for n in model.graph.node)
+
+
+def test_polymorphic_needs_a_dynamic_graph():
+    b = OnnxBuilder()
+    with pytest.raises(lw.ArgumentError, match="shapes are static"):
+        lw.compile(lw.from_onnx(b.model((2, 3), b.relu("input"))), polymorphic=True)
+
+
+def test_elementwise_broadcasting_and_a_batched_matmul():
+    """x [N, seq, 8] scaled, plus a row vector, then x @ x^T per batch, softmax: all polymorphic."""
+    b = OnnxBuilder(opset=17)
+    y = b.node("Add", [b.node("Mul", ["input", b.const(0.5)]), b.init("row", np.arange(8, dtype=np.float32))])
+    scores = b.node("MatMul", [y, b.node("Transpose", ["input"], perm=[0, 2, 1])])
+    out = b.node("Sigmoid", [b.node("Softmax", [scores], axis=-1)])
+    model = b.model(("N", "seq", 8), out, ("N", "seq", "seq"))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    for n, seq in ((1, 1), (2, 5), (3, 17)):
+        x = np.random.default_rng(seq).standard_normal((n, seq, 8)).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-5)
