@@ -239,6 +239,9 @@ def test_x86_target_without_avx512_is_vectorized_and_correct(cpu, needs, forbidd
     model = model_zoo.small_cnn()         # convolutions, pools, a dense layer
     exe = lw.compile(lw.from_onnx(model), target=f"llvm -mcpu={cpu}", progress=False)
     assert exe.target.cpu == cpu and exe.runs_here
+    # conv weights are packed in blocks of the target's float32 lanes (4 for SSE, 8 for AVX2), not the host's
+    packed = [w for w in exe.graph.initializers.values() if w.ndim == 6]
+    assert packed and all(w.shape[-1] == exe.target.lanes("float32") for w in packed)
     asm = _disassembly(list(exe.kernels.values()) + [exe.runner_object])
     assert not re.search(forbidden, asm), re.search(forbidden, asm)
     assert len(re.findall(wanted, asm)) > 10, "the kernels are not vectorized for the target"
@@ -353,3 +356,10 @@ def test_cli_compile_cross_target(tmp_path, capsys):
                      "--cc", "no-such-aarch64-gcc", "-q"]) != 0
     assert "'no-such-aarch64-gcc' was not found" in capsys.readouterr().err
     assert not (tmp_path / "net.so").exists()
+
+
+def test_a_triple_llvm_has_no_backend_for_is_a_build_error():
+    from loopweave.backends.llvm.jit import cross_target_machine
+    from loopweave.target import Target
+    with pytest.raises(BuildError, match="cannot generate code for 'nosucharch-linux-gnu'"):
+        cross_target_machine(Target("llvm", "generic", "", 128, 1, triple="nosucharch-linux-gnu"))
