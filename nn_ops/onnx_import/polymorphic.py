@@ -103,7 +103,7 @@ class _Builder:
                     problems.append((label, node.op_type, NO_KERNEL))
                 continue
             try:
-                self.convert(node, label)
+                self.convert(k, node, label)
             except _Unsupported as exc:
                 problems.append((label, node.op_type, str(exc)))
                 poisoned.update(node.output)
@@ -117,7 +117,7 @@ class _Builder:
         return PolymorphicExecutable(self.shapes.signature, self.calls, self.views, plan, self.consts, outputs,
                                      self.name)
 
-    def convert(self, node, label: str) -> None:
+    def convert(self, k: int, node, label: str) -> None:
         op = node.op_type
         outs = [o for o in node.output if o]
         if all(o in self.shapes.values for o in outs) and op not in ("Identity",):
@@ -133,10 +133,8 @@ class _Builder:
             return
         if op in VIEWS or (op == "Dropout" and len(outs) == 1):
             return self.view(node.input[0], node.output[0])
-        if op == "MatMul":
-            return self.matmul(node, label)
-        if op in BINARY or op in UNARY:
-            return self.elementwise(node, label)
+        if op == "MatMul" or op in BINARY or op in UNARY:
+            return self.group(k, node, label)
         if op == "Transpose":
             perm = list(node.attribute[0].ints) if node.attribute else list(range(len(self.shape(node.input[0]))))[::-1]
             return self.kernel(label, ("transpose", tuple(perm)), [node.input[0]], node.output[0],
@@ -202,7 +200,7 @@ class _Builder:
                 return int(d) if S.is_static(d) else var_of[d]
             holders = [placeholder(tuple(extent(d) for d in self.shape(i)), name=f"in{k}", dtype=self.dtype(i))
                        for k, i in enumerate(inputs)]
-            out = make(*holders)
+            out = make(*holders, extent=extent) if getattr(make, "takes_extent", False) else make(*holders)
             got = tuple(S.from_dsl(e) if not hasattr(e, "value") else int(e.value) for e in out.shape)
             want = tuple(int(d) if S.is_static(d) else S.from_dsl(var_of[d]) for d in out_shape)
             if got != want:
@@ -220,85 +218,163 @@ class _Builder:
     def dtype_of_output(self, output: str, inputs) -> str:
         return self.shapes.dtypes.get(output) or self.dtype(inputs[0])
 
-    def matmul(self, node, label: str) -> None:
+    # ---------------------------------------------------------------- fused groups
+    def group(self, k: int, node, label: str) -> None:
+        """A MatMul (``dense`` over the flattened rows, or ``batch_matmul``) or an elementwise node,
+        with the elementwise nodes right after it that read only its results, constants and values of
+        its shape: one kernel whose epilogue computes them all on the register tile."""
+        G = self.shapes.shapes[node.output[0]]
+        anchor = node if node.op_type == "MatMul" else None
+        if anchor is not None:
+            kind, space, anchor_inputs = self.anchor(anchor)
+            members, internal = [], {anchor.output[0]}
+        else:
+            kind, space, anchor_inputs = None, G, []
+            members, internal = [node], {node.output[0]}
+            for i in node.input:
+                if self.operand_mode(i, G, space) is None:
+                    raise _Unsupported(f"operand {i!r} {_show(self.shape(i))} does not broadcast to "
+                                       f"{_show(G)} along equal sizes")
+        nodes = self.model.graph.node
+        for cand in list(nodes)[k + 1:]:
+            if cand.op_type not in BINARY and cand.op_type not in UNARY or id(cand) in self.done:
+                break
+            if not any(i in internal for i in cand.input) or cand.output[0] not in self.shapes.shapes:
+                break
+            if not _same(self.shapes.shapes[cand.output[0]], G):
+                break
+            if not all(i in internal or self.operand_mode(i, G, space) is not None for i in cand.input):
+                break
+            members.append(cand)
+            internal.add(cand.output[0])
+        while len(members) > (0 if anchor is not None else 1) and not self.escapes_only_last(anchor, members):
+            members.pop()
+        if anchor is not None and not self.escapes_only_last(anchor, members):
+            members = []
+        final = members[-1].output[0] if members else anchor.output[0]
+        for m in members:
+            self.done.add(id(m))
+        internal = ({anchor.output[0]} if anchor is not None else set()) | {m.output[0] for m in members}
+        # the kernel's operands past the anchor's: full-shape ones seen in the anchor's space
+        externals, modes = [], []
+        for m in members:
+            for i in m.input:
+                if i in internal or self.is_scalar(i) or i in externals:
+                    continue
+                externals.append(i)
+        ext_names = []
+        for i in externals:
+            mode = self.operand_mode(i, G, space)
+            if mode == "full" and anchor is not None:
+                view = self.fresh(i + ".space")
+                self.view(i, view, space)
+                ext_names.append(view)
+            else:
+                ext_names.append(i)
+            modes.append(mode)
+        structure = tuple((m.op_type, tuple(("int", _index_of(internal_order(anchor, members), i)) if i in internal
+                                            else ("c", self.scalar(i)) if self.is_scalar(i)
+                                            else ("ext", externals.index(i)) for i in m.input)) for m in members)
+        shapes = {i: self.shape(i) for i in externals}
+
+        def make(*holders, extent):
+            anchor_holders, ext_holders = holders[:len(anchor_inputs)], holders[len(anchor_inputs):]
+            if kind == "dense":
+                base = dense(anchor_holders[0], anchor_holders[1], name="dense")
+            elif kind == "bmm":
+                base = batch_matmul(anchor_holders[0], anchor_holders[1], name="bmm")
+            else:
+                base = None
+            if not members:
+                return base
+            dtype = base.dtype if base is not None else ext_holders[0].dtype
+
+            def body(*idx):
+                env = {anchor.output[0]: base[idx]} if anchor is not None else {}
+                for m in members:
+                    vals = []
+                    for i in m.input:
+                        if i in env:
+                            vals.append(env[i])
+                        elif self.is_scalar(i):
+                            vals.append(const(self.scalar(i), dtype))
+                        else:
+                            q = externals.index(i)
+                            vals.append(ext_holders[q][_operand_index(modes[q], shapes[i], idx)])
+                    env[m.output[0]] = BINARY[m.op_type](*vals) if m.op_type in BINARY else UNARY[m.op_type](vals[0])
+                return env[final]
+            return compute(tuple(extent(d) for d in space), body, name="epilogue", tag="elemwise")
+        make.takes_extent = True
+        result = final if anchor is None else self.fresh(final + ".space")
+        self.kernel(label, ("group", kind, structure, tuple(modes)), anchor_inputs + ext_names, result, make,
+                    out_shape=space)
+        if anchor is not None:
+            self.view(result, final, G)
+
+    def anchor(self, node):
+        """(kind, the kernel's output space, its inputs) for a MatMul; views flatten the operands."""
         a, b = node.input[0], node.input[1]
         sa, sb = self.shape(a), self.shape(b)
-        out = node.output[0]
         if b in self.consts and len(sb) == 2 and len(sa) >= 2 and a not in self.consts:
             rows = S.simplify(S.product(sa[:-1]))
-            k, n = sa[-1], sb[1]
             flat = self.fresh(a + ".rows")
-            self.view(a, flat, (rows, k))
+            self.view(a, flat, (rows, sa[-1]))
             weight = self.fresh(b + ".T")
             self.consts[weight] = np.ascontiguousarray(self.consts[b].T)
-            bias, final = self.fusable_bias(out, n)
-            result = self.fresh(final + ".rows")
-            ins = [flat, weight] + ([bias] if bias else [])
-            self.kernel(label, ("dense", bool(bias)), ins, result,
-                        lambda x, w, bb=None: dense(x, w, bb, name="dense"), out_shape=(rows, n))
-            self.view(result, final, self.shapes.shapes[final])
-            return
+            return "dense", (rows, sb[1]), [flat, weight]
         if a in self.consts or b in self.consts or len(sa) < 3 or len(sa) != len(sb):
             raise _Unsupported("MatMul other than by a constant 2-d weight or of two computed operands of equal rank")
         if not all(S.equal(x, y) is True for x, y in zip(sa[:-2], sb[:-2])):
-            raise _Unsupported(f"MatMul whose batch axes {sa[:-2]} and {sb[:-2]} may differ (broadcasting)")
+            raise _Unsupported(f"MatMul whose batch axes {_show(sa[:-2])} and {_show(sb[:-2])} may differ")
         batch = S.simplify(S.product(sa[:-2]))
-        a3, b3, result = self.fresh(a + ".b3"), self.fresh(b + ".b3"), self.fresh(out + ".b3")
+        a3, b3 = self.fresh(a + ".b3"), self.fresh(b + ".b3")
         self.view(a, a3, (batch,) + sa[-2:])
         self.view(b, b3, (batch,) + sb[-2:])
-        self.kernel(label, ("batch_matmul",), [a3, b3], result, lambda x, y: batch_matmul(x, y, name="bmm"),
-                    out_shape=(batch, sa[-2], sb[-1]))
-        self.view(result, out)
+        return "bmm", (batch, sa[-2], sb[-1]), [a3, b3]
 
-    def fusable_bias(self, out: str, n) -> Tuple[Optional[str], str]:
-        """(bias constant, the Add's output) when ``out``'s one consumer adds a constant vector of ``n``."""
-        users = self.consumers.get(out, [])
-        if len(users) != 1 or users[0].op_type != "Add" or out in {o.name for o in self.model.graph.output}:
-            return None, out
-        add = users[0]
-        other = add.input[1] if add.input[0] == out else add.input[0]
-        if other not in self.consts or self.consts[other].size != int(n) or self.consts[other].ndim > 1 \
-                and any(d != 1 for d in self.consts[other].shape[:-1]):
-            return None, out
-        name = self.fresh(other + ".vec")
-        self.consts[name] = np.ascontiguousarray(self.consts[other].reshape(-1))
-        self.done.add(id(add))
-        return name, add.output[0]
+    def operand_mode(self, name: str, G: tuple, space: tuple):
+        """How an epilogue operand is read in ``space`` (the kernel's output, ``G`` in the graph):
+        "full" (its shape is G: seen as space), ("suffix", r) (its last r axes, leading 1s dropped, fit
+        trailing axes that G and space share; 1s broadcast), "scalar", or None (cannot be fused)."""
+        if self.is_scalar(name):
+            return "scalar"
+        if name in self.shapes.values and name not in self.consts:
+            return None
+        shape = self.shape(name)
+        if _same(shape, G):
+            return "full"
+        stripped = list(shape)
+        while stripped and stripped[0] == 1:
+            stripped.pop(0)
+        shared = 0
+        while shared < min(len(G), len(space)) and S.equal(G[-1 - shared], space[-1 - shared]) is True:
+            shared += 1
+        r = len(stripped)
+        if r > shared or r > len(G):
+            return None
+        if all(d == 1 or S.equal(d, G[len(G) - r + q]) is True for q, d in enumerate(stripped)):
+            return ("suffix", r)
+        return None
 
-    def elementwise(self, node, label: str) -> None:
-        op = node.op_type
-        out = node.output[0]
-        out_shape = self.shapes.shapes[out]
-        operands, inline = [], []
-        for i in node.input:
-            if i in self.consts and self.consts[i].size == 1:
-                inline.append(float(self.consts[i].reshape(-1)[0]))
-                operands.append(None)
-            else:
-                operands.append(i)
-                inline.append(None)
-        tensors = [i for i in operands if i is not None]
-        if not tensors:
-            raise _Unsupported("elementwise op on constants only")
-        shapes = [self.shape(i) for i in tensors]
+    def escapes_only_last(self, anchor, members) -> bool:
+        """Whether, of the group's values, only the last one is read outside it (or is a graph output)."""
+        group = ([anchor] if anchor is not None else []) + list(members)
+        ids = {id(n) for n in group}
+        outputs = {o.name for o in self.model.graph.output}
+        final = group[-1].output[0]
+        for n in group:
+            name = n.output[0]
+            if name == final:
+                continue
+            if name in outputs or any(id(u) not in ids for u in self.consumers.get(name, [])):
+                return False
+        return True
 
-        def make(*holders):
-            dtype = holders[0].dtype
-            it = iter(holders)
-            args = [next(it) if o is not None else None for o in operands]
+    def is_scalar(self, name: str) -> bool:
+        return name in self.consts and self.consts[name].size == 1 and self.consts[name].dtype.kind == "f"
 
-            def body(*idx):
-                vals = []
-                for arg, name, c in zip(args, operands, inline):
-                    if arg is None:
-                        vals.append(const(c, dtype))
-                        continue
-                    vals.append(arg[_broadcast_index(self.shape(name), out_shape, idx)])
-                return BINARY[op](*vals) if op in BINARY else UNARY[op](vals[0])
-            return compute(tuple(_extent(d, holders, shapes) for d in out_shape), body, name=op.lower(),
-                           tag="elemwise")
-        key = ("elementwise", op, tuple(inline), tuple(o is None for o in operands))
-        self.kernel(label, key, tensors, out, make)
+    def scalar(self, name: str) -> float:
+        return float(self.consts[name].reshape(-1)[0])
 
     def fresh(self, base: str) -> str:
         name, k = base, 0
@@ -308,11 +384,31 @@ class _Builder:
         return name
 
 
-def _broadcast_index(shape, out_shape, idx) -> tuple:
-    """An operand of ``shape`` read at output index ``idx`` (numpy broadcasting: a 1 that the output
-    stretches is read at 0)."""
-    lead = len(out_shape) - len(shape)
-    return tuple(0 if d == 1 and out_shape[lead + k] != 1 else idx[lead + k] for k, d in enumerate(shape))
+def _operand_index(mode, shape, idx) -> tuple:
+    """An epilogue operand of ``shape`` read at the kernel's output index ``idx`` (``mode`` from
+    ``operand_mode``): all of idx, or its last axes (1s read at 0, leading 1s at 0)."""
+    if mode == "full":
+        return tuple(idx)
+    r = mode[1]
+    lead = len(shape) - r
+    tail = idx[len(idx) - r:] if r else ()
+    return (0,) * lead + tuple(0 if d == 1 else i for d, i in zip(shape[lead:], tail))
+
+
+def _same(a, b) -> bool:
+    return a is not None and len(a) == len(b) and all(S.equal(x, y) is True for x, y in zip(a, b))
+
+
+def _show(shape) -> str:
+    return "[" + ", ".join(S.show(d) for d in shape) + "]"
+
+
+def internal_order(anchor, members) -> list:
+    return ([anchor.output[0]] if anchor is not None else []) + [m.output[0] for m in members]
+
+
+def _index_of(items, x) -> int:
+    return items.index(x)
 
 
 def _extent(d, holders, shapes):

@@ -22,12 +22,16 @@ def encoder():
     return model, lw.compile(lw.from_onnx(model), polymorphic=True)
 
 
-def test_encoder_compiles_once_and_shares_kernels_between_layers(encoder):
-    _, exe = encoder
+def test_encoder_compiles_once_fuses_epilogues_and_shares_kernels_between_layers(encoder):
+    model, exe = encoder
     assert isinstance(exe, PolymorphicExecutable)
-    distinct = {id(c.module) for c in exe.calls}
-    assert len(exe.calls) == 46 and len(distinct) < len(exe.calls) // 2 + 1
     assert exe.inputs == [("input", ("batch", "seq", 64), "float32")]
+    # bias adds, the attention scale, GELU and the residual adds run in their MatMul's epilogue
+    op_of = {n.name: n.op_type for n in model.graph.node}
+    assert {op_of[c.node] for c in exe.calls} == {"MatMul", "Transpose", "Softmax", "LayerNormalization"}
+    per_layer = len(exe.calls) // 2
+    assert [c.module for c in exe.calls[:per_layer]] == [c.module for c in exe.calls[per_layer:]]
+    assert len({id(c.module) for c in exe.calls}) < per_layer     # q, k, v projections share one kernel too
 
 
 @pytest.mark.parametrize("batch, seq", [(1, 1), (4, 1), (1, 7), (4, 7), (1, 64), (2, 200)])
@@ -120,3 +124,20 @@ def test_elementwise_broadcasting_and_a_batched_matmul():
     for n, seq in ((1, 1), (2, 5), (3, 17)):
         x = np.random.default_rng(seq).standard_normal((n, seq, 8)).astype(np.float32)
         np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_value_read_outside_its_group_ends_the_group_there():
+    """y = x*2 is a graph output and relu(y) another: the kernel computing y cannot also hide it."""
+    from onnx import TensorProto, helper
+    b = OnnxBuilder(opset=17)
+    y = b.node("Mul", ["input", b.const(2.0)])
+    a = b.node("Relu", [y])
+    out = b.node("Add", [a, b.init("row", np.linspace(-1, 1, 8).astype(np.float32))])
+    model = b.model(("N", "seq", 8), out, ("N", "seq", 8))
+    model.graph.output.append(helper.make_tensor_value_info(y, TensorProto.FLOAT, ["N", "seq", 8]))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert len(exe.calls) == 2
+    x = np.random.default_rng(0).standard_normal((2, 3, 8)).astype(np.float32)
+    got_out, got_y = exe.run({"input": x})
+    np.testing.assert_allclose(got_y, x * 2, rtol=1e-6)
+    np.testing.assert_allclose(got_out, np.maximum(x * 2, 0) + np.linspace(-1, 1, 8).astype(np.float32), rtol=1e-6)
