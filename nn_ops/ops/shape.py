@@ -170,7 +170,7 @@ def schedule_softmax(s, op, target):
         return
     n = axes[-1].extent
     factored = []
-    if isinstance(n, Const) and n.value >= lanes:
+    if not isinstance(n, Const) or n.value >= lanes:   # a symbolic row: full vectors + a guarded tail
         factored = [vectorized_reduction(s, stat, lanes) for stat in (M, S)]
         for st in (stage, s[E]):
             _, vec = st.split(st.leaf_iter_vars[-1], factor=lanes)
