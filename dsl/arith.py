@@ -187,7 +187,18 @@ class ExprSimplifier(Mutator):
         whole = self.bound(e.a)
         if whole is not None and 0 <= whole[0] and whole[1] < d:
             return e.a if e.op == "floormod" else const(0)
-        return e
+        # canonical form: every coefficient and the constant reduced mod d, the whole multiples
+        # taken out (floor((128a + i) / 56) = 2a + floor((16a + i) / 56)), as isl writes region
+        # bounds; so an index and the origin it is taken relative to cancel term by term
+        # (only for non-negative sums: negative coefficients would come out as (3i + 3) // 4 forms)
+        if any(k < 0 for k in terms.values()) or c < 0 or (all(k < d for k in terms.values()) and c < d):
+            return e
+        reduced = Binary(e.op, from_linear({t: k % d for t, k in terms.items() if k % d}, c % d), e.b)
+        if e.op == "floormod":
+            return reduced
+        outside = {t: k // d for t, k in terms.items() if k // d}
+        outside[_TermKey(reduced)] = 1
+        return from_linear(outside, c // d)
 
     def visit_Compare(self, node):
         a, b = self.visit(node.a), self.visit(node.b)

@@ -271,3 +271,47 @@ def test_gemv_on_gpu():
     y = np.full((1, 1000), np.nan, "float32")
     f(x, w, b, y)
     np.testing.assert_allclose(y, np.maximum(x @ w + b, 0), rtol=1e-4, atol=1e-4)
+
+
+def _conv_bias_relu(n, c, oc, size, stride=1):
+    from loopweave.nn_ops.ops.conv2d import conv2d
+    X, W = lw.placeholder((n, c, size, size), name="X"), lw.placeholder((oc, c, 3, 3), name="W")
+    b = lw.placeholder((oc, 1, 1), name="b")
+    Y = conv2d(X, W, stride, 1)
+    assert Y.op.input_tensors[0].op.tag == "conv2d.nchwc"        # the channel-blocked form
+    Z = nn_ops.relu(nn_ops.add(Y, b))
+    return nn_ops.schedule(Z, "cuda"), [X, W, b, Z]
+
+
+def test_blocked_conv_keeps_its_register_block_in_registers():
+    """Each thread accumulates several output channels of one pixel; the accumulator's indices
+    must be constants or counters of constant-trip loops (an index depending on the block or
+    thread puts the array in local memory)."""
+    import re
+    s, args = _conv_bias_relu(2, 64, 64, 56)
+    (k,) = _kernels(lw.lower(s, args, target="cuda"))
+    assert k.block[0].value * k.block[1].value == 256 and k.block[1].value > 1
+    source = lw.build(s, args, target="cuda:sm_90").get_source("cuda")
+    reads = re.findall(r"conv2d_nchwc\[([^\]]*)\]", source)
+    assert reads and any(re.fullmatch(r"[0-9]+", r.strip()) for r in reads)
+    assert not [r for r in reads if "ax" in r or "fused" in r or "Idx" in r], set(reads)
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 32, 9, 1), (1, 32, 48, 20, 2)])
+def test_blocked_conv_with_epilogue_emulated(shape, emulate):
+    n, c, oc, size, stride = shape
+    s, args = _conv_bias_relu(n, c, oc, size, stride)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((n, c, size, size)).astype("float32")
+    w = rng.standard_normal((oc, c, 3, 3)).astype("float32")
+    b = rng.standard_normal((oc, 1, 1)).astype("float32")
+    out = (size + 2 - 3) // stride + 1
+    z = np.full((n, oc, out, out), np.nan, "float32")
+    emulate(s, args)(x, w, b, z)
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    ref = np.zeros_like(z)
+    for ky in range(3):
+        for kx in range(3):
+            patch = xp[:, :, ky:ky + stride * out:stride, kx:kx + stride * out:stride]
+            ref += np.einsum("nchw,oc->nohw", patch, w[:, :, ky, kx])
+    np.testing.assert_allclose(z, np.maximum(ref + b, 0), rtol=1e-4, atol=1e-4)
