@@ -12,10 +12,11 @@ from typing import Optional
 from ..errors import ArgumentError, BuildError, DamagedFileError, InternalError, LoopweaveError
 from ..lowering.lower import check_checks_argument
 from ..target import resolve_target
-from .network.archive import ArchiveReader
+from .network.archive import ArchiveReader, MetaChecker
 from .network.dynamic_executable import FORMAT as DYNAMIC_FORMAT, DynamicExecutable, check_dynamic_meta, load_dynamic
 from .network.executable import compile_graph, load_static_from
 from .network.graph import Graph
+from .network.polymorphic_executable import FORMAT as POLYMORPHIC_FORMAT, load_polymorphic_kernels
 from .onnx_import.dynamic import DynamicGraph
 from .onnx_import.polymorphic import build_polymorphic
 
@@ -67,13 +68,16 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
 
 
 def load(path):
-    """Load an executable written by ``save`` (an Executable or a DynamicExecutable); nothing is compiled.
+    """Load an executable written by ``save`` (an Executable, a DynamicExecutable or a
+    PolymorphicExecutable); nothing is compiled.
 
     Every member is checked against the sha256 recorded at save before it reaches numpy,
     onnx or LLVM; a damaged file raises ``DamagedFileError`` (an ``ArgumentError``) naming
     the member.  Checksums guard against damage, not malice: a ``.lwx`` holds native code
     that runs when it is loaded, so load only files you trust."""
     with ArchiveReader(path) as reader:
+        if reader.meta.get("format") == POLYMORPHIC_FORMAT:
+            return _load_polymorphic(reader)
         if reader.meta.get("format") != DYNAMIC_FORMAT:
             return load_static_from(reader)
         check_dynamic_meta(reader)
@@ -89,3 +93,21 @@ def load(path):
             raise DamagedFileError(f"{reader.where}: member 'model.onnx' is not a model this loopweave can load "
                                    f"({type(exc).__name__}: {exc})", "model.onnx") from None
         return load_dynamic(reader, graph)
+
+
+def _load_polymorphic(reader):
+    """A PolymorphicExecutable: its kernels loaded from the archive, the calls and the memory plan
+    rebuilt from the saved model (symbolic inference and graph walk only: nothing is compiled)."""
+    import onnx
+    kernels = load_polymorphic_kernels(reader)
+    meta, check = reader.meta, MetaChecker(reader.where)
+    model_bytes = reader.read("model.onnx")
+    try:
+        model = onnx.ModelProto.FromString(model_bytes)
+        graph = DynamicGraph(model, check.get(meta, "opset", int), check.get(meta, "name", str), (), check=False)
+    except LoopweaveError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the verified model is still not one we wrote
+        raise DamagedFileError(f"{reader.where}: member 'model.onnx' is not a model this loopweave can load "
+                               f"({type(exc).__name__}: {exc})", "model.onnx") from None
+    return build_polymorphic(graph, "llvm", prebuilt=kernels)

@@ -7,9 +7,11 @@ them from the arrays' shapes).  ``run`` checks the feed against the symbolic sig
 evaluates the symbolic memory plan (``symbolic_plan.py``) at the binding, and calls the
 kernels in order on views of one arena; nothing is compiled at run time.
 
+``save`` writes the model and each distinct kernel's object code; ``lw.load`` rebuilds the calls
+and the plan from the model and loads the objects (nothing is lowered or compiled).
+
 What it is not yet (issue 18): one native entry point (the kernels are called from Python, one
-ctypes call each), fused (one kernel per graph node, except a MatMul's bias), or saved
-(``save`` refuses).  Shapes that are views of others (Reshape and friends) cost nothing.
+ctypes call each).  Shapes that are views of others (Reshape and friends) cost nothing.
 """
 from __future__ import annotations
 
@@ -19,10 +21,15 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 from ...errors import ArgumentError
+from ...target import resolve_target
+from .archive import ArchiveReader, ArchiveWriter, MetaChecker
 from . import symbolic as S
 from .feed import check_names_and_dtypes, show_shape
 from .signature import SymbolicSignature
 from .symbolic_plan import SymbolicPlan
+
+FORMAT = "loopweave-polymorphic-executable"
+VERSION = 1
 
 
 @dataclass
@@ -45,12 +52,15 @@ class View:
 
 class PolymorphicExecutable:
     def __init__(self, signature: SymbolicSignature, calls: Sequence[KernelCall], views: Sequence[View],
-                 plan: SymbolicPlan, constants: Dict[str, np.ndarray], outputs: Sequence[str], name: str = "graph"):
+                 plan: SymbolicPlan, constants: Dict[str, np.ndarray], outputs: Sequence[str], name: str = "graph",
+                 kernels: Dict[str, object] = None, model_bytes: bytes = b"", opset: int = 0, target=None):
         self.signature, self.calls, self.plan = signature, list(calls), plan
         self.views = list(views)
         self.constants = dict(constants)
         self.output_names = list(outputs)
         self.name = name
+        self.kernels = dict(kernels or {})      # structural key (text) -> Module: what save writes
+        self.model_bytes, self.opset, self.target = model_bytes, opset, target
 
     @property
     def inputs(self) -> List[Tuple[str, tuple, str]]:
@@ -86,10 +96,57 @@ class PolymorphicExecutable:
     __call__ = run
 
     def save(self, path) -> None:
-        raise ArgumentError("saving a polymorphic executable is not supported yet (issue 18); compile without "
-                            "polymorphic=True to get a DynamicExecutable, which saves its specialisations")
+        """A checksummed zip (``archive.py``): meta.json, model.onnx and each distinct kernel's object
+        code with its structural key; ``lw.load`` rebuilds the calls and the plan from the model (no
+        lowering, no LLVM) and loads the objects."""
+        entries = []
+        with ArchiveWriter(path) as z:
+            z.add("model.onnx", self.model_bytes)
+            for k, (key, module) in enumerate(self.kernels.items()):
+                z.add(f"kernels/{k}.o", module.object_code)
+                entries.append({"key": key, "file": f"kernels/{k}.o", "symbol": module.symbol, "name": module.name,
+                                "params": [p.to_json() for p in module.params], "size_names": module.size_names})
+            z.finish({"format": FORMAT, "version": VERSION, "name": self.name, "opset": self.opset,
+                      "target": {"kind": self.target.kind, "cpu": self.target.cpu, "features": self.target.features},
+                      "kernels": entries})
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}: {d}{show_shape(s)}" for n, s, d in self.inputs)
         return (f"<loopweave PolymorphicExecutable {self.name!r} ({ins}): {len(self.calls)} kernel calls, "
                 f"{len({id(c.module) for c in self.calls})} distinct kernels, {len(self.plan.slot_sizes)} arena slots>")
+
+
+def load_polymorphic_kernels(reader: ArchiveReader) -> Dict[str, object]:
+    """The kernels of a saved PolymorphicExecutable by structural key, loaded (every member verified
+    first; objects compiled for another CPU or feature string are refused)."""
+    from ...backends import build as build_mod
+    from ...backends.llvm import jit
+    from ...backends.runtime import Module, ParamSpec
+    meta, where, check = reader.meta, reader.where, MetaChecker(reader.where)
+    if meta.get("version") != VERSION:
+        raise ArgumentError(f"{where}: unsupported polymorphic executable version {meta.get('version')!r} "
+                            f"(this loopweave reads version {VERSION})")
+    host = resolve_target("llvm")
+    saved = check.get(meta, "target", dict)
+    if check.get(saved, "cpu", str, "target.") != host.cpu or check.get(saved, "features", str, "target.") != host.features:
+        raise ArgumentError(f"{where} was compiled for cpu {saved['cpu']!r} with other CPU features than "
+                            f"this machine ({host.cpu!r}); compile the model again here")
+    kernels = {}
+    for entry in check.get(meta, "kernels", list):
+        key, member = check.get(entry, "key", str, "kernels."), check.get(entry, "file", str, "kernels.")
+        symbol, name = check.get(entry, "symbol", str, "kernels."), check.get(entry, "name", str, "kernels.")
+        try:
+            params = [ParamSpec(p["name"], p["dtype"], [d if isinstance(d, int) else d["expr"] for d in p["shape"]],
+                                bool(p["is_output"])) for p in check.get(entry, "params", list, "kernels.")]
+        except (KeyError, TypeError):
+            check.fail(f"has malformed parameters for kernel {name!r}")
+        size_names = [str(n) for n in check.get(entry, "size_names", list, "kernels.")]
+        obj = reader.read(member)                       # verified against its checksum, loaded or not
+        loaded = build_mod._loaded.get(symbol)        # already in this process (built or loaded before)
+        if loaded is None:
+            build_mod._loaded[symbol] = loaded = (jit.load_object(obj, symbol), obj)
+        address = loaded[0]
+        module = Module(name, address, params, size_names, {}, host)
+        module.object_code, module.symbol = loaded[1], symbol
+        kernels[key] = module
+    return kernels

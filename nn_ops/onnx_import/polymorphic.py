@@ -61,18 +61,22 @@ class _Unsupported(Exception):
     pass
 
 
-def build_polymorphic(graph, target="llvm") -> PolymorphicExecutable:
-    """Compile ``graph`` (a DynamicGraph) once for every binding of its symbols."""
+def build_polymorphic(graph, target="llvm", prebuilt: Optional[Dict[str, object]] = None) -> PolymorphicExecutable:
+    """Compile ``graph`` (a DynamicGraph) once for every binding of its symbols.  ``prebuilt``
+    ({structural key: Module}, from a saved executable) supplies the kernels instead of building them."""
     import onnx
     if graph.value_inputs:
         raise OnnxImportError(f"{graph.name!r}: shape inputs ({', '.join(graph.value_inputs)}) change the graph's "
                               f"structure with their values; compile without polymorphic=True")
     model = onnx.ModelProto.FromString(graph.model_bytes)
-    return _Builder(model, graph.shapes, resolve_target(target), graph.name).build()
+    builder = _Builder(model, graph.shapes, resolve_target(target), graph.name, prebuilt)
+    exe = builder.build()
+    exe.model_bytes, exe.opset = graph.model_bytes, graph.opset
+    return exe
 
 
 class _Builder:
-    def __init__(self, model, shapes, target, name):
+    def __init__(self, model, shapes, target, name, prebuilt=None):
         from onnx import numpy_helper
         self.model, self.shapes, self.target, self.name = model, shapes, target, name
         self.consts: Dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
@@ -81,7 +85,8 @@ class _Builder:
         self.views: List[View] = []
         self.calls: List[KernelCall] = []
         self.steps: List[Tuple[list, list]] = []
-        self.kernels: Dict[tuple, object] = {}
+        self.kernels: Dict[str, object] = {}           # structural key (text) -> Module
+        self.prebuilt = prebuilt
         self.consumers: Dict[str, list] = {}
         for node in model.graph.node:
             for i in node.input:
@@ -115,7 +120,7 @@ class _Builder:
         view_sources = {v.name: v.source for v in self.views if v.source in self.values}
         plan = SymbolicPlan(self.values, self.steps, view_sources, keep=outputs)
         return PolymorphicExecutable(self.shapes.signature, self.calls, self.views, plan, self.consts, outputs,
-                                     self.name)
+                                     self.name, kernels=self.kernels, target=self.target)
 
     def convert(self, k: int, node, label: str) -> None:
         op = node.op_type
@@ -190,8 +195,15 @@ class _Builder:
                 if not S.is_static(d) and d not in variables:
                     variables[d] = None
                 pattern.append(int(d) if S.is_static(d) else f"v{list(variables).index(d)}")
-        full_key = key + (tuple(pattern), tuple(len(s) for s in arg_shapes), tuple(self.dtype(i) for i in inputs))
+        full_key = repr(key + (tuple(pattern), tuple(len(s) for s in arg_shapes),
+                               tuple(self.dtype(i) for i in inputs)))
         module = self.kernels.get(full_key)
+        if module is None and self.prebuilt is not None:
+            module = self.prebuilt.get(full_key)
+            if module is None:
+                raise OnnxImportError(f"the saved executable has no kernel for node {label!r} (saved by another "
+                                      f"loopweave?); compile the model again")
+            self.kernels[full_key] = module
         if module is None:
             names = S.dsl_variables([f"v{k}" for k in range(len(variables))])
             var_of = {d: names[f"v{k}"] for k, d in enumerate(variables)}

@@ -90,10 +90,41 @@ def test_inputs_are_checked_before_anything_runs(encoder):
         exe.run({"input": np.zeros((3, 64), np.float32)})
 
 
-def test_save_is_refused_with_what_to_do(encoder, tmp_path):
+def test_save_and_load_keep_the_polymorphic_executable_without_compiling(encoder, tmp_path, monkeypatch):
+    model, exe = encoder
+    path = tmp_path / "encoder.lwx"
+    exe.save(path)
+    import loopweave.backends.build as build_module
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("compilation at load or run time")
+    for name in ("build", "lower", "build_llvm"):
+        monkeypatch.setattr(build_module, name, forbidden)
+    loaded = lw.load(path)
+    assert isinstance(loaded, PolymorphicExecutable)
+    assert len(loaded.calls) == len(exe.calls) and len(loaded.kernels) == len(exe.kernels)
+    for batch, seq in ((1, 1), (3, 11)):
+        x = np.random.default_rng(seq).standard_normal((batch, seq, 64)).astype(np.float32)
+        np.testing.assert_allclose(loaded.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-3, atol=1e-3)
+    again = tmp_path / "again.lwx"
+    loaded.save(again)                      # a loaded executable saves as well
+    assert isinstance(lw.load(again), PolymorphicExecutable)
+
+
+def test_a_damaged_polymorphic_file_is_refused(encoder, tmp_path):
+    import zipfile
     _, exe = encoder
-    with pytest.raises(lw.ArgumentError, match="without polymorphic=True"):
-        exe.save(tmp_path / "x.lwx")
+    path = tmp_path / "encoder.lwx"
+    exe.save(path)
+    with zipfile.ZipFile(path) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    members["kernels/0.o"] = members["kernels/0.o"][:-1] + bytes([members["kernels/0.o"][-1] ^ 1])
+    bad = tmp_path / "bad.lwx"
+    with zipfile.ZipFile(bad, "w") as z:
+        for n, data in members.items():
+            z.writestr(n, data)
+    with pytest.raises(lw.DamagedFileError, match="kernels/0.o"):
+        lw.load(bad)
 
 
 def test_ops_not_covered_are_listed_in_one_error():
@@ -152,3 +183,22 @@ def test_softmax_over_a_symbolic_sequence_runs_full_vectors_plus_a_tail(encoder)
     lowered = kernel.get_source("lowered")
     assert "ramp(" in lowered and "if " in lowered
     assert all(isinstance(d, str) for d in kernel.params[0].shape[-1:])      # the row length is a size argument
+
+
+def test_load_in_a_fresh_process_runs_without_compiling(encoder, tmp_path):
+    """The kernels' objects come from the file (this process had them loaded already)."""
+    import subprocess
+    import sys
+    model, exe = encoder
+    path, x_path, y_path = tmp_path / "encoder.lwx", tmp_path / "x.npy", tmp_path / "y.npy"
+    exe.save(path)
+    x = np.random.default_rng(5).standard_normal((2, 9, 64)).astype(np.float32)
+    np.save(x_path, x)
+    code = f"""
+import numpy as np, loopweave as lw, loopweave.backends.build as b
+def forbidden(*a, **k): raise AssertionError("compiled")
+b.build = b.lower = b.build_llvm = forbidden
+np.save({str(y_path)!r}, lw.load({str(path)!r}).run({{"input": np.load({str(x_path)!r})}})[0])
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+    np.testing.assert_allclose(np.load(y_path), _ort(model, {"input": x})[0], rtol=1e-3, atol=1e-3)

@@ -206,3 +206,15 @@ def test_symbolic_encoder_runs_at_size_one_with_the_predicted_shapes(batch, seq)
     want, = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
     assert [got.shape] == g.output_shapes(g.symbol_values(feed))
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 1, 1), (2, 3, 33, 17)])
+def test_symbolic_resnet18_runs_at_every_size_one_with_the_predicted_shapes(shape):
+    model = symbolic_resnet18()
+    g = lw.from_onnx(model)
+    assert g.trial == {"N": 1, "H": 1, "W": 1}
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    got, = lw.compile(g, progress=False).run({"input": x})
+    want, = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert [got.shape] == g.output_shapes(g.symbol_values({"input": x}))
