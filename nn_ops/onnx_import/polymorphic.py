@@ -8,7 +8,7 @@ symbolic extent of the kernel's arguments, so a kernel over ``(batch*seq, 256)``
 size, bound from its arrays at run time.  Identical kernels (the same op, attributes and
 pattern of extents) are built once and shared.
 
-Covered: MatMul by a constant 2-d weight (a ``dense`` over the flattened rows, a following
+Covered: MatMul by a constant 2-d weight (a ``matmul`` over the flattened rows, a following
 bias Add fused in), MatMul of two computed operands with equal batch axes (``batch_matmul``),
 broadcasting elementwise arithmetic and the common activations, Softmax, LayerNormalization,
 Transpose, and the shape-only ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity as views;
@@ -29,7 +29,7 @@ from ...target import resolve_target
 from ..network import symbolic as S
 from ..network.polymorphic_executable import KernelCall, PolymorphicExecutable, View
 from ..network.symbolic_plan import SymbolicPlan
-from ..ops.matmul import batch_matmul, dense
+from ..ops.matmul import batch_matmul, matmul
 from ..ops.norm import layer_norm
 from ..ops.registry import schedule
 from ..ops.shape import softmax, transpose
@@ -146,15 +146,18 @@ class _Builder:
                                lambda x: transpose(x, perm, name="transpose"))
         if op == "Softmax":
             axis = _attr(node, "axis", -1)
-            return self.kernel(label, ("softmax", axis), [node.input[0]], node.output[0],
-                               lambda x: softmax(x, axis, name="softmax"))
+            x, y = self.as_rows(node.input[0], node.output[0], axis)
+            return self.kernel(label, ("softmax",), [x], y, lambda t: softmax(t, -1, name="softmax"),
+                               out_shape=self.shape(x), then_view=node.output[0])
         if op == "LayerNormalization":
             if len(outs) > 1:
                 raise _Unsupported("LayerNormalization's mean/inv_std outputs")
             axis, eps = _attr(node, "axis", -1), _attr(node, "epsilon", 1e-5)
-            ins = [i for i in node.input if i]
-            return self.kernel(label, ("layer_norm", axis, eps, len(ins)), ins, node.output[0],
-                               lambda x, s, b=None: layer_norm(x, s, b, axis, eps, name="layer_norm"))
+            x, y = self.as_rows(node.input[0], node.output[0], axis)
+            params = [self.flat_const(i) for i in node.input[1:] if i]
+            return self.kernel(label, ("layer_norm", eps, len(params)), [x] + params, y,
+                               lambda t, s, b=None: layer_norm(t, s, b, -1, eps, name="layer_norm"),
+                               out_shape=self.shape(x), then_view=node.output[0])
         raise _Unsupported(NO_KERNEL)
 
     # ---------------------------------------------------------------- pieces
@@ -184,7 +187,7 @@ class _Builder:
             self.local[dst] = (shape, self.dtype(src), "input")
         self.views.append(View(dst, src, shape))
 
-    def kernel(self, label, key, inputs: List[str], output: str, make, out_shape=None) -> None:
+    def kernel(self, label, key, inputs: List[str], output: str, make, out_shape=None, then_view=None) -> None:
         """Build (or reuse) the kernel ``make(*placeholders)`` and call it on ``inputs`` -> ``output``."""
         out_shape = self.shapes.shapes[output] if out_shape is None else out_shape
         arg_shapes = [self.shape(i) for i in inputs] + [out_shape]
@@ -226,9 +229,32 @@ class _Builder:
             self.local[output] = self.values[output]
         self.calls.append(KernelCall(label, module, tuple(inputs) + (output,)))
         self.steps.append(([i for i in inputs if i in self.values], [output]))
+        if then_view is not None:
+            self.view(output, then_view)
 
     def dtype_of_output(self, output: str, inputs) -> str:
         return self.shapes.dtypes.get(output) or self.dtype(inputs[0])
+
+    def as_rows(self, src: str, dst: str, axis: int):
+        """Views of ``src`` and of the result ``dst`` as (rows, n) where n spans the axes from ``axis``
+        on: a row kernel then has one row axis, so bound inference never sees a fused index of
+        symbolic extents (a div/mod that is not affine, where it falls back to whole tensors)."""
+        shape = self.shape(src)
+        axis = axis + len(shape) if axis < 0 else axis
+        rows, n = S.simplify(S.product(shape[:axis])), S.simplify(S.product(shape[axis:]))
+        if not S.is_static(n) and axis != len(shape) - 1:
+            raise _Unsupported(f"normalising over several axes of symbolic sizes {_show(shape[axis:])}")
+        x, y = self.fresh(src + ".2d"), self.fresh(dst + ".2d")
+        self.view(src, x, (rows, n))
+        return x, y
+
+    def flat_const(self, name: str) -> str:
+        """A LayerNormalization scale/bias as one vector (over the flattened normalised axes)."""
+        if name not in self.consts:
+            raise _Unsupported(f"a computed LayerNormalization parameter {name!r}")
+        flat = self.fresh(name + ".flat")
+        self.consts[flat] = np.ascontiguousarray(self.consts[name].reshape(-1))
+        return flat
 
     # ---------------------------------------------------------------- fused groups
     def group(self, k: int, node, label: str) -> None:
@@ -292,7 +318,7 @@ class _Builder:
         def make(*holders, extent):
             anchor_holders, ext_holders = holders[:len(anchor_inputs)], holders[len(anchor_inputs):]
             if kind == "dense":
-                base = dense(anchor_holders[0], anchor_holders[1], name="dense")
+                base = matmul(anchor_holders[0], anchor_holders[1], name="dense")
             elif kind == "bmm":
                 base = batch_matmul(anchor_holders[0], anchor_holders[1], name="bmm")
             else:
@@ -331,9 +357,7 @@ class _Builder:
             rows = S.simplify(S.product(sa[:-1]))
             flat = self.fresh(a + ".rows")
             self.view(a, flat, (rows, sa[-1]))
-            weight = self.fresh(b + ".T")
-            self.consts[weight] = np.ascontiguousarray(self.consts[b].T)
-            return "dense", (rows, sb[1]), [flat, weight]
+            return "dense", (rows, sb[1]), [flat, b]       # the [K, N] weight as given: matmul's panels
         if a in self.consts or b in self.consts or len(sa) < 3 or len(sa) != len(sb):
             raise _Unsupported("MatMul other than by a constant 2-d weight or of two computed operands of equal rank")
         if not all(S.equal(x, y) is True for x, y in zip(sa[:-2], sb[:-2])):

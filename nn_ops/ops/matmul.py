@@ -107,11 +107,16 @@ def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
     io, ii = C.split(i, factor=mr, tail="shift")
     if batch:
         C.reorder(axes[0], jo, io, ii, ji)
-        jo = C.fuse(axes[0], jo)
+        if isinstance(jo.extent, Const):
+            jo = C.fuse(axes[0], jo)
+            outer = jo
+        else:   # a fused index of symbolic extents is a div/mod bound inference cannot follow: batches in parallel
+            outer = axes[0]
     else:
         C.reorder(jo, io, ii, ji)
+        outer = jo
     C.vectorize(ji)
-    C.parallel(jo)
+    C.parallel(outer)
     s[CC].compute_at(C, io)
     c_axes = list(s[CC].op.axis)
     ci, cj = c_axes[-2], c_axes[-1]

@@ -202,3 +202,19 @@ np.save({str(y_path)!r}, lw.load({str(path)!r}).run({{"input": np.load({str(x_pa
 """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
     np.testing.assert_allclose(np.load(y_path), _ort(model, {"input": x})[0], rtol=1e-3, atol=1e-3)
+
+
+def test_no_kernel_fuses_loops_of_symbolic_extents(encoder):
+    """A fused index of symbolic extents is a div/mod that bound inference cannot follow: a stage
+    computed at such a loop would be computed whole at every iteration (the attention softmax took
+    hundreds of times longer so).  Row kernels see (rows, n) views; batched matmuls with a symbolic
+    column count run their batches in parallel instead of fusing them with the column panels."""
+    model, exe = encoder
+    op_of = {n.name: n.op_type for n in model.graph.node}
+    for call in exe.calls:
+        if op_of[call.node] in ("Softmax", "LayerNormalization"):
+            assert len(call.module.params[0].shape) == 2
+        for line in call.module.get_source("lowered").splitlines():
+            if ".fused in range(" in line:          # a fused loop's extent: a product of whole extents
+                extent = line.split(".fused in range(", 1)[1].rsplit(")", 1)[0]
+                assert "//" not in extent, (call.node, line.strip())
