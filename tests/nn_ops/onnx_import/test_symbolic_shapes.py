@@ -218,3 +218,13 @@ def test_symbolic_resnet18_runs_at_every_size_one_with_the_predicted_shapes(shap
     want, = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert [got.shape] == g.output_shapes(g.symbol_values({"input": x}))
+
+
+def test_a_symbol_bound_twice_is_refused_before_anything_compiles():
+    model = two_input_model([helper.make_node("Add", ["ids", "mask"], ["z"])],
+                            [("ids", ["batch", "seq"]), ("mask", ["batch", "seq"])], ["z"])
+    exe = lw.compile(lw.from_onnx(model), progress=False)
+    with pytest.raises(lw.ArgumentError, match=r"input 'mask' dimension 1 is 'seq' = 64, but input 'ids' "
+                                               r"dimension 1 set 'seq' = 128"):
+        exe.run({"ids": np.zeros((1, 128), np.float32), "mask": np.zeros((1, 64), np.float32)})
+    assert exe.specializations == {}
