@@ -106,6 +106,12 @@ class _Inference:
             except _Unknown as exc:
                 self.unknown.append((self.node_label, node.op_type, str(exc)))
                 continue
+            except (OnnxImportError, RecursionError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - a rule that breaks on an odd node leaves it unknown, visibly
+                self.unknown.append((self.node_label, node.op_type,
+                                     f"the symbolic shape rule failed ({type(exc).__name__}: {exc})"))
+                continue
             for name, shape in zip(node.output, outs):
                 if name and shape is not None:
                     self.shapes[name] = tuple(S.simplify(d) for d in shape)

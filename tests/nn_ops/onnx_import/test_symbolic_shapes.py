@@ -228,3 +228,11 @@ def test_a_symbol_bound_twice_is_refused_before_anything_compiles():
                                                r"dimension 1 set 'seq' = 128"):
         exe.run({"ids": np.zeros((1, 128), np.float32), "mask": np.zeros((1, 64), np.float32)})
     assert exe.specializations == {}
+
+
+def test_a_rule_that_breaks_on_an_odd_node_leaves_it_unknown_visibly():
+    """A Gemm on a rank-1 operand (refused later by the importer) must not crash the inference."""
+    b = OnnxBuilder()
+    out = b.node("Gemm", ["input", b.init("w", np.zeros((4, 3), np.float32))])
+    result = infer_symbolic_shapes(b.model(("N",), out))
+    assert [(op, why.split(" (")[0]) for _, op, why in result.unknown] == [("Gemm", "the symbolic shape rule failed")]
