@@ -61,6 +61,7 @@ class PolymorphicExecutable:
         self.name = name
         self.kernels = dict(kernels or {})      # structural key (text) -> Module: what save writes
         self.model_bytes, self.opset, self.target = model_bytes, opset, target
+        self._view_shapes: Dict[tuple, list] = {}
 
     @property
     def inputs(self) -> List[Tuple[str, tuple, str]]:
@@ -83,9 +84,8 @@ class PolymorphicExecutable:
         arrays = dict(self.constants)
         arrays.update({n: np.ascontiguousarray(a) for n, a in feed.items()})
         arrays.update(self.plan.arrays(binding))
-        for v in self.views:
-            if v.name not in self.plan.slot_of or v.source not in self.plan.slot_of:
-                arrays[v.name] = arrays[v.source].reshape(tuple(int(S.evaluate(d, binding)) for d in v.shape))
+        for name, source, shape in self._input_views(binding):
+            arrays[name] = arrays[source].reshape(shape)
         for call in self.calls:
             try:
                 call.module(*(arrays[a] for a in call.args))
@@ -94,6 +94,18 @@ class PolymorphicExecutable:
         return [np.array(arrays[n]) for n in self.output_names]
 
     __call__ = run
+
+    def _input_views(self, binding) -> List[Tuple[str, str, tuple]]:
+        """(view, source, concrete shape) of the views outside the arena (of inputs), per binding."""
+        key = tuple(sorted(binding.items()))
+        found = self._view_shapes.get(key)
+        if found is None:
+            found = [(v.name, v.source, tuple(int(S.evaluate(d, binding)) for d in v.shape)) for v in self.views
+                     if v.name not in self.plan.slot_of or v.source not in self.plan.slot_of]
+            if len(self._view_shapes) >= 8:
+                self._view_shapes.pop(next(iter(self._view_shapes)))
+            self._view_shapes[key] = found
+        return found
 
     def save(self, path) -> None:
         """A checksummed zip (``archive.py``): meta.json, model.onnx and each distinct kernel's object

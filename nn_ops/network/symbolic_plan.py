@@ -20,6 +20,7 @@ import sympy
 from . import symbolic as S
 
 ALIGN = 64
+CACHED_BINDINGS = 8
 
 
 class SymbolicPlan:
@@ -62,6 +63,7 @@ class SymbolicPlan:
             if name not in self.slot_of and root[name] in self.slot_of:
                 self.slot_of[name] = self.slot_of[root[name]]
         self._arena = np.empty(0, np.uint8)
+        self._views: Dict[tuple, Dict[str, np.ndarray]] = {}     # binding -> arena views (recent ones)
         self.grown = 0          # how many times the arena was (re)allocated
 
     def _root(self, name: str) -> str:
@@ -85,11 +87,19 @@ class SymbolicPlan:
         return offsets, total
 
     def arrays(self, binding: Dict[str, int]) -> Dict[str, np.ndarray]:
-        """A view of the arena for every planned value at ``binding`` (the arena grows if needed)."""
+        """A view of the arena for every planned value at ``binding`` (the arena grows if needed).
+
+        The views of the last few bindings are kept (they stay valid until the arena grows), so a
+        run at a size seen recently evaluates no size expression."""
+        key = tuple(sorted(binding.items()))
+        cached = self._views.get(key)
+        if cached is not None:
+            return cached
         offsets, total = self.layout(binding)
         if self._arena.nbytes < total:
             self._arena = np.empty(total + ALIGN, np.uint8)
             self.grown += 1
+            self._views.clear()
         base = (-self._arena.ctypes.data) % ALIGN
         out = {}
         for name, slot in self.slot_of.items():
@@ -98,6 +108,9 @@ class SymbolicPlan:
             count = int(np.prod(dims, dtype=np.int64))
             start = base + offsets[slot]
             out[name] = self._arena[start:start + count * np.dtype(dtype).itemsize].view(dtype).reshape(dims)
+        if len(self._views) >= CACHED_BINDINGS:
+            self._views.pop(next(iter(self._views)))
+        self._views[key] = out
         return out
 
     @property

@@ -61,3 +61,14 @@ def test_a_slot_provably_large_enough_is_preferred():
     # at y's step both big's and small's slots are free; only big's is provably >= 256*N bytes
     assert plan.slot_of["y"] == plan.slot_of["big"]
     assert all(not isinstance(s, sympy.Max) for s in plan.slot_sizes[:1])
+
+
+def test_views_of_a_recent_binding_are_reused_until_the_arena_grows():
+    plan = chain_plan()
+    first = plan.arrays({"N": 1, "seq": 3})
+    assert plan.arrays({"seq": 3, "N": 1}) is first                 # no size evaluated again
+    plan.arrays({"N": 4, "seq": 40})                                # grows: the old views are stale
+    again = plan.arrays({"N": 1, "seq": 3})
+    assert again is not first
+    assert all(np.shares_memory(a, plan._arena) for a in again.values())
+    assert not any(np.shares_memory(a, plan._arena) for a in first.values())
