@@ -199,7 +199,8 @@ def export_kernel_library(module, path, prefix: str = "lw_", cc: Optional[str] =
     as_object = check_output_kind(path, cross, cc)
     compiler = cross_compiler(cc, module.target) if cross and not as_object else None
     header = path.with_suffix(".h")
-    header_body, source, exported = kernel_c_parts(module, prefix, header.name, path.name)
+    linked_as = f"{path.with_suffix('.c').name} ./{path.name}" if as_object else path.name
+    header_body, source, exported = kernel_c_parts(module, prefix, header.name, linked_as)
     with tempfile.TemporaryDirectory(prefix="loopweave-export-") as tmp:
         work = Path(tmp)
         (work / header.name).write_text(header_body)

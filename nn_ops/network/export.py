@@ -515,7 +515,9 @@ def export_library(exe, path, prefix: str = "lw_", params: str = "embed", cc: Op
     exported = [prefix + name for name in API_FUNCTIONS]
     check_exported_names(exported, [*exe.kernels, exe.runner_symbol, _WEIGHTS_SYMBOL])
     header = path.with_suffix(".h")
-    header_body = header_text(exe, prefix, header.name, path.name, params)
+    # an object is linked with the API's C beside it: the header's "cc app.c ./LIBRARY" names both
+    linked_as = f"{path.with_suffix('.c').name} ./{path.name}" if as_object else path.name
+    header_body = header_text(exe, prefix, header.name, linked_as, params)
     with tempfile.TemporaryDirectory(prefix="loopweave-export-") as tmp:
         work = Path(tmp)
         (work / header.name).write_text(header_body)

@@ -178,8 +178,9 @@ def test_aarch64_network_exports_one_object(arm_network, tmp_path):
     header = (tmp_path / "model.h").read_text()
     from loopweave.nn_ops.network.export import header_text, source_text
     assert [line for line in header.splitlines() if "compiled for CPU" not in line] == \
-        [line for line in header_text(here, "lw_", "model.h", "model.o").splitlines() if "compiled for CPU" not in line]
-    assert "neoverse-n1 (aarch64-linux-gnu)" in header
+        [line for line in header_text(here, "lw_", "model.h", "model.c ./model.o").splitlines()
+         if "compiled for CPU" not in line]
+    assert "neoverse-n1 (aarch64-linux-gnu)" in header and "(cc app.c ./model.c ./model.o)" in header
     assert (tmp_path / "model.c").read_text() == source_text(exe, "lw_", "model.h")
     # params="side": the weights go to model.params beside the object, not into it
     side = exe.export_library(tmp_path / "side.o", params="side")
@@ -224,6 +225,7 @@ def test_aarch64_kernel_builds_refuses_to_run_and_exports(tmp_path):
     assert machine == EM_AARCH64 and min(_relocation_types(sections)) >= 257
     assert "int k_axpb(const float *A, float *B, int64_t n);" in (tmp_path / "k.h").read_text()
     assert "k_axpb" in (tmp_path / "k.c").read_text()
+    assert "(cc app.c ./k.c ./k.o)" in (tmp_path / "k.h").read_text()
 
 
 # ---------------------------------------------------------------- x86-64 without AVX-512: runs here
