@@ -142,6 +142,13 @@ class ExprSimplifier(Mutator):
             return binary_bound(e.op, a, b)
         return None
 
+    def visit_Var(self, node):
+        """A variable whose range is one value (a loop of extent 1, e.g. the only block) is that value."""
+        r = self.ranges.get(id(node))
+        if r is not None and r[0] == r[1] and node.dtype == dtypes.INDEX:
+            return const(r[0], node.dtype)
+        return node
+
     def visit_Binary(self, node):
         a, b = self.visit(node.a), self.visit(node.b)
         if node.op in ("floordiv", "floormod") and isinstance(b, Const) and b.value == 0 and dtypes.is_int(b.dtype):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ..graph import Graph
 from .choose_conv_layout import choose_conv_layout
+from .choose_cuda_conv import choose_cuda_conv
 from .choose_dense_layout import choose_dense_layout
 from .pack_conv_weights import pack_conv_weights
 from .eliminate_dead_code import eliminate_dead_code
@@ -22,7 +23,7 @@ from .sink_reshapes import sink_reshapes
 def optimize(graph: Graph, target_kind: str = "llvm") -> Graph:
     """The standard graph pipeline, on a copy: fold constants, zero pads and BN into convs,
     recognise GELU and SiLU, move reshapes below elementwise ops, keep CPU convolution networks in
-    the blocked layout, pre-transpose constant dense weights, pre-pack constant conv
+    the blocked layout (on the GPU: convolutions as implicit GEMMs), pre-transpose constant dense weights, pre-pack constant conv
     weights, drop dead code."""
     g = graph.copy()
     g = fold_constants(g)
@@ -35,6 +36,8 @@ def optimize(graph: Graph, target_kind: str = "llvm") -> Graph:
     g = fold_constants(g)
     if target_kind == "llvm":
         g = choose_conv_layout(g)
+    if target_kind == "cuda":
+        g = choose_cuda_conv(g)
     g = choose_dense_layout(g)
     g = pack_conv_weights(g)
     g = eliminate_dead_code(g)
@@ -42,5 +45,5 @@ def optimize(graph: Graph, target_kind: str = "llvm") -> Graph:
     return g
 
 
-__all__ = ["optimize", "choose_conv_layout", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "choose_dense_layout", "pack_conv_weights",
+__all__ = ["optimize", "choose_conv_layout", "choose_cuda_conv", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "choose_dense_layout", "pack_conv_weights",
            "eliminate_dead_code", "fuse_gelu", "fuse_silu", "sink_reshapes", "fuse_operators", "FusedGroup"]

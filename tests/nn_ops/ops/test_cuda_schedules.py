@@ -273,45 +273,74 @@ def test_gemv_on_gpu():
     np.testing.assert_allclose(y, np.maximum(x @ w + b, 0), rtol=1e-4, atol=1e-4)
 
 
-def _conv_bias_relu(n, c, oc, size, stride=1):
-    from loopweave.nn_ops.ops.conv2d import conv2d
-    X, W = lw.placeholder((n, c, size, size), name="X"), lw.placeholder((oc, c, 3, 3), name="W")
+
+def _implicit_gemm_conv(n, c, oc, size, kernel, stride, pad, residual=False):
+    from loopweave.nn_ops.ops.conv2d_gemm import conv2d_implicit_gemm
+    X = lw.placeholder((n, c, size, size), name="X")
+    W2 = lw.placeholder((oc, c * kernel * kernel), name="W2")
     b = lw.placeholder((oc, 1, 1), name="b")
-    Y = conv2d(X, W, stride, 1)
-    assert Y.op.input_tensors[0].op.tag == "conv2d.nchwc"        # the channel-blocked form
-    Z = nn_ops.relu(nn_ops.add(Y, b))
-    return nn_ops.schedule(Z, "cuda"), [X, W, b, Z]
+    Y = nn_ops.add(conv2d_implicit_gemm(X, W2, (kernel, kernel), (stride, stride), (pad,) * 4, (1, 1)), b)
+    args = [X, W2, b]
+    if residual:
+        R = lw.placeholder(tuple(int(d.value) for d in Y.shape), name="R")
+        Y = nn_ops.add(Y, R)
+        args.append(R)
+    Z = nn_ops.relu(Y)
+    return nn_ops.schedule(Z, "cuda"), args + [Z]
 
 
-def test_blocked_conv_keeps_its_register_block_in_registers():
-    """Each thread accumulates several output channels of one pixel; the accumulator's indices
-    must be constants or counters of constant-trip loops (an index depending on the block or
-    thread puts the array in local memory)."""
-    import re
-    s, args = _conv_bias_relu(2, 64, 64, 56)
-    (k,) = _kernels(lw.lower(s, args, target="cuda"))
-    assert k.block[0].value * k.block[1].value == 256 and k.block[1].value > 1
-    source = lw.build(s, args, target="cuda:sm_90").get_source("cuda")
-    reads = re.findall(r"conv2d_nchwc\[([^\]]*)\]", source)
-    assert reads and any(re.fullmatch(r"[0-9]+", r.strip()) for r in reads)
-    assert not [r for r in reads if "ax" in r or "fused" in r or "Idx" in r], set(reads)
-
-
-@pytest.mark.parametrize("shape", [(2, 16, 32, 9, 1), (1, 32, 48, 20, 2)])
-def test_blocked_conv_with_epilogue_emulated(shape, emulate):
-    n, c, oc, size, stride = shape
-    s, args = _conv_bias_relu(n, c, oc, size, stride)
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal((n, c, size, size)).astype("float32")
-    w = rng.standard_normal((oc, c, 3, 3)).astype("float32")
-    b = rng.standard_normal((oc, 1, 1)).astype("float32")
-    out = (size + 2 - 3) // stride + 1
-    z = np.full((n, oc, out, out), np.nan, "float32")
-    emulate(s, args)(x, w, b, z)
-    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    ref = np.zeros_like(z)
-    for ky in range(3):
-        for kx in range(3):
-            patch = xp[:, :, ky:ky + stride * out:stride, kx:kx + stride * out:stride]
+def _conv_reference(x, w, stride, pad):
+    oc, c, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (xp.shape[2] - kh) // stride + 1
+    ow = (xp.shape[3] - kw) // stride + 1
+    ref = np.zeros((x.shape[0], oc, oh, ow), "float64")
+    for ky in range(kh):
+        for kx in range(kw):
+            patch = xp[:, :, ky:ky + stride * oh:stride, kx:kx + stride * ow:stride]
             ref += np.einsum("nchw,oc->nohw", patch, w[:, :, ky, kx])
-    np.testing.assert_allclose(z, np.maximum(ref + b, 0), rtol=1e-4, atol=1e-4)
+    return ref
+
+
+def test_implicit_gemm_conv_tiles_like_a_matmul():
+    """3x3 64->64 at 56x56, batch 2: a 64 x 576 by 576 x 6272 product in 64 x 64 tiles, both panels
+    double-buffered, the accumulator in registers (constant indices only)."""
+    import re
+    s, args = _implicit_gemm_conv(2, 64, 64, 56, 3, 1, 1, residual=True)
+    (k,) = _kernels(lw.lower(s, args, target="cuda"))
+    assert [g.value for g in k.grid] == [98, 1, 1] and [b.value for b in k.block] == [16, 16, 1]
+    source = lw.build(s, args, target="cuda:sm_90").get_source("cuda")
+    assert "W2_shared_prefetch" in source and "conv2d_cols_shared_prefetch" in source
+    reads = re.findall(r"conv2d_gemm\[([^\]]*)\]", source)
+    assert reads and all(re.fullmatch(r"[0-9]+", r.strip()) for r in reads), set(reads)
+
+
+@pytest.mark.parametrize("case", [(2, 16, 32, 9, 3, 1, 1), (1, 3, 64, 20, 7, 2, 3), (2, 32, 64, 10, 1, 2, 0),
+                                  (1, 24, 40, 7, 3, 1, 1)])
+def test_implicit_gemm_conv_with_epilogue_emulated(case, emulate):
+    n, c, oc, size, kernel, stride, pad = case
+    s, args = _implicit_gemm_conv(n, c, oc, size, kernel, stride, pad, residual=True)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((n, c, size, size)).astype("float32")
+    w = rng.standard_normal((oc, c, kernel, kernel)).astype("float32")
+    b = rng.standard_normal((oc, 1, 1)).astype("float32")
+    ref = _conv_reference(x, w, stride, pad)
+    r = rng.standard_normal(ref.shape).astype("float32")
+    z = np.full(ref.shape, np.nan, "float32")
+    emulate(s, args)(x, w.reshape(oc, -1), b, r, z)
+    np.testing.assert_allclose(z, np.maximum(ref + b + r, 0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_implicit_gemm_conv_on_gpu():
+    s, args = _implicit_gemm_conv(2, 64, 128, 28, 3, 1, 1, residual=True)
+    f = lw.build(s, args, target="cuda")
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 64, 28, 28)).astype("float32")
+    w = rng.standard_normal((128, 64, 3, 3)).astype("float32")
+    b = rng.standard_normal((128, 1, 1)).astype("float32")
+    ref = _conv_reference(x, w, 1, 1)
+    r = rng.standard_normal(ref.shape).astype("float32")
+    z = np.full(ref.shape, np.nan, "float32")
+    f(x, w.reshape(128, -1), b, r, z)
+    np.testing.assert_allclose(z, np.maximum(ref + b + r, 0), rtol=1e-3, atol=1e-3)

@@ -1,0 +1,29 @@
+"""choose_cuda_conv: on the GPU, convolutions with constant weights become implicit GEMMs.
+
+``conv2d(X, W[OC, C, KH, KW], b)`` with ``groups == 1`` and W an initializer becomes
+``conv2d_gemm(X, W2, b)`` with ``W2 = W.reshape(OC, C*KH*KW)`` (``ops/conv2d_gemm.py``), which
+the CUDA schedule tiles through shared memory like a matmul; grouped and depthwise
+convolutions keep the direct form.  Accepts any graph; guarantees the same values.  Run for
+target cuda only, after fold_batch_norm (which rewrites conv weights) and instead of
+pack_conv_weights for these nodes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import Graph
+
+
+def choose_cuda_conv(g: Graph) -> Graph:
+    for node in g.nodes:
+        if node.op_type != "conv2d" or node.inputs[1] not in g.initializers or int(node.attrs["groups"]) != 1:
+            continue
+        weight = g.initializers[node.inputs[1]]
+        if weight.ndim != 4:
+            continue
+        name = g.fresh_name(node.inputs[1] + ".gemm")
+        g.add_initializer(name, np.ascontiguousarray(weight.reshape(weight.shape[0], -1)))
+        node.op_type = "conv2d_gemm"
+        node.attrs = dict(node.attrs, kernel=tuple(int(d) for d in weight.shape[2:]))
+        node.inputs = [node.inputs[0], name] + node.inputs[2:]
+    return g

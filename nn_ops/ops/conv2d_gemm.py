@@ -1,0 +1,51 @@
+"""conv2d as an implicit GEMM: the form the GPU schedule tiles like a matmul.
+
+``Y[n, o, y, x] = sum_r W2[o, r] * cols[r, q]`` with ``W2 = W.reshape(OC, C*KH*KW)`` (a free
+reshape of the ONNX weight) and ``q = (n*OH + y)*OW + x`` running over every output pixel
+of every image; ``cols[r, q]`` is the input value tap ``r`` of pixel ``q`` reads (the
+padding inlined), never stored: the schedule inlines it into the shared-memory copy of a
+K-step panel.  So a convolution is one matrix product of ``OC x K`` by ``K x N*OH*OW``
+(3x3 64->64 at 56x56: 64 x 576 by 576 x 3136), whatever its kernel, stride or padding, and
+the images are part of the columns: batch 1 and batch 32 tile the same way.  Used for
+``groups == 1`` convolutions with constant weights on the GPU (``passes.choose_cuda_conv``).
+"""
+from __future__ import annotations
+
+from ...dsl.expr import if_then_else
+from ...dsl.reduction import sum as lw_sum
+from ...dsl.tensor import Tensor, compute, reduce_axis
+from ...errors import ExprError
+
+
+def conv2d_implicit_gemm(X: Tensor, W2: Tensor, kernel, stride, padding, dilation,
+                         name: str = "conv2d") -> Tensor:
+    """``X [N, C, H, W]`` convolved with ``W2 [OC, C*KH*KW]`` (the weight reshaped); Y [N, OC, OH, OW]."""
+    if X.ndim != 4 or W2.ndim != 2:
+        raise ExprError(f"conv2d_implicit_gemm takes X [N, C, H, W] and W2 [OC, C*KH*KW], got ranks "
+                        f"{X.ndim} and {W2.ndim}")
+    n, c, h, w = (int(d.value) for d in X.shape)
+    oc, k = (int(d.value) for d in W2.shape)
+    kh, kw = kernel
+    sh, sw = stride
+    dh, dw = dilation
+    pt, pl, pb, pr = padding
+    if k != c * kh * kw:
+        raise ExprError(f"conv2d_implicit_gemm: W2 has {k} columns, but C*KH*KW = {c}*{kh}*{kw} = {c * kh * kw}")
+    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    pixels = oh * ow
+
+    def tap(q, r):
+        nn, p = q // pixels, q % pixels
+        yy = (p // ow) * sh + (r // kw % kh) * dh - pt
+        xx = (p % ow) * sw + (r % kw) * dw - pl
+        inside = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
+        return if_then_else(inside, X[nn, r // (kh * kw), yy, xx], 0.0)
+    cols = compute((k, n * pixels), lambda r, q: tap(q, r), name=name + ".cols", tag="conv2d.im2col")
+    rk = reduce_axis((0, k), name="rk")
+    Yf = compute((oc, n * pixels), lambda o, q: lw_sum(W2[o, rk] * cols[rk, q], axis=rk),
+                 name=name + ".gemm", tag="conv2d.gemm")
+    # fused (n, y, x) in this order, so that (q // P) * P + (q % P) // OW * OW + (q % P) % OW folds to q
+    return compute((n, oc, oh, ow), lambda nn, o, yy, xx: Yf[o, nn * pixels + (yy * ow + xx)], name=name,
+                   tag="conv2d_gemm", attrs=dict(kernel=(kh, kw), stride=(sh, sw), padding=(pt, pl, pb, pr),
+                                                 dilation=(dh, dw), in_channels=c, out_channels=oc))
