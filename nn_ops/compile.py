@@ -110,4 +110,4 @@ def _load_polymorphic(reader):
     except Exception as exc:  # noqa: BLE001 - the verified model is still not one we wrote
         raise DamagedFileError(f"{reader.where}: member 'model.onnx' is not a model this loopweave can load "
                                f"({type(exc).__name__}: {exc})", "model.onnx") from None
-    return build_polymorphic(graph, "llvm", prebuilt=kernels)
+    return build_polymorphic(graph, "llvm", prebuilt=kernels, runner_object=reader.read("runner.o"))

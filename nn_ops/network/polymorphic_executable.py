@@ -2,16 +2,16 @@
 
 Made by ``lw.compile(graph, polymorphic=True)`` from a DynamicGraph
 (``onnx_import/polymorphic.py`` builds the kernels).  Each kernel was built once with its
-symbolic extents as ``lw.var`` sizes, which the kernel takes as arguments (the runtime binds
-them from the arrays' shapes).  ``run`` checks the feed against the symbolic signature,
-evaluates the symbolic memory plan (``symbolic_plan.py``) at the binding, and calls the
-kernels in order on views of one arena; nothing is compiled at run time.
+symbolic extents as ``lw.var`` sizes, which the kernel takes as arguments.  ``run`` checks the
+feed against the symbolic signature, evaluates the symbolic memory plan (``symbolic_plan.py``)
+at the binding, fills (or reuses) the call tables for that binding (``call_list.py``: argument
+pointers into one arena, each call's sizes) and runs every kernel with one native call;
+nothing is compiled at run time.  ``run_each`` calls the kernels one by one from Python through
+their own argument checks instead.
 
-``save`` writes the model and each distinct kernel's object code; ``lw.load`` rebuilds the calls
-and the plan from the model and loads the objects (nothing is lowered or compiled).
-
-What it is not yet (issue 18): one native entry point (the kernels are called from Python, one
-ctypes call each).  Shapes that are views of others (Reshape and friends) cost nothing.
+``save`` writes the model, the runner and each distinct kernel's object code; ``lw.load``
+rebuilds the calls and the plan from the model and loads the objects (nothing is lowered or
+compiled).  Shapes that are views of others (Reshape and friends) cost nothing.
 """
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from ...errors import ArgumentError
+from ...backends.runtime import clear_error_slot, index_error_text, read_index_error
+from ...errors import ArgumentError, IndexOutOfRangeError
 from ...target import resolve_target
 from .archive import ArchiveReader, ArchiveWriter, MetaChecker
-from . import symbolic as S
+from . import call_list, symbolic as S
 from .feed import check_names_and_dtypes, show_shape
 from .signature import SymbolicSignature
 from .symbolic_plan import SymbolicPlan
@@ -39,6 +40,7 @@ class KernelCall:
     node: str
     module: object
     args: Tuple[str, ...]
+    sizes: Dict[str, object]        # the module's size vars ("v0", ...) as sympy sizes of this call
 
 
 @dataclass
@@ -62,6 +64,9 @@ class PolymorphicExecutable:
         self.kernels = dict(kernels or {})      # structural key (text) -> Module: what save writes
         self.model_bytes, self.opset, self.target = model_bytes, opset, target
         self._view_shapes: Dict[tuple, list] = {}
+        self.runner_object, self._runner = b"", None
+        self._tables: Dict[tuple, object] = {}
+        self._tables_arena = -1
 
     @property
     def inputs(self) -> List[Tuple[str, tuple, str]]:
@@ -77,8 +82,63 @@ class PolymorphicExecutable:
         self.signature.check(binding)
         return binding
 
+    def use_runner(self, obj: bytes) -> None:
+        """Run through the native call-list runner of object code ``obj`` (``call_list.py``)."""
+        self.runner_object = obj
+        self._runner = call_list.runner(obj)
+        self._tables.clear()
+
     def run(self, feed) -> List[np.ndarray]:
-        """Run on ``feed`` ({input name: array}); the outputs are new arrays."""
+        """Run on ``feed`` ({input name: array}); the outputs are new arrays.  One native call runs
+        every kernel (the call tables of the last few bindings are kept)."""
+        if self._runner is None:
+            return self.run_each(feed)
+        feed = check_names_and_dtypes(self.signature.inputs, feed)
+        binding = self.bind(feed)
+        feed = {n: np.ascontiguousarray(a) for n, a in feed.items()}
+        planned = self.plan.arrays(binding)
+        if self._tables_arena != self.plan.grown:        # the arena moved: every table points into the old one
+            self._tables.clear()
+            self._tables_arena = self.plan.grown
+        key = tuple(sorted(binding.items()))
+        table = self._tables.get(key)
+        if table is None:
+            arrays = dict(self.constants)
+            arrays.update(planned)
+            roots = {v.name: self._feed_root(v.name) for v in self.views}
+            inputs = {n: n for n in feed}
+            inputs.update({name: root for name, root in roots.items() if root in feed})
+            table = call_list.CallTable([(c.module, c.args, c.sizes) for c in self.calls], arrays, binding, inputs)
+            if len(self._tables) >= 8:
+                self._tables.pop(next(iter(self._tables)))
+            self._tables[key] = table
+        if table.run(self._runner, feed):
+            what, index, extent, wraps = read_index_error(table.err)
+            clear_error_slot(table.err)
+            raise IndexOutOfRangeError(f"{self.name}: {index_error_text(what, index, extent, wraps)}; the outputs "
+                                       f"were not fully written", index, extent, what)
+        outputs = []
+        for n in self.output_names:
+            source = planned.get(n)
+            if source is None:      # an input (or a view of one) given back as an output
+                root = self._feed_root(n)
+                source = feed[root].reshape(self._shape_at(n, binding))
+            outputs.append(np.array(source))
+        return outputs
+
+    def _feed_root(self, name: str) -> str:
+        sources = {v.name: v.source for v in self.views}
+        while name in sources:
+            name = sources[name]
+        return name
+
+    def _shape_at(self, name: str, binding) -> tuple:
+        view = next(v for v in self.views if v.name == name)
+        return tuple(int(S.evaluate(d, binding)) for d in view.shape)
+
+    def run_each(self, feed) -> List[np.ndarray]:
+        """``run`` with each kernel called from Python through its own argument checks (slower; a
+        check of the call tables, and what a kernel refusing its arrays would name)."""
         feed = check_names_and_dtypes(self.signature.inputs, feed)
         binding = self.bind(feed)
         arrays = dict(self.constants)
@@ -114,6 +174,7 @@ class PolymorphicExecutable:
         entries = []
         with ArchiveWriter(path) as z:
             z.add("model.onnx", self.model_bytes)
+            z.add("runner.o", self.runner_object)
             for k, (key, module) in enumerate(self.kernels.items()):
                 z.add(f"kernels/{k}.o", module.object_code)
                 entries.append({"key": key, "file": f"kernels/{k}.o", "symbol": module.symbol, "name": module.name,

@@ -40,7 +40,8 @@ class SymbolicPlan:
             for name in list(reads) + list(writes):
                 last_use[root[name]] = k
         for name in keep:
-            last_use[root[name]] = len(steps)
+            if name in root:            # outputs that are inputs (or views of them) are not planned
+                last_use[root[name]] = len(steps)
         self.slot_of: Dict[str, int] = {}
         self.slot_sizes: List[sympy.Expr] = []
         free: List[int] = []

@@ -26,7 +26,7 @@ from ...dsl.expr import const
 from ...dsl.tensor import compute, placeholder
 from ...errors import OnnxImportError
 from ...target import resolve_target
-from ..network import symbolic as S
+from ..network import call_list, symbolic as S
 from ..network.polymorphic_executable import KernelCall, PolymorphicExecutable, View
 from ..network.symbolic_plan import SymbolicPlan
 from ..ops.matmul import batch_matmul, matmul
@@ -61,9 +61,11 @@ class _Unsupported(Exception):
     pass
 
 
-def build_polymorphic(graph, target="llvm", prebuilt: Optional[Dict[str, object]] = None) -> PolymorphicExecutable:
+def build_polymorphic(graph, target="llvm", prebuilt: Optional[Dict[str, object]] = None,
+                      runner_object: Optional[bytes] = None) -> PolymorphicExecutable:
     """Compile ``graph`` (a DynamicGraph) once for every binding of its symbols.  ``prebuilt``
-    ({structural key: Module}, from a saved executable) supplies the kernels instead of building them."""
+    ({structural key: Module}) and ``runner_object`` (from a saved executable) supply the kernels and
+    the call-list runner instead of building them."""
     import onnx
     if graph.value_inputs:
         raise OnnxImportError(f"{graph.name!r}: shape inputs ({', '.join(graph.value_inputs)}) change the graph's "
@@ -72,6 +74,7 @@ def build_polymorphic(graph, target="llvm", prebuilt: Optional[Dict[str, object]
     builder = _Builder(model, graph.shapes, resolve_target(target), graph.name, prebuilt)
     exe = builder.build()
     exe.model_bytes, exe.opset = graph.model_bytes, graph.opset
+    exe.use_runner(runner_object if runner_object is not None else call_list.runner_object(builder.target))
     return exe
 
 
@@ -227,7 +230,8 @@ class _Builder:
         if output not in self.values:
             self.values[output] = (out_shape, self.dtype_of_output(output, inputs))
             self.local[output] = self.values[output]
-        self.calls.append(KernelCall(label, module, tuple(inputs) + (output,)))
+        sizes = {f"v{k}": d for k, d in enumerate(variables)}      # this call's value of each size var
+        self.calls.append(KernelCall(label, module, tuple(inputs) + (output,), sizes))
         self.steps.append(([i for i in inputs if i in self.values], [output]))
         if then_view is not None:
             self.view(output, then_view)

@@ -195,9 +195,9 @@ def test_load_in_a_fresh_process_runs_without_compiling(encoder, tmp_path):
     x = np.random.default_rng(5).standard_normal((2, 9, 64)).astype(np.float32)
     np.save(x_path, x)
     code = f"""
-import numpy as np, loopweave as lw, loopweave.backends.build as b
+import numpy as np, loopweave as lw, loopweave.backends.build as b, loopweave.backends.llvm.jit as j
 def forbidden(*a, **k): raise AssertionError("compiled")
-b.build = b.lower = b.build_llvm = forbidden
+b.build = b.lower = b.build_llvm = j.compile_ir = forbidden
 np.save({str(y_path)!r}, lw.load({str(path)!r}).run({{"input": np.load({str(x_path)!r})}})[0])
 """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
@@ -218,3 +218,27 @@ def test_no_kernel_fuses_loops_of_symbolic_extents(encoder):
             if ".fused in range(" in line:          # a fused loop's extent: a product of whole extents
                 extent = line.split(".fused in range(", 1)[1].rsplit(")", 1)[0]
                 assert "//" not in extent, (call.node, line.strip())
+
+
+def test_the_native_call_list_runs_what_the_checked_kernel_calls_run(encoder):
+    """One native call over the call tables gives exactly the results of calling every kernel from
+    Python through its own argument checks (which would refuse a wrong shape or size)."""
+    _, exe = encoder
+    assert exe._runner is not None
+    for batch, seq in ((1, 1), (2, 33), (1, 1), (3, 8)):
+        x = np.random.default_rng(seq).standard_normal((batch, seq, 64)).astype(np.float32)
+        np.testing.assert_array_equal(exe.run({"input": x})[0], exe.run_each({"input": x})[0])
+
+
+def test_an_input_given_back_as_an_output_and_through_a_view():
+    from onnx import TensorProto, helper
+    b = OnnxBuilder(opset=17)
+    flat = b.node("Reshape", ["input", b.init("shape", np.array([-1, 4], np.int64))])
+    out = b.node("Relu", [flat])
+    model = b.model(("N", 4), out, (None, 4))
+    model.graph.output.append(helper.make_tensor_value_info(flat, TensorProto.FLOAT, [None, 4]))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    got, view = exe.run({"input": x})
+    np.testing.assert_array_equal(got, np.maximum(x, 0))
+    np.testing.assert_array_equal(view, x)

@@ -1,0 +1,112 @@
+"""A native loop over a table of kernel calls: one ctypes call runs a whole polymorphic network.
+
+``lw_call_list(n, fns, buffers, sizes, err)`` calls ``fns[k](buffers[k], sizes[k], err)`` for
+k < n, in order, and stops after a call that writes the error slot (a failed index check).  Each
+kernel has loopweave's kernel ABI (``backends/runtime.py``: its argument pointers, its size
+values, the error slot).  The function is the same for every network, so it is compiled once
+(or found in the object cache) and its object code travels in a saved executable.
+
+A :class:`CallTable` holds the ctypes arrays for one binding of the symbols: pointers into the
+arena and to the constants, and each call's sizes (evaluated from their symbolic expressions
+once per binding); only the pointers of the feed's arrays change from run to run.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from ...backends import build as build_mod
+from ...backends.llvm import jit
+from ...backends.runtime import ERROR_SLOT_WORDS
+from . import symbolic as S
+
+SYMBOL = "lw_call_list_v1"
+_RUNNER = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def runner_ir() -> str:
+    from llvmlite import ir
+    i8p, i64 = ir.IntType(8).as_pointer(), ir.IntType(64)
+    kernel_ty = ir.FunctionType(ir.VoidType(), [i8p, i8p, i8p])
+    module = ir.Module(name="lw_call_list")
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i64, i8p.as_pointer(), i8p.as_pointer(),
+                                                             i8p.as_pointer(), i64.as_pointer()]), name=SYMBOL)
+    n, fns, bufs, sizes, err = fn.args
+    entry, head, body, done = (fn.append_basic_block(x) for x in ("entry", "head", "body", "done"))
+    b = ir.IRBuilder(entry)
+    b.branch(head)
+    b.position_at_end(head)
+    k = b.phi(i64, name="k")
+    k.add_incoming(ir.Constant(i64, 0), entry)
+    more = b.icmp_signed("<", k, n)
+    ok = b.icmp_signed("==", b.load(err), ir.Constant(i64, 0))
+    b.cbranch(b.and_(more, ok), body, done)
+    b.position_at_end(body)
+    target = b.bitcast(b.load(b.gep(fns, [k])), kernel_ty.as_pointer())
+    b.call(target, [b.load(b.gep(bufs, [k])), b.load(b.gep(sizes, [k])), b.bitcast(err, i8p)])
+    k.add_incoming(b.add(k, ir.Constant(i64, 1)), body)
+    b.branch(head)
+    b.position_at_end(done)
+    b.ret_void()
+    return str(module)
+
+
+def runner_object(target) -> bytes:
+    """The runner's object code: from this process, the object cache, or compiled now (one small loop)."""
+    loaded = build_mod._loaded.get(SYMBOL)
+    if loaded is not None:
+        return loaded[1]
+    obj = jit.cached_object(SYMBOL, target)
+    if obj is None:
+        obj, _ = jit.compile_ir(runner_ir(), target)
+        jit.store_object(SYMBOL, target, obj)
+    return obj
+
+
+def runner(obj: bytes):
+    """The callable runner for its object code (loaded once per process)."""
+    loaded = build_mod._loaded.get(SYMBOL)
+    if loaded is None:
+        build_mod._loaded[SYMBOL] = loaded = (jit.load_object(obj, SYMBOL), obj)
+    return _RUNNER(loaded[0])
+
+
+class CallTable:
+    """The ctypes tables of every call at one binding.  ``calls`` [(module, arg names, {size name:
+    sympy size})]; ``arrays`` the arrays by name (arena views, constants, input views); ``inputs`` the
+    names whose pointers change per run, with the feed name each one views."""
+
+    def __init__(self, calls: Sequence[Tuple[object, Sequence[str], Dict[str, object]]], arrays: Dict[str, np.ndarray],
+                 binding: Dict[str, int], inputs: Dict[str, str]):
+        n = len(calls)
+        self.n = n
+        self.fns = (ctypes.c_void_p * max(1, n))()
+        self.buffers = (ctypes.c_void_p * max(1, n))()
+        self.sizes = (ctypes.c_void_p * max(1, n))()
+        self._keep: List[object] = []
+        self.patches: List[Tuple[object, int, str]] = []      # (pointer array, slot, feed input name)
+        for k, (module, args, size_exprs) in enumerate(calls):
+            ptrs = (ctypes.c_void_p * max(1, len(args)))()
+            for j, name in enumerate(args):
+                if name in inputs:
+                    self.patches.append((ptrs, j, inputs[name]))
+                else:
+                    ptrs[j] = arrays[name].ctypes.data
+            values = (ctypes.c_int64 * max(1, len(module.size_names)))()
+            for j, size_name in enumerate(module.size_names):
+                values[j] = int(S.evaluate(size_exprs[size_name], binding))
+            self.fns[k] = module._address
+            self.buffers[k] = ctypes.addressof(ptrs)
+            self.sizes[k] = ctypes.addressof(values)
+            self._keep += [ptrs, values]
+        self.err = (ctypes.c_int64 * ERROR_SLOT_WORDS)()
+
+    def run(self, runner_fn, feed: Dict[str, np.ndarray]) -> int:
+        """Patch the feed's pointers in and run every call; returns the error slot's first word."""
+        for ptrs, j, name in self.patches:
+            ptrs[j] = feed[name].ctypes.data
+        runner_fn(self.n, ctypes.addressof(self.fns), ctypes.addressof(self.buffers), ctypes.addressof(self.sizes),
+                  ctypes.addressof(self.err))
+        return self.err[0]
