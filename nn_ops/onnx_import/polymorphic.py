@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ...dsl import intrinsics as lwi
-from ...dsl.expr import const
+from ...dsl.expr import binary, const
 from ...dsl.tensor import compute, placeholder
 from ...errors import OnnxImportError
 from ...target import resolve_target
@@ -36,9 +36,9 @@ from ..ops.shape import softmax, transpose
 from .importer import node_label
 
 BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
-          "Div": lambda a, b: a / b, "Max": lambda a, b: lwi_max(a, b), "Min": lambda a, b: lwi_min(a, b),
+          "Div": lambda a, b: a / b, "Max": lambda a, b: _max(a, b), "Min": lambda a, b: _min(a, b),
           "Pow": lambda a, b: lwi.pow(a, b)}
-UNARY = {"Relu": lambda x: lwi_max(x, const(0.0, x.dtype)), "Erf": lwi.erf, "Tanh": lwi.tanh,
+UNARY = {"Relu": lambda x: _max(x, const(0.0, x.dtype)), "Erf": lwi.erf, "Tanh": lwi.tanh,
          "Sigmoid": lwi.sigmoid, "Exp": lwi.exp, "Sqrt": lwi.sqrt, "Neg": lambda x: -x, "Abs": lwi.abs,
          "Identity": lambda x: x}
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
@@ -47,13 +47,11 @@ COVERED = set(BINARY) | set(UNARY) | set(VIEWS) | {"MatMul", "Transpose", "Softm
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 
 
-def lwi_max(a, b):
-    from ...dsl.expr import binary
+def _max(a, b):
     return binary("max", a, b)
 
 
-def lwi_min(a, b):
-    from ...dsl.expr import binary
+def _min(a, b):
     return binary("min", a, b)
 
 
@@ -146,11 +144,11 @@ class _Builder:
         if op == "Transpose":
             perm = list(node.attribute[0].ints) if node.attribute else list(range(len(self.shape(node.input[0]))))[::-1]
             return self.kernel(label, ("transpose", tuple(perm)), [node.input[0]], node.output[0],
-                               lambda x: transpose(x, perm, name="transpose"))
+                               lambda x, extent: transpose(x, perm, name="transpose"))
         if op == "Softmax":
             axis = _attr(node, "axis", -1)
             x, y = self.as_rows(node.input[0], node.output[0], axis)
-            return self.kernel(label, ("softmax",), [x], y, lambda t: softmax(t, -1, name="softmax"),
+            return self.kernel(label, ("softmax",), [x], y, lambda t, extent: softmax(t, -1, name="softmax"),
                                out_shape=self.shape(x), then_view=node.output[0])
         if op == "LayerNormalization":
             if len(outs) > 1:
@@ -159,7 +157,7 @@ class _Builder:
             x, y = self.as_rows(node.input[0], node.output[0], axis)
             params = [self.flat_const(i) for i in node.input[1:] if i]
             return self.kernel(label, ("layer_norm", eps, len(params)), [x] + params, y,
-                               lambda t, s, b=None: layer_norm(t, s, b, -1, eps, name="layer_norm"),
+                               lambda t, s, b=None, extent=None: layer_norm(t, s, b, -1, eps, name="layer_norm"),
                                out_shape=self.shape(x), then_view=node.output[0])
         raise _Unsupported(NO_KERNEL)
 
@@ -191,7 +189,8 @@ class _Builder:
         self.views.append(View(dst, src, shape))
 
     def kernel(self, label, key, inputs: List[str], output: str, make, out_shape=None, then_view=None) -> None:
-        """Build (or reuse) the kernel ``make(*placeholders)`` and call it on ``inputs`` -> ``output``."""
+        """Build (or reuse) the kernel ``make(*placeholders, extent=f)`` (``f`` maps a sympy size to the
+        kernel's int or ``lw.var``) and call it on ``inputs`` -> ``output`` (then viewed as ``then_view``)."""
         out_shape = self.shapes.shapes[output] if out_shape is None else out_shape
         arg_shapes = [self.shape(i) for i in inputs] + [out_shape]
         variables: Dict[object, object] = {}
@@ -218,7 +217,7 @@ class _Builder:
                 return int(d) if S.is_static(d) else var_of[d]
             holders = [placeholder(tuple(extent(d) for d in self.shape(i)), name=f"in{k}", dtype=self.dtype(i))
                        for k, i in enumerate(inputs)]
-            out = make(*holders, extent=extent) if getattr(make, "takes_extent", False) else make(*holders)
+            out = make(*holders, extent=extent)
             got = tuple(S.from_dsl(e) if not hasattr(e, "value") else int(e.value) for e in out.shape)
             want = tuple(int(d) if S.is_static(d) else S.from_dsl(var_of[d]) for d in out_shape)
             if got != want:
@@ -314,7 +313,8 @@ class _Builder:
             else:
                 ext_names.append(i)
             modes.append(mode)
-        structure = tuple((m.op_type, tuple(("int", _index_of(internal_order(anchor, members), i)) if i in internal
+        order = ([anchor.output[0]] if anchor is not None else []) + [m.output[0] for m in members]
+        structure = tuple((m.op_type, tuple(("int", order.index(i)) if i in internal
                                             else ("c", self.scalar(i)) if self.is_scalar(i)
                                             else ("ext", externals.index(i)) for i in m.input)) for m in members)
         shapes = {i: self.shape(i) for i in externals}
@@ -346,7 +346,6 @@ class _Builder:
                     env[m.output[0]] = BINARY[m.op_type](*vals) if m.op_type in BINARY else UNARY[m.op_type](vals[0])
                 return env[final]
             return compute(tuple(extent(d) for d in space), body, name="epilogue", tag="elemwise")
-        make.takes_extent = True
         result = final if anchor is None else self.fresh(final + ".space")
         self.kernel(label, ("group", kind, structure, tuple(modes)), anchor_inputs + ext_names, result, make,
                     out_shape=space)
@@ -441,25 +440,6 @@ def _same(a, b) -> bool:
 
 def _show(shape) -> str:
     return "[" + ", ".join(S.show(d) for d in shape) + "]"
-
-
-def internal_order(anchor, members) -> list:
-    return ([anchor.output[0]] if anchor is not None else []) + [m.output[0] for m in members]
-
-
-def _index_of(items, x) -> int:
-    return items.index(x)
-
-
-def _extent(d, holders, shapes):
-    """The output extent ``d`` as one of the kernel's own extents (an int or an input's var)."""
-    if S.is_static(d):
-        return int(d)
-    for h, shape in zip(holders, shapes):
-        for e, s in zip(h.shape, shape):
-            if S.equal(s, d) is True:
-                return e
-    raise _Unsupported(f"output extent {S.show(d)} is no input's extent")
 
 
 def _attr(node, name, default):
