@@ -5,8 +5,14 @@ Generic helpers for ``export_library`` (the network's C API is generated in
 
 * ``find_c_compiler()``: ``$CC`` or ``cc`` / ``gcc`` / ``clang`` on the PATH; none is a
   ``BuildError`` that says what to install.
-* ``thread_pool_object(target)``: the native thread pool (``llvm/thread_pool.py``) compiled to
-  position-independent object code, so the library carries its own pool.
+* ``linked_object(target, ir_texts, ...)``: the kernels' and the runner's LLVM IR, the native thread
+  pool (``llvm/thread_pool.py``; so the library carries its own pool) and, for another CPU, the
+  weights, linked into one position-independent object for ``target`` (its triple), every symbol
+  hidden: a library without text relocations, or the ``.o`` of a cross-compile.
+* ``thread_pool_object(target)``: the pool alone as position-independent object code (for a loaded
+  ``.lwx``, whose kernels are JIT objects only).
+* ``cross_compiler(cc, target)``: the C compiler that links for another CPU, checked to build for
+  its architecture (``cc -dumpmachine``); a missing one says what to install.
 * ``weights_assembly(blob_path, symbol)``: a small assembler file that places a binary file in
   ``.rodata`` with ``.incbin`` (tens of MB of weights cost the assembler a file copy, where an
   LLVM constant or a C initializer of that size takes the compiler seconds to minutes).
