@@ -7,7 +7,7 @@ Everything else in loopweave reaches sympy through this module:
 - building sizes: :func:`dim`, :func:`symbol`, :func:`floordiv`, :func:`ceildiv`, :func:`product`;
 - proofs: :func:`prove` answers True, False or None (cannot tell) for a sympy condition,
   e.g. ``Eq(a, b)``; graph-level shape inference proves what it can and records the rest as
-  run-time checks;
+  run-time checks; :func:`at_least` is a cheap sufficient test of ``a >= b`` for the memory plan;
 - :func:`evaluate`: a size (or condition) at a binding ``{"seq": 128}``, exactly (fractions,
   no floats);
 - :func:`show`: a size as Python-like text (``(H - 1)//2 + 1``);
@@ -122,6 +122,28 @@ def prove(condition) -> Optional[bool]:
     if value is sympy.false:
         return False
     return None
+
+
+def at_least(a, b) -> bool:
+    """A cheap, sufficient test of ``a >= b`` for sizes: each term of ``b`` (the arguments of a
+    ``Max``) is below some term of ``a`` as polynomials in symbols >= 1 (``x - y`` with every symbol
+    written ``1 + t``, t >= 0, has no negative coefficient).  False means "not shown", not "false";
+    floors and other non-polynomial terms are never shown.  Used where ``prove`` (sympy's
+    ``simplify`` on inequalities, seconds on a few dozen of them) would be too slow."""
+    a_terms = dim(a).args if isinstance(dim(a), sympy.Max) else (dim(a),)
+    b_terms = dim(b).args if isinstance(dim(b), sympy.Max) else (dim(b),)
+    return all(any(_nonnegative(x - y) for x in a_terms) for y in b_terms)
+
+
+def _nonnegative(e) -> bool:
+    e = sympy.expand(e)
+    if e.is_number:
+        return bool(e >= 0)
+    symbols = sorted(e.free_symbols, key=lambda s: s.name)
+    if not e.is_polynomial(*symbols):
+        return False
+    shifted = sympy.expand(e.subs({s: s + 1 for s in symbols}, simultaneous=True))
+    return all(c >= 0 for c in sympy.Poly(shifted, *symbols).coeffs())
 
 
 def equal(a, b) -> Optional[bool]:

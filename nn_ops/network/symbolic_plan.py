@@ -75,7 +75,7 @@ class SymbolicPlan:
     def _pick(self, free: List[int], nbytes) -> int:
         """A free slot for ``nbytes``: one provably large enough, else any (its size becomes the Max)."""
         for slot in free:
-            if S.prove(sympy.Ge(self.slot_sizes[slot], nbytes)) is True:
+            if S.at_least(self.slot_sizes[slot], nbytes):
                 return slot
         return free[0] if free else None
 

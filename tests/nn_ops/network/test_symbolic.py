@@ -91,3 +91,13 @@ def test_dsl_variables_mangle_names_that_are_not_identifiers():
     v = S.dsl_variables(["input.0", "seq"])
     assert v["input.0"].name == "input_0" and v["seq"].name == "seq"
     assert S.evaluate(S.from_dsl(S.to_dsl(S.symbol("input.0") * 2, v)), {"input_0": 4}) == 8
+
+
+def test_at_least_is_a_cheap_sufficient_test():
+    assert S.at_least(256 * N * SEQ, 128 * N)                 # seq >= 1
+    assert S.at_least(sympy.Max(4 * N * SEQ, 16 * N), 8 * N)  # one argument of the Max covers it
+    assert S.at_least(N * SEQ, N + SEQ - 1)                   # (N - 1)(seq - 1) >= 0
+    assert not S.at_least(N, SEQ)                             # not shown (and not true for every binding)
+    assert not S.at_least(128 * N, 256 * N * SEQ)
+    assert not S.at_least(conv_out(H, 3, 2, 1), 1)            # floors are never shown
+    assert S.at_least(7, 3) and not S.at_least(3, 7)
