@@ -71,7 +71,8 @@ class SymbolicSignature:
                     bound_by.setdefault(sym, (name, k))
                 elif want.is_Integer:
                     if int(want) != got:
-                        raise ArgumentError(f"input {name!r} must have shape {_show(shape)}, got {got_shape}")
+                        raise ArgumentError(f"input {name!r} must have shape {_show(shape)}, got {got_shape} "
+                                            f"(dimension {k} must be {int(want)})")
                 else:
                     derived.append((name, k, want, got))
         for name, k, want, got in derived:      # sizes like 2*seq: checked once the plain symbols are bound

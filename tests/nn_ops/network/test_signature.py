@@ -46,7 +46,8 @@ def test_rank_dtype_fixed_size_and_empty_are_refused(signature):
         signature.bind(feed(memory=np.zeros((2, 5), np.float32)))
     with pytest.raises(lw.ArgumentError, match="input 'mask' must have dtype float32"):
         signature.bind(feed(mask=np.zeros((2, 5), np.float64)))
-    with pytest.raises(lw.ArgumentError, match=r"input 'memory' must have shape \[N, seq_k, 8\], got \(2, 5, 9\)"):
+    with pytest.raises(lw.ArgumentError, match=r"input 'memory' must have shape \[N, seq_k, 8\], got \(2, 5, 9\) "
+                                               r"\(dimension 2 must be 8\)"):
         signature.bind(feed(memory=np.zeros((2, 5, 9), np.float32)))
     with pytest.raises(lw.ArgumentError, match=r"input 'ids' has size 0 in dimension 1 \('seq'\)"):
         signature.bind(feed(seq=0))
