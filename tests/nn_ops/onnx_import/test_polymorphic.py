@@ -242,3 +242,17 @@ def test_an_input_given_back_as_an_output_and_through_a_view():
     got, view = exe.run({"input": x})
     np.testing.assert_array_equal(got, np.maximum(x, 0))
     np.testing.assert_array_equal(view, x)
+
+
+def test_what_the_polymorphic_path_refuses_is_said_clearly():
+    from onnx import TensorProto, helper
+    graph = helper.make_graph([helper.make_node("Add", ["x", "y"], ["z"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "seq"]),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "seq_k"])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [None, None])])
+    g = lw.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(OnnxImportError, match=r"Add: operand 'x' \[N, seq\] does not broadcast to "
+                                              r"\[N, max\(seq, seq_k\)\]"):
+        lw.compile(g, polymorphic=True)
+    with pytest.raises(lw.BuildError, match="does not take tuning_log"):
+        lw.compile(g, polymorphic=True, tuning_log="x.jsonl")
