@@ -20,6 +20,7 @@ import numpy as np
 from ...backends import build as build_mod
 from ...backends.llvm import jit
 from ...backends.runtime import ERROR_SLOT_WORDS
+from ...errors import InternalError
 from . import symbolic as S
 
 SYMBOL = "lw_call_list_v1"
@@ -93,7 +94,10 @@ class CallTable:
                 if name in inputs:
                     self.patches.append((ptrs, j, inputs[name]))
                 else:
-                    ptrs[j] = arrays[name].ctypes.data
+                    array = arrays[name]
+                    if not array.flags.c_contiguous:       # kernels index dense row-major data
+                        raise InternalError(f"call table: {name!r} is not contiguous; please report")
+                    ptrs[j] = array.ctypes.data
             values = (ctypes.c_int64 * max(1, len(module.size_names)))()
             for j, size_name in enumerate(module.size_names):
                 values[j] = int(S.evaluate(size_exprs[size_name], binding))
