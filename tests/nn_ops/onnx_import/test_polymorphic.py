@@ -256,3 +256,19 @@ def test_what_the_polymorphic_path_refuses_is_said_clearly():
         lw.compile(g, polymorphic=True)
     with pytest.raises(lw.BuildError, match="does not take tuning_log"):
         lw.compile(g, polymorphic=True, tuning_log="x.jsonl")
+
+
+@pytest.fixture(scope="module")
+def zoo_encoder():
+    model = transformer_encoder(batch=None, seq=None)          # the zoo's full size: 4 layers, hidden 256
+    return model, lw.compile(lw.from_onnx(model), polymorphic=True)
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_zoo_encoder_over_the_issue_grid_matches_onnxruntime(zoo_encoder, batch):
+    """Issue 18's bar 1 shapes (correctness only): batch {1, 4} x seq {1, 7, 64, 128, 200, 384}."""
+    model, exe = zoo_encoder
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for seq in (1, 7, 64, 128, 200, 384):
+        x = np.random.default_rng(seq).standard_normal((batch, seq, 256)).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"input": x})[0], session.run(None, {"input": x})[0], rtol=1e-3, atol=1e-3)
