@@ -113,14 +113,54 @@ def prove(condition) -> Optional[bool]:
         if any(a is False for a in answers):
             return False
         return True if all(a is True for a in answers) else None
-    try:
-        value = sympy.simplify(condition)
-    except Exception:  # noqa: BLE001 - sympy gives up on some relations: "cannot tell"
+    if isinstance(condition, (sympy.GreaterThan, sympy.StrictGreaterThan, sympy.LessThan, sympy.StrictLessThan)):
+        big, small = ((condition.lhs, condition.rhs) if isinstance(condition, (sympy.GreaterThan,
+                                                                               sympy.StrictGreaterThan))
+                      else (condition.rhs, condition.lhs))
+        strict = isinstance(condition, (sympy.StrictGreaterThan, sympy.StrictLessThan))
+        low = lower_bound(big - small)
+        if low is not None and (low > 0 if strict else low >= 0):
+            return True
+        high = lower_bound(small - big)         # big - small <= -high
+        if high is not None and (high >= 0 if strict else high > 0):
+            return False
         return None
-    if value is sympy.true:
-        return True
-    if value is sympy.false:
-        return False
+    return None          # not a kind of condition sizes need; sympy.simplify took seconds on a few
+
+
+def lower_bound(value) -> Optional[Fraction]:
+    """A lower bound of ``value`` over every binding of its symbols (each >= 1), by interval
+    arithmetic (floor/ceil/Mod/Max/Min and monotone sums and products); None when unbounded below."""
+    e = dim(value)
+    if e.is_Rational:
+        return Fraction(int(e.p), int(e.q))
+    if e.is_Symbol:
+        return Fraction(1)
+    if isinstance(e, sympy.Add):
+        lows = [lower_bound(a) for a in e.args]
+        return None if any(x is None for x in lows) else sum(lows, Fraction(0))
+    if isinstance(e, sympy.Mul):          # a product is bounded below when every factor is >= 0
+        lows = [lower_bound(a) for a in e.args]
+        if any(x is None or x < 0 for x in lows):
+            return None
+        return math.prod(lows, start=Fraction(1))
+    if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+        low = lower_bound(e.base)
+        return low ** int(e.exp) if low is not None and low >= 0 else None
+    if isinstance(e, sympy.floor):
+        low = lower_bound(e.args[0])
+        return None if low is None else Fraction(math.floor(low))
+    if isinstance(e, sympy.ceiling):
+        low = lower_bound(e.args[0])
+        return None if low is None else Fraction(math.ceil(low))
+    if isinstance(e, sympy.Mod):
+        return Fraction(0)
+    if isinstance(e, sympy.Max):
+        lows = [x for x in (lower_bound(a) for a in e.args) if x is not None]
+        return max(lows) if lows else None
+    if isinstance(e, sympy.Min):
+        lows = [lower_bound(a) for a in e.args]
+        return None if any(x is None for x in lows) else min(lows)
     return None
 
 

@@ -669,8 +669,13 @@ def _window_out(ctx: _Inference, size, k, s, d, pb, pe, auto_pad: str, ceil_mode
             out = S.ceildiv(span, s) + 1
         else:
             out = S.floordiv(span, s) + 1
-    ctx.require(sympy.Ge(out, 1), f"an input of size {S.show(size)} is smaller than the window "
-                                  f"(kernel {k}, dilation {d}, pads {pb}+{pe}): output size {S.show(out)}")
+    if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+        need = d * (k - 1) + 1 - pb - pe          # the padded input must hold one window
+        low = max(S.lower_bound(size) or 1, 1)    # every size is >= 1 (earlier checks see to it)
+        if need > low:
+            ctx.require(sympy.Ge(size, need), f"an input of size {S.show(size)} is smaller than the window "
+                                              f"(kernel {k}, dilation {d}, pads {pb}+{pe}): it needs "
+                                              f"{S.show(size)} >= {need}")
     return out
 
 

@@ -101,3 +101,14 @@ def test_at_least_is_a_cheap_sufficient_test():
     assert not S.at_least(128 * N, 256 * N * SEQ)
     assert not S.at_least(conv_out(H, 3, 2, 1), 1)            # floors are never shown
     assert S.at_least(7, 3) and not S.at_least(3, 7)
+
+
+def test_lower_bounds_and_inequalities_without_simplify():
+    assert S.lower_bound(conv_out(H, 3, 2, 1)) == 1               # (H - 1)//2 + 1 with H >= 1
+    assert S.lower_bound(conv_out(H, 3, 2, 0)) == 0                # (H - 3)//2 + 1: 0 at H = 1
+    assert S.lower_bound(2 * N * SEQ - 1) == 1 and S.lower_bound(N - SEQ) is None
+    assert S.lower_bound(sympy.Max(H - 5, 3)) == 3 and S.lower_bound(sympy.Min(H, 2)) == 1
+    assert S.prove(sympy.Ge(conv_out(conv_out(H, 7, 2, 3), 3, 2, 1), 1)) is True
+    assert S.prove(sympy.Gt(N * SEQ, 0)) is True
+    assert S.prove(sympy.Lt(N + 1, 1)) is False
+    assert S.prove(sympy.Ge(H, 3)) is None

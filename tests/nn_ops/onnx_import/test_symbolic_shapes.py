@@ -262,3 +262,28 @@ def test_every_rule_agrees_with_onnx_on_the_backend_node_cases():
             if not all(S.is_static(d) for d in got) or tuple(int(d) for d in got) != want[name]:
                 wrong.append((case.name, name, got, want[name]))
     assert wrong == [] and compared > 5000
+
+
+@pytest.mark.parametrize("name", ["small_cnn", "mobilenet_v2", "squeezenet1_1", "efficientnet_lite", "convnext",
+                                  "densenet", "unet"])
+def test_zoo_cnns_with_symbolic_batch_and_image_size(name):
+    """Every value of each zoo CNN (small variants) with symbolic N, H, W: the shape ONNX infers at
+    three bindings; the bindings satisfy the recorded checks (a stride-2 stem without padding needs
+    H >= 3, say), and every symbol at 1 either satisfies them or is refused by a named check."""
+    from loopweave.nn_ops.testing import model_zoo
+    kwargs = dict(model_zoo.SMALL.get(name, {"size": 64, "classes": 10}))
+    model = getattr(model_zoo, name)(**kwargs)
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    for k, symbol in ((0, "N"), (2, "H"), (3, "W")):
+        dims[k].dim_param = symbol
+    for d in model.graph.output[0].type.tensor_type.shape.dim:
+        d.ClearField("dim_value")
+    result = infer_symbolic_shapes(model)
+    assert result.unknown == []
+    size = kwargs["size"]
+    for binding in (dict(N=1, H=size, W=size), dict(N=3, H=size, W=size), dict(N=1, H=size + 32, W=size + 64)):
+        assert all(c.holds(binding) for c in result.checks)
+        assert_matches_onnx(model, result, binding)
+    ones = dict(N=1, H=1, W=1)
+    assert all(c.holds(ones) for c in result.checks) or any("smaller than the window" in c.message
+                                                             for c in result.checks if not c.holds(ones))
