@@ -188,6 +188,24 @@ class PolymorphicExecutable:
         return (f"<loopweave PolymorphicExecutable {self.name!r} ({ins}): {len(self.calls)} kernel calls, "
                 f"{len({id(c.module) for c in self.calls})} distinct kernels, {len(self.plan.slot_sizes)} arena slots>")
 
+    def _repr_html_(self) -> str:
+        """The signature, the run-time checks, each kernel call with its arguments' symbolic shapes,
+        and the arena slots' symbolic sizes."""
+        import html
+        shapes = dict((n, s) for n, s, _ in self.signature.inputs)
+        shapes.update((n, shape) for n, (shape, _) in self.plan.values.items())
+        shapes.update((v.name, v.shape) for v in self.views)
+        shapes.update((n, tuple(S.dim(int(d)) for d in a.shape)) for n, a in self.constants.items())
+
+        def arg(name):
+            return f"{name}{show_shape([S.show(d) for d in shapes[name]])}" if name in shapes else name
+        calls = "".join(f"<li>{html.escape(c.node)}: <code>{html.escape(c.module.name)}</code>("
+                        f"{html.escape(', '.join(arg(a) for a in c.args))})</li>" for c in self.calls)
+        checks = "".join(f"<li>{html.escape(c.node)}: {html.escape(c.message)}</li>" for c in self.signature.checks)
+        slots = ", ".join(html.escape(S.show(size)) for size in self.plan.slot_sizes)
+        return (f"<div>{html.escape(repr(self))}<div>run-time checks:</div><ul>{checks or '<li>none</li>'}</ul>"
+                f"<div>kernel calls:</div><ol>{calls}</ol><div>arena slots (bytes): {slots}</div></div>")
+
 
 def load_polymorphic_kernels(reader: ArchiveReader) -> Dict[str, object]:
     """The kernels of a saved PolymorphicExecutable by structural key, loaded (every member verified

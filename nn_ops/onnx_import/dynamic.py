@@ -23,6 +23,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 from ...errors import OnnxImportError
+from ..network import symbolic as S
 from ..network.feed import check_names_and_dtypes, show_shape
 from .importer import import_static, node_label, np_dtype, shape_inputs_behind, symbolic_dims, with_input_shapes
 from .symbolic_shapes import infer_symbolic_shapes
@@ -137,8 +138,9 @@ class DynamicGraph:
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}: {d}{show_shape(s)}" for n, s, d in self.inputs)
         extra = f"; shape inputs (compiled per value): {', '.join(self.value_inputs)}" if self.value_inputs else ""
-        return (f"<loopweave DynamicGraph {self.name!r} ({ins}) -> ({', '.join(n for n, _, _ in self.outputs)}); "
-                f"compiled per input shape{extra}>")
+        outs = ", ".join(n if shape is None else f"{n}: {d}{show_shape([S.show(x) for x in shape])}"
+                         for n, shape, d in self.signature.outputs)
+        return f"<loopweave DynamicGraph {self.name!r} ({ins}) -> ({outs}); compiled per input shape{extra}>"
 
     def _repr_html_(self) -> str:
         import html

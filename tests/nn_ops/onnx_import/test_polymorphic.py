@@ -272,3 +272,12 @@ def test_zoo_encoder_over_the_issue_grid_matches_onnxruntime(zoo_encoder, batch)
     for seq in (1, 7, 64, 128, 200, 384):
         x = np.random.default_rng(seq).standard_normal((batch, seq, 256)).astype(np.float32)
         np.testing.assert_allclose(exe.run({"input": x})[0], session.run(None, {"input": x})[0], rtol=1e-3, atol=1e-3)
+
+
+def test_displays_show_symbolic_shapes(encoder):
+    model, exe = encoder
+    out = model.graph.output[0].name
+    assert f"-> ({out}: float32[batch, seq, 64])" in repr(lw.from_onnx(model))
+    page = exe._repr_html_()
+    assert "kernel calls:" in page and "[batch*seq, 64]" in page and "arena slots (bytes):" in page
+    assert page.count("<li>") == len(exe.calls) + 1          # the calls, and "none" for the checks
