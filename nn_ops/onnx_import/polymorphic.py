@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ...dsl import intrinsics as lwi
-from ...dsl.expr import binary, const
+from ...dsl.expr import binary, cast, const
 from ...dsl.tensor import compute, placeholder
 from ...errors import OnnxImportError
 from ...target import resolve_target
@@ -42,7 +42,7 @@ UNARY = {"Relu": lambda x: _max(x, const(0.0, x.dtype)), "Erf": lwi.erf, "Tanh":
          "Sigmoid": lwi.sigmoid, "Exp": lwi.exp, "Sqrt": lwi.sqrt, "Neg": lambda x: -x, "Abs": lwi.abs,
          "Identity": lambda x: x}
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
-COVERED = set(BINARY) | set(UNARY) | set(VIEWS) | {"MatMul", "Transpose", "Softmax", "LayerNormalization",
+COVERED = set(BINARY) | set(UNARY) | set(VIEWS) | {"Cast", "MatMul", "Transpose", "Softmax", "LayerNormalization",
                                                    "Constant", "Dropout", "Shape", "Gather", "Concat"}
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 
@@ -139,7 +139,7 @@ class _Builder:
             return
         if op in VIEWS or (op == "Dropout" and len(outs) == 1):
             return self.view(node.input[0], node.output[0])
-        if op == "MatMul" or op in BINARY or op in UNARY:
+        if op == "MatMul" or _elementwise(node):
             return self.group(k, node, label)
         if op == "Transpose":
             perm = list(node.attribute[0].ints) if node.attribute else list(range(len(self.shape(node.input[0]))))[::-1]
@@ -226,17 +226,14 @@ class _Builder:
             module = build(schedule([out], self.target), holders + [out], target=self.target,
                            name=f"poly_{key[0]}")
             self.kernels[full_key] = module
-        if output not in self.values:
-            self.values[output] = (out_shape, self.dtype_of_output(output, inputs))
+        if output not in self.values:       # the kernel's own output dtype (a Cast changes it)
+            self.values[output] = (out_shape, module.params[-1].dtype)
             self.local[output] = self.values[output]
         sizes = {f"v{k}": d for k, d in enumerate(variables)}      # this call's value of each size var
         self.calls.append(KernelCall(label, module, tuple(inputs) + (output,), sizes))
         self.steps.append(([i for i in inputs if i in self.values], [output]))
         if then_view is not None:
             self.view(output, then_view)
-
-    def dtype_of_output(self, output: str, inputs) -> str:
-        return self.shapes.dtypes.get(output) or self.dtype(inputs[0])
 
     def as_rows(self, src: str, dst: str, axis: int):
         """Views of ``src`` and of the result ``dst`` as (rows, n) where n spans the axes from ``axis``
@@ -278,7 +275,7 @@ class _Builder:
                                        f"{_show(G)} along equal sizes")
         nodes = self.model.graph.node
         for cand in list(nodes)[k + 1:]:
-            if cand.op_type not in BINARY and cand.op_type not in UNARY or id(cand) in self.done:
+            if not _elementwise(cand) or id(cand) in self.done:
                 break
             if not any(i in internal for i in cand.input) or cand.output[0] not in self.shapes.shapes:
                 break
@@ -314,7 +311,7 @@ class _Builder:
                 ext_names.append(i)
             modes.append(mode)
         order = ([anchor.output[0]] if anchor is not None else []) + [m.output[0] for m in members]
-        structure = tuple((m.op_type, tuple(("int", order.index(i)) if i in internal
+        structure = tuple((m.op_type, _attr(m, "to", None), tuple(("int", order.index(i)) if i in internal
                                             else ("c", self.scalar(i)) if self.is_scalar(i)
                                             else ("ext", externals.index(i)) for i in m.input)) for m in members)
         shapes = {i: self.shape(i) for i in externals}
@@ -329,21 +326,21 @@ class _Builder:
                 base = None
             if not members:
                 return base
-            dtype = base.dtype if base is not None else ext_holders[0].dtype
 
             def body(*idx):
                 env = {anchor.output[0]: base[idx]} if anchor is not None else {}
                 for m in members:
-                    vals = []
-                    for i in m.input:
+                    vals = {}
+                    for pos, i in enumerate(m.input):
                         if i in env:
-                            vals.append(env[i])
-                        elif self.is_scalar(i):
-                            vals.append(const(self.scalar(i), dtype))
-                        else:
+                            vals[pos] = env[i]
+                        elif not self.is_scalar(i):
                             q = externals.index(i)
-                            vals.append(ext_holders[q][_operand_index(modes[q], shapes[i], idx)])
-                    env[m.output[0]] = BINARY[m.op_type](*vals) if m.op_type in BINARY else UNARY[m.op_type](vals[0])
+                            vals[pos] = ext_holders[q][_operand_index(modes[q], shapes[i], idx)]
+                    dtype = next(iter(vals.values())).dtype      # a scalar takes its tensor operand's dtype
+                    args = [vals[pos] if pos in vals else const(self.scalar(i), dtype)
+                            for pos, i in enumerate(m.input)]
+                    env[m.output[0]] = _apply(m, args)
                 return env[final]
             return compute(tuple(extent(d) for d in space), body, name="epilogue", tag="elemwise")
         result = final if anchor is None else self.fresh(final + ".space")
@@ -421,6 +418,18 @@ class _Builder:
             k += 1
             name = f"{base}.{k}"
         return name
+
+
+def _elementwise(node) -> bool:
+    return node.op_type in BINARY or node.op_type in UNARY or node.op_type == "Cast"
+
+
+def _apply(node, args):
+    """The DSL expression of elementwise ``node`` on ``args``."""
+    if node.op_type == "Cast":
+        from onnx import helper
+        return cast(str(np.dtype(helper.tensor_dtype_to_np_dtype(_attr(node, "to", 1)))), args[0])
+    return BINARY[node.op_type](*args) if node.op_type in BINARY else UNARY[node.op_type](args[0])
 
 
 def _operand_index(mode, shape, idx) -> tuple:

@@ -281,3 +281,24 @@ def test_displays_show_symbolic_shapes(encoder):
     page = exe._repr_html_()
     assert "kernel calls:" in page and "[batch*seq, 64]" in page and "arena slots (bytes):" in page
     assert page.count("<li>") == len(exe.calls) + 1          # the calls, and "none" for the checks
+
+
+def test_an_attention_mask_as_bert_exports_it():
+    """mask (int64 [N, seq]) -> Cast -> (1 - m) * -10000 -> Unsqueeze -> added to x @ x^T -> Softmax."""
+    from onnx import TensorProto, helper
+    b = OnnxBuilder(opset=17)
+    m = b.node("Cast", ["mask"], to=TensorProto.FLOAT)
+    m = b.node("Mul", [b.node("Sub", [b.const(1.0), m]), b.const(-10000.0)])
+    m = b.node("Unsqueeze", [m, b.const([1], np.int64)])
+    scores = b.node("MatMul", ["input", b.node("Transpose", ["input"], perm=[0, 2, 1])])
+    out = b.node("Softmax", [b.node("Add", [scores, m])], axis=-1)
+    model = b.model(("N", "seq", 8), out, ("N", "seq", "seq"))
+    model.graph.input.append(helper.make_tensor_value_info("mask", TensorProto.INT64, ["N", "seq"]))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    rng = np.random.default_rng(0)
+    for n, seq in ((1, 1), (2, 6), (3, 19)):
+        feed = {"input": rng.standard_normal((n, seq, 8)).astype(np.float32),
+                "mask": (rng.random((n, seq)) < 0.7).astype(np.int64)}
+        feed["mask"][:, 0] = 1
+        np.testing.assert_allclose(exe.run(feed)[0], _ort(model, feed)[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(exe.run(feed)[0], exe.run_each(feed)[0])
