@@ -42,7 +42,7 @@ UNARY = {"Relu": lambda x: _max(x, const(0.0, x.dtype)), "Erf": lwi.erf, "Tanh":
          "Sigmoid": lwi.sigmoid, "Exp": lwi.exp, "Sqrt": lwi.sqrt, "Neg": lambda x: -x, "Abs": lwi.abs,
          "Identity": lambda x: x}
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
-COVERED = set(BINARY) | set(UNARY) | set(VIEWS) | {"Cast", "MatMul", "Transpose", "Softmax", "LayerNormalization",
+COVERED = set(BINARY) | set(UNARY) | set(VIEWS) | {"Cast", "MatMul", "Gemm", "Transpose", "Softmax", "LayerNormalization",
                                                    "Constant", "Dropout", "Shape", "Gather", "Concat"}
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 
@@ -139,7 +139,7 @@ class _Builder:
             return
         if op in VIEWS or (op == "Dropout" and len(outs) == 1):
             return self.view(node.input[0], node.output[0])
-        if op == "MatMul" or _elementwise(node):
+        if op in ("MatMul", "Gemm") or _elementwise(node):
             return self.group(k, node, label)
         if op == "Transpose":
             perm = list(node.attribute[0].ints) if node.attribute else list(range(len(self.shape(node.input[0]))))[::-1]
@@ -262,7 +262,7 @@ class _Builder:
         with the elementwise nodes right after it that read only its results, constants and values of
         its shape: one kernel whose epilogue computes them all on the register tile."""
         G = self.shapes.shapes[node.output[0]]
-        anchor = node if node.op_type == "MatMul" else None
+        anchor = node if node.op_type in ("MatMul", "Gemm") else None
         if anchor is not None:
             kind, space, anchor_inputs = self.anchor(anchor)
             members, internal = [], {anchor.output[0]}
@@ -318,8 +318,11 @@ class _Builder:
 
         def make(*holders, extent):
             anchor_holders, ext_holders = holders[:len(anchor_inputs)], holders[len(anchor_inputs):]
-            if kind == "dense":
+            if kind in ("dense", "dense+bias"):
                 base = matmul(anchor_holders[0], anchor_holders[1], name="dense")
+                if kind == "dense+bias":
+                    y, bias = base, anchor_holders[2]
+                    base = compute(y.shape, lambda i, j: y[i, j] + bias[j], name="dense.bias", tag="elemwise")
             elif kind == "bmm":
                 base = batch_matmul(anchor_holders[0], anchor_holders[1], name="bmm")
             else:
@@ -350,7 +353,9 @@ class _Builder:
             self.view(result, final, G)
 
     def anchor(self, node):
-        """(kind, the kernel's output space, its inputs) for a MatMul; views flatten the operands."""
+        """(kind, the kernel's output space, its inputs) for a MatMul or Gemm; views flatten the operands."""
+        if node.op_type == "Gemm":
+            return self.gemm_anchor(node)
         a, b = node.input[0], node.input[1]
         sa, sb = self.shape(a), self.shape(b)
         if b in self.consts and len(sb) == 2 and len(sa) >= 2 and a not in self.consts:
@@ -367,6 +372,30 @@ class _Builder:
         self.view(a, a3, (batch,) + sa[-2:])
         self.view(b, b3, (batch,) + sb[-2:])
         return "bmm", (batch, sa[-2], sb[-1]), [a3, b3]
+
+    def gemm_anchor(self, node):
+        """Gemm by a constant B (any transB, alpha folded in) with an optional constant C of [N] or
+        [1, N] (beta folded in): "dense" with a bias, computed before the epilogue."""
+        a, b = node.input[0], node.input[1]
+        c = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        if b not in self.consts or a in self.consts or int(_attr(node, "transA", 0)):
+            raise _Unsupported("Gemm other than of a computed A (not transposed) by a constant B")
+        alpha, beta = float(_attr(node, "alpha", 1.0)), float(_attr(node, "beta", 1.0))
+        w = self.consts[b].T if int(_attr(node, "transB", 0)) else self.consts[b]
+        weight = self.fresh(b + ".kn")
+        self.consts[weight] = np.ascontiguousarray(w * np.asarray(alpha, w.dtype)) if alpha != 1.0 \
+            else np.ascontiguousarray(w)
+        n = w.shape[1]
+        inputs = [a, weight]
+        if c is not None:
+            if c not in self.consts or self.consts[c].size not in (1, n) or self.consts[c].ndim > 2 \
+                    or (self.consts[c].ndim == 2 and self.consts[c].shape[0] != 1):
+                raise _Unsupported("Gemm's C other than a constant [N], [1, N] or scalar")
+            bias = self.fresh(c + ".vec")
+            vec = np.broadcast_to(self.consts[c].reshape(-1), (n,)) * np.asarray(beta, self.consts[c].dtype)
+            self.consts[bias] = np.ascontiguousarray(vec.astype(self.consts[c].dtype))
+            inputs.append(bias)
+        return "dense+bias" if c is not None else "dense", (self.shape(a)[0], S.dim(n)), inputs
 
     def operand_mode(self, name: str, G: tuple, space: tuple):
         """How an epilogue operand is read in ``space`` (the kernel's output, ``G`` in the graph):

@@ -133,7 +133,7 @@ def test_ops_not_covered_are_listed_in_one_error():
     with pytest.raises(OnnxImportError, match=r"cannot compile shape-polymorphically yet") as info:
         lw.compile(lw.from_onnx(model), polymorphic=True)
     message = str(info.value)
-    for op in ("Conv", "MaxPool", "GlobalAveragePool", "Gemm"):
+    for op in ("Conv", "MaxPool", "GlobalAveragePool"):
         assert f"{op}: no shape-polymorphic kernel for this op yet" in message
     assert message.count("Conv: no shape") == sum(n.op_type == "Conv" for n in model.graph.node)
 
@@ -302,3 +302,17 @@ def test_an_attention_mask_as_bert_exports_it():
         feed["mask"][:, 0] = 1
         np.testing.assert_allclose(exe.run(feed)[0], _ort(model, feed)[0], rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(exe.run(feed)[0], exe.run_each(feed)[0])
+
+
+def test_an_mlp_of_gemms_with_a_symbolic_batch():
+    b = OnnxBuilder(seed=3)
+    h = b.relu(b.gemm("input", 16, 32))                              # Gemm(transB=1) + bias, ReLU fused
+    w = b.init("w2", b.weight((32, 8), 0.2))
+    c = b.init("c2", b.weight((1, 8), 0.1))
+    out = b.node("Softmax", [b.node("Gemm", [h, w, c], alpha=0.5, beta=2.0)], axis=-1)
+    model = b.model(("N", 16), out, ("N", 8))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert len(exe.calls) == 3
+    for n in (1, 5, 33):
+        x = np.random.default_rng(n).standard_normal((n, 16)).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-6)
