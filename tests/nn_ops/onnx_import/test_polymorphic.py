@@ -316,3 +316,44 @@ def test_an_mlp_of_gemms_with_a_symbolic_batch():
     for n in (1, 5, 33):
         x = np.random.default_rng(n).standard_normal((n, 16)).astype(np.float32)
         np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def _resaved(path, tmp_path, edit):
+    """The archive at ``path`` written again with ``edit(meta)`` applied (checksums recomputed)."""
+    from loopweave.nn_ops.network.archive import ArchiveReader, ArchiveWriter
+    out = tmp_path / "edited.lwx"
+    with ArchiveReader(path) as reader:
+        meta = {k: v for k, v in reader.meta.items() if k != "checksums"}
+        members = {name: reader.read(name) for name in reader.meta["checksums"]}
+    edit(meta)
+    with ArchiveWriter(out) as writer:
+        for name, data in members.items():
+            writer.add(name, data)
+        writer.finish(meta)
+    return out
+
+
+def test_saved_files_from_elsewhere_are_refused_with_what_to_do(encoder, tmp_path):
+    _, exe = encoder
+    path = tmp_path / "encoder.lwx"
+    exe.save(path)
+    with pytest.raises(lw.ArgumentError, match="version 99"):
+        lw.load(_resaved(path, tmp_path, lambda m: m.update(version=99)))
+    with pytest.raises(lw.ArgumentError, match="compiled for cpu 'other-cpu'.*compile the model again here"):
+        lw.load(_resaved(path, tmp_path, lambda m: m["target"].update(cpu="other-cpu")))
+
+    def drop_first_kernel(meta):
+        meta["kernels"] = meta["kernels"][1:]
+    with pytest.raises(OnnxImportError, match="has no kernel for node .* compile the model again"):
+        lw.load(_resaved(path, tmp_path, drop_first_kernel))
+
+
+def test_shape_inputs_are_refused_by_the_polymorphic_path():
+    from onnx import TensorProto, helper
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),
+                               helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])])
+    g = lw.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(OnnxImportError, match=r"shape inputs \(shape\) change the graph's structure"):
+        lw.compile(g, polymorphic=True)
