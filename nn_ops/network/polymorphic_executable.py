@@ -219,7 +219,8 @@ def load_polymorphic_kernels(reader: ArchiveReader) -> Dict[str, object]:
                             f"(this loopweave reads version {VERSION})")
     host = resolve_target("llvm")
     saved = check.get(meta, "target", dict)
-    if check.get(saved, "cpu", str, "target.") != host.cpu or check.get(saved, "features", str, "target.") != host.features:
+    cpu, features = check.get(saved, "cpu", str, "target."), check.get(saved, "features", str, "target.")
+    if cpu != host.cpu or features != host.features:
         raise ArgumentError(f"{where} was compiled for cpu {saved['cpu']!r} with other CPU features than "
                             f"this machine ({host.cpu!r}); compile the model again here")
     kernels = {}

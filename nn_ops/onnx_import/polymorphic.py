@@ -1,19 +1,20 @@
 """``build_polymorphic(graph)``: a DynamicGraph compiled once, its kernels taking symbolic extents.
 
 The first slice of issue 18's compile-once executables (``lw.compile(graph, polymorphic=True)``).
-It walks the ONNX model with the symbolic shapes of ``symbolic_shapes.py`` and makes one kernel
-per node, each built once with ``lw.build`` over placeholders whose symbolic sizes are
-``lw.var`` s (the sympy -> DSL conversion is ``network/symbolic.py``'s): one var per distinct
-symbolic extent of the kernel's arguments, so a kernel over ``(batch*seq, 256)`` takes one
-size, bound from its arrays at run time.  Identical kernels (the same op, attributes and
-pattern of extents) are built once and shared.
+It walks the ONNX model with the symbolic shapes of ``symbolic_shapes.py`` and builds each kernel
+once with ``lw.build`` over placeholders whose symbolic sizes are ``lw.var`` s: one var per
+distinct symbolic extent of the kernel's arguments, so a kernel over ``(batch*seq, 256)`` takes
+one size (the call table passes its value; ``lw.build``'s runtime can also bind it from the
+arrays).  Identical kernels (the same op, attributes and pattern of extents) are built once.
 
-Covered: MatMul by a constant 2-d weight (a ``matmul`` over the flattened rows, a following
-bias Add fused in), MatMul of two computed operands with equal batch axes (``batch_matmul``),
-broadcasting elementwise arithmetic and the common activations, Softmax, LayerNormalization,
-Transpose, and the shape-only ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity as views;
-Shape/Gather/Concat chains on shape values computed at import).  Everything else is listed in
-one ``OnnxImportError`` (compile without ``polymorphic=True`` to specialise per shape).
+Covered: MatMul by a constant 2-d weight (a ``matmul`` over the flattened rows), MatMul of two
+computed operands with equal batch axes (``batch_matmul``), Gemm by a constant, broadcasting
+elementwise arithmetic, Cast and the common activations -- elementwise nodes right after a
+MatMul/Gemm (or another elementwise node) join its kernel as an epilogue --, Softmax and
+LayerNormalization (over (rows, n) views), Transpose, and the shape-only ops (Reshape, Flatten,
+Squeeze, Unsqueeze as views; Shape/Gather/Concat chains on shape values computed at import).
+Everything else is listed in one ``OnnxImportError`` (compile without ``polymorphic=True`` to
+specialise per shape).
 """
 from __future__ import annotations
 
@@ -42,8 +43,9 @@ UNARY = {"Relu": lambda x: _max(x, const(0.0, x.dtype)), "Erf": lwi.erf, "Tanh":
          "Sigmoid": lwi.sigmoid, "Exp": lwi.exp, "Sqrt": lwi.sqrt, "Neg": lambda x: -x, "Abs": lwi.abs,
          "Identity": lambda x: x}
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
-COVERED = set(BINARY) | set(UNARY) | set(VIEWS) | {"Cast", "MatMul", "Gemm", "Transpose", "Softmax", "LayerNormalization",
-                                                   "Constant", "Dropout", "Shape", "Gather", "Concat"}
+COVERED = set(BINARY) | set(UNARY) | set(VIEWS) | {"Cast", "MatMul", "Gemm", "Transpose", "Softmax",
+                                                   "LayerNormalization", "Constant", "Dropout", "Shape", "Gather",
+                                                   "Concat"}
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 
 

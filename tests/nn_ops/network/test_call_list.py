@@ -37,7 +37,8 @@ def test_calls_run_in_order_with_their_sizes_and_the_feed_patched_per_run():
 def test_the_list_stops_after_a_kernel_that_reports_an_error():
     plus_one, gather = kernels()
     arrays = {"src": np.arange(4, dtype=np.float32), "g": np.zeros(2, np.float32), "out": np.full(2, -1, np.float32)}
-    calls = [(gather, ("idx", "src", "g"), {"v0": sympy.Integer(2)}), (plus_one, ("g", "out"), {"v0": sympy.Integer(2)})]
+    two = {"v0": sympy.Integer(2)}
+    calls = [(gather, ("idx", "src", "g"), two), (plus_one, ("g", "out"), two)]
     table = call_list.CallTable(calls, arrays, {}, inputs={"idx": "idx"})
     run = call_list.runner(call_list.runner_object(plus_one.target))
     assert table.run(run, {"idx": np.array([1, 3], np.int64)}) == 0
