@@ -22,6 +22,7 @@ from .ir import PrimFunc
 from .passes.clamp_checked_indices import clamp_checked_indices
 from .passes.insert_bounds_checks import insert_bounds_checks
 from .passes.loop_partition import loop_partition
+from .passes.pad_register_loops import pad_register_loops
 from .passes.remove_noops import remove_noops
 from .passes.double_buffer import double_buffer
 from .passes.insert_syncs import insert_syncs
@@ -105,7 +106,8 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
                                 "error slot to report a bad index (the op library's index checks become clamps "
                                 "there); build for target='llvm' to check indices")
         check_gpu_schedule(schedule)
-        passes = PASSES + GPU_PASSES
+        at = [n for n, _ in passes].index("vectorize")
+        passes = passes[:at] + (("pad_register_loops", pad_register_loops),) + passes[at:] + GPU_PASSES
     start = time.perf_counter()
     body, params, size_vars = schedule_to_loops(schedule, args)
     ctx = PassContext(size_vars, {s.name: dict(s.storage_aligns) for s in schedule.stages if s.storage_aligns},

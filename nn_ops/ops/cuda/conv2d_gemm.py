@@ -6,14 +6,22 @@ x), its pixel axes fused into ``q`` and tiled like a matmul's output (``gemm_til
 16 threads, a register block per thread); the reduction over ``C*KH*KW`` runs in K-steps
 whose weight panel (``W2``, float4 rows) and patch panel (``cols``, the input gathered with
 its padding, inlined into the copy) go through shared memory, double-buffered when every
-tile is whole.  What matmul.py says about the register block applies here.
+tile is whole.  What matmul.py says about the register block applies here.  Where the tiles
+are too few to fill the GPU and the reduction is long (deep layers at small batch), the
+reduction is split (``split_k``): the slices' partial products are a batch of such matmuls,
+and a second kernel adds them with the epilogue.
 """
 from __future__ import annotations
 
 from ....dsl.tensor import thread_axis
 from ..registry import fused_output, register_schedule
 from .conv2d import _inline_helpers
-from .matmul import K_TILE, K_TILE_SINGLE, THREADS, _cooperative_copy, _whole_tiles, gemm_tiles
+from .injective import bind_fused
+from .matmul import K_TILE, K_TILE_SINGLE, MULTIPROCESSORS, THREADS, _cooperative_copy, _whole_tiles, gemm_tiles
+
+MAX_SPLITS = 32
+MIN_SLICE = 128          # reduction elements per slice at least
+EPILOGUE_THREADS = 256   # the kernel that adds the slices: one thread per output
 
 
 @register_schedule("conv2d_gemm", "cuda")
@@ -23,12 +31,16 @@ def schedule_conv2d_gemm(s, op, target) -> None:
     final = fused_output(s, op)
     if final is not s[op]:
         s[op].compute_inline()         # the epilogue reads the product directly
-    W2, cols = gemm.input_tensors[:2]
+    oc, pixels = gemm.outputs[0].shape
+    pm, pn = gemm_tiles(oc, pixels)
+    k = gemm.reduce_axis[0]
+    splits = split_k(_blocks(oc, pixels, pm, pn), int(k.extent.value))
+    if splits > 1:
+        _split_k(s, final, gemm, splits, (pm, pn), target)
+        return
     n, o, y, x = final.op.axis
     final.reorder(o, n, y, x)
     q = final.fuse(n, final.fuse(y, x))     # (n, (y, x)): the fused index folds back to the product's
-    oc, pixels = gemm.outputs[0].shape
-    pm, pn = gemm_tiles(oc, pixels)
     by, yi = final.split(o, factor=THREADS * pm)
     bx, xi = final.split(q, factor=THREADS * pn)
     ty, yi = final.split(yi, nparts=THREADS)
@@ -44,16 +56,50 @@ def schedule_conv2d_gemm(s, op, target) -> None:
     L = s[gemm]
     L.compute_at(final, tx)
     ci, cj = L.op.axis
-    k = L.op.reduce_axis[0]
     double = _whole_tiles((oc, pixels), k, (THREADS * pm, THREADS * pn), K_TILE)
     ko, ki = L.split(k, factor=K_TILE if double else K_TILE_SINGLE)
     L.reorder(ko, ki, ci, cj)
     L.unroll(ki)
     L.unroll(ci)
     L.vectorize(cj)
+    W2, cols = gemm.input_tensors[:2]
     for tensor in (W2, cols):
         cache = s.cache_read(tensor, "shared", [gemm.outputs[0]])
         s[cache].compute_at(L, ko)
         _cooperative_copy(s, cache, THREADS, THREADS)
         if double:
             s[cache].double_buffer()
+
+
+def _blocks(oc, pixels, pm: int, pn: int) -> int:
+    return -(-int(oc.value) // (THREADS * pm)) * -(-int(pixels.value) // (THREADS * pn))
+
+
+def split_k(blocks: int, length: int) -> int:
+    """Slices of the reduction for a grid of ``blocks`` tiles: 1 when the grid fills the GPU, else
+    enough slices to give about two blocks per multiprocessor, each slice a whole number of
+    16-long steps and at least ``MIN_SLICE`` long (ResNet-18's last 3x3 convolutions at batch 1:
+    8 tiles of 64 x 64 over a 4608-long reduction took 1.5 ms on an H100 unsplit)."""
+    if blocks >= MULTIPROCESSORS // 2:
+        return 1
+    best = 1
+    for splits in range(2, MAX_SPLITS + 1):
+        if length % (splits * K_TILE) or length // splits < MIN_SLICE:
+            continue
+        best = splits
+        if blocks * splits >= 2 * MULTIPROCESSORS:
+            break
+    return best
+
+
+def _split_k(s, final, gemm, splits: int, tiles, target) -> None:
+    """Partial products of ``splits`` reduction slices (``rfactor``), each tiled as a batch of
+    matmuls (the slice on blockIdx.z), then one thread per output adds the slices and applies
+    the epilogue."""
+    from .matmul import _schedule_gemm_cuda
+    L = s[gemm]
+    part, _ = L.split(gemm.reduce_axis[0], nparts=splits)
+    partial = s.rfactor(gemm.outputs[0], part)
+    _schedule_gemm_cuda(s, partial.op, target, batch=True, tiles=tiles)
+    _, tx = bind_fused(final, list(final.op.axis), EPILOGUE_THREADS)
+    L.compute_at(final, tx)

@@ -116,6 +116,8 @@ def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None) -> None:
     C.bind(bx, thread_axis("blockIdx.x"))
     C.bind(ty, thread_axis("threadIdx.y"))
     C.bind(tx, thread_axis("threadIdx.x"))
+    C.unroll(yi)                       # the register block is read back with constant indices
+    C.unroll(xi)
 
     L = s[CL]
     s[CL].compute_at(C, tx)

@@ -344,3 +344,40 @@ def test_implicit_gemm_conv_on_gpu():
     z = np.full(ref.shape, np.nan, "float32")
     f(x, w.reshape(128, -1), b, r, z)
     np.testing.assert_allclose(z, np.maximum(ref + b + r, 0), rtol=1e-3, atol=1e-3)
+
+
+def test_implicit_gemm_conv_splits_long_reductions_over_few_tiles():
+    """512->512 3x3 at 7x7, batch 1: 8 tiles of a 4608-long reduction; split into slices (a batch
+    of partial products on blockIdx.z) and added by a second kernel with the epilogue."""
+    from loopweave.nn_ops.ops.cuda.conv2d_gemm import split_k
+    assert split_k(8, 4608) == 32 and split_k(98, 576) == 1 and split_k(4, 100) == 1
+    s, args = _implicit_gemm_conv(1, 512, 512, 7, 3, 1, 1, residual=True)
+    partial, combine = _kernels(lw.lower(s, args, target="cuda"))
+    assert partial.grid[2].value == 32 and [b.value for b in partial.block] == [16, 16, 1]
+
+
+@pytest.mark.parametrize("case", [(1, 256, 128, 7, 3, 1, 1), (2, 128, 64, 4, 3, 2, 1)])
+def test_split_k_conv_emulated(case, emulate):
+    n, c, oc, size, kernel, stride, pad = case
+    s, args = _implicit_gemm_conv(n, c, oc, size, kernel, stride, pad, residual=True)
+    assert len(_kernels(lw.lower(s, args, target="cuda"))) == 2
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((n, c, size, size)).astype("float32")
+    w = rng.standard_normal((oc, c, kernel, kernel)).astype("float32")
+    b = rng.standard_normal((oc, 1, 1)).astype("float32")
+    ref = _conv_reference(x, w, stride, pad)
+    r = rng.standard_normal(ref.shape).astype("float32")
+    z = np.full(ref.shape, np.nan, "float32")
+    emulate(s, args)(x, w.reshape(oc, -1), b, r, z)
+    np.testing.assert_allclose(z, np.maximum(ref + b + r, 0), rtol=1e-4, atol=1e-3)
+
+
+def test_partial_register_blocks_are_padded_to_constant_loops():
+    """128 x 100 per batch in 64 x 64 tiles: the threads at the edge have partial register
+    blocks; their loops run to the block's size behind a guard, so the indices stay constants."""
+    import re
+    A, B = lw.placeholder((32, 128, 128), name="A"), lw.placeholder((32, 128, 100), name="B")
+    C = nn_ops.batch_matmul(A, B)
+    source = lw.build(nn_ops.schedule(C, "cuda"), [A, B, C], target="cuda:sm_90").get_source("cuda")
+    reads = set(re.findall(r"batch_matmul_local\[([^\]]*)\]", source))
+    assert reads and all(re.fullmatch(r"[0-9]+(LL)?", r.strip()) for r in reads), reads
