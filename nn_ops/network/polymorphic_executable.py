@@ -15,6 +15,8 @@ compiled).  Shapes that are views of others (Reshape and friends) cost nothing.
 """
 from __future__ import annotations
 
+import ctypes
+import time
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
@@ -154,6 +156,26 @@ class PolymorphicExecutable:
         return [np.array(arrays[n]) for n in self.output_names]
 
     __call__ = run
+
+    def profile(self, feed, repeat: int = 10) -> List[Tuple[str, float]]:
+        """(node, median seconds) of each kernel call at ``feed``'s binding, each call run ``repeat``
+        times on its own through the call table (for finding hot spots)."""
+        self.run(feed)                                    # fills the table of this binding
+        feed = {n: np.ascontiguousarray(a) for n, a in check_names_and_dtypes(self.signature.inputs, feed).items()}
+        table = self._tables[tuple(sorted(self.bind(feed).items()))]
+        for ptrs, j, name in table.patches:
+            ptrs[j] = feed[name].ctypes.data
+        kernel = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+        result = []
+        for k, call in enumerate(self.calls):
+            fn = kernel(table.fns[k])
+            samples = []
+            for _ in range(max(1, repeat)):
+                start = time.perf_counter()
+                fn(table.buffers[k], table.sizes[k], ctypes.addressof(table.err))
+                samples.append(time.perf_counter() - start)
+            result.append((call.node, float(np.median(samples))))
+        return result
 
     def _input_views(self, binding) -> List[Tuple[str, str, tuple]]:
         """(view, source, concrete shape) of the views outside the arena (of inputs), per binding."""

@@ -357,3 +357,13 @@ def test_shape_inputs_are_refused_by_the_polymorphic_path():
     g = lw.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     with pytest.raises(OnnxImportError, match=r"shape inputs \(shape\) change the graph's structure"):
         lw.compile(g, polymorphic=True)
+
+
+def test_profile_names_every_kernel_call(encoder):
+    model, exe = encoder
+    x = np.random.default_rng(0).standard_normal((2, 9, 64)).astype(np.float32)
+    want = exe.run({"input": x})[0]
+    rows = exe.profile({"input": x}, repeat=3)
+    assert [node for node, _ in rows] == [c.node for c in exe.calls]
+    assert all(seconds > 0 for _, seconds in rows)
+    np.testing.assert_array_equal(exe.run({"input": x})[0], want)     # profiling left nothing behind
