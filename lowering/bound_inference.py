@@ -63,6 +63,14 @@ def _loop_constraints(loop: Loop, names: IslNames) -> List[str]:
         out.append(f"{v} >= {lo}")
         if ext is not None:
             out.append(f"{v} < {lo} + {ext}")
+    elif isinstance(loop.extent, Const) and loop.extent.value == 1:
+        # a let that depends on a thread loop, made a one-iteration loop: its value may be a
+        # select (a partial register block's extent), which ``equals`` states piecewise; left
+        # unconstrained it would let the region run to the tensor's end (a 64-wide tile of a
+        # 200-wide matrix then allocated all 200 columns)
+        text = equals(v, loop.min, names)
+        if text is not None:
+            out.append(text)
     return out
 
 

@@ -46,5 +46,8 @@ def build_cuda(func: PrimFunc, target, written) -> CudaModule:
     sources = {"lowered": lambda: str(func), "cuda": source, "ptx": ptx}
     module = CudaModule(func.name, params, size_names, sources, target, func, kernels, ptx)
     module.arch = arch
-    module.symbol = f"cu_{func.name}_{hashlib.sha256((source + arch).encode()).hexdigest()[:16]}"
+    # the whole lowered function, not only the device code: two kernels with the same CUDA C can
+    # differ in their launch grids and parameter shapes (depthwise convs of 384 and 576 channels
+    # at 14x14), and a network keys its modules by this symbol
+    module.symbol = f"cu_{func.name}_{hashlib.sha256((str(func) + source + arch).encode()).hexdigest()[:16]}"
     return module

@@ -156,3 +156,19 @@ class _CountingAllocator:
     def alloc(self, nbytes):
         self.sizes.append(nbytes)
         return 1 << 20
+
+
+def test_kernels_with_the_same_device_code_but_other_shapes_stay_apart():
+    """Two depthwise convolutions that differ only in their channel count (384 and 576 at 14x14)
+    have the same CUDA C (the count is only in the launch grid); a network must still run each
+    with its own module (sharing one symbol ran the 384-channel kernel for both)."""
+    from loopweave.nn_ops.ops.conv2d import conv2d
+    from loopweave import nn_ops
+    symbols = {}
+    for c in (384, 576):
+        X, W = lw.placeholder((1, c, 14, 14), name="X"), lw.placeholder((c, 1, 3, 3), name="W")
+        Y = conv2d(X, W, 1, 1, groups=c)
+        f = lw.build(nn_ops.schedule(Y, "cuda"), [X, W, Y], target="cuda:sm_90")
+        symbols[c] = (f.symbol, f.get_source("cuda"))
+    assert symbols[384][1] == symbols[576][1]          # the device code alone does not tell them apart
+    assert symbols[384][0] != symbols[576][0]
