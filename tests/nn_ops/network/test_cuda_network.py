@@ -172,3 +172,17 @@ def test_kernels_with_the_same_device_code_but_other_shapes_stay_apart():
         symbols[c] = (f.symbol, f.get_source("cuda"))
     assert symbols[384][1] == symbols[576][1]          # the device code alone does not tell them apart
     assert symbols[384][0] != symbols[576][0]
+
+
+def test_cuda_convolutions_become_implicit_gemms_where_measured_faster():
+    """3x3 convolutions always; 1x1 ones only for several images (direct was faster at batch 1)."""
+    from loopweave.nn_ops.network.passes import optimize
+    from loopweave.nn_ops.testing.model_zoo import mobilenet_v2
+    for batch, pointwise in ((1, "conv2d"), (2, "conv2d_gemm")):
+        g = optimize(lw.from_onnx(mobilenet_v2(batch=batch, size=32)), "cuda")
+        kinds = {}
+        for node in g.nodes:
+            if node.op_type in ("conv2d", "conv2d_gemm") and node.attrs.get("groups", 1) == 1:
+                kernel = tuple(node.attrs.get("kernel") or g.shape(node.inputs[1])[2:])
+                kinds.setdefault(kernel, set()).add(node.op_type)
+        assert kinds[(3, 3)] == {"conv2d_gemm"} and kinds[(1, 1)] == {pointwise}, kinds
