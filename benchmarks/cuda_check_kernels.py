@@ -20,25 +20,8 @@ import sys
 import numpy as np
 
 import loopweave as lw
+from loopweave.backends.cuda.emulate import emulating_build
 from loopweave.nn_ops.testing import model_zoo
-
-
-def emulating_build(s, args):
-    """Build a GPU schedule for the CPU with its thread loops made serial (the tests' emulation)."""
-    from loopweave.backends.build import build_llvm
-    from loopweave.dsl.visitor import Mutator
-    from loopweave.lowering.ir import For
-    from loopweave.target import resolve_target
-
-    class Serial(Mutator):
-        def visit_For(self, node):
-            body = self.visit(node.body)
-            if node.kind != "thread":
-                return node if body is node.body else For(node.var, node.min, node.extent, node.kind, body,
-                                                          node.annotations)
-            return For(node.var, node.min, node.extent, "serial", body, ())
-    func = lw.lower(s, args)
-    return build_llvm(func.with_body(Serial().visit(func.body)), resolve_target("llvm"))
 
 
 def check_in_network(name, gpu, cpu) -> None:

@@ -43,22 +43,5 @@ def emulate():
     GPU's parallel execution shows (shared regions per block rather than per thread,
     barrier placement) is checked structurally in tests/lowering/test_gpu_lowering.py.
     """
-    import loopweave as lw
-    from loopweave.backends.build import build_llvm
-    from loopweave.dsl.visitor import Mutator
-    from loopweave.lowering.ir import For
-    from loopweave.target import resolve_target
-
-    class Serial(Mutator):
-        def visit_For(self, node):
-            body = self.visit(node.body)
-            if node.kind != "thread":
-                return node if body is node.body else For(node.var, node.min, node.extent, node.kind, body,
-                                                          node.annotations)
-            return For(node.var, node.min, node.extent, "serial", body, ())
-
-    def build(s, args):
-        lw.lower(s, args, target="cuda")   # the schedule must also be a legal GPU schedule
-        func = lw.lower(s, args)
-        return build_llvm(func.with_body(Serial().visit(func.body)), resolve_target("llvm"))
-    return build
+    from loopweave.backends.cuda.emulate import emulating_build
+    return emulating_build

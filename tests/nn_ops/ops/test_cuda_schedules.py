@@ -315,35 +315,32 @@ def test_implicit_gemm_conv_tiles_like_a_matmul():
     assert reads and all(re.fullmatch(r"[0-9]+", r.strip()) for r in reads), set(reads)
 
 
-@pytest.mark.parametrize("case", [(2, 16, 32, 9, 3, 1, 1), (1, 3, 64, 20, 7, 2, 3), (2, 32, 64, 10, 1, 2, 0),
-                                  (1, 24, 40, 7, 3, 1, 1)])
-def test_implicit_gemm_conv_with_epilogue_emulated(case, emulate):
+def _check_conv_with_residual(run, case, seed: int, tol: float) -> None:
+    """Run ``run(x, W2, b, r, z)`` on random data and compare with numpy's conv + bias + residual + relu."""
     n, c, oc, size, kernel, stride, pad = case
-    s, args = _implicit_gemm_conv(n, c, oc, size, kernel, stride, pad, residual=True)
-    rng = np.random.default_rng(5)
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, c, size, size)).astype("float32")
     w = rng.standard_normal((oc, c, kernel, kernel)).astype("float32")
     b = rng.standard_normal((oc, 1, 1)).astype("float32")
     ref = _conv_reference(x, w, stride, pad)
     r = rng.standard_normal(ref.shape).astype("float32")
     z = np.full(ref.shape, np.nan, "float32")
-    emulate(s, args)(x, w.reshape(oc, -1), b, r, z)
-    np.testing.assert_allclose(z, np.maximum(ref + b + r, 0), rtol=1e-4, atol=1e-4)
+    run(x, w.reshape(oc, -1), b, r, z)
+    np.testing.assert_allclose(z, np.maximum(ref + b + r, 0), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("case", [(2, 16, 32, 9, 3, 1, 1), (1, 3, 64, 20, 7, 2, 3), (2, 32, 64, 10, 1, 2, 0),
+                                  (1, 24, 40, 7, 3, 1, 1)])
+def test_implicit_gemm_conv_with_epilogue_emulated(case, emulate):
+    s, args = _implicit_gemm_conv(*case, residual=True)
+    _check_conv_with_residual(emulate(s, args), case, seed=5, tol=1e-4)
 
 
 @pytest.mark.gpu
 def test_implicit_gemm_conv_on_gpu():
-    s, args = _implicit_gemm_conv(2, 64, 128, 28, 3, 1, 1, residual=True)
-    f = lw.build(s, args, target="cuda")
-    rng = np.random.default_rng(6)
-    x = rng.standard_normal((2, 64, 28, 28)).astype("float32")
-    w = rng.standard_normal((128, 64, 3, 3)).astype("float32")
-    b = rng.standard_normal((128, 1, 1)).astype("float32")
-    ref = _conv_reference(x, w, 1, 1)
-    r = rng.standard_normal(ref.shape).astype("float32")
-    z = np.full(ref.shape, np.nan, "float32")
-    f(x, w.reshape(128, -1), b, r, z)
-    np.testing.assert_allclose(z, np.maximum(ref + b + r, 0), rtol=1e-3, atol=1e-3)
+    case = (2, 64, 128, 28, 3, 1, 1)
+    s, args = _implicit_gemm_conv(*case, residual=True)
+    _check_conv_with_residual(lw.build(s, args, target="cuda"), case, seed=6, tol=1e-3)
 
 
 def test_implicit_gemm_conv_splits_long_reductions_over_few_tiles():
@@ -358,18 +355,9 @@ def test_implicit_gemm_conv_splits_long_reductions_over_few_tiles():
 
 @pytest.mark.parametrize("case", [(1, 256, 128, 7, 3, 1, 1), (2, 128, 64, 4, 3, 2, 1)])
 def test_split_k_conv_emulated(case, emulate):
-    n, c, oc, size, kernel, stride, pad = case
-    s, args = _implicit_gemm_conv(n, c, oc, size, kernel, stride, pad, residual=True)
+    s, args = _implicit_gemm_conv(*case, residual=True)
     assert len(_kernels(lw.lower(s, args, target="cuda"))) == 2
-    rng = np.random.default_rng(7)
-    x = rng.standard_normal((n, c, size, size)).astype("float32")
-    w = rng.standard_normal((oc, c, kernel, kernel)).astype("float32")
-    b = rng.standard_normal((oc, 1, 1)).astype("float32")
-    ref = _conv_reference(x, w, stride, pad)
-    r = rng.standard_normal(ref.shape).astype("float32")
-    z = np.full(ref.shape, np.nan, "float32")
-    emulate(s, args)(x, w.reshape(oc, -1), b, r, z)
-    np.testing.assert_allclose(z, np.maximum(ref + b + r, 0), rtol=1e-4, atol=1e-3)
+    _check_conv_with_residual(emulate(s, args), case, seed=7, tol=1e-3)
 
 
 def test_partial_register_blocks_are_padded_to_constant_loops():
