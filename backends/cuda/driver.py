@@ -19,7 +19,6 @@ from ...errors import BuildError
 CUdeviceptr = ctypes.c_uint64
 _ATTR_CC_MAJOR, _ATTR_CC_MINOR = 75, 76
 _ATTR_MAX_SHARED_PER_BLOCK = 8
-_ATTR_MULTIPROCESSOR_COUNT = 16
 _CAPTURE_THREAD_LOCAL = 1    # CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 
 
@@ -77,10 +76,6 @@ class Driver:
     @property
     def arch(self) -> str:
         return f"sm_{self.attribute(_ATTR_CC_MAJOR)}{self.attribute(_ATTR_CC_MINOR)}"
-
-    @property
-    def multiprocessors(self) -> int:
-        return self.attribute(_ATTR_MULTIPROCESSOR_COUNT)
 
     def name(self) -> str:
         buf = ctypes.create_string_buffer(256)

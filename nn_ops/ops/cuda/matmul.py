@@ -1,14 +1,14 @@
 """matmul, dense and batch_matmul on the GPU: shared-memory tiles, register blocks.
 
-Each block of 16 x 16 threads computes a tile of the output, 128 x 128 where the output
-is large; each thread an ``8 x 8`` block of it (4 or 2 per side where that makes whole
-tiles or fills the multiprocessors: ``gemm_tiles``), accumulated in registers
+Each block of 16 x 16 threads computes a tile of the output, 128 x 64 where the output
+is large; each thread an ``8 x 4`` block of it (other sizes where they make whole tiles
+or fill the multiprocessors: ``gemm_tiles``), accumulated in registers
 (``cache_write(C, "local")`` computed at the thread).  The reduction runs in steps of
 ``K_TILE`` (16, or 8 when the reduction is not a multiple of 16): per step the block
-copies the 128 x K_TILE panel of A and the K_TILE x 128 panel of B into shared memory
+copies the tile's rows x K_TILE panel of A and K_TILE x columns panel of B into shared memory
 cooperatively (every thread copies float4s;
 ``insert_syncs`` puts the barriers around the copies), then every thread runs the
-unrolled 8 x 8 x K_TILE multiply-adds from shared memory and registers.  When the
+unrolled register-block x K_TILE multiply-adds from shared memory and registers.  When the
 output and the reduction are whole tiles, both panels are double-buffered
 (``Stage.double_buffer``): the next step's global loads are in flight during this
 step's arithmetic, with one barrier per step (on an H100 at 4096^3: 32.7 TFLOPS
