@@ -23,7 +23,7 @@ from typing import Optional
 
 import numpy as np
 
-from .protocol import recv, send
+from ..backends.wire import recv, send
 
 _TASKS: dict = {}       # per worker process: task key -> (args, inputs, reference output)
 

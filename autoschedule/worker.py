@@ -12,7 +12,7 @@ import os
 import sys
 
 from .measure import measure_job
-from .protocol import recv, send
+from ..backends.wire import recv, send
 
 
 def main() -> None:

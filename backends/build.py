@@ -13,6 +13,7 @@ from ..errors import BuildError
 from ..lowering.ir import PrimFunc
 from ..lowering.lower import check_checks_argument, lower
 from ..target import resolve_target
+from . import build_workers
 from .cuda.build import build_cuda
 from .llvm import jit
 from .llvm.codegen import CodeGen
@@ -97,12 +98,15 @@ class _LlvmJob:
     """One CPU build in two halves: ``start`` (symbol, disk cache, LLVM IR text: Python work,
     then the LLVM compile handed to ``submit``) and ``finish`` (load, make the Module)."""
 
-    def __init__(self, func: PrimFunc, target):
+    def __init__(self, func: PrimFunc, target, symbol: str = None, obj: bytes = None):
+        """``symbol`` and ``obj``: a build finished elsewhere (a ``build_workers`` process)."""
         self.func, self.target = func, target
-        digest = hashlib.sha256((func.structural_key() + target.key()).encode()).hexdigest()[:16]
-        self.symbol = f"lw_{func.name}_{digest}"
+        if symbol is None:
+            digest = hashlib.sha256((func.structural_key() + target.key()).encode()).hexdigest()[:16]
+            symbol = f"lw_{func.name}_{digest}"
+        self.symbol = symbol
         self.generated = {}
-        self.obj = None
+        self.obj = obj
         self.pending = None
 
     def llvm_ir(self) -> str:
@@ -147,22 +151,32 @@ def optimized_llvm_ir(schedule, args, target, name: str):
 
 
 def build_many(jobs: Sequence, target="llvm", checks=None, progress=None) -> List[Module]:
-    """``[build(s, args, target, name) for s, args, name in jobs]`` for the CPU, with each
-    kernel's LLVM compile (native code, no GIL) running on a background thread while the next
-    kernel is lowered in Python: a cold network compile overlaps its two halves.
-    ``progress()`` is called after each kernel is lowered."""
+    """``[build(s, args, target, name) for s, args, name in jobs]`` for the CPU, using the machine's
+    cores: spawned workers lower and compile some kernels (``build_workers``) while this process
+    lowers the others, each one's LLVM compile (native code, no GIL) on a background thread while
+    the next is lowered.  ``progress()`` is called once per kernel."""
     check_checks_argument(checks, BuildError)
     tgt = resolve_target(target)
     if tgt.kind != "llvm":
         return [build(s, args, tgt, name, checks) for s, args, name in jobs]
-    started = []
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="loopweave-llvm") as pool:
-        for s, args, name in jobs:
+        def build_here(index: int) -> _LlvmJob:
+            s, args, name = jobs[index]
             job = _LlvmJob(_lowered_for_cpu(s, args, tgt, name, checks), tgt)
             job.start(lambda ir: pool.submit(jit.compile_ir, ir, tgt))
-            started.append(job)
-            if progress is not None:
-                progress()
+            return job
+
+        workers = build_workers.worker_count(len(jobs)) if tgt.runs_here() else 0
+        if workers:
+            started = build_workers.build_spread(
+                jobs, tgt, checks, build_here, lambda func, symbol, obj: _LlvmJob(func, tgt, symbol, obj),
+                progress, workers)
+        else:
+            started = []
+            for index in range(len(jobs)):
+                started.append(build_here(index))
+                if progress is not None:
+                    progress()
         return [job.finish() for job in started]
 
 

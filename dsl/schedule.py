@@ -9,7 +9,7 @@ Lowering reads the schedule and never mutates it.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ScheduleError
 from . import dtypes
@@ -383,7 +383,9 @@ class Schedule:
     def __init__(self, outputs: Sequence[Tensor]):
         self.outputs = [t.op for t in outputs]
         self.stages: List[Stage] = []
-        self._stage_of: Dict[int, Stage] = {}
+        # id(op) -> (op, its stage), for every op a handle may name (old ops of rewritten stages too);
+        # the op is kept so that its id is never reused while the schedule lives
+        self._stage_of: Dict[int, Tuple[object, Stage]] = {}
         for op in _topo_ops(self.outputs):
             self._new_stage(op)
         for op in self.outputs:
@@ -396,6 +398,17 @@ class Schedule:
                     for v in collect_vars(s):
                         self.vars.setdefault(v.name, v)
 
+    def __getstate__(self):
+        # ids differ in another process (a build worker): the table travels as its (op, stage) pairs
+        state = dict(self.__dict__)
+        state["_stage_of"] = list(self._stage_of.values())
+        return state
+
+    def __setstate__(self, state):
+        pairs = state.pop("_stage_of")
+        self.__dict__.update(state)
+        self._stage_of = {id(op): (op, stage) for op, stage in pairs}
+
     def _new_stage(self, op, before: Optional[Stage] = None) -> Stage:
         """A stage for ``op``, last or (for the ops cache_read, cache_write, rfactor make) before ``before``."""
         stage = Stage(self, op)
@@ -403,12 +416,12 @@ class Schedule:
             self.stages.append(stage)
         else:
             self.stages.insert(self.stages.index(before), stage)
-        self._stage_of[id(stage.op)] = stage
+        self._stage_of[id(stage.op)] = (stage.op, stage)
         return stage
 
     def __getitem__(self, item) -> Stage:
         op = item.op if isinstance(item, Tensor) else item
-        stage = self._stage_of.get(id(op))
+        stage = self._stage_of.get(id(op), (None, None))[1]
         if stage is None:
             name = getattr(op, "name", repr(item))
             raise ScheduleError(f"'{name}' is not part of this schedule; stages: "
@@ -516,8 +529,8 @@ class Schedule:
         """Point ``stage`` at a rewritten op; old handles (tensors, ops) still find it."""
         old_op = stage.op
         stage.op = new_op
-        self._stage_of[id(new_op)] = stage
-        self._stage_of.setdefault(id(old_op), stage)
+        self._stage_of[id(new_op)] = (new_op, stage)
+        self._stage_of.setdefault(id(old_op), (old_op, stage))
         stage.root_iter_vars = list(new_op.axis) + list(new_op.reduce_axis)
         for iv in stage.root_iter_vars:
             if all(iv is not a for a in stage.all_iter_vars):

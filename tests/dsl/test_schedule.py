@@ -274,3 +274,22 @@ def test_schedule_repr_and_html(chain):
     assert repr(s[C]) == "Stage(C)"
     for html in (s._repr_html_(), s[C]._repr_html_()):
         assert html.lstrip().startswith("<") and "C" in html
+
+
+def test_a_schedule_survives_pickling_with_rewritten_stages():
+    """Build workers receive schedules pickled: handles (old ops of rewritten stages too) must still
+    find their stages, and the copy must lower to the same loops."""
+    import pickle
+    n = 64
+    A = lw.placeholder((n, n), name="A")
+    B = lw.placeholder((n, n), name="B")
+    k = lw.reduce_axis((0, n), name="k")
+    C = lw.compute((n, n), lambda i, j: lw.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = lw.create_schedule(C)
+    CC = s.cache_write(C, "local")
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 8, 16)
+    s[CC].compute_at(s[C], jo)
+    s[C].vectorize(ji)
+    copy_s, (cA, cB, cC) = pickle.loads(pickle.dumps((s, [A, B, C])))
+    assert copy_s[cC] is copy_s.stages[-1]
+    assert str(lw.lower(copy_s, [cA, cB, cC])) == str(lw.lower(s, [A, B, C]))

@@ -1,4 +1,4 @@
-"""The measuring worker's wire format: 8-byte big-endian length, then a pickled dict."""
+"""The wire format of loopweave's worker processes (tuning measurements, parallel builds): 8-byte big-endian length, then a pickled dict."""
 from __future__ import annotations
 
 import os

@@ -1,0 +1,51 @@
+"""A build worker process: ``python -m loopweave.backends.build_worker`` (see ``build_workers``).
+
+Each request holds a kernel's schedule, arguments, name, target, checks and the caller's
+``LOOPWEAVE_*`` settings; the reply is ``{"built": (lowered function, symbol, object code)}`` or
+``{"error": message}`` (the caller then builds that kernel itself and raises its own error).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from . import build as build_mod
+from .llvm import jit
+from .wire import recv, send
+
+
+def _build(request: dict):
+    """In a worker: ``(lowered function, symbol, object code)`` of one kernel (from the disk
+    cache when it is there; a fresh compile is stored in it)."""
+    env = request["env"]
+    for key in [k for k in os.environ if k.startswith("LOOPWEAVE_") and k not in env]:
+        del os.environ[key]
+    os.environ.update(env)
+    target = request["target"]
+    func = build_mod._lowered_for_cpu(request["schedule"], request["args"], target, request["name"],
+                                      request["checks"])
+    job = build_mod._LlvmJob(func, target)
+    obj = jit.cached_object(job.symbol, target)
+    if obj is None:
+        obj, _ = jit.compile_ir(job.llvm_ir(), target)
+        jit.store_object(job.symbol, target, obj)
+    return func, job.symbol, obj
+
+
+def main() -> None:
+    inp, out = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())   # stray prints must not corrupt the protocol
+    while True:
+        try:
+            request = recv(inp)
+        except EOFError:
+            return
+        try:
+            reply = {"built": _build(request)}
+            send(out, reply)
+        except Exception as exc:          # noqa: BLE001 - reported; the caller rebuilds and raises
+            send(out, {"error": f"{type(exc).__name__}: {exc}"})
+
+
+if __name__ == "__main__":
+    main()
