@@ -33,6 +33,13 @@ class MeasureResult:
     seconds: Optional[float]
     error: Optional[str]
     build_seconds: float = 0.0
+    versus_seconds: Optional[float] = None   # a side-by-side job: the other schedule's median time
+    ratio: Optional[float] = None            # ... and the median over pairs of its time / this one's
+
+    @classmethod
+    def of(cls, r: dict) -> "MeasureResult":
+        """From a worker's reply dict."""
+        return cls(r["seconds"], r["error"], r.get("build_seconds", 0.0), r.get("versus_seconds"), r.get("ratio"))
 
 
 def _index_bounds(args) -> dict:
@@ -99,13 +106,16 @@ def _reference(state):
 
 def measure_one(key: str, task_bytes: bytes, trace_json: str, check_below: Optional[float] = None,
                 repeat: int = 5, min_seconds: float = 0.03, crash: bool = False, hang: float = 0.0,
-                target: Optional[dict] = None) -> dict:
+                target: Optional[dict] = None, versus: Optional[str] = None, pairs: int = 15) -> dict:
     """Rebuild the schedule from ``trace_json``, build, time; a JSON-able dict back.
 
     When the time beats ``check_below`` the outputs are compared with the untuned build's.
     ``target`` (Target fields as a dict) is what the code is built for, the host when None.
     ``crash`` kills this process and ``hang`` sleeps that long first (the tests use them to
-    check that a crash or a hang costs one candidate).
+    check that a crash or a hang costs one candidate).  With ``versus`` (another trace, a
+    network's default schedule), both are built and timed alternately, ``pairs`` times, in this
+    one call: the reply adds ``versus_seconds`` and ``ratio`` (median of versus / this per pair),
+    a comparison that the machine's load between two separate measurements cannot skew.
     """
     if crash:
         import os
@@ -113,20 +123,31 @@ def measure_one(key: str, task_bytes: bytes, trace_json: str, check_below: Optio
     if hang:
         time.sleep(hang)
     from ..backends.build import build
+    from ..backends.timing import interleaved
     from ..dsl.schedule import create_schedule
     from ..dsl.trace import Trace
     try:
         state = _task_state(key, task_bytes)
         args = state["args"]
         outs = [args[i] for i in _output_positions(args)]
-        s = create_schedule(outs)
-        Trace.from_json(trace_json).apply(s)
-        t0 = time.perf_counter()
         from ..target import Target
-        mod = build(s, args, target=Target(**target) if target else "llvm")
+        tgt = Target(**target) if target else "llvm"
+
+        def built(trace: str):
+            s = create_schedule(outs)
+            Trace.from_json(trace).apply(s)
+            return build(s, args, target=tgt)
+        t0 = time.perf_counter()
+        mod = built(trace_json)
         build_s = time.perf_counter() - t0
         if state["arrays"] is None:
             state["arrays"] = _random_inputs(args, seed=99)
+        if versus is not None:
+            other = built(versus)
+            cmp = interleaved(lambda: mod(*state["arrays"]), lambda: other(*state["arrays"]), pairs=pairs,
+                              min_seconds=0.01, pause=0.0)
+            return {"seconds": cmp.ours_s, "error": None, "build_seconds": build_s,
+                    "versus_seconds": cmp.theirs_s, "ratio": cmp.ratio}
         t1 = time.perf_counter()
         mod(*state["arrays"])                       # warm-up, and a first estimate
         first = time.perf_counter() - t1
@@ -202,7 +223,7 @@ class LocalMeasurer:
             code = proc.poll()
             self._kill()
             return MeasureResult(None, f"worker crashed (exit code {code})")
-        return MeasureResult(r["seconds"], r["error"], r.get("build_seconds", 0.0))
+        return MeasureResult.of(r)
 
     def run(self, jobs):
         """``jobs``: list of kwargs for measure_one; returns a MeasureResult per job, in order."""
@@ -237,7 +258,7 @@ class ExecutorMeasurer:
 def _wait(fut, timeout, reset) -> MeasureResult:
     try:
         r = fut.result(timeout=timeout)
-        return MeasureResult(r["seconds"], r["error"], r.get("build_seconds", 0.0))
+        return MeasureResult.of(r)
     except cf.TimeoutError:
         fut.cancel()
         if reset:

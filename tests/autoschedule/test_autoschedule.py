@@ -197,6 +197,31 @@ def test_crash_and_hang_cost_one_candidate_each():
     assert ok2.error is None and ok2.seconds > 0
 
 
+def test_a_side_by_side_job_times_both_schedules_in_one_worker_call():
+    """A 128^3 matmul: the untuned loops against a vectorized, parallel schedule, alternately;
+    the ratio says which is faster, whatever the load between calls."""
+    args = matmul(128, 128, 128)
+    task = Task(args, "llvm")
+    from loopweave.dsl.trace import Trace
+    s = lw.create_schedule(task.outputs)
+    C = task.outputs[0]
+    i, j = C.op.axis
+    k = C.op.reduce_axis[0]
+    jo, ji = s[C].split(j, factor=16)
+    s[C].reorder(i, jo, k, ji)
+    s[C].vectorize(ji)
+    s[C].parallel(i)
+    job = dict(key=task.key, task_bytes=task.to_bytes(), trace_json=s.trace.to_json(),
+               versus=Trace().to_json(), pairs=5)
+    m = LocalMeasurer(timeout=60.0)
+    try:
+        (r,) = m.run([job])
+    finally:
+        m.close()
+    assert r.error is None and r.seconds > 0 and r.versus_seconds > 0
+    assert r.ratio > 1.5, r            # the vectorized schedule wins by far more than noise
+
+
 def test_wrong_answer_is_caught():
     args = matmul(16, 16, 8)
     task = Task(args, "llvm")
@@ -350,24 +375,29 @@ def test_fresh_samples_favour_the_register_tiled_sketch():
     assert share > 0.55           # uniform draws gave one in three
 
 
-def test_verification_re_measures_the_pick_beside_the_default(tmp_path):
-    """A candidate that looked fast in a quiet moment is measured again next to the default; the
-    newest time of each schedule stands (records.best), so a lucky pick does not win."""
+def _tuner_with_side_by_side(tmp_path, side_by_side_seconds):
+    """A tuner over a fake measurer: the default takes 1.0 s; a searched candidate 0.5 s when
+    measured alone (a lucky moment) and ``side_by_side_seconds`` beside the default."""
     from types import SimpleNamespace
     from loopweave.autoschedule.search import TaskTuner
     args = matmul(16, 16, 8)
     task = Task(args, "llvm")
     default_trace = lw.create_schedule(task.outputs).trace.to_json()
-    seen = {}
+    pairs_asked = []
 
     class Fake:
         def run(self, jobs):
             out = []
             for j in jobs:
-                n = seen.get(j["trace_json"], 0)
-                seen[j["trace_json"]] = n + 1
-                t = 1.0 if j["trace_json"] == default_trace else (0.5 if n == 0 else 2.0)
-                out.append(SimpleNamespace(seconds=t, error=None, build_seconds=0.0))
+                if j.get("versus") is not None:
+                    assert j["versus"] == default_trace
+                    pairs_asked.append(j["pairs"])
+                    out.append(SimpleNamespace(seconds=side_by_side_seconds, error=None, build_seconds=0.0,
+                                               versus_seconds=1.0, ratio=1.0 / side_by_side_seconds))
+                else:
+                    t = 1.0 if j["trace_json"] == default_trace else 0.5
+                    out.append(SimpleNamespace(seconds=t, error=None, build_seconds=0.0, versus_seconds=None,
+                                               ratio=None))
             return out
     log = tmp_path / "v.jsonl"
     tuner = TaskTuner(task, Fake(), log=str(log), seed=0, batch=2)
@@ -375,7 +405,30 @@ def test_verification_re_measures_the_pick_beside_the_default(tmp_path):
     tuner.round(2)
     assert tuner.best["seconds"] == 0.5                       # a lucky first measurement
     tuner.verify_against(default_trace)
+    assert pairs_asked and all(p >= 10 for p in pairs_asked)
+    return task, default_trace, log, tuner, Fake
+
+
+def test_verification_keeps_the_default_when_the_pick_loses_side_by_side(tmp_path):
+    """Each pick is timed alternately with the default in one worker call; one slower there is
+    rejected (records.best then skips it), on resume too."""
+    from loopweave.autoschedule.search import TaskTuner
+    task, default_trace, log, tuner, Fake = _tuner_with_side_by_side(tmp_path, 2.0)
     assert tuner.best["trace"] == default_trace
     assert records.best(str(log), task.target, task.key)["trace"] == default_trace
     again = TaskTuner(task, Fake(), log=str(log), seed=0, batch=2)    # resumed: the verified times
     assert again.best["trace"] == default_trace
+
+
+def test_verification_needs_a_margin_over_the_default(tmp_path):
+    task, default_trace, log, tuner, _ = _tuner_with_side_by_side(tmp_path, 1.0 / 1.01)   # 1 % faster: noise
+    assert tuner.best["trace"] == default_trace
+    rejected = [r for r in records.read(str(log), task.target, task.key) if r.get("ratio_to_default")]
+    assert rejected and all("side by side" in r["error"] for r in rejected)
+
+
+def test_verification_keeps_a_pick_that_wins_side_by_side(tmp_path):
+    task, default_trace, log, tuner, _ = _tuner_with_side_by_side(tmp_path, 0.8)
+    assert tuner.best["trace"] != default_trace and tuner.best["verified"]
+    assert tuner.best["seconds"] == 0.8 and tuner.best["ratio_to_default"] == 1.25
+    assert records.best(str(log), task.target, task.key)["trace"] == tuner.best["trace"]
