@@ -1,0 +1,221 @@
+"""Compile once for every batch size and sequence length (issue 18, bars 1 and 3).
+
+``python -m benchmarks.dynamic [--threads 2] [--pairs 15] [--quick] [--no-compile-times]``
+
+The model zoo's BERT-style transformer encoder (``model_zoo.transformer_encoder``, hidden 256,
+4 heads, 4 layers, FFN 1024) with symbolic ``batch`` and ``seq`` axes is compiled once with
+``lw.compile(graph, polymorphic=True)``.  Then, for batch in {1, 4} x seq in {1, 7, 64, 128, 200,
+384}, its result is checked against onnxruntime (the same model, run with dynamic axes), and three
+things are timed interleaved in one run (2 threads each): the polymorphic executable, a static
+compile for exactly that shape (the ``DynamicExecutable``'s specialisation of the same graph), and
+onnxruntime.  The columns:
+
+- ``poly/static``: median over rounds of static time / polymorphic time (bar 1: >= 0.85)
+- ``poly/ort``: median over rounds of onnxruntime time / polymorphic time (bar 1: >= 0.9)
+
+(> 1 means the polymorphic executable is faster.)  Rounds follow ``benchmarks/compare.py``'s
+``interleaved`` conventions, extended to three systems: one warm-up call each, the same number of
+calls per sample for all three (enough for ~20 ms of the polymorphic executable), a 0.3 s pause
+after each system's sample (spinning worker pools), medians of per-round ratios.
+
+Bar 3 (``--no-compile-times`` skips it): the polymorphic compile (``from_onnx`` + ``lw.compile``)
+against the cold compile of one static shape (batch 1, seq 128), each in a fresh process with an
+empty object cache (as ``benchmarks/network.py``'s ``compile_times``), and ``lw.load`` of the saved
+polymorphic executable in a fresh process.  Bar 3: compile <= 2x the static cold compile, load
+< 0.5 s.
+
+``--quick`` runs three shapes with 3 rounds each; ``--tiny`` uses a 1-layer, 64-wide encoder (for the
+smoke test, not for numbers).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable, Dict, List, Sequence
+
+import numpy as np
+
+import loopweave as lw
+from loopweave.nn_ops.testing import model_zoo
+from loopweave.nn_ops.testing.onnxruntime_peer import onnxruntime_session
+
+from .compare import set_threads
+
+BATCHES = (1, 4)
+SEQS = (1, 7, 64, 128, 200, 384)
+QUICK_SHAPES = ((1, 1), (1, 128), (4, 64))
+ZOO = {}                                                   # transformer_encoder's own defaults
+TINY = {"hidden": 64, "heads": 2, "layers": 1, "ffn": 128}
+STATIC_SHAPE = (1, 128)                                    # the cold static compile of bar 3
+
+_COMPILE_SCRIPT = """
+import json, sys, time
+import numpy as np
+import loopweave as lw
+from loopweave.nn_ops.testing import model_zoo
+kwargs, mode, path = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+model = model_zoo.transformer_encoder(batch=None, seq=None, **kwargs)
+t0 = time.perf_counter()
+graph = lw.from_onnx(model)
+if mode == "polymorphic":
+    exe = lw.compile(graph, polymorphic=True)
+else:
+    batch, seq = json.loads(mode)
+    hidden = model.graph.input[0].type.tensor_type.shape.dim[2].dim_value
+    exe = lw.compile(graph, progress=False).specialization({"input": np.zeros((batch, seq, hidden), np.float32)})
+t1 = time.perf_counter()
+exe.save(path)
+print(f"{t1 - t0:.3f}")
+"""
+
+_LOAD_SCRIPT = """
+import sys, time
+import loopweave as lw
+t0 = time.perf_counter()
+exe = lw.load(sys.argv[1])
+print(f"{time.perf_counter() - t0:.3f}")
+"""
+
+
+def _subprocess_seconds(script: str, args: Sequence[str], cache_dir: str) -> float:
+    env = dict(os.environ, LOOPWEAVE_CACHE_DIR=cache_dir)
+    out = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"timing subprocess failed:\n{out.stderr[-3000:]}")
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def compile_times(model_kwargs: dict, static_shape=STATIC_SHAPE):
+    """(polymorphic compile, static cold compile, load of the polymorphic .lwx) seconds.
+
+    Each compile runs in a fresh process with its own empty object cache; the load runs in a fresh
+    process too."""
+    kwargs = json.dumps(model_kwargs)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "encoder.lwx")
+        poly = _subprocess_seconds(_COMPILE_SCRIPT, [kwargs, "polymorphic", path], os.path.join(tmp, "cache-poly"))
+        static = _subprocess_seconds(_COMPILE_SCRIPT, [kwargs, json.dumps(list(static_shape)),
+                                                       os.path.join(tmp, "static.lwx")], os.path.join(tmp, "cache-static"))
+        load = _subprocess_seconds(_LOAD_SCRIPT, [path], os.path.join(tmp, "cache-poly"))
+    return poly, static, load
+
+
+def _per_call(fn: Callable[[], object], inner: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - t0) / inner
+
+
+def interleaved_rounds(ours: Callable[[], object], peers: Sequence[Callable[[], object]], pairs: int = 15,
+                       min_seconds: float = 0.02, pause: float = 0.3) -> Dict[str, object]:
+    """``compare.interleaved`` for one system against several peers in the same rounds.
+
+    Each round times ``ours`` then every peer (the same number of calls each, a pause after each);
+    returns the median seconds per call of ``ours`` and of each peer, and per peer the median over
+    rounds of peer time / our time."""
+    ours()
+    for peer in peers:
+        peer()
+    inner = max(1, int(min_seconds / max(_per_call(ours, 1), 1e-7)))
+    ours_t: List[float] = []
+    peers_t: List[List[float]] = [[] for _ in peers]
+    ratios: List[List[float]] = [[] for _ in peers]
+    for _ in range(pairs):
+        a = _per_call(ours, inner)
+        time.sleep(pause)
+        ours_t.append(a)
+        for i, peer in enumerate(peers):
+            b = _per_call(peer, inner)
+            time.sleep(pause)
+            peers_t[i].append(b)
+            ratios[i].append(b / a)
+    return {"ours_s": float(np.median(ours_t)),
+            "peers_s": [float(np.median(t)) for t in peers_t],
+            "ratios": [float(np.median(r)) for r in ratios]}
+
+
+def _check(ours: Sequence[np.ndarray], theirs: Sequence[np.ndarray], what: str) -> float:
+    """Max abs difference, after asserting agreement at 1e-3 relative to the output's scale."""
+    worst = 0.0
+    for a, b in zip(ours, theirs):
+        if a.shape != b.shape:
+            raise AssertionError(f"{what}: shape {a.shape}, onnxruntime {b.shape}")
+        scale = max(1e-6, float(np.abs(b).max()))
+        diff = float(np.abs(a - b).max()) if a.size else 0.0
+        if not np.allclose(a, b, rtol=1e-3, atol=1e-3 * scale):
+            raise AssertionError(f"{what} and onnxruntime disagree: max abs diff {diff:.3g} at output scale {scale:.3g}")
+        worst = max(worst, diff)
+    return worst
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--pairs", type=int, default=None, help="rounds per shape (default 15; 3 with --quick)")
+    parser.add_argument("--quick", action="store_true", help=f"shapes {QUICK_SHAPES} only, 3 rounds each")
+    parser.add_argument("--shapes", nargs="+", default=None, metavar="BxS",
+                        help="batch x seq pairs to run, e.g. 1x1 4x384 (default: the issue's twelve)")
+    parser.add_argument("--tiny", action="store_true", help="a 1-layer, 64-wide encoder (smoke test only)")
+    parser.add_argument("--pause", type=float, default=0.3, help="seconds after each timed sample")
+    parser.add_argument("--no-compile-times", action="store_true", help="skip bar 3")
+    args = parser.parse_args(argv)
+
+    if args.shapes:
+        shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes]
+    elif args.quick:
+        shapes = list(QUICK_SHAPES)
+    else:
+        shapes = [(b, s) for b in BATCHES for s in SEQS]
+    pairs = args.pairs if args.pairs is not None else (3 if args.quick else 15)
+    kwargs = TINY if args.tiny else ZOO
+
+    set_threads(args.threads)
+    model = model_zoo.transformer_encoder(batch=None, seq=None, **kwargs)
+    hidden = model.graph.input[0].type.tensor_type.shape.dim[2].dim_value
+    graph = lw.from_onnx(model)
+    t0 = time.perf_counter()
+    poly = lw.compile(graph, polymorphic=True)
+    poly_s = time.perf_counter() - t0
+    static_exes = lw.compile(graph, progress=False)     # DynamicExecutable: one static compile per shape
+    sess = onnxruntime_session(model, args.threads)
+    print(f"transformer encoder {kwargs or 'zoo defaults'}, symbolic batch and seq; {args.threads} threads, "
+          f"{pairs} rounds per shape; polymorphic compile {poly_s:.1f} s in this process (object cache as found)")
+    print("ratios: median over interleaved rounds of static/poly and ort/poly time (> 1: polymorphic faster); "
+          "bar 1: >= 0.85 and >= 0.9")
+    print(f"{'batch x seq':>11} {'poly ms':>9} {'static ms':>10} {'ort ms':>9} {'poly/static':>12} {'poly/ort':>9}"
+          f" {'max |diff|':>11}", flush=True)
+    worst_static, worst_ort = [], []
+    for batch, seq in shapes:
+        x = np.random.default_rng(batch * 1000 + seq).standard_normal((batch, seq, hidden)).astype(np.float32)
+        feed = {"input": x}
+        static = static_exes.specialization(feed)
+        want = sess.run(None, feed)
+        diff = _check(poly.run(feed), want, f"polymorphic at {batch}x{seq}")
+        _check(static.run(feed), want, f"static at {batch}x{seq}")
+        r = interleaved_rounds(lambda: poly.run(feed), [lambda: static.run(feed), lambda: sess.run(None, feed)],
+                               pairs=pairs, pause=args.pause)
+        (static_s, ort_s), (vs_static, vs_ort) = r["peers_s"], r["ratios"]
+        worst_static.append(vs_static)
+        worst_ort.append(vs_ort)
+        print(f"{f'{batch} x {seq}':>11} {r['ours_s'] * 1e3:9.3f} {static_s * 1e3:10.3f} {ort_s * 1e3:9.3f} "
+              f"{vs_static:12.2f} {vs_ort:9.2f} {diff:11.2e}", flush=True)
+    print(f"bar 1: worst poly/static {min(worst_static):.2f} (>= 0.85: {'met' if min(worst_static) >= 0.85 else 'missed'}), "
+          f"worst poly/ort {min(worst_ort):.2f} (>= 0.9: {'met' if min(worst_ort) >= 0.9 else 'missed'}); "
+          "every result matched onnxruntime", flush=True)
+
+    if not args.no_compile_times:
+        poly_c, static_c, load = compile_times(kwargs)
+        print(f"bar 3 (fresh processes, empty object caches): polymorphic compile {poly_c:.2f} s, static cold compile "
+              f"at {STATIC_SHAPE[0]} x {STATIC_SHAPE[1]} {static_c:.2f} s, ratio {poly_c / static_c:.2f} (<= 2: "
+              f"{'met' if poly_c <= 2 * static_c else 'missed'}); lw.load of the polymorphic .lwx {load:.3f} s "
+              f"(< 0.5: {'met' if load < 0.5 else 'missed'})", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""``python -m benchmarks.dynamic`` (issue 18's bars 1 and 3) runs end to end at its smallest settings,
+so the benchmark cannot rot between the sessions that time it.  Run in a subprocess, as users run it:
+the benchmark sets the thread pool's size, which must not leak into other tests."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.slow
+def test_dynamic_benchmark_runs_at_its_smallest_settings():
+    out = subprocess.run([sys.executable, "-m", "benchmarks.dynamic", "--tiny", "--shapes", "1x1", "--pairs", "1",
+                          "--pause", "0", "--threads", "1"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    row = next(line for line in lines if line.split()[:3] == ["1", "x", "1"])
+    assert len(row.split()) == 9                      # shape, poly, static and ort ms, two ratios, max diff
+    assert any(line.startswith("bar 1:") and "every result matched onnxruntime" in line for line in lines)
+    assert any(line.startswith("bar 3") and "lw.load" in line for line in lines)
