@@ -14,7 +14,7 @@ from ..lowering.ir import PrimFunc
 from ..lowering.lower import check_checks_argument, lower
 from ..target import resolve_target
 from . import build_workers
-from .cuda.build import build_cuda
+from .cuda.build import build_cuda, cuda_arch
 from .llvm import jit
 from .llvm.codegen import CodeGen
 from .runtime import Module, ParamSpec, _shape_spec
@@ -158,7 +158,7 @@ def build_many(jobs: Sequence, target="llvm", checks=None, progress=None) -> Lis
     check_checks_argument(checks, BuildError)
     tgt = resolve_target(target)
     if tgt.kind != "llvm":
-        return [build(s, args, tgt, name, checks) for s, args, name in jobs]
+        return _build_many_cuda(jobs, tgt, checks, progress)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="loopweave-llvm") as pool:
         def build_here(index: int) -> _LlvmJob:
             s, args, name = jobs[index]
@@ -178,6 +178,26 @@ def build_many(jobs: Sequence, target="llvm", checks=None, progress=None) -> Lis
                 if progress is not None:
                     progress()
         return [job.finish() for job in started]
+
+
+def _build_many_cuda(jobs: Sequence, tgt, checks, progress) -> List[Module]:
+    """GPU builds, the lowering (most of a network's compile) spread over worker processes like
+    the CPU's; a worker also compiles the kernel's PTX into the disk cache, which this
+    process's build then finds."""
+    def build_here(index: int):
+        s, args, name = jobs[index]
+        return build(s, args, tgt, name, checks)
+
+    workers = build_workers.worker_count(len(jobs))
+    if workers:
+        return build_workers.build_spread(jobs, tgt, checks, build_here, lambda func, _s, _o: build(func, (), tgt),
+                                          progress, workers, extra={"cuda_arch": cuda_arch(tgt)})
+    built = []
+    for index in range(len(jobs)):
+        built.append(build_here(index))
+        if progress is not None:
+            progress()
+    return built
 
 
 def cannot_run_here(target, what: str) -> BuildError:

@@ -88,9 +88,11 @@ def _close_all() -> None:
 
 def build_spread(jobs: Sequence, target, checks, build_here: Callable[[int], object],
                  from_worker: Callable[[object, str, bytes], object],
-                 progress: Optional[Callable[[], None]] = None, workers: int = 1) -> List[object]:
+                 progress: Optional[Callable[[], None]] = None, workers: int = 1,
+                 extra: Optional[dict] = None) -> List[object]:
     """One result per job, in order: ``build_here(i)`` for the jobs this process takes (from the
-    front), ``from_worker(func, symbol, obj)`` for those a worker built (from the back)."""
+    front), ``from_worker(func, symbol, obj)`` for those a worker built (from the back; for the
+    GPU the symbol and object are None).  ``extra``: more fields for every request."""
     queue = collections.deque(range(len(jobs)))
     lock = threading.Lock()
     built = {}              # index -> (func, symbol, obj), filled by the worker threads
@@ -105,7 +107,8 @@ def build_spread(jobs: Sequence, target, checks, build_here: Callable[[int], obj
                 index = queue.pop()
             s, args, name = jobs[index]
             try:
-                result = worker.build(dict(schedule=s, args=args, name=name, target=target, checks=checks, env=env))
+                result = worker.build(dict(extra or {}, schedule=s, args=args, name=name, target=target,
+                                           checks=checks, env=env))
             except Exception:             # noqa: BLE001 - the caller builds it and raises its own error
                 with lock:
                     failed.append(index)

@@ -17,7 +17,9 @@ from .driver import get_driver, gpu_available
 from .module import CudaModule
 
 
-def _arch(target) -> str:
+def cuda_arch(target) -> str:
+    """The architecture kernels are compiled for: the target's (``"cuda:sm_80"``), else the GPU
+    present, else the default."""
     if target.cpu:
         return target.cpu
     return get_driver().arch if gpu_available() else compiler.DEFAULT_ARCH
@@ -28,7 +30,7 @@ def build_cuda(func: PrimFunc, target, written) -> CudaModule:
         raise BuildError(f"'{func.name}' has no GPU kernel: lower it with lw.lower(..., target='cuda') (or pass "
                          f"the schedule to lw.build) after binding its loops to GPU axes")
     source, kernels = codegen.generate(func)
-    arch = _arch(target)
+    arch = cuda_arch(target)
     compiled = {}
 
     def ptx() -> str:

@@ -105,3 +105,30 @@ def test_no_workers_below_the_threshold_or_when_turned_off(monkeypatch):
     monkeypatch.setenv("LOOPWEAVE_BUILD_WORKERS", "3")
     assert build_workers.worker_count(build_workers.MIN_JOBS - 1) == 0
     assert build_workers.worker_count(100) == 3
+
+
+def _gpu_kernel(n, scale):
+    A = lw.placeholder((n,), name="A")
+    B = lw.compute((n,), lambda i: A[i] * scale + 1.0, name="B")
+    s = lw.create_schedule(B)
+    o, i = s[B].split(B.op.axis[0], factor=32)
+    s[B].bind(o, lw.thread_axis("blockIdx.x"))
+    s[B].bind(i, lw.thread_axis("threadIdx.x"))
+    return s, [A, B]
+
+
+def test_gpu_builds_are_spread_over_workers_too(monkeypatch, tmp_path):
+    """Building for the GPU needs no GPU: the workers lower (and compile PTX where a CUDA compiler
+    exists); the modules are the ones built here."""
+    from loopweave.backends import build_workers
+    monkeypatch.setenv("LOOPWEAVE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("LOOPWEAVE_BUILD_WORKERS", "1")
+    sent = []
+    real = build_workers._Worker.build
+    monkeypatch.setattr(build_workers._Worker, "build", lambda self, req: sent.append(req["cuda_arch"]) or real(self, req))
+    jobs = [(*_gpu_kernel(200 + k, 1.5 + k), f"gk{k}") for k in range(6)]
+    ticks = []
+    modules = build_mod.build_many(jobs, "cuda", progress=lambda: ticks.append(1))
+    assert len(ticks) == 6 and sent
+    assert [m.symbol for m in modules] == [build_mod.build(s, a, "cuda", n).symbol for s, a, n in jobs]
+    assert all(m.get_source("cuda") for m in modules)
