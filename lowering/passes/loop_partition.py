@@ -11,6 +11,15 @@ are partitioned in turn, so a tile loop's tail iteration gets its inner loop spl
 After: guards remain only in tails; when the split divides the extent, isl proves
 the tail empty and no tail loop is emitted.  Guards that are not affine, use a
 variable bound inside the loop, or involve modulo are left as they were.
+
+In the main part (and in a loop whose guards all hold), integer ``min``/``max`` and
+``select``s are decided over the part's range as well (``_Decide``): a tile of symbolic
+extent ``n`` split by 32 has inner loops of extent ``min(n - 32*jo, 32)`` (bound
+inference sees every tile, the last one included); in the main part that is ``32``, so
+the tile's loops get constant extents and can be vectorized.  A select whose branches
+agree wherever its condition holds (a region extent, ``n - 32*jo`` exactly when that is
+32) becomes the other branch.  Variables bound inside the loop are left unconstrained in
+these questions (the answer must hold for every value of them), so the rewrite is exact.
 """
 from __future__ import annotations
 
@@ -18,11 +27,12 @@ from typing import List, Sequence
 
 import islpy as isl
 
+from ...dsl import dtypes
 from ...dsl.expr import Compare, Const, Expr, Logical, binary, const
 from ...dsl.visitor import Mutator, collect_vars, post_order_visit
 from ..accesses import negate
 from ..ir import For, IfThenElse, seq
-from ..isl_adapter import IslNames, affine, condition, make_set, pw_aff_to_expr
+from ..isl_adapter import IslNames, affine, condition, make_set, negated_condition, pw_aff_to_expr
 
 
 MAX_ISL_OPERATIONS = 1_000_000  # ~0.1 s of isl work for one loop; see _Partition._main_range
@@ -101,6 +111,63 @@ class _ReplaceAtoms(Mutator):
         return IfThenElse(cond, then_case, else_case)
 
 
+class _Decide(Mutator):
+    """Integer min/max and selects in a loop body, decided over the loop part's range.
+
+    ``good`` is the isl set of the loop variable (set dimension ``v``, parameters: sizes and
+    outer loop variables) on which the part runs.  Each question asks whether a condition
+    can hold anywhere in ``good``, every other variable of the expression (bound inside the
+    loop) left free: "never" is then true for every value they take."""
+
+    def __init__(self, good: isl.Set, names: IslNames, v: str):
+        self.good, self.names, self.v = good, names, v
+        self.answers = {}
+
+    def never(self, text: str) -> bool:
+        answer = self.answers.get(text)
+        if answer is None:
+            params = [n for n in self.names.var_of if n != self.v]
+            try:
+                answer = self.good.intersect(make_set(params, [self.v], [text])).is_empty()
+            except isl.Error:
+                answer = False
+            self.answers[text] = answer
+        return answer
+
+    def visit_Binary(self, node):
+        node = self.generic_visit(node)
+        if node.op not in ("min", "max") or not dtypes.is_int(node.dtype):
+            return node
+        a, b = affine(node.a, self.names), affine(node.b, self.names)
+        if a is None or b is None:
+            return node
+        if self.never(f"{a} > {b}"):            # a <= b throughout
+            return node.a if node.op == "min" else node.b
+        if self.never(f"{b} > {a}"):
+            return node.b if node.op == "min" else node.a
+        return node
+
+    def visit_Select(self, node):
+        node = self.generic_visit(node)
+        if not dtypes.is_int(node.dtype):
+            return node
+        c = condition(node.condition, self.names)
+        nc = negated_condition(node.condition, self.names)
+        if c is not None and self.never(c):
+            return node.false_value
+        if nc is not None and self.never(nc):
+            return node.true_value
+        t, f = affine(node.true_value, self.names), affine(node.false_value, self.names)
+        if t is None or f is None:
+            return node
+        differ = f"({t} < {f} or {t} > {f})"
+        if c is not None and self.never(f"({c}) and {differ}"):
+            return node.false_value
+        if nc is not None and self.never(f"({nc}) and {differ}"):
+            return node.true_value
+        return node
+
+
 class _Partition(Mutator):
     def __init__(self):
         self.outer: List[For] = []
@@ -114,8 +181,8 @@ class _Partition(Mutator):
         split = self._main_range(node, guards)
         if split is None:
             return self._descend(node)
-        lo, hi, always, atoms = split
-        main_body = _ReplaceAtoms(atoms).visit(node.body)
+        lo, hi, always, atoms, decide = split
+        main_body = decide(_ReplaceAtoms(atoms).visit(node.body))
         if always:
             return self._descend(For(node.var, node.min, node.extent, node.kind, main_body, node.annotations))
         end = binary("add", node.min, node.extent)
@@ -193,8 +260,17 @@ class _Partition(Mutator):
             good = good.subtract(bad_v)
         good = good.coalesce()
         atoms = [g.atom for g in usable]
+
+        def decide(body):
+            ctx = isl.DEFAULT_CONTEXT
+            ctx.set_max_operations(MAX_ISL_OPERATIONS)
+            ctx.reset_operations()
+            try:
+                return _Decide(good, names, v).visit(body)
+            finally:
+                ctx.set_max_operations(0)
         if good.is_equal(domain):
-            return const(0), const(0), True, atoms
+            return const(0), const(0), True, atoms, decide
         if good.is_empty():
             return None
         params_ctx = domain.params()
@@ -208,7 +284,7 @@ class _Partition(Mutator):
         lo_e, hi_e = pw_aff_to_expr(lo_pw, names), pw_aff_to_expr(hi_pw, names)
         if len(lo_pw.get_pieces()) > 2 or len(hi_pw.get_pieces()) > 2:
             return None
-        return lo_e, hi_e, False, atoms
+        return lo_e, hi_e, False, atoms, decide
 
 
 def loop_partition(stmt, ctx):
