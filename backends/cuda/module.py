@@ -70,6 +70,11 @@ class CudaModule(Module):
         self._static = self._static_params()
         self._output_indices = [k for k, p in enumerate(params) if p.is_output]
 
+    @property
+    def lowered_function(self):
+        """The PrimFunc this module was built from (``lw.build(func, (), "cuda")`` makes it again)."""
+        return self._func
+
     # ----------------------------------------------------------- argument checks
     def _check_array(self, p: ParamSpec, a) -> None:
         if not isinstance(a, (np.ndarray, DeviceArray)):

@@ -177,6 +177,8 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
     # (not for a cross-compile: its export needs each kernel's LLVM IR, which a remembered kernel lacks)
     remembered = (tgt.kind == "llvm" and build_fn is None and tuning_log is None and checks is None
                   and tgt.runs_here())
+    # the GPU's modules are made from the lowered function: a cached one skips scheduling and lowering
+    lowered_cache = (tgt.kind == "cuda" and build_fn is None and tuning_log is None and checks is None)
     tuned = 0
     jobs, job_signatures = [], []
     group_params = []
@@ -189,6 +191,9 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
             bar.update()
             continue
         module = kernel_cache.lookup(signature, tgt) if remembered else None
+        if module is None and lowered_cache:
+            func = kernel_cache.lookup_lowered(signature, tgt)
+            module = None if func is None else build(func, (), tgt)
         if module is not None:      # object code only: its IR, if export asks, comes from lowering the group again
             kernel_ir[module.symbol] = _group_ir_function(g, grp, params, tgt, module.symbol)
         if module is None and build_fn is not None:
@@ -208,6 +213,8 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
         kernel_ir[module.symbol] = functools.partial(module.get_source, "ll-opt")
         if remembered:
             kernel_cache.store(signature, tgt, module)
+        if lowered_cache:
+            kernel_cache.store_lowered(signature, tgt, module.lowered_function)
     for signature, params, name in group_params:
         module = by_signature[signature]
         built.setdefault(module.symbol, module)
