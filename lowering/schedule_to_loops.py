@@ -451,9 +451,10 @@ class _Accumulator:
                     for m, v, iv in zip(self.min_vars, idx_vars, op.axis))
         body = BufferStore(out, BufferLoad(self.buffer, tuple(idx_vars)), dst)
         for k in reversed(range(len(idx_vars))):
-            ext = self.region.extents[k]
             innermost = k == len(idx_vars) - 1
-            kind = "vectorized" if innermost and self.vector_copy and isinstance(ext, Const) else "serial"
+            # a symbolic extent may still become a constant (the main part of a partitioned loop);
+            # where it does not, the vectorize pass leaves the loop serial with a note
+            kind = "vectorized" if innermost and self.vector_copy else "serial"
             body = For(idx_vars[k], const(0), self.ext_vars[k], kind, body)
         return body
 
