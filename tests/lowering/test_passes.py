@@ -63,50 +63,55 @@ def test_symbolic_split_main_part_is_guard_free():
 
 
 def _symbolic_register_block():
-    """A matmul with ``n`` columns, blocked 4 x 16 with a ``compute_at`` accumulator (the op
-    library's gemm schedule in small): bound inference gives the block extent ``min(n - 16*jo, 16)``."""
+    """A batched matmul with ``n`` columns and an epilogue, blocked 4 x 16 with the matmul
+    computed in the block, its reduction outside the block's rows and columns (the op library's
+    gemm schedule in small, as the attention's ``Q @ K^T`` has it): bound inference gives the
+    block, its accumulator and the accumulator's copy-out the extent ``min(n - 16*jo, 16)``."""
     n = lw.var("n")
-    A = lw.placeholder((8, 32), name="A")
-    B = lw.placeholder((32, n), name="B")
+    A = lw.placeholder((2, 8, 32), name="A")
+    B = lw.placeholder((2, 32, n), name="B")
     k = lw.reduce_axis((0, 32), name="k")
-    C = lw.compute((8, n), lambda i, j: lw.sum(A[i, k] * B[k, j], axis=k), name="C")
-    s = lw.create_schedule(C)
-    CC = s.cache_write(C, "local")
-    i, j = C.op.axis
-    jo, ji = s[C].split(j, factor=16)
-    io, ii = s[C].split(i, factor=4)
-    s[C].reorder(jo, io, ii, ji)
-    s[C].vectorize(ji)
-    s[CC].compute_at(s[C], io)
-    ci, cj = s[CC].op.axis
-    s[CC].reorder(s[CC].op.reduce_axis[0], ci, cj)
-    s[CC].vectorize(cj)
-    return s, A, B, C
+    C = lw.compute((2, 8, n), lambda b, i, j: lw.sum(A[b, i, k] * B[b, k, j], axis=k), name="C")
+    D = lw.compute((2, 8, n), lambda b, i, j: C[b, i, j] * 0.5, name="D")
+    s = lw.create_schedule(D)
+    b, i, j = D.op.axis
+    jo, ji = s[D].split(j, factor=16)
+    io, ii = s[D].split(i, factor=4)
+    s[D].reorder(b, jo, io, ii, ji)
+    s[D].vectorize(ji)
+    s[C].compute_at(s[D], io)
+    cb, ci, cj = s[C].op.axis
+    s[C].reorder(cb, s[C].op.reduce_axis[0], ci, cj)
+    s[C].unroll(ci)
+    s[C].vectorize(cj)
+    return s, A, B, D
 
 
 def test_symbolic_tile_main_part_has_constant_extents_and_vector_code():
     """In the main part of a loop of symbolic extent, min/max and selects are decided over that
-    part's range: the accumulator's block (``min(n - 16*jo, 16)`` wide in general) is 16 wide there,
-    so it is vectorized; only the tail keeps the ``min`` (issue 18: the attention's Q @ K^T)."""
-    s, A, B, C = _symbolic_register_block()
-    f = lw.lower(s, [A, B, C], target="llvm")
-    main, tail = f.body.stmts
+    part's range: the block (``min(n - 16*jo, 16)`` wide in general) is 16 wide there, so its
+    accumulator updates and copy-out are vector code; only the tail keeps the ``min``
+    (issue 18: the attention's Q @ K^T)."""
+    s, A, B, D = _symbolic_register_block()
+    f = lw.lower(s, [A, B, D], target="llvm")
+    main, tail = f.body.body.stmts
     assert "min(" not in str(main) and "not_vectorized" not in str(main)
-    acc = [st for st in _nodes(main, BufferStore) if st.buffer.name == "C.local"]
-    assert acc and all(isinstance(st.indices[0], Ramp) for st in acc)
+    stores = {name: [st for st in _nodes(main, BufferStore) if st.buffer.name == name] for name in ("C.acc", "C", "D")}
+    assert all(stores.values())
+    assert all(isinstance(st.indices[0], Ramp) for found in stores.values() for st in found)
     assert "min(" in str(tail)
 
 
 @pytest.mark.parametrize("n", [1, 7, 16, 33, 48])
 def test_symbolic_tile_decided_extents_keep_results(n):
     np = pytest.importorskip("numpy")
-    s, A, B, C = _symbolic_register_block()
-    fn = lw.build(s, [A, B, C], target="llvm")
+    s, A, B, D = _symbolic_register_block()
+    fn = lw.build(s, [A, B, D], target="llvm")
     rng = np.random.default_rng(n)
-    a, b = rng.standard_normal((8, 32)).astype("float32"), rng.standard_normal((32, n)).astype("float32")
-    c = np.full((8, n), np.nan, "float32")
-    fn(a, b, c)
-    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+    a, b = rng.standard_normal((2, 8, 32)).astype("float32"), rng.standard_normal((2, 32, n)).astype("float32")
+    d = np.full((2, 8, n), np.nan, "float32")
+    fn(a, b, d)
+    np.testing.assert_allclose(d, (a @ b) * 0.5, rtol=1e-5, atol=1e-5)
 
 
 # ------------------------------------------------------------------ simplify
