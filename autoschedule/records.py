@@ -94,9 +94,10 @@ def _parsed(path) -> List[dict]:
 def best(path, target: Target, task_key: str) -> Optional[dict]:
     """The fastest schedule for the task, each schedule (trace) at its newest measurement: a
     verification that re-measured a schedule next to the default supersedes its first,
-    possibly lucky, time."""
+    possibly lucky, time, and once the task has verified records only those are considered."""
     latest = {}
     for r in read(path, target, task_key):
         latest[r.get("trace")] = r
     found = [r for r in latest.values() if r.get("seconds") is not None and not r.get("error")]
+    found = [r for r in found if r.get("verified")] or found     # once verified side by side, only those
     return min(found, key=lambda r: r["seconds"]) if found else None

@@ -66,8 +66,10 @@ class TaskTuner:
         self._refit()
 
     def _fastest_measured(self) -> Optional[dict]:
-        """The fastest record among ``measured`` (each schedule at its newest time)."""
+        """The fastest record among ``measured`` (each schedule at its newest time); once a pick was
+        verified beside the default, only verified records count (``records.best`` agrees)."""
         ok = [r for r in self.measured.values() if r.get("seconds") and not r.get("error")]
+        ok = [r for r in ok if r.get("verified")] or ok
         return min(ok, key=lambda r: r["seconds"]) if ok else None
 
     def _note(self, r: dict, resumed: bool = False):
@@ -213,23 +215,26 @@ class TaskTuner:
         return r
 
     def verify_against(self, trace_json: str, pairs: int = 15, picks: int = 5, margin: float = 1.02) -> None:
-        """Keep the best searched schedule only if it beats ``trace_json`` (the default) side by side.
+        """Keep a searched schedule only if it beats ``trace_json`` (the default) side by side.
 
-        Each pick and the default are built in one worker call and timed alternately, ``pairs``
-        times; the pick stands if the median ratio is at least ``margin``, else it is recorded as
-        rejected and the next fastest is tried, up to ``picks`` of them.  Both get fresh records
-        from that comparison (records.best takes a schedule's newest).  Candidates measured minutes
-        apart under a changing load, and a worker's hot loop against a network's run, differ by a
-        few percent: a tuned ResNet-18 whose picks had each looked faster than their defaults ran
-        at 0.92x its untuned compile, one 3x3 conv at 0.88x even after separate re-measurements."""
+        The searched candidates that looked faster than the default, fastest first (up to
+        ``picks``), are each built with the default in one worker call and timed alternately,
+        ``pairs`` times; the first whose median ratio is at least ``margin`` stands, the others
+        are recorded as rejected (with the ratio).  Both sides get fresh records from that
+        comparison, marked verified: from then on only verified records count.  Candidates measured
+        minutes apart under a changing load, and a worker's hot loop against a network's run,
+        differ by a few percent: a tuned ResNet-18 whose picks had each looked faster than their
+        defaults ran at 0.92x its untuned compile, one 3x3 conv at 0.88x even after separate
+        re-measurements."""
         given = next((r for r in self.measured.values() if r.get("trace") == trace_json), None)
-        if given is None:
+        if given is None or not given.get("seconds"):
             return
-        for _ in range(picks):
-            best = self.best = self._fastest_measured()
-            if best is None or best.get("verified") or best["trace"] == trace_json:
-                return
-            res = self.measurer.run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=best["trace"],
+        looked_faster = sorted((r for r in self.measured.values()
+                                if r.get("seconds") and not r.get("error") and not r.get("verified")
+                                and r["trace"] != trace_json and r["seconds"] < given["seconds"]),
+                               key=lambda r: r["seconds"])
+        for pick in looked_faster[:picks]:
+            res = self.measurer.run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=pick["trace"],
                                           versus=trace_json, pairs=pairs, target=self.target_fields)])[0]
             if res.error or res.ratio is None:
                 verdict = (None, f"failed when measured beside the default: {res.error}")
@@ -237,10 +242,12 @@ class TaskTuner:
                 verdict = (res.seconds, None)
             else:
                 verdict = (None, f"not faster than the default side by side ({res.ratio:.3f}x, needs {margin:g}x)")
-            fresh = [self._verified(best, *verdict, ratio=res.ratio)]
+            fresh = [self._verified(pick, *verdict, ratio=res.ratio)]
             if res.versus_seconds is not None:
                 fresh.append(self._verified(given, res.versus_seconds, None))
             records.append(self.log, fresh)
+            if verdict[1] is None:
+                break
         self.best = self._fastest_measured()
 
     def _verified(self, old: dict, seconds, error, ratio=None) -> dict:
