@@ -212,6 +212,8 @@ def schedule_conv2d_blocked(s, op, target):
         blocks = n_ * (obn // nv)
         fused = Y.fuse(n, obo) if blocks >= 4 * max(1, target.num_threads) else Y.fuse(n, obo, y)
     Y.vectorize(oi)
+    Y.unroll(obi)       # the epilogue over the block, unrolled here (see _schedule_gemm: a long one
+    Y.unroll(xi)        # kept as a loop put the accumulator in memory)
     Y.parallel(fused)
     cn, cob, cy, cx, coi = s[acc].op.axis
     rco, ry, rx, rci = s[acc].op.reduce_axis
