@@ -283,6 +283,7 @@ def _schedule_depthwise_rows(s, op, result, host, at) -> None:
     xo, xi = D.split(x, factor=_divisor_at_most(int(result.shape[3].value), 8))
     D.reorder(n, cb, y, xo, xi, ci)
     D.vectorize(ci)
+    D.unroll(xi)
     an, acb, ay, ax, aci = s[acc].op.axis
     ry, rx = s[acc].op.reduce_axis
     accumulate_in_registers(s, acc, D, xo, (an, acb, ay, ry, rx, ax, aci), (ax,))
@@ -314,6 +315,7 @@ def schedule_depthwise_blocked(s, op, target):
     xo, xi = Y.split(x, factor=owb)
     Y.reorder(n, cb, y, xo, xi, ci)
     Y.vectorize(ci)
+    Y.unroll(xi)
     row = Y.fuse(n, cb, y)
     Y.parallel(row)
     an, acb, ay, ax, aci = s[acc].op.axis
