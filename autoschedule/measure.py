@@ -39,7 +39,7 @@ class MeasureResult:
     @classmethod
     def of(cls, r: dict) -> "MeasureResult":
         """From a worker's reply dict."""
-        return cls(r["seconds"], r["error"], r.get("build_seconds", 0.0), r.get("versus_seconds"), r.get("ratio"))
+        return cls(r.get("seconds"), r["error"], r.get("build_seconds", 0.0), r.get("versus_seconds"), r.get("ratio"))
 
 
 def _index_bounds(args) -> dict:

@@ -8,22 +8,12 @@ Protocol on stdin/stdout: 8-byte big-endian length, then a pickled dict; a reque
 """
 from __future__ import annotations
 
-import os
-import sys
-
+from ..backends.wire import serve
 from .measure import measure_job
-from ..backends.wire import recv, send
 
 
 def main() -> None:
-    inp, out = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())   # stray prints must not corrupt the protocol
-    while True:
-        try:
-            job = recv(inp)
-        except EOFError:
-            return
-        send(out, measure_job(job))
+    serve(measure_job)
 
 
 if __name__ == "__main__":

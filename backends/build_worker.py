@@ -7,13 +7,12 @@ Each request holds a kernel's schedule, arguments, name, target, checks and the 
 from __future__ import annotations
 
 import os
-import sys
 
 from ..lowering.lower import lower
 from . import build as build_mod
 from .cuda import codegen, compiler
 from .llvm import jit
-from .wire import recv, send
+from .wire import serve
 
 
 def _build(request: dict):
@@ -42,18 +41,7 @@ def _build(request: dict):
 
 
 def main() -> None:
-    inp, out = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())   # stray prints must not corrupt the protocol
-    while True:
-        try:
-            request = recv(inp)
-        except EOFError:
-            return
-        try:
-            reply = {"built": _build(request)}
-            send(out, reply)
-        except Exception as exc:          # noqa: BLE001 - reported; the caller rebuilds and raises
-            send(out, {"error": f"{type(exc).__name__}: {exc}"})
+    serve(lambda request: {"built": _build(request)})
 
 
 if __name__ == "__main__":
