@@ -5,8 +5,9 @@ Made by ``lw.compile(graph, polymorphic=True)`` from a DynamicGraph
 symbolic extents as ``lw.var`` sizes, which the kernel takes as arguments.  ``run`` checks the
 feed against the symbolic signature, evaluates the symbolic memory plan (``symbolic_plan.py``)
 at the binding, fills (or reuses) the call tables for that binding (``call_list.py``: argument
-pointers into one arena, each call's sizes) and runs every kernel with one native call;
-nothing is compiled at run time.  ``run_each`` calls the kernels one by one from Python through
+pointers into one arena, each call's sizes, and the variant of each call that the binding picks:
+``KernelCall.variants``, e.g. a dense layer's kernel for few rows) and runs every kernel with one
+native call; nothing is compiled at run time.  Constants are kept 64-byte aligned.  ``run_each`` calls the kernels one by one from Python through
 their own argument checks instead.
 
 ``save`` writes the model, the runner and each distinct kernel's object code; ``lw.load``
@@ -29,20 +30,40 @@ from .archive import ArchiveReader, ArchiveWriter, MetaChecker
 from . import call_list, symbolic as S
 from .feed import check_names_and_dtypes, show_shape
 from .signature import SymbolicSignature
-from .symbolic_plan import SymbolicPlan
+from .symbolic_plan import ALIGN, SymbolicPlan
 
 FORMAT = "loopweave-polymorphic-executable"
 VERSION = 1
 
 
+@dataclass(frozen=True)
+class Variant:
+    """A specialised kernel of a call, taken at bindings where ``rows`` (a sympy size) is at most
+    ``at_most``: the same arguments and size vars as the call's general ``module``."""
+
+    module: object
+    rows: object
+    at_most: int
+
+
 @dataclass
 class KernelCall:
-    """One kernel call: ``module(*arrays of args)``; ``node`` names the graph node it computes."""
+    """One kernel call: ``module(*arrays of args)``; ``node`` names the graph node it computes.
+    ``variants`` are tried in order at each binding (``module_at``); ``module`` runs where none
+    applies (a dense layer's streaming kernel for few rows next to its blocked one)."""
 
     node: str
     module: object
     args: Tuple[str, ...]
     sizes: Dict[str, object]        # the module's size vars ("v0", ...) as sympy sizes of this call
+    variants: Tuple[Variant, ...] = ()
+
+    def module_at(self, binding: Dict[str, int]):
+        """The kernel this call runs at ``binding`` (evaluated once per binding's call table)."""
+        for v in self.variants:
+            if int(S.evaluate(v.rows, binding)) <= v.at_most:
+                return v.module
+        return self.module
 
 
 @dataclass
@@ -54,13 +75,28 @@ class View:
     shape: tuple
 
 
+def _aligned(a: np.ndarray) -> np.ndarray:
+    """``a`` in contiguous memory that starts on a 64-byte boundary.  numpy puts a large array 16
+    bytes into its pages: a kernel streaming a weight in 64-byte vectors then touches two cache lines
+    per load (the few-rows dense kernels ran at ~0.6x of the static ones, whose weights sit in one
+    aligned blob)."""
+    a = np.ascontiguousarray(a)
+    if a.ctypes.data % ALIGN == 0 or a.nbytes == 0:
+        return a
+    raw = np.empty(a.nbytes + ALIGN, np.uint8)
+    start = (-raw.ctypes.data) % ALIGN
+    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
 class PolymorphicExecutable:
     def __init__(self, signature: SymbolicSignature, calls: Sequence[KernelCall], views: Sequence[View],
                  plan: SymbolicPlan, constants: Dict[str, np.ndarray], outputs: Sequence[str], name: str = "graph",
                  kernels: Dict[str, object] = None, model_bytes: bytes = b"", opset: int = 0, target=None):
         self.signature, self.calls, self.plan = signature, list(calls), plan
         self.views = list(views)
-        self.constants = dict(constants)
+        self.constants = {n: _aligned(a) for n, a in constants.items()}
         self.output_names = list(outputs)
         self.name = name
         self.kernels = dict(kernels or {})      # structural key (text) -> Module: what save writes
@@ -110,7 +146,8 @@ class PolymorphicExecutable:
             roots = {v.name: self._feed_root(v.name) for v in self.views}
             inputs = {n: n for n in feed}
             inputs.update({name: root for name, root in roots.items() if root in feed})
-            table = call_list.CallTable([(c.module, c.args, c.sizes) for c in self.calls], arrays, binding, inputs)
+            table = call_list.CallTable([(c.module_at(binding), c.args, c.sizes) for c in self.calls], arrays,
+                                        binding, inputs)
             if len(self._tables) >= 8:
                 self._tables.pop(next(iter(self._tables)))
             self._tables[key] = table
@@ -150,7 +187,7 @@ class PolymorphicExecutable:
             arrays[name] = arrays[source].reshape(shape)
         for call in self.calls:
             try:
-                call.module(*(arrays[a] for a in call.args))
+                call.module_at(binding)(*(arrays[a] for a in call.args))
             except ArgumentError as exc:        # a kernel refusing planned arrays is a compiler bug
                 raise ArgumentError(f"node {call.node!r}: {exc}") from exc
         return [np.array(arrays[n]) for n in self.output_names]
@@ -208,7 +245,7 @@ class PolymorphicExecutable:
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}: {d}{show_shape(s)}" for n, s, d in self.inputs)
         return (f"<loopweave PolymorphicExecutable {self.name!r} ({ins}): {len(self.calls)} kernel calls, "
-                f"{len({id(c.module) for c in self.calls})} distinct kernels, {len(self.plan.slot_sizes)} arena slots>")
+                f"{len(self.kernels) or len({id(c.module) for c in self.calls})} distinct kernels, {len(self.plan.slot_sizes)} arena slots>")
 
     def _repr_html_(self) -> str:
         """The signature, the run-time checks, each kernel call with its arguments' symbolic shapes,
@@ -221,8 +258,11 @@ class PolymorphicExecutable:
 
         def arg(name):
             return f"{name}{show_shape([S.show(d) for d in shapes[name]])}" if name in shapes else name
+        def variants(c):
+            return "".join(f"; <code>{html.escape(v.module.name)}</code> where {html.escape(S.show(v.rows))} &lt;= "
+                           f"{v.at_most}" for v in c.variants)
         calls = "".join(f"<li>{html.escape(c.node)}: <code>{html.escape(c.module.name)}</code>("
-                        f"{html.escape(', '.join(arg(a) for a in c.args))})</li>" for c in self.calls)
+                        f"{html.escape(', '.join(arg(a) for a in c.args))}){variants(c)}</li>" for c in self.calls)
         checks = "".join(f"<li>{html.escape(c.node)}: {html.escape(c.message)}</li>" for c in self.signature.checks)
         slots = ", ".join(html.escape(S.show(size)) for size in self.plan.slot_sizes)
         return (f"<div>{html.escape(repr(self))}<div>run-time checks:</div><ul>{checks or '<li>none</li>'}</ul>"

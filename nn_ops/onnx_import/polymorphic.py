@@ -6,6 +6,9 @@ once with ``lw.build`` over placeholders whose symbolic sizes are ``lw.var`` s: 
 distinct symbolic extent of the kernel's arguments, so a kernel over ``(batch*seq, 256)`` takes
 one size (the call table passes its value; ``lw.build``'s runtime can also bind it from the
 arrays).  Identical kernels (the same op, attributes and pattern of extents) are built once.
+A MatMul/Gemm by a constant also gets a few-rows variant (``FEW_ROWS``): the streaming
+``matmul_small_m`` schedule with the same arguments, which the executable's call table picks at
+bindings whose row count is that small (invisible to the user; saved and loaded like the others).
 
 Covered: MatMul by a constant 2-d weight (a ``matmul`` over the flattened rows), MatMul of two
 computed operands with equal batch axes (``batch_matmul``), Gemm by a constant, broadcasting
@@ -28,8 +31,9 @@ from ...dsl.tensor import compute, placeholder
 from ...errors import OnnxImportError
 from ...target import resolve_target
 from ..network import call_list, symbolic as S
-from ..network.polymorphic_executable import KernelCall, PolymorphicExecutable, View
+from ..network.polymorphic_executable import KernelCall, PolymorphicExecutable, Variant, View
 from ..network.symbolic_plan import SymbolicPlan
+from ..ops.gemv import matmul_small_m
 from ..ops.matmul import batch_matmul, matmul
 from ..ops.norm import layer_norm
 from ..ops.registry import schedule
@@ -47,6 +51,13 @@ COVERED = set(BINARY) | set(UNARY) | set(VIEWS) | {"Cast", "MatMul", "Gemm", "Tr
                                                    "LayerNormalization", "Constant", "Dropout", "Shape", "Gather",
                                                    "Concat"}
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
+# A dense layer (MatMul/Gemm by a constant) at this many rows or fewer runs its few-rows variant:
+# ``matmul_small_m``'s streaming schedule, B read in place (no per-call packing of its panels, which
+# for one row costs as much as the product).  Measured on the zoo encoder's kernels (Zen 4, 1 and 2
+# threads, weights 64-byte aligned): the streaming kernel is ~2x faster at 1 row, even at 4-6, and
+# slower from 7 on (1.4x at 8 rows, 2x at 16: it reads the weight panel once per row) -- so not the
+# static path's SMALL_M = 16.
+FEW_ROWS = 4
 
 
 def _max(a, b):
@@ -190,9 +201,12 @@ class _Builder:
             self.local[dst] = (shape, self.dtype(src), "input")
         self.views.append(View(dst, src, shape))
 
-    def kernel(self, label, key, inputs: List[str], output: str, make, out_shape=None, then_view=None) -> None:
+    def kernel(self, label, key, inputs: List[str], output: str, make, out_shape=None, then_view=None,
+               few_rows=None) -> None:
         """Build (or reuse) the kernel ``make(*placeholders, extent=f)`` (``f`` maps a sympy size to the
-        kernel's int or ``lw.var``) and call it on ``inputs`` -> ``output`` (then viewed as ``then_view``)."""
+        kernel's int or ``lw.var``) and call it on ``inputs`` -> ``output`` (then viewed as ``then_view``).
+        ``few_rows`` (rows, at_most, make_small): a second kernel of the same arguments, built by
+        ``make_small``, that the call runs at bindings where the sympy size ``rows`` <= at_most."""
         out_shape = self.shapes.shapes[output] if out_shape is None else out_shape
         arg_shapes = [self.shape(i) for i in inputs] + [out_shape]
         variables: Dict[object, object] = {}
@@ -204,35 +218,43 @@ class _Builder:
                 pattern.append(int(d) if S.is_static(d) else f"v{list(variables).index(d)}")
         full_key = repr(key + (tuple(pattern), tuple(len(s) for s in arg_shapes),
                                tuple(self.dtype(i) for i in inputs)))
-        module = self.kernels.get(full_key)
-        if module is None and self.prebuilt is not None:
-            module = self.prebuilt.get(full_key)
-            if module is None:
-                raise OnnxImportError(f"the saved executable has no kernel for node {label!r} (saved by another "
-                                      f"loopweave?); compile the model again")
-            self.kernels[full_key] = module
-        if module is None:
-            names = S.dsl_variables([f"v{k}" for k in range(len(variables))])
-            var_of = {d: names[f"v{k}"] for k, d in enumerate(variables)}
 
-            def extent(d):
-                return int(d) if S.is_static(d) else var_of[d]
-            holders = [placeholder(tuple(extent(d) for d in self.shape(i)), name=f"in{k}", dtype=self.dtype(i))
-                       for k, i in enumerate(inputs)]
-            out = make(*holders, extent=extent)
-            got = tuple(S.from_dsl(e) if not hasattr(e, "value") else int(e.value) for e in out.shape)
-            want = tuple(int(d) if S.is_static(d) else S.from_dsl(var_of[d]) for d in out_shape)
-            if got != want:
-                raise _Unsupported(f"the kernel computes shape {got}, the graph says {want}")
-            from ...backends.build import build
-            module = build(schedule([out], self.target), holders + [out], target=self.target,
-                           name=f"poly_{key[0]}")
-            self.kernels[full_key] = module
+        def built(full_key, make, name):
+            module = self.kernels.get(full_key)
+            if module is None and self.prebuilt is not None:
+                module = self.prebuilt.get(full_key)
+                if module is None:
+                    raise OnnxImportError(f"the saved executable has no kernel for node {label!r} (saved by another "
+                                          f"loopweave?); compile the model again")
+                self.kernels[full_key] = module
+            if module is None:
+                names = S.dsl_variables([f"v{k}" for k in range(len(variables))])
+                var_of = {d: names[f"v{k}"] for k, d in enumerate(variables)}
+
+                def extent(d):
+                    return int(d) if S.is_static(d) else var_of[d]
+                holders = [placeholder(tuple(extent(d) for d in self.shape(i)), name=f"in{k}", dtype=self.dtype(i))
+                           for k, i in enumerate(inputs)]
+                out = make(*holders, extent=extent)
+                got = tuple(S.from_dsl(e) if not hasattr(e, "value") else int(e.value) for e in out.shape)
+                want = tuple(int(d) if S.is_static(d) else S.from_dsl(var_of[d]) for d in out_shape)
+                if got != want:
+                    raise _Unsupported(f"the kernel computes shape {got}, the graph says {want}")
+                from ...backends.build import build
+                module = build(schedule([out], self.target), holders + [out], target=self.target, name=name)
+                self.kernels[full_key] = module
+            return module
+        module = built(full_key, make, f"poly_{key[0]}")
+        variants = ()
+        if few_rows is not None:
+            rows, at_most, make_small = few_rows
+            small_key = full_key + f" rows<={at_most}"
+            variants = (Variant(built(small_key, make_small, f"poly_{key[0]}_few_rows"), rows, at_most),)
         if output not in self.values:       # the kernel's own output dtype (a Cast changes it)
             self.values[output] = (out_shape, module.params[-1].dtype)
             self.local[output] = self.values[output]
         sizes = {f"v{k}": d for k, d in enumerate(variables)}      # this call's value of each size var
-        self.calls.append(KernelCall(label, module, tuple(inputs) + (output,), sizes))
+        self.calls.append(KernelCall(label, module, tuple(inputs) + (output,), sizes, variants))
         self.steps.append(([i for i in inputs if i in self.values], [output]))
         if then_view is not None:
             self.view(output, then_view)
@@ -318,10 +340,12 @@ class _Builder:
                                             else ("ext", externals.index(i)) for i in m.input)) for m in members)
         shapes = {i: self.shape(i) for i in externals}
 
-        def make(*holders, extent):
+        def make(*holders, extent, few_rows=False):
             anchor_holders, ext_holders = holders[:len(anchor_inputs)], holders[len(anchor_inputs):]
             if kind in ("dense", "dense+bias"):
-                base = matmul(anchor_holders[0], anchor_holders[1], name="dense")
+                # few rows: B streamed once, no per-call packing of its panels (the static path's choice)
+                product = matmul_small_m if few_rows else matmul
+                base = product(anchor_holders[0], anchor_holders[1], name="dense")
                 if kind == "dense+bias":
                     y, bias = base, anchor_holders[2]
                     base = compute(y.shape, lambda i, j: y[i, j] + bias[j], name="dense.bias", tag="elemwise")
@@ -349,8 +373,12 @@ class _Builder:
                 return env[final]
             return compute(tuple(extent(d) for d in space), body, name="epilogue", tag="elemwise")
         result = final if anchor is None else self.fresh(final + ".space")
+        few_rows = None
+        if kind in ("dense", "dense+bias") and self.dtype(anchor_inputs[0]) in ("float32", "float64") \
+                and not S.is_static(space[0]):
+            few_rows = (space[0], FEW_ROWS, lambda *holders, extent: make(*holders, extent=extent, few_rows=True))
         self.kernel(label, ("group", kind, structure, tuple(modes)), anchor_inputs + ext_names, result, make,
-                    out_shape=space)
+                    out_shape=space, few_rows=few_rows)
         if anchor is not None:
             self.view(result, final, G)
 

@@ -55,9 +55,44 @@ def test_no_compilation_at_run_time(encoder, monkeypatch):
     for module, name in ((build_module, "build"), (build_module, "lower"), (build_module, "build_llvm"),
                          (jit, "compile_ir"), (jit, "load_object")):
         monkeypatch.setattr(module, name, forbidden)
-    for batch, seq in ((3, 13), (1, 129), (5, 2)):
+    for batch, seq in ((3, 13), (1, 129), (5, 2), (2, 2), (1, 3)):      # the last two: few-rows variants
         x = np.random.default_rng(seq).standard_normal((batch, seq, 64)).astype(np.float32)
         np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-3, atol=1e-3)
+
+
+def _dense_calls(model, exe):
+    """The encoder's MatMul-by-a-constant calls (a 2-d weight of static shape)."""
+    op_of = {n.name: n.op_type for n in model.graph.node}
+    return [c for c in exe.calls if op_of[c.node] == "MatMul" and all(isinstance(d, int) for d in c.module.params[1].shape)]
+
+
+def test_dense_layers_keep_a_few_rows_variant_picked_per_binding(encoder):
+    """Each MatMul by a constant has two kernels of the same arguments: the blocked one and, for
+    batch*seq <= FEW_ROWS, the streaming one that reads the weight in place; the call table of a
+    binding holds the one its row count picks, and both give onnxruntime's results (every symbol at 1
+    too), run through the native call list and through each kernel's own checks alike."""
+    from loopweave.nn_ops.onnx_import.polymorphic import FEW_ROWS
+    model, exe = encoder
+    dense = _dense_calls(model, exe)
+    assert len(dense) == 2 * 6                      # q, k, v, output projection, two FFN layers per layer
+    assert all(len(c.variants) == 1 and c.variants[0].at_most == FEW_ROWS for c in dense)
+    assert all(c.variants[0].module.name.endswith("few_rows") and c.variants[0].module is not c.module for c in dense)
+    assert not any(c.variants for c in exe.calls if c not in dense)
+    for c in dense:         # the blocked kernel packs the weight's panels per call, the streaming one reads it in place
+        assert "in1.local = allocate(" in c.module.get_source("lowered")
+        assert "in1.local" not in c.variants[0].module.get_source("lowered")
+    for batch, seq in ((1, 1), (4, 1), (1, 4), (2, 2), (1, 5), (5, 1), (3, 7), (1, 64)):
+        x = np.random.default_rng(batch * 100 + seq).standard_normal((batch, seq, 64)).astype(np.float32)
+        got, = exe.run({"input": x})
+        np.testing.assert_allclose(got, _ort(model, {"input": x})[0], rtol=1e-3, atol=1e-3)
+        np.testing.assert_array_equal(got, exe.run_each({"input": x})[0])
+        binding = {"batch": batch, "seq": seq}
+        table = exe._tables[tuple(sorted(binding.items()))]
+        few = batch * seq <= FEW_ROWS
+        for k, call in enumerate(exe.calls):
+            assert table.fns[k] == call.module_at(binding)._address
+            if call in dense:
+                assert (call.module_at(binding) is call.variants[0].module) == few
 
 
 def test_arena_grows_for_a_larger_binding_and_is_reused_after(encoder):
@@ -103,7 +138,11 @@ def test_save_and_load_keep_the_polymorphic_executable_without_compiling(encoder
     loaded = lw.load(path)
     assert isinstance(loaded, PolymorphicExecutable)
     assert len(loaded.calls) == len(exe.calls) and len(loaded.kernels) == len(exe.kernels)
-    for batch, seq in ((1, 1), (3, 11)):
+    assert [len(c.variants) for c in loaded.calls] == [len(c.variants) for c in exe.calls]
+    assert sum(len(c.variants) for c in loaded.calls) > 0
+    few = {"batch": 1, "seq": 1}
+    assert all(c.module_at(few).name.endswith("few_rows") for c in loaded.calls if c.variants)
+    for batch, seq in ((1, 1), (3, 11), (2, 2)):           # few-rows variants, then the blocked kernels
         x = np.random.default_rng(seq).standard_normal((batch, seq, 64)).astype(np.float32)
         np.testing.assert_allclose(loaded.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-3, atol=1e-3)
     again = tmp_path / "again.lwx"
@@ -194,14 +233,19 @@ def test_load_in_a_fresh_process_runs_without_compiling(encoder, tmp_path):
     exe.save(path)
     x = np.random.default_rng(5).standard_normal((2, 9, 64)).astype(np.float32)
     np.save(x_path, x)
+    x1 = x[:1, :1]                                          # one row: the few-rows variants
     code = f"""
 import numpy as np, loopweave as lw, loopweave.backends.build as b, loopweave.backends.llvm.jit as j
 def forbidden(*a, **k): raise AssertionError("compiled")
 b.build = b.lower = b.build_llvm = j.compile_ir = forbidden
-np.save({str(y_path)!r}, lw.load({str(path)!r}).run({{"input": np.load({str(x_path)!r})}})[0])
+exe, x = lw.load({str(path)!r}), np.load({str(x_path)!r})
+np.save({str(y_path)!r}, exe.run({{"input": x}})[0])
+np.save({str(y_path)!r} + ".1.npy", exe.run({{"input": np.ascontiguousarray(x[:1, :1])}})[0])
 """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
     np.testing.assert_allclose(np.load(y_path), _ort(model, {"input": x})[0], rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(np.load(str(y_path) + ".1.npy"), _ort(model, {"input": np.ascontiguousarray(x1)})[0],
+                               rtol=1e-3, atol=1e-3)
 
 
 def test_no_kernel_fuses_loops_of_symbolic_extents(encoder):
@@ -225,7 +269,7 @@ def test_the_native_call_list_runs_what_the_checked_kernel_calls_run(encoder):
     Python through its own argument checks (which would refuse a wrong shape or size)."""
     _, exe = encoder
     assert exe._runner is not None
-    for batch, seq in ((1, 1), (2, 33), (1, 1), (3, 8)):
+    for batch, seq in ((1, 1), (2, 33), (1, 1), (3, 8), (4, 1), (1, 5)):
         x = np.random.default_rng(seq).standard_normal((batch, seq, 64)).astype(np.float32)
         np.testing.assert_array_equal(exe.run({"input": x})[0], exe.run_each({"input": x})[0])
 
@@ -313,9 +357,11 @@ def test_an_mlp_of_gemms_with_a_symbolic_batch():
     model = b.model(("N", 16), out, ("N", 8))
     exe = lw.compile(lw.from_onnx(model), polymorphic=True)
     assert len(exe.calls) == 3
-    for n in (1, 5, 33):
+    assert [len(c.variants) for c in exe.calls] == [1, 1, 0]      # both Gemms have a few-rows kernel
+    for n in (1, 4, 5, 33):                                      # few rows (N at 1 too), then the blocked kernels
         x = np.random.default_rng(n).standard_normal((n, 16)).astype(np.float32)
         np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(exe.run({"input": x})[0], exe.run_each({"input": x})[0])
 
 
 def _resaved(path, tmp_path, edit):
