@@ -31,6 +31,7 @@ from ...dsl.tensor import compute, placeholder
 from ...errors import OnnxImportError
 from ...target import resolve_target
 from ..network import call_list, symbolic as S
+from ..network.op_table import SMALL_M
 from ..network.polymorphic_executable import KernelCall, PolymorphicExecutable, Variant, View
 from ..network.symbolic_plan import SymbolicPlan
 from ..ops.gemv import matmul_small_m
@@ -53,11 +54,11 @@ COVERED = set(BINARY) | set(UNARY) | set(VIEWS) | {"Cast", "MatMul", "Gemm", "Tr
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 # A dense layer (MatMul/Gemm by a constant) at this many rows or fewer runs its few-rows variant:
 # ``matmul_small_m``'s streaming schedule, B read in place (no per-call packing of its panels, which
-# for one row costs as much as the product).  Measured on the zoo encoder's kernels (Zen 4, 1 and 2
-# threads, weights 64-byte aligned): the streaming kernel is ~2x faster at 1 row, even at 4-6, and
-# slower from 7 on (1.4x at 8 rows, 2x at 16: it reads the weight panel once per row) -- so not the
-# static path's SMALL_M = 16.
-FEW_ROWS = 4
+# for one row costs as much as the product).  The static path's threshold: whole-encoder runs (Zen 4,
+# 1 thread) put the crossover near 14 rows (the blocked kernel ran 2x slower at 1-4 rows, 1.1x at 12,
+# 0.9x at 16); kernels timed one by one with their weights in cache put it near 5, and 2 threads
+# (on a loaded machine) near 7 -- measure both paths together before moving it.
+FEW_ROWS = SMALL_M
 
 
 def _max(a, b):

@@ -81,7 +81,7 @@ def test_dense_layers_keep_a_few_rows_variant_picked_per_binding(encoder):
     for c in dense:         # the blocked kernel packs the weight's panels per call, the streaming one reads it in place
         assert "in1.local = allocate(" in c.module.get_source("lowered")
         assert "in1.local" not in c.variants[0].module.get_source("lowered")
-    for batch, seq in ((1, 1), (4, 1), (1, 4), (2, 2), (1, 5), (5, 1), (3, 7), (1, 64)):
+    for batch, seq in ((1, 1), (4, 1), (1, 7), (2, 8), (1, 16), (1, 17), (3, 7), (1, 64)):
         x = np.random.default_rng(batch * 100 + seq).standard_normal((batch, seq, 64)).astype(np.float32)
         got, = exe.run({"input": x})
         np.testing.assert_allclose(got, _ort(model, {"input": x})[0], rtol=1e-3, atol=1e-3)
@@ -142,7 +142,7 @@ def test_save_and_load_keep_the_polymorphic_executable_without_compiling(encoder
     assert sum(len(c.variants) for c in loaded.calls) > 0
     few = {"batch": 1, "seq": 1}
     assert all(c.module_at(few).name.endswith("few_rows") for c in loaded.calls if c.variants)
-    for batch, seq in ((1, 1), (3, 11), (2, 2)):           # few-rows variants, then the blocked kernels
+    for batch, seq in ((1, 1), (3, 11), (2, 8)):           # few-rows variants, blocked kernels, few again
         x = np.random.default_rng(seq).standard_normal((batch, seq, 64)).astype(np.float32)
         np.testing.assert_allclose(loaded.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-3, atol=1e-3)
     again = tmp_path / "again.lwx"
@@ -269,7 +269,7 @@ def test_the_native_call_list_runs_what_the_checked_kernel_calls_run(encoder):
     Python through its own argument checks (which would refuse a wrong shape or size)."""
     _, exe = encoder
     assert exe._runner is not None
-    for batch, seq in ((1, 1), (2, 33), (1, 1), (3, 8), (4, 1), (1, 5)):
+    for batch, seq in ((1, 1), (2, 33), (1, 1), (3, 8), (4, 1), (1, 16), (1, 17)):
         x = np.random.default_rng(seq).standard_normal((batch, seq, 64)).astype(np.float32)
         np.testing.assert_array_equal(exe.run({"input": x})[0], exe.run_each({"input": x})[0])
 
@@ -358,7 +358,7 @@ def test_an_mlp_of_gemms_with_a_symbolic_batch():
     exe = lw.compile(lw.from_onnx(model), polymorphic=True)
     assert len(exe.calls) == 3
     assert [len(c.variants) for c in exe.calls] == [1, 1, 0]      # both Gemms have a few-rows kernel
-    for n in (1, 4, 5, 33):                                      # few rows (N at 1 too), then the blocked kernels
+    for n in (1, 16, 17, 33):                                    # few rows (N at 1 too), then the blocked kernels
         x = np.random.default_rng(n).standard_normal((n, 16)).astype(np.float32)
         np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(exe.run({"input": x})[0], exe.run_each({"input": x})[0])
