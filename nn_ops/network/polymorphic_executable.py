@@ -7,8 +7,8 @@ feed against the symbolic signature, evaluates the symbolic memory plan (``symbo
 at the binding, fills (or reuses) the call tables for that binding (``call_list.py``: argument
 pointers into one arena, each call's sizes, and the variant of each call that the binding picks:
 ``KernelCall.variants``, e.g. a dense layer's kernel for few rows) and runs every kernel with one
-native call; nothing is compiled at run time.  Constants are kept 64-byte aligned.  ``run_each`` calls the kernels one by one from Python through
-their own argument checks instead.
+native call; nothing is compiled at run time.  Constants are kept 64-byte aligned.  ``run_each``
+calls the kernels one by one from Python through their own argument checks instead.
 
 ``save`` writes the model, the runner and each distinct kernel's object code; ``lw.load``
 rebuilds the calls and the plan from the model and loads the objects (nothing is lowered or
@@ -245,7 +245,8 @@ class PolymorphicExecutable:
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}: {d}{show_shape(s)}" for n, s, d in self.inputs)
         return (f"<loopweave PolymorphicExecutable {self.name!r} ({ins}): {len(self.calls)} kernel calls, "
-                f"{len(self.kernels) or len({id(c.module) for c in self.calls})} distinct kernels, {len(self.plan.slot_sizes)} arena slots>")
+                f"{len(self.kernels) or len({id(c.module) for c in self.calls})} distinct kernels, "
+                f"{len(self.plan.slot_sizes)} arena slots>")
 
     def _repr_html_(self) -> str:
         """The signature, the run-time checks, each kernel call with its arguments' symbolic shapes,

@@ -63,7 +63,8 @@ def test_no_compilation_at_run_time(encoder, monkeypatch):
 def _dense_calls(model, exe):
     """The encoder's MatMul-by-a-constant calls (a 2-d weight of static shape)."""
     op_of = {n.name: n.op_type for n in model.graph.node}
-    return [c for c in exe.calls if op_of[c.node] == "MatMul" and all(isinstance(d, int) for d in c.module.params[1].shape)]
+    return [c for c in exe.calls
+            if op_of[c.node] == "MatMul" and all(isinstance(d, int) for d in c.module.params[1].shape)]
 
 
 def test_dense_layers_keep_a_few_rows_variant_picked_per_binding(encoder):
