@@ -160,10 +160,18 @@ def build_many(jobs: Sequence, target="llvm", checks=None, progress=None) -> Lis
     if tgt.kind != "llvm":
         return _build_many_cuda(jobs, tgt, checks, progress)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="loopweave-llvm") as pool:
+        compiling = []
+
         def build_here(index: int) -> _LlvmJob:
+            # at most one LLVM compile waits behind the running one: a longer backlog kept this
+            # process lowering jobs a worker would have finished sooner, then waiting for LLVM
+            while len(compiling) >= 2:
+                compiling.pop(0).result()
             s, args, name = jobs[index]
             job = _LlvmJob(_lowered_for_cpu(s, args, tgt, name, checks), tgt)
             job.start(lambda ir: pool.submit(jit.compile_ir, ir, tgt))
+            if job.pending is not None:
+                compiling.append(job.pending)
             return job
 
         workers = build_workers.worker_count(len(jobs)) if tgt.runs_here() else 0

@@ -73,6 +73,18 @@ def _take_workers(n: int) -> List[_Worker]:
     return taken + [_Worker() for _ in range(n - len(taken))]
 
 
+def prestart() -> None:
+    """Start the workers a compile will want (if they are not running yet) without waiting for
+    them: a network compile calls this first, so their start (~0.8 s of imports) overlaps its
+    graph passes instead of its kernel builds."""
+    wanted = worker_count(1 << 30)
+    with _idle_lock:
+        _idle[:] = [w for w in _idle if w.alive()]
+        missing = wanted - len(_idle)
+        if missing > 0:
+            _idle.extend(_Worker() for _ in range(missing))
+
+
 def _give_back(workers: List[_Worker]) -> None:
     with _idle_lock:
         _idle.extend(w for w in workers if w.alive())

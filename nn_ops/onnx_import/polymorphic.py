@@ -21,6 +21,7 @@ specialise per shape).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -40,6 +41,13 @@ from ..ops.norm import layer_norm
 from ..ops.registry import schedule
 from ..ops.shape import softmax, transpose
 from .importer import node_label
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pending:
+    """A kernel the walk asked for, built with the others after it (``_build_pending``)."""
+    index: int
+    dtype: str
 
 BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
           "Div": lambda a, b: a / b, "Max": lambda a, b: _max(a, b), "Min": lambda a, b: _min(a, b),
@@ -100,7 +108,8 @@ class _Builder:
         self.views: List[View] = []
         self.calls: List[KernelCall] = []
         self.steps: List[Tuple[list, list]] = []
-        self.kernels: Dict[str, object] = {}           # structural key (text) -> Module
+        self.kernels: Dict[str, object] = {}           # structural key (text) -> Module (or _Pending)
+        self.jobs: List[tuple] = []                     # (schedule, args, name) of the kernels to build
         self.prebuilt = prebuilt
         self.consumers: Dict[str, list] = {}
         for node in model.graph.node:
@@ -131,11 +140,26 @@ class _Builder:
             lines = "\n".join(f"  - node {n!r}: {op}: {why}" for n, op, why in problems)
             raise OnnxImportError(f"{self.name!r} cannot compile shape-polymorphically yet ({len(problems)} "
                                   f"node(s); compile without polymorphic=True to specialise per shape):\n{lines}")
+        self._build_pending()
         outputs = [o.name for o in self.model.graph.output]
         view_sources = {v.name: v.source for v in self.views if v.source in self.values}
         plan = SymbolicPlan(self.values, self.steps, view_sources, keep=outputs)
         return PolymorphicExecutable(self.shapes.signature, self.calls, self.views, plan, self.consts, outputs,
                                      self.name, kernels=self.kernels, target=self.target)
+
+    def _build_pending(self) -> None:
+        """Build the walk's new kernels in one ``build_many`` and put them in their calls."""
+        from ...backends.build import build_many
+        if not self.jobs:
+            return
+        modules = build_many(self.jobs, self.target)
+
+        def real(m):
+            return modules[m.index] if isinstance(m, _Pending) else m
+        self.kernels = {key: real(m) for key, m in self.kernels.items()}
+        for call in self.calls:
+            call.module = real(call.module)
+            call.variants = tuple(dataclasses.replace(v, module=real(v.module)) for v in call.variants)
 
     def convert(self, k: int, node, label: str) -> None:
         op = node.op_type
@@ -241,8 +265,9 @@ class _Builder:
                 want = tuple(int(d) if S.is_static(d) else S.from_dsl(var_of[d]) for d in out_shape)
                 if got != want:
                     raise _Unsupported(f"the kernel computes shape {got}, the graph says {want}")
-                from ...backends.build import build
-                module = build(schedule([out], self.target), holders + [out], target=self.target, name=name)
+                # built after the walk, all together (build_many: on every core)
+                module = _Pending(len(self.jobs), out.dtype)
+                self.jobs.append((schedule([out], self.target), holders + [out], name))
                 self.kernels[full_key] = module
             return module
         module = built(full_key, make, f"poly_{key[0]}")
@@ -252,7 +277,8 @@ class _Builder:
             small_key = full_key + f" rows<={at_most}"
             variants = (Variant(built(small_key, make_small, f"poly_{key[0]}_few_rows"), rows, at_most),)
         if output not in self.values:       # the kernel's own output dtype (a Cast changes it)
-            self.values[output] = (out_shape, module.params[-1].dtype)
+            dtype = module.dtype if isinstance(module, _Pending) else module.params[-1].dtype
+            self.values[output] = (out_shape, dtype)
             self.local[output] = self.values[output]
         sizes = {f"v{k}": d for k, d in enumerate(variables)}      # this call's value of each size var
         self.calls.append(KernelCall(label, module, tuple(inputs) + (output,), sizes, variants))

@@ -13,7 +13,7 @@ from ...dsl.expr import Const, cast
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
-from .registry import accumulator_and_tile, register_schedule
+from .registry import accumulator_and_tile, register_schedule, unroll_long_epilogue
 
 
 def _check(cond: bool, message: str):
@@ -116,10 +116,7 @@ def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
         C.reorder(jo, io, ii, ji)
         outer = jo
     C.vectorize(ji)
-    # the epilogue's rows unrolled here, not left to LLVM: a long epilogue (tanh GELU) made LLVM
-    # keep that loop, the accumulator was then indexed by a variable and lived in memory through
-    # the whole reduction (GPT-2's dense + GELU ran at 2.2x the time of the dense alone)
-    C.unroll(ii)
+    unroll_long_epilogue(s, op, C, [ii])
     C.parallel(outer)
     s[CC].compute_at(C, io)
     c_axes = list(s[CC].op.axis)

@@ -26,7 +26,8 @@ from ...errors import ExprError
 from .conv2d import _divisor_at_most, _row_block, _schedule_input_copy
 from .elementwise import static_shape
 from .pooling import pool_output_size
-from .registry import INJECTIVE_TAGS, accumulate_in_registers, accumulator_and_tile, register_schedule
+from .registry import (INJECTIVE_TAGS, accumulate_in_registers, accumulator_and_tile, register_schedule,
+                       unroll_long_epilogue)
 
 
 # ------------------------------------------------------------------ layout transforms
@@ -212,8 +213,7 @@ def schedule_conv2d_blocked(s, op, target):
         blocks = n_ * (obn // nv)
         fused = Y.fuse(n, obo) if blocks >= 4 * max(1, target.num_threads) else Y.fuse(n, obo, y)
     Y.vectorize(oi)
-    Y.unroll(obi)       # the epilogue over the block, unrolled here (see _schedule_gemm: a long one
-    Y.unroll(xi)        # kept as a loop put the accumulator in memory)
+    unroll_long_epilogue(s, op, Y, [obi, xi])
     Y.parallel(fused)
     cn, cob, cy, cx, coi = s[acc].op.axis
     rco, ry, rx, rci = s[acc].op.reduce_axis
@@ -283,7 +283,7 @@ def _schedule_depthwise_rows(s, op, result, host, at) -> None:
     xo, xi = D.split(x, factor=_divisor_at_most(int(result.shape[3].value), 8))
     D.reorder(n, cb, y, xo, xi, ci)
     D.vectorize(ci)
-    D.unroll(xi)
+    unroll_long_epilogue(s, op, D, [xi])
     an, acb, ay, ax, aci = s[acc].op.axis
     ry, rx = s[acc].op.reduce_axis
     accumulate_in_registers(s, acc, D, xo, (an, acb, ay, ry, rx, ax, aci), (ax,))
@@ -315,7 +315,7 @@ def schedule_depthwise_blocked(s, op, target):
     xo, xi = Y.split(x, factor=owb)
     Y.reorder(n, cb, y, xo, xi, ci)
     Y.vectorize(ci)
-    Y.unroll(xi)
+    unroll_long_epilogue(s, op, Y, [xi])
     row = Y.fuse(n, cb, y)
     Y.parallel(row)
     an, acb, ay, ax, aci = s[acc].op.axis
