@@ -98,6 +98,12 @@ def best(path, target: Target, task_key: str) -> Optional[dict]:
     latest = {}
     for r in read(path, target, task_key):
         latest[r.get("trace")] = r
-    found = [r for r in latest.values() if r.get("seconds") is not None and not r.get("error")]
-    found = [r for r in found if r.get("verified")] or found     # once verified side by side, only those
+    return fastest(latest.values())
+
+
+def fastest(candidates) -> Optional[dict]:
+    """The fastest measured record of ``candidates`` (one per schedule); once some were verified
+    side by side with the default, only those (``TaskTuner.verify_against``)."""
+    found = [r for r in candidates if r.get("seconds") is not None and not r.get("error")]
+    found = [r for r in found if r.get("verified")] or found
     return min(found, key=lambda r: r["seconds"]) if found else None

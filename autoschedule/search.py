@@ -66,11 +66,9 @@ class TaskTuner:
         self._refit()
 
     def _fastest_measured(self) -> Optional[dict]:
-        """The fastest record among ``measured`` (each schedule at its newest time); once a pick was
-        verified beside the default, only verified records count (``records.best`` agrees)."""
-        ok = [r for r in self.measured.values() if r.get("seconds") and not r.get("error")]
-        ok = [r for r in ok if r.get("verified")] or ok
-        return min(ok, key=lambda r: r["seconds"]) if ok else None
+        """The fastest record among ``measured`` (each schedule at its newest time), by the rule
+        ``records.best`` applies to a log."""
+        return records.fastest(self.measured.values())
 
     def _note(self, r: dict, resumed: bool = False):
         if r.get("seconds") is not None and not r.get("error"):

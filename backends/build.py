@@ -121,21 +121,22 @@ class _LlvmJob:
         if self.obj is None:
             self.pending = submit(self.llvm_ir())
 
+    def object_code(self) -> bytes:
+        """The object, from the disk cache or the compile ``start`` handed off (then cached)."""
+        if self.obj is None:
+            self.obj, self.generated["opt"] = self.pending.result()
+            jit.store_object(self.symbol, self.target, self.obj)
+        return self.obj
+
     def finish(self) -> Module:
         func, target, symbol, generated = self.func, self.target, self.symbol, self.generated
         if not target.runs_here():      # cross-compiled: object code for export_library, never loaded
-            obj = self.obj
-            if obj is None:
-                obj, generated["opt"] = self.pending.result()
-                jit.store_object(symbol, target, obj)
-            return _module(func, target, symbol, 0, obj, generated, self.llvm_ir, CrossCompiledModule)
+            return _module(func, target, symbol, 0, self.object_code(), generated, self.llvm_ir,
+                           CrossCompiledModule)
         if symbol in _loaded:
             address, obj = _loaded[symbol]
         else:
-            obj = self.obj
-            if obj is None:
-                obj, generated["opt"] = self.pending.result()
-                jit.store_object(symbol, target, obj)
+            obj = self.object_code()
             address = jit.load_object(obj, symbol)
             _loaded[symbol] = (address, obj)
         return _module(func, target, symbol, address, obj, generated, self.llvm_ir)
@@ -151,10 +152,10 @@ def optimized_llvm_ir(schedule, args, target, name: str):
 
 
 def build_many(jobs: Sequence, target="llvm", checks=None, progress=None) -> List[Module]:
-    """``[build(s, args, target, name) for s, args, name in jobs]`` for the CPU, using the machine's
-    cores: spawned workers lower and compile some kernels (``build_workers``) while this process
-    lowers the others, each one's LLVM compile (native code, no GIL) on a background thread while
-    the next is lowered.  ``progress()`` is called once per kernel."""
+    """``[build(s, args, target, name) for s, args, name in jobs]``, using the machine's cores: worker
+    processes lower and compile some kernels (``build_workers``) while this process lowers the
+    others, each one's LLVM compile (native code, no GIL) on a background thread while the next is
+    lowered.  ``progress()`` is called once per kernel."""
     check_checks_argument(checks, BuildError)
     tgt = resolve_target(target)
     if tgt.kind != "llvm":
@@ -175,16 +176,9 @@ def build_many(jobs: Sequence, target="llvm", checks=None, progress=None) -> Lis
             return job
 
         workers = build_workers.worker_count(len(jobs)) if tgt.runs_here() else 0
-        if workers:
-            started = build_workers.build_spread(
-                jobs, tgt, checks, build_here, lambda func, symbol, obj: _LlvmJob(func, tgt, symbol, obj),
-                progress, workers)
-        else:
-            started = []
-            for index in range(len(jobs)):
-                started.append(build_here(index))
-                if progress is not None:
-                    progress()
+        started = build_workers.build_spread(
+            jobs, tgt, checks, build_here, lambda func, symbol, obj: _LlvmJob(func, tgt, symbol, obj),
+            progress, workers)
         return [job.finish() for job in started]
 
 
@@ -197,15 +191,8 @@ def _build_many_cuda(jobs: Sequence, tgt, checks, progress) -> List[Module]:
         return build(s, args, tgt, name, checks)
 
     workers = build_workers.worker_count(len(jobs))
-    if workers:
-        return build_workers.build_spread(jobs, tgt, checks, build_here, lambda func, _s, _o: build(func, (), tgt),
-                                          progress, workers, extra={"cuda_arch": cuda_arch(tgt)})
-    built = []
-    for index in range(len(jobs)):
-        built.append(build_here(index))
-        if progress is not None:
-            progress()
-    return built
+    return build_workers.build_spread(jobs, tgt, checks, build_here, lambda func, _s, _o: build(func, (), tgt),
+                                      progress, workers, extra={"cuda_arch": cuda_arch(tgt)} if workers else None)
 
 
 def cannot_run_here(target, what: str) -> BuildError:

@@ -33,11 +33,8 @@ def _build(request: dict):
     func = build_mod._lowered_for_cpu(request["schedule"], request["args"], target, request["name"],
                                       request["checks"])
     job = build_mod._LlvmJob(func, target)
-    obj = jit.cached_object(job.symbol, target)
-    if obj is None:
-        obj, _ = jit.compile_ir(job.llvm_ir(), target)
-        jit.store_object(job.symbol, target, obj)
-    return func, job.symbol, obj
+    job.start(lambda ir: build_mod._Done(jit.compile_ir(ir, target)))
+    return func, job.symbol, job.object_code()
 
 
 def main() -> None:

@@ -29,22 +29,26 @@ from .wire import recv, send
 MIN_JOBS = 4
 
 
-def worker_count(n_jobs: int) -> int:
-    """How many worker processes ``n_jobs`` cold builds get (0: build them all here)."""
+def _wanted() -> int:
+    """``LOOPWEAVE_BUILD_WORKERS``, else one fewer than the cores."""
     setting = os.environ.get("LOOPWEAVE_BUILD_WORKERS", "").strip()
     try:
-        wanted = max(0, int(setting)) if setting else max(0, (os.cpu_count() or 1) - 1)
+        return max(0, int(setting)) if setting else max(0, (os.cpu_count() or 1) - 1)
     except ValueError:
-        wanted = 0
-    return 0 if n_jobs < MIN_JOBS else min(wanted, n_jobs - 1)
+        return 0
+
+
+def worker_count(n_jobs: int) -> int:
+    """How many worker processes ``n_jobs`` cold builds get (0: build them all here)."""
+    return 0 if n_jobs < MIN_JOBS else min(_wanted(), n_jobs - 1)
 
 
 class _Worker:
     """One worker process and the pipe to it; used by one thread at a time."""
 
     def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, "-m", __name__.rsplit(".", 1)[0] + ".build_worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen([sys.executable, "-m", __package__ + ".build_worker"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -66,23 +70,25 @@ _idle_lock = threading.Lock()
 _idle: List[_Worker] = []
 
 
+def _prune_idle() -> None:
+    """Drop idle workers that died (the caller holds ``_idle_lock``)."""
+    _idle[:] = [w for w in _idle if w.alive()]
+
+
 def _take_workers(n: int) -> List[_Worker]:
     with _idle_lock:
-        live = [w for w in _idle if w.alive()]
-        taken, _idle[:] = live[:n], live[n:]
+        _prune_idle()
+        taken, _idle[:] = _idle[:n], _idle[n:]
     return taken + [_Worker() for _ in range(n - len(taken))]
 
 
 def prestart() -> None:
     """Start the workers a compile will want (if they are not running yet) without waiting for
-    them: a network compile calls this first, so their start (~0.8 s of imports) overlaps its
-    graph passes instead of its kernel builds."""
-    wanted = worker_count(1 << 30)
+    them: a network compile calls this at its first kernel that no cache holds, so their start
+    (~0.8 s of imports) overlaps the scheduling of the rest instead of the kernel builds."""
     with _idle_lock:
-        _idle[:] = [w for w in _idle if w.alive()]
-        missing = wanted - len(_idle)
-        if missing > 0:
-            _idle.extend(_Worker() for _ in range(missing))
+        _prune_idle()
+        _idle.extend(_Worker() for _ in range(_wanted() - len(_idle)))
 
 
 def _give_back(workers: List[_Worker]) -> None:
@@ -103,8 +109,9 @@ def build_spread(jobs: Sequence, target, checks, build_here: Callable[[int], obj
                  progress: Optional[Callable[[], None]] = None, workers: int = 1,
                  extra: Optional[dict] = None) -> List[object]:
     """One result per job, in order: ``build_here(i)`` for the jobs this process takes (from the
-    front), ``from_worker(func, symbol, obj)`` for those a worker built (from the back; for the
-    GPU the symbol and object are None).  ``extra``: more fields for every request."""
+    front; all of them when ``workers`` is 0), ``from_worker(func, symbol, obj)`` for those a
+    worker built (from the back; for the GPU the symbol and object are None).  ``extra``: more
+    fields for every request."""
     queue = collections.deque(range(len(jobs)))
     lock = threading.Lock()
     built = {}              # index -> (func, symbol, obj), filled by the worker threads

@@ -18,29 +18,14 @@ from .expr import Binary, Compare, Const, Expr, Logical, Select, Var, binary, co
 from .visitor import Mutator
 
 
-def linear_form(e: Expr, memo: Optional[dict] = None) -> Optional[Tuple[Dict[object, int], int]]:
-    """``e`` as ({term: coefficient}, constant) if it is a sum of terms; terms are Vars or opaque nodes.
-
-    ``memo`` (id -> (expr, form)) remembers the forms of subexpressions: the simplifier asks for
-    the form of every sum on its way up, which re-walked each subtree (quadratic).  Forms from a
-    memo are shared: callers must not change them."""
-    if memo is not None:
-        hit = memo.get(id(e))
-        if hit is not None and hit[0] is e:
-            return hit[1]
-        form = _linear_form(e, memo)
-        memo[id(e)] = (e, form)
-        return form
-    return _linear_form(e, None)
-
-
-def _linear_form(e: Expr, memo: Optional[dict]) -> Optional[Tuple[Dict[object, int], int]]:
+def linear_form(e: Expr) -> Optional[Tuple[Dict[object, int], int]]:
+    """``e`` as ({term: coefficient}, constant) if it is a sum of terms; terms are Vars or opaque nodes."""
     if isinstance(e, Const) and e.dtype == dtypes.INDEX:
         return {}, e.value
     if not (isinstance(e, Expr) and e.dtype == dtypes.INDEX):
         return None
     if isinstance(e, Binary) and e.op in ("add", "sub"):
-        a, b = linear_form(e.a, memo), linear_form(e.b, memo)
+        a, b = linear_form(e.a), linear_form(e.b)
         if a is None or b is None:
             return None
         sign = 1 if e.op == "add" else -1
@@ -49,7 +34,7 @@ def _linear_form(e: Expr, memo: Optional[dict]) -> Optional[Tuple[Dict[object, i
             terms[t] = terms.get(t, 0) + sign * c
         return {t: c for t, c in terms.items() if c}, a[1] + sign * b[1]
     if isinstance(e, Binary) and e.op == "mul":
-        a, b = linear_form(e.a, memo), linear_form(e.b, memo)
+        a, b = linear_form(e.a), linear_form(e.b)
         if a is not None and b is not None:
             if not b[0]:
                 return {t: c * b[1] for t, c in a[0].items() if c * b[1]}, a[1] * b[1]
@@ -144,7 +129,6 @@ class ExprSimplifier(Mutator):
 
     def __init__(self):
         self.ranges: Dict[int, Tuple[int, int]] = {}  # id(var) -> (lo, hi) inclusive
-        self.forms: dict = {}     # linear_form's memo (forms do not depend on ranges)
 
     def bound(self, e: Expr) -> Optional[Tuple[int, int]]:
         if isinstance(e, Const) and dtypes.is_int(e.dtype):
@@ -176,9 +160,9 @@ class ExprSimplifier(Mutator):
             return e
         if e.dtype == dtypes.INDEX:
             if e.op in ("add", "sub", "mul"):
-                form = linear_form(e, self.forms)
+                form = linear_form(e)
                 if form is not None:
-                    return from_linear(*_fold_div_mod_pairs(dict(form[0]), form[1]))
+                    return from_linear(*_fold_div_mod_pairs(*form))
             if e.op in ("floordiv", "floormod") and isinstance(e.b, Const) and e.b.value > 0:
                 return self._divmod(e)
             if e.op in ("min", "max"):
@@ -194,7 +178,7 @@ class ExprSimplifier(Mutator):
 
     def _divmod(self, e: Binary) -> Expr:
         d = e.b.value
-        form = linear_form(e.a, self.forms)
+        form = linear_form(e.a)
         if form is None:
             return e
         terms, c = form

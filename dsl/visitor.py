@@ -7,33 +7,18 @@ object otherwise, so passes detect fixpoints with ``is``.  Subclasses override
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict
 
 from .expr import Expr, Reduce, TensorLoad, Var
 
 
-_node_class: Dict[type, bool] = {}
-_fields_of: Dict[type, tuple] = {}
-
-
 def _is_node(value) -> bool:
-    cls = value.__class__
-    known = _node_class.get(cls)
-    if known is None:
-        known = _node_class[cls] = bool(getattr(cls, "_is_ir_node", False))
-    return known
-
-
-def _fields(cls) -> tuple:
-    names = _fields_of.get(cls)
-    if names is None:
-        names = _fields_of[cls] = tuple(cls.__dataclass_fields__)
-    return names
+    return getattr(value.__class__, "_is_ir_node", False)
 
 
 def children(node):
     """The child nodes of ``node`` in field order (tuples flattened)."""
-    for f in _fields(node.__class__):
+    for f in node.__dataclass_fields__:
         value = getattr(node, f)
         if _is_node(value):
             yield value
@@ -43,39 +28,26 @@ def children(node):
                     yield v
 
 
-# (visitor class, node class) -> its visit_<ClassName> function, or None for generic_visit:
-# the method lookup by a built name was a fifth of a network compile's lowering
-_dispatch: Dict[tuple, Optional[Callable]] = {}
-
-
 class Mutator:
     def visit(self, node):
-        key = (self.__class__, node.__class__)
-        try:
-            method = _dispatch[key]
-        except KeyError:
-            method = _dispatch[key] = getattr(self.__class__, "visit_" + node.__class__.__name__, None)
+        method = getattr(self, "visit_" + type(node).__name__, None)
         if method is not None:
-            return method(self, node)
+            return method(node)
         return self.generic_visit(node)
 
     def generic_visit(self, node):
-        changes = None
-        for f in _fields(node.__class__):
+        changes = {}
+        for f in node.__dataclass_fields__:
             value = getattr(node, f)
             if _is_node(value):
                 new = self.visit(value)
                 if new is not value:
-                    if changes is None:
-                        changes = {}
                     changes[f] = new
             elif isinstance(value, tuple) and any(_is_node(v) for v in value):
                 new = tuple(self.visit(v) if _is_node(v) else v for v in value)
                 if any(a is not b for a, b in zip(new, value)):
-                    if changes is None:
-                        changes = {}
                     changes[f] = new
-        if changes is None:
+        if not changes:
             return node
         return dataclasses.replace(node, **changes)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..backends import build_workers
 from ..errors import ArgumentError, BuildError, DamagedFileError, InternalError, LoopweaveError
 from ..lowering.lower import check_checks_argument
 from ..target import resolve_target
@@ -49,7 +48,6 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
         if polymorphic:
             if tuning_log is not None or checks is not None:
                 raise BuildError("polymorphic=True does not take tuning_log or checks yet")
-            build_workers.prestart()
             return build_polymorphic(graph, tgt)
         return DynamicExecutable(graph, target, progress, tuning_log=tuning_log, checks=checks)
     if polymorphic:
@@ -57,8 +55,6 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
                             "graph's shapes are static")
     if not isinstance(graph, Graph):
         raise ArgumentError(f"compile takes a loopweave Graph (from lw.from_onnx), got {type(graph).__name__}")
-    if tgt.kind == "cuda" or tgt.runs_here():
-        build_workers.prestart()        # they start while the graph passes run
     try:
         return compile_graph(graph, tgt, progress, tuning_log=tuning_log, checks=checks)
     except (LoopweaveError, InternalError):

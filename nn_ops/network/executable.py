@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 
 from ...autoschedule import apply_best
 from ...backends import build as build_mod
+from ...backends import build_workers
 from ...backends.build import build, build_many, cannot_run_here
 from ...backends.runtime import clear_error_slot, index_error_text, new_error_slot, read_index_error
 from ...backends.llvm import jit
@@ -191,11 +192,11 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
             bar.update()
             continue
         module = kernel_cache.lookup(signature, tgt) if remembered else None
-        if module is None and lowered_cache:
-            func = kernel_cache.lookup_lowered(signature, tgt)
-            module = None if func is None else build(func, (), tgt)
         if module is not None:      # object code only: its IR, if export asks, comes from lowering the group again
             kernel_ir[module.symbol] = _group_ir_function(g, grp, params, tgt, module.symbol)
+        elif lowered_cache:
+            func = kernel_cache.lookup_lowered(signature, tgt)
+            module = None if func is None else build(func, (), tgt)
         if module is None and build_fn is not None:
             module, from_record = _build_group(g, grp, params, tgt, build_fn, tuning_log, checks)
             tuned += from_record
@@ -203,6 +204,8 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
             by_signature[signature] = module
             bar.update()
             continue
+        if not jobs and (tgt.kind == "cuda" or tgt.runs_here()):
+            build_workers.prestart()        # the first kernel to build: workers start while the rest are scheduled
         s, args, from_record = _group_schedule(g, grp, params, tgt, tuning_log)
         tuned += from_record
         jobs.append((s, args, kernel_name(grp)))

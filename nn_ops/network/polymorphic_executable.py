@@ -30,6 +30,7 @@ from .archive import ArchiveReader, ArchiveWriter, MetaChecker
 from . import call_list, symbolic as S
 from .feed import check_names_and_dtypes, show_shape
 from .signature import SymbolicSignature
+from .executable import _aligned_empty
 from .symbolic_plan import ALIGN, SymbolicPlan
 
 FORMAT = "loopweave-polymorphic-executable"
@@ -83,9 +84,7 @@ def _aligned(a: np.ndarray) -> np.ndarray:
     a = np.ascontiguousarray(a)
     if a.ctypes.data % ALIGN == 0 or a.nbytes == 0:
         return a
-    raw = np.empty(a.nbytes + ALIGN, np.uint8)
-    start = (-raw.ctypes.data) % ALIGN
-    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out = _aligned_empty(a.nbytes).view(a.dtype).reshape(a.shape)
     out[...] = a
     return out
 

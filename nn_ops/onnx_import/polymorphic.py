@@ -26,6 +26,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ...backends import build_workers
 from ...dsl import intrinsics as lwi
 from ...dsl.expr import binary, cast, const
 from ...dsl.tensor import compute, placeholder
@@ -48,6 +49,7 @@ class _Pending:
     """A kernel the walk asked for, built with the others after it (``_build_pending``)."""
     index: int
     dtype: str
+
 
 BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
           "Div": lambda a, b: a / b, "Max": lambda a, b: _max(a, b), "Min": lambda a, b: _min(a, b),
@@ -266,6 +268,8 @@ class _Builder:
                 if got != want:
                     raise _Unsupported(f"the kernel computes shape {got}, the graph says {want}")
                 # built after the walk, all together (build_many: on every core)
+                if not self.jobs:
+                    build_workers.prestart()
                 module = _Pending(len(self.jobs), out.dtype)
                 self.jobs.append((schedule([out], self.target), holders + [out], name))
                 self.kernels[full_key] = module
