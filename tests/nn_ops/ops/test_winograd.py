@@ -1,11 +1,14 @@
 """Winograd F(2x2, 3x3) in the blocked layout (nn_ops/ops/winograd.py): against numpy, fused
 epilogues, where choose_conv_layout picks it, and its errors."""
+import dataclasses
+
 import numpy as np
 import pytest
 
 import loopweave as lw
 from loopweave import nn_ops
 from loopweave.nn_ops.ops import winograd
+from loopweave.target import host_target
 
 from .test_conv2d import conv2d_ref
 from .test_nchwc import _blocked, _plain, _shape
@@ -34,13 +37,20 @@ def _run(x, w, bias=None, pad=1, block=16, in_block=16, residual=None):
     return _plain(y)
 
 
+@pytest.fixture(params=["fused", "per stage"])
+def form(request, monkeypatch):
+    """Both default schedules: the stages computed per row of tiles, and each stage at root."""
+    monkeypatch.setattr(winograd, "FUSED_ROWS_PER_THREAD", 0 if request.param == "fused" else 10 ** 6)
+    return request.param
+
+
 @pytest.mark.parametrize("n,c,oc,size,pad,in_block", [
     (1, 16, 32, 8, 1, 16),
     (2, 32, 16, 6, 1, 16),       # batch 2, fewer output channels than input
     (1, 24, 16, 10, 1, 8),       # input channel block 8
     (1, 16, 16, 12, 2, 16),      # padding 2: a 14x14 output from a 12x12 input
 ])
-def test_winograd_matches_numpy(n, c, oc, size, pad, in_block):
+def test_winograd_matches_numpy(n, c, oc, size, pad, in_block, form):
     rng = np.random.default_rng(c * oc + size)
     x = rng.standard_normal((n, c, size, size)).astype("float32")
     w = rng.standard_normal((oc, c, 3, 3)).astype("float32")
@@ -49,7 +59,7 @@ def test_winograd_matches_numpy(n, c, oc, size, pad, in_block):
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
 
 
-def test_winograd_with_bias_and_fused_residual_relu():
+def test_winograd_with_bias_and_fused_residual_relu(form):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, 32, 8, 8)).astype("float32")
     w = rng.standard_normal((32, 32, 3, 3)).astype("float32")
@@ -58,6 +68,18 @@ def test_winograd_with_bias_and_fused_residual_relu():
     got = _run(x, w, bias=bias, residual=res)
     ref = np.maximum(conv2d_ref(x, w, 1, (1, 1, 1, 1), 1, 1) + bias[None, :, None, None] + res, 0)
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def test_the_fused_form_computes_the_transform_and_matmuls_inside_the_output_rows():
+    """At 56x56 on 2 threads the default computes the input transform and the matmuls per row
+    of tiles, inside the parallel output loop (not at root, where they round-trip 3 MB each)."""
+    X = lw.placeholder((1, 4, 56, 56, 16), name="X")
+    U = lw.placeholder((16, 4, 4, 16, 16), name="U")
+    Y = winograd.conv2d_winograd_blocked(X, U)
+    s = nn_ops.schedule(Y, dataclasses.replace(host_target(), num_threads=2))
+    attach = {st.op.name: st.attach_type for st in s.stages}
+    assert winograd.fused_by_tile_rows(1, 28, 2) and not winograd.fused_by_tile_rows(1, 7, 2)
+    assert attach["conv2d.wino_in"] == "scope" and attach["conv2d.wino_gemm"] == "scope", attach
 
 
 def test_weight_transform_is_exact_for_a_delta_filter():
