@@ -432,3 +432,15 @@ def test_verification_keeps_a_pick_that_wins_side_by_side(tmp_path):
     assert tuner.best["trace"] != default_trace and tuner.best["verified"]
     assert tuner.best["seconds"] == 0.8 and tuner.best["ratio_to_default"] == 1.25
     assert records.best(str(log), task.target, task.key)["trace"] == tuner.best["trace"]
+
+
+def test_a_pick_that_won_side_by_side_outranks_a_later_faster_timing_of_the_default(tmp_path):
+    """Medians of two verification runs are not comparable: the winner is kept by its ratio."""
+    from loopweave.autoschedule.search import TaskTuner
+    task, default_trace, log, tuner, Fake = _tuner_with_side_by_side(tmp_path, 0.8)
+    default = next(r for r in records.read(str(log), task.target, task.key) if r["trace"] == default_trace)
+    later = records.make_record(task.key, task.target, default["choice"], default_trace, 0.7, None, 99)
+    later["verified"] = True
+    records.append(str(log), [later])
+    assert records.best(str(log), task.target, task.key)["trace"] == tuner.best["trace"] != default_trace
+    assert TaskTuner(task, Fake(), log=str(log), seed=0, batch=2).best["trace"] == tuner.best["trace"]
