@@ -80,11 +80,15 @@ SMALL_M = 16
 
 @op("dense_kn", "anchor")
 def _dense_kn(inputs, attrs):
-    """X [M, K] times a [K, N] weight (transposed at compile time), plus an optional bias [N]."""
+    """X [M, K] times a [K, N] weight (transposed at compile time), plus an optional bias [N]; with
+    ``panels``, the weight is packed [N/nr, K, nr] (``choose_dense_layout``)."""
     from ..ops.gemv import matmul_small_m
-    from ..ops.matmul import matmul
+    from ..ops.matmul import matmul, matmul_panels
     X, W = inputs[0], inputs[1]
-    Y = matmul_small_m(X, W) if static_shape(X)[0] <= SMALL_M else matmul(X, W)
+    if attrs.get("panels"):
+        Y = matmul_panels(X, W)
+    else:
+        Y = matmul_small_m(X, W) if static_shape(X)[0] <= SMALL_M else matmul(X, W)
     if len(inputs) > 2 and inputs[2] is not None:
         Y = ew.add(Y, inputs[2], name="bias")
     return Y

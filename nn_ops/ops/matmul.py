@@ -9,6 +9,8 @@ parallel.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ...dsl.expr import Const, cast
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
@@ -37,6 +39,33 @@ def matmul(A: Tensor, B: Tensor, name: str = "matmul") -> Tensor:
     C = compute((A.shape[0], B.shape[1]), lambda i, j: lw_sum(_wide(A[i, k], acc) * _wide(B[k, j], acc), axis=k),
                 name=name, tag="matmul")
     return _narrowed(C, A.dtype, name)
+
+
+def matmul_panels(A: Tensor, Bp: Tensor, name: str = "matmul") -> Tensor:
+    """``C[i, j] = sum_k A[i, k] * B[k, j]`` with B given as column panels ``Bp[N/nr, K, nr]``
+    (``pack_panels``): a constant weight packed once, where ``matmul``'s schedule packs every
+    panel again on every call."""
+    _check(A.ndim == 2 and Bp.ndim == 3, f"matmul_panels takes a 2-d A and panels [N/nr, K, nr], got ranks "
+                                         f"{A.ndim} and {Bp.ndim}")
+    _check(_same_extent(A.shape[1], Bp.shape[1]), f"matmul_panels: A's columns {A.shape[1]} differ from the "
+                                                   f"panels' rows {Bp.shape[1]}")
+    nr = int(Bp.shape[2].value)
+    k = reduce_axis((0, A.shape[1]), name="k")
+    return compute((A.shape[0], Bp.shape[0] * nr),
+                   lambda i, j: lw_sum(A[i, k] * Bp[j // nr, k, j % nr], axis=k), name=name, tag="matmul_panels")
+
+
+def pack_panels(b: np.ndarray, nr: int) -> np.ndarray:
+    """B [K, N] -> [N/nr, K, nr]: each panel of ``nr`` columns contiguous, row after row."""
+    k, n = b.shape
+    if n % nr:
+        raise ExprError(f"pack_panels: {n} columns are not a multiple of the panel width {nr}")
+    return b.reshape(k, n // nr, nr).transpose(1, 0, 2).copy()
+
+
+def panel_width(target_lanes: int) -> int:
+    """Columns of a register tile (and of a packed panel): two vectors."""
+    return 2 * target_lanes
 
 
 def dense(X: Tensor, W: Tensor, bias: Tensor = None, name: str = "dense") -> Tensor:
@@ -85,7 +114,7 @@ def _narrowed(C: Tensor, dtype: str, name: str) -> Tensor:
 
 def _blocking(target, dtype: str):
     lanes = target.lanes(dtype)
-    nr = 2 * lanes
+    nr = panel_width(lanes)
     mr = 8 if lanes >= 16 else 6
     return mr, nr
 
@@ -95,8 +124,12 @@ def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
     out = op.outputs[0]
     mr, nr = _blocking(target, out.dtype)
     B_t = op.input_tensors[1]
+    if op.tag == "matmul_panels":
+        nr = int(B_t.shape[2].value)
     CC, C = accumulator_and_tile(s, op)
-    if getattr(B_t.op, "tag", "") == "pack":
+    if op.tag == "matmul_panels":
+        BB = None           # B was packed into panels when the network was compiled
+    elif getattr(B_t.op, "tag", "") == "pack":
         BB = B_t            # the op already transposes B: compute that per panel
     else:
         BB = s.cache_read(B_t, "local", [CC])
@@ -128,13 +161,19 @@ def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
         s[CC].reorder(ck, ci, cj)
     s[CC].unroll(ci)
     s[CC].vectorize(cj)
-    s[BB].compute_at(C, jo)
-    if not b_is_transposed:
-        s[BB].vectorize(s[BB].op.axis[-1])
+    if BB is not None:
+        s[BB].compute_at(C, jo)
+        if not b_is_transposed:
+            s[BB].vectorize(s[BB].op.axis[-1])
 
 
 @register_schedule("matmul", "llvm")
 def schedule_matmul(s, op, target):
+    _schedule_gemm(s, op, target, batch=False, b_is_transposed=False)
+
+
+@register_schedule("matmul_panels", "llvm")
+def schedule_matmul_panels(s, op, target):
     _schedule_gemm(s, op, target, batch=False, b_is_transposed=False)
 
 

@@ -38,11 +38,16 @@ def optimize(graph: Graph, target_kind: str = "llvm") -> Graph:
         g = choose_conv_layout(g)
     if target_kind == "cuda":
         g = choose_cuda_conv(g)
-    g = choose_dense_layout(g)
+    g = choose_dense_layout(g, _host_lanes() if target_kind == "llvm" else None)
     g = pack_conv_weights(g)
     g = eliminate_dead_code(g)
     g.check()
     return g
+
+
+def _host_lanes() -> int:
+    from ....target import resolve_target
+    return resolve_target("llvm").lanes("float32")
 
 
 __all__ = ["optimize", "choose_conv_layout", "choose_cuda_conv", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "choose_dense_layout", "pack_conv_weights",

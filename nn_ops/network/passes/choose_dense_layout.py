@@ -3,23 +3,49 @@
 ``dense(X, W[N, K], b)`` packs W's transpose on every call; with W constant the
 transpose is done here, at compile time, and the node becomes ``dense_kn(X, W.T, b)``:
 a streaming product for few rows (batch-1 classifiers), the blocked matmul otherwise.
+On the CPU, a layer with more rows than ``SMALL_M`` (a known count) and a column count that
+is a multiple of the register tile's width gets its weight packed here into column panels
+[N/nr, K, nr] (attribute ``panels``): the blocked matmul packed every panel again on each
+call, which cost 3-20 % of a transformer's dense layers (GPT-2's and ViT's shapes, Zen 4,
+2 threads, interleaved: K=3072 1.23x, K=768 1.13x, K=192-256 1.03-1.08x).
 Accepts any graph; guarantees the same values.  Run after fold_batch_norm (which
 rewrites dense weights).
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
+from ...ops.matmul import pack_panels, panel_width
 from ..graph import Graph
+from ..op_table import SMALL_M
 
 
-def choose_dense_layout(g: Graph) -> Graph:
+def choose_dense_layout(g: Graph, lanes: Optional[int] = None) -> Graph:
+    """``lanes``: the CPU's float32 vector lanes (the host's by default); None on other targets
+    (no panels)."""
     for node in g.nodes:
         if node.op_type != "dense" or node.inputs[1] not in g.initializers:
             continue
         wt = np.ascontiguousarray(g.initializers[node.inputs[1]].T)
-        name = g.fresh_name(node.inputs[1] + ".kn")
+        nr = _panel_width(g, node, wt, lanes)
+        if nr:
+            wt = pack_panels(wt, nr)
+            node.attrs = dict(node.attrs, panels=nr)
+        name = g.fresh_name(node.inputs[1] + (".panels" if nr else ".kn"))
         g.add_initializer(name, wt)
         node.op_type = "dense_kn"
         node.inputs = [node.inputs[0], name] + node.inputs[2:]
     return g
+
+
+def _panel_width(g: Graph, node, wt: np.ndarray, lanes: Optional[int]) -> int:
+    """The panel width for this layer's weight, or 0 to keep it [K, N]."""
+    if not lanes or wt.dtype != np.float32:
+        return 0
+    rows = g.shape(node.inputs[0])[0] if g.shape(node.inputs[0]) else None
+    nr = panel_width(lanes)
+    if not isinstance(rows, (int, np.integer)) or rows <= SMALL_M or wt.shape[1] % nr:
+        return 0
+    return nr

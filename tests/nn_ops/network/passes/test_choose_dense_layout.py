@@ -1,0 +1,52 @@
+"""choose_dense_layout: constant dense weights transposed once, and packed in column panels on the
+CPU where the register-blocked matmul runs (many rows, whole panels)."""
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import loopweave as lw
+from loopweave.nn_ops.network.passes import choose_dense_layout, optimize
+from loopweave.nn_ops.ops.matmul import panel_width
+
+
+def _gemm_model(rows: int, k: int, n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    node = helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)
+    graph = helper.make_graph([node], "dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, n])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), w, b
+
+
+def _dense_node(g):
+    (node,) = [n for n in g.nodes if n.op_type == "dense_kn"]
+    return node, g.initializers[node.inputs[1]]
+
+
+@pytest.mark.parametrize("rows,n", [(40, 64), (197, 96), (8, 64), (40, 50)])
+def test_dense_layers_give_the_same_values_with_and_without_panels(rows, n):
+    model, w, b = _gemm_model(rows, 24, n)
+    nr = panel_width(lw.target.host_target().lanes("float32"))
+    node, weight = _dense_node(optimize(lw.from_onnx(model)))
+    packed = rows > 16 and n % nr == 0
+    assert node.attrs.get("panels") == (nr if packed else None)
+    assert weight.shape == ((n // nr, 24, nr) if packed else (24, n))
+    x = np.random.default_rng(1).standard_normal((rows, 24)).astype(np.float32)
+    got, = lw.compile(lw.from_onnx(model), progress=False).run({"x": x})
+    np.testing.assert_allclose(got, x @ w.T + b, rtol=1e-4, atol=1e-4)
+
+
+def test_panels_hold_each_column_block_row_after_row():
+    model, w, _ = _gemm_model(40, 24, 64)
+    g = choose_dense_layout(lw.from_onnx(model).copy(), lanes=8)          # panels of 16 columns
+    node, weight = _dense_node(g)
+    assert node.attrs["panels"] == 16
+    np.testing.assert_array_equal(weight[2, 5], w.T[5, 32:48])
+
+
+def test_other_targets_keep_the_transposed_weight():
+    model, _, _ = _gemm_model(40, 24, 64)
+    node, weight = _dense_node(choose_dense_layout(lw.from_onnx(model).copy(), lanes=None))
+    assert "panels" not in node.attrs and weight.shape == (24, 64)
