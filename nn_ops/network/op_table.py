@@ -86,7 +86,7 @@ def _dense_kn(inputs, attrs):
     from ..ops.matmul import matmul, matmul_panels
     X, W = inputs[0], inputs[1]
     if attrs.get("panels"):
-        Y = matmul_panels(X, W)
+        Y = matmul_panels(X, W, attrs.get("columns"))
     else:
         Y = matmul_small_m(X, W) if static_shape(X)[0] <= SMALL_M else matmul(X, W)
     if len(inputs) > 2 and inputs[2] is not None:

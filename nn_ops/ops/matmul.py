@@ -41,26 +41,30 @@ def matmul(A: Tensor, B: Tensor, name: str = "matmul") -> Tensor:
     return _narrowed(C, A.dtype, name)
 
 
-def matmul_panels(A: Tensor, Bp: Tensor, name: str = "matmul") -> Tensor:
-    """``C[i, j] = sum_k A[i, k] * B[k, j]`` with B given as column panels ``Bp[N/nr, K, nr]``
-    (``pack_panels``): a constant weight packed once, where ``matmul``'s schedule packs every
-    panel again on every call."""
+def matmul_panels(A: Tensor, Bp: Tensor, columns: int = None, name: str = "matmul") -> Tensor:
+    """``C[i, j] = sum_k A[i, k] * B[k, j]`` with B given as column panels ``Bp[ceil(N/nr), K, nr]``
+    (``pack_panels``; ``columns`` = N when the last panel is zero-padded): a constant weight
+    packed once, where ``matmul``'s schedule packs every panel again on every call."""
     _check(A.ndim == 2 and Bp.ndim == 3, f"matmul_panels takes a 2-d A and panels [N/nr, K, nr], got ranks "
                                          f"{A.ndim} and {Bp.ndim}")
     _check(_same_extent(A.shape[1], Bp.shape[1]), f"matmul_panels: A's columns {A.shape[1]} differ from the "
                                                    f"panels' rows {Bp.shape[1]}")
     nr = int(Bp.shape[2].value)
+    n = int(Bp.shape[0].value) * nr if columns is None else int(columns)
+    _check(n > (int(Bp.shape[0].value) - 1) * nr, f"matmul_panels: {n} columns leave a panel of {Bp.shape} unused")
     k = reduce_axis((0, A.shape[1]), name="k")
-    return compute((A.shape[0], Bp.shape[0] * nr),
+    return compute((A.shape[0], n),
                    lambda i, j: lw_sum(A[i, k] * Bp[j // nr, k, j % nr], axis=k), name=name, tag="matmul_panels")
 
 
 def pack_panels(b: np.ndarray, nr: int) -> np.ndarray:
-    """B [K, N] -> [N/nr, K, nr]: each panel of ``nr`` columns contiguous, row after row."""
+    """B [K, N] -> [ceil(N/nr), K, nr]: each panel of ``nr`` columns contiguous, row after row;
+    the last one padded with zeros."""
     k, n = b.shape
-    if n % nr:
-        raise ExprError(f"pack_panels: {n} columns are not a multiple of the panel width {nr}")
-    return b.reshape(k, n // nr, nr).transpose(1, 0, 2).copy()
+    panels = -(-n // nr)
+    if panels * nr != n:
+        b = np.concatenate([b, np.zeros((k, panels * nr - n), b.dtype)], axis=1)
+    return b.reshape(k, panels, nr).transpose(1, 0, 2).copy()
 
 
 def panel_width(target_lanes: int) -> int:
@@ -124,8 +128,11 @@ def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
     out = op.outputs[0]
     mr, nr = _blocking(target, out.dtype)
     B_t = op.input_tensors[1]
+    tail = "shift"
     if op.tag == "matmul_panels":
         nr = int(B_t.shape[2].value)
+        if int(out.shape[-1].value) % nr:
+            tail = "guard"      # a shifted last tile would straddle two panels (not one vector load)
     CC, C = accumulator_and_tile(s, op)
     if op.tag == "matmul_panels":
         BB = None           # B was packed into panels when the network was compiled
@@ -136,7 +143,7 @@ def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
     axes = list(C.op.axis)
     i, j = axes[-2], axes[-1]
     # full tiles everywhere: the last tile moves inwards instead of being guarded
-    jo, ji = C.split(j, factor=nr, tail="shift")
+    jo, ji = C.split(j, factor=nr, tail=tail)
     io, ii = C.split(i, factor=mr, tail="shift")
     if batch:
         C.reorder(axes[0], jo, io, ii, ji)

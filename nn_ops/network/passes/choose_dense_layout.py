@@ -3,9 +3,9 @@
 ``dense(X, W[N, K], b)`` packs W's transpose on every call; with W constant the
 transpose is done here, at compile time, and the node becomes ``dense_kn(X, W.T, b)``:
 a streaming product for few rows (batch-1 classifiers), the blocked matmul otherwise.
-On the CPU, a layer with more rows than ``SMALL_M`` (a known count) and a column count that
-is a multiple of the register tile's width gets its weight packed here into column panels
-[N/nr, K, nr] (attribute ``panels``): the blocked matmul packed every panel again on each
+On the CPU, a layer with more rows than ``SMALL_M`` (a known count) and at least one register
+tile's width of columns gets its weight packed here into column panels [ceil(N/nr), K, nr], the
+last one zero-padded (attributes ``panels``, ``columns``): the blocked matmul packed every panel again on each
 call, which cost 3-20 % of a transformer's dense layers (GPT-2's and ViT's shapes, Zen 4,
 2 threads, interleaved: K=3072 1.23x, K=768 1.13x, K=192-256 1.03-1.08x).
 Accepts any graph; guarantees the same values.  Run after fold_batch_norm (which
@@ -31,8 +31,8 @@ def choose_dense_layout(g: Graph, lanes: Optional[int] = None) -> Graph:
         wt = np.ascontiguousarray(g.initializers[node.inputs[1]].T)
         nr = _panel_width(g, node, wt, lanes)
         if nr:
+            node.attrs = dict(node.attrs, panels=nr, columns=wt.shape[1])
             wt = pack_panels(wt, nr)
-            node.attrs = dict(node.attrs, panels=nr)
         name = g.fresh_name(node.inputs[1] + (".panels" if nr else ".kn"))
         g.add_initializer(name, wt)
         node.op_type = "dense_kn"
@@ -46,6 +46,6 @@ def _panel_width(g: Graph, node, wt: np.ndarray, lanes: Optional[int]) -> int:
         return 0
     rows = g.shape(node.inputs[0])[0] if g.shape(node.inputs[0]) else None
     nr = panel_width(lanes)
-    if not isinstance(rows, (int, np.integer)) or rows <= SMALL_M or wt.shape[1] % nr:
+    if not isinstance(rows, (int, np.integer)) or rows <= SMALL_M or wt.shape[1] < nr:
         return 0
     return nr

@@ -25,14 +25,14 @@ def _dense_node(g):
     return node, g.initializers[node.inputs[1]]
 
 
-@pytest.mark.parametrize("rows,n", [(40, 64), (197, 96), (8, 64), (40, 50)])
+@pytest.mark.parametrize("rows,n", [(40, 64), (197, 96), (8, 64), (40, 50), (40, 8), (19, 1000)])
 def test_dense_layers_give_the_same_values_with_and_without_panels(rows, n):
     model, w, b = _gemm_model(rows, 24, n)
     nr = panel_width(lw.target.host_target().lanes("float32"))
     node, weight = _dense_node(optimize(lw.from_onnx(model)))
-    packed = rows > 16 and n % nr == 0
+    packed = rows > 16 and n >= nr
     assert node.attrs.get("panels") == (nr if packed else None)
-    assert weight.shape == ((n // nr, 24, nr) if packed else (24, n))
+    assert weight.shape == ((-(-n // nr), 24, nr) if packed else (24, n))      # the last panel zero-padded
     x = np.random.default_rng(1).standard_normal((rows, 24)).astype(np.float32)
     got, = lw.compile(lw.from_onnx(model), progress=False).run({"x": x})
     np.testing.assert_allclose(got, x @ w.T + b, rtol=1e-4, atol=1e-4)
@@ -44,6 +44,14 @@ def test_panels_hold_each_column_block_row_after_row():
     node, weight = _dense_node(g)
     assert node.attrs["panels"] == 16
     np.testing.assert_array_equal(weight[2, 5], w.T[5, 32:48])
+
+
+def test_a_partial_last_panel_is_zero_padded():
+    model, w, _ = _gemm_model(40, 24, 50)
+    node, weight = _dense_node(choose_dense_layout(lw.from_onnx(model).copy(), lanes=8))
+    assert node.attrs == {"panels": 16, "columns": 50} and weight.shape == (4, 24, 16)
+    np.testing.assert_array_equal(weight[3, :, :2], w.T[:, 48:])
+    assert not weight[3, :, 2:].any()
 
 
 def test_other_targets_keep_the_transposed_weight():
