@@ -36,7 +36,7 @@ def to_blocked(X: Tensor, block: int, name: str = "to_blocked") -> Tensor:
     if c % block:
         raise ExprError(f"to_blocked: {c} channels are not a multiple of the block {block}")
     return compute((n, c // block, h, w, block), lambda nn, cb, y, x, ci: X[nn, cb * block + ci, y, x],
-                   name=name, tag="injective")
+                   name=name, tag="injective", attrs=dict(blocks=block))
 
 
 def from_blocked(X: Tensor, name: str = "from_blocked") -> Tensor:

@@ -223,6 +223,31 @@ def _unblocked_source(s: Schedule, op: ComputeOp):
     return None
 
 
+#: pixels of one ``to_blocked`` tile (times the block's channels): 8 x 16 measured fastest of 4-16
+TO_BLOCKED_PIXELS = 8
+
+
+def _schedule_to_blocked(stage, axes) -> None:
+    """``to_blocked`` (NCHW -> NCHW[b]c): (image, channel block, row) in parallel, then tiles of
+    ``TO_BLOCKED_PIXELS`` pixels x the block's channels, both unrolled, which LLVM's SLP vectorizer
+    turns into row loads and in-register transposes.  The generic schedule vectorized the channel
+    axis, a gather from ``b`` planes per vector: 144 channels at 56x56 took 160-195 us, tiled 78-97
+    (Zen 4, 2 threads, interleaved; a plain copy of the same bytes, one thread: 40 us)."""
+    n, cb, y, x, ci = axes
+    from ...dsl.expr import Const
+    width = x.extent.value if isinstance(x.extent, Const) else 0
+    inner = [ci]
+    if width > TO_BLOCKED_PIXELS:
+        x, xi = stage.split(x, factor=TO_BLOCKED_PIXELS, tail="shift")
+        stage.reorder(n, cb, y, x, xi, ci)
+        inner = [xi, ci]
+    elif 0 < width:
+        inner = [x, ci]
+    stage.parallel(stage.fuse(n, cb, y))
+    for axis in inner:
+        stage.unroll(axis)
+
+
 def schedule_injective(s: Schedule, op: ComputeOp, target) -> None:
     """Fuse the outer axes into one parallel loop, vectorize the innermost axis.
 
@@ -233,6 +258,9 @@ def schedule_injective(s: Schedule, op: ComputeOp, target) -> None:
     stage = s[op]
     axes = list(stage.leaf_iter_vars)
     if not axes:
+        return
+    if op.attrs.get("blocks") and len(axes) == 5 and axes == list(op.axis):
+        _schedule_to_blocked(stage, axes)
         return
     block = _unblocked_source(s, op) if len(axes) == 4 and axes == list(op.axis) else None
     if block:

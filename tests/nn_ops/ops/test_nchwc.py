@@ -128,19 +128,33 @@ def test_plain_consumers_get_one_transform_and_values_match():
     np.testing.assert_allclose(exe.run({"input": x})[0], want[0], rtol=1e-4, atol=1e-4)
 
 
-def test_depthwise_on_a_plain_value_gets_one_to_blocked():
+def _check_against_onnxruntime(model, shape):
+    exe = lw.compile(lw.from_onnx(model), progress=False)
+    x = np.random.default_rng(1).standard_normal(shape).astype("float32")
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    np.testing.assert_allclose(exe.run({"input": x})[0], want[0], rtol=1e-4, atol=1e-4)
+
+
+def test_depthwise_on_a_plain_value_that_feeds_a_conv_gets_one_to_blocked():
     b = OnnxBuilder()
     y = b.node("Relu", ["input"])                         # not a conv: stays NCHW
-    z = b.conv(y, 16, 16, 3, groups=16)
-    model = b.model((1, 16, 10, 10), z, (1, 16, 10, 10))
+    z = b.conv(b.relu6(b.conv(y, 16, 16, 3, groups=16)), 16, 32, 1)
+    model = b.model((1, 16, 10, 10), z, (1, 32, 10, 10))
     g = optimize(lw.from_onnx(model))
     assert g.op_counts().get("to_blocked") == 1 and g.op_counts().get("depthwise_blocked") == 1
     kernels = [tuple(n.op_type for n in grp.nodes) for grp in fuse_operators(g) if grp.kind != "alias"]
     assert ("from_blocked",) in kernels
-    exe = lw.compile(lw.from_onnx(model), progress=False)
-    x = np.random.default_rng(1).standard_normal((1, 16, 10, 10)).astype("float32")
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
-    np.testing.assert_allclose(exe.run({"input": x})[0], want[0], rtol=1e-4, atol=1e-4)
+    _check_against_onnxruntime(model, (1, 16, 10, 10))
+
+
+def test_a_lone_depthwise_on_a_plain_value_stays_nchw():
+    """Blocked, it would pay a to_blocked and a from_blocked around one cheap kernel."""
+    b = OnnxBuilder()
+    z = b.relu6(b.conv("input", 16, 16, 3, groups=16, bias=True))
+    model = b.model((1, 16, 10, 10), z, (1, 16, 10, 10))
+    counts = optimize(lw.from_onnx(model)).op_counts()
+    assert "to_blocked" not in counts and "from_blocked" not in counts and "depthwise_blocked" not in counts
+    _check_against_onnxruntime(model, (1, 16, 10, 10))
 
 
 @pytest.mark.parametrize("c,oc,size,stride,clip,dw_bias,residual", [
