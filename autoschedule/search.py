@@ -13,11 +13,12 @@ import dataclasses
 import json
 import random
 import time
+import warnings
 from typing import List, Optional
 
 import numpy as np
 
-from ..errors import LoopweaveError
+from ..errors import InternalError, LoopweaveError, LoopweaveWarning
 from ..lowering.lower import lower
 from . import records
 from .cost_model import CostModel, ranking_quality
@@ -45,6 +46,7 @@ class TaskTuner:
         self.history: List[dict] = []
         self.best: Optional[dict] = None
         self.rejected = 0
+        self.internal_errors: List[str] = []   # loopweave bugs met while lowering candidates (skipped)
         self._cands = {}              # choice key -> (key, choice, trace json, features), None if refused
         self.model_quality: List[dict] = []
         self.untuned_seconds: Optional[float] = None
@@ -99,6 +101,15 @@ class TaskTuner:
         except LoopweaveError:
             self.rejected += 1
             return None
+        except InternalError as exc:
+            # a compiler bug on one candidate costs that candidate, not the tuning (minutes of a
+            # network's); it is reported once per task so that it gets fixed
+            self.rejected += 1
+            if not self.internal_errors:
+                warnings.warn(f"tune {self.task.name}: a candidate hit a loopweave bug and was skipped: "
+                              f"{str(exc)[:300]}", LoopweaveWarning, stacklevel=2)
+            self.internal_errors.append(str(exc)[:300])
+            return None
         feats = np.concatenate([extract(func), encode_choice(self.space, choice)])
         return k, choice, s.trace.to_json(), feats
 
@@ -111,7 +122,7 @@ class TaskTuner:
     def _candidate_features(self, choice):
         try:
             func = lower(self.space.apply(choice), self.task.args)
-        except LoopweaveError:
+        except (LoopweaveError, InternalError):
             return None
         return np.concatenate([extract(func), encode_choice(self.space, choice)])
 

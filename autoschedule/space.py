@@ -17,11 +17,21 @@ schedule API, so the result carries its replayable trace.  The rules:
   is innermost decides which operand is reused from registers) and its columns in vectors; one
   operand of the anchor may be packed by ``cache_read`` at the parallel loop (``pack``);
 * without an anchor, an output reduction may be split (``ksplit``) between the tile loops;
-* other producers: elementwise ones inlined, computed at the output's row tile, or at
-  root, their last axis in vectors; reductions at the row tile or at root; a long
-  one-axis reduction (softmax's max and sum, layer norm's moments) may be ``rfactor``-ed
-  into ``lanes`` vectorized partial results (``rfactor:NAME``); producers at root run
-  their outer loop in parallel.
+* other producers: elementwise ones inlined, computed at the output's row tile, at its
+  outermost (parallel) loop (``outer``), or at root, their last axis in vectors and a short
+  axis before it optionally unrolled (``unroll:NAME``: a select on it then folds); reductions
+  at the row tile, the outermost loop or root; a long one-axis reduction (softmax's max and
+  sum, layer norm's moments) may be ``rfactor``-ed into ``lanes`` vectorized partial results
+  (``rfactor:NAME``); any other reduction producer may get its own register tile
+  (``regtile:NAME``: a ``cache_write`` accumulator over ``tile:NAME.AXIS`` rows and a vector of
+  its last axis, its untiled axes outermost or not, ``singles_first:NAME``, its rows in
+  either order, ``tile_order:NAME``): Ansor's
+  multi-level tiling for every reduction stage, so a chain such as Winograd's input
+  transform -> 16 matmuls -> output transform can run per row of the output, each stage in
+  registers; producers at root run their outer loops in parallel;
+* the output's outer loops run in axis order, or with one row axis moved first (``lead``:
+  the rows before the channels, so producers computed per row are not recomputed per channel
+  block).
 
 A mutation is the same sketch with one decision changed (``Space.mutate``).  Sampling keeps
 a register tile within the machine's vector registers.
@@ -79,6 +89,15 @@ def _shape(t) -> list:
     return [const_int(d) for d in t.shape]
 
 
+def _short_axis(t) -> Optional[int]:
+    """The index of an elementwise stage's axis before its last when it is short enough to
+    unroll (2..16 points) and not its first (which runs in parallel at root), else None."""
+    shape = _shape(t)
+    if len(shape) >= 3 and shape[-2] is not None and 2 <= shape[-2] <= 16:
+        return len(shape) - 2
+    return None
+
+
 def _find_anchor(out, producers) -> Tuple[Optional[object], list]:
     """The reduction producer to compute at the output's register tile, and its epilogue.
 
@@ -117,18 +136,32 @@ class Space:
         self.shape = shape
         self.anchor, self.epilogue = (None, []) if out.op.reduce_axis else _find_anchor(out, self.producers)
         d: List[Tuple[str, list]] = []
+        self.regtiled: List[object] = []       # reduction producers that may get their own register tile
         for t in self.producers:
             if t is self.anchor:
                 d.append((f"place:{t.name}", ["register", "tile", "root"]))
             elif t.op.reduce_axis:
-                d.append((f"place:{t.name}", ["tile", "root"]))
+                d.append((f"place:{t.name}", ["tile", "root", "outer"]))
             else:
-                d.append((f"place:{t.name}", ["inline", "tile", "root"]))
+                d.append((f"place:{t.name}", ["inline", "tile", "root", "outer"]))
+                if _short_axis(t) is not None:
+                    d.append((f"unroll:{t.name}", [False, True]))
             if t.op.reduce_axis and _row_reducible(t, task.target.lanes(t.dtype)):
                 d.append((f"rfactor:{t.name}", [True, False]))
+            elif t.op.reduce_axis and t is not self.anchor and self._tileable(t):
+                self.regtiled.append(t)
+                d.append((f"regtile:{t.name}", [False, True]))
+                for ax, ext in zip(t.op.axis[:-1], _shape(t)[:-1]):
+                    if (ext or 1) > 1:
+                        d.append((f"tile:{t.name}.{ax.var.name}", _tile_options(ext)))
+                d.append((f"singles_first:{t.name}", [False, True]))
+                d.append((f"tile_order:{t.name}", ["natural", "reversed"]))
+        rows = [ax for ax, ext in zip(out.op.axis[:-1], shape[:-1]) if ext > 1]
         for ax, ext in zip(out.op.axis[:-1], shape[:-1]):
             if ext > 1:
                 d.append((f"tile:{ax.var.name}", _tile_options(ext)))
+        if len(rows) >= 2:
+            d.append(("lead", ["natural"] + [ax.var.name for ax in rows[1:]]))
         lanes = self.lanes
         d.append(("nr", _divisor_like(shape[-1], [lanes, 2 * lanes, 3 * lanes, 4 * lanes])))
         if sum(ext > 1 for ext in shape[:-1]) >= 2 and (out.op.reduce_axis or self.anchor is not None):
@@ -152,6 +185,13 @@ class Space:
         d.append(("unroll_rows", [True, False]))
         self.decisions = d
 
+    def _tileable(self, t) -> bool:
+        """A reduction producer with rows and a last axis of whole vectors: it can be register-tiled."""
+        shape = _shape(t)
+        lanes = self.task.target.lanes(t.dtype)
+        return (t.op.num_outputs == 1 and len(shape) >= 2 and all(shape) and shape[-1] % lanes == 0
+                and any(e > 1 for e in shape[:-1]))
+
     # -- sampling ------------------------------------------------------------
     def register_tiled(self, choice: Choice) -> bool:
         if self.out.op.reduce_axis:
@@ -165,7 +205,17 @@ class Space:
             n *= int(choice.get(f"tile:{ax.var.name}", 1))
         return n
 
+    def producer_tile_vectors(self, t, choice: Choice) -> int:
+        """Accumulator vectors of a register-tiled producer's tile (one vector of its last axis)."""
+        n = 1
+        for ax in t.op.axis[:-1]:
+            n *= int(choice.get(f"tile:{t.name}.{ax.var.name}", 1))
+        return n
+
     def _fits(self, choice: Choice) -> bool:
+        if any(choice.get(f"regtile:{t.name}") and self.producer_tile_vectors(t, choice) > _REGISTERS
+               for t in self.regtiled):
+            return False
         return not self.register_tiled(choice) or self.tile_vectors(choice) <= _REGISTERS
 
     def sample(self, rng: random.Random) -> Choice:
@@ -178,6 +228,9 @@ class Space:
                     c["cache_write"] = True
                 elif self.anchor is not None:
                     c[f"place:{self.anchor.name}"] = "register"
+                # the producers' reductions too (Ansor tiles every reduction stage)
+                for t in self.regtiled:
+                    c[f"regtile:{t.name}"] = True
             if self._fits(c):
                 return c
         return c
@@ -213,7 +266,7 @@ class Space:
         if anchored and self.anchor is not None:
             for t in self.epilogue:
                 s[t].compute_inline()
-        at_tile, at_root = [], []
+        at_tile, at_root, at_outer = [], [], []
         for t in self.producers:
             if anchored and id(t.op) in skip:
                 continue
@@ -224,9 +277,19 @@ class Space:
             stages = [t]
             if choice.get(f"rfactor:{t.name}"):
                 stages.insert(0, self._vectorized_partials(s, t))
+            elif choice.get(f"regtile:{t.name}"):
+                self._register_tile(s, t, choice, parallel=place == "root")
             else:
                 self._vectorize_inner(s, t)
-            (at_tile if place in ("tile", "register") else at_root).extend(stages)
+                short = _short_axis(t) if choice.get(f"unroll:{t.name}") else None
+                if short is not None:
+                    s[t].unroll(s[t].op.axis[short])
+            if place in ("tile", "register"):
+                at_tile.extend(stages)
+            elif place == "outer":
+                at_outer.extend(stages)
+            elif not choice.get(f"regtile:{t.name}"):
+                at_root.extend(stages)
         for t in at_root:
             self._parallel_outer(s, t)
 
@@ -252,6 +315,10 @@ class Space:
                 outer.append(ax)
         jo, ji = C.split(axes[-1], factor=int(choice["nr"]), tail=tail)
         rows_outer = list(outer)
+        lead = choice.get("lead")
+        if lead not in (None, "natural"):
+            k = next(i for i, ax in enumerate(axes[:-1]) if ax.var.name == lead)
+            outer = [outer[k]] + outer[:k] + outer[k + 1:]
         outer = [jo] + outer if choice.get("order") == "cols_outer" else outer + [jo]
         kloops = []
         if reds:
@@ -302,7 +369,46 @@ class Space:
         rows_at = row_loop if len(axes) >= 2 else inner_at
         for t in at_tile:
             s[t].compute_at(C, rows_at)
+        for t in at_outer:
+            s[t].compute_at(C, outer[0])
         return s
+
+    def _register_tile(self, s, t, choice: Choice, parallel: bool) -> None:
+        """A reduction producer accumulated in registers, as the output is: a ``cache_write``
+        accumulator computed at the innermost of its tile loops, the reduction outside the tile,
+        the tile's rows unrolled and its last axis one vector; ``parallel`` (at root): the leading
+        tile loops fused and run in parallel."""
+        P = s[t]
+        acc = s.cache_write(t, "local")
+        axes = list(P.op.axis)
+        outer, inner, single = [], [], []
+        for ax in axes[:-1]:
+            f = int(choice.get(f"tile:{t.name}.{ax.var.name}", 1))
+            if f > 1:
+                o, i = P.split(ax, factor=f, tail="shift")
+                outer.append(o)
+                inner.append(i)
+            else:
+                outer.append(ax)
+                single.append(ax)
+        if choice.get(f"singles_first:{t.name}"):
+            outer = single + [o for o in outer if all(o is not x for x in single)]
+        P.reorder(*outer, *inner, axes[-1])
+        P.vectorize(axes[-1])
+        A = s[acc]
+        A.compute_at(P, outer[-1])
+        c_axes = list(A.op.axis)
+        factors = [int(choice.get(f"tile:{t.name}.{ax.var.name}", 1)) for ax in axes[:-1]]
+        c_single = [a for a, f in zip(c_axes[:-1], factors) if f == 1]
+        c_tiled = [a for a, f in zip(c_axes[:-1], factors) if f > 1]
+        if choice.get(f"tile_order:{t.name}") == "reversed":
+            c_tiled.reverse()       # which row is innermost decides which operand stays in a register
+        A.reorder(*c_single, *A.op.reduce_axis, *c_tiled, c_axes[-1])
+        for a in c_tiled:
+            A.unroll(a)
+        A.vectorize(c_axes[-1])
+        if parallel:
+            self._parallelize(P, outer, "outer")
 
     def _parallelize(self, C, outer: list, mode) -> list:
         """Fuse the leading outer loops and run them in parallel: "outer" through the first loop
@@ -353,9 +459,17 @@ class Space:
         return rf
 
     def _parallel_outer(self, s, t) -> None:
-        """A producer computed at root runs its outermost loop in parallel (when that loop is
-        still a whole axis: a one-axis stage split into vectors keeps it serial)."""
+        """A producer computed at root runs its outer loops in parallel: the leading whole axes
+        fused through the first of more than one point (a batch of 1 alone runs serially)."""
         st = s[t]
-        first = st.leaf_iter_vars[0] if st.leaf_iter_vars else None
-        if first is not None and st.op.axis and first is st.op.axis[0] and (const_int(first.extent) or 0) > 1:
-            st.parallel(first)
+        leaves = list(st.leaf_iter_vars)
+        lead = []
+        for v, ax in zip(leaves, st.op.axis):
+            if v is not ax:
+                break
+            lead.append(v)
+            if (const_int(v.extent) or 2) > 1:
+                break
+        if not lead or (const_int(lead[-1].extent) or 2) <= 1:
+            return
+        st.parallel(st.fuse(*lead) if len(lead) > 1 else lead[0])

@@ -444,3 +444,84 @@ def test_a_pick_that_won_side_by_side_outranks_a_later_faster_timing_of_the_defa
     records.append(str(log), [later])
     assert records.best(str(log), task.target, task.key)["trace"] == tuner.best["trace"] != default_trace
     assert TaskTuner(task, Fake(), log=str(log), seed=0, batch=2).best["trace"] == tuner.best["trace"]
+
+
+def test_the_space_holds_the_fused_winograd_schedule():
+    """Winograd's input transform -> 16 matmuls -> output transform per row of output tiles, the
+    matmuls in their own register tile: a choice of the space built from the compute alone
+    gives the op library's fused schedule's loops and its values."""
+    from loopweave.nn_ops.ops import winograd
+    X = lw.placeholder((1, 2, 8, 8, 16), name="X")
+    U = lw.placeholder((16, 2, 2, 16, 16), name="U")
+    Y = winograd.conv2d_winograd_blocked(X, U)
+    args = [X, U, Y]
+    space = Space(Task(args, "llvm"))
+    names = dict(space.decisions)
+    assert names["place:conv2d.wino_gemm"] == ["tile", "root", "outer"] and "regtile:conv2d.wino_gemm" in names
+    assert names["unroll:conv2d.wino_in"] == [False, True]
+    rows = [a.var.name for a in Y.op.axis]
+    choice = {"place:conv2d.pad": "root", "place:conv2d.wino_in": "outer", "unroll:conv2d.wino_in": True,
+              "place:conv2d.wino_gemm": "outer", "regtile:conv2d.wino_gemm": True,
+              "tile:conv2d.wino_gemm.ob": 2, "tile:conv2d.wino_gemm.t": 4,
+              "singles_first:conv2d.wino_gemm": True, "tile_order:conv2d.wino_gemm": "reversed",
+              f"tile:{rows[2]}": 2, f"tile:{rows[3]}": 2, "lead": rows[2], "nr": 16, "order": "rows_outer",
+              "parallel": "outer", "unroll_rows": True}
+    s = space.apply(choice)
+    text = str(lw.lower(s, args))
+    # the transform and the matmuls are computed inside the parallel loop over output rows
+    parallel_at = text.index("# parallel", text.index("conv2d.pad"))
+    assert parallel_at < text.index("conv2d.wino_in = allocate") < text.index("conv2d.wino_gemm.local = allocate")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 2, 8, 8, 16)).astype("float32")
+    u = rng.standard_normal((16, 2, 2, 16, 16)).astype("float32")
+    got, want = np.empty((1, 2, 8, 8, 16), "float32"), np.empty((1, 2, 8, 8, 16), "float32")
+    lw.build(s, args)(x, u, got)
+    lw.build(lw.nn_ops.schedule(Y), args)(x, u, want)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_sampled_producer_register_tiles_are_correct_or_refused():
+    """Every sampled schedule of a two-matmul chain (the first one a producer that may get its
+    own register tile, computed at root, per output row or at the outer loop) computes A @ B @ C."""
+    A = lw.placeholder((24, 16), name="A")
+    B = lw.placeholder((16, 32), name="B")
+    C = lw.placeholder((32, 48), name="C")
+    k = lw.reduce_axis((0, 16), name="k")
+    AB = lw.compute((24, 32), lambda i, j: lw.sum(A[i, k] * B[k, j], axis=k), name="AB")
+    r = lw.reduce_axis((0, 32), name="r")
+    D = lw.compute((24, 48), lambda i, j: lw.sum(AB[i, r] * C[r, j], axis=r), name="D")
+    args = [A, B, C, D]
+    space = Space(Task(args, "llvm"))
+    assert "regtile:AB" in dict(space.decisions)
+    rng = random.Random(3)
+    a, b, c = (np.random.rand(*sh).astype("float32") for sh in ((24, 16), (16, 32), (32, 48)))
+    built = tiled = 0
+    for _ in range(16):
+        choice = space.sample(rng)
+        try:
+            mod = lw.build(space.apply(choice), args)
+        except lw.ScheduleError:
+            continue
+        np.testing.assert_allclose(run(mod, args, a, b, c), a @ b @ c, rtol=1e-4)
+        built += 1
+        tiled += bool(choice.get("regtile:AB"))
+    assert built >= 6 and tiled >= 2
+
+
+def test_a_compiler_bug_on_one_candidate_skips_it_with_a_warning(monkeypatch):
+    """An InternalError while lowering a candidate costs that candidate, not the tuning."""
+    from loopweave.autoschedule import search
+    from loopweave.errors import InternalError
+    args = matmul(16, 16, 8)
+    real, calls = search.lower, []
+
+    def flaky(s, a):
+        calls.append(1)
+        if len(calls) % 2:
+            raise InternalError("isl gave up")
+        return real(s, a)
+    monkeypatch.setattr(search, "lower", flaky)
+    with pytest.warns(lw.LoopweaveWarning, match="loopweave bug"):
+        res = auto.tune(args, trials=4, progress=False)
+    assert len(res.history) == 4 and res.best_seconds > 0
+

@@ -280,3 +280,18 @@ def test_flat_index_division_of_an_aligned_ramp_stays_a_contiguous_load():
     out = np.empty((1, 3, 197, 64), "float32")
     lw.build(s, [A, R])(a, out)
     np.testing.assert_array_equal(out[0], a)
+
+
+def test_isl_giving_up_on_a_partition_question_leaves_the_select(monkeypatch):
+    """loop_partition asks isl whether a select's condition can hold in the main part; when isl
+    cannot answer (an operation limit, a parse failure) the answer is "not proven"."""
+    import islpy as isl
+    from loopweave.errors import InternalError
+    from loopweave.lowering.passes import loop_partition as lp
+    names = type("Names", (), {"var_of": {"x": 0}})()
+    assert lp._Decide(isl.Set("{ [x] : 0 <= x < 8 }"), names, "x").never("x > 100") is True
+
+    def gives_up(*args, **kwargs):
+        raise InternalError("isl could not parse ...: maximal number of operations exceeded")
+    monkeypatch.setattr(lp, "make_set", gives_up)
+    assert lp._Decide(isl.Set("{ [x] : 0 <= x < 8 }"), names, "x").never("x > 100") is False
