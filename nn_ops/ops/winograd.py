@@ -160,24 +160,40 @@ def conv2d_winograd_blocked(X: Tensor, U: Tensor, bias=None, padding=(1, 1, 1, 1
 
 
 # ------------------------------------------------------------------ schedules
-#: the fused form needs this many output tile rows per thread (fewer leave threads idle)
+#: the fused form needs this many parallel iterations per thread (fewer leave threads idle)
 FUSED_ROWS_PER_THREAD = 4
 
 
-def fused_by_tile_rows(images: int, tile_rows: int, threads: int) -> bool:
-    """Whether the default schedule computes the three stages per row of 2x2 tiles.
+def fused_parts(images: int, tile_rows: int, channel_blocks: int, threads: int) -> int:
+    """In how many parts the default schedule splits the output channels when it computes the
+    three stages per row of 2x2 tiles; 0: each stage at root instead.
 
     Fused, each row's transformed input (C x tiles x 16 values) and its 16 matmul results stay
     in the cache between the stages: at 56x56 and 64 channels the unfused stages write and read
     back two 3.2 MB arrays.  Measured on ResNet-18's layers (Zen 4 VM, 2 threads, interleaved
-    against the unfused schedule): 1.25-1.37x at 56x56, 1.06-1.19x at 28x28, a tie at 14x14,
-    where 7 rows on 2 threads leave one idle for a seventh of the time."""
-    return images * tile_rows >= FUSED_ROWS_PER_THREAD * max(1, threads)
+    against the unfused schedule): 1.25-1.37x at 56x56, 1.06-1.19x at 28x28.  With fewer than
+    ``FUSED_ROWS_PER_THREAD`` rows per thread (14x14: 7 rows for 2 threads, a tie fused whole) the
+    channel blocks are split into the fewest equal parts (of whole register tiles) that give each
+    thread enough (row, part) iterations; each part transforms its row's input again, which costs
+    little next to its matmuls."""
+    need = FUSED_ROWS_PER_THREAD * max(1, threads)
+    rows = images * tile_rows
+    if rows >= need:
+        return 1
+    tile = 2 if channel_blocks % 2 == 0 else 1
+    for parts in range(2, channel_blocks // tile + 1):
+        if channel_blocks % (parts * tile) == 0 and rows * parts >= need:
+            return parts
+    return 0
+
+
+def _parts(op, target) -> int:
+    n, obn, tiles = (int(d.value) for d in op.outputs[0].shape[:3])
+    return fused_parts(n, tiles // int(op.attrs["tile_width"]), obn, target.num_threads)
 
 
 def _fused(op, target) -> bool:
-    n, _, tiles = (int(d.value) for d in op.outputs[0].shape[:3])
-    return fused_by_tile_rows(n, tiles // int(op.attrs["tile_width"]), target.num_threads)
+    return _parts(op, target) > 0
 
 
 @register_schedule("conv2d_winograd.input", "llvm")
@@ -233,8 +249,9 @@ def schedule_winograd_output(s, op, target):
     """The output transform runs inside its fused epilogue (if any): output rows in
     parallel, 2x2 tiles unrolled (the selects on the tile position fold), channels vectorized.
 
-    Fused form (``fused_by_tile_rows``): per pair of output rows, the input transform of that
-    row of tiles and its 16 matmuls are computed first, inside the same parallel iteration."""
+    Fused form (``fused_parts``): per pair of output rows (and part of the output channels), the
+    input transform of that row of tiles and its 16 matmuls are computed first, inside the same
+    parallel iteration."""
     final = fused_output(s, op)
     if final is not s[op]:
         s[op].compute_inline()
@@ -242,8 +259,13 @@ def schedule_winograd_output(s, op, target):
     yo, yi = final.split(y, factor=2)
     xo, xi = final.split(x, factor=2)
     M = op.input_tensors[0].op
-    fused = _fused(M, target)
-    if fused:
+    parts = _parts(M, target)
+    fused = parts > 0
+    if fused and parts > 1:
+        obp, obq = final.split(ob, nparts=parts)
+        final.reorder(n, yo, obp, obq, xo, yi, xi, oi)
+        rows = final.fuse(n, yo, obp)
+    elif fused:
         final.reorder(n, yo, ob, xo, yi, xi, oi)
         rows = final.fuse(n, yo)
     else:

@@ -37,10 +37,13 @@ def _run(x, w, bias=None, pad=1, block=16, in_block=16, residual=None):
     return _plain(y)
 
 
-@pytest.fixture(params=["fused", "per stage"])
+@pytest.fixture(params=["fused", "fused, channels in two parts", "per stage"])
 def form(request, monkeypatch):
-    """Both default schedules: the stages computed per row of tiles, and each stage at root."""
-    monkeypatch.setattr(winograd, "FUSED_ROWS_PER_THREAD", 0 if request.param == "fused" else 10 ** 6)
+    """Every default schedule: the stages computed per row of tiles (and part of the output
+    channels, where there are at least two blocks), and each stage at root."""
+    monkeypatch.setattr(winograd, "FUSED_ROWS_PER_THREAD", 10 ** 6 if request.param == "per stage" else 0)
+    if request.param == "fused, channels in two parts":
+        monkeypatch.setattr(winograd, "_parts", lambda op, target: 2 if int(op.outputs[0].shape[1].value) >= 2 else 1)
     return request.param
 
 
@@ -78,7 +81,9 @@ def test_the_fused_form_computes_the_transform_and_matmuls_inside_the_output_row
     Y = winograd.conv2d_winograd_blocked(X, U)
     s = nn_ops.schedule(Y, dataclasses.replace(host_target(), num_threads=2))
     attach = {st.op.name: st.attach_type for st in s.stages}
-    assert winograd.fused_by_tile_rows(1, 28, 2) and not winograd.fused_by_tile_rows(1, 7, 2)
+    assert winograd.fused_parts(1, 28, 4, 2) == 1                   # 56x56: whole rows
+    assert winograd.fused_parts(1, 7, 16, 2) == 2                   # 14x14, 256 channels: rows x 2 channel halves
+    assert winograd.fused_parts(1, 3, 2, 2) == 0                    # too few of either: per stage
     assert attach["conv2d.wino_in"] == "scope" and attach["conv2d.wino_gemm"] == "scope", attach
 
 
