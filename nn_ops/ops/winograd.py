@@ -137,12 +137,12 @@ def conv2d_winograd_blocked(X: Tensor, U: Tensor, bias=None, padding=(1, 1, 1, 1
         return _pick(e, table)
 
     V = compute((n, cbn, tiles, 16, cb), transform_in, name=name + ".wino_in", tag="conv2d_winograd.input",
-                attrs=dict(tile_width=tw))
+                attrs=dict(tile_width=tw, out_blocks=obn))
     rco = reduce_axis((0, cbn), name="rco")
     rci = reduce_axis((0, cb), name="rci")
     M = compute((n, obn, tiles, 16, b),
                 lambda nn, ob, t, e, oi: lw_sum(V[nn, rco, t, e, rci] * U[e, ob, rco, rci, oi], axis=[rco, rci]),
-                name=name + ".wino_gemm", tag="conv2d_winograd.gemm", attrs=dict(tile_width=tw))
+                name=name + ".wino_gemm", tag="conv2d_winograd.gemm", attrs=dict(tile_width=tw, out_blocks=obn))
 
     def transform_out(nn, ob, yy, xx, oi):
         t = (yy // 2) * tw + xx // 2
@@ -188,8 +188,11 @@ def fused_parts(images: int, tile_rows: int, channel_blocks: int, threads: int) 
 
 
 def _parts(op, target) -> int:
-    n, obn, tiles = (int(d.value) for d in op.outputs[0].shape[:3])
-    return fused_parts(n, tiles // int(op.attrs["tile_width"]), obn, target.num_threads)
+    """``fused_parts`` for the input-transform or the gemm stage ``op``: both carry the layer's
+    tile width and output channel blocks, so the three stages' schedules decide alike (the input
+    transform's own second axis counts input channel blocks)."""
+    n, _, tiles = (int(d.value) for d in op.outputs[0].shape[:3])
+    return fused_parts(n, tiles // int(op.attrs["tile_width"]), int(op.attrs["out_blocks"]), target.num_threads)
 
 
 def _fused(op, target) -> bool:

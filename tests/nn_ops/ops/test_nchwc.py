@@ -37,6 +37,8 @@ def _shape(t):
     (3, 32, 23, 7, 2, 3, False, True),       # the first layer reads NCHW
     (64, 128, 28, 1, 2, 0, True, False),     # 1x1 stride 2 (a downsample)
     (24, 16, 9, 3, 1, 1, True, True),        # input block 8 (24 channels)
+    (16, 64, 30, 1, 1, 0, True, True),       # short reduction, wide rows: 4 channel vectors a block
+    (3, 64, 58, 3, 2, 1, False, False),      # a first layer on a wide map: 4 channel vectors, rows of 29
 ])
 def test_blocked_conv_matches_numpy(c, oc, size, k, stride, pad, blocked_in, epilogue):
     rng = np.random.default_rng(c + oc)
@@ -55,6 +57,15 @@ def test_blocked_conv_matches_numpy(c, oc, size, k, stride, pad, blocked_in, epi
     lw.build(nn_ops.schedule(Y), [X, W, B, Y])(xin, wp, bias, y)
     ref = conv2d_ref(x, w, stride=stride, padding=pad) + bias[None, :, None, None]
     np.testing.assert_allclose(_plain(y), np.maximum(ref, 0) if epilogue else ref, rtol=1e-4, atol=1e-4)
+
+
+def test_short_reductions_on_wide_maps_take_four_channel_vectors_a_block():
+    def vectors(c, oc, size, k):
+        X = lw.placeholder((1, c // 16, size, size, 16), name="X")
+        W = lw.placeholder((oc // 16, c // 16, k, k, 16, 16), name="W")
+        return nchwc._channel_vectors(nchwc.conv2d_blocked(X, W, padding=(k // 2,) * 4).op, oc // 16, size)
+    assert vectors(16, 64, 55, 1) == 4 and vectors(32, 128, 27, 1) == 4
+    assert vectors(64, 64, 56, 3) == 2 and vectors(16, 64, 13, 1) == 2 and vectors(16, 32, 55, 1) == 2
 
 
 @pytest.mark.parametrize("c,size,stride,epilogue", [(32, 14, 1, False), (32, 15, 2, True), (16, 7, 1, True),
