@@ -231,22 +231,25 @@ WIDE_ROW = 27
 
 
 def _channel_vectors(op, obn: int, ow: int) -> int:
-    """Output channel vectors per register block: 4 where each input value feeds little work (a
-    short reduction on a wide map, or a first layer's map of 100+ pixels a row), else 2 (1 for an
-    odd count of blocks).  With few input channels the kernel is bound by reading its input, once
-    per block of channels: four vectors read it half as often.  Measured against two (Zen 4, 2
-    threads, interleaved, a register block of 5-7 pixels then): SqueezeNet's first conv (3 channels,
-    111x111) 1.40x, its 1x1 16->64 at 55x55 1.28x and 32->128 at 27x27 1.18x, ResNet-18's 7x7 stem
-    1.16x; but 0.81-0.95x on ResNet's 1x1 and 3x3 layers at 28x28 and below, and 0.45-0.5x on 13x13
-    maps (13 pixels a row: a one-pixel block)."""
-    if obn % 4:
-        return 2 if obn % 2 == 0 else 1
+    """Output channel vectors per register block: 4 (else 3) where each input value feeds little
+    work (a short reduction on a wide map, or a first layer's map of 100+ pixels a row), 3 for an
+    odd count of blocks divisible by 3 on a wide map, else 2 (1 for an odd count).  With few input
+    channels the kernel is bound by reading its input, once per block of channels: more vectors
+    read it less often.  Measured against the two-vector (or one-vector) block (Zen 4, 2 threads,
+    interleaved): 4 vectors: SqueezeNet's first conv (3 channels, 111x111) 1.40x, its 1x1 16->64 at
+    55x55 1.28x and 32->128 at 27x27 1.18x, ResNet-18's 7x7 stem 1.16x, but 0.81-0.95x on ResNet's
+    layers at 28x28 and below and 0.45-0.5x on 13x13 maps (a one-pixel block); 3 vectors:
+    MobileNetV2's 1x1 16->96 at 112x112 1.34x, 24->144 at 56x56 1.06x, EfficientNet-Lite's
+    96/144->24 at 56x56 (three blocks of 8) 1.14-1.18x."""
     weight = next(t for t in op.input_tensors if len(t.shape) == 6)
     _, cob, kh, kw, cb, _ = (int(d.value) for d in weight.shape)
     reduction = cob * kh * kw * cb
-    if (reduction <= SHORT_REDUCTION and ow >= WIDE_ROW) or (ow >= 100 and reduction <= 160):
+    input_bound = (reduction <= SHORT_REDUCTION and ow >= WIDE_ROW) or (ow >= 100 and reduction <= 160)
+    if input_bound and obn % 4 == 0:
         return 4
-    return 2
+    if (input_bound or obn % 2) and obn % 3 == 0 and ow >= WIDE_ROW:
+        return 3
+    return 2 if obn % 2 == 0 else 1
 
 
 def _schedule_blocked_padding(s, tensor, lanes: int) -> None:

@@ -39,6 +39,7 @@ def _shape(t):
     (24, 16, 9, 3, 1, 1, True, True),        # input block 8 (24 channels)
     (16, 64, 30, 1, 1, 0, True, True),       # short reduction, wide rows: 4 channel vectors a block
     (3, 64, 58, 3, 2, 1, False, False),      # a first layer on a wide map: 4 channel vectors, rows of 29
+    (16, 96, 28, 1, 1, 0, True, True),       # 6 output blocks, short reduction: 3 channel vectors
 ])
 def test_blocked_conv_matches_numpy(c, oc, size, k, stride, pad, blocked_in, epilogue):
     rng = np.random.default_rng(c + oc)
@@ -66,6 +67,7 @@ def test_short_reductions_on_wide_maps_take_four_channel_vectors_a_block():
         return nchwc._channel_vectors(nchwc.conv2d_blocked(X, W, padding=(k // 2,) * 4).op, oc // 16, size)
     assert vectors(16, 64, 55, 1) == 4 and vectors(32, 128, 27, 1) == 4
     assert vectors(64, 64, 56, 3) == 2 and vectors(16, 64, 13, 1) == 2 and vectors(16, 32, 55, 1) == 2
+    assert vectors(16, 96, 112, 1) == 3 and vectors(128, 48, 56, 1) == 3 and vectors(128, 96, 56, 1) == 2
 
 
 @pytest.mark.parametrize("c,size,stride,epilogue", [(32, 14, 1, False), (32, 15, 2, True), (16, 7, 1, True),
