@@ -23,9 +23,12 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
   ``from_blocked`` right after it is computed; a depthwise input that only exists in
   NCHW gets one ``to_blocked``.  Transforms sit at the edges of the blocked region, once
   per value, never per layer;
-* a depthwise conv whose input is NCHW stays NCHW unless its result reaches a convolution or
-  an NHWC transpose (through elementwise ops only): a lone one would pay two transforms for one cheap kernel
-  (144 channels at 56x56: 368 us blocked with both transforms, 107 us in NCHW).
+* a conv (depthwise, or with at most ``LONE_NCHW_CHANNELS`` input channels) whose input is NCHW
+  stays NCHW unless its result reaches a convolution or an NHWC transpose (through elementwise
+  ops, pools and concats): a lone one would pay a from_blocked (and a depthwise a to_blocked)
+  around one kernel (depthwise 144 channels at
+  56x56: 368 us blocked with both transforms, 107 us in NCHW; 1x1 16->96 at 112x112: 1.32 ms
+  blocked, 0.40 ms NCHW).
 
 The block of a value with C channels is the vector width (16 floats with AVX-512) when
 it divides C, else 8 when that does (MobileNetV2's 24 channels), else the value stays
@@ -149,7 +152,9 @@ def _decide(g: Graph, node: Node, block, lanes) -> Optional[str]:
             return "depthwise" if channel_block(c, lanes) and _reaches_conv(g, node.outputs[0]) else None
         if groups != 1:
             return None
-        return "conv" if block.get(x) else "conv_plain_input"
+        if block.get(x):
+            return "conv"
+        return "conv_plain_input" if c > LONE_NCHW_CHANNELS or _reaches_conv(g, node.outputs[0]) else None
     if op in ("max_pool2d", "avg_pool2d") and block.get(node.inputs[0]):
         padded = any(node.attrs["padding"]) or node.attrs.get("ceil_mode", False)
         if op == "avg_pool2d" and padded and not node.attrs.get("count_include_pad", False):
@@ -176,9 +181,20 @@ def _decide(g: Graph, node: Node, block, lanes) -> Optional[str]:
     return None
 
 
+#: a lone conv on an NCHW value (its result reaching no other conv) stays NCHW up to this many input
+#: channels.  One-node Conv models against the blocked kernel and its from_blocked (Zen 4, 2 threads,
+#: interleaved, ratios to onnxruntime): MobileNetV2's 1x1s with 16-192 input channels 0.61-1.36 ->
+#: 1.04-1.81; with 256-960 (ResNet's 1x1 downsample at 14x14, MobileNetV2's last layers) NCHW lost,
+#: 0.87-0.91 against 1.06-1.52: there the kernel's work dwarfs the transform.
+LONE_NCHW_CHANNELS = 192
+
+#: ops a blocked value flows through to a later convolution (see ``_reaches_conv``)
+_BLOCKED_PASSES = frozenset({"max_pool2d", "avg_pool2d", "concat"})
+
+
 def _reaches_conv(g: Graph, value: str) -> bool:
     """Whether ``value`` feeds a conv2d, or a transpose to NHWC (which reads a blocked value as it
-    lies: ConvNeXt's), directly or through elementwise ops only."""
+    lies: ConvNeXt's), directly or through elementwise ops, pools and concats."""
     users = g.consumer_map()
     stack, seen = [value], set()
     while stack:
@@ -189,7 +205,7 @@ def _reaches_conv(g: Graph, value: str) -> bool:
         for u in users.get(v, []):
             if u.op_type == "conv2d" or (u.op_type == "transpose" and tuple(u.attrs["perm"]) == (0, 2, 3, 1)):
                 return True
-            if u.op_type in ELEMENTWISE:
+            if u.op_type in ELEMENTWISE or u.op_type in _BLOCKED_PASSES:
                 stack.extend(u.outputs)
     return False
 

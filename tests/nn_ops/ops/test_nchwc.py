@@ -170,6 +170,21 @@ def test_a_lone_depthwise_on_a_plain_value_stays_nchw():
     _check_against_onnxruntime(model, (1, 16, 10, 10))
 
 
+def test_a_lone_conv_on_a_plain_value_stays_nchw_and_one_that_reaches_a_conv_is_blocked():
+    b = OnnxBuilder()
+    z = b.relu(b.conv("input", 16, 32, 1, bias=True))
+    model = b.model((1, 16, 12, 12), z, (1, 32, 12, 12))
+    counts = optimize(lw.from_onnx(model)).op_counts()
+    assert "conv2d_blocked" not in counts and "from_blocked" not in counts, counts
+    _check_against_onnxruntime(model, (1, 16, 12, 12))
+    b = OnnxBuilder()
+    pooled = b.node("MaxPool", [b.relu(b.conv("input", 16, 32, 3))], kernel_shape=[2, 2], strides=[2, 2])
+    z = b.conv(pooled, 32, 32, 1)
+    model = b.model((1, 16, 12, 12), z, (1, 32, 6, 6))
+    assert optimize(lw.from_onnx(model)).op_counts().get("conv2d_blocked") == 2   # through the pool
+    _check_against_onnxruntime(model, (1, 16, 12, 12))
+
+
 @pytest.mark.parametrize("c,oc,size,stride,clip,dw_bias,residual", [
     (32, 16, 16, 1, True, True, False),      # MobileNetV2's first block
     (48, 24, 15, 2, True, True, False),      # stride-2 depthwise, 24 outputs in blocks of 8
