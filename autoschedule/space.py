@@ -98,6 +98,24 @@ def _short_axis(t) -> Optional[int]:
     return None
 
 
+def _accumulate_in_tile(A, factors, reversed_rows: bool, unroll: bool) -> None:
+    """Order an accumulator stage ``A`` computed at its tile: the axes the tile does not split
+    (factor 1: one point there) outside the reduction, which makes the lowering accumulate in a
+    register tile of the split ones; those inside it (in reverse with ``reversed_rows``: the
+    innermost row decides which operand is reused from a register), unrolled with ``unroll``,
+    and the last axis in vectors."""
+    axes = list(A.op.axis)
+    single = [a for a, f in zip(axes[:-1], factors) if f == 1]
+    tiled = [a for a, f in zip(axes[:-1], factors) if f > 1]
+    if reversed_rows:
+        tiled.reverse()
+    A.reorder(*single, *A.op.reduce_axis, *tiled, axes[-1])
+    if unroll:
+        for a in tiled:
+            A.unroll(a)
+    A.vectorize(axes[-1])
+
+
 def _find_anchor(out, producers) -> Tuple[Optional[object], list]:
     """The reduction producer to compute at the output's register tile, and its epilogue.
 
@@ -275,10 +293,11 @@ class Space:
                 s[t].compute_inline()
                 continue
             stages = [t]
+            loops = None            # a register-tiled producer's tile loops (its parallel candidates)
             if choice.get(f"rfactor:{t.name}"):
                 stages.insert(0, self._vectorized_partials(s, t))
             elif choice.get(f"regtile:{t.name}"):
-                self._register_tile(s, t, choice, parallel=place == "root")
+                loops = self._register_tile(s, t, choice)
             else:
                 self._vectorize_inner(s, t)
                 short = _short_axis(t) if choice.get(f"unroll:{t.name}") else None
@@ -288,10 +307,10 @@ class Space:
                 at_tile.extend(stages)
             elif place == "outer":
                 at_outer.extend(stages)
-            elif not choice.get(f"regtile:{t.name}"):
-                at_root.extend(stages)
-        for t in at_root:
-            self._parallel_outer(s, t)
+            else:
+                at_root.extend((st, loops) for st in stages)
+        for t, loops in at_root:
+            self._parallel_outer(s, t, loops)
 
         C = s[out.op]
         cw = anchored and bool(out.op.reduce_axis)
@@ -346,20 +365,8 @@ class Space:
         if anchored:
             A = s[CC.op] if cw else s[self.anchor]
             A.compute_at(C, inner_at)
-            c_axes = list(A.op.axis)
-            # axes the tile does not split span one point: outside the reduction they make the
-            # lowering accumulate in a register tile (.acc) of the split ones
-            single = [a for a, o in zip(c_axes[:-1], out.op.axis[:-1])
-                      if int(choice.get(f"tile:{o.var.name}", 1)) == 1]
-            tiled = [a for a in c_axes[:-1] if all(a is not x for x in single)]
-            if choice.get("tile_order") == "reversed":
-                tiled.reverse()
-            tiled.append(c_axes[-1])
-            A.reorder(*single, *A.op.reduce_axis, *tiled)
-            if choice.get("unroll_rows"):
-                for ax in tiled[:-1]:
-                    A.unroll(ax)
-            A.vectorize(c_axes[-1])
+            _accumulate_in_tile(A, [int(choice.get(f"tile:{o.var.name}", 1)) for o in out.op.axis[:-1]],
+                                choice.get("tile_order") == "reversed", bool(choice.get("unroll_rows")))
         if BB is not None:
             s[BB.op].compute_at(C, outer[0])
             # vectors of `lanes` elements: the packed region's width is only known after bound
@@ -373,17 +380,16 @@ class Space:
             s[t].compute_at(C, outer[0])
         return s
 
-    def _register_tile(self, s, t, choice: Choice, parallel: bool) -> None:
+    def _register_tile(self, s, t, choice: Choice) -> list:
         """A reduction producer accumulated in registers, as the output is: a ``cache_write``
         accumulator computed at the innermost of its tile loops, the reduction outside the tile,
-        the tile's rows unrolled and its last axis one vector; ``parallel`` (at root): the leading
-        tile loops fused and run in parallel."""
+        the tile's rows unrolled and its last axis one vector; returns the tile loops."""
         P = s[t]
         acc = s.cache_write(t, "local")
         axes = list(P.op.axis)
+        factors = [int(choice.get(f"tile:{t.name}.{ax.var.name}", 1)) for ax in axes[:-1]]
         outer, inner, single = [], [], []
-        for ax in axes[:-1]:
-            f = int(choice.get(f"tile:{t.name}.{ax.var.name}", 1))
+        for ax, f in zip(axes[:-1], factors):
             if f > 1:
                 o, i = P.split(ax, factor=f, tail="shift")
                 outer.append(o)
@@ -397,18 +403,8 @@ class Space:
         P.vectorize(axes[-1])
         A = s[acc]
         A.compute_at(P, outer[-1])
-        c_axes = list(A.op.axis)
-        factors = [int(choice.get(f"tile:{t.name}.{ax.var.name}", 1)) for ax in axes[:-1]]
-        c_single = [a for a, f in zip(c_axes[:-1], factors) if f == 1]
-        c_tiled = [a for a, f in zip(c_axes[:-1], factors) if f > 1]
-        if choice.get(f"tile_order:{t.name}") == "reversed":
-            c_tiled.reverse()       # which row is innermost decides which operand stays in a register
-        A.reorder(*c_single, *A.op.reduce_axis, *c_tiled, c_axes[-1])
-        for a in c_tiled:
-            A.unroll(a)
-        A.vectorize(c_axes[-1])
-        if parallel:
-            self._parallelize(P, outer, "outer")
+        _accumulate_in_tile(A, factors, choice.get(f"tile_order:{t.name}") == "reversed", True)
+        return outer
 
     def _parallelize(self, C, outer: list, mode) -> list:
         """Fuse the leading outer loops and run them in parallel: "outer" through the first loop
@@ -458,18 +454,16 @@ class Space:
         rs.vectorize(rs.op.axis[-1])
         return rf
 
-    def _parallel_outer(self, s, t) -> None:
-        """A producer computed at root runs its outer loops in parallel: the leading whole axes
-        fused through the first of more than one point (a batch of 1 alone runs serially)."""
+    def _parallel_outer(self, s, t, loops=None) -> None:
+        """A producer computed at root runs its outer loops in parallel, fused through the first of
+        more than one point (a batch of 1 alone runs serially): ``loops`` (a register tile's), else
+        its leading loops that are still whole axes."""
         st = s[t]
-        leaves = list(st.leaf_iter_vars)
-        lead = []
-        for v, ax in zip(leaves, st.op.axis):
-            if v is not ax:
-                break
-            lead.append(v)
-            if (const_int(v.extent) or 2) > 1:
-                break
-        if not lead or (const_int(lead[-1].extent) or 2) <= 1:
-            return
-        st.parallel(st.fuse(*lead) if len(lead) > 1 else lead[0])
+        if loops is None:
+            loops = []
+            for v, ax in zip(st.leaf_iter_vars, st.op.axis):
+                if v is not ax:
+                    break
+                loops.append(v)
+        if any((const_int(v.extent) or 2) > 1 for v in loops):
+            self._parallelize(st, loops, "outer")

@@ -49,9 +49,11 @@ def matmul_panels(A: Tensor, Bp: Tensor, columns: int = None, name: str = "matmu
                                          f"{A.ndim} and {Bp.ndim}")
     _check(_same_extent(A.shape[1], Bp.shape[1]), f"matmul_panels: A's columns {A.shape[1]} differ from the "
                                                    f"panels' rows {Bp.shape[1]}")
-    nr = int(Bp.shape[2].value)
-    n = int(Bp.shape[0].value) * nr if columns is None else int(columns)
-    _check(n > (int(Bp.shape[0].value) - 1) * nr, f"matmul_panels: {n} columns leave a panel of {Bp.shape} unused")
+    panels, nr = int(Bp.shape[0].value), int(Bp.shape[2].value)
+    n = panels * nr if columns is None else int(columns)
+    _check((panels - 1) * nr < n <= panels * nr,
+           f"matmul_panels: {n} columns do not fit {panels} panels of {nr} (between {(panels - 1) * nr + 1} "
+           f"and {panels * nr})")
     k = reduce_axis((0, A.shape[1]), name="k")
     return compute((A.shape[0], n),
                    lambda i, j: lw_sum(A[i, k] * Bp[j // nr, k, j % nr], axis=k), name=name, tag="matmul_panels")
@@ -128,14 +130,13 @@ def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
     out = op.outputs[0]
     mr, nr = _blocking(target, out.dtype)
     B_t = op.input_tensors[1]
+    CC, C = accumulator_and_tile(s, op)
     tail = "shift"
     if op.tag == "matmul_panels":
+        BB = None           # B was packed into panels when the network was compiled
         nr = int(B_t.shape[2].value)
         if int(out.shape[-1].value) % nr:
             tail = "guard"      # a shifted last tile would straddle two panels (not one vector load)
-    CC, C = accumulator_and_tile(s, op)
-    if op.tag == "matmul_panels":
-        BB = None           # B was packed into panels when the network was compiled
     elif getattr(B_t.op, "tag", "") == "pack":
         BB = B_t            # the op already transposes B: compute that per panel
     else:

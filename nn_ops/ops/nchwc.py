@@ -226,8 +226,10 @@ def schedule_conv2d_blocked(s, op, target):
 
 #: a reduction (input channels x kernel taps) at most this long is short: see ``_channel_vectors``
 SHORT_REDUCTION = 32
-#: a row at least this wide takes four channel vectors per register block when its reduction is short
+#: a row at least this wide takes more channel vectors per register block when its reduction is short
 WIDE_ROW = 27
+#: a first layer's rows (this wide, with a reduction up to STEM_REDUCTION) take them too
+STEM_ROW, STEM_REDUCTION = 100, 160
 
 
 def _channel_vectors(op, obn: int, ow: int) -> int:
@@ -244,7 +246,7 @@ def _channel_vectors(op, obn: int, ow: int) -> int:
     weight = next(t for t in op.input_tensors if len(t.shape) == 6)
     _, cob, kh, kw, cb, _ = (int(d.value) for d in weight.shape)
     reduction = cob * kh * kw * cb
-    input_bound = (reduction <= SHORT_REDUCTION and ow >= WIDE_ROW) or (ow >= 100 and reduction <= 160)
+    input_bound = (reduction <= SHORT_REDUCTION and ow >= WIDE_ROW) or (ow >= STEM_ROW and reduction <= STEM_REDUCTION)
     if input_bound and obn % 4 == 0:
         return 4
     if (input_bound or obn % 2) and obn % 3 == 0 and ow >= WIDE_ROW:

@@ -195,17 +195,13 @@ def _parts(op, target) -> int:
     return fused_parts(n, tiles // int(op.attrs["tile_width"]), int(op.attrs["out_blocks"]), target.num_threads)
 
 
-def _fused(op, target) -> bool:
-    return _parts(op, target) > 0
-
-
 @register_schedule("conv2d_winograd.input", "llvm")
 def schedule_winograd_input(s, op, target):
     """Per (channel block, tile row) in parallel: the 16 transformed values of each tile,
     unrolled (so the select on ``e`` folds), the channel vector innermost.  In the fused form
     the output transform's schedule places it (``schedule_winograd_output``)."""
     _schedule_blocked_padding(s, op.input_tensors[0], target.lanes(op.outputs[0].dtype))
-    if _fused(op, target):
+    if _parts(op, target):
         return
     V = s[op]
     nn, cbi, t, e, ci = V.op.axis
@@ -221,7 +217,7 @@ def schedule_winograd_gemm(s, op, target):
     """16 matmuls, each register-blocked as ``tb`` tiles x ``nv`` output-channel vectors
     accumulated over the input channels; (position, channel-block pair) in parallel.  In the
     fused form the output transform's schedule places it (``schedule_winograd_output``)."""
-    if _fused(op, target):
+    if _parts(op, target):
         return
     nn, e, obo, _ = _register_blocked_gemm(s, op, int(op.outputs[0].shape[2].value))
     s[op].parallel(s[op].fuse(nn, e, obo))
@@ -263,22 +259,21 @@ def schedule_winograd_output(s, op, target):
     xo, xi = final.split(x, factor=2)
     M = op.input_tensors[0].op
     parts = _parts(M, target)
-    fused = parts > 0
-    if fused and parts > 1:
-        obp, obq = final.split(ob, nparts=parts)
-        final.reorder(n, yo, obp, obq, xo, yi, xi, oi)
-        rows = final.fuse(n, yo, obp)
-    elif fused:
-        final.reorder(n, yo, ob, xo, yi, xi, oi)
-        rows = final.fuse(n, yo)
+    if parts:
+        lead = [n, yo]
+        if parts > 1:
+            part, ob = final.split(ob, nparts=parts)
+            lead.append(part)
+        final.reorder(*lead, ob, xo, yi, xi, oi)
     else:
-        final.reorder(n, ob, yo, xo, yi, xi, oi)
-        rows = final.fuse(n, ob, yo)
+        lead = [n, ob, yo]
+        final.reorder(*lead, xo, yi, xi, oi)
+    rows = final.fuse(*lead)
     final.parallel(rows)
     final.unroll(yi)
     final.unroll(xi)
     final.vectorize(oi)
-    if fused:
+    if parts:
         _register_blocked_gemm(s, M, int(M.attrs["tile_width"]))
         s[M].compute_at(final, rows)
         V = M.input_tensors[0].op

@@ -25,8 +25,8 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
   per value, never per layer;
 * a conv (depthwise, or with at most ``LONE_NCHW_CHANNELS`` input channels) whose input is NCHW
   stays NCHW unless its result reaches a convolution or an NHWC transpose (through elementwise
-  ops, pools and concats) or joins a blocked value in an elementwise op: a lone one would pay a from_blocked (and a depthwise a to_blocked)
-  around one kernel (depthwise 144 channels at
+  ops, pools and concats) or joins a blocked value in an elementwise op: a lone one would pay a
+  from_blocked (and a depthwise a to_blocked) around one kernel (depthwise 144 channels at
   56x56: 368 us blocked with both transforms, 107 us in NCHW; 1x1 16->96 at 112x112: 1.32 ms
   blocked, 0.40 ms NCHW).
 
@@ -70,15 +70,15 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None, cpu: Optional[str]
         cpu = host.cpu if cpu is None else cpu
     block: Dict[str, int] = {}                # plain value name -> block of its blocked twin
     plan: Dict[int, str] = {}                 # id(node) -> how it is rewritten
+    users = g.consumer_map()                  # the graph is not changed until every node is decided
     for node in g.nodes:
-        how = _decide(g, node, block, lanes)
+        how = _decide(g, node, block, lanes, users)
         if how:
             plan[id(node)] = how
             out = node.outputs[0]
             block[out] = channel_block(g.shape(out)[1], lanes) if how not in ("global_pool", "to_nhwc") else 0
     if not plan:
         return g
-    users = g.consumer_map()
     twin = {v: g.fresh_name(v + ".blk") for v, b in block.items() if b}
     new_nodes = []
     to_blocked_done = {}
@@ -134,7 +134,7 @@ def _per_channel(shape, out_shape) -> bool:
     return len(shape) == 4 and tuple(shape[:2]) == tuple(out_shape[:2]) and tuple(shape[2:]) == (1, 1)
 
 
-def _decide(g: Graph, node: Node, block, lanes) -> Optional[str]:
+def _decide(g: Graph, node: Node, block, lanes, users) -> Optional[str]:
     op = node.op_type
     if op == "conv2d":
         x, w = node.inputs[0], node.inputs[1]
@@ -149,12 +149,12 @@ def _decide(g: Graph, node: Node, block, lanes) -> Optional[str]:
         if groups == c == oc and cg == 1:
             if block.get(x):
                 return "depthwise"
-            return "depthwise" if channel_block(c, lanes) and _reaches_conv(g, node.outputs[0], block) else None
+            return "depthwise" if channel_block(c, lanes) and _reaches_conv(node.outputs[0], users, block) else None
         if groups != 1:
             return None
         if block.get(x):
             return "conv"
-        return "conv_plain_input" if c > LONE_NCHW_CHANNELS or _reaches_conv(g, node.outputs[0], block) else None
+        return "conv_plain_input" if c > LONE_NCHW_CHANNELS or _reaches_conv(node.outputs[0], users, block) else None
     if op in ("max_pool2d", "avg_pool2d") and block.get(node.inputs[0]):
         padded = any(node.attrs["padding"]) or node.attrs.get("ceil_mode", False)
         if op == "avg_pool2d" and padded and not node.attrs.get("count_include_pad", False):
@@ -192,12 +192,11 @@ LONE_NCHW_CHANNELS = 192
 _BLOCKED_PASSES = frozenset({"max_pool2d", "avg_pool2d", "concat"})
 
 
-def _reaches_conv(g: Graph, value: str, block=None) -> bool:
+def _reaches_conv(value: str, users, block) -> bool:
     """Whether ``value`` feeds a conv2d, or a transpose to NHWC (which reads a blocked value as it
     lies: ConvNeXt's), directly or through elementwise ops, pools and concats, or meets a value
     already blocked (``block``) in an elementwise op (a residual add: blocked, the join stays in
-    the blocked layout)."""
-    users = g.consumer_map()
+    the blocked layout).  ``users``: the graph's consumer map."""
     stack, seen = [value], set()
     while stack:
         v = stack.pop()
@@ -207,7 +206,7 @@ def _reaches_conv(g: Graph, value: str, block=None) -> bool:
         for u in users.get(v, []):
             if u.op_type == "conv2d" or (u.op_type == "transpose" and tuple(u.attrs["perm"]) == (0, 2, 3, 1)):
                 return True
-            if u.op_type in ELEMENTWISE and block and any(block.get(i) for i in u.inputs if i != v):
+            if u.op_type in ELEMENTWISE and any(block.get(i) for i in u.inputs if i != v):
                 return True
             if u.op_type in ELEMENTWISE or u.op_type in _BLOCKED_PASSES:
                 stack.extend(u.outputs)

@@ -23,8 +23,8 @@ from ..op_table import SMALL_M
 
 
 def choose_dense_layout(g: Graph, lanes: Optional[int] = None) -> Graph:
-    """``lanes``: the CPU's float32 vector lanes (the host's by default); None on other targets
-    (no panels)."""
+    """``lanes``: the CPU's float32 vector lanes, to pack panels for; None (other targets, or
+    no panels wanted) keeps every weight [K, N]."""
     for node in g.nodes:
         if node.op_type != "dense" or node.inputs[1] not in g.initializers:
             continue
@@ -44,7 +44,8 @@ def _panel_width(g: Graph, node, wt: np.ndarray, lanes: Optional[int]) -> int:
     """The panel width for this layer's weight, or 0 to keep it [K, N]."""
     if not lanes or wt.dtype != np.float32:
         return 0
-    rows = g.shape(node.inputs[0])[0] if g.shape(node.inputs[0]) else None
+    shape = g.shape(node.inputs[0])
+    rows = shape[0] if shape else None
     nr = panel_width(lanes)
     if not isinstance(rows, (int, np.integer)) or rows <= SMALL_M or wt.shape[1] < nr:
         return 0

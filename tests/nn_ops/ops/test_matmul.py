@@ -105,3 +105,15 @@ def test_a_long_epilogue_is_unrolled_in_the_schedule_a_cheap_one_is_left_to_llvm
     y = x @ w.T + bb
     want = 0.5 * y * (1 + np.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y ** 3)))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_panels_refuses_a_column_count_its_panels_do_not_hold():
+    """Columns beyond the panels would be read out of bounds; fewer than the last panel's first
+    would leave a panel unused: both are refused before anything is built."""
+    from loopweave.nn_ops.ops.matmul import matmul_panels
+    A = lw.placeholder((4, 8), name="A")
+    Bp = lw.placeholder((3, 8, 16), name="Bp")
+    assert [int(d.value) for d in matmul_panels(A, Bp, 40).shape] == [4, 40]
+    for columns in (49, 32):
+        with pytest.raises(lw.ExprError, match="do not fit 3 panels of 16"):
+            matmul_panels(A, Bp, columns)
