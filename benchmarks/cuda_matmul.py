@@ -19,25 +19,58 @@ from loopweave import nn_ops
 from .compare import interleaved
 
 
-def build(m: int, n: int, k: int, tiles=None):
-    """The default CUDA schedule, or with ``tiles`` = (rows, columns) per thread forced."""
+def build(m: int, n: int, k: int, tiles=None, k_tile=None):
+    """The default CUDA schedule, or with ``tiles`` = (rows, columns) per thread and the
+    reduction step ``k_tile`` forced."""
     A = lw.placeholder((m, k), name="A")
     B = lw.placeholder((k, n), name="B")
     C = nn_ops.matmul(A, B)
-    if tiles is None:
+    if tiles is None and k_tile is None:
         return lw.build(nn_ops.schedule(C, "cuda"), [A, B, C], target="cuda")
     from loopweave.nn_ops.ops.cuda.matmul import _schedule_gemm_cuda
     s = lw.create_schedule(C)
-    _schedule_gemm_cuda(s, C.op, lw.target.resolve_target("cuda"), batch=False, tiles=tiles)
+    _schedule_gemm_cuda(s, C.op, lw.target.resolve_target("cuda"), batch=False, tiles=tiles, k_tile=k_tile)
     return lw.build(s, [A, B, C], target="cuda")
+
+
+def parse_variant(spec: str):
+    """``"8x4"`` or ``"8x4k32"``: rows x columns per thread, and optionally the reduction step."""
+    tiles, _, k_tile = spec.partition("k")
+    rows, cols = (int(v) for v in tiles.split("x"))
+    return (rows, cols), (int(k_tile) if k_tile else None)
+
+
+def host_path(f, a, b, c, pairs: int) -> str:
+    """Seconds per synchronised call with device arrays and with torch tensors, with and without the
+    replay of marshalled launches (interleaved), against the kernel alone: the host's share."""
+    from loopweave.backends.cuda.ndarray import as_device_array
+    views = [as_device_array(t) for t in (a, b, c)]
+
+    def general(*args):
+        replayable, f._replayable = f._replayable, False
+        try:
+            f(*args)
+        finally:
+            f._replayable = replayable
+    kernel = f.time(*views)
+    rows = []
+    for label, args in (("device arrays", views), ("torch tensors", (a, b, c))):
+        cmp = interleaved(lambda: general(*args), lambda: f(*args), pairs=pairs, pause=0.02)
+        rows.append(f"  {label:<14} general {cmp.theirs_s * 1e6:7.1f} us  replayed "
+                    f"{cmp.ours_s * 1e6:7.1f} us  (ratio {cmp.ratio:.2f})")
+    return f"  kernel alone {kernel * 1e6:.1f} us\n" + "\n".join(rows)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096])
     parser.add_argument("--pairs", type=int, default=15)
-    parser.add_argument("--tiles", nargs="*", default=[], metavar="RxC",
-                        help="also time these register blocks per thread (e.g. 8x8 4x8 4x4), kernel alone")
+    parser.add_argument("--tiles", nargs="*", default=[], metavar="RxC[kK]",
+                        help="also time these register blocks per thread and reduction steps (e.g. 8x8 "
+                             "4x8 8x4k32), kernel alone")
+    parser.add_argument("--host", action="store_true",
+                        help="also time the host path of a call: device arrays and torch tensors, "
+                             "launches replayed or marshalled per call")
     args = parser.parse_args(argv)
     from loopweave.backends.cuda.driver import get_driver
     try:
@@ -73,8 +106,10 @@ def main(argv=None) -> int:
         cmp = interleaved(lambda: f(a, b, c), theirs, pairs=args.pairs, pause=0.05)
         print(cmp.row(f"{size} x {size} x {size}", 2.0 * size ** 3))
         print(f"{'':<34} loopweave kernel alone (CUDA events): {2.0 * size ** 3 / f.time(a, b, c) / 1e9:.1f} GF")
+        if args.host:
+            print(host_path(f, a, b, c, args.pairs))
         for spec in args.tiles:
-            g = build(size, size, size, tuple(int(v) for v in spec.split("x")))
+            g = build(size, size, size, *parse_variant(spec))
             g(a, b, c)
             np.testing.assert_allclose(c.cpu().numpy(), ref.cpu().numpy(), rtol=1e-3, atol=1e-2)
             print(f"{'':<34} {spec} per thread, kernel alone: {2.0 * size ** 3 / g.time(a, b, c) / 1e9:.1f} GF")

@@ -1,7 +1,7 @@
 """Networks on the GPU: ``lw.compile(net, target="cuda")`` vs PyTorch eager.
 
 ``python -m benchmarks.cuda_network [--models resnet18 mobilenet_v2 transformer_encoder]
-[--batches 1 32] [--repeat 20] [--profile 8]`` compiles each bundled model (seeded weights)
+[--batches 1 32] [--repeat 20] [--profile 8] [--compile-times]`` compiles each bundled model (seeded weights)
 for the GPU at each batch size, checks it against onnxruntime on the CPU, then prints the
 latency of a loopweave run (input already on the device, ``exe.run(feed, device_outputs=True)``:
 the captured graph and the copies on the device, synchronised) and of the same architecture in
@@ -22,6 +22,28 @@ import numpy as np
 
 import loopweave as lw
 from loopweave.nn_ops.testing import model_zoo
+
+_COMPILE_SCRIPT = """
+import sys, time
+import loopweave as lw
+from loopweave.nn_ops.testing import model_zoo
+model = getattr(model_zoo, sys.argv[1])(batch=int(sys.argv[2]))
+t0 = time.perf_counter()
+lw.compile(lw.from_onnx(model), target="cuda", progress=False)
+print(f"{time.perf_counter() - t0:.3f}")
+"""
+
+
+def compile_times(name: str, batch: int):
+    """(cold, cached) seconds of ``lw.compile(..., target="cuda")``, each in a fresh process: an
+    empty kernel cache, then the cache the first one filled (issue 19's bar 4)."""
+    import tempfile
+    from .network import _subprocess_seconds
+    with tempfile.TemporaryDirectory() as tmp:
+        cold = _subprocess_seconds(_COMPILE_SCRIPT, [name, str(batch)], tmp)
+        cached = _subprocess_seconds(_COMPILE_SCRIPT, [name, str(batch)], tmp)
+    return cold, cached
+
 
 ENCODER = dict(seq=128, hidden=256, heads=4, layers=4, ffn=1024)   # model_zoo.transformer_encoder's defaults
 
@@ -70,6 +92,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--repeat", type=int, default=15, help="interleaved pairs")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="print the N slowest kernel calls")
+    parser.add_argument("--compile-times", action="store_true",
+                        help="only time compiles: cold (empty cache) and cached, fresh processes, per model and batch")
     args = parser.parse_args(argv)
     from loopweave.backends.cuda.driver import get_driver
     try:
@@ -78,6 +102,12 @@ def main(argv=None) -> int:
         print(f"cuda_network: {exc}", file=sys.stderr)
         return 2
     print(f"device: {drv.name()} ({drv.arch})")
+    if args.compile_times:
+        for name in args.models:
+            for batch in args.batches:
+                cold, cached = compile_times(name, batch)
+                print(f"{name} b{batch}: compile cold {cold:.1f} s, cached {cached:.2f} s", flush=True)
+        return 0
     rows, failures = [], 0
     for name in args.models:
         for batch in args.batches:

@@ -23,6 +23,20 @@ from .driver import PreparedLaunch, get_driver
 from .ndarray import DeviceArray, as_device_array, overlaps
 
 
+REPLAY_SETS = 8   # argument-pointer sets whose marshalled launches a module keeps
+
+
+def _allocates(s) -> bool:
+    """Whether a host program allocates device memory (its launches then differ per call)."""
+    if isinstance(s, Allocate):
+        return True
+    if isinstance(s, Seq):
+        return any(_allocates(c) for c in s.stmts)
+    if isinstance(s, LetStmt):
+        return _allocates(s.body)
+    return False
+
+
 def eval_host(e, env: Dict[int, int]) -> int:
     """Evaluate index arithmetic over the sizes (launch extents, buffer sizes, host lets)."""
     if isinstance(e, Const):
@@ -69,6 +83,10 @@ class CudaModule(Module):
         self._size_vars = list(func.size_vars)
         self._static = self._static_params()
         self._output_indices = [k for k, p in enumerate(params) if p.is_output]
+        # static modules whose host program allocates nothing replay their launches, marshalled
+        # once per set of argument pointers (the last few sets): see ``_replay``
+        self._replayable = self._static is not None and not _allocates(func.body)
+        self._replays: Dict[tuple, List[PreparedLaunch]] = {}
 
     @property
     def lowered_function(self):
@@ -202,7 +220,37 @@ class CudaModule(Module):
         self._check_alignment(pointers)
         return drv, pointers, sizes, back, keep
 
+    def _replay(self, args) -> bool:
+        """Run a call on static device arrays from launches marshalled for the same pointers before.
+
+        The general path interprets the host program and marshals every argument per call:
+        most of the host time of a short kernel (a 1024^3 matmul called with device arrays).
+        Returns False (nothing run) where the general path must take the call."""
+        if not self._replayable:
+            return False
+        args = self._as_arrays(args)
+        if not self._static_device_ok(args):
+            return False
+        key = tuple(a.ptr for a in args)
+        drv = get_driver()
+        launches = self._replays.get(key)
+        if launches is None:
+            self._load(drv)
+            self._check_alignment(list(key))
+            launches, owned = self.prepared_launches(drv, list(key), {})
+            assert not owned, "a replayable host program allocates nothing"
+            if len(self._replays) >= REPLAY_SETS:
+                self._replays.pop(next(iter(self._replays)))
+            self._replays[key] = launches
+        drv.make_current()
+        for launch in launches:
+            drv.launch_prepared(launch)
+        drv.synchronize()
+        return True
+
     def __call__(self, *args) -> None:
+        if self._replay(args):
+            return
         drv, pointers, sizes, back, keep = self._prepare_call(args)
         self._run(drv, pointers, sizes)
         drv.synchronize()

@@ -9,6 +9,7 @@ back for convenience.
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
@@ -125,6 +126,9 @@ def as_device_array(obj):
     """
     if isinstance(obj, (DeviceArray, np.ndarray)):
         return obj
+    view = _torch_view(obj)
+    if view is not None:
+        return view
     try:
         cai = obj.__cuda_array_interface__
         ptr, _ = cai["data"]
@@ -137,6 +141,32 @@ def as_device_array(obj):
         return from_dlpack(obj)
     device_id = get_driver().device_index
     return DeviceArray(ptr, shape, dtype, device_id, owned=False, keepalive=obj)
+
+
+_TORCH_DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16", "int8": "int8",
+                 "int16": "int16", "int32": "int32", "int64": "int64", "uint8": "uint8", "bool": "bool"}
+
+
+def _torch_view(obj):
+    """A dense CUDA ``torch.Tensor`` on loopweave's device whose current stream is the legacy
+    default, viewed from its own accessors; None for anything else (the general paths decide).
+
+    What the ``__cuda_array_interface__`` path checks, without building the interface's dict in
+    Python (torch's property costs tens of microseconds per tensor, measured on an H100:
+    benchmarks/RESULTS.md); ``torch._C._cuda_getCurrentRawStream`` is the stream the interface
+    reports, read without making a Stream object."""
+    torch = sys.modules.get("torch")
+    if torch is None or type(obj) is not getattr(torch, "Tensor", None) or not obj.is_cuda:
+        return None
+    current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    dtype = _TORCH_DTYPES.get(str(obj.dtype).rpartition(".")[2])
+    if current_stream is None or dtype is None or not obj.is_contiguous():
+        return None
+    device_id = obj.get_device()
+    drv = get_driver()
+    if device_id != drv.device_index or current_stream(device_id) != 0:
+        return None
+    return DeviceArray(obj.data_ptr(), obj.shape, dtype, device_id, owned=False, keepalive=obj)
 
 
 def _dense_strides(shape, itemsize: int) -> tuple:

@@ -84,8 +84,13 @@ def gemm_tiles(rows, cols, batch=None, multiprocessors: int = MULTIPROCESSORS):
     return pm, pn
 
 
-def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None) -> None:
-    """``tiles``: (rows, columns) per thread, to override :func:`gemm_tiles` (benchmarks compare them)."""
+def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None) -> None:
+    """``tiles``: (rows, columns) per thread, to override :func:`gemm_tiles`; ``k_tile``: the
+    reduction step, to override ``K_TILE`` (benchmarks compare variants: ``cuda_matmul --tiles``).
+
+    No block swizzle: launching row tiles in groups per column tile needs a fused block index,
+    and bound inference through its division gives the register block run-time extents
+    (piecewise selects, not vectorized): seen in the lowered IR of a 128 x 64 output."""
     out = op.outputs[0]
     final = fused_output(s, op)
     if final is s[op]:
@@ -123,8 +128,9 @@ def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None) -> None:
     s[CL].compute_at(C, tx)
     c_axes = list(L.op.axis)
     ci, cj = c_axes[-2], c_axes[-1]
-    double = _whole_tiles((i.extent, j.extent), L.op.reduce_axis[0], (threads * pm, threads * pn), K_TILE)
-    ko, ki = L.split(L.op.reduce_axis[0], factor=K_TILE if double else K_TILE_SINGLE)
+    step = k_tile or K_TILE
+    double = _whole_tiles((i.extent, j.extent), L.op.reduce_axis[0], (threads * pm, threads * pn), step)
+    ko, ki = L.split(L.op.reduce_axis[0], factor=step if double else min(step, K_TILE_SINGLE))
     # the batch axis goes inside the reduction steps: a thread with no rows of a small output
     # gets an empty loop there, which must not enclose the barriers around the shared copies
     L.reorder(ko, ki, *c_axes)

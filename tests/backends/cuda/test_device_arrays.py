@@ -174,3 +174,31 @@ def test_cuda_array_interface_is_used_only_where_exact(monkeypatch, case, fast):
     view = ndarray.as_device_array(obj)
     assert (obj.dlpack_calls == 0) == fast
     assert view.ptr == (0x7000 if fast else 0x9000) and view.shape == (4, 3) and view.dtype == np.float32
+
+
+@pytest.mark.gpu
+def test_torch_tensors_are_viewed_like_their_cuda_array_interface():
+    """The torch accessor path gives the view the interface path gives, and steps aside for what
+    it does not cover (a side stream, strides, a dtype loopweave has no name for)."""
+    torch = pytest.importorskip("torch")
+    from loopweave.backends.cuda import ndarray
+    x = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4)[1:]
+    view = ndarray._torch_view(x)
+    cai = x.__cuda_array_interface__
+    assert (view.ptr, view.shape, view.dtype) == (cai["data"][0], tuple(cai["shape"]), np.dtype(cai["typestr"]))
+    assert ndarray._torch_view(x.t()) is None                       # strided
+    assert ndarray._torch_view(x.to(torch.bfloat16)) is None        # no numpy name
+    assert ndarray._torch_view(x.cpu()) is None
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        assert ndarray._torch_view(x) is None                       # DLPack orders the streams
+    f = _scale_kernel()
+    y = torch.empty(1000, device="cuda")
+    f(torch.arange(1000, dtype=torch.float32, device="cuda"), y)
+    np.testing.assert_allclose(y.cpu().numpy(), np.arange(1000) * 3 + 1, rtol=1e-6)
+
+
+def test_objects_that_are_not_torch_tensors_are_not_viewed_as_torch():
+    from loopweave.backends.cuda import ndarray
+    assert ndarray._torch_view(_CudaArrayInterface()) is None
+    assert ndarray._torch_view(np.zeros(3)) is None

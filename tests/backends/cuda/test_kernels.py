@@ -162,6 +162,19 @@ def case_nn_matmul():
     return nn_ops.schedule(C, "cuda"), [A, B, C], {}, lambda a, b: [a @ b]
 
 
+def _gemm_variant(m, n, k, **variant):
+    from loopweave.nn_ops.ops.cuda.matmul import _schedule_gemm_cuda
+    A, B = lw.placeholder((m, k), name="A"), lw.placeholder((k, n), name="B")
+    C = nn_ops.matmul(A, B)
+    s = lw.create_schedule(C)
+    _schedule_gemm_cuda(s, C.op, lw.target.resolve_target("cuda"), batch=False, **variant)
+    return s, [A, B, C], {}, lambda a, b: [a @ b]
+
+
+def case_nn_matmul_deep_reduction_steps():
+    return _gemm_variant(64, 128, 64, tiles=(4, 4), k_tile=32)
+
+
 def case_nn_matmul_ragged():
     A, B = lw.placeholder((130, 20), name="A"), lw.placeholder((20, 200), name="B")
     C = nn_ops.matmul(A, B)
