@@ -4,11 +4,12 @@ Each block of 16 x 16 threads computes a tile of the output, 128 x 64 where the 
 is large; each thread an ``8 x 4`` block of it (other sizes where they make whole tiles
 or fill the multiprocessors: ``gemm_tiles``), accumulated in registers
 (``cache_write(C, "local")`` computed at the thread).  The reduction runs in steps of
-``K_TILE`` (16, or 8 when the reduction is not a multiple of 16): per step the block
-copies the tile's rows x K_TILE panel of A and K_TILE x columns panel of B into shared memory
+32 or 16 (``reduction_step``: the deepest that makes whole steps and fits double-buffered in
+shared memory; 8, single-buffered, when the tiles are partial): per step the block
+copies the tile's rows x step panel of A and step x columns panel of B into shared memory
 cooperatively (every thread copies float4s;
 ``insert_syncs`` puts the barriers around the copies), then every thread runs the
-unrolled register-block x K_TILE multiply-adds from shared memory and registers.  When the
+unrolled register-block x step multiply-adds from shared memory and registers.  When the
 output and the reduction are whole tiles, both panels are double-buffered
 (``Stage.double_buffer``): the next step's global loads are in flight during this
 step's arithmetic, with one barrier per step (on an H100 at 4096^3: 32.7 TFLOPS
@@ -18,6 +19,7 @@ is computed from the registers on the way out.
 """
 from __future__ import annotations
 
+from ....dsl import dtypes
 from ....dsl.expr import Const
 from ....dsl.tensor import thread_axis
 from ..registry import fused_output, register_schedule
@@ -26,8 +28,10 @@ TILE = 128          # the largest output tile per block (rows and columns)
 PER_THREAD = 8      # the largest output block per thread (rows and columns): 16 x 16 threads
 THREADS = TILE // PER_THREAD
 MULTIPROCESSORS = 132   # an H100's; fewer blocks than this leave multiprocessors idle
-K_TILE = 16         # reduction step staged through shared memory (double-buffered)
+K_TILES = (32, 16)  # reduction steps staged through shared memory, double-buffered: the deepest that fits
+K_TILE = 16         # the step other GEMM-shaped schedules (implicit-GEMM convs) use
 K_TILE_SINGLE = 8   # ... when partial tiles rule double buffering out
+SHARED_BYTES = 48 * 1024   # static shared memory per block
 VEC = 4             # float4 copies into shared memory
 
 
@@ -84,6 +88,19 @@ def gemm_tiles(rows, cols, batch=None, multiprocessors: int = MULTIPROCESSORS):
     return pm, pn
 
 
+def reduction_step(extents, k, tiles, dtype_bytes: int = 4):
+    """(step, double-buffered): the deepest of ``K_TILES`` whose double-buffered panels are whole
+    tiles and fit in shared memory, else ``K_TILE_SINGLE`` single-buffered.
+
+    On an H100, 8 x 4 blocks (128 x 64 tiles): 36.5 TFLOPS at 1024^3 with 32-deep steps against
+    33.7 with 16-deep ones, 42.5 against 41.6 at 4096^3 (benchmarks/RESULTS.md, twelfth session)."""
+    for step in K_TILES:
+        panels = 2 * (tiles[0] + tiles[1]) * step * dtype_bytes
+        if panels <= SHARED_BYTES and _whole_tiles(extents, k, tiles, step):
+            return step, True
+    return K_TILE_SINGLE, False
+
+
 def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None) -> None:
     """``tiles``: (rows, columns) per thread, to override :func:`gemm_tiles`; ``k_tile``: the
     reduction step, to override ``K_TILE`` (benchmarks compare variants: ``cuda_matmul --tiles``).
@@ -128,9 +145,13 @@ def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None) -> 
     s[CL].compute_at(C, tx)
     c_axes = list(L.op.axis)
     ci, cj = c_axes[-2], c_axes[-1]
-    step = k_tile or K_TILE
-    double = _whole_tiles((i.extent, j.extent), L.op.reduce_axis[0], (threads * pm, threads * pn), step)
-    ko, ki = L.split(L.op.reduce_axis[0], factor=step if double else min(step, K_TILE_SINGLE))
+    tile = (threads * pm, threads * pn)
+    if k_tile:
+        double = _whole_tiles((i.extent, j.extent), L.op.reduce_axis[0], tile, k_tile)
+        step = k_tile if double else min(k_tile, K_TILE_SINGLE)
+    else:
+        step, double = reduction_step((i.extent, j.extent), L.op.reduce_axis[0], tile, dtypes.itemsize(A_t.dtype))
+    ko, ki = L.split(L.op.reduce_axis[0], factor=step)
     # the batch axis goes inside the reduction steps: a thread with no rows of a small output
     # gets an empty loop there, which must not enclose the barriers around the shared copies
     L.reorder(ko, ki, *c_axes)

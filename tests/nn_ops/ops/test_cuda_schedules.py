@@ -30,8 +30,8 @@ def test_matmul_kernel_shape():
     shared = []
     post_order_visit(k.body, lambda n: shared.append(n) if isinstance(n, Allocate) and n.buffer.scope == "shared"
                      else None)
-    # whole tiles: the 128 x 16 and 16 x 64 panels double-buffered (two slots each)
-    assert sorted((a.buffer.name, a.extent.value) for a in shared) == [("A.shared", 4096), ("B.shared", 2048)]
+    # whole tiles: the 128 x 32 and 32 x 64 panels double-buffered (two slots each), 48 KB in all
+    assert sorted((a.buffer.name, a.extent.value) for a in shared) == [("A.shared", 8192), ("B.shared", 4096)]
     source = lw.build(s, args, target="cuda:sm_90").get_source("cuda")
     assert "reinterpret_cast<const float4*>(&A[" in source          # float4 global loads
     assert "reinterpret_cast<const float4*>(&B_shared[" in source   # float4 shared loads in the inner loop
@@ -39,6 +39,20 @@ def test_matmul_kernel_shape():
     loop = source[source.index("for (int k_outer"):]
     assert loop.count("__syncthreads();") == 1                      # one barrier per k step
     assert source.count("__syncthreads();") == 3                    # + the two around the first panels
+
+
+@pytest.mark.parametrize("k, step", [(4096, 32), (48, 16), (20, 8)])
+def test_matmul_reduction_step_is_the_deepest_whole_one(k, step):
+    """32-deep steps where they are whole (and fit: 48 KB of double-buffered 128 x 64 panels),
+    then 16; partial steps are 8 deep, single-buffered."""
+    s, args = _matmul(1024, 1024, k)
+    (kern,) = _kernels(lw.lower(s, args, target="cuda"))
+    shared = []
+    post_order_visit(kern.body, lambda n: shared.append(n) if isinstance(n, Allocate) and n.buffer.scope == "shared"
+                     else None)
+    slots = 2 if step > 8 else 1          # (a partial step has a copy of its own: more allocations)
+    assert max(a.extent.value for a in shared if a.buffer.name == "A.shared") == slots * 128 * step
+    assert max(a.extent.value for a in shared if a.buffer.name == "B.shared") == slots * 64 * step
 
 
 def test_matmul_with_partial_tiles_is_not_double_buffered():
