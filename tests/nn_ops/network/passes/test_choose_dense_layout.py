@@ -25,12 +25,13 @@ def _dense_node(g):
     return node, g.initializers[node.inputs[1]]
 
 
-@pytest.mark.parametrize("rows,n", [(40, 64), (197, 96), (8, 64), (40, 50), (40, 8), (19, 1000)])
+@pytest.mark.parametrize("rows,n", [(40, 64), (197, 96), (8, 64), (40, 50), (40, 8), (19, 1000), (1, 64), (2, 64),
+                                    (7, 50), (3, 1000)])
 def test_dense_layers_give_the_same_values_with_and_without_panels(rows, n):
     model, w, b = _gemm_model(rows, 24, n)
     nr = panel_width(lw.target.host_target().lanes("float32"))
     node, weight = _dense_node(optimize(lw.from_onnx(model)))
-    packed = rows > 16 and n >= nr
+    packed = rows >= 2 and n >= nr
     assert node.attrs.get("panels") == (nr if packed else None)
     assert weight.shape == ((-(-n // nr), 24, nr) if packed else (24, n))      # the last panel zero-padded
     x = np.random.default_rng(1).standard_normal((rows, 24)).astype(np.float32)
