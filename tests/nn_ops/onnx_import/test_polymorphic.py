@@ -61,27 +61,15 @@ def test_no_compilation_at_run_time(encoder, monkeypatch):
 
 
 def _dense_calls(model, exe):
-    """The encoder's MatMul-by-a-constant calls (a 2-d weight of static shape)."""
+    """The encoder's MatMul-by-a-constant calls (a weight of static shape)."""
     op_of = {n.name: n.op_type for n in model.graph.node}
     return [c for c in exe.calls
             if op_of[c.node] == "MatMul" and all(isinstance(d, int) for d in c.module.params[1].shape)]
 
 
-def test_dense_layers_keep_a_few_rows_variant_picked_per_binding(encoder):
-    """Each MatMul by a constant has two kernels of the same arguments: the blocked one and, for
-    batch*seq <= FEW_ROWS, the streaming one that reads the weight in place; the call table of a
-    binding holds the one its row count picks, and both give onnxruntime's results (every symbol at 1
-    too), run through the native call list and through each kernel's own checks alike."""
-    from loopweave.nn_ops.onnx_import.polymorphic import FEW_ROWS
-    model, exe = encoder
-    dense = _dense_calls(model, exe)
-    assert len(dense) == 2 * 6                      # q, k, v, output projection, two FFN layers per layer
-    assert all(len(c.variants) == 1 and c.variants[0].at_most == FEW_ROWS for c in dense)
-    assert all(c.variants[0].module.name.endswith("few_rows") and c.variants[0].module is not c.module for c in dense)
-    assert not any(c.variants for c in exe.calls if c not in dense)
-    for c in dense:         # the blocked kernel packs the weight's panels per call, the streaming one reads it in place
-        assert "in1.local = allocate(" in c.module.get_source("lowered")
-        assert "in1.local" not in c.variants[0].module.get_source("lowered")
+def _check_bindings(model, exe, dense, few_rows):
+    """Every binding (each symbol at 1 too) gives onnxruntime's results, through the native call list
+    and through each kernel's own checks alike; each dense call runs its variant iff ``few_rows(rows)``."""
     for batch, seq in ((1, 1), (4, 1), (1, 7), (2, 8), (1, 16), (1, 17), (3, 7), (1, 64)):
         x = np.random.default_rng(batch * 100 + seq).standard_normal((batch, seq, 64)).astype(np.float32)
         got, = exe.run({"input": x})
@@ -89,11 +77,49 @@ def test_dense_layers_keep_a_few_rows_variant_picked_per_binding(encoder):
         np.testing.assert_array_equal(got, exe.run_each({"input": x})[0])
         binding = {"batch": batch, "seq": seq}
         table = exe._tables[tuple(sorted(binding.items()))]
-        few = batch * seq <= FEW_ROWS
         for k, call in enumerate(exe.calls):
             assert table.fns[k] == call.module_at(binding)._address
             if call in dense:
-                assert (call.module_at(binding) is call.variants[0].module) == few
+                assert bool(call.variants and call.module_at(binding) is call.variants[0].module) == \
+                    few_rows(batch * seq)
+
+
+def test_dense_layers_read_weights_packed_in_panels_at_every_row_count(encoder):
+    """On the CPU each MatMul by a constant reads its weight packed once in column panels [N/nr, K,
+    nr], by one register-blocked kernel for every row count (no few-rows variant, no packing per
+    call); the [K, N] weights it was packed from are not kept."""
+    from loopweave.nn_ops.ops.matmul import panel_width
+    model, exe = encoder
+    dense = _dense_calls(model, exe)
+    assert len(dense) == 2 * 6                      # q, k, v, output projection, two FFN layers per layer
+    nr = panel_width(lw.target.host_target().lanes("float32"))
+    for c in dense:
+        weight = c.module.params[1].shape
+        assert len(weight) == 3 and weight[2] == nr and not c.variants
+        assert "in1.local" not in c.module.get_source("lowered")
+        assert exe.constants[c.args[1]].shape == tuple(weight)
+    initializers = {t.name for t in model.graph.initializer}
+    assert not initializers & {n for n, a in exe.constants.items() if a.ndim == 2 and a.shape[1] >= nr}
+    _check_bindings(model, exe, dense, few_rows=lambda rows: False)
+
+
+def test_dense_layers_without_panels_keep_a_few_rows_variant_picked_per_binding(monkeypatch):
+    """Where the weight is not packed (another target, another dtype, fewer columns than a panel),
+    each MatMul by a constant has two kernels of the same arguments: the blocked one and, for
+    batch*seq <= FEW_ROWS, the streaming one that reads the weight in place."""
+    from loopweave.nn_ops.onnx_import import polymorphic
+    monkeypatch.setattr(polymorphic._Builder, "panels", lambda self, inputs: (inputs, 0))
+    model = transformer_encoder(batch=None, seq=None, hidden=64, heads=2, layers=2, ffn=128)
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    dense = _dense_calls(model, exe)
+    assert len(dense) == 2 * 6
+    assert all(len(c.variants) == 1 and c.variants[0].at_most == polymorphic.FEW_ROWS for c in dense)
+    assert all(c.variants[0].module.name.endswith("few_rows") and c.variants[0].module is not c.module for c in dense)
+    assert not any(c.variants for c in exe.calls if c not in dense)
+    for c in dense:         # the blocked kernel packs the weight's panels per call, the streaming one reads it in place
+        assert "in1.local = allocate(" in c.module.get_source("lowered")
+        assert "in1.local" not in c.variants[0].module.get_source("lowered")
+    _check_bindings(model, exe, dense, few_rows=lambda rows: rows <= polymorphic.FEW_ROWS)
 
 
 def test_arena_grows_for_a_larger_binding_and_is_reused_after(encoder):
@@ -126,8 +152,13 @@ def test_inputs_are_checked_before_anything_runs(encoder):
         exe.run({"input": np.zeros((3, 64), np.float32)})
 
 
-def test_save_and_load_keep_the_polymorphic_executable_without_compiling(encoder, tmp_path, monkeypatch):
+@pytest.mark.parametrize("dense", ["panels", "few-rows variants"])
+def test_save_and_load_keep_the_polymorphic_executable_without_compiling(encoder, tmp_path, monkeypatch, dense):
     model, exe = encoder
+    if dense == "few-rows variants":        # the form dense layers take without panels (see above)
+        from loopweave.nn_ops.onnx_import import polymorphic
+        monkeypatch.setattr(polymorphic._Builder, "panels", lambda self, inputs: (inputs, 0))
+        exe = lw.compile(lw.from_onnx(model), polymorphic=True)
     path = tmp_path / "encoder.lwx"
     exe.save(path)
     import loopweave.backends.build as build_module
@@ -140,7 +171,9 @@ def test_save_and_load_keep_the_polymorphic_executable_without_compiling(encoder
     assert isinstance(loaded, PolymorphicExecutable)
     assert len(loaded.calls) == len(exe.calls) and len(loaded.kernels) == len(exe.kernels)
     assert [len(c.variants) for c in loaded.calls] == [len(c.variants) for c in exe.calls]
-    assert sum(len(c.variants) for c in loaded.calls) > 0
+    assert (sum(len(c.variants) for c in loaded.calls) > 0) == (dense == "few-rows variants")
+    assert sorted((n, a.shape) for n, a in loaded.constants.items()) == \
+        sorted((n, a.shape) for n, a in exe.constants.items())
     few = {"batch": 1, "seq": 1}
     assert all(c.module_at(few).name.endswith("few_rows") for c in loaded.calls if c.variants)
     for batch, seq in ((1, 1), (3, 11), (2, 8)):           # few-rows variants, blocked kernels, few again
@@ -358,7 +391,11 @@ def test_an_mlp_of_gemms_with_a_symbolic_batch():
     model = b.model(("N", 16), out, ("N", 8))
     exe = lw.compile(lw.from_onnx(model), polymorphic=True)
     assert len(exe.calls) == 3
-    assert [len(c.variants) for c in exe.calls] == [1, 1, 0]      # both Gemms have a few-rows kernel
+    from loopweave.nn_ops.ops.matmul import panel_width
+    nr = panel_width(lw.target.host_target().lanes("float32"))
+    # a Gemm whose columns fill a panel reads its weight packed in panels; a narrower one keeps the
+    # blocked kernel and a few-rows one
+    assert [len(c.variants) for c in exe.calls] == [int(32 < nr), int(8 < nr), 0]
     for n in (1, 16, 17, 33):                                    # few rows (N at 1 too), then the blocked kernels
         x = np.random.default_rng(n).standard_normal((n, 16)).astype(np.float32)
         np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-6)
