@@ -82,13 +82,14 @@ def test_calls_the_replay_cannot_take_go_the_checked_way(matmul):
 
 
 def test_host_programs_that_allocate_are_not_replayed():
-    A = lw.placeholder((64, 64), name="A")
-    B = lw.compute((64, 64), lambda i, j: A[i, j] * 2, name="B")
-    C = lw.compute((64, 64), lambda i, j: B[j, i] + 1, name="C")
-    s = lw.create_schedule(C)
-    for t in (B, C):
-        bx, tx = s[t].split(s[t].op.axis[0], factor=16)
-        s[t].bind(bx, lw.thread_axis("blockIdx.x"))
-        s[t].bind(tx, lw.thread_axis("threadIdx.x"))
-    f = lw.build(s, [A, C], target="cuda:sm_90")
+    """An intermediate between two kernels is allocated per call: such a module is never replayed."""
+    X = lw.placeholder((32,), name="X")
+    stages = [lw.compute((32,), lambda i: X[i] + 1, name="T")]
+    stages.append(lw.compute((32,), lambda i: stages[0][31 - i], name="Y"))
+    s = lw.create_schedule(stages[-1])
+    for t in stages:
+        block, thread = s[t].split(t.op.axis[0], nparts=2)
+        s[t].bind(block, lw.thread_axis("blockIdx.x"))
+        s[t].bind(thread, lw.thread_axis("threadIdx.x"))
+    f = lw.build(s, [X, stages[-1]], target="cuda:sm_90")
     assert "allocate(" in f.get_source("lowered") and not f._replayable
