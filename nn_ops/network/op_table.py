@@ -149,7 +149,7 @@ def _to_blocked(inputs, attrs):
 @op("from_blocked", "injective")
 def _from_blocked(inputs, attrs):
     from ..ops.nchwc import from_blocked
-    return from_blocked(inputs[0])
+    return from_blocked(inputs[0], attrs.get("channels"))
 
 
 @op("layer_norm", "reduce")

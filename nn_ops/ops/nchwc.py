@@ -39,10 +39,14 @@ def to_blocked(X: Tensor, block: int, name: str = "to_blocked") -> Tensor:
                    name=name, tag="injective", attrs=dict(blocks=block))
 
 
-def from_blocked(X: Tensor, name: str = "from_blocked") -> Tensor:
+def from_blocked(X: Tensor, channels: int = None, name: str = "from_blocked") -> Tensor:
+    """NCHW[b]c -> NCHW; ``channels`` (at most the blocks' channels) drops padding channels at the end."""
     n, cb, h, w, b = static_shape(X)
-    return compute((n, cb * b, h, w), lambda nn, c, y, x: X[nn, c // b, y, x, c % b], name=name, tag="injective",
-                   attrs=dict(unblocks=b))
+    channels = cb * b if channels is None else channels
+    if not cb * b - b < channels <= cb * b:
+        raise ExprError(f"from_blocked: {channels} channels from {cb} blocks of {b}")
+    return compute((n, channels, h, w), lambda nn, c, y, x: X[nn, c // b, y, x, c % b], name=name,
+                   tag="injective", attrs=dict(unblocks=b))
 
 
 def pack_blocked_weight(weight: np.ndarray, block: int, in_block: int) -> np.ndarray:

@@ -69,6 +69,7 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None, cpu: Optional[str]
         lanes = host.lanes("float32") if lanes is None else lanes
         cpu = host.cpu if cpu is None else cpu
     block: Dict[str, int] = {}                # plain value name -> block of its blocked twin
+    padded: Dict[str, int] = {}               # ... -> its twin's channel count, where that is padded
     plan: Dict[int, str] = {}                 # id(node) -> how it is rewritten
     users = g.consumer_map()                  # the graph is not changed until every node is decided
     for node in g.nodes:
@@ -77,6 +78,11 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None, cpu: Optional[str]
             plan[id(node)] = how
             out = node.outputs[0]
             block[out] = channel_block(g.shape(out)[1], lanes) if how not in ("global_pool", "to_nhwc") else 0
+            channels = g.shape(out)[1]
+            if how in ("conv", "conv_plain_input") and channels % lanes and _channel_local(g, out, users):
+                block[out], padded[out] = lanes, -(-channels // lanes) * lanes
+            elif how in ("elementwise", "pool") and node.inputs[0] in padded:
+                block[out], padded[out] = lanes, padded[node.inputs[0]]
     if not plan:
         return g
     twin = {v: g.fresh_name(v + ".blk") for v, b in block.items() if b}
@@ -106,9 +112,9 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None, cpu: Optional[str]
             pooled = g.fresh_name(out + ".blk")
             b = block[node.inputs[0]]
             n, c = g.shape(out)[:2]
-            g.add_value(pooled, (n, c // b, 1, 1, b), g.values[out].dtype)
+            g.add_value(pooled, (n, padded.get(node.inputs[0], c) // b, 1, 1, b), g.values[out].dtype)
             new_nodes.append(Node("global_avg_pool_blocked", [twin[node.inputs[0]]], [pooled], {}, node.name))
-            new_nodes.append(Node("from_blocked", [pooled], [out], {}, out + ".plain"))
+            new_nodes.append(Node("from_blocked", [pooled], [out], {"channels": c}, out + ".plain"))
             continue
         if how == "to_nhwc":        # [N, C/b, H, W, b] -> [N, H, W, C/b, b], viewed as [N, H, W, C]
             moved = g.fresh_name(out + ".nhwcb")
@@ -119,11 +125,12 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None, cpu: Optional[str]
             new_nodes.append(Node("reshape", [moved], [out], {"shape": (n, h, w, c)}, out + ".view"))
             continue
         b = block[out]
-        g.add_value(twin[out], blocked_shape(g.shape(out), b), g.values[out].dtype)
-        new_nodes.append(_rewrite(g, node, how, b, twin, block, blocked_input, lanes, cpu))
+        n, c, h, w = g.shape(out)
+        g.add_value(twin[out], (n, padded.get(out, c) // b, h, w, b), g.values[out].dtype)
+        new_nodes.append(_rewrite(g, node, how, b, twin, block, blocked_input, lanes, cpu, padded.get(out)))
         # every rewritten reader takes the blocked twin; anything else (and a graph output) needs NCHW
         if out in g.outputs or any(id(u) not in plan for u in users.get(out, [])):
-            new_nodes.append(Node("from_blocked", [twin[out]], [out], {}, out + ".plain"))
+            new_nodes.append(Node("from_blocked", [twin[out]], [out], {"channels": c}, out + ".plain"))
     g.nodes = new_nodes
     return g
 
@@ -213,6 +220,45 @@ def _reaches_conv(value: str, users, block) -> bool:
     return False
 
 
+#: ops that compute each channel from the same channel of their one tensor operand alone (a padded
+#: channel stays a padded one)
+_CHANNEL_LOCAL = frozenset({"relu", "clip", "sigmoid", "tanh", "max_pool2d", "avg_pool2d"})
+
+
+def _channel_local(g: Graph, value: str, users) -> bool:
+    """Whether ``value`` flows only through channel-local ops (``_CHANNEL_LOCAL``, global average
+    pools) while it stays in the blocked layout: then its blocked twin may carry padding channels
+    (zero weights and bias; computed, never read as data) and take the full vector width as its
+    block where its channel count is not a multiple of it (SqueezeNet's 1000-way classifier conv ran
+    in 8-wide blocks on a 16-lane machine).  A conv, a concat, a transpose or an elementwise op of
+    other operands that could read it blocked would take the padding for channels; any other op
+    reads the plain value (its ``from_blocked`` drops the padding)."""
+    stack, seen = [value], set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        for u in users.get(v, []):
+            if u.op_type == "global_avg_pool":
+                continue                        # its result leaves the blocked layout
+            if u.op_type in _CHANNEL_LOCAL and u.inputs[0] == v and \
+                    all(i in g.initializers and g.initializers[i].size == 1 for i in u.inputs[1:] if i):
+                stack.extend(u.outputs)
+            elif u.op_type in ELEMENTWISE or u.op_type in ("conv2d", "concat", "transpose", "global_avg_pool"):
+                return False
+    return True
+
+
+def _padded_channels(weight: np.ndarray, bias: Optional[np.ndarray], channels: int):
+    """A conv's weight [OC, ...] and bias [OC] with zero output channels appended up to ``channels``."""
+    extra = channels - weight.shape[0]
+    weight = np.concatenate([weight, np.zeros((extra,) + weight.shape[1:], weight.dtype)])
+    if bias is not None:
+        bias = np.concatenate([bias.reshape(-1), np.zeros(extra, bias.dtype)])
+    return weight, bias
+
+
 def _channel_constant(g: Graph, name: str, out_shape) -> bool:
     """A constant of shape (C, 1, 1) or (1, C, 1, 1) against a 4-d (N, C, H, W) output (an unfolded
     batch norm's scale and shift, DenseNet's BN-ReLU before each conv): it is blocked here, once."""
@@ -221,12 +267,21 @@ def _channel_constant(g: Graph, name: str, out_shape) -> bool:
         and value.shape[-3] == out_shape[1] and value.shape[-2:] == (1, 1)
 
 
-def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input, lanes, cpu: str = "") -> Node:
+def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input, lanes, cpu: str = "",
+             padded_to: Optional[int] = None) -> Node:
+    """``padded_to``: the channel count of the result's blocked twin where it is padded."""
     out = twin[node.outputs[0]]
     attrs = node.attrs
     if how in ("conv", "conv_plain_input"):
         x = node.inputs[0]
         weight = g.initializers[node.inputs[1]]
+        extra = node.inputs[2:]
+        if padded_to:
+            bias = g.initializers[extra[0]] if extra and extra[0] else None
+            weight, bias = _padded_channels(weight, bias, padded_to)
+            if bias is not None:
+                extra = [g.fresh_name(extra[0] + ".padded")] + list(extra[1:])
+                g.add_initializer(extra[0], bias)
         c = weight.shape[1]
         cb = block[x] if how == "conv" else _divisor_at_most(c, 8)
         x_in = twin[x] if how == "conv" else x
@@ -234,10 +289,10 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
         if how == "conv" and winograd_pays(weight.shape[2:], attrs["stride"], attrs["dilation"],
                                            g.shape(node.outputs[0])[2:], c, weight.shape[0], cpu):
             g.add_initializer(w_name, winograd_weight(weight, b, cb))
-            return Node("conv2d_winograd_blocked", [x_in, w_name] + node.inputs[2:], [out],
+            return Node("conv2d_winograd_blocked", [x_in, w_name] + list(extra), [out],
                         {"padding": tuple(attrs["padding"])}, node.name)
         g.add_initializer(w_name, pack_blocked_weight(weight, b, cb))
-        inputs = [x_in, w_name] + node.inputs[2:]
+        inputs = [x_in, w_name] + list(extra)
         return Node("conv2d_blocked", inputs, [out], {"stride": tuple(attrs["stride"]),
                                                       "padding": tuple(attrs["padding"]),
                                                       "dilation": tuple(attrs["dilation"])}, node.name)

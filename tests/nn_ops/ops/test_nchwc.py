@@ -141,6 +141,48 @@ def test_plain_consumers_get_one_transform_and_values_match():
     np.testing.assert_allclose(exe.run({"input": x})[0], want[0], rtol=1e-4, atol=1e-4)
 
 
+def _classifier_head(c_out: int, then_conv: bool = False):
+    """conv 32 -> 32 (blocked), conv 32 -> c_out, ReLU, global average pool: SqueezeNet's head; with
+    ``then_conv``, a 1x1 conv c_out -> 16 between the ReLU and the pool."""
+    b = OnnxBuilder()
+    y = b.relu(b.conv(b.relu(b.conv("input", 32, 32, 3)), 32, c_out, 1, bias=True))
+    out = b.node("GlobalAveragePool", [y])
+    if then_conv:
+        out = b.node("GlobalAveragePool", [b.conv(y, c_out, 16, 1)])
+    return b.model((1, 32, 9, 9), out, (1, 16 if then_conv else c_out, 1, 1))
+
+
+def test_a_conv_whose_channels_leave_a_partial_vector_is_padded_to_whole_vectors():
+    """1000 channels in blocks of 16 (63, the last 8 channels of zero weights and bias) where only
+    channel-local ops (ReLU, the global pool) read them; the from_blocked after the pool drops the
+    padding.  On a 16-lane CPU the 8-wide blocks ran SqueezeNet's classifier conv 1.6x slower."""
+    from loopweave.nn_ops.network.passes import choose_conv_layout
+    g = choose_conv_layout(lw.from_onnx(_classifier_head(40)), lanes=16, cpu="generic")
+    shapes = {n.op_type: g.shape(n.outputs[0]) for n in g.nodes}
+    assert shapes["conv2d_blocked"] == (1, 3, 9, 9, 16) and shapes["global_avg_pool_blocked"] == (1, 3, 1, 1, 16)
+    (unblock,) = [n for n in g.nodes if n.op_type == "from_blocked"]
+    assert unblock.attrs == {"channels": 40} and g.shape(unblock.outputs[0]) == (1, 40, 1, 1)
+    weight = [g.initializers[n.inputs[1]] for n in g.nodes if n.op_type == "conv2d_blocked"][-1]
+    assert weight.shape[0] == 3 and not weight[2, ..., 8:].any()     # output channels 40-47: zeros
+    _check_against_onnxruntime(_classifier_head(40), (1, 32, 9, 9))
+
+
+def test_a_conv_whose_padding_another_conv_would_read_keeps_exact_blocks():
+    from loopweave.nn_ops.network.passes import choose_conv_layout
+    g = choose_conv_layout(lw.from_onnx(_classifier_head(40, then_conv=True)), lanes=16, cpu="generic")
+    blocked = [g.shape(n.outputs[0]) for n in g.nodes if n.op_type == "conv2d_blocked"]
+    assert (1, 5, 9, 9, 8) in blocked                    # 40 channels: blocks of 8, no padding
+    _check_against_onnxruntime(_classifier_head(40, then_conv=True), (1, 32, 9, 9))
+
+
+def test_from_blocked_refuses_a_channel_count_its_blocks_do_not_hold():
+    X = lw.placeholder((1, 3, 4, 4, 16), name="X")
+    assert nchwc.from_blocked(X, 40).shape[1].value == 40
+    for bad in (32, 49):
+        with pytest.raises(lw.ExprError, match="from_blocked"):
+            nchwc.from_blocked(X, bad)
+
+
 def _check_against_onnxruntime(model, shape):
     exe = lw.compile(lw.from_onnx(model), progress=False)
     x = np.random.default_rng(1).standard_normal(shape).astype("float32")
