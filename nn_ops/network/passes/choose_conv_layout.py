@@ -32,7 +32,11 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
 
 The block of a value with C channels is the vector width (16 floats with AVX-512) when
 it divides C, else 8 when that does (MobileNetV2's 24 channels), else the value stays
-NCHW.  Accepts a graph after fold_batch_norm; guarantees the same values.
+NCHW.  A conv's result that only channel-local ops read while it is blocked (``_channel_local``:
+SqueezeNet's 1000-way classifier conv, ReLU and global pool) takes the vector width anyway, its
+channels padded to whole vectors by zero weights and bias; the ``from_blocked`` that leaves the
+blocked layout drops the padding (its ``channels`` attribute).  Accepts a graph after
+fold_batch_norm; guarantees the same values.
 """
 from __future__ import annotations
 
