@@ -32,10 +32,11 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
 
 The block of a value with C channels is the vector width (16 floats with AVX-512) when
 it divides C, else 8 when that does (MobileNetV2's 24 channels), else the value stays
-NCHW.  A conv's result that only channel-local ops read while it is blocked (``_channel_local``:
-SqueezeNet's 1000-way classifier conv, ReLU and global pool) takes the vector width anyway, its
-channels padded to whole vectors by zero weights and bias; the ``from_blocked`` that leaves the
-blocked layout drops the padding (its ``channels`` attribute).  Accepts a graph after
+NCHW.  A conv's result whose padding nothing would read as data (``_pad_safe``: channel-local
+ops, convs and depthwise convs, finite elementwise ops of operands padded alike; SqueezeNet's
+1000-way classifier, MobileNetV2's 24 channels) takes the vector width anyway, its channels padded
+to whole vectors by zero weights and bias (zero input-channel weights in the convs that read it);
+the ``from_blocked`` that leaves the blocked layout drops the padding (its ``channels`` attribute).  Accepts a graph after
 fold_batch_norm; guarantees the same values.
 """
 from __future__ import annotations
@@ -83,9 +84,12 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None, cpu: Optional[str]
             out = node.outputs[0]
             block[out] = channel_block(g.shape(out)[1], lanes) if how not in ("global_pool", "to_nhwc") else 0
             channels = g.shape(out)[1]
-            if how in ("conv", "conv_plain_input") and channels % lanes and _channel_local(g, out, users):
+            # (fewer channels than a vector keep their blocks of 8: padded, the convs reading them
+            # would do twice the reduction)
+            if how in ("conv", "conv_plain_input") and channels > lanes and channels % lanes and \
+                    _pad_safe(g, out, users):
                 block[out], padded[out] = lanes, -(-channels // lanes) * lanes
-            elif how in ("elementwise", "pool") and node.inputs[0] in padded:
+            elif how in ("elementwise", "pool", "depthwise") and node.inputs[0] in padded:
                 block[out], padded[out] = lanes, padded[node.inputs[0]]
     if not plan:
         return g
@@ -229,14 +233,24 @@ def _reaches_conv(value: str, users, block) -> bool:
 _CHANNEL_LOCAL = frozenset({"relu", "clip", "sigmoid", "tanh", "max_pool2d", "avg_pool2d"})
 
 
-def _channel_local(g: Graph, value: str, users) -> bool:
-    """Whether ``value`` flows only through channel-local ops (``_CHANNEL_LOCAL``, global average
-    pools) while it stays in the blocked layout: then its blocked twin may carry padding channels
-    (zero weights and bias; computed, never read as data) and take the full vector width as its
-    block where its channel count is not a multiple of it (SqueezeNet's 1000-way classifier conv ran
-    in 8-wide blocks on a 16-lane machine).  A conv, a concat, a transpose or an elementwise op of
-    other operands that could read it blocked would take the padding for channels; any other op
-    reads the plain value (its ``from_blocked`` drops the padding)."""
+#: elementwise ops that keep finite values finite (padding that became inf or NaN would reach the
+#: real channels through a later conv's zero weights: 0 * inf is NaN)
+_FINITE_ELEMENTWISE = frozenset({"add", "sub", "mul", "max", "min", "relu", "clip", "sigmoid", "tanh", "leaky_relu",
+                                 "hard_sigmoid", "hard_swish", "neg", "erf", "gelu", "swish"})
+
+
+def _pad_safe(g: Graph, value: str, users) -> bool:
+    """Whether ``value``'s blocked twin may carry padding channels up to whole vectors, computed
+    from zero weights and bias and never read as data: while it stays blocked it flows only into
+    channel-local ops (``_CHANNEL_LOCAL`` with scalar bounds, global average pools), depthwise
+    convs (their padding channels get zero filters), convs (zero input-channel weights) and
+    elementwise ops that keep values finite (``_FINITE_ELEMENTWISE``) of scalar constants and
+    tensors of its shape (blocked with it only when padded alike: a value of this channel count is
+    blocked in whole vectors only when padded).  SqueezeNet's
+    1000-way classifier conv ran in 8-wide blocks on a 16-lane CPU.  A concat, a transpose or an
+    elementwise op with a per-channel or scalar-constant operand would read the padding as
+    channels or need it padded too; any op outside the blocked layout reads the plain value, whose
+    ``from_blocked`` drops the padding."""
     stack, seen = [value], set()
     while stack:
         v = stack.pop()
@@ -244,14 +258,28 @@ def _channel_local(g: Graph, value: str, users) -> bool:
             continue
         seen.add(v)
         for u in users.get(v, []):
-            if u.op_type == "global_avg_pool":
-                continue                        # its result leaves the blocked layout
-            if u.op_type in _CHANNEL_LOCAL and u.inputs[0] == v and \
+            op = u.op_type
+            if op in ("global_avg_pool",) or (op == "conv2d" and u.inputs[0] == v and v not in u.inputs[1:]
+                                               and int(u.attrs["groups"]) == 1):
+                continue                        # reads the padding through zeros / leaves the layout
+            if op == "conv2d" and u.inputs[0] == v and int(u.attrs["groups"]) == g.shape(v)[1]:
+                stack.extend(u.outputs)         # depthwise: a zero filter per padding channel
+            elif op in _CHANNEL_LOCAL and u.inputs[0] == v and \
                     all(i in g.initializers and g.initializers[i].size == 1 for i in u.inputs[1:] if i):
                 stack.extend(u.outputs)
-            elif u.op_type in ELEMENTWISE or u.op_type in ("conv2d", "concat", "transpose", "global_avg_pool"):
+            elif op in _FINITE_ELEMENTWISE and all(
+                    (i in g.initializers and g.initializers[i].size == 1) or
+                    (i not in g.initializers and g.shape(i) == g.shape(v)) for i in u.inputs if i):
+                stack.extend(u.outputs)
+            elif op in ELEMENTWISE or op in ("conv2d", "concat", "transpose"):
                 return False
     return True
+
+
+def _padded_inputs(weight: np.ndarray, channels: int) -> np.ndarray:
+    """A conv's weight [OC, C, ...] with zero input channels appended up to ``channels``."""
+    extra = np.zeros((weight.shape[0], channels - weight.shape[1]) + weight.shape[2:], weight.dtype)
+    return np.concatenate([weight, extra], axis=1)
 
 
 def _padded_channels(weight: np.ndarray, bias: Optional[np.ndarray], channels: int):
@@ -276,16 +304,19 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
     """``padded_to``: the channel count of the result's blocked twin where it is padded."""
     out = twin[node.outputs[0]]
     attrs = node.attrs
-    if how in ("conv", "conv_plain_input"):
-        x = node.inputs[0]
+    if how in ("conv", "conv_plain_input", "depthwise"):
         weight = g.initializers[node.inputs[1]]
-        extra = node.inputs[2:]
-        if padded_to:
+        extra = list(node.inputs[2:])
+        if padded_to:       # output channels padded (a depthwise: its input's padding, a filter each)
             bias = g.initializers[extra[0]] if extra and extra[0] else None
             weight, bias = _padded_channels(weight, bias, padded_to)
             if bias is not None:
-                extra = [g.fresh_name(extra[0] + ".padded")] + list(extra[1:])
+                extra[0] = g.fresh_name(extra[0] + ".padded")
                 g.add_initializer(extra[0], bias)
+    if how in ("conv", "conv_plain_input"):
+        x = node.inputs[0]
+        if how == "conv" and block.get(x) and g.shape(twin[x])[1] * block[x] > weight.shape[1]:
+            weight = _padded_inputs(weight, g.shape(twin[x])[1] * block[x])      # the input's padding
         c = weight.shape[1]
         cb = block[x] if how == "conv" else _divisor_at_most(c, 8)
         x_in = twin[x] if how == "conv" else x
@@ -301,10 +332,9 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
                                                       "padding": tuple(attrs["padding"]),
                                                       "dilation": tuple(attrs["dilation"])}, node.name)
     if how == "depthwise":
-        weight = g.initializers[node.inputs[1]]
         w_name = g.fresh_name(node.inputs[1] + ".blocked")
         g.add_initializer(w_name, pack_depthwise_weight(weight, b))
-        return Node("depthwise_blocked", [blocked_input(node.inputs[0]), w_name] + node.inputs[2:], [out],
+        return Node("depthwise_blocked", [blocked_input(node.inputs[0]), w_name] + extra, [out],
                     {"stride": tuple(attrs["stride"]), "padding": tuple(attrs["padding"]),
                      "dilation": tuple(attrs["dilation"])}, node.name)
     if how == "pool":

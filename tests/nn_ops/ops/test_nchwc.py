@@ -117,11 +117,16 @@ def test_resnet18_is_blocked_end_to_end():
     assert counts.get("from_blocked") == 1 and "to_blocked" not in counts     # one transform, after the pool
 
 
-def test_mobilenet_v2_uses_block_8_for_24_channels_and_stays_blocked():
+def test_mobilenet_v2_pads_24_channels_to_whole_vectors_and_stays_blocked():
+    """Its 24-channel values (read by convs and residual adds) run in whole vectors: on a 16-lane CPU
+    two blocks of 16, the last 8 channels padding; on an 8-lane one three blocks of 8."""
+    lanes = lw.target.host_target().lanes("float32")
     g = optimize(lw.from_onnx(mobilenet_v2()))
     counts = g.op_counts()
     assert counts.get("depthwise_blocked") == 17 and counts.get("from_blocked") == 1
-    assert any(v.shape[-1] == 8 and len(v.shape) == 5 for v in g.values.values())
+    blocked = [v.shape for v in g.values.values() if len(v.shape) == 5]
+    assert {shape[-1] for shape in blocked} == {lanes}
+    assert (1, -(-24 // lanes), 56, 56, lanes) in blocked
 
 
 def test_plain_consumers_get_one_transform_and_values_match():
@@ -167,12 +172,34 @@ def test_a_conv_whose_channels_leave_a_partial_vector_is_padded_to_whole_vectors
     _check_against_onnxruntime(_classifier_head(40), (1, 32, 9, 9))
 
 
-def test_a_conv_whose_padding_another_conv_would_read_keeps_exact_blocks():
+def test_padding_a_conv_reads_meets_zero_input_weights():
     from loopweave.nn_ops.network.passes import choose_conv_layout
     g = choose_conv_layout(lw.from_onnx(_classifier_head(40, then_conv=True)), lanes=16, cpu="generic")
-    blocked = [g.shape(n.outputs[0]) for n in g.nodes if n.op_type == "conv2d_blocked"]
-    assert (1, 5, 9, 9, 8) in blocked                    # 40 channels: blocks of 8, no padding
+    convs = [n for n in g.nodes if n.op_type == "conv2d_blocked"]
+    assert [g.shape(n.outputs[0]) for n in convs] == [(1, 2, 9, 9, 16), (1, 3, 9, 9, 16), (1, 1, 9, 9, 16)]
+    weight = g.initializers[convs[-1].inputs[1]]        # [OC/16, C/16, 1, 1, 16 in, 16 out], C padded to 48
+    assert weight.shape[1] == 3 and not weight[:, 2, :, :, 8:, :].any()
     _check_against_onnxruntime(_classifier_head(40, then_conv=True), (1, 32, 9, 9))
+
+
+@pytest.mark.parametrize("reader", ["Concat", "Div"])
+def test_padding_that_would_be_read_as_data_is_not_made(reader):
+    """A concat would take padding channels for data; a division can make them inf (0/0) and a later
+    conv's zero weights would not cancel that: the 40 channels keep blocks of 8."""
+    from loopweave.nn_ops.network.passes import choose_conv_layout
+    b = OnnxBuilder()
+    x = b.relu(b.conv("input", 32, 32, 3))
+    y, z = b.conv(x, 32, 40, 1, bias=True), b.conv(x, 32, 40, 1, bias=True)
+    if reader == "Concat":
+        joined = b.node("Concat", [y, z], axis=1)
+    else:                               # y / (1 + sigmoid(z)): well conditioned for the comparison
+        one = b.init("one", np.ones((), np.float32))
+        joined = b.node("Div", [y, b.node("Add", [b.node("Sigmoid", [z]), one])])
+    out = b.node("GlobalAveragePool", [joined])
+    model = b.model((1, 32, 9, 9), out, (1, 80 if reader == "Concat" else 40, 1, 1))
+    g = choose_conv_layout(lw.from_onnx(model), lanes=16, cpu="generic")
+    assert [g.shape(n.outputs[0])[-1] for n in g.nodes if n.op_type == "conv2d_blocked"][1:] == [8, 8]
+    _check_against_onnxruntime(model, (1, 32, 9, 9))
 
 
 def test_from_blocked_refuses_a_channel_count_its_blocks_do_not_hold():
