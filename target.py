@@ -151,6 +151,32 @@ def compiling_for(target: Target):
         _compiling_for.reset(token)
 
 
+@lru_cache(maxsize=None)
+def _llvm_knows_cpu(triple: str, cpu: str) -> bool:
+    """Whether LLVM knows ``cpu`` for ``triple``.  LLVM takes an unknown name, warns on stderr
+    ("is not a recognized processor ... (ignoring processor)") and tunes for nothing in
+    particular, so a typo would silently give generic code: the warning is read here, from the
+    process's stderr redirected for the one call that makes a target machine."""
+    import sys
+    import tempfile
+    from llvmlite import binding as llvm
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    machine_target = llvm.Target.from_triple(triple)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            machine_target.create_target_machine(cpu=cpu)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        warning = captured.read().decode(errors="replace")
+    return "not a recognized processor" not in warning
+
+
 def parse_target(text: str) -> Target:
     """The Target of ``"llvm -mtriple=... -mcpu=... -mattr=+a,-b"`` (each option optional)."""
     return _parse_target(" ".join(text.split()))
@@ -190,6 +216,10 @@ def _parse_target(text: str) -> Target:
         features = [f"-{f}" for f in known if f not in wanted] + [f"+{f}" for f in sorted(wanted)]
     else:   # aarch64: NEON (with FMA) on every CPU; the name tunes scheduling and may add features
         cpu = cpu or "generic"
+        if not _llvm_knows_cpu(triple or "aarch64-linux-gnu", cpu):
+            raise BuildError(f"target {text!r}: LLVM (through llvmlite) does not know the aarch64 CPU {cpu!r}; "
+                             f"use an LLVM CPU name (e.g. neoverse-n1, neoverse-v1, neoverse-n2, cortex-a72, "
+                             f"cortex-a76, apple-m1, ampere1) or generic")
         features = ["+neon"]
     for item in (opts["mattr"].split(",") if "mattr" in opts else []):
         if item[:1] not in "+-" or len(item) < 2:

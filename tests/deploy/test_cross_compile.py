@@ -130,6 +130,8 @@ def test_x86_levels_are_explicit_feature_strings():
     ("llvm -mtriple=riscv64-linux-gnu", "compiles for Linux on x86_64 or aarch64"),
     ("llvm -mtriple=x86_64-linux-gnu -mcpu=pentium9", "does not know which features x86 CPU 'pentium9'.*x86-64-v2"),
     ("llvm -mtriple=aarch64-linux-gnu -mattr=neon", "-mattr takes \\+feature or -feature items"),
+    # LLVM would only warn on stderr and tune for nothing in particular
+    ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n9", "does not know the aarch64 CPU 'neoverse-n9'.*neoverse-n1"),
     ("llvmm", "unknown target"),
 ])
 def test_bad_target_strings_say_what_is_accepted(text, message):
