@@ -36,8 +36,8 @@ NCHW.  A conv's result whose padding nothing would read as data (``_pad_safe``: 
 ops, convs and depthwise convs, finite elementwise ops of operands padded alike; SqueezeNet's
 1000-way classifier, MobileNetV2's 24 channels) takes the vector width anyway, its channels padded
 to whole vectors by zero weights and bias (zero input-channel weights in the convs that read it);
-the ``from_blocked`` that leaves the blocked layout drops the padding (its ``channels`` attribute).  Accepts a graph after
-fold_batch_norm; guarantees the same values.
+the ``from_blocked`` that leaves the blocked layout drops the padding (its ``channels``
+attribute).  Accepts a graph after fold_batch_norm; guarantees the same values.
 """
 from __future__ import annotations
 
@@ -89,8 +89,8 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None, cpu: Optional[str]
             if how in ("conv", "conv_plain_input") and channels > lanes and channels % lanes and \
                     _pad_safe(g, out, users):
                 block[out], padded[out] = lanes, -(-channels // lanes) * lanes
-            elif how in ("elementwise", "pool", "depthwise") and node.inputs[0] in padded:
-                block[out], padded[out] = lanes, padded[node.inputs[0]]
+            elif how in ("elementwise", "pool", "depthwise") and any(i in padded for i in node.inputs):
+                block[out], padded[out] = lanes, next(padded[i] for i in node.inputs if i in padded)
     if not plan:
         return g
     twin = {v: g.fresh_name(v + ".blk") for v, b in block.items() if b}
@@ -246,11 +246,10 @@ def _pad_safe(g: Graph, value: str, users) -> bool:
     convs (their padding channels get zero filters), convs (zero input-channel weights) and
     elementwise ops that keep values finite (``_FINITE_ELEMENTWISE``) of scalar constants and
     tensors of its shape (blocked with it only when padded alike: a value of this channel count is
-    blocked in whole vectors only when padded).  SqueezeNet's
-    1000-way classifier conv ran in 8-wide blocks on a 16-lane CPU.  A concat, a transpose or an
-    elementwise op with a per-channel or scalar-constant operand would read the padding as
-    channels or need it padded too; any op outside the blocked layout reads the plain value, whose
-    ``from_blocked`` drops the padding."""
+    blocked in whole vectors only when padded).  SqueezeNet's 1000-way classifier conv ran in
+    8-wide blocks on a 16-lane CPU.  A concat, a transpose or an elementwise op with a per-channel
+    constant would read the padding as channels or need it padded too; any op outside the blocked
+    layout reads the plain value, whose ``from_blocked`` drops the padding."""
     stack, seen = [value], set()
     while stack:
         v = stack.pop()

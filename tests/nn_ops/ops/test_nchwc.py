@@ -182,6 +182,20 @@ def test_padding_a_conv_reads_meets_zero_input_weights():
     _check_against_onnxruntime(_classifier_head(40, then_conv=True), (1, 32, 9, 9))
 
 
+def test_padding_flows_through_an_op_whose_first_operand_is_a_scalar():
+    """1 - y keeps y's padding (finite), and the conv after it reads it through zero weights."""
+    from loopweave.nn_ops.network.passes import choose_conv_layout
+    b = OnnxBuilder()
+    y = b.conv(b.relu(b.conv("input", 32, 32, 3)), 32, 40, 1, bias=True)
+    flipped = b.node("Sub", [b.init("one", np.ones((), np.float32)), y])
+    out = b.node("GlobalAveragePool", [b.conv(flipped, 40, 16, 1)])
+    model = b.model((1, 32, 9, 9), out, (1, 16, 1, 1))
+    g = choose_conv_layout(lw.from_onnx(model), lanes=16, cpu="generic")
+    (sub,) = [n for n in g.nodes if n.op_type == "sub"]
+    assert g.shape(sub.outputs[0]) == (1, 3, 9, 9, 16)
+    _check_against_onnxruntime(model, (1, 32, 9, 9))
+
+
 @pytest.mark.parametrize("reader", ["Concat", "Div"])
 def test_padding_that_would_be_read_as_data_is_not_made(reader):
     """A concat would take padding channels for data; a division can make them inf (0/0) and a later
