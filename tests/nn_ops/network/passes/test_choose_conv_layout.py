@@ -1,0 +1,63 @@
+"""choose_conv_layout on random small CNNs, with channel counts that leave partial vectors: whatever
+the pass decides (blocks of 8, padding to whole vectors of 16, NCHW), the network computes what
+onnxruntime computes."""
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+import loopweave as lw  # noqa: E402
+from loopweave.nn_ops.network import passes  # noqa: E402
+from loopweave.nn_ops.testing.model_zoo import OnnxBuilder  # noqa: E402
+
+CHANNELS = (8, 16, 24, 40)
+STEPS = ("conv", "depthwise", "relu", "sigmoid", "residual", "one_minus", "pool", "concat", "div")
+
+
+def _network(steps, channels, seed):
+    """A stem conv, then ``steps`` (each with a channel count from ``channels`` where it makes
+    one), then a global average pool; returns the model and its output channel count."""
+    b = OnnxBuilder(seed)
+    x, c = b.relu(b.conv("input", 8, 16, 3)), 16
+    size, earlier = 12, {}
+    for step, out in zip(steps, channels):
+        if step == "conv":
+            x, c = b.conv(x, c, out, 1, bias=True), out
+        elif step == "depthwise":
+            x = b.conv(x, c, c, 3, groups=c, bias=True)
+        elif step in ("relu", "sigmoid"):
+            x = b.node(step.capitalize(), [x])
+        elif step == "residual" and (c, size) in earlier:
+            x = b.node("Add", [x, earlier[(c, size)]])
+        elif step == "one_minus":
+            x = b.node("Sub", [b.init("one", np.ones((), np.float32)), x])
+        elif step == "pool" and size > 3:
+            x, size = b.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2]), size // 2
+        elif step == "concat":
+            x, c = b.node("Concat", [x, b.conv(x, c, out, 1)], axis=1), c + out
+        elif step == "div":             # x / (1 + sigmoid(conv(x))): a division, well conditioned
+            d = b.node("Add", [b.node("Sigmoid", [b.conv(x, c, c, 1)]), b.init("one", np.ones((), np.float32))])
+            x = b.node("Div", [x, d])
+        earlier[(c, size)] = x
+    return b.model((1, 8, 12, 12), b.node("GlobalAveragePool", [x]), (1, c, 1, 1)), c
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(st.sampled_from(STEPS), min_size=2, max_size=6),
+       channels=st.lists(st.sampled_from(CHANNELS), min_size=6, max_size=6), seed=st.integers(0, 3))
+def test_random_cnns_match_onnxruntime_with_16_lane_blocks(steps, channels, seed):
+    """The pass runs as on a 16-lane CPU whatever this machine has (blocks of 16 and 8 both run
+    anywhere), so 24 and 40 channels meet its padding rule."""
+    model, c = _network(steps, channels, seed)
+    original = passes.choose_conv_layout
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(passes, "choose_conv_layout", lambda g: original(g, lanes=16))
+        exe = lw.compile(lw.from_onnx(model), progress=False)
+    x = np.random.default_rng(seed).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    want, = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    got, = exe.run({"input": x})
+    assert got.shape == (1, c, 1, 1)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
