@@ -212,6 +212,19 @@ def _reaches_conv(value: str, users, block) -> bool:
     lies: ConvNeXt's), directly or through elementwise ops, pools and concats, or meets a value
     already blocked (``block``) in an elementwise op (a residual add: blocked, the join stays in
     the blocked layout).  ``users``: the graph's consumer map."""
+    def through(v, u):
+        return u.op_type in ELEMENTWISE or u.op_type in _BLOCKED_PASSES
+    for v, u in _reached(value, users, through):
+        if u.op_type == "conv2d" or (u.op_type == "transpose" and tuple(u.attrs["perm"]) == (0, 2, 3, 1)):
+            return True
+        if u.op_type in ELEMENTWISE and any(block.get(i) for i in u.inputs if i != v):
+            return True
+    return False
+
+
+def _reached(value: str, users, through):
+    """(value, user) for every use of ``value`` and, where ``through(value, user)``, of the user's
+    outputs in turn (each value once).  ``users``: the graph's consumer map."""
     stack, seen = [value], set()
     while stack:
         v = stack.pop()
@@ -219,13 +232,9 @@ def _reaches_conv(value: str, users, block) -> bool:
             continue
         seen.add(v)
         for u in users.get(v, []):
-            if u.op_type == "conv2d" or (u.op_type == "transpose" and tuple(u.attrs["perm"]) == (0, 2, 3, 1)):
-                return True
-            if u.op_type in ELEMENTWISE and any(block.get(i) for i in u.inputs if i != v):
-                return True
-            if u.op_type in ELEMENTWISE or u.op_type in _BLOCKED_PASSES:
+            yield v, u
+            if through(v, u):
                 stack.extend(u.outputs)
-    return False
 
 
 #: ops that compute each channel from the same channel of their one tensor operand alone (a padded
@@ -250,28 +259,24 @@ def _pad_safe(g: Graph, value: str, users) -> bool:
     8-wide blocks on a 16-lane CPU.  A concat, a transpose or an elementwise op with a per-channel
     constant would read the padding as channels or need it padded too; any op outside the blocked
     layout reads the plain value, whose ``from_blocked`` drops the padding."""
-    stack, seen = [value], set()
-    while stack:
-        v = stack.pop()
-        if v in seen:
-            continue
-        seen.add(v)
-        for u in users.get(v, []):
-            op = u.op_type
-            if op in ("global_avg_pool",) or (op == "conv2d" and u.inputs[0] == v and v not in u.inputs[1:]
-                                               and int(u.attrs["groups"]) == 1):
-                continue                        # reads the padding through zeros / leaves the layout
-            if op == "conv2d" and u.inputs[0] == v and int(u.attrs["groups"]) == g.shape(v)[1]:
-                stack.extend(u.outputs)         # depthwise: a zero filter per padding channel
-            elif op in _CHANNEL_LOCAL and u.inputs[0] == v and \
-                    all(i in g.initializers and g.initializers[i].size == 1 for i in u.inputs[1:] if i):
-                stack.extend(u.outputs)
-            elif op in _FINITE_ELEMENTWISE and all(
-                    (i in g.initializers and g.initializers[i].size == 1) or
-                    (i not in g.initializers and g.shape(i) == g.shape(v)) for i in u.inputs if i):
-                stack.extend(u.outputs)
-            elif op in ELEMENTWISE or op in ("conv2d", "concat", "transpose"):
-                return False
+    def scalar(i):
+        return i in g.initializers and g.initializers[i].size == 1
+
+    def through(v, u):
+        op = u.op_type
+        if op == "conv2d":                      # depthwise: a zero filter per padding channel
+            return u.inputs[0] == v and int(u.attrs["groups"]) == g.shape(v)[1]
+        if op in _CHANNEL_LOCAL:
+            return u.inputs[0] == v and all(scalar(i) for i in u.inputs[1:] if i)
+        return op in _FINITE_ELEMENTWISE and all(
+            scalar(i) or (i not in g.initializers and g.shape(i) == g.shape(v)) for i in u.inputs if i)
+    for v, u in _reached(value, users, through):
+        op = u.op_type
+        if through(v, u) or op == "global_avg_pool" or (
+                op == "conv2d" and u.inputs[0] == v and v not in u.inputs[1:] and int(u.attrs["groups"]) == 1):
+            continue                            # padded alike / leaves the layout / reads it through zeros
+        if op in ELEMENTWISE or op in ("conv2d", "concat", "transpose"):
+            return False
     return True
 
 
