@@ -163,6 +163,7 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
     op library's schedules for ``tgt``, and built by ``build_fn(schedule, args, name)`` (default
     ``lw.build`` for ``tgt``; the CUDA network tests pass a CPU emulation of the GPU schedules)."""
     g, kernel_groups, alias_of = plan_kernel_groups(graph, tgt.kind)
+    kernel_groups, slice_of = _concats_in_place(g, kernel_groups, alias_of)
     progress = sys.stderr.isatty() or len(kernel_groups) > 8 if progress is None else progress
     # a bar where someone watches (terminal, Jupyter); in a log, only the summary line below
     watched = sys.stderr.isatty() or "ipykernel" in sys.modules
@@ -228,7 +229,7 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
               f"{time.perf_counter() - start:.1f}s", file=sys.stderr)
     weights, weight_offsets = _pack_weights(g, {p for _, params, _ in calls_params for p in params})
     steps = [(params, grp.output) for (_, params, _), grp in zip(calls_params, kernel_groups)]
-    locations, arena_size = _plan_memory(g, steps, alias_of, weight_offsets)
+    locations, arena_size = _plan_memory(g, steps, alias_of, weight_offsets, slice_of)
     calls = [KernelCall(m.symbol, name, [locations[p] for p in params] + [locations[grp.output]],
                         ops=tuple(n.op_type for n in grp.nodes), shape=tuple(g.values[grp.output].shape),
                         nodes=tuple(n.name or n.op_type for n in grp.nodes), inputs=tuple(params))
@@ -364,15 +365,68 @@ def _pack_weights(g: Graph, used: set):
     return blob, table
 
 
-def _plan_memory(g: Graph, steps: List[Tuple[List[str], str]], alias_of: Dict[str, str], weight_offsets):
+def _concats_in_place(g: Graph, kernel_groups, alias_of: Dict[str, str]):
+    """(the kernel groups left to run, {value: (concat output, byte offset)}): a concat along an axis
+    with only 1s before it (a channel concat of one image, NCHW or blocked) lays its inputs out one
+    after another, so where every input is a kernel's own result (not a graph input or output, a
+    weight, a view, or another concat's part) and sits at an offset the arena's alignment keeps,
+    each producer writes straight into its part of the concat's buffer and the copy is not run
+    (SqueezeNet's fire modules: 6 % of its run; issue 21 asks for it)."""
+    produced = {grp.output for grp in kernel_groups}
+    outside = set(g.inputs) | set(g.outputs)
+    slice_of: Dict[str, Tuple[str, int]] = {}
+    kept = []
+    for grp in kernel_groups:
+        node = grp.nodes[0]
+        parts = _concat_parts(g, node, produced, outside, alias_of, slice_of) \
+            if len(grp.nodes) == 1 and node.op_type == "concat" else None
+        if parts is None:
+            kept.append(grp)
+            continue
+        slice_of.update((name, (node.outputs[0], offset)) for name, offset in parts)
+    return kept, slice_of
+
+
+def _concat_parts(g: Graph, node, produced, outside, alias_of, slice_of):
+    """[(input, byte offset)] where ``node``'s inputs can be computed in place, else None."""
+    shape = g.values[node.outputs[0]].shape
+    axis = int(node.attrs["axis"]) % len(shape)
+    inputs = list(node.inputs)
+    if np.prod(shape[:axis], dtype=np.int64) != 1 or node.outputs[0] in outside or len(set(inputs)) != len(inputs):
+        return None
+    parts, offset = [], 0
+    for name in inputs:
+        if name not in produced or name in outside or name in alias_of or name in slice_of or offset % ALIGN:
+            return None
+        v = g.values[name]
+        parts.append((name, offset))
+        offset += int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize
+    return parts
+
+
+def _plan_memory(g: Graph, steps: List[Tuple[List[str], str]], alias_of: Dict[str, str], weight_offsets,
+                 slice_of: Optional[Dict[str, Tuple[str, int]]] = None):
     """Locations of every value; intermediates share one arena, reused by liveness.
 
-    ``steps`` are the kernels in order as (input value names, output value name).
+    ``steps`` are the kernels in order as (input value names, output value name).  A view
+    (``alias_of``) shares its source's memory; a part of a concat computed in place (``slice_of``)
+    lives at its offset in the concat's, which is placed when its first part is computed.
     """
+    slice_of = slice_of or {}
+
+    def root_at(v: str) -> Tuple[str, int]:
+        offset = 0
+        while True:
+            if v in alias_of:
+                v = alias_of[v]
+            elif v in slice_of:
+                v, part = slice_of[v]
+                offset += part
+            else:
+                return v, offset
+
     def root(v: str) -> str:
-        while v in alias_of:
-            v = alias_of[v]
-        return v
+        return root_at(v)[0]
 
     locations: Dict[str, Tuple[str, int]] = {}
     for k, name in enumerate(g.inputs):
@@ -400,9 +454,12 @@ def _plan_memory(g: Graph, steps: List[Tuple[List[str], str]], alias_of: Dict[st
         # free what dies here, after the output got its place (so it never overlaps its inputs)
         live = [blk for blk in live if last_use.get(blk[2], -1) > k]
     for v in g.values:
-        r = root(v)
+        r, offset = root_at(v)
         if v not in locations and r in locations:
-            locations[v] = locations[r]
+            space, where = locations[r]
+            if offset and space != "arena":
+                raise InternalError(f"{v!r} is placed {offset} bytes into {r!r}, which is not in the arena")
+            locations[v] = (space, where + offset)
     return locations, arena_size
 
 
