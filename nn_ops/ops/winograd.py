@@ -53,6 +53,13 @@ FULL_RATE_AVX512 = frozenset({"skylake-avx512", "cascadelake", "cooperlake", "ca
                               "emeraldrapids", "graniterapids", "graniterapids-d"})
 #: the largest map (pixels) where Winograd pays on those CPUs
 MAX_WINOGRAD_PIXELS_FULL_RATE = 16 * 16
+#: CPUs where the fused Winograd pays up to ``MAX_WINOGRAD_PIXELS_LARGE`` (U-Net's 256x256 level):
+#: measured on a Zen 5 VM (twelfth session, interleaved in one process against the 56x56 limit):
+#: U-Net 1.08x with 64x64 maps, 1.23x with 128x128, 1.29x with 256x256; ResNet-18 and DenseNet
+#: stay at 56x56 and below (the full-rate rule's 16x16 ran them 0.85x / 0.88x).  Zen 4 was not
+#: measured at maps above 56x56 with the fused form and keeps the 56x56 limit.
+LARGE_MAP_WINOGRAD = frozenset({"znver5"})
+MAX_WINOGRAD_PIXELS_LARGE = 256 * 256
 
 
 def winograd_pays(kernel, stride, dilation, out_hw, channels: int, out_channels: int, cpu: str = "") -> bool:
@@ -66,9 +73,11 @@ def winograd_pays(kernel, stride, dilation, out_hw, channels: int, out_channels:
     output (16/4 of the map's bytes each) leave the caches, and on U-Net's 64x64 to 256x256
     levels Winograd took 1.2-3x the direct kernel's time (interleaved per-kernel profile,
     Intel Xeon VM, 2 threads, ``MAX_WINOGRAD_PIXELS``).  On CPUs with full-rate 512-bit FMAs
-    (``cpu`` in ``FULL_RATE_AVX512``) only maps up to 16x16 pay."""
+    (``cpu`` in ``FULL_RATE_AVX512``) only maps up to 16x16 pay; on Zen 5
+    (``LARGE_MAP_WINOGRAD``) maps up to 256x256 do."""
     oh, ow = out_hw
-    largest = MAX_WINOGRAD_PIXELS_FULL_RATE if cpu in FULL_RATE_AVX512 else MAX_WINOGRAD_PIXELS
+    largest = MAX_WINOGRAD_PIXELS_FULL_RATE if cpu in FULL_RATE_AVX512 else \
+        MAX_WINOGRAD_PIXELS_LARGE if cpu in LARGE_MAP_WINOGRAD else MAX_WINOGRAD_PIXELS
     return (tuple(kernel) == (3, 3) and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1)
             and oh % 2 == 0 and ow % 2 == 0 and 14 * 14 <= oh * ow <= largest
             and min(channels, out_channels) >= 16)

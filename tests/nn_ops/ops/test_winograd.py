@@ -127,10 +127,13 @@ def test_winograd_pays(kernel, stride, dilation, out_hw, expected):
     ("znver4", (56, 56), True), ("znver4", (28, 28), True), ("", (28, 28), True),
     ("rocketlake", (56, 56), False), ("sapphirerapids", (28, 28), False),
     ("rocketlake", (16, 16), True), ("icelake-server", (14, 14), True),
+    ("znver4", (64, 64), False), ("znver5", (56, 56), True), ("znver5", (256, 256), True),
+    ("znver5", (512, 512), False),
 ])
 def test_winograd_pays_only_on_small_maps_where_512_bit_fmas_run_at_full_rate(cpu, out_hw, expected):
     """Measured: on a Rocket Lake VM Winograd lost at 56x56 and 28x28 (ResNet-18 1.33x faster
-    direct) and won at 14x14 and 16x16; on Zen 4 (AVX-512 in two halves) it won from 14 to 56."""
+    direct) and won at 14x14 and 16x16; on Zen 4 (AVX-512 in two halves) it won from 14 to 56;
+    on Zen 5 the fused form won up to U-Net's 256x256 (1.29x)."""
     assert winograd.winograd_pays((3, 3), (1, 1), (1, 1), out_hw, 64, 64, cpu) is expected
 
 
