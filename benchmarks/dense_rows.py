@@ -4,7 +4,7 @@ place) against the register-blocked one on a weight packed in column panels at c
 
 ``python -m benchmarks.dense_rows [--threads 2] [--pairs 15] [--shapes 7x256x1024 1x768x2304 ...]``
 prints, per M x K x N: both times and the ratio streaming / panels (> 1: panels faster), after
-checking both against numpy.  ``choose_dense_layout.PANEL_MIN_ROWS`` is where panels start.
+checking both against numpy.  ``choose_dense_layout`` packs panels for every known row count.
 """
 from __future__ import annotations
 

@@ -27,7 +27,9 @@ REPLAY_SETS = 8   # argument-pointer sets whose marshalled launches a module kee
 
 
 def _allocates(s) -> bool:
-    """Whether a host program allocates device memory (its launches then differ per call)."""
+    """Whether a host program allocates device memory (its launches then differ per call).  It walks
+    the host statements ``_exec`` runs, not into the kernels (``post_order_visit`` would: their
+    shared and local buffers are Allocates too)."""
     if isinstance(s, Allocate):
         return True
     if isinstance(s, Seq):

@@ -143,8 +143,7 @@ def as_device_array(obj):
     return DeviceArray(ptr, shape, dtype, device_id, owned=False, keepalive=obj)
 
 
-_TORCH_DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16", "int8": "int8",
-                 "int16": "int16", "int32": "int32", "int64": "int64", "uint8": "uint8", "bool": "bool"}
+_TORCH_DTYPES = frozenset({"float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8", "bool"})
 
 
 def _torch_view(obj):
@@ -159,8 +158,8 @@ def _torch_view(obj):
     if torch is None or type(obj) is not getattr(torch, "Tensor", None) or not obj.is_cuda:
         return None
     current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    dtype = _TORCH_DTYPES.get(str(obj.dtype).rpartition(".")[2])
-    if current_stream is None or dtype is None or not obj.is_contiguous():
+    dtype = str(obj.dtype).rpartition(".")[2]       # torch.float32 -> float32, numpy's name too
+    if current_stream is None or dtype not in _TORCH_DTYPES or not obj.is_contiguous():
         return None
     device_id = obj.get_device()
     drv = get_driver()

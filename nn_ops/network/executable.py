@@ -146,13 +146,16 @@ class KernelPlan:
 
 def plan_kernel_groups(graph: Graph, target_kind: str):
     """The graph after the passes for ``target_kind`` and its fused groups: ``(graph, kernel groups in
-    run order, {alias output: the value it views})``.  Shared by the compiler and the tuning tasks."""
+    run order, {alias output: the value it views}, {concat part: (concat, byte offset)})``; the
+    concats computed in place by their parts' kernels are not among the groups.  Shared by the
+    compiler and the tuning tasks (which so never tune a copy the network does not run)."""
     g = optimize(graph, target_kind)
     _materialize_output_copies(g)
     groups = fuse_operators(g)
     kernel_groups = [grp for grp in groups if grp.kind != "alias"]
     alias_of = {grp.output: grp.nodes[0].inputs[0] for grp in groups if grp.kind == "alias"}
-    return g, kernel_groups, alias_of
+    kernel_groups, slice_of = _concats_in_place(g, kernel_groups, alias_of)
+    return g, kernel_groups, alias_of, slice_of
 
 
 def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tuning_log=None,
@@ -162,8 +165,7 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
     Each kernel is scheduled with its best record in ``tuning_log`` if it has one, else with the
     op library's schedules for ``tgt``, and built by ``build_fn(schedule, args, name)`` (default
     ``lw.build`` for ``tgt``; the CUDA network tests pass a CPU emulation of the GPU schedules)."""
-    g, kernel_groups, alias_of = plan_kernel_groups(graph, tgt.kind)
-    kernel_groups, slice_of = _concats_in_place(g, kernel_groups, alias_of)
+    g, kernel_groups, alias_of, slice_of = plan_kernel_groups(graph, tgt.kind)
     progress = sys.stderr.isatty() or len(kernel_groups) > 8 if progress is None else progress
     # a bar where someone watches (terminal, Jupyter); in a log, only the summary line below
     watched = sys.stderr.isatty() or "ipykernel" in sys.modules

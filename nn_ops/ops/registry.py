@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Tuple
 
+from ...dsl.expr import Const
 from ...dsl.schedule import Schedule, create_schedule
 from ...dsl.tensor import ComputeOp, Tensor
 from ...target import resolve_target
@@ -234,7 +235,6 @@ def _schedule_to_blocked(stage, axes) -> None:
     axis, a gather from ``b`` planes per vector: 144 channels at 56x56 took 160-195 us, tiled 78-97
     (Zen 4, 2 threads, interleaved; a plain copy of the same bytes, one thread: 40 us)."""
     n, cb, y, x, ci = axes
-    from ...dsl.expr import Const
     width = x.extent.value if isinstance(x.extent, Const) else 0
     inner = [ci]
     if width > TO_BLOCKED_PIXELS:
@@ -272,7 +272,6 @@ def schedule_injective(s: Schedule, op: ComputeOp, target) -> None:
         return
     lanes = target.lanes(op.outputs[0].dtype)
     inner = axes[-1]
-    from ...dsl.expr import Const
     if isinstance(inner.extent, Const) and inner.extent.value >= lanes:
         outer, vec = stage.split(inner, factor=lanes)
         stage.vectorize(vec)
@@ -291,7 +290,6 @@ def _constant_divisor_prefix(axes) -> int:
     axis but the first: by constants that is a multiply and a shift, by a run-time size an integer
     division per element (the encoder's K transpose to [batch, heads, 64, seq] with symbolic sizes
     took 123 us, 16x a transpose that keeps its last axis)."""
-    from ...dsl.expr import Const
     n = 1
     while n < len(axes) and isinstance(axes[n].extent, Const):
         n += 1

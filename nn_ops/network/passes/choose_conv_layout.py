@@ -214,7 +214,7 @@ def _reaches_conv(value: str, users, block) -> bool:
     the blocked layout).  ``users``: the graph's consumer map."""
     def through(v, u):
         return u.op_type in ELEMENTWISE or u.op_type in _BLOCKED_PASSES
-    for v, u in _reached(value, users, through):
+    for v, u, _ in _reached(value, users, through):
         if u.op_type == "conv2d" or (u.op_type == "transpose" and tuple(u.attrs["perm"]) == (0, 2, 3, 1)):
             return True
         if u.op_type in ELEMENTWISE and any(block.get(i) for i in u.inputs if i != v):
@@ -223,8 +223,8 @@ def _reaches_conv(value: str, users, block) -> bool:
 
 
 def _reached(value: str, users, through):
-    """(value, user) for every use of ``value`` and, where ``through(value, user)``, of the user's
-    outputs in turn (each value once).  ``users``: the graph's consumer map."""
+    """(value, user, through(value, user)) for every use of ``value`` and, where ``through``, of the
+    user's outputs in turn (each value once).  ``users``: the graph's consumer map."""
     stack, seen = [value], set()
     while stack:
         v = stack.pop()
@@ -232,8 +232,9 @@ def _reached(value: str, users, through):
             continue
         seen.add(v)
         for u in users.get(v, []):
-            yield v, u
-            if through(v, u):
+            follows = through(v, u)
+            yield v, u, follows
+            if follows:
                 stack.extend(u.outputs)
 
 
@@ -270,9 +271,9 @@ def _pad_safe(g: Graph, value: str, users) -> bool:
             return u.inputs[0] == v and all(scalar(i) for i in u.inputs[1:] if i)
         return op in _FINITE_ELEMENTWISE and all(
             scalar(i) or (i not in g.initializers and g.shape(i) == g.shape(v)) for i in u.inputs if i)
-    for v, u in _reached(value, users, through):
+    for v, u, follows in _reached(value, users, through):
         op = u.op_type
-        if through(v, u) or op == "global_avg_pool" or (
+        if follows or op == "global_avg_pool" or (
                 op == "conv2d" and u.inputs[0] == v and v not in u.inputs[1:] and int(u.attrs["groups"]) == 1):
             continue                            # padded alike / leaves the layout / reads it through zeros
         if op in ELEMENTWISE or op in ("conv2d", "concat", "transpose"):
@@ -328,10 +329,10 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
         if how == "conv" and winograd_pays(weight.shape[2:], attrs["stride"], attrs["dilation"],
                                            g.shape(node.outputs[0])[2:], c, weight.shape[0], cpu):
             g.add_initializer(w_name, winograd_weight(weight, b, cb))
-            return Node("conv2d_winograd_blocked", [x_in, w_name] + list(extra), [out],
+            return Node("conv2d_winograd_blocked", [x_in, w_name] + extra, [out],
                         {"padding": tuple(attrs["padding"])}, node.name)
         g.add_initializer(w_name, pack_blocked_weight(weight, b, cb))
-        inputs = [x_in, w_name] + list(extra)
+        inputs = [x_in, w_name] + extra
         return Node("conv2d_blocked", inputs, [out], {"stride": tuple(attrs["stride"]),
                                                       "padding": tuple(attrs["padding"]),
                                                       "dilation": tuple(attrs["dilation"])}, node.name)

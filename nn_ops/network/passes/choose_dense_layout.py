@@ -4,14 +4,13 @@
 transpose is done here, at compile time, and the node becomes ``dense_kn(X, W.T, b)``:
 a streaming product for few rows without panels (other targets, fewer columns than a panel), the
 blocked matmul otherwise.
-On the CPU, a layer with at least ``PANEL_MIN_ROWS`` rows (a known count) and at least one
-register tile's width of columns gets its weight packed here into column panels [ceil(N/nr), K,
+On the CPU, a layer with a known row count and at least one register tile's width of columns gets its weight packed here into column panels [ceil(N/nr), K,
 nr], the last one zero-padded (attributes ``panels``, ``columns``): the blocked matmul packed every
 panel again on each call, which cost 3-20 % of a transformer's dense layers (GPT-2's and ViT's
 shapes, Zen 4, 2 threads, interleaved: K=3072 1.23x, K=768 1.13x, K=192-256 1.03-1.08x).  Few
 rows too: with the panels packed once, the register-blocked kernel beats the streaming one
 (``matmul_small_m``) at every row count but the tiniest layers (``python -m
-benchmarks.dense_rows``, Zen 4, 2 threads, interleaved: 1 x 512 x 1000 1.30x, 1 x 768 x 3072
+benchmarks.dense_rows``, Zen 5, 2 threads, interleaved: 1 x 512 x 1000 1.30x, 1 x 768 x 3072
 1.97x, 7 x 256 x 1024 4.98x, 16 x 1024 x 4096 9.5x; 1 x 64 x 64 0.84x, 0.6 us), and the zoo
 encoder at sequence 7 ran 2.75x faster.
 Accepts any graph; guarantees the same values.  Run after fold_batch_norm (which
@@ -25,9 +24,6 @@ import numpy as np
 
 from ...ops.matmul import pack_panels, panel_width
 from ..graph import Graph
-
-#: fewest rows whose dense layer gets panels
-PANEL_MIN_ROWS = 1
 
 
 def choose_dense_layout(g: Graph, lanes: Optional[int] = None) -> Graph:
@@ -55,6 +51,6 @@ def _panel_width(g: Graph, node, wt: np.ndarray, lanes: Optional[int]) -> int:
     shape = g.shape(node.inputs[0])
     rows = shape[0] if shape else None
     nr = panel_width(lanes)
-    if not isinstance(rows, (int, np.integer)) or rows < PANEL_MIN_ROWS or wt.shape[1] < nr:
+    if not isinstance(rows, (int, np.integer)) or rows == 0 or wt.shape[1] < nr:
         return 0
     return nr

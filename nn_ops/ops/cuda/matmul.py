@@ -31,7 +31,6 @@ MULTIPROCESSORS = 132   # an H100's; fewer blocks than this leave multiprocessor
 K_TILES = (32, 16)  # reduction steps staged through shared memory, double-buffered: the deepest that fits
 K_TILE = 16         # the step other GEMM-shaped schedules (implicit-GEMM convs) use
 K_TILE_SINGLE = 8   # ... when partial tiles rule double buffering out
-SHARED_BYTES = 48 * 1024   # static shared memory per block
 VEC = 4             # float4 copies into shared memory
 
 
@@ -88,17 +87,18 @@ def gemm_tiles(rows, cols, batch=None, multiprocessors: int = MULTIPROCESSORS):
     return pm, pn
 
 
-def reduction_step(extents, k, tiles, dtype_bytes: int = 4):
-    """(step, double-buffered): the deepest of ``K_TILES`` whose double-buffered panels are whole
-    tiles and fit in shared memory, else ``K_TILE_SINGLE`` single-buffered.
+def reduction_step(extents, k, tiles, dtype_bytes: int = 4, steps=K_TILES, shared_bytes=None):
+    """(step, double-buffered): the first of ``steps`` whose double-buffered panels are whole tiles
+    and fit in ``shared_bytes`` (None: not checked; lowering names an overflow), else
+    ``K_TILE_SINGLE`` single-buffered (at most the last of ``steps``).
 
     On an H100, 8 x 4 blocks (128 x 64 tiles): 36.5 TFLOPS at 1024^3 with 32-deep steps against
     33.7 with 16-deep ones, 42.5 against 41.6 at 4096^3 (benchmarks/RESULTS.md, twelfth session)."""
-    for step in K_TILES:
-        panels = 2 * (tiles[0] + tiles[1]) * step * dtype_bytes
-        if panels <= SHARED_BYTES and _whole_tiles(extents, k, tiles, step):
+    for step in steps:
+        fits = shared_bytes is None or 2 * (tiles[0] + tiles[1]) * step * dtype_bytes <= shared_bytes
+        if fits and _whole_tiles(extents, k, tiles, step):
             return step, True
-    return K_TILE_SINGLE, False
+    return min(steps[-1], K_TILE_SINGLE), False
 
 
 def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None) -> None:
@@ -145,12 +145,10 @@ def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None) -> 
     s[CL].compute_at(C, tx)
     c_axes = list(L.op.axis)
     ci, cj = c_axes[-2], c_axes[-1]
-    tile = (threads * pm, threads * pn)
-    if k_tile:
-        double = _whole_tiles((i.extent, j.extent), L.op.reduce_axis[0], tile, k_tile)
-        step = k_tile if double else min(k_tile, K_TILE_SINGLE)
-    else:
-        step, double = reduction_step((i.extent, j.extent), L.op.reduce_axis[0], tile, dtypes.itemsize(A_t.dtype))
+    # a forced step is taken as asked (a benchmark variant that overflows shared memory says so)
+    step, double = reduction_step((i.extent, j.extent), L.op.reduce_axis[0], (threads * pm, threads * pn),
+                                  dtypes.itemsize(A_t.dtype), steps=(k_tile,) if k_tile else K_TILES,
+                                  shared_bytes=None if k_tile else target.max_shared_memory_per_block)
     ko, ki = L.split(L.op.reduce_axis[0], factor=step)
     # the batch axis goes inside the reduction steps: a thread with no rows of a small output
     # gets an empty loop there, which must not enclose the barriers around the shared copies

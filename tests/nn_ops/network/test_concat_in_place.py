@@ -52,3 +52,12 @@ def test_concats_that_cannot_be_computed_in_place_keep_their_copy(batch, parts):
     model, _, _ = _fire(batch, parts)
     exe = _compiled_and_checked(model, batch)
     assert any("concat" in c.ops for c in exe.calls)
+
+
+def test_tuning_tasks_do_not_include_a_copy_the_network_does_not_run():
+    from loopweave.nn_ops.network.tasks import kernel_tasks
+    model, _, _ = _fire()
+    names = [t.name for t in kernel_tasks(lw.from_onnx(model))]
+    assert names and not any("concat" in n for n in names)
+    model, _, _ = _fire(2)                  # a batch of two keeps its copy, and so its task
+    assert any("concat" in t.name for t in kernel_tasks(lw.from_onnx(model)))
