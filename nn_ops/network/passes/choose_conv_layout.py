@@ -23,7 +23,10 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
   ``from_blocked`` right after it is computed; a depthwise input that only exists in
   NCHW gets one ``to_blocked``.  Transforms sit at the edges of the blocked region, once
   per value, never per layer;
-* a conv (depthwise, or with at most ``LONE_NCHW_CHANNELS`` input channels) whose input is NCHW
+* a conv reading an NCHW value with at least ``PLAIN_INPUT_MAX_CHANNELS`` channels (whole vectors
+  of them) gets one ``to_blocked`` of it; with fewer (a first layer's image) it reads the value
+  as it lies;
+* a conv (depthwise, or 1x1 with at most ``LONE_NCHW_CHANNELS`` input channels) whose input is NCHW
   stays NCHW unless its result reaches a convolution or an NHWC transpose (through elementwise
   ops, pools and concats) or joins a blocked value in an elementwise op: a lone one would pay a
   from_blocked (and a depthwise a to_blocked) around one kernel (depthwise 144 channels at
@@ -169,7 +172,8 @@ def _decide(g: Graph, node: Node, block, lanes, users) -> Optional[str]:
             return None
         if block.get(x):
             return "conv"
-        return "conv_plain_input" if c > LONE_NCHW_CHANNELS or _reaches_conv(node.outputs[0], users, block) else None
+        lone_nchw = c <= LONE_NCHW_CHANNELS and weight.shape[2:] == (1, 1)
+        return "conv_plain_input" if not lone_nchw or _reaches_conv(node.outputs[0], users, block) else None
     if op in ("max_pool2d", "avg_pool2d") and block.get(node.inputs[0]):
         padded = any(node.attrs["padding"]) or node.attrs.get("ceil_mode", False)
         if op == "avg_pool2d" and padded and not node.attrs.get("count_include_pad", False):
@@ -200,8 +204,15 @@ def _decide(g: Graph, node: Node, block, lanes, users) -> Optional[str]:
 #: channels.  One-node Conv models against the blocked kernel and its from_blocked (Zen 4, 2 threads,
 #: interleaved, ratios to onnxruntime): MobileNetV2's 1x1s with 16-192 input channels 0.61-1.36 ->
 #: 1.04-1.81; with 256-960 (ResNet's 1x1 downsample at 14x14, MobileNetV2's last layers) NCHW lost,
-#: 0.87-0.91 against 1.06-1.52: there the kernel's work dwarfs the transform.
+#: 0.87-0.91 against 1.06-1.52: there the kernel's work dwarfs the transform.  Only 1x1 convs: a
+#: 3x3's work dwarfs it at any channel count (ResNet-18's 3x3 64->64 at 56x56 alone, Zen 5: 0.49 ms
+#: in NCHW, 0.29 ms blocked with both transforms; its 3x3 layers' ratio to onnxruntime 0.87-0.97 ->
+#: 0.91-1.53 in ``benchmarks.conv2d``).
 LONE_NCHW_CHANNELS = 192
+
+#: a conv reading an NCHW value with fewer input channels than this reads it as it lies (a first
+#: layer's image); with more (and whole vectors of them) one to_blocked copy comes first
+PLAIN_INPUT_MAX_CHANNELS = 16
 
 #: ops a blocked value flows through to a later convolution (see ``_reaches_conv``)
 _BLOCKED_PASSES = frozenset({"max_pool2d", "avg_pool2d", "concat"})
@@ -320,6 +331,11 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
                 g.add_initializer(extra[0], bias)
     if how in ("conv", "conv_plain_input"):
         x = node.inputs[0]
+        if how == "conv_plain_input" and weight.shape[1] >= PLAIN_INPUT_MAX_CHANNELS and \
+                weight.shape[1] % lanes == 0:
+            x_in = blocked_input(x, lanes)
+            block, twin = dict(block, **{x: lanes}), dict(twin, **{x: x_in})
+            how = "conv"
         if how == "conv" and block.get(x) and g.shape(twin[x])[1] * block[x] > weight.shape[1]:
             weight = _padded_inputs(weight, g.shape(twin[x])[1] * block[x])      # the input's padding
         c = weight.shape[1]
