@@ -350,19 +350,23 @@ def test_depthwise_read_by_another_stage_too_stays_at_root():
     assert nchwc.fused_depthwise(s, Y.op) is None and s[D.op].attach_type == "root"
 
 
-@pytest.mark.parametrize("epilogue", [False, True])
-def test_from_blocked_reads_whole_blocks_in_order(epilogue):
-    """NCHW[16]c -> NCHW runs (image, channel block, row) in parallel with the block's channels
-    unrolled innermost: no division of a flat index per element (it was 287 us at 576x14x14)."""
+@pytest.mark.parametrize("epilogue,width", [(False, 7), (True, 7), (False, 70)])
+def test_from_blocked_reads_whole_blocks_in_order(epilogue, width):
+    """NCHW[16]c -> NCHW runs (image, channel block, row) in parallel, then tiles of a few pixels
+    with the block's channels outside them, both unrolled: no division of a flat index per element
+    (it was 287 us at 576x14x14), and each channel's pixels stored together."""
     from loopweave.nn_ops.ops.nchwc import from_blocked
-    X = lw.placeholder((1, 3, 5, 7, 16), name="X")
+    from loopweave.nn_ops.ops.registry import FROM_BLOCKED_PIXELS, TO_BLOCKED_PIXELS
+    X = lw.placeholder((1, 3, 5, width, 16), name="X")
     Y = from_blocked(X)
     if epilogue:
         Y = lw.compute(Y.shape, lambda n, c, y, x: Y[n, c, y, x] * 2.0, name="scaled", tag="elemwise")
     s = nn_ops.schedule(Y)
     code = str(s.trace)
-    assert "c_outer, y, x, c_inner)" in code and ".unroll(c_inner)" in code, code
-    x = np.random.rand(1, 3, 5, 7, 16).astype("float32")
-    out = np.empty((1, 48, 5, 7), "float32")
+    tile = FROM_BLOCKED_PIXELS if width < 64 else TO_BLOCKED_PIXELS
+    assert f"split(x, factor={tile}, tail='shift')" in code and "c_outer, y, x_outer, c_inner, x_inner)" in code \
+        and ".unroll(c_inner)" in code and ".unroll(x_inner)" in code, code
+    x = np.random.rand(1, 3, 5, width, 16).astype("float32")
+    out = np.empty((1, 48, 5, width), "float32")
     lw.build(s, [X, Y])(x, out)
-    np.testing.assert_array_equal(out, x.transpose(0, 1, 4, 2, 3).reshape(1, 48, 5, 7) * (2 if epilogue else 1))
+    np.testing.assert_array_equal(out, x.transpose(0, 1, 4, 2, 3).reshape(1, 48, 5, width) * (2 if epilogue else 1))
