@@ -138,7 +138,8 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None, cpu: Optional[str]
         b = block[out]
         n, c, h, w = g.shape(out)
         g.add_value(twin[out], (n, padded.get(out, c) // b, h, w, b), g.values[out].dtype)
-        new_nodes.append(_rewrite(g, node, how, b, twin, block, blocked_input, lanes, cpu, padded.get(out)))
+        new_nodes.append(_rewrite(g, node, how, b, twin, block, blocked_input, lanes, cpu, padded.get(out),
+                                  to_blocked_done))
         # every rewritten reader takes the blocked twin; anything else (and a graph output) needs NCHW
         if out in g.outputs or any(id(u) not in plan for u in users.get(out, [])):
             new_nodes.append(Node("from_blocked", [twin[out]], [out], {"channels": c}, out + ".plain"))
@@ -319,8 +320,9 @@ def _channel_constant(g: Graph, name: str, out_shape) -> bool:
 
 
 def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input, lanes, cpu: str = "",
-             padded_to: Optional[int] = None) -> Node:
-    """``padded_to``: the channel count of the result's blocked twin where it is padded."""
+             padded_to: Optional[int] = None, made_blocked=()) -> Node:
+    """``padded_to``: the channel count of the result's blocked twin where it is padded;
+    ``made_blocked``: the plain values a to_blocked already copies (a 1x1 conv reads that copy)."""
     out = twin[node.outputs[0]]
     attrs = node.attrs
     if how in ("conv", "conv_plain_input", "depthwise"):
@@ -335,7 +337,7 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
     if how in ("conv", "conv_plain_input"):
         x = node.inputs[0]
         if how == "conv_plain_input" and weight.shape[1] >= PLAIN_INPUT_MAX_CHANNELS and \
-                weight.shape[1] % lanes == 0 and weight.shape[2:] != (1, 1):
+                weight.shape[1] % lanes == 0 and (weight.shape[2:] != (1, 1) or x in made_blocked):
             x_in = blocked_input(x, lanes)
             block, twin = dict(block, **{x: lanes}), dict(twin, **{x: x_in})
             how = "conv"
