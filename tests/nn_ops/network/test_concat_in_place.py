@@ -61,3 +61,25 @@ def test_tuning_tasks_do_not_include_a_copy_the_network_does_not_run():
     assert names and not any("concat" in n for n in names)
     model, _, _ = _fire(2)                  # a batch of two keeps its copy, and so its task
     assert any("concat" in t.name for t in kernel_tasks(lw.from_onnx(model)))
+
+
+def test_a_dense_blocks_growing_concats_are_views_of_its_last_one():
+    """DenseNet: each layer concatenates the features so far (batch norm + ReLU on the concat, then
+    a conv); every concat is a prefix of the block's last, so each feature map is written once into
+    that buffer and each layer's batch norm reads its prefix as one tensor: no concat kernel runs."""
+    b = OnnxBuilder(2)
+    x = b.relu(b.conv("input", 3, 16, 3))
+    features = [x]
+    for _ in range(3):
+        cat = features[0] if len(features) == 1 else b.node("Concat", features, axis=1)
+        features.append(b.conv(b.relu(b.bn(cat, 16 * len(features))), 16 * len(features), 16, 3))
+    block = b.node("Concat", features, axis=1)
+    out = b.conv(b.relu(b.bn(block, 64)), 64, 16, 1)
+    model = b.model((1, 3, 10, 10), out, (1, 16, 10, 10))
+    exe = _compiled_and_checked(model, 1)
+    assert not any("concat" in c.ops for c in exe.calls), [c.ops for c in exe.calls]
+    convs = [c for c in exe.calls if any(f + "_node" in c.nodes for f in features[1:])]
+    starts = sorted(c.args[-1][1] for c in convs)
+    size = int(np.prod(convs[0].shape)) * 4
+    assert len(convs) == 3 and all(c.args[-1][0] == "arena" for c in convs)
+    assert starts[1] - starts[0] == size and starts[2] - starts[1] == size     # one after another
