@@ -227,3 +227,24 @@ def test_fmod_is_exact(dtype, vector):
     np.testing.assert_array_equal(out, np.fmod(x, y))
     with pytest.raises(lw.DTypeError, match="lw.fmod needs float"):
         lw.fmod(lw.placeholder((2,), dtype="int32")[0], 2)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+@pytest.mark.parametrize("vector", [False, True])
+def test_floor_division_and_modulo_by_a_positive_constant_round_down_for_negatives(dtype, vector):
+    """By a constant that is no power of two, // and % are LLVM's truncating sdiv/srem corrected by
+    the remainder's sign (-7 // 7 == -1, -8 // 7 == -2, -8 % 7 == 6)."""
+    A = lw.placeholder((64,), name="A", dtype=dtype)
+    Q = lw.compute((64,), lambda i: A[i] // 7, name="Q")
+    R = lw.compute((64,), lambda i: A[i] % 7, name="R")
+    s = lw.create_schedule([Q, R])
+    if vector:
+        for t in (Q, R):
+            _, inner = s[t].split(s[t].op.axis[0], factor=8)
+            s[t].vectorize(inner)
+    f = lw.build(s, [A, Q, R])
+    a = np.arange(-40, 24).astype(dtype)
+    q, r = np.empty(64, dtype), np.empty(64, dtype)
+    f(a, q, r)
+    np.testing.assert_array_equal(q, a // 7)
+    np.testing.assert_array_equal(r, a % 7)
