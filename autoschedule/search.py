@@ -50,6 +50,7 @@ class TaskTuner:
         self._cands = {}              # choice key -> (key, choice, trace json, features), None if refused
         self.model_quality: List[dict] = []
         self.untuned_seconds: Optional[float] = None
+        self.seeds: List[dict] = []   # other tasks' best choices, adapted to this space, to measure
         self._resume()
 
     # -- state ---------------------------------------------------------------
@@ -172,26 +173,51 @@ class TaskTuner:
                 out.append(cand)
         return out
 
+    def offer(self, choice: dict) -> None:
+        """A choice another task of the same family found best: measured in a coming round (up to
+        a quarter of it), adapted to this task's sizes (``Space.adapt``).  A network's convs of one
+        kind at other sizes start from each other's best instead of from random samples."""
+        adapted = self.space.adapt(choice)
+        if adapted is not None and _key(adapted) not in self.measured:
+            self.seeds.append(adapted)
+
+    def best_searched(self) -> Optional[dict]:
+        """The fastest measured record of the search itself (a given schedule left out)."""
+        return records.fastest(r for r in self.measured.values() if "given" not in (r.get("choice") or {}))
+
+    def _seeded(self, limit: int) -> list:
+        out, traces = [], {r.get("trace") for r in self.measured.values()}
+        while self.seeds and len(out) < limit:
+            cand = self._candidate(self.seeds.pop(0))
+            if cand is not None and cand[2] not in traces:
+                traces.add(cand[2])
+                out.append(cand)
+        return out
+
     def round(self, n: int) -> List[dict]:
         """Measure up to ``n`` new candidates; returns their records."""
-        cands = self._proposals()
+        seeded = self._seeded(max(1, n // 4))
+        taken = {c[0] for c in seeded}
+        cands = seeded + [c for c in self._proposals() if c[0] not in taken]
         if not cands:
             return []
         scores = self.model.predict(np.array([c[3] for c in cands]))
-        order = list(np.argsort(-scores, kind="stable"))
-        n_rand = min(self.n_random, n // 2) if self.model.trained else n
-        pick = order[: n - n_rand] if self.model.trained else []
+        forced = list(range(len(seeded)))
+        order = [i for i in np.argsort(-scores, kind="stable") if i >= len(seeded)]
+        m = n - len(forced)
+        n_rand = min(self.n_random, m // 2) if self.model.trained else m
+        pick = order[: m - n_rand] if self.model.trained else []
         rest = [i for i in order if i not in set(pick)]
         self.rng.shuffle(rest)
-        pick = list(pick) + rest[: n - len(pick)]
+        pick = forced + list(pick) + rest[: m - len(pick)]
         jobs, chosen = [], []
         for i in pick:
             k, choice, trace_json, feats = cands[i]
             self.features[k] = feats
             chosen.append((k, choice, trace_json, scores[i]))
         out = []
-        for k, choice, trace_json, score in chosen:
-            out.append(self._measure(k, choice, trace_json))
+        for j, (k, choice, trace_json, score) in enumerate(chosen):
+            out.append(self._measure(k, choice, trace_json, seeded=j < len(forced)))
         if self.model.trained:
             ok = [(s, r["seconds"]) for (_, _, _, s), r in zip(chosen, out) if r["seconds"] is not None]
             if len(ok) >= 3:
@@ -210,7 +236,7 @@ class TaskTuner:
             return self.measured[k]
         return self._measure(k, choice, trace_json)
 
-    def _measure(self, k: str, choice: dict, trace_json: str) -> dict:
+    def _measure(self, k: str, choice: dict, trace_json: str, seeded: bool = False) -> dict:
         """Build and time one candidate (checked against the untuned output if it would be the new
         best), note it and append its record to the log."""
         check = self.best["seconds"] if self.best else float("inf")
@@ -220,6 +246,7 @@ class TaskTuner:
                                 self.n_measured + 1, res.build_seconds)
         self.measured[k] = r
         self._note(r)
+        self.history[-1]["seeded"] = seeded
         records.append(self.log, [r])
         return r
 

@@ -265,6 +265,29 @@ class Space:
                 return new
         return new
 
+    def family(self) -> tuple:
+        """The decisions' names but the ``unroll:`` ones (which come and go with the sizes of a
+        padding or bias axis): tasks with the same family (the convs of one kind in a network, at
+        other sizes) can take each other's choices through ``adapt``."""
+        return tuple(sorted(name for name, _ in self.decisions if not name.startswith("unroll:")))
+
+    def adapt(self, choice: Choice) -> Optional[Choice]:
+        """``choice`` (from another task of the same family) as a choice of this space: a value this
+        space offers is kept, a number it does not offer becomes the nearest one it does (a tile
+        of 14 on a 7-wide map becomes 7), anything else its first option; None if the result
+        breaks the register budget."""
+        out = {}
+        for name, options in self.decisions:
+            value = choice.get(name)
+            if value in options:
+                out[name] = value
+            elif isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and \
+                    all(isinstance(o, int) and not isinstance(o, bool) and o > 0 for o in options):
+                out[name] = min(options, key=lambda o: (abs(math.log(o / value)), o))
+            else:
+                out[name] = options[0]
+        return out if self._fits(out) else None
+
     def crossover(self, a: Choice, b: Choice, rng: random.Random) -> Choice:
         return {n: (a if rng.random() < 0.5 else b).get(n) for n, _ in self.decisions}
 

@@ -5,7 +5,9 @@
 expected to be largest: its weight (calls per run) times its current best time times the
 recent relative improvement per round of its search (Ansor's backward-window gradient, with
 a floor so no task starves while it still has unmeasured candidates).  A task is ``(args, weight)`` or a ``Task``; records are
-matched by the task's structural key, so a fresh copy of the same DAG gets them too.
+matched by the task's structural key, so a fresh copy of the same DAG gets them too.  When a
+task's search finds a new best, the tasks whose spaces have the same decisions (the convs of one
+kind at other sizes) measure that choice, adapted to their sizes, in their next round.
 """
 from __future__ import annotations
 
@@ -69,6 +71,15 @@ def expected_gain(tuner: TaskTuner, window: int = 2, floor: float = 0.02) -> flo
     return tuner.task.weight * best * max(slope, floor / rounds)
 
 
+def _share(tuners, family, i: int, best: Optional[dict]) -> None:
+    """Offer task ``i``'s best searched choice to the other tasks of its family (same decisions)."""
+    if best is None:
+        return
+    for j in family[tuners[i].space.family()]:
+        if j != i:
+            tuners[j].offer(best["choice"])
+
+
 def _status(tuners, t0: float, time_budget: Optional[float]) -> str:
     """The progress bar's note: estimated kernel time per network run with the best schedules
     so far (calls x best time), and the time budget left."""
@@ -110,6 +121,11 @@ def tune_tasks(tasks: Sequence, target="llvm", trials: Optional[int] = 256, time
                 tuner.measure_given(trace_json, "default schedule")
                 spent += tuner.n_measured - before
                 bar.update(tuner.n_measured - before)
+        family: Dict[tuple, List[int]] = {}
+        for j, tuner in enumerate(tuners):
+            family.setdefault(tuner.space.family(), []).append(j)
+        for j, tuner in enumerate(tuners):          # a resumed search's best, too
+            _share(tuners, family, j, tuner.best_searched())
         rounds = [0] * len(tuners)
         warmup = max(1, min(WARMUP_ROUNDS, int(min(limit, 10 ** 9) - spent) // (batch * len(tuners))))
         while spent < limit:
@@ -122,7 +138,11 @@ def tune_tasks(tasks: Sequence, target="llvm", trials: Optional[int] = 256, time
             # every task first gets a few rounds in turn, so that the gradient has something to go on
             i = young[0] if young else max(live, key=lambda j: expected_gain(tuners[j]))
             rounds[i] += 1
+            before = tuners[i].best_searched()
             got = tuners[i].round(int(min(batch, limit - spent)))
+            after = tuners[i].best_searched()
+            if after is not None and after is not before:
+                _share(tuners, family, i, after)
             exhausted[i] = exhausted.get(i, 0) + 1 if not got else 0
             spent += len(got)
             bar.set_postfix_str(_status(tuners, t0, time_budget), refresh=False)
