@@ -203,7 +203,7 @@ def schedule_conv2d_blocked(s, op, target):
     n_, obn, oh_, ow_, b = [int(d.value) for d in out.shape]
     depthwise = fused_depthwise(s, op)
     nv = _channel_vectors(op, obn, ow_) if depthwise is None else (2 if obn % 2 == 0 else 1)
-    owb = _row_block(ow_, 28 // nv if nv > 1 else 14)
+    owb = _row_block(ow_, _pixels_per_block(nv))
     acc, Y = accumulator_and_tile(s, op)
     n, ob, y, x, oi = Y.op.axis
     obo, obi = Y.split(ob, factor=nv)
@@ -226,6 +226,20 @@ def schedule_conv2d_blocked(s, op, target):
         _schedule_depthwise_rows(s, depthwise, op.input_tensors[0], Y, fused)
     for t in op.input_tensors:
         _schedule_blocked_padding(s, t, target.lanes(op.outputs[0].dtype))
+
+
+#: vector registers of the CPUs the blocked conv is tuned for (AVX-512: 32)
+VECTOR_REGISTERS = 32
+
+
+def _pixels_per_block(nv: int) -> int:
+    """At most this many output pixels in a register block of ``nv`` channel vectors: 28
+    accumulators in all (14 pixels for one vector), and the block's accumulators, its ``nv``
+    weight vectors and one broadcast input must fit the registers.  4 x 7 did not: ResNet-18's
+    stem (3 -> 64 channels at 112x112, 4 vectors) spilled, and 4 x 4 ran 1.19x faster (Zen 5,
+    interleaved; the autoscheduler found it first, 1.13x side by side)."""
+    limit = 28 // nv if nv > 1 else 14
+    return min(limit, (VECTOR_REGISTERS - 1 - nv) // nv)
 
 
 #: a reduction (input channels x kernel taps) at most this long is short: see ``_channel_vectors``
