@@ -23,7 +23,7 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
   ``from_blocked`` right after it is computed; a depthwise input that only exists in
   NCHW gets one ``to_blocked``.  Transforms sit at the edges of the blocked region, once
   per value, never per layer;
-* a conv larger than 1x1 reading an NCHW value with at least ``PLAIN_INPUT_MAX_CHANNELS``
+* a conv larger than 1x1 reading an NCHW value with at least ``TO_BLOCKED_MIN_CHANNELS``
   channels (whole vectors of them) gets one ``to_blocked`` of it; others (a first layer's image,
   1x1 convs) read the value as it lies;
 * a conv (depthwise, or 1x1 with at most ``LONE_NCHW_CHANNELS`` input channels) whose input is NCHW
@@ -207,16 +207,16 @@ def _decide(g: Graph, node: Node, block, lanes, users) -> Optional[str]:
 #: 1.04-1.81; with 256-960 (ResNet's 1x1 downsample at 14x14, MobileNetV2's last layers) NCHW lost,
 #: 0.87-0.91 against 1.06-1.52: there the kernel's work dwarfs the transform.  Only 1x1 convs: a
 #: 3x3's work dwarfs it at any channel count (ResNet-18's 3x3 64->64 at 56x56 alone, Zen 5: 0.49 ms
-#: in NCHW, 0.29 ms blocked with both transforms; its 3x3 layers' ratio to onnxruntime 0.87-0.97 ->
-#: 0.91-1.53 in ``benchmarks.conv2d``).
+#: in NCHW, 0.29 ms blocked with both transforms; its stride-1 3x3 layers' ratio to onnxruntime
+#: 0.87-1.01 -> 0.98-1.53 in ``benchmarks.conv2d``).
 LONE_NCHW_CHANNELS = 192
 
-#: a conv reading an NCHW value with fewer input channels than this reads it as it lies (a first
-#: layer's image); a larger one (whole vectors of channels, a kernel larger than 1x1) gets one
-#: to_blocked copy first: blocked, a 3x3 can take the Winograd form, and its many taps read the
+#: a conv larger than 1x1 reading an NCHW value of at least this many channels (whole vectors of
+#: them) gets one to_blocked copy of it first; with fewer (a first layer's image) it reads the
+#: value as it lies: blocked, a 3x3 can take the Winograd form, and its many taps read the
 #: input rows in whole vectors.  A 1x1 reads a plain input as fast (MobileNetV2's 960->320 at 7x7
 #: alone, Zen 5: 0.069-0.090 ms plain, 0.096 ms blocked after its to_blocked).
-PLAIN_INPUT_MAX_CHANNELS = 16
+TO_BLOCKED_MIN_CHANNELS = 16
 
 #: ops a blocked value flows through to a later convolution (see ``_reaches_conv``)
 _BLOCKED_PASSES = frozenset({"max_pool2d", "avg_pool2d", "concat"})
@@ -336,7 +336,7 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
                 g.add_initializer(extra[0], bias)
     if how in ("conv", "conv_plain_input"):
         x = node.inputs[0]
-        if how == "conv_plain_input" and weight.shape[1] >= PLAIN_INPUT_MAX_CHANNELS and \
+        if how == "conv_plain_input" and weight.shape[1] >= TO_BLOCKED_MIN_CHANNELS and \
                 weight.shape[1] % lanes == 0 and (weight.shape[2:] != (1, 1) or x in made_blocked):
             x_in = blocked_input(x, lanes)
             block, twin = dict(block, **{x: lanes}), dict(twin, **{x: x_in})
