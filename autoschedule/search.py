@@ -140,7 +140,9 @@ class TaskTuner:
             self.model.fit(np.array(X), y)
 
     # -- one round -------------------------------------------------------------
-    def _proposals(self) -> list:
+    def _proposals(self, traces: set) -> list:
+        """Distinct new candidates (children of the best, fresh samples); ``traces``: the schedules
+        measured or already proposed this round, added to as candidates are taken."""
         rng = self.rng
         good = sorted((r for r in self.measured.values()
                        if r.get("seconds") and not r.get("error") and "given" not in r["choice"]),
@@ -159,15 +161,12 @@ class TaskTuner:
                 c = self.space.sample(rng)
             choices.append(c)
         seen, out = set(), []
-        traces = {r.get("trace") for r in self.measured.values()}
         for c in choices:
             k = _key(c)
             if k in seen or k in self.measured:
                 continue
             seen.add(k)
             cand = self._candidate(c)
-            # two assignments can give one schedule (a decision that the others make moot):
-            # measure each schedule once
             if cand is not None and cand[2] not in traces:
                 traces.add(cand[2])
                 out.append(cand)
@@ -185,8 +184,8 @@ class TaskTuner:
         """The fastest measured record of the search itself (a given schedule left out)."""
         return records.fastest(r for r in self.measured.values() if "given" not in (r.get("choice") or {}))
 
-    def _seeded(self, limit: int) -> list:
-        out, traces = [], {r.get("trace") for r in self.measured.values()}
+    def _seeded(self, limit: int, traces: set) -> list:
+        out = []
         while self.seeds and len(out) < limit:
             cand = self._candidate(self.seeds.pop(0))
             if cand is not None and cand[2] not in traces:
@@ -196,9 +195,11 @@ class TaskTuner:
 
     def round(self, n: int) -> List[dict]:
         """Measure up to ``n`` new candidates; returns their records."""
-        seeded = self._seeded(max(1, n // 4))
-        taken = {c[0] for c in seeded}
-        cands = seeded + [c for c in self._proposals() if c[0] not in taken]
+        # two assignments can give one schedule (a decision that the others make moot): each
+        # schedule is measured once, whether it came from another task or from the search
+        traces = {r.get("trace") for r in self.measured.values()}
+        seeded = self._seeded(max(1, n // 4), traces)
+        cands = seeded + self._proposals(traces)
         if not cands:
             return []
         scores = self.model.predict(np.array([c[3] for c in cands]))
@@ -207,10 +208,11 @@ class TaskTuner:
         m = n - len(forced)
         n_rand = min(self.n_random, m // 2) if self.model.trained else m
         pick = order[: m - n_rand] if self.model.trained else []
-        rest = [i for i in order if i not in set(pick)]
+        taken = set(pick)
+        rest = [i for i in order if i not in taken]
         self.rng.shuffle(rest)
         pick = forced + list(pick) + rest[: m - len(pick)]
-        jobs, chosen = [], []
+        chosen = []
         for i in pick:
             k, choice, trace_json, feats = cands[i]
             self.features[k] = feats

@@ -71,11 +71,11 @@ def expected_gain(tuner: TaskTuner, window: int = 2, floor: float = 0.02) -> flo
     return tuner.task.weight * best * max(slope, floor / rounds)
 
 
-def _share(tuners, family, i: int, best: Optional[dict]) -> None:
-    """Offer task ``i``'s best searched choice to the other tasks of its family (same decisions)."""
+def _share(tuners, members: List[int], i: int, best: Optional[dict]) -> None:
+    """Offer task ``i``'s best searched choice to the other ``members`` of its family."""
     if best is None:
         return
-    for j in family[tuners[i].space.family()]:
+    for j in members:
         if j != i:
             tuners[j].offer(best["choice"])
 
@@ -121,11 +121,12 @@ def tune_tasks(tasks: Sequence, target="llvm", trials: Optional[int] = 256, time
                 tuner.measure_given(trace_json, "default schedule")
                 spent += tuner.n_measured - before
                 bar.update(tuner.n_measured - before)
-        family: Dict[tuple, List[int]] = {}
+        by_family: Dict[tuple, List[int]] = {}
         for j, tuner in enumerate(tuners):
-            family.setdefault(tuner.space.family(), []).append(j)
+            by_family.setdefault(tuner.space.family(), []).append(j)
+        family = [by_family[tuner.space.family()] for tuner in tuners]     # per task, its family's tasks
         for j, tuner in enumerate(tuners):          # a resumed search's best, too
-            _share(tuners, family, j, tuner.best_searched())
+            _share(tuners, family[j], j, tuner.best_searched())
         rounds = [0] * len(tuners)
         warmup = max(1, min(WARMUP_ROUNDS, int(min(limit, 10 ** 9) - spent) // (batch * len(tuners))))
         while spent < limit:
@@ -142,7 +143,7 @@ def tune_tasks(tasks: Sequence, target="llvm", trials: Optional[int] = 256, time
             got = tuners[i].round(int(min(batch, limit - spent)))
             after = tuners[i].best_searched()
             if after is not None and after is not before:
-                _share(tuners, family, i, after)
+                _share(tuners, family[i], i, after)
             exhausted[i] = exhausted.get(i, 0) + 1 if not got else 0
             spent += len(got)
             bar.set_postfix_str(_status(tuners, t0, time_budget), refresh=False)

@@ -468,30 +468,26 @@ class FunctionEmitter:
         b = self.builder
         if not signed:
             return b.udiv(a, c) if op == "floordiv" else b.urem(a, c)
-        zero = ir.Constant(a.type, None)
-        if isinstance(divisor, Const) and divisor.value > 0 and (divisor.value & (divisor.value - 1)) == 0:
-            shift = divisor.value.bit_length() - 1
+        d = divisor.value if isinstance(divisor, Const) and divisor.value > 0 else None
+        if d is not None and d & (d - 1) == 0:
             if op == "floordiv":
-                return b.ashr(a, ir.Constant(a.type, shift) if _lanes(a) == 1 else
-                              ir.Constant(a.type, [shift] * _lanes(a)))
-            mask = divisor.value - 1
-            return b.and_(a, ir.Constant(a.type, mask) if _lanes(a) == 1 else ir.Constant(a.type, [mask] * _lanes(a)))
+                return b.ashr(a, _splat_const(a.type, d.bit_length() - 1))
+            return b.and_(a, _splat_const(a.type, d - 1))
         q = b.sdiv(a, c)
         r = b.srem(a, c)
-        if isinstance(divisor, Const) and divisor.value > 0:
+        if d is not None:
             # r < 0 only where a < 0: then floor is one below the truncated quotient and the
             # remainder is r + d; (r >> 63) is -1 there, else 0 (4 instructions instead of 9: an
             # unrolled register tile computes one such index per access)
             width = a.type.element.width if _lanes(a) > 1 else a.type.width
-            shift = ir.Constant(a.type, width - 1) if _lanes(a) == 1 else ir.Constant(a.type, [width - 1] * _lanes(a))
-            negative = b.ashr(r, shift)
+            negative = b.ashr(r, _splat_const(a.type, width - 1))
             return b.add(q, negative) if op == "floordiv" else b.add(r, b.and_(negative, c))
+        zero = ir.Constant(a.type, None)
         r_nonzero = b.icmp_signed("!=", r, zero)
         sign_differs = b.icmp_signed("!=", b.icmp_signed("<", r, zero), b.icmp_signed("<", c, zero))
         adjust = b.and_(r_nonzero, sign_differs)
         if op == "floordiv":
-            one = ir.Constant(a.type, 1) if _lanes(a) == 1 else ir.Constant(a.type, [1] * _lanes(a))
-            return b.select(adjust, b.sub(q, one), q)
+            return b.select(adjust, b.sub(q, _splat_const(a.type, 1)), q)
         return b.select(adjust, b.add(r, c), r)
 
     def expr_Compare(self, e: Compare):

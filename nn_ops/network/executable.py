@@ -408,10 +408,7 @@ def _concats_in_place(g: Graph, kernel_groups, alias_of: Dict[str, str]):
         if id(grp) not in moved:
             kept.append(grp)
         elif len(grp.nodes) > 1:        # the epilogue stays, reading the concat's memory
-            rest = grp.nodes[1:]
-            inside = {n.outputs[0] for n in rest}
-            kept.append(FusedGroup(rest, grp.kind, grp.output,
-                                   list(dict.fromkeys(i for n in rest for i in n.inputs if i not in inside))))
+            kept.append(FusedGroup(grp.nodes[1:], grp.kind, grp.output).find_inputs())
     return kept, slice_of
 
 

@@ -263,16 +263,14 @@ def _schedule_from_blocked(stage, axes, block: int) -> None:
     co, ci = stage.split(c, factor=block)
     width = x.extent.value if isinstance(x.extent, Const) else 0
     tile = TO_BLOCKED_PIXELS if width >= FROM_BLOCKED_WIDE else FROM_BLOCKED_PIXELS
+    inner = [ci]
     if width > tile:
-        xo, xi = stage.split(x, factor=tile, tail="shift")
-        stage.reorder(n, co, y, xo, ci, xi)
-        stage.parallel(stage.fuse(n, co, y))
-        stage.unroll(ci)
-        stage.unroll(xi)
-        return
-    stage.reorder(n, co, y, x, ci)
+        x, xi = stage.split(x, factor=tile, tail="shift")
+        inner = [ci, xi]
+    stage.reorder(n, co, y, x, *inner)
     stage.parallel(stage.fuse(n, co, y))
-    stage.unroll(ci)
+    for axis in inner:
+        stage.unroll(axis)
 
 
 def schedule_injective(s: Schedule, op: ComputeOp, target) -> None:

@@ -336,18 +336,18 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
                 g.add_initializer(extra[0], bias)
     if how in ("conv", "conv_plain_input"):
         x = node.inputs[0]
-        if how == "conv_plain_input" and weight.shape[1] >= TO_BLOCKED_MIN_CHANNELS and \
-                weight.shape[1] % lanes == 0 and (weight.shape[2:] != (1, 1) or x in made_blocked):
-            x_in = blocked_input(x, lanes)
-            block, twin = dict(block, **{x: lanes}), dict(twin, **{x: x_in})
-            how = "conv"
-        if how == "conv" and block.get(x) and g.shape(twin[x])[1] * block[x] > weight.shape[1]:
-            weight = _padded_inputs(weight, g.shape(twin[x])[1] * block[x])      # the input's padding
         c = weight.shape[1]
-        cb = block[x] if how == "conv" else _divisor_at_most(c, 8)
-        x_in = twin[x] if how == "conv" else x
+        if how == "conv":
+            x_in, cb = twin[x], block[x]
+            if g.shape(x_in)[1] * cb > c:
+                weight = _padded_inputs(weight, g.shape(x_in)[1] * cb)      # the input's padding
+                c = weight.shape[1]
+        elif c >= TO_BLOCKED_MIN_CHANNELS and c % lanes == 0 and (weight.shape[2:] != (1, 1) or x in made_blocked):
+            x_in, cb = blocked_input(x, lanes), lanes          # one to_blocked copy, as any blocked input
+        else:
+            x_in, cb = x, _divisor_at_most(c, 8)               # read as it lies
         w_name = g.fresh_name(node.inputs[1] + ".blocked")
-        if how == "conv" and winograd_pays(weight.shape[2:], attrs["stride"], attrs["dilation"],
+        if x_in != x and winograd_pays(weight.shape[2:], attrs["stride"], attrs["dilation"],
                                            g.shape(node.outputs[0])[2:], c, weight.shape[0], cpu):
             g.add_initializer(w_name, winograd_weight(weight, b, cb))
             return Node("conv2d_winograd_blocked", [x_in, w_name] + extra, [out],

@@ -41,6 +41,12 @@ class FusedGroup:
     output: str = ""
     inputs: List[str] = field(default_factory=list)
 
+    def find_inputs(self) -> "FusedGroup":
+        """Set ``inputs``: the values its nodes read that none of them computes, in first-use order."""
+        inside = {n.outputs[0] for n in self.nodes}
+        self.inputs = list(dict.fromkeys(i for n in self.nodes for i in n.inputs if i not in inside))
+        return self
+
     @property
     def name(self) -> str:
         return "_".join(dict.fromkeys(n.op_type for n in self.nodes))[:60]
@@ -94,6 +100,5 @@ def fuse_operators(g: Graph) -> List[FusedGroup]:
     position = {id(n): k for k, n in enumerate(g.nodes)}
     groups.sort(key=lambda grp: position[id(grp.nodes[-1])])
     for grp in groups:
-        inside = {n.outputs[0] for n in grp.nodes}
-        grp.inputs = list(dict.fromkeys(i for n in grp.nodes for i in n.inputs if i not in inside))
+        grp.find_inputs()
     return groups
