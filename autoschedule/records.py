@@ -33,6 +33,24 @@ def make_record(task_key: str, target: Target, choice: dict, trace_json: str, se
             "build_seconds": round(build_seconds, 4), "version": VERSION}
 
 
+def prepare(path) -> None:
+    """Make ``path`` ready to append to before any tuning starts (its folders created), or raise an
+    ArgumentError naming it: a log that cannot be written should fail in the first second, not
+    after the first round of measurements."""
+    if not path:
+        return
+    if os.path.isdir(path):
+        raise ArgumentError(f"tuning log {path!r} is a directory, not a JSON Lines file")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise ArgumentError(f"tuning log {path!r} cannot be written ({exc.strerror or exc}); "
+                            "give a log path in a writable folder") from None
+
+
 def append(path, records: List[dict]) -> None:
     if not path or not records:
         return

@@ -15,6 +15,7 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 from ..errors import ArgumentError
+from . import records
 from .search import TaskTuner, default_measurer
 from .task import Task
 from .tune import TuneResult, _check_trials, _progress_bar
@@ -108,6 +109,7 @@ def tune_tasks(tasks: Sequence, target="llvm", trials: Optional[int] = 256, time
     tasks = [_as_task(t, target) for t in tasks]
     if not tasks:
         raise ArgumentError("tune_tasks: no tasks")
+    records.prepare(log)
     measurer = default_measurer(executor, timeout)
     t0 = time.perf_counter()
     tuners = [TaskTuner(t, measurer, log=log, seed=seed + i, batch=batch) for i, t in enumerate(tasks)]

@@ -124,6 +124,7 @@ def tune(args, target="llvm", trials: int = 256, time_budget: Optional[float] = 
     if time_budget is not None and (not isinstance(time_budget, numbers.Real) or time_budget <= 0):
         raise ArgumentError(f"tune: time_budget must be a positive number of seconds or None, got {time_budget!r}")
     task = Task(list(args), target)
+    records.prepare(log)
     measurer = default_measurer(executor, timeout)
     t0 = time.perf_counter()
     tuner = TaskTuner(task, measurer, log=log, seed=seed, batch=batch)

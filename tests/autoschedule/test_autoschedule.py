@@ -132,6 +132,18 @@ def test_errors(tmp_path):
         auto.apply_best(str(bad), matmul())
 
 
+def test_a_log_in_a_new_folder_is_created_and_an_unwritable_one_fails_before_tuning(tmp_path):
+    log = tmp_path / "new" / "folder" / "t.jsonl"
+    auto.tune(matmul(), trials=2, log=str(log), progress=False, measure_untuned=False)
+    assert len(log.read_text().splitlines()) == 2
+    with pytest.raises(lw.ArgumentError, match="is a directory"):
+        auto.tune(matmul(), trials=1, log=str(tmp_path), progress=False)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(lw.ArgumentError, match="cannot be written"):
+        auto.tune(matmul(), trials=1, log=str(blocker / "t.jsonl"), progress=False)
+
+
 def test_zero_trials_measures_nothing():
     res = auto.tune(matmul(), trials=0, progress=False)
     assert res.history == [] and res.best_seconds is None and res.trace is None

@@ -36,8 +36,12 @@ def test_tune_network_measures_the_defaults_first_and_compile_applies_the_log(tm
     assert untouched.tuned_kernels == 0
 
 
-def test_tune_network_errors():
+def test_tune_network_errors(tmp_path):
     graph = lw.from_onnx(small_cnn())
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(lw.ArgumentError, match="cannot be written"):
+        auto.tune_network(graph, trials=1, log=str(blocker / "net.jsonl"), progress=False)
     with pytest.raises(lw.ArgumentError, match="log="):
         auto.tune_network(graph, trials=1)
     with pytest.raises(lw.ArgumentError, match="static network graph"):
