@@ -60,9 +60,10 @@ UNARY = {"Relu": lambda x: _max(x, const(0.0, x.dtype)), "Erf": lwi.erf, "Tanh":
          "Sigmoid": lwi.sigmoid, "Exp": lwi.exp, "Sqrt": lwi.sqrt, "Neg": lambda x: -x, "Abs": lwi.abs,
          "Identity": lambda x: x}
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+CNN_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool")      # polymorphic_cnn.py
 COVERED = set(BINARY) | set(UNARY) | set(VIEWS) | {"Cast", "MatMul", "Gemm", "Transpose", "Softmax",
                                                    "LayerNormalization", "Constant", "Dropout", "Shape", "Gather",
-                                                   "Concat"}
+                                                   "Concat"} | set(CNN_OPS)
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 # A dense layer (MatMul/Gemm by a constant) at this many rows or fewer runs its few-rows variant:
 # ``matmul_small_m``'s streaming schedule, B read in place (no per-call packing of its panels, which
@@ -121,6 +122,8 @@ class _Builder:
                 self.consumers.setdefault(i, []).append(node)
         self.done = set()
         self.local: Dict[str, tuple] = {}       # values this builder makes up: (shape, dtype[, "input"])
+        from .polymorphic_cnn import CnnWalk
+        self.cnn = CnnWalk(self, _Unsupported)
 
     # ---------------------------------------------------------------- the walk
     def build(self) -> PolymorphicExecutable:
@@ -144,8 +147,10 @@ class _Builder:
             lines = "\n".join(f"  - node {n!r}: {op}: {why}" for n, op, why in problems)
             raise OnnxImportError(f"{self.name!r} cannot compile shape-polymorphically yet ({len(problems)} "
                                   f"node(s); compile without polymorphic=True to specialise per shape):\n{lines}")
-        self._build_pending()
         outputs = [o.name for o in self.model.graph.output]
+        for o in outputs:
+            self.cnn.plain(o)
+        self._build_pending()
         view_sources = {v.name: v.source for v in self.views if v.source in self.values}
         plan = SymbolicPlan(self.values, self.steps, view_sources, keep=outputs)
         used = {a for c in self.calls for a in c.args} | set(outputs)
@@ -181,6 +186,10 @@ class _Builder:
             from onnx import numpy_helper
             self.consts[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
             return
+        if op in CNN_OPS:
+            return self.cnn.conv(k, node, label) if op == "Conv" else self.cnn.pool(node, label)
+        for i in node.input:
+            self.cnn.plain(i)       # a value kept blocked, read here as NCHW
         if op in VIEWS or (op == "Dropout" and len(outs) == 1):
             return self.view(node.input[0], node.output[0])
         if op in ("MatMul", "Gemm") or _elementwise(node):
@@ -233,20 +242,34 @@ class _Builder:
         self.views.append(View(dst, src, shape))
 
     def kernel(self, label, key, inputs: List[str], output: str, make, out_shape=None, then_view=None,
-               few_rows=None) -> None:
+               few_rows=None, derived_output: bool = False, own_inputs: int = 0) -> None:
         """Build (or reuse) the kernel ``make(*placeholders, extent=f)`` (``f`` maps a sympy size to the
         kernel's int or ``lw.var``) and call it on ``inputs`` -> ``output`` (then viewed as ``then_view``).
         ``few_rows`` (rows, at_most, make_small): a second kernel of the same arguments, built by
-        ``make_small``, that the call runs at bindings where the sympy size ``rows`` <= at_most."""
+        ``make_small``, that the call runs at bindings where the sympy size ``rows`` <= at_most.
+        ``derived_output``: the output's symbolic sizes not among the inputs' (a convolution's
+        ``(H - 1)//2 + 1``) are the kernel's own expressions of its inputs' sizes, proven equal to the
+        graph's; else every distinct symbolic size is a size argument of its own.  ``own_inputs``
+        (with ``derived_output``): the last inputs are shaped like the output, and ``make`` creates
+        their placeholders in the kernel's own sizes, returning ``(output, [those placeholders])``
+        (a ``make`` may return that pair with an empty list)
+        (a convolution's residual operand: bound inference then knows it has the output's extent)."""
         out_shape = self.shapes.shapes[output] if out_shape is None else out_shape
         arg_shapes = [self.shape(i) for i in inputs] + [out_shape]
         variables: Dict[object, object] = {}
         pattern = []
-        for shape in arg_shapes:
+        own = len(inputs) - own_inputs         # inputs from here on: placeholders made by ``make``
+        for k, shape in enumerate(arg_shapes):
             for d in shape:
-                if not S.is_static(d) and d not in variables:
+                if S.is_static(d):
+                    pattern.append(int(d))
+                elif d in variables:
+                    pattern.append(f"v{list(variables).index(d)}")
+                elif k >= own and derived_output:
+                    pattern.append("derived")      # computed by the kernel from its inputs' sizes
+                else:
                     variables[d] = None
-                pattern.append(int(d) if S.is_static(d) else f"v{list(variables).index(d)}")
+                    pattern.append(f"v{len(variables) - 1}")
         full_key = repr(key + (tuple(pattern), tuple(len(s) for s in arg_shapes),
                                tuple(self.dtype(i) for i in inputs)))
 
@@ -265,12 +288,13 @@ class _Builder:
                 def extent(d):
                     return int(d) if S.is_static(d) else var_of[d]
                 holders = [placeholder(tuple(extent(d) for d in self.shape(i)), name=f"in{k}", dtype=self.dtype(i))
-                           for k, i in enumerate(inputs)]
+                           for k, i in enumerate(inputs[:own])]
                 out = make(*holders, extent=extent)
-                got = tuple(S.from_dsl(e) if not hasattr(e, "value") else int(e.value) for e in out.shape)
-                want = tuple(int(d) if S.is_static(d) else S.from_dsl(var_of[d]) for d in out_shape)
-                if got != want:
-                    raise _Unsupported(f"the kernel computes shape {got}, the graph says {want}")
+                if isinstance(out, tuple):
+                    out, made = out
+                    holders = holders + list(made)
+                for tensor, graph_shape in zip(holders[own:] + [out], arg_shapes[own:]):
+                    self._check_kernel_shape(tensor, graph_shape, var_of, derived_output)
                 # built after the walk, all together (build_many: on every core)
                 if not self.jobs:
                     build_workers.prestart()
@@ -293,6 +317,22 @@ class _Builder:
         self.steps.append(([i for i in inputs if i in self.values], [output]))
         if then_view is not None:
             self.view(output, then_view)
+
+    @staticmethod
+    def _check_kernel_shape(tensor, graph_shape, var_of, derived: bool) -> None:
+        """That a kernel's ``tensor`` has the graph's shape: its sizes are the size vars of the
+        graph's (``var_of``: sympy size -> var), or (``derived``) expressions of them proven equal."""
+        got = tuple(S.from_dsl(e) if not hasattr(e, "value") else int(e.value) for e in tensor.shape)
+        if derived:
+            graph_size = {S.from_dsl(v): d for d, v in var_of.items()}
+            got = tuple(g if isinstance(g, int) else S.simplify(g.subs(graph_size)) for g in got)
+            want = tuple(int(d) if S.is_static(d) else d for d in graph_shape)
+        else:
+            want = tuple(int(d) if S.is_static(d) else S.from_dsl(var_of[d]) for d in graph_shape)
+        if len(got) != len(want) or not all(
+                (g == w) if isinstance(g, int) or isinstance(w, int) else S.equal(g, w) is True
+                for g, w in zip(got, want)):
+            raise _Unsupported(f"the kernel computes shape {got}, the graph says {want}")
 
     def as_rows(self, src: str, dst: str, axis: int):
         """Views of ``src`` and of the result ``dst`` as (rows, n) where n spans the axes from ``axis``

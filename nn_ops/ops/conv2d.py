@@ -356,7 +356,8 @@ def _schedule_input_copy(s, tensor, lanes: int) -> None:
     P = s[tensor]
     pn, pc, py, px = P.op.axis
     P.parallel(P.fuse(pn, pc, py))
-    vec = next((v for v in (lanes, 8, 4) if v <= int(tensor.shape[3].value)), 1)
+    width = tensor.shape[3].value if isinstance(tensor.shape[3], Const) else lanes   # symbolic: guarded tail
+    vec = next((v for v in (lanes, 8, 4) if v <= width), 1)
     if vec > 1:
         _, pxi = P.split(px, factor=vec)
         P.vectorize(pxi)

@@ -7,7 +7,8 @@ its activations blocked from the first convolution to the global pool (the
 ``choose_conv_layout`` graph pass), so no layer transposes, and depthwise convolutions
 and pools vectorize over channels even where the image is 7 pixels wide.
 
-Ops (all static shapes; ``b`` is the block, the vector width):
+Ops (``b`` is the block, the vector width; channel counts, blocks and kernels are constants, the
+batch and the image's height and width may be symbolic sizes, as shape-polymorphic networks have):
 
 * ``to_blocked(X, b)`` / ``from_blocked(X)``: the layout transforms (injective);
 * ``conv2d_blocked(X, Wp, bias, ...)``: X blocked (or plain NCHW, for the first layer),
@@ -19,20 +20,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...dsl.expr import const, if_then_else, logical_and
+from ...dsl.expr import cast, const, if_then_else, logical_and
 from ...dsl.reduction import max as lw_max, sum as lw_sum
 from ...dsl.tensor import ComputeOp, Tensor, compute, reduce_axis
 from ...errors import ExprError
 from .conv2d import _divisor_at_most, _row_block, _schedule_input_copy
-from .elementwise import static_shape
+from .elementwise import extents, static_shape
 from .pooling import pool_output_size
-from .registry import (INJECTIVE_TAGS, accumulate_in_registers, accumulator_and_tile, register_schedule,
-                       unroll_long_epilogue)
+from .registry import (INJECTIVE_TAGS, accumulate_in_registers, accumulator_and_tile, parallel_planes_and_rows,
+                       register_schedule, unroll_long_epilogue)
 
 
 # ------------------------------------------------------------------ layout transforms
 def to_blocked(X: Tensor, block: int, name: str = "to_blocked") -> Tensor:
-    n, c, h, w = static_shape(X)
+    n, c, h, w = _blocked_dims(X, "to_blocked", (1,))
     if c % block:
         raise ExprError(f"to_blocked: {c} channels are not a multiple of the block {block}")
     return compute((n, c // block, h, w, block), lambda nn, cb, y, x, ci: X[nn, cb * block + ci, y, x],
@@ -41,12 +42,23 @@ def to_blocked(X: Tensor, block: int, name: str = "to_blocked") -> Tensor:
 
 def from_blocked(X: Tensor, channels: int = None, name: str = "from_blocked") -> Tensor:
     """NCHW[b]c -> NCHW; ``channels`` (at most the blocks' channels) drops padding channels at the end."""
-    n, cb, h, w, b = static_shape(X)
+    n, cb, h, w, b = _blocked_dims(X, "from_blocked", (1, 4))
     channels = cb * b if channels is None else channels
     if not cb * b - b < channels <= cb * b:
         raise ExprError(f"from_blocked: {channels} channels from {cb} blocks of {b}")
     return compute((n, channels, h, w), lambda nn, c, y, x: X[nn, c // b, y, x, c % b], name=name,
                    tag="injective", attrs=dict(unblocks=b))
+
+
+def _blocked_dims(X: Tensor, op: str, constant_axes) -> tuple:
+    """``X``'s extents (ints, or expressions for symbolic sizes); the channel axes ``constant_axes``
+    must be constants (the blocks and the weights are laid out for them)."""
+    dims = extents(X)
+    for axis in constant_axes:
+        if not isinstance(dims[axis], int):
+            raise ExprError(f"{op}: {X.name}'s axis {axis} (channels) has the symbolic size {dims[axis]}; "
+                            f"only the batch, height and width may be symbolic")
+    return dims
 
 
 def pack_blocked_weight(weight: np.ndarray, block: int, in_block: int) -> np.ndarray:
@@ -66,7 +78,7 @@ def _padded(X: Tensor, padding, name: str) -> Tensor:
     pt, pl, pb, pr = padding
     if not (pt or pl or pb or pr):
         return X
-    shape = static_shape(X)
+    shape = extents(X)
     h, w = shape[2], shape[3]
     new = list(shape)
     new[2], new[3] = h + pt + pb, w + pl + pr
@@ -87,7 +99,7 @@ def _with_bias(Y: Tensor, bias, name: str) -> Tensor:
     """``Y`` (blocked) plus a per-channel ``bias`` [C], as an elementwise stage (a fusable epilogue)."""
     if bias is None:
         return Y
-    b = static_shape(Y)[4]
+    b = extents(Y)[4]
     return compute(Y.shape, lambda nn, cb, yy, xx, ci: Y[nn, cb, yy, xx, ci] + bias[cb * b + ci],
                    name=name + ".bias", tag="elemwise")
 
@@ -96,7 +108,7 @@ def _with_bias(Y: Tensor, bias, name: str) -> Tensor:
 def conv2d_blocked(X: Tensor, Wp: Tensor, bias=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
                    name: str = "conv2d") -> Tensor:
     """Y [N, OC/b, OH, OW, b] = conv(X, W) (+ bias [OC]); X blocked [N, C/cb, H, W, cb] or NCHW."""
-    xs = static_shape(X)
+    xs = _blocked_dims(X, "conv2d_blocked", (1, 4) if X.ndim == 5 else (1,))
     ob_n, cob_n, kh, kw, cb, b = static_shape(Wp)
     blocked_in = len(xs) == 5
     if blocked_in:
@@ -133,7 +145,7 @@ def conv2d_blocked(X: Tensor, Wp: Tensor, bias=None, stride=(1, 1), padding=(0, 
 def depthwise_blocked(X: Tensor, Wd: Tensor, bias=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
                       name: str = "depthwise") -> Tensor:
     """Y [N, C/b, OH, OW, b]: each channel convolved with its own KH x KW filter (Wd [C/b, KH, KW, b])."""
-    n, cbn, h, w, b = static_shape(X)
+    n, cbn, h, w, b = _blocked_dims(X, "depthwise_blocked", (1, 4))
     wcb, kh, kw, wb = static_shape(Wd)
     if (wcb, wb) != (cbn, b):
         raise ExprError(f"depthwise_blocked: weight blocks {(wcb, wb)} do not match the input's {(cbn, b)}")
@@ -154,11 +166,13 @@ def depthwise_blocked(X: Tensor, Wd: Tensor, bias=None, stride=(1, 1), padding=(
 def pool2d_blocked(X: Tensor, kernel, stride, padding, dilation=(1, 1), pool_type: str = "max",
                    ceil_mode: bool = False, count_include_pad: bool = False, name: str = "pool") -> Tensor:
     """Max / average pooling of a blocked tensor (the channel block stays innermost, vectorized)."""
-    n, cbn, h, w, b = static_shape(X)
+    n, cbn, h, w, b = _blocked_dims(X, "pool2d_blocked", (1, 4))
     kh, kw = kernel
     sh, sw = stride
     pt, pl, pb, pr = padding
     dh, dw = dilation
+    if ceil_mode and not (isinstance(h, int) and isinstance(w, int)):
+        raise ExprError("pool2d_blocked: ceil_mode on a map of symbolic size is not supported")
     oh = pool_output_size(h, kh, sh, pt, pb, dh, ceil_mode)
     ow = pool_output_size(w, kw, sw, pl, pr, dw, ceil_mode)
     if pool_type == "avg" and (pt or pl or pb or pr or ceil_mode) and not count_include_pad:
@@ -185,10 +199,13 @@ def pool2d_blocked(X: Tensor, kernel, stride, padding, dilation=(1, 1), pool_typ
 
 def global_avg_pool_blocked(X: Tensor, name: str = "global_pool") -> Tensor:
     """Mean over H and W of a blocked tensor: [N, C/b, 1, 1, b]."""
-    n, cbn, h, w, b = static_shape(X)
+    n, cbn, h, w, b = _blocked_dims(X, "global_avg_pool_blocked", (1, 4))
     ry = reduce_axis((0, h), name="ry")
     rx = reduce_axis((0, w), name="rx")
-    inv = const(1.0 / (h * w), X.dtype)
+    if isinstance(h, int) and isinstance(w, int):
+        inv = const(1.0 / (h * w), X.dtype)
+    else:       # a symbolic map: the reciprocal of its size, computed once per call (loop-invariant)
+        inv = const(1.0, X.dtype) / cast(X.dtype, h * w)
     return compute((n, cbn, 1, 1, b), lambda nn, cb, y, x, ci: lw_sum(X[nn, cb, ry, rx, ci] * inv, axis=[ry, rx]),
                    name=name, tag="pool_blocked")
 
@@ -200,6 +217,9 @@ def schedule_conv2d_blocked(s, op, target):
     the reduction (input channel blocks, ky, kx, channel in block) runs outside the block; channel
     blocks (or rows, when there are few) in parallel; the block is stored as whole vectors."""
     out = op.outputs[0]
+    if not all(isinstance(d, int) for d in extents(out)):
+        _schedule_conv2d_blocked_symbolic(s, op, target)
+        return
     n_, obn, oh_, ow_, b = [int(d.value) for d in out.shape]
     depthwise = fused_depthwise(s, op)
     nv = _channel_vectors(op, obn, ow_) if depthwise is None else (2 if obn % 2 == 0 else 1)
@@ -224,6 +244,39 @@ def schedule_conv2d_blocked(s, op, target):
     accumulate_in_registers(s, acc, Y, xo, (cn, cy, rco, ry, rx, rci, cx, cob, coi), (cob, cx))
     if depthwise is not None:
         _schedule_depthwise_rows(s, depthwise, op.input_tensors[0], Y, fused)
+    for t in op.input_tensors:
+        _schedule_blocked_padding(s, t, target.lanes(op.outputs[0].dtype))
+
+
+#: output pixels of a register block on a row of symbolic width (the tail of a row runs the same
+#: block with a run-time extent)
+SYMBOLIC_ROW_BLOCK = 8
+
+
+def _schedule_conv2d_blocked_symbolic(s, op, target):
+    """The register-blocked conv of ``schedule_conv2d_blocked`` on a map of symbolic batch, height
+    or width (a shape-polymorphic network): blocks of ``SYMBOLIC_ROW_BLOCK`` pixels (a row's tail
+    runs a partial block), channel blocks in parallel where there are enough of them for the
+    threads, else rows (only constant-extent axes are fused: taking a fused index of symbolic
+    extents apart would divide by a run-time size)."""
+    obn = int(op.outputs[0].shape[1].value)
+    nv = _channel_vectors(op, obn, WIDE_ROW if op.attrs.get("blocked_input") else STEM_ROW)
+    owb = min(SYMBOLIC_ROW_BLOCK, _pixels_per_block(nv))
+    acc, Y = accumulator_and_tile(s, op)
+    n, ob, y, x, oi = Y.op.axis
+    obo, obi = Y.split(ob, factor=nv)
+    xo, xi = Y.split(x, factor=owb)
+    if obn // nv >= 2 * max(1, target.num_threads):
+        Y.reorder(n, obo, y, xo, obi, xi, oi)
+        Y.parallel(obo)
+    else:
+        Y.reorder(n, y, obo, xo, obi, xi, oi)
+        Y.parallel(Y.fuse(y, obo))
+    Y.vectorize(oi)
+    unroll_long_epilogue(s, op, Y, [obi, xi])
+    cn, cob, cy, cx, coi = s[acc].op.axis
+    rco, ry, rx, rci = s[acc].op.reduce_axis
+    accumulate_in_registers(s, acc, Y, xo, (cn, cy, rco, ry, rx, rci, cx, cob, coi), (cob, cx))
     for t in op.input_tensors:
         _schedule_blocked_padding(s, t, target.lanes(op.outputs[0].dtype))
 
@@ -377,9 +430,8 @@ def schedule_pool_blocked(s, op, target):
     """(image, channel block, row) in parallel; the channel vector innermost."""
     Y = s[op]
     n, cb, y, x, ci = Y.op.axis
-    Y.reorder(n, cb, y, x, *Y.op.reduce_axis, ci)
+    parallel_planes_and_rows(Y, n, cb, y, [x, *Y.op.reduce_axis, ci])
     Y.vectorize(ci)
-    Y.parallel(Y.fuse(n, cb, y) if int(y.extent.value) > 1 else Y.fuse(n, cb))
 
 
 def blocked_shape(shape, block: int):

@@ -228,6 +228,19 @@ def _unblocked_source(s: Schedule, op: ComputeOp):
 TO_BLOCKED_PIXELS = 8
 
 
+def parallel_planes_and_rows(stage, n, cb, y, inner) -> None:
+    """Loops (image, channel block, row, ``inner``...) with the first three fused and in parallel.
+    With a symbolic height (a shape-polymorphic kernel) rows go outside the channel blocks and only
+    (row, block) are fused, the images staying a serial loop outside: a fused index is taken apart
+    by dividing by the inner extents, which must be constants to stay cheap and affine."""
+    if isinstance(y.extent, Const):
+        stage.reorder(n, cb, y, *inner)
+        stage.parallel(stage.fuse(n, cb, y) if y.extent.value > 1 else stage.fuse(n, cb))
+    else:
+        stage.reorder(n, y, cb, *inner)
+        stage.parallel(stage.fuse(y, cb))
+
+
 def _schedule_to_blocked(stage, axes) -> None:
     """``to_blocked`` (NCHW -> NCHW[b]c): (image, channel block, row) in parallel, then tiles of
     ``TO_BLOCKED_PIXELS`` pixels x the block's channels, both unrolled, which LLVM's SLP vectorizer
@@ -237,13 +250,14 @@ def _schedule_to_blocked(stage, axes) -> None:
     n, cb, y, x, ci = axes
     width = x.extent.value if isinstance(x.extent, Const) else 0
     inner = [ci]
+    loops = [x, ci]
     if width > TO_BLOCKED_PIXELS:
         x, xi = stage.split(x, factor=TO_BLOCKED_PIXELS, tail="shift")
-        stage.reorder(n, cb, y, x, xi, ci)
+        loops = [x, xi, ci]
         inner = [xi, ci]
     elif 0 < width:
         inner = [x, ci]
-    stage.parallel(stage.fuse(n, cb, y))
+    parallel_planes_and_rows(stage, n, cb, y, loops)
     for axis in inner:
         stage.unroll(axis)
 
@@ -267,8 +281,7 @@ def _schedule_from_blocked(stage, axes, block: int) -> None:
     if width > tile:
         x, xi = stage.split(x, factor=tile, tail="shift")
         inner = [ci, xi]
-    stage.reorder(n, co, y, x, *inner)
-    stage.parallel(stage.fuse(n, co, y))
+    parallel_planes_and_rows(stage, n, co, y, [x, *inner])
     for axis in inner:
         stage.unroll(axis)
 

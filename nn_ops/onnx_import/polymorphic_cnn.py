@@ -1,0 +1,278 @@
+"""Convolutional networks in ``build_polymorphic``: symbolic batch, height and width.
+
+Activations between convolutions stay in the blocked NCHW[b]c layout (``nchwc.py``, the static
+path's layout), with the batch, height and width symbolic and the channel blocks constant:
+
+- ``Conv`` (groups of 1, a constant weight) is one kernel with what follows it folded in: a
+  ``BatchNormalization`` right after it goes into its weight and bias; then elementwise nodes
+  (ReLU, Clip, a residual Add of another blocked value of the same shape, ...) as its epilogue.
+  A plain NCHW input is read as it lies (a stem's 3 channels) or copied once ``to_blocked``.
+- ``MaxPool`` / ``AveragePool`` pool the blocked value; ``GlobalAveragePool``'s result
+  [N, C/b, 1, 1, b] is, byte for byte, the NCHW [N, C, 1, 1] its consumers read (a view).
+- Any other reader of a blocked value gets it back as NCHW (one ``from_blocked`` kernel).
+
+Kernels take the sizes of their inputs as arguments and compute their output's (the
+``(H + 2*p - k)//s + 1`` of a convolution) themselves; ``_Builder.kernel`` proves those equal to
+the graph's.  Depthwise and grouped convolutions and Winograd are not here yet (see the refusal).
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import numpy as np
+
+from ...dsl.expr import binary, const
+from ...dsl.tensor import compute, placeholder
+from ...errors import ExprError
+from ..network import symbolic as S
+from ..ops.conv2d import _divisor_at_most
+from ..ops.nchwc import (conv2d_blocked, from_blocked, global_avg_pool_blocked, pack_blocked_weight,
+                         pool2d_blocked, to_blocked)
+from .polymorphic import BINARY, UNARY, _apply, _attr, _same, _show
+
+#: plain NCHW inputs of at least this many channels (a whole number of blocks) are copied
+#: ``to_blocked`` once before a convolution; fewer (an image's 3) are read as they lie
+TO_BLOCKED_MIN_CHANNELS = 16
+
+
+class CnnWalk:
+    """The CNN part of one ``_Builder``'s walk: ``blocked`` maps an ONNX value to the arena value
+    holding it blocked; ``plain`` materialises the NCHW form where something else reads it."""
+
+    def __init__(self, builder, unsupported):
+        self.b = builder
+        self.unsupported = unsupported          # the builder's exception for "not covered"
+        self.blocked = {}                       # ONNX value -> its blocked arena value
+        self.block = builder.target.lanes("float32")
+
+    # ------------------------------------------------------------------ layout
+    def plain(self, name: str) -> None:
+        """Make the NCHW value ``name`` exist (``from_blocked`` of its blocked form) if only that exists."""
+        b = self.b
+        if name not in self.blocked or name in b.values or name in b.local or name in b.consts:
+            return
+        src = self.blocked[name]
+        channels = int(b.shapes.shapes[name][1])
+        b.kernel(f"{name}.from_blocked", ("from_blocked", channels), [src], name,
+                 lambda x, extent: from_blocked(x, channels), out_shape=b.shapes.shapes[name])
+
+    def blocked_input(self, name: str, what: str) -> str:
+        """The blocked arena value of ``name``, copying a plain one ``to_blocked`` once."""
+        b = self.b
+        if name in self.blocked:
+            return self.blocked[name]
+        shape = b.shape(name)
+        if len(shape) != 4 or not S.is_static(shape[1]) or int(shape[1]) % self.block:
+            raise self.unsupported(f"{what} of a value of shape {_show(shape)}: the blocked layout needs 4-d "
+                                   f"NCHW with a multiple of {self.block} channels")
+        if b.dtype(name) != "float32":
+            raise self.unsupported(f"{what} of {b.dtype(name)} values (float32 only)")
+        dst = b.fresh(name + ".blocked")
+        b.kernel(f"{name}.to_blocked", ("to_blocked", self.block), [name], dst,
+                 lambda x, extent: to_blocked(x, self.block), out_shape=self.blocked_shape(shape))
+        self.blocked[name] = dst
+        return dst
+
+    def blocked_shape(self, nchw) -> tuple:
+        n, c, h, w = nchw
+        return (n, S.dim(int(c) // self.block), h, w, S.dim(self.block))
+
+    # ------------------------------------------------------------------ convolutions
+    def conv(self, k: int, node, label: str) -> None:
+        b = self.b
+        x, w = node.input[0], node.input[1]
+        if w not in b.consts:
+            raise self.unsupported("a Conv whose weight is computed")
+        if _attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+            raise self.unsupported("auto_pad (give explicit pads)")
+        weight = np.asarray(b.consts[w], dtype=np.float32)
+        if weight.ndim != 4 or int(_attr(node, "group", 1)) != 1:
+            raise self.unsupported("grouped, depthwise or non-2-d convolutions")
+        if b.dtype(self.blocked.get(x, x)) != "float32":
+            raise self.unsupported(f"a Conv of {b.dtype(x)} values (float32 only)")
+        oc, c = weight.shape[:2]
+        if oc % self.block:
+            raise self.unsupported(f"{oc} output channels, not a multiple of the block {self.block}")
+        bias = b.consts[node.input[2]].astype(np.float32) if len(node.input) > 2 and node.input[2] else None
+        if len(node.input) > 2 and node.input[2] and node.input[2] not in b.consts:
+            raise self.unsupported("a Conv whose bias is computed")
+        stride = tuple(int(v) for v in _attr(node, "strides", [1, 1]))
+        dilation = tuple(int(v) for v in _attr(node, "dilations", [1, 1]))
+        pads = [int(v) for v in _attr(node, "pads", [0, 0, 0, 0])]
+        padding = (pads[0], pads[1], pads[2], pads[3])          # top, left, bottom, right
+        if x in self.blocked or (c >= TO_BLOCKED_MIN_CHANNELS and c % self.block == 0):
+            x_in, cb = self.blocked_input(x, "a Conv"), self.block
+        else:
+            x_in, cb = x, _divisor_at_most(c, 8)                 # read as it lies (a stem's 3 channels)
+        members = self.epilogue(k, node)
+        final = members[-1].output[0] if members else node.output[0]
+        if members and members[0].op_type == "BatchNormalization":
+            weight, bias = _fold_batch_norm(members[0], weight, bias, b.consts)
+        b.done.update(id(m) for m in members)
+        w_name = b.fresh(w + ".blocked")
+        b.consts[w_name] = pack_blocked_weight(weight, self.block, cb)
+        inputs = [x_in, w_name]
+        if bias is not None:
+            inputs.append(b.fresh(w + ".bias"))
+            b.consts[inputs[-1]] = np.ascontiguousarray(bias, dtype=np.float32)
+        internal = {node.output[0]} | {m.output[0] for m in members}
+        steps = [m for m in members if m.op_type != "BatchNormalization"]
+        anchor_names = [node.output[0]] + [m.output[0] for m in members if m.op_type == "BatchNormalization"]
+        externals = _externals(steps, internal, b)
+        for e in externals:
+            inputs.append(self.blocked[e])
+        structure = tuple((m.op_type, _clip_bounds(m, b) if m.op_type == "Clip" else None,
+                           tuple(_operand_key(i, internal, externals, b) for i in m.input if i)) for m in steps)
+        has_bias = bias is not None
+
+        def make(*holders, extent):
+            X, Wp = holders[0], holders[1]
+            B = holders[2] if has_bias else None
+            Y = conv2d_blocked(X, Wp, B, stride=stride, padding=padding, dilation=dilation, name="conv")
+            ext = [placeholder(Y.shape, name=f"res{q}") for q in range(len(externals))]
+            if not steps:
+                return Y, ext
+            return compute(Y.shape, lambda *idx: _epilogue_value(steps, idx, Y, anchor_names, ext, externals, b),
+                           name="epilogue", tag="elemwise"), ext
+        out = b.fresh(final + ".blocked")
+        b.kernel(label, ("conv", stride, padding, dilation, has_bias, structure), inputs, out, make,
+                 out_shape=self.blocked_shape(b.shapes.shapes[final]), derived_output=True,
+                 own_inputs=len(externals))
+        self.blocked[final] = out
+
+    def epilogue(self, k: int, conv) -> list:
+        """The nodes right after ``conv`` that its kernel computes: a BatchNormalization first (folded
+        into the weight), then elementwise nodes on its result and on blocked values of its shape."""
+        b = self.b
+        shape = b.shapes.shapes[conv.output[0]]
+        members, internal = [], {conv.output[0]}
+        for cand in list(b.model.graph.node)[k + 1:]:
+            if id(cand) in b.done or not any(i in internal for i in cand.input):
+                break
+            if cand.op_type == "BatchNormalization":
+                if members or len([o for o in cand.output if o]) != 1 or \
+                        not all(i in b.consts for i in cand.input[1:5]):
+                    break
+            elif not _epilogue_node(cand, internal, shape, self.blocked, b):
+                break
+            members.append(cand)
+            internal.add(cand.output[0])
+        while members and not b.escapes_only_last(conv, members):
+            members.pop()
+        return members
+
+    # ------------------------------------------------------------------ pools
+    def pool(self, node, label: str) -> None:
+        b = self.b
+        x = self.blocked_input(node.input[0], node.op_type)
+        out = b.fresh(node.output[0] + ".blocked")
+        shape = self.blocked_shape(b.shapes.shapes[node.output[0]])
+        if node.op_type == "GlobalAveragePool":
+            b.kernel(label, ("global_avg_pool",), [x], out, lambda t, extent: global_avg_pool_blocked(t),
+                     out_shape=shape, derived_output=True)
+            b.view(out, node.output[0])       # [N, C/b, 1, 1, b] is the NCHW [N, C, 1, 1]
+            return
+        if len([o for o in node.output if o]) != 1 or _attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+            raise self.unsupported("a pool with auto_pad or an indices output")
+        kernel = tuple(int(v) for v in _attr(node, "kernel_shape", None))
+        stride = tuple(int(v) for v in _attr(node, "strides", [1, 1]))
+        dilation = tuple(int(v) for v in _attr(node, "dilations", [1, 1]))
+        pads = [int(v) for v in _attr(node, "pads", [0, 0, 0, 0])]
+        padding = (pads[0], pads[1], pads[2], pads[3])
+        ceil_mode, include_pad = bool(_attr(node, "ceil_mode", 0)), bool(_attr(node, "count_include_pad", 0))
+        kind = "max" if node.op_type == "MaxPool" else "avg"
+
+        def make(t, extent):
+            try:
+                return pool2d_blocked(t, kernel, stride, padding, dilation, kind, ceil_mode, include_pad)
+            except ExprError as exc:
+                raise self.unsupported(str(exc)) from None
+        b.kernel(label, ("pool", kind, kernel, stride, padding, dilation, ceil_mode, include_pad), [x], out, make,
+                 out_shape=shape, derived_output=True)
+        self.blocked[node.output[0]] = out
+
+
+# ---------------------------------------------------------------------- epilogue nodes
+def _epilogue_node(node, internal, shape, blocked, b) -> bool:
+    """Whether ``node`` can run in a conv kernel's epilogue: elementwise over ``shape``, reading
+    the kernel's own values, scalar constants and blocked values of that shape."""
+    if node.op_type == "Clip":
+        if _clip_bounds(node, b) is None:
+            return False
+    elif node.op_type not in BINARY and node.op_type not in UNARY:
+        return False
+    out = node.output[0]
+    if out not in b.shapes.shapes or not _same(b.shapes.shapes[out], shape):
+        return False
+    operands = [i for i in node.input[:1 if node.op_type == "Clip" else None] if i]
+    return all(i in internal or b.is_scalar(i) or (i in blocked and _same(b.shapes.shapes[i], shape))
+               for i in operands)
+
+
+def _externals(steps, internal, b) -> List[str]:
+    found = []
+    for m in steps:
+        for i in m.input[:1 if m.op_type == "Clip" else None]:
+            if i and i not in internal and not b.is_scalar(i) and i not in found:
+                found.append(i)
+    return found
+
+
+def _operand_key(name, internal, externals, b):
+    if name in internal:
+        return ("int",)
+    if b.is_scalar(name):
+        return ("c", b.scalar(name))
+    return ("ext", externals.index(name)) if name in externals else ("bound",)
+
+
+def _epilogue_value(steps, idx, Y, anchor_names, ext, externals, b):
+    """The epilogue ``steps`` at index ``idx``: ``Y`` (the conv, with a folded BatchNormalization)
+    stands for each of ``anchor_names``."""
+    env = {name: Y[idx] for name in anchor_names}
+    last = anchor_names[-1]
+    for m in steps:
+        if m.op_type == "Clip":
+            lo, hi = _clip_bounds(m, b)
+            v = env[m.input[0]]
+            if hi is not None:
+                v = binary("min", v, const(hi, v.dtype))
+            if lo is not None:
+                v = binary("max", v, const(lo, v.dtype))
+        else:
+            args = []
+            for i in m.input:
+                if i in env:
+                    args.append(env[i])
+                elif i in externals:
+                    args.append(ext[externals.index(i)][idx])
+                else:
+                    args.append(const(b.scalar(i), "float32"))
+            v = _apply(m, args)
+        env[m.output[0]] = v
+        last = m.output[0]
+    return env[last]
+
+
+def _clip_bounds(node, b) -> Optional[tuple]:
+    """(low, high) of a Clip with constant bounds (None: that side open), or None if one is computed."""
+    bounds = []
+    for pos, name in ((1, "min"), (2, "max")):
+        if len(node.input) > pos and node.input[pos]:
+            if not b.is_scalar(node.input[pos]):
+                return None
+            bounds.append(b.scalar(node.input[pos]))
+        else:
+            value = _attr(node, name, None)
+            bounds.append(None if value is None else float(value))
+    return tuple(bounds)
+
+
+def _fold_batch_norm(bn, weight, bias, consts):
+    """A convolution's weight and bias with the inference-mode BatchNormalization after it folded in."""
+    gamma, beta, mean, var = (np.asarray(consts[i], dtype=np.float64) for i in bn.input[1:5])
+    eps = float(_attr(bn, "epsilon", 1e-5))
+    scale = gamma / np.sqrt(var + eps)
+    folded = (weight.astype(np.float64) * scale[:, None, None, None]).astype(np.float32)
+    base = np.zeros(weight.shape[0]) if bias is None else bias.astype(np.float64)
+    return folded, ((base - mean) * scale + beta).astype(np.float32)
