@@ -4,7 +4,8 @@ A size is a Python int or a sympy expression over *dimension symbols*: integer s
 assumed >= 1 (loopweave refuses empty inputs, so every symbolic size is positive).
 Everything else in loopweave reaches sympy through this module:
 
-- building sizes: :func:`dim`, :func:`symbol`, :func:`floordiv`, :func:`ceildiv`, :func:`product`;
+- building sizes: :func:`dim`, :func:`symbol`, :func:`floordiv`, :func:`ceildiv`, :func:`remainder`,
+  :func:`product`;
 - proofs: :func:`prove` answers True, False or None (cannot tell) for a sympy condition,
   e.g. ``Eq(a, b)``; graph-level shape inference proves what it can and records the rest as
   run-time checks; :func:`at_least` is a cheap sufficient test of ``a >= b`` for the memory plan;
@@ -72,6 +73,11 @@ def ceildiv(a, b) -> sympy.Expr:
     if b == 1:
         return a
     return sympy.ceiling(a / b)
+
+
+def remainder(a, b) -> sympy.Expr:
+    """``a % b`` (Python's, for a positive ``b``) on sizes."""
+    return sympy.Mod(dim(a), dim(b))
 
 
 def product(dims: Iterable) -> sympy.Expr:

@@ -242,18 +242,20 @@ class _Builder:
         self.views.append(View(dst, src, shape))
 
     def kernel(self, label, key, inputs: List[str], output: str, make, out_shape=None, then_view=None,
-               few_rows=None, derived_output: bool = False, own_inputs: int = 0) -> None:
+               variants=(), derived_output: bool = False, own_inputs: int = 0) -> None:
         """Build (or reuse) the kernel ``make(*placeholders, extent=f)`` (``f`` maps a sympy size to the
         kernel's int or ``lw.var``) and call it on ``inputs`` -> ``output`` (then viewed as ``then_view``).
-        ``few_rows`` (rows, at_most, make_small): a second kernel of the same arguments, built by
-        ``make_small``, that the call runs at bindings where the sympy size ``rows`` <= at_most.
+        ``variants`` [(size, at_most, make_special, key, what)]: more kernels of the same arguments, built
+        by ``make_special``; the call runs the first whose sympy ``size`` is <= at_most at a binding
+        (a dense layer's kernel for few rows; a convolution's row block that divides the width);
+        ``key`` (text) tells them apart in the kernel table, ``what`` names their modules.
         ``derived_output``: the output's symbolic sizes not among the inputs' (a convolution's
         ``(H - 1)//2 + 1``) are the kernel's own expressions of its inputs' sizes, proven equal to the
         graph's; else every distinct symbolic size is a size argument of its own.  ``own_inputs``
         (with ``derived_output``): the last inputs are shaped like the output, and ``make`` creates
-        their placeholders in the kernel's own sizes, returning ``(output, [those placeholders])``
-        (a ``make`` may return that pair with an empty list)
-        (a convolution's residual operand: bound inference then knows it has the output's extent)."""
+        their placeholders in the kernel's own sizes and returns ``(output, [those placeholders])``
+        (a convolution's residual operand: bound inference then knows it has the output's extent;
+        any ``make`` may return that pair, with an empty list)."""
         out_shape = self.shapes.shapes[output] if out_shape is None else out_shape
         arg_shapes = [self.shape(i) for i in inputs] + [out_shape]
         variables: Dict[object, object] = {}
@@ -303,11 +305,8 @@ class _Builder:
                 self.kernels[full_key] = module
             return module
         module = built(full_key, make, f"poly_{key[0]}")
-        variants = ()
-        if few_rows is not None:
-            rows, at_most, make_small = few_rows
-            small_key = full_key + f" rows<={at_most}"
-            variants = (Variant(built(small_key, make_small, f"poly_{key[0]}_few_rows"), rows, at_most),)
+        variants = tuple(Variant(built(f"{full_key} {suffix}", make_special, f"poly_{key[0]}_{what}"), size, at_most)
+                         for size, at_most, make_special, suffix, what in variants)
         if output not in self.values:       # the kernel's own output dtype (a Cast changes it)
             dtype = module.dtype if isinstance(module, _Pending) else module.params[-1].dtype
             self.values[output] = (out_shape, dtype)
@@ -453,12 +452,13 @@ class _Builder:
                 return env[final]
             return compute(tuple(extent(d) for d in space), body, name="epilogue", tag="elemwise")
         result = final if anchor is None else self.fresh(final + ".space")
-        few_rows = None
+        variants = []
         if kind in ("dense", "dense+bias") and not columns and self.dtype(anchor_inputs[0]) in ("float32", "float64") \
                 and not S.is_static(space[0]):
-            few_rows = (space[0], FEW_ROWS, lambda *holders, extent: make(*holders, extent=extent, few_rows=True))
+            variants = [(space[0], FEW_ROWS, lambda *holders, extent: make(*holders, extent=extent, few_rows=True),
+                         f"rows<={FEW_ROWS}", "few_rows")]
         self.kernel(label, ("group", kind, structure, tuple(modes)), anchor_inputs + ext_names, result, make,
-                    out_shape=space, few_rows=few_rows)
+                    out_shape=space, variants=variants)
         if anchor is not None:
             self.view(result, final, G)
 

@@ -27,12 +27,16 @@ from ...errors import ExprError
 from ..network import symbolic as S
 from ..ops.conv2d import _divisor_at_most
 from ..ops.nchwc import (conv2d_blocked, from_blocked, global_avg_pool_blocked, pack_blocked_weight,
-                         pool2d_blocked, to_blocked)
+                         pool2d_blocked, row_block_fits, to_blocked)
 from .polymorphic import BINARY, UNARY, _apply, _attr, _same, _show
 
 #: plain NCHW inputs of at least this many channels (a whole number of blocks) are copied
 #: ``to_blocked`` once before a convolution; fewer (an image's 3) are read as they lie
 TO_BLOCKED_MIN_CHANNELS = 16
+#: a conv on rows of symbolic width also gets a kernel with register blocks of this many pixels, run
+#: where the block divides the row (the general kernel's blocks of 8 leave a tail with its
+#: accumulators in memory: ResNet-18's 7x7 layers ran 2.6x slower with it than the static compile)
+DIVIDING_ROW_BLOCK = 7
 
 
 class CnnWalk:
@@ -125,19 +129,27 @@ class CnnWalk:
                            tuple(_operand_key(i, internal, externals, b) for i in m.input if i)) for m in steps)
         has_bias = bias is not None
 
-        def make(*holders, extent):
+        def make(*holders, extent, row_block=None):
             X, Wp = holders[0], holders[1]
             B = holders[2] if has_bias else None
-            Y = conv2d_blocked(X, Wp, B, stride=stride, padding=padding, dilation=dilation, name="conv")
+            Y = conv2d_blocked(X, Wp, B, stride=stride, padding=padding, dilation=dilation, name="conv",
+                               row_block=row_block)
             ext = [placeholder(Y.shape, name=f"res{q}") for q in range(len(externals))]
             if not steps:
                 return Y, ext
             return compute(Y.shape, lambda *idx: _epilogue_value(steps, idx, Y, anchor_names, ext, externals, b),
                            name="epilogue", tag="elemwise"), ext
         out = b.fresh(final + ".blocked")
+        out_shape = self.blocked_shape(b.shapes.shapes[final])
+        variants = []
+        blocked_in = x_in != x
+        if not S.is_static(out_shape[3]) and row_block_fits(b.consts[w_name].shape, blocked_in, DIVIDING_ROW_BLOCK):
+            # rows whose width the block divides run no tail: 7 divides ResNet's 112 ... 7 at 224
+            variants.append((S.remainder(out_shape[3], DIVIDING_ROW_BLOCK), 0,
+                             lambda *h, extent: make(*h, extent=extent, row_block=DIVIDING_ROW_BLOCK),
+                             f"row_block={DIVIDING_ROW_BLOCK}", f"rows_of_{DIVIDING_ROW_BLOCK}"))
         b.kernel(label, ("conv", stride, padding, dilation, has_bias, structure), inputs, out, make,
-                 out_shape=self.blocked_shape(b.shapes.shapes[final]), derived_output=True,
-                 own_inputs=len(externals))
+                 out_shape=out_shape, derived_output=True, own_inputs=len(externals), variants=variants)
         self.blocked[final] = out
 
     def epilogue(self, k: int, conv) -> list:

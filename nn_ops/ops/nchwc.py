@@ -106,8 +106,10 @@ def _with_bias(Y: Tensor, bias, name: str) -> Tensor:
 
 # ------------------------------------------------------------------ convolutions
 def conv2d_blocked(X: Tensor, Wp: Tensor, bias=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
-                   name: str = "conv2d") -> Tensor:
-    """Y [N, OC/b, OH, OW, b] = conv(X, W) (+ bias [OC]); X blocked [N, C/cb, H, W, cb] or NCHW."""
+                   name: str = "conv2d", row_block: int = None) -> Tensor:
+    """Y [N, OC/b, OH, OW, b] = conv(X, W) (+ bias [OC]); X blocked [N, C/cb, H, W, cb] or NCHW.
+    ``row_block``: output pixels per register block on a row of symbolic width (the schedule's
+    choice otherwise, ``symbolic_row_block``)."""
     xs = _blocked_dims(X, "conv2d_blocked", (1, 4) if X.ndim == 5 else (1,))
     ob_n, cob_n, kh, kw, cb, b = static_shape(Wp)
     blocked_in = len(xs) == 5
@@ -135,6 +137,8 @@ def conv2d_blocked(X: Tensor, Wp: Tensor, bias=None, stride=(1, 1), padding=(0, 
         return Xp[nn, rco * cb + rci, yy * sh + ry * dh, xx * sw + rx * dw]
 
     attrs = dict(kernel=(kh, kw), stride=(sh, sw), block=b, blocked_input=blocked_in)
+    if row_block is not None:
+        attrs["row_block"] = int(row_block)
     Y = compute((n, ob_n, oh, ow, b),
                 lambda nn, ob, yy, xx, oi: lw_sum(read(nn, yy, xx) * Wp[ob, rco, ry, rx, rci, oi],
                                                   axis=[rco, ry, rx, rci]),
@@ -248,20 +252,43 @@ def schedule_conv2d_blocked(s, op, target):
         _schedule_blocked_padding(s, t, target.lanes(op.outputs[0].dtype))
 
 
-#: output pixels of a register block on a row of symbolic width (the tail of a row runs the same
-#: block with a run-time extent)
+#: output pixels of a register block on a row of symbolic width, at most (the tail of a row runs the
+#: same block with a run-time extent, its accumulators in memory)
 SYMBOLIC_ROW_BLOCK = 8
+
+
+def symbolic_row_block(weight_shape, blocked_input: bool) -> int:
+    """The row block of a conv on rows of symbolic width where no variant applies: the largest power
+    of two up to ``SYMBOLIC_ROW_BLOCK`` that fits the registers (``_pixels_per_block``)."""
+    nv = _symbolic_channel_vectors(weight_shape, blocked_input)
+    limit = min(SYMBOLIC_ROW_BLOCK, _pixels_per_block(nv))
+    return 1 << (limit.bit_length() - 1)
+
+
+def row_block_fits(weight_shape, blocked_input: bool, pixels: int) -> bool:
+    """Whether a register block of ``pixels`` fits the registers of this conv's symbolic schedule."""
+    return pixels <= _pixels_per_block(_symbolic_channel_vectors(weight_shape, blocked_input))
+
+
+def _symbolic_channel_vectors(weight_shape, blocked_input: bool) -> int:
+    """``_channel_vectors`` for a row of unknown width: a first layer's (plain input) taken as wide
+    as a stem's, any other as a wide row."""
+    obn, cob, kh, kw, cb, _ = weight_shape
+    return _vectors_for(obn, cob * kh * kw * cb, WIDE_ROW if blocked_input else STEM_ROW)
 
 
 def _schedule_conv2d_blocked_symbolic(s, op, target):
     """The register-blocked conv of ``schedule_conv2d_blocked`` on a map of symbolic batch, height
-    or width (a shape-polymorphic network): blocks of ``SYMBOLIC_ROW_BLOCK`` pixels (a row's tail
-    runs a partial block), channel blocks in parallel where there are enough of them for the
-    threads, else rows (only constant-extent axes are fused: taking a fused index of symbolic
-    extents apart would divide by a run-time size)."""
+    or width (a shape-polymorphic network): blocks of ``row_block`` pixels (the op's attribute, or
+    ``symbolic_row_block``; a row's tail runs a partial block), channel blocks in parallel where
+    there are enough of them for the threads, else rows (only constant-extent axes are fused:
+    taking a fused index of symbolic extents apart would divide by a run-time size)."""
     obn = int(op.outputs[0].shape[1].value)
-    nv = _channel_vectors(op, obn, WIDE_ROW if op.attrs.get("blocked_input") else STEM_ROW)
-    owb = min(SYMBOLIC_ROW_BLOCK, _pixels_per_block(nv))
+    weight = next(t for t in op.input_tensors if len(t.shape) == 6)
+    wshape = static_shape(weight)
+    blocked_input = bool(op.attrs.get("blocked_input"))
+    nv = _symbolic_channel_vectors(wshape, blocked_input)
+    owb = op.attrs.get("row_block") or symbolic_row_block(wshape, blocked_input)
     acc, Y = accumulator_and_tile(s, op)
     n, ob, y, x, oi = Y.op.axis
     obo, obi = Y.split(ob, factor=nv)
@@ -316,7 +343,10 @@ def _channel_vectors(op, obn: int, ow: int) -> int:
     96/144->24 at 56x56 (three blocks of 8) 1.14-1.18x."""
     weight = next(t for t in op.input_tensors if len(t.shape) == 6)
     _, cob, kh, kw, cb, _ = (int(d.value) for d in weight.shape)
-    reduction = cob * kh * kw * cb
+    return _vectors_for(obn, cob * kh * kw * cb, ow)
+
+
+def _vectors_for(obn: int, reduction: int, ow: int) -> int:
     input_bound = (reduction <= SHORT_REDUCTION and ow >= WIDE_ROW) or (ow >= STEM_ROW and reduction <= STEM_REDUCTION)
     if input_bound and obn % 4 == 0:
         return 4
