@@ -195,9 +195,26 @@ def _nonnegative(e) -> bool:
 def equal(a, b) -> Optional[bool]:
     """:func:`prove` of ``a == b`` on two sizes."""
     a, b = dim(a), dim(b)
-    if a == b:
+    if a == b or _whole_parts_out(a) == _whole_parts_out(b):
         return True
     return prove(sympy.Eq(a, b, evaluate=False))
+
+
+def _whole_parts_out(e):
+    """``e`` with each ``floor(x + c)`` (``c`` a rational constant) written ``floor(x + frac(c)) +
+    floor(c)``: the same size, in a form where ``floor(x/2 - 1/2) + 1`` and ``floor(x/2 + 1/2)`` (a
+    pool's output size computed two ways) are equal as expressions."""
+    if not isinstance(e, sympy.Basic) or not e.args:
+        return e
+    args = [_whole_parts_out(a) for a in e.args]
+    if isinstance(e, sympy.floor):
+        inner = sympy.expand(args[0])
+        c = inner.as_coeff_Add()[0]
+        if c.is_Rational and c != 0:
+            whole = sympy.floor(c)
+            return sympy.floor(inner - whole) + whole
+        return sympy.floor(inner)
+    return sympy.expand(e.func(*args))
 
 
 def free_symbols(value) -> list:

@@ -9,7 +9,7 @@ ort = pytest.importorskip("onnxruntime")
 import loopweave as lw  # noqa: E402
 from loopweave.errors import OnnxImportError  # noqa: E402
 from loopweave.nn_ops.network.polymorphic_executable import PolymorphicExecutable  # noqa: E402
-from loopweave.nn_ops.testing.model_zoo import OnnxBuilder, resnet18, transformer_encoder  # noqa: E402
+from loopweave.nn_ops.testing.model_zoo import OnnxBuilder, transformer_encoder  # noqa: E402
 
 
 def _ort(model, feed):
@@ -198,17 +198,6 @@ def test_a_damaged_polymorphic_file_is_refused(encoder, tmp_path):
             z.writestr(n, data)
     with pytest.raises(lw.DamagedFileError, match="kernels/0.o"):
         lw.load(bad)
-
-
-def test_ops_not_covered_are_listed_in_one_error():
-    model = resnet18(size=32, classes=10)
-    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
-    with pytest.raises(OnnxImportError, match=r"cannot compile shape-polymorphically yet") as info:
-        lw.compile(lw.from_onnx(model), polymorphic=True)
-    message = str(info.value)
-    for op in ("Conv", "MaxPool", "GlobalAveragePool"):
-        assert f"{op}: no shape-polymorphic kernel for this op yet" in message
-    assert message.count("Conv: no shape") == sum(n.op_type == "Conv" for n in model.graph.node)
 
 
 def test_polymorphic_needs_a_dynamic_graph():

@@ -1,0 +1,146 @@
+"""Shape-polymorphic CNNs (``onnx_import/polymorphic_cnn.py``): one compile, any batch, height and
+width, blocked activations, results checked against onnxruntime."""
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+import loopweave as lw  # noqa: E402
+from loopweave.errors import OnnxImportError  # noqa: E402
+from loopweave.nn_ops.network.polymorphic_executable import PolymorphicExecutable  # noqa: E402
+from loopweave.nn_ops.testing.model_zoo import OnnxBuilder, mobilenet_v2, resnet18  # noqa: E402
+
+
+def _symbolic(model, dims=("N", None, "H", "W")):
+    """``model`` with its input's batch, height and width (and its output's batch) symbolic."""
+    for d, name in zip(model.graph.input[0].type.tensor_type.shape.dim, dims):
+        if name:
+            d.ClearField("dim_value")
+            d.dim_param = name
+    for out in model.graph.output:
+        dims_out = out.type.tensor_type.shape.dim
+        if dims_out:
+            dims_out[0].ClearField("dim_value")
+            dims_out[0].dim_param = "N"
+    return model
+
+
+def _ort(model, feed):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+
+
+def _check(model, exe, shape, seed=0):
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    got = exe.run({"input": x})
+    for g, w in zip(got, _ort(model, {"input": x})):
+        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(w).max())))
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    model = _symbolic(resnet18(size=32, classes=10))
+    return model, lw.compile(lw.from_onnx(model), polymorphic=True)
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 32, 32), (2, 3, 56, 56), (1, 3, 40, 72), (3, 3, 9, 13), (1, 3, 1, 1)])
+def test_resnet18_compiled_once_matches_onnxruntime_at_every_size(resnet, shape):
+    model, exe = resnet
+    _check(model, exe, shape)
+
+
+def test_resnet18_kernels_fold_batch_norm_and_residual_adds_and_run_no_compile(resnet, monkeypatch):
+    model, exe = resnet
+    convs = sum(n.op_type == "Conv" for n in model.graph.node)
+    # one call per conv (its BatchNormalization, ReLU and residual Add inside), the stem's max pool,
+    # the global pool and the classifier: no batch-norm, add or layout-copy kernels of their own
+    assert len(exe.calls) == convs + 3
+    import loopweave.backends.build as build_module
+    from loopweave.backends.llvm import jit
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("compilation at run time")
+    for module, name in ((build_module, "build"), (build_module, "lower"), (build_module, "build_llvm"),
+                         (jit, "compile_ir"), (jit, "load_object")):
+        monkeypatch.setattr(module, name, forbidden)
+    _check(model, exe, (2, 3, 23, 31), seed=1)
+
+
+def test_rows_that_seven_divides_run_the_seven_pixel_kernel(resnet):
+    model, exe = resnet
+    conv_nodes = {n.name for n in model.graph.node if n.op_type == "Conv"}
+    convs = [c for c in exe.calls if c.node in conv_nodes]
+    # all but the stem (4 channel vectors: a block of 7 pixels would not fit the registers)
+    assert all(c.variants and c.variants[0].module.name.endswith("rows_of_7") for c in convs[1:])
+    first = convs[1]        # after the stem and its max pool: rows of W / 4
+    assert first.module_at({"N": 1, "H": 56, "W": 56}) is first.variants[0].module      # rows of 14
+    assert first.module_at({"N": 1, "H": 64, "W": 64}) is first.module                  # rows of 16
+    _check(model, exe, (1, 3, 56, 64), seed=2)
+
+
+def test_save_and_load_keep_the_polymorphic_cnn(resnet, tmp_path, monkeypatch):
+    model, exe = resnet
+    path = tmp_path / "r18.lwx"
+    exe.save(path)
+    import loopweave.backends.build as build_module
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("compilation at load time")
+    for name in ("build", "lower", "build_llvm"):
+        monkeypatch.setattr(build_module, name, forbidden)
+    loaded = lw.load(path)
+    assert isinstance(loaded, PolymorphicExecutable)
+    assert [len(c.variants) for c in loaded.calls] == [len(c.variants) for c in exe.calls]
+    _check(model, loaded, (2, 3, 35, 28), seed=3)
+
+
+def _block_net():
+    """conv-bn-relu6 (Clip), a residual block, max and average pools, a sigmoid on a pooled map (read
+    as NCHW), the global pool and a Gemm; a second output read straight off a conv (blocked)."""
+    b = OnnxBuilder(0)
+    x = b.relu6(b.bn(b.conv("input", 3, 16, 3, bias=True), 16))
+    y = b.bn(b.conv(b.relu(b.bn(b.conv(x, 16, 16, 3), 16)), 16, 16, 3), 16)
+    x = b.relu(b.node("Add", [y, x]))
+    side = b.conv(x, 16, 32, 1)
+    x = b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    x = b.node("AveragePool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    x = b.node("Sigmoid", [x])
+    x = b.node("GlobalAveragePool", [b.conv(x, 16, 32, 3)])
+    out = b.gemm(b.node("Flatten", [x], axis=1), 32, 5)
+    model = b.model(("N", 3, "H", "W"), out, ("N", 5), name="block_net")
+    model.graph.output.append(onnx.helper.make_tensor_value_info(side, onnx.TensorProto.FLOAT,
+                                                                 ["N", 32, "H", "W"]))
+    return model
+
+
+@pytest.fixture(scope="module")
+def block_net():
+    model = _block_net()
+    return model, lw.compile(lw.from_onnx(model), polymorphic=True)
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 8, 8), (2, 3, 13, 21), (1, 3, 3, 3), (1, 3, 5, 3)])
+def test_clip_residual_pools_and_values_read_as_nchw(block_net, shape):
+    model, exe = block_net
+    _check(model, exe, shape)
+
+
+def test_a_map_smaller_than_a_pool_window_is_refused_by_name(block_net):
+    model, exe = block_net
+    out = exe.run({"input": np.ones((1, 3, 8, 8), np.float32)})
+    before = [o.copy() for o in out]
+    with pytest.raises(lw.ArgumentError, match=r"AveragePool.*smaller than the window.*H = 1"):
+        exe.run({"input": np.ones((1, 3, 1, 8), np.float32)})
+    for o, b in zip(out, before):
+        np.testing.assert_array_equal(o, b)
+
+
+def test_what_the_cnn_path_refuses_is_listed():
+    model = _symbolic(mobilenet_v2(size=32, classes=10))
+    with pytest.raises(OnnxImportError, match=r"cannot compile shape-polymorphically yet") as info:
+        lw.compile(lw.from_onnx(model), polymorphic=True)
+    message = str(info.value)
+    depthwise = sum(n.op_type == "Conv" and any(a.name == "group" and a.i > 1 for a in n.attribute)
+                    for n in model.graph.node)
+    assert "Conv: grouped, depthwise or non-2-d convolutions" in message
+    assert message.count("grouped, depthwise") <= depthwise
