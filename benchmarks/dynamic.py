@@ -26,6 +26,10 @@ polymorphic executable in a fresh process.  Bar 3: compile <= 2x the static cold
 
 ``--quick`` runs three shapes with 3 rounds each; ``--tiny`` uses a 1-layer, 64-wide encoder (for the
 smoke test, not for numbers).
+
+Bar 2: ``--model resnet18`` runs the zoo's ResNet-18 with symbolic batch, height and width
+(``model_zoo.resnet18(batch=None, size=None)``) at 1x224x224, 4x224x224 and 1x256x320 (``--shapes
+1x224x224 ...``), the same three columns (bar 2: poly/static >= 0.85).
 """
 from __future__ import annotations
 
@@ -52,6 +56,7 @@ QUICK_SHAPES = ((1, 1), (1, 128), (4, 64))
 ZOO = {}                                                   # transformer_encoder's own defaults
 TINY = {"hidden": 64, "heads": 2, "layers": 1, "ffn": 128}
 STATIC_SHAPE = (1, 128)                                    # the cold static compile of bar 3
+RESNET_SHAPES = ((1, 224, 224), (4, 224, 224), (1, 256, 320))   # bar 2: batch x height x width
 
 _COMPILE_SCRIPT = """
 import json, sys, time
@@ -164,7 +169,11 @@ def main(argv=None) -> None:
     parser.add_argument("--tiny", action="store_true", help="a 1-layer, 64-wide encoder (smoke test only)")
     parser.add_argument("--pause", type=float, default=0.3, help="seconds after each timed sample")
     parser.add_argument("--no-compile-times", action="store_true", help="skip bar 3")
+    parser.add_argument("--model", choices=("encoder", "resnet18"), default="encoder",
+                        help="resnet18: bar 2 (symbolic batch, height and width)")
     args = parser.parse_args(argv)
+    if args.model == "resnet18":
+        return resnet_main(args)
 
     if args.shapes:
         shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes]
@@ -215,6 +224,42 @@ def main(argv=None) -> None:
               f"at {STATIC_SHAPE[0]} x {STATIC_SHAPE[1]} {static_c:.2f} s, ratio {poly_c / static_c:.2f} (<= 2: "
               f"{'met' if poly_c <= 2 * static_c else 'missed'}); lw.load of the polymorphic .lwx {load:.3f} s "
               f"(< 0.5: {'met' if load < 0.5 else 'missed'})", flush=True)
+
+
+def resnet_main(args) -> None:
+    """Bar 2: ResNet-18 with symbolic batch, height and width, compiled once."""
+    shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes] if args.shapes else list(RESNET_SHAPES)
+    pairs = args.pairs if args.pairs is not None else (3 if args.quick else 15)
+    set_threads(args.threads)
+    model = model_zoo.resnet18(batch=None, size=None)
+    graph = lw.from_onnx(model)
+    t0 = time.perf_counter()
+    poly = lw.compile(graph, polymorphic=True)
+    poly_s = time.perf_counter() - t0
+    static_exes = lw.compile(graph, progress=False)
+    sess = onnxruntime_session(model, args.threads)
+    print(f"resnet18, symbolic batch, height and width; {args.threads} threads, {pairs} rounds per shape; "
+          f"polymorphic compile {poly_s:.1f} s in this process (object cache as found)")
+    print("ratios: median over interleaved rounds of static/poly and ort/poly time (> 1: polymorphic faster); "
+          "bar 2: poly/static >= 0.85")
+    print(f"{'N x H x W':>13} {'poly ms':>9} {'static ms':>10} {'ort ms':>9} {'poly/static':>12} {'poly/ort':>9}"
+          f" {'max |diff|':>11}", flush=True)
+    worst = []
+    for batch, h, w in shapes:
+        x = np.random.default_rng(batch * 1000 + h + w).standard_normal((batch, 3, h, w)).astype(np.float32)
+        feed = {"input": x}
+        static = static_exes.specialization(feed)
+        want = sess.run(None, feed)
+        diff = _check(poly.run(feed), want, f"polymorphic at {batch}x{h}x{w}")
+        _check(static.run(feed), want, f"static at {batch}x{h}x{w}")
+        r = interleaved_rounds(lambda: poly.run(feed), [lambda: static.run(feed), lambda: sess.run(None, feed)],
+                               pairs=pairs, pause=args.pause)
+        (static_s, ort_s), (vs_static, vs_ort) = r["peers_s"], r["ratios"]
+        worst.append(vs_static)
+        print(f"{f'{batch} x {h} x {w}':>13} {r['ours_s'] * 1e3:9.3f} {static_s * 1e3:10.3f} {ort_s * 1e3:9.3f} "
+              f"{vs_static:12.2f} {vs_ort:9.2f} {diff:11.2e}", flush=True)
+    print(f"bar 2: worst poly/static {min(worst):.2f} (>= 0.85: {'met' if min(worst) >= 0.85 else 'missed'}); "
+          "every result matched onnxruntime", flush=True)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ pools, a final Gemm), opset 13, input ``"input"`` of shape (batch, 3, size, size
 ``transformer_encoder()`` is a BERT-style encoder as torch exports it at opset 17
 (MatMul + Add projections, Reshape/Transpose into heads with a Shape->Gather->Concat
 shape chain, scaled Softmax attention, erf-form GELU, LayerNormalization), input
-``"input"`` of shape (batch, seq, hidden).  ``batch=None`` / ``seq=None`` leave them symbolic.
+``"input"`` of shape (batch, seq, hidden).  ``batch=None`` / ``seq=None`` leave them symbolic
+(``resnet18``: ``batch=None`` is ``N``, ``size=None`` makes the height and width ``H`` and ``W``).
 
 The wider zoo (issue 21), each a full-size network at batch 1 by default: ``squeezenet1_1``,
 ``efficientnet_lite``, ``convnext``, ``densenet`` and ``unet`` (``zoo_cnn.py``); ``vit_tiny``,
@@ -53,7 +54,9 @@ def resnet18(batch: int = 1, size: int = 224, classes: int = 1000, seed: int = 0
             cin = cout
     x = b.node("GlobalAveragePool", [x])
     x = b.node("Flatten", [x], axis=1)
-    return b.model((batch, 3, size, size), b.gemm(x, 512, classes), (batch, classes), name="resnet18")
+    n = "N" if batch is None else batch
+    h, w = ("H", "W") if size is None else (size, size)
+    return b.model((n, 3, h, w), b.gemm(x, 512, classes), (n, classes), name="resnet18")
 
 
 def mobilenet_v2(batch: int = 1, size: int = 224, classes: int = 1000, seed: int = 0):
