@@ -204,7 +204,7 @@ def _whole_parts_out(e):
     """``e`` with each ``floor(x + c)`` (``c`` a rational constant) written ``floor(x + frac(c)) +
     floor(c)``: the same size, in a form where ``floor(x/2 - 1/2) + 1`` and ``floor(x/2 + 1/2)`` (a
     pool's output size computed two ways) are equal as expressions."""
-    if not isinstance(e, sympy.Basic) or not e.args:
+    if not isinstance(e, sympy.Expr) or not e.args:
         return e
     args = [_whole_parts_out(a) for a in e.args]
     if isinstance(e, sympy.floor):

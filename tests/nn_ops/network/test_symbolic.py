@@ -36,6 +36,18 @@ def test_proofs_say_true_false_or_cannot_tell():
     assert S.prove(sympy.Eq(sympy.Mod(6 * N, 4), 0)) is None
 
 
+def test_sizes_whose_floors_differ_by_whole_numbers_are_equal():
+    # a pool's output size as its kernel computes it, and as shape inference writes it
+    x = S.floordiv(S.floordiv(H - 1, 2), 2)
+    half = sympy.Rational(1, 2)
+    assert S.equal(sympy.floor(x / 2 + half), sympy.floor(x / 2 - half) + 1) is True
+    assert S.equal(sympy.floor(H / 3), sympy.floor((H + 3) / 3) - 1) is True
+    assert S.equal(sympy.floor(x / 2 + half), sympy.floor(x / 2 - half) + 2) is not True
+    for h in range(1, 40):
+        v = S.evaluate(x, {"H": h})
+        assert (v + 1) // 2 == (v - 1) // 2 + 1      # the identity the rewrite relies on, at each size
+
+
 def test_evaluate_is_exact_and_matches_python():
     e = conv_out(conv_out(H, 7, 2, 3), 3, 2, 1)          # ResNet's stem + max pool
     for h in range(1, 300):
