@@ -4,8 +4,8 @@ A size is a Python int or a sympy expression over *dimension symbols*: integer s
 assumed >= 1 (loopweave refuses empty inputs, so every symbolic size is positive).
 Everything else in loopweave reaches sympy through this module:
 
-- building sizes: :func:`dim`, :func:`symbol`, :func:`floordiv`, :func:`ceildiv`, :func:`remainder`,
-  :func:`product`;
+- building sizes: :func:`dim`, :func:`symbol`, :func:`floordiv`, :func:`ceildiv`, :func:`product`,
+  :func:`divisible_not_by`;
 - proofs: :func:`prove` answers True, False or None (cannot tell) for a sympy condition,
   e.g. ``Eq(a, b)``; graph-level shape inference proves what it can and records the rest as
   run-time checks; :func:`at_least` is a cheap sufficient test of ``a >= b`` for the memory plan;
@@ -75,9 +75,11 @@ def ceildiv(a, b) -> sympy.Expr:
     return sympy.ceiling(a / b)
 
 
-def remainder(a, b) -> sympy.Expr:
-    """``a % b`` (Python's, for a positive ``b``) on sizes."""
-    return sympy.Mod(dim(a), dim(b))
+def divisible_not_by(a, p: int, q: int) -> sympy.Expr:
+    """A size that is 0 exactly where ``p`` divides ``a`` and ``q`` does not (else positive): the
+    condition (``<= 0``) of a kernel variant for rows that blocks of ``p`` fit and blocks of ``q`` not."""
+    a = dim(a)
+    return sympy.Mod(a, p) + 1 - sympy.Min(1, sympy.Mod(a, q))
 
 
 def product(dims: Iterable) -> sympy.Expr:

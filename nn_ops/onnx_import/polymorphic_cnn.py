@@ -27,16 +27,17 @@ from ...errors import ExprError
 from ..network import symbolic as S
 from ..ops.conv2d import _divisor_at_most
 from ..ops.nchwc import (conv2d_blocked, from_blocked, global_avg_pool_blocked, pack_blocked_weight,
-                         pool2d_blocked, row_block_fits, to_blocked)
+                         pool2d_blocked, row_block_fits, symbolic_row_block, to_blocked)
 from .polymorphic import BINARY, UNARY, _apply, _attr, _same, _show
 
 #: plain NCHW inputs of at least this many channels (a whole number of blocks) are copied
 #: ``to_blocked`` once before a convolution; fewer (an image's 3) are read as they lie
 TO_BLOCKED_MIN_CHANNELS = 16
-#: a conv on rows of symbolic width also gets a kernel with register blocks of this many pixels, run
-#: where the block divides the row (the general kernel's blocks of 8 leave a tail with its
-#: accumulators in memory: ResNet-18's 7x7 layers ran 2.6x slower with it than the static compile)
-DIVIDING_ROW_BLOCK = 7
+#: a conv on rows of symbolic width also gets kernels with register blocks of these many pixels, the
+#: first that divides the row run at a binding (the general kernel's blocks of 8 leave a tail with
+#: its accumulators in memory: ResNet-18's 7x7 layers ran 2.6x slower with it than the static
+#: compile; 7 divides its rows at 224, 5 those at 320: 160 ... 10)
+DIVIDING_ROW_BLOCKS = (7, 5)
 
 
 class CnnWalk:
@@ -143,11 +144,14 @@ class CnnWalk:
         out_shape = self.blocked_shape(b.shapes.shapes[final])
         variants = []
         blocked_in = x_in != x
-        if not S.is_static(out_shape[3]) and row_block_fits(b.consts[w_name].shape, blocked_in, DIVIDING_ROW_BLOCK):
-            # rows whose width the block divides run no tail: 7 divides ResNet's 112 ... 7 at 224
-            variants.append((S.remainder(out_shape[3], DIVIDING_ROW_BLOCK), 0,
-                             lambda *h, extent: make(*h, extent=extent, row_block=DIVIDING_ROW_BLOCK),
-                             f"row_block={DIVIDING_ROW_BLOCK}", f"rows_of_{DIVIDING_ROW_BLOCK}"))
+        general = symbolic_row_block(b.consts[w_name].shape, blocked_in)
+        for pixels in DIVIDING_ROW_BLOCKS:
+            # rows that this block divides and the general one does not run no tail: 7 divides
+            # ResNet's rows of 28 ... 7 at 224, 5 those of 20 and 10 at 320
+            if not S.is_static(out_shape[3]) and row_block_fits(b.consts[w_name].shape, blocked_in, pixels):
+                variants.append((S.divisible_not_by(out_shape[3], pixels, general), 0,
+                                 lambda *h, extent, pixels=pixels: make(*h, extent=extent, row_block=pixels),
+                                 f"row_block={pixels}", f"rows_of_{pixels}"))
         b.kernel(label, ("conv", stride, padding, dilation, has_bias, structure), inputs, out, make,
                  out_shape=out_shape, derived_output=True, own_inputs=len(externals), variants=variants)
         self.blocked[final] = out

@@ -72,10 +72,14 @@ def test_rows_that_seven_divides_run_the_seven_pixel_kernel(resnet):
     convs = [c for c in exe.calls if c.node in conv_nodes]
     # all but the stem (4 channel vectors: a block of 7 pixels would not fit the registers)
     assert all(c.variants and c.variants[0].module.name.endswith("rows_of_7") for c in convs[1:])
+    assert all(c.variants[-1].module.name.endswith("rows_of_5") for c in convs)
     first = convs[1]        # after the stem and its max pool: rows of W / 4
     assert first.module_at({"N": 1, "H": 56, "W": 56}) is first.variants[0].module      # rows of 14
-    assert first.module_at({"N": 1, "H": 64, "W": 64}) is first.module                  # rows of 16
+    assert first.module_at({"N": 1, "H": 64, "W": 64}) is first.module                  # rows of 16: 8 divide
+    assert first.module_at({"N": 1, "H": 64, "W": 80}) is first.variants[1].module      # rows of 20
+    assert first.module_at({"N": 1, "H": 64, "W": 160}) is first.module                 # rows of 40: 8 divide
     _check(model, exe, (1, 3, 56, 64), seed=2)
+    _check(model, exe, (1, 3, 40, 80), seed=2)
 
 
 def test_save_and_load_keep_the_polymorphic_cnn(resnet, tmp_path, monkeypatch):
