@@ -159,6 +159,21 @@ def _check(ours: Sequence[np.ndarray], theirs: Sequence[np.ndarray], what: str) 
     return worst
 
 
+def _shape_row(poly, static_exes, sess, feed, label: str, width: int, pairs: int, pause: float):
+    """Check the polymorphic and the static executable against onnxruntime at ``feed``, time the
+    three interleaved, print the row; (static/poly, ort/poly)."""
+    static = static_exes.specialization(feed)
+    want = sess.run(None, feed)
+    diff = _check(poly.run(feed), want, f"polymorphic at {label}")
+    _check(static.run(feed), want, f"static at {label}")
+    r = interleaved_rounds(lambda: poly.run(feed), [lambda: static.run(feed), lambda: sess.run(None, feed)],
+                           pairs=pairs, pause=pause)
+    (static_s, ort_s), (vs_static, vs_ort) = r["peers_s"], r["ratios"]
+    print(f"{label:>{width}} {r['ours_s'] * 1e3:9.3f} {static_s * 1e3:10.3f} {ort_s * 1e3:9.3f} "
+          f"{vs_static:12.2f} {vs_ort:9.2f} {diff:11.2e}", flush=True)
+    return vs_static, vs_ort
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -202,18 +217,9 @@ def main(argv=None) -> None:
     worst_static, worst_ort = [], []
     for batch, seq in shapes:
         x = np.random.default_rng(batch * 1000 + seq).standard_normal((batch, seq, hidden)).astype(np.float32)
-        feed = {"input": x}
-        static = static_exes.specialization(feed)
-        want = sess.run(None, feed)
-        diff = _check(poly.run(feed), want, f"polymorphic at {batch}x{seq}")
-        _check(static.run(feed), want, f"static at {batch}x{seq}")
-        r = interleaved_rounds(lambda: poly.run(feed), [lambda: static.run(feed), lambda: sess.run(None, feed)],
-                               pairs=pairs, pause=args.pause)
-        (static_s, ort_s), (vs_static, vs_ort) = r["peers_s"], r["ratios"]
+        vs_static, vs_ort = _shape_row(poly, static_exes, sess, {"input": x}, f"{batch} x {seq}", 11, pairs, args.pause)
         worst_static.append(vs_static)
         worst_ort.append(vs_ort)
-        print(f"{f'{batch} x {seq}':>11} {r['ours_s'] * 1e3:9.3f} {static_s * 1e3:10.3f} {ort_s * 1e3:9.3f} "
-              f"{vs_static:12.2f} {vs_ort:9.2f} {diff:11.2e}", flush=True)
     print(f"bar 1: worst poly/static {min(worst_static):.2f} (>= 0.85: {'met' if min(worst_static) >= 0.85 else 'missed'}), "
           f"worst poly/ort {min(worst_ort):.2f} (>= 0.9: {'met' if min(worst_ort) >= 0.9 else 'missed'}); "
           "every result matched onnxruntime", flush=True)
@@ -247,17 +253,8 @@ def resnet_main(args) -> None:
     worst = []
     for batch, h, w in shapes:
         x = np.random.default_rng(batch * 1000 + h + w).standard_normal((batch, 3, h, w)).astype(np.float32)
-        feed = {"input": x}
-        static = static_exes.specialization(feed)
-        want = sess.run(None, feed)
-        diff = _check(poly.run(feed), want, f"polymorphic at {batch}x{h}x{w}")
-        _check(static.run(feed), want, f"static at {batch}x{h}x{w}")
-        r = interleaved_rounds(lambda: poly.run(feed), [lambda: static.run(feed), lambda: sess.run(None, feed)],
-                               pairs=pairs, pause=args.pause)
-        (static_s, ort_s), (vs_static, vs_ort) = r["peers_s"], r["ratios"]
-        worst.append(vs_static)
-        print(f"{f'{batch} x {h} x {w}':>13} {r['ours_s'] * 1e3:9.3f} {static_s * 1e3:10.3f} {ort_s * 1e3:9.3f} "
-              f"{vs_static:12.2f} {vs_ort:9.2f} {diff:11.2e}", flush=True)
+        worst.append(_shape_row(poly, static_exes, sess, {"input": x}, f"{batch} x {h} x {w}", 13, pairs,
+                                args.pause)[0])
     print(f"bar 2: worst poly/static {min(worst):.2f} (>= 0.85: {'met' if min(worst) >= 0.85 else 'missed'}); "
           "every result matched onnxruntime", flush=True)
 
