@@ -8,6 +8,7 @@ arguments), C-contiguity, writability of outputs.  A mistake raises
 from __future__ import annotations
 
 import ast
+import re
 import ctypes
 import time
 from typing import Dict, List
@@ -151,11 +152,18 @@ class Module:
                                             f"got {a.shape} (dimension {d} should be {want})")
                 elif want in self.size_names and want not in sizes:
                     sizes[want] = got
+                else:
+                    self._bind_multiple(want, got, sizes)
         for p, a in zip(self.params, args):
             for d, (want, got) in enumerate(zip(p.shape, a.shape)):
                 if isinstance(want, int):
                     continue
-                expected = sizes[want] if want in sizes else _eval_shape_expr(want, sizes)
+                try:
+                    expected = sizes[want] if want in sizes else _eval_shape_expr(want, sizes)
+                except NameError:       # a size only this dimension gives, and it does not (not a multiple)
+                    raise ArgumentError(f"argument '{p.name}' has shape {a.shape}, but dimension {d} must be "
+                                        f"{want} for a whole number {', '.join(n for n in self.size_names if n not in sizes)}"
+                                        f" (kernels over whole tiles take only such sizes)") from None
                 if expected != got:
                     raise ArgumentError(
                         f"argument '{p.name}' has shape {a.shape}, but dimension {d} must be {want} = {expected} "
@@ -170,6 +178,17 @@ class Module:
         if missing:
             raise ArgumentError(f"cannot tell the sizes {', '.join(missing)} from the arguments' shapes")
         return sizes
+
+    def _bind_multiple(self, want: str, got: int, sizes: Dict[str, int]) -> None:
+        """A dimension ``k * n`` (or ``n * k``) of a size ``n`` not bound yet binds it to ``got / k``
+        where ``k`` divides ``got`` (kernels over whole tiles: a width of ``14 * TW``); otherwise the
+        shape check after binding reports the dimension."""
+        match = _MULTIPLE.fullmatch(want)
+        if match is None:
+            return
+        k, name = (int(match.group(1)), match.group(2)) if match.group(1) else (int(match.group(4)), match.group(3))
+        if name in self.size_names and name not in sizes and k > 0 and got % k == 0:
+            sizes[name] = got // k
 
     def _check_array(self, p: ParamSpec, a) -> None:
         """Whether ``a`` is a kind of array this module takes (here: numpy)."""
@@ -269,6 +288,9 @@ class Module:
     def _repr_html_(self) -> str:
         """Signature, then collapsed lowered IR, LLVM IR and assembly (generated when displayed)."""
         return module_html(self)
+
+
+_MULTIPLE = re.compile(r"(\d+) \* ([A-Za-z_]\w*)|([A-Za-z_]\w*) \* (\d+)")
 
 
 def _eval_shape_expr(text: str, sizes: Dict[str, int]) -> int:

@@ -5,7 +5,7 @@ assumed >= 1 (loopweave refuses empty inputs, so every symbolic size is positive
 Everything else in loopweave reaches sympy through this module:
 
 - building sizes: :func:`dim`, :func:`symbol`, :func:`floordiv`, :func:`ceildiv`, :func:`product`,
-  :func:`divisible_not_by`;
+  :func:`remainder`, :func:`positive_part`, :func:`divisible_not_by` (the last three: kernel variants' conditions);
 - proofs: :func:`prove` answers True, False or None (cannot tell) for a sympy condition,
   e.g. ``Eq(a, b)``; graph-level shape inference proves what it can and records the rest as
   run-time checks; :func:`at_least` is a cheap sufficient test of ``a >= b`` for the memory plan;
@@ -73,6 +73,16 @@ def ceildiv(a, b) -> sympy.Expr:
     if b == 1:
         return a
     return sympy.ceiling(a / b)
+
+
+def remainder(a, b) -> sympy.Expr:
+    """``a % b`` (Python's, for a positive ``b``) on sizes."""
+    return sympy.Mod(dim(a), dim(b))
+
+
+def positive_part(value) -> sympy.Expr:
+    """``max(0, value)``: a variant's condition adds these up, each 0 where its part holds."""
+    return sympy.Max(0, dim(value))
 
 
 def divisible_not_by(a, p: int, q: int) -> sympy.Expr:

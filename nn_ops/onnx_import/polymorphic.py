@@ -29,8 +29,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ...backends import build_workers
-from ...dsl import intrinsics as lwi
-from ...dsl.expr import binary, cast, const
+from ...dsl.expr import const
 from ...dsl.tensor import compute, placeholder
 from ...errors import OnnxImportError
 from ...target import resolve_target
@@ -44,6 +43,8 @@ from ..ops.norm import layer_norm
 from ..ops.registry import schedule
 from ..ops.shape import softmax, transpose
 from .importer import node_label
+from .polymorphic_cnn import CnnWalk
+from .polymorphic_common import BINARY, UNARY, _apply, _attr, _elementwise, _same, _show
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,12 +54,6 @@ class _Pending:
     dtype: str
 
 
-BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
-          "Div": lambda a, b: a / b, "Max": lambda a, b: _max(a, b), "Min": lambda a, b: _min(a, b),
-          "Pow": lambda a, b: lwi.pow(a, b)}
-UNARY = {"Relu": lambda x: _max(x, const(0.0, x.dtype)), "Erf": lwi.erf, "Tanh": lwi.tanh,
-         "Sigmoid": lwi.sigmoid, "Exp": lwi.exp, "Sqrt": lwi.sqrt, "Neg": lambda x: -x, "Abs": lwi.abs,
-         "Identity": lambda x: x}
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 CNN_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool")      # polymorphic_cnn.py
 COVERED = set(BINARY) | set(UNARY) | set(VIEWS) | {"Cast", "MatMul", "Gemm", "Transpose", "Softmax",
@@ -72,14 +67,6 @@ NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 # 0.9x at 16); kernels timed one by one with their weights in cache put it near 5, and 2 threads
 # (on a loaded machine) near 7 -- measure both paths together before moving it.
 FEW_ROWS = SMALL_M
-
-
-def _max(a, b):
-    return binary("max", a, b)
-
-
-def _min(a, b):
-    return binary("min", a, b)
 
 
 class _Unsupported(Exception):
@@ -122,7 +109,6 @@ class _Builder:
                 self.consumers.setdefault(i, []).append(node)
         self.done = set()
         self.local: Dict[str, tuple] = {}       # values this builder makes up: (shape, dtype[, "input"])
-        from .polymorphic_cnn import CnnWalk
         self.cnn = CnnWalk(self, _Unsupported)
 
     # ---------------------------------------------------------------- the walk
@@ -248,7 +234,9 @@ class _Builder:
         ``variants`` [(size, at_most, make_special, key, what)]: more kernels of the same arguments, built
         by ``make_special``; the call runs the first whose sympy ``size`` is <= at_most at a binding
         (a dense layer's kernel for few rows; a convolution's row block that divides the width);
-        ``key`` (text) tells them apart in the kernel table, ``what`` names their modules.
+        ``key`` (text) tells them apart in the kernel table, ``what`` names their modules; an optional
+        sixth item {sympy size of an input: k} builds the variant with that size as ``k`` times a size
+        var of its own (taken where the condition says ``k`` divides it: whole Winograd tiles).
         ``derived_output``: the output's symbolic sizes not among the inputs' (a convolution's
         ``(H - 1)//2 + 1``) are the kernel's own expressions of its inputs' sizes, proven equal to the
         graph's; else every distinct symbolic size is a size argument of its own.  ``own_inputs``
@@ -275,7 +263,7 @@ class _Builder:
         full_key = repr(key + (tuple(pattern), tuple(len(s) for s in arg_shapes),
                                tuple(self.dtype(i) for i in inputs)))
 
-        def built(full_key, make, name):
+        def built(full_key, make, name, multiples=None):
             module = self.kernels.get(full_key)
             if module is None and self.prebuilt is not None:
                 module = self.prebuilt.get(full_key)
@@ -286,6 +274,12 @@ class _Builder:
             if module is None:
                 names = S.dsl_variables([f"v{k}" for k in range(len(variables))])
                 var_of = {d: names[f"v{k}"] for k, d in enumerate(variables)}
+                graph_size = {S.from_dsl(v): d for d, v in var_of.items()}
+                for d, k in (multiples or {}).items():       # a size known to be k * (a size var)
+                    whole = S.dsl_variables([_multiple_name(list(variables).index(d), k)])
+                    whole = next(iter(whole.values()))
+                    var_of[d] = whole * k
+                    graph_size[S.from_dsl(whole)] = d / k
 
                 def extent(d):
                     return int(d) if S.is_static(d) else var_of[d]
@@ -296,7 +290,8 @@ class _Builder:
                     out, made = out
                     holders = holders + list(made)
                 for tensor, graph_shape in zip(holders[own:] + [out], arg_shapes[own:]):
-                    self._check_kernel_shape(tensor, graph_shape, var_of, derived_output)
+                    self._check_kernel_shape(tensor, graph_shape, var_of, graph_size,
+                                             derived_output or bool(multiples))
                 # built after the walk, all together (build_many: on every core)
                 if not self.jobs:
                     build_workers.prestart()
@@ -305,25 +300,31 @@ class _Builder:
                 self.kernels[full_key] = module
             return module
         module = built(full_key, make, f"poly_{key[0]}")
-        variants = tuple(Variant(built(f"{full_key} {suffix}", make_special, f"poly_{key[0]}_{what}"), size, at_most)
-                         for size, at_most, make_special, suffix, what in variants)
+        sizes = {f"v{k}": d for k, d in enumerate(variables)}      # this call's value of each size var
+        specials = []
+        for size, at_most, make_special, suffix, what, *rest in variants:
+            multiples = rest[0] if rest else None
+            specials.append(Variant(built(f"{full_key} {suffix}", make_special, f"poly_{key[0]}_{what}", multiples),
+                                    size, at_most))
+            for d, k in (multiples or {}).items():
+                sizes[_multiple_name(list(variables).index(d), k)] = S.floordiv(d, k)
+        variants = tuple(specials)
         if output not in self.values:       # the kernel's own output dtype (a Cast changes it)
             dtype = module.dtype if isinstance(module, _Pending) else module.params[-1].dtype
             self.values[output] = (out_shape, dtype)
             self.local[output] = self.values[output]
-        sizes = {f"v{k}": d for k, d in enumerate(variables)}      # this call's value of each size var
         self.calls.append(KernelCall(label, module, tuple(inputs) + (output,), sizes, variants))
         self.steps.append(([i for i in inputs if i in self.values], [output]))
         if then_view is not None:
             self.view(output, then_view)
 
     @staticmethod
-    def _check_kernel_shape(tensor, graph_shape, var_of, derived: bool) -> None:
+    def _check_kernel_shape(tensor, graph_shape, var_of, graph_size, derived: bool) -> None:
         """That a kernel's ``tensor`` has the graph's shape: its sizes are the size vars of the
-        graph's (``var_of``: sympy size -> var), or (``derived``) expressions of them proven equal."""
+        graph's (``var_of``: sympy size -> var), or (``derived``) expressions of them proven equal
+        (``graph_size``: each var's symbol -> its sympy size)."""
         got = tuple(S.from_dsl(e) if not hasattr(e, "value") else int(e.value) for e in tensor.shape)
         if derived:
-            graph_size = {S.from_dsl(v): d for d, v in var_of.items()}
             got = tuple(g if isinstance(g, int) else S.simplify(g.subs(graph_size)) for g in got)
             want = tuple(int(d) if S.is_static(d) else d for d in graph_shape)
         else:
@@ -576,16 +577,10 @@ class _Builder:
         return name
 
 
-def _elementwise(node) -> bool:
-    return node.op_type in BINARY or node.op_type in UNARY or node.op_type == "Cast"
-
-
-def _apply(node, args):
-    """The DSL expression of elementwise ``node`` on ``args``."""
-    if node.op_type == "Cast":
-        from onnx import helper
-        return cast(str(np.dtype(helper.tensor_dtype_to_np_dtype(_attr(node, "to", 1)))), args[0])
-    return BINARY[node.op_type](*args) if node.op_type in BINARY else UNARY[node.op_type](args[0])
+def _multiple_name(index: int, k: int) -> str:
+    """The size var of a variant that takes size var ``index`` as ``k`` times a whole number (``v2x14``:
+    ``v2 / 14``)."""
+    return f"v{index}x{k}"
 
 
 def _operand_index(mode, shape, idx) -> tuple:
@@ -597,19 +592,3 @@ def _operand_index(mode, shape, idx) -> tuple:
     lead = len(shape) - r
     tail = idx[len(idx) - r:] if r else ()
     return (0,) * lead + tuple(0 if d == 1 else i for d, i in zip(shape[lead:], tail))
-
-
-def _same(a, b) -> bool:
-    return a is not None and len(a) == len(b) and all(S.equal(x, y) is True for x, y in zip(a, b))
-
-
-def _show(shape) -> str:
-    return "[" + ", ".join(S.show(d) for d in shape) + "]"
-
-
-def _attr(node, name, default):
-    from onnx import helper
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default

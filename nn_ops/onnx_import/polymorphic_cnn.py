@@ -17,6 +17,7 @@ the graph's.  Depthwise and grouped convolutions and Winograd are not here yet (
 """
 from __future__ import annotations
 
+import math
 from typing import List, Optional
 
 import numpy as np
@@ -26,9 +27,11 @@ from ...dsl.tensor import compute, placeholder
 from ...errors import ExprError
 from ..network import symbolic as S
 from ..ops.conv2d import _divisor_at_most
+from ..ops.winograd import MIN_WINOGRAD_PIXELS, winograd_largest_map, winograd_weight
+from ..ops.winograd_rows import conv2d_winograd_rows
 from ..ops.nchwc import (conv2d_blocked, from_blocked, global_avg_pool_blocked, pack_blocked_weight,
                          pool2d_blocked, row_block_fits, symbolic_row_block, to_blocked)
-from .polymorphic import BINARY, UNARY, _apply, _attr, _same, _show
+from .polymorphic_common import BINARY, UNARY, _apply, _attr, _same, _show
 
 #: plain NCHW inputs of at least this many channels (a whole number of blocks) are copied
 #: ``to_blocked`` once before a convolution; fewer (an image's 3) are read as they lie
@@ -38,6 +41,9 @@ TO_BLOCKED_MIN_CHANNELS = 16
 #: its accumulators in memory: ResNet-18's 7x7 layers ran 2.6x slower with it than the static
 #: compile; 7 divides its rows at 224, 5 those at 320: 160 ... 10)
 DIVIDING_ROW_BLOCKS = (7, 5)
+#: register blocks (in 2x2 tiles) of the Winograd kernels of a conv on maps of symbolic size: rows of
+#: 14 and 10 pixels (ResNet-18's 56/28/14-wide maps at 224, 40/20 at 320)
+WINOGRAD_TILE_BLOCKS = (7, 5)
 
 
 class CnnWalk:
@@ -117,6 +123,13 @@ class CnnWalk:
         w_name = b.fresh(w + ".blocked")
         b.consts[w_name] = pack_blocked_weight(weight, self.block, cb)
         inputs = [x_in, w_name]
+        in_shape = b.shape(x_in)
+        winograd = (x_in != x and weight.shape[2:] == (3, 3) and stride == (1, 1) and dilation == (1, 1)
+                    and padding == (1, 1, 1, 1) and min(c, oc) >= 16 and b.target.kind == "llvm"
+                    and not (S.is_static(in_shape[2]) and S.is_static(in_shape[3])))
+        if winograd:            # every kernel of the call takes the transformed weight too (one argument list)
+            inputs.append(b.fresh(w + ".winograd"))
+            b.consts[inputs[-1]] = winograd_weight(weight, self.block, cb)
         if bias is not None:
             inputs.append(b.fresh(w + ".bias"))
             b.consts[inputs[-1]] = np.ascontiguousarray(bias, dtype=np.float32)
@@ -130,11 +143,15 @@ class CnnWalk:
                            tuple(_operand_key(i, internal, externals, b) for i in m.input if i)) for m in steps)
         has_bias = bias is not None
 
-        def make(*holders, extent, row_block=None):
+        def make(*holders, extent, row_block=None, tile_block=None):
             X, Wp = holders[0], holders[1]
-            B = holders[2] if has_bias else None
-            Y = conv2d_blocked(X, Wp, B, stride=stride, padding=padding, dilation=dilation, name="conv",
-                               row_block=row_block)
+            U = holders[2] if winograd else None
+            B = holders[2 + winograd] if has_bias else None
+            if tile_block:
+                Y = conv2d_winograd_rows(X, U, B, padding=padding, name="conv", tile_block=tile_block)
+            else:
+                Y = conv2d_blocked(X, Wp, B, stride=stride, padding=padding, dilation=dilation, name="conv",
+                                   row_block=row_block)
             ext = [placeholder(Y.shape, name=f"res{q}") for q in range(len(externals))]
             if not steps:
                 return Y, ext
@@ -142,7 +159,7 @@ class CnnWalk:
                            name="epilogue", tag="elemwise"), ext
         out = b.fresh(final + ".blocked")
         out_shape = self.blocked_shape(b.shapes.shapes[final])
-        variants = []
+        variants = self.winograd_variants(in_shape, out_shape, make) if winograd else []
         blocked_in = x_in != x
         general = symbolic_row_block(b.consts[w_name].shape, blocked_in)
         for pixels in DIVIDING_ROW_BLOCKS:
@@ -152,9 +169,29 @@ class CnnWalk:
                 variants.append((S.divisible_not_by(out_shape[3], pixels, general), 0,
                                  lambda *h, extent, pixels=pixels: make(*h, extent=extent, row_block=pixels),
                                  f"row_block={pixels}", f"rows_of_{pixels}"))
-        b.kernel(label, ("conv", stride, padding, dilation, has_bias, structure), inputs, out, make,
+        b.kernel(label, ("conv", stride, padding, dilation, has_bias, winograd, structure), inputs, out, make,
                  out_shape=out_shape, derived_output=True, own_inputs=len(externals), variants=variants)
         self.blocked[final] = out
+
+    def winograd_variants(self, in_shape, out_shape, make) -> list:
+        """The Winograd kernels of a 3x3 stride-1 conv (``winograd_rows.py``), one per tile block in
+        ``WINOGRAD_TILE_BLOCKS``: each is taken where the output has an even height, its row a whole
+        number of blocks of tiles, and the map is one where Winograd pays (``winograd_pays``'s
+        sizes); it is built over the input's height as 2 x a size var and its width as 2 x block x
+        another, so its tiles and register blocks are whole by construction (no tails, no guards)."""
+        h, w, oh, ow = in_shape[2], in_shape[3], out_shape[2], out_shape[3]
+        largest = winograd_largest_map(self.b.target.cpu)
+        variants = []
+        for tb in WINOGRAD_TILE_BLOCKS:
+            multiples = {}
+            for d, k in ((h, 2), (w, 2 * tb)):
+                if not S.is_static(d):
+                    multiples[d] = math.lcm(multiples.get(d, 1), k)
+            condition = (S.remainder(oh, 2) + S.remainder(ow, 2 * tb) + S.positive_part(MIN_WINOGRAD_PIXELS - oh * ow)
+                         + S.positive_part(oh * ow - largest))
+            variants.append((condition, 0, lambda *hs, extent, tb=tb: make(*hs, extent=extent, tile_block=tb),
+                             f"winograd tiles={tb}", f"winograd_{tb}", multiples))
+        return variants
 
     def epilogue(self, k: int, conv) -> list:
         """The nodes right after ``conv`` that its kernel computes: a BatchNormalization first (folded

@@ -76,11 +76,19 @@ def winograd_pays(kernel, stride, dilation, out_hw, channels: int, out_channels:
     (``cpu`` in ``FULL_RATE_AVX512``) only maps up to 16x16 pay; on Zen 5
     (``LARGE_MAP_WINOGRAD``) maps up to 256x256 do."""
     oh, ow = out_hw
-    largest = MAX_WINOGRAD_PIXELS_FULL_RATE if cpu in FULL_RATE_AVX512 else \
-        MAX_WINOGRAD_PIXELS_LARGE if cpu in LARGE_MAP_WINOGRAD else MAX_WINOGRAD_PIXELS
     return (tuple(kernel) == (3, 3) and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1)
-            and oh % 2 == 0 and ow % 2 == 0 and 14 * 14 <= oh * ow <= largest
+            and oh % 2 == 0 and ow % 2 == 0 and MIN_WINOGRAD_PIXELS <= oh * ow <= winograd_largest_map(cpu)
             and min(channels, out_channels) >= 16)
+
+
+#: the smallest map (pixels) where Winograd is used (smaller ones were not measured)
+MIN_WINOGRAD_PIXELS = 14 * 14
+
+
+def winograd_largest_map(cpu: str) -> int:
+    """The largest map (pixels) where Winograd pays on ``cpu`` (see ``winograd_pays``)."""
+    return MAX_WINOGRAD_PIXELS_FULL_RATE if cpu in FULL_RATE_AVX512 else \
+        MAX_WINOGRAD_PIXELS_LARGE if cpu in LARGE_MAP_WINOGRAD else MAX_WINOGRAD_PIXELS
 
 
 MAX_WINOGRAD_PIXELS = 56 * 56

@@ -202,3 +202,18 @@ def test_data_pointer_matches_numpy():
     base = np.arange(40, dtype="float32").reshape(5, 8)
     for a in [base, base[2:], base[1:, 3:], base.T, np.empty(0, "int8"), np.ones((), "float32")]:
         assert _data_pointer(a) == a.ctypes.data
+
+
+def test_a_size_seen_only_as_a_multiple_is_bound_from_the_shape_or_refused_by_name():
+    T = lw.var("T")
+    X = lw.placeholder((T * 14, 2 * T), name="X")
+    Y = lw.compute(X.shape, lambda i, j: X[i, j] * 2, name="Y")
+    mod = lw.build(lw.create_schedule(Y), [X, Y])
+    x = np.arange(28 * 4, dtype=np.float32).reshape(28, 4)
+    out = np.zeros_like(x)
+    mod(x, out)
+    np.testing.assert_array_equal(out, 2 * x)
+    with pytest.raises(lw.ArgumentError, match=r"dimension 0 must be T \* 14 for a whole number T"):
+        mod(np.zeros((15, 3), np.float32), np.zeros((15, 3), np.float32))
+    with pytest.raises(lw.ArgumentError, match="dimension 1"):
+        mod(np.zeros((28, 3), np.float32), np.zeros((28, 3), np.float32))

@@ -66,20 +66,30 @@ def test_resnet18_kernels_fold_batch_norm_and_residual_adds_and_run_no_compile(r
     _check(model, exe, (2, 3, 23, 31), seed=1)
 
 
-def test_rows_that_seven_divides_run_the_seven_pixel_kernel(resnet):
+def test_each_binding_runs_the_kernel_that_fits_its_rows(resnet):
+    """3x3 stride-1 convs: Winograd over whole 2x2 tiles where the map is even and a block of 7 (or 5)
+    tiles divides the row; else direct kernels with register blocks of 7 (or 5) pixels where those
+    divide the row and 8 do not; else the general kernel (blocks of 8, a tail)."""
     model, exe = resnet
     conv_nodes = {n.name for n in model.graph.node if n.op_type == "Conv"}
     convs = [c for c in exe.calls if c.node in conv_nodes]
-    # all but the stem (4 channel vectors: a block of 7 pixels would not fit the registers)
-    assert all(c.variants and c.variants[0].module.name.endswith("rows_of_7") for c in convs[1:])
-    assert all(c.variants[-1].module.name.endswith("rows_of_5") for c in convs)
-    first = convs[1]        # after the stem and its max pool: rows of W / 4
-    assert first.module_at({"N": 1, "H": 56, "W": 56}) is first.variants[0].module      # rows of 14
-    assert first.module_at({"N": 1, "H": 64, "W": 64}) is first.module                  # rows of 16: 8 divide
-    assert first.module_at({"N": 1, "H": 64, "W": 80}) is first.variants[1].module      # rows of 20
-    assert first.module_at({"N": 1, "H": 64, "W": 160}) is first.module                 # rows of 40: 8 divide
-    _check(model, exe, (1, 3, 56, 64), seed=2)
-    _check(model, exe, (1, 3, 40, 80), seed=2)
+    first = convs[1]        # the first 3x3 conv after the stem and its max pool: maps of H/4 x W/4
+
+    def picked(h, w):
+        return first.module_at({"N": 1, "H": h, "W": w}).name
+
+    assert [v.module.name for v in first.variants] == ["poly_conv_winograd_7", "poly_conv_winograd_5",
+                                                       "poly_conv_rows_of_7", "poly_conv_rows_of_5"]
+    assert picked(56, 56) == "poly_conv_winograd_7"          # 14 x 14
+    assert picked(64, 80) == "poly_conv_winograd_5"          # 16 x 20
+    assert picked(60, 56) == "poly_conv_rows_of_7"           # 15 x 14: odd height
+    assert picked(60, 80) == "poly_conv_rows_of_5"           # 15 x 20
+    assert picked(64, 64) == "poly_conv"                     # 16 x 16: blocks of 8 divide the row
+    assert picked(8, 8) == "poly_conv"                       # 2 x 2: too small a map for Winograd
+    # the stem (4 channel vectors: 7 pixels would not fit the registers) has only the 5-pixel kernel
+    assert [v.module.name for v in convs[0].variants] == ["poly_conv_rows_of_5"]
+    for shape in ((1, 3, 56, 56), (1, 3, 64, 80), (1, 3, 60, 56), (2, 3, 60, 80)):
+        _check(model, exe, shape, seed=2)
 
 
 def test_save_and_load_keep_the_polymorphic_cnn(resnet, tmp_path, monkeypatch):

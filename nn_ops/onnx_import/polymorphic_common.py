@@ -1,0 +1,52 @@
+"""What the parts of the shape-polymorphic walk share (``polymorphic.py``, ``polymorphic_cnn.py``):
+ONNX elementwise nodes as DSL expressions, node attributes, and symbolic shapes compared and shown."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...dsl import intrinsics as lwi
+from ...dsl.expr import binary, cast, const
+from ..network import symbolic as S
+
+BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
+          "Div": lambda a, b: a / b, "Max": lambda a, b: _max(a, b), "Min": lambda a, b: _min(a, b),
+          "Pow": lambda a, b: lwi.pow(a, b)}
+UNARY = {"Relu": lambda x: _max(x, const(0.0, x.dtype)), "Erf": lwi.erf, "Tanh": lwi.tanh,
+         "Sigmoid": lwi.sigmoid, "Exp": lwi.exp, "Sqrt": lwi.sqrt, "Neg": lambda x: -x, "Abs": lwi.abs,
+         "Identity": lambda x: x}
+
+
+def _max(a, b):
+    return binary("max", a, b)
+
+
+def _min(a, b):
+    return binary("min", a, b)
+
+
+def _elementwise(node) -> bool:
+    return node.op_type in BINARY or node.op_type in UNARY or node.op_type == "Cast"
+
+
+def _apply(node, args):
+    """The DSL expression of elementwise ``node`` on ``args``."""
+    if node.op_type == "Cast":
+        from onnx import helper
+        return cast(str(np.dtype(helper.tensor_dtype_to_np_dtype(_attr(node, "to", 1)))), args[0])
+    return BINARY[node.op_type](*args) if node.op_type in BINARY else UNARY[node.op_type](args[0])
+
+
+def _same(a, b) -> bool:
+    return a is not None and len(a) == len(b) and all(S.equal(x, y) is True for x, y in zip(a, b))
+
+
+def _show(shape) -> str:
+    return "[" + ", ".join(S.show(d) for d in shape) + "]"
+
+
+def _attr(node, name, default):
+    from onnx import helper
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default

@@ -1,0 +1,136 @@
+"""Winograd F(2x2, 3x3) on blocked maps of symbolic height and width (shape-polymorphic networks).
+
+The same three stages as ``winograd.py`` (input transform, 16 matmuls, output transform, with the
+weight transformed once by ``winograd_weight``), laid out for sizes known only at run time:
+
+* tiles are indexed by (tile row, tile column), never by one flat index (taking a flat index
+  apart would divide by the run-time tile count per access);
+* an odd output height or width gets a last, partial tile: the input is padded by one more zero
+  row and column at the bottom and right, and the output transform writes only the pixels inside;
+* the schedule always runs the fused form of ``schedule_winograd_output``: per pair of output rows
+  (and part of the output channels), that row's input transform and its 16 matmuls, then the
+  output transform and the epilogue, all in one parallel iteration; the matmuls keep register
+  blocks of ``tile_block`` tiles (the caller picks one that divides the row where it can).
+
+Tags: ``conv2d_winograd_rows.input``, ``.gemm`` and ``conv2d_winograd_rows`` (the output).
+"""
+from __future__ import annotations
+
+from ...dsl.reduction import sum as lw_sum
+from ...dsl.tensor import Tensor, compute, reduce_axis
+from ...errors import ExprError
+from .elementwise import static_shape
+from .nchwc import _blocked_dims, _output_hw, _padded, _schedule_blocked_padding, _with_bias
+from .registry import accumulate_in_registers, fused_output, register_schedule
+from .winograd import _AT, _BT, _combination, _pick
+
+#: register block of the matmuls, in tiles, where the caller gives none
+TILE_BLOCK = 8
+
+
+def conv2d_winograd_rows(X: Tensor, U: Tensor, bias=None, padding=(1, 1, 1, 1), name: str = "conv2d",
+                         tile_block: int = TILE_BLOCK) -> Tensor:
+    """Y [N, OC/b, OH, OW, b]: the 3x3 stride-1 convolution of blocked X [N, C/cb, H, W, cb] (any of
+    N, H, W symbolic) by the weight whose Winograd transform is U [16, OC/b, C/cb, cb, b], (+ bias)."""
+    n, cbn, h, w, cb = _blocked_dims(X, "conv2d_winograd_rows", (1, 4))
+    sixteen, obn, ucbn, ucb, b = static_shape(U)
+    if sixteen != 16 or (ucbn, ucb) != (cbn, cb):
+        raise ExprError(f"conv2d_winograd_rows: the transformed weight {static_shape(U)} does not match the "
+                        f"input's channel blocks ({cbn} x {cb}); make it with winograd_weight")
+    oh, ow = _output_hw(h, w, (3, 3), (1, 1), padding, (1, 1))
+    th, tw = (oh + 1) // 2, (ow + 1) // 2
+    pt, pl, pb, pr = padding
+    Xp = _padded(X, (pt, pl, pb + 1, pr + 1), name)      # a partial last tile reads zeros
+    attrs = dict(tile_block=int(tile_block), out_blocks=obn)
+
+    def transform_in(nn, cbi, ty, tx, e, ci):
+        patch = [[Xp[nn, cbi, ty * 2 + a, tx * 2 + bb, ci] for bb in range(4)] for a in range(4)]
+        table = []
+        for eps in range(4):
+            rows = [_combination(_BT[eps], [patch[a][bb] for a in range(4)]) for bb in range(4)]
+            for nu in range(4):
+                table.append(_combination(_BT[nu], rows))
+        return _pick(e, table)
+
+    V = compute((n, cbn, th, tw, 16, cb), transform_in, name=name + ".wino_in", tag="conv2d_winograd_rows.input",
+                attrs=attrs)
+    rco = reduce_axis((0, cbn), name="rco")
+    rci = reduce_axis((0, cb), name="rci")
+    M = compute((n, obn, th, tw, 16, b),
+                lambda nn, ob, ty, tx, e, oi: lw_sum(V[nn, rco, ty, tx, e, rci] * U[e, ob, rco, rci, oi],
+                                                     axis=[rco, rci]),
+                name=name + ".wino_gemm", tag="conv2d_winograd_rows.gemm", attrs=attrs)
+
+    def transform_out(nn, ob, yy, xx, oi):
+        planes = [M[nn, ob, yy // 2, xx // 2, e, oi] for e in range(16)]
+        table = []
+        for i in range(2):
+            for j in range(2):
+                rows = [_combination(_AT[j], planes[eps * 4:eps * 4 + 4]) for eps in range(4)]
+                table.append(_combination(_AT[i], rows))
+        return _pick((yy % 2) * 2 + xx % 2, table)
+
+    Y = compute((n, obn, oh, ow, b), transform_out, name=name, tag="conv2d_winograd_rows",
+                attrs=dict(kernel=(3, 3), stride=(1, 1), block=b, winograd=(2, 3)))
+    return _with_bias(Y, bias, name)
+
+
+def _channel_parts(obn: int, nv: int) -> int:
+    """The output channels in two parts (each transforming the row's input again, which costs little
+    next to its matmuls) where they split into whole register tiles: twice the parallel iterations
+    for maps of few rows (a 14x14 map has 7 row pairs for 2 threads)."""
+    return 2 if obn % (2 * nv) == 0 else 1
+
+
+@register_schedule("conv2d_winograd_rows.input", "llvm")
+def schedule_winograd_rows_input(s, op, target):
+    """Placed by the output transform's schedule (``schedule_winograd_rows_output``)."""
+    _schedule_blocked_padding(s, op.input_tensors[0], target.lanes(op.outputs[0].dtype))
+
+
+@register_schedule("conv2d_winograd_rows.gemm", "llvm")
+def schedule_winograd_rows_gemm(s, op, target):
+    """Placed by the output transform's schedule (``schedule_winograd_rows_output``)."""
+
+
+@register_schedule("conv2d_winograd_rows", "llvm")
+def schedule_winograd_rows_output(s, op, target):
+    """Per pair of output rows and part of the output channels, in parallel: the row's input
+    transform (16 values a tile, unrolled; the channel vector innermost), its 16 matmuls (register
+    blocks of ``tile_block`` tiles x ``nv`` channel vectors over the input channels), then the
+    output transform with its epilogue (2x2 tiles unrolled, channels vectorized).  The images run
+    as a serial loop outside (only constant-extent axes are fused)."""
+    final = fused_output(s, op)
+    if final is not s[op]:
+        s[op].compute_inline()
+    M = op.input_tensors[0].op
+    V = M.input_tensors[0].op
+    obn, tb = int(M.attrs["out_blocks"]), int(M.attrs["tile_block"])
+    nv = 2 if obn % 2 == 0 else 1
+    parts = _channel_parts(obn, nv)
+    n, ob, y, x, oi = final.op.axis
+    yo, yi = final.split(y, factor=2)
+    xo, xi = final.split(x, factor=2)
+    part, ob = final.split(ob, nparts=parts)
+    final.reorder(n, yo, part, ob, xo, yi, xi, oi)
+    rows = final.fuse(yo, part)
+    final.parallel(rows)
+    final.unroll(yi)
+    final.unroll(xi)
+    final.vectorize(oi)
+    # the matmuls of the row: (position, channel-vector pair, tile block) around a register block
+    Ms = s[M]
+    acc = s.cache_write(M.outputs[0], "local")
+    mn, mob, mty, mtx, me, moi = Ms.op.axis
+    obo, obi = Ms.split(mob, factor=nv)
+    txo, txi = Ms.split(mtx, factor=tb)
+    Ms.reorder(mn, mty, me, obo, txo, obi, txi, moi)
+    Ms.vectorize(moi)
+    Ms.compute_at(final, rows)
+    cn, cob, cty, ctx, ce, coi = s[acc].op.axis
+    rco, rci = s[acc].op.reduce_axis
+    accumulate_in_registers(s, acc, Ms, txo, (cn, cty, ce, rco, rci, ctx, cob, coi), (ctx, cob))
+    Vs = s[V]
+    Vs.compute_at(final, rows)
+    Vs.unroll(Vs.op.axis[4])
+    Vs.vectorize(Vs.op.axis[5])
