@@ -106,6 +106,8 @@ def test_save_and_load_keep_the_polymorphic_cnn(resnet, tmp_path, monkeypatch):
     assert isinstance(loaded, PolymorphicExecutable)
     assert [len(c.variants) for c in loaded.calls] == [len(c.variants) for c in exe.calls]
     _check(model, loaded, (2, 3, 35, 28), seed=3)
+    _check(model, loaded, (1, 3, 56, 56), seed=4)          # Winograd over whole tiles, 7 a block
+    _check(model, loaded, (1, 3, 56, 80), seed=5)          # and 5
 
 
 def _block_net():
