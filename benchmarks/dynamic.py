@@ -29,7 +29,8 @@ smoke test, not for numbers).
 
 Bar 2: ``--model resnet18`` runs the zoo's ResNet-18 with symbolic batch, height and width
 (``model_zoo.resnet18(batch=None, size=None)``) at 1x224x224, 4x224x224 and 1x256x320 (``--shapes
-1x224x224 ...``), the same three columns (bar 2: poly/static >= 0.85).
+1x224x224 ...``), the same three columns (bar 2: poly/static >= 0.85); ``--model mobilenet_v2`` the
+same for MobileNetV2 (depthwise convs, channels padded to whole blocks).
 """
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ ZOO = {}                                                   # transformer_encoder
 TINY = {"hidden": 64, "heads": 2, "layers": 1, "ffn": 128}
 STATIC_SHAPE = (1, 128)                                    # the cold static compile of bar 3
 RESNET_SHAPES = ((1, 224, 224), (4, 224, 224), (1, 256, 320))   # bar 2: batch x height x width
+CNNS = ("resnet18", "mobilenet_v2")
 
 _COMPILE_SCRIPT = """
 import json, sys, time
@@ -184,11 +186,11 @@ def main(argv=None) -> None:
     parser.add_argument("--tiny", action="store_true", help="a 1-layer, 64-wide encoder (smoke test only)")
     parser.add_argument("--pause", type=float, default=0.3, help="seconds after each timed sample")
     parser.add_argument("--no-compile-times", action="store_true", help="skip bar 3")
-    parser.add_argument("--model", choices=("encoder", "resnet18"), default="encoder",
-                        help="resnet18: bar 2 (symbolic batch, height and width)")
+    parser.add_argument("--model", choices=("encoder",) + CNNS, default="encoder",
+                        help="resnet18: bar 2 (symbolic batch, height and width); mobilenet_v2 likewise")
     args = parser.parse_args(argv)
-    if args.model == "resnet18":
-        return resnet_main(args)
+    if args.model in CNNS:
+        return cnn_main(args)
 
     if args.shapes:
         shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes]
@@ -232,19 +234,19 @@ def main(argv=None) -> None:
               f"(< 0.5: {'met' if load < 0.5 else 'missed'})", flush=True)
 
 
-def resnet_main(args) -> None:
-    """Bar 2: ResNet-18 with symbolic batch, height and width, compiled once."""
+def cnn_main(args) -> None:
+    """Bar 2: ResNet-18 (or MobileNetV2) with symbolic batch, height and width, compiled once."""
     shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes] if args.shapes else list(RESNET_SHAPES)
     pairs = args.pairs if args.pairs is not None else (3 if args.quick else 15)
     set_threads(args.threads)
-    model = model_zoo.resnet18(batch=None, size=None)
+    model = getattr(model_zoo, args.model)(batch=None, size=None)
     graph = lw.from_onnx(model)
     t0 = time.perf_counter()
     poly = lw.compile(graph, polymorphic=True)
     poly_s = time.perf_counter() - t0
     static_exes = lw.compile(graph, progress=False)
     sess = onnxruntime_session(model, args.threads)
-    print(f"resnet18, symbolic batch, height and width; {args.threads} threads, {pairs} rounds per shape; "
+    print(f"{args.model}, symbolic batch, height and width; {args.threads} threads, {pairs} rounds per shape; "
           f"polymorphic compile {poly_s:.1f} s in this process (object cache as found)")
     print("ratios: median over interleaved rounds of static/poly and ort/poly time (> 1: polymorphic faster); "
           "bar 2: poly/static >= 0.85")

@@ -27,10 +27,11 @@ from ...dsl.tensor import compute, placeholder
 from ...errors import ExprError
 from ..network import symbolic as S
 from ..ops.conv2d import _divisor_at_most
+from ..ops.nchwc import (SYMBOLIC_ROW_BLOCK, conv2d_blocked, depthwise_blocked, from_blocked,
+                         global_avg_pool_blocked, pack_blocked_weight, pack_depthwise_weight, pool2d_blocked,
+                         row_block_fits, symbolic_row_block, to_blocked)
 from ..ops.winograd import MIN_WINOGRAD_PIXELS, winograd_largest_map, winograd_weight
 from ..ops.winograd_rows import conv2d_winograd_rows
-from ..ops.nchwc import (conv2d_blocked, from_blocked, global_avg_pool_blocked, pack_blocked_weight,
-                         pool2d_blocked, row_block_fits, symbolic_row_block, to_blocked)
 from .polymorphic_common import BINARY, UNARY, _apply, _attr, _same, _show
 
 #: plain NCHW inputs of at least this many channels (a whole number of blocks) are copied
@@ -73,7 +74,7 @@ class CnnWalk:
         if name in self.blocked:
             return self.blocked[name]
         shape = b.shape(name)
-        if len(shape) != 4 or not S.is_static(shape[1]) or int(shape[1]) % self.block:
+        if len(shape) != 4 or not S.is_static(shape[1]) or int(shape[1]) % self.block:      # (no padded copy yet)
             raise self.unsupported(f"{what} of a value of shape {_show(shape)}: the blocked layout needs 4-d "
                                    f"NCHW with a multiple of {self.block} channels")
         if b.dtype(name) != "float32":
@@ -85,8 +86,13 @@ class CnnWalk:
         return dst
 
     def blocked_shape(self, nchw) -> tuple:
+        """The blocked shape of an NCHW value: channels padded up to whole blocks (zeros after a
+        convolution whose weight and bias are padded with zeros; dropped by ``from_blocked``)."""
         n, c, h, w = nchw
-        return (n, S.dim(int(c) // self.block), h, w, S.dim(self.block))
+        return (n, S.dim(-(-int(c) // self.block)), h, w, S.dim(self.block))
+
+    def padded_channels(self, channels: int) -> int:
+        return -(-channels // self.block) * self.block
 
     # ------------------------------------------------------------------ convolutions
     def conv(self, k: int, node, label: str) -> None:
@@ -97,13 +103,15 @@ class CnnWalk:
         if _attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
             raise self.unsupported("auto_pad (give explicit pads)")
         weight = np.asarray(b.consts[w], dtype=np.float32)
-        if weight.ndim != 4 or int(_attr(node, "group", 1)) != 1:
-            raise self.unsupported("grouped, depthwise or non-2-d convolutions")
+        groups = int(_attr(node, "group", 1))
+        if weight.ndim != 4:
+            raise self.unsupported("non-2-d convolutions")
+        depthwise = groups > 1 and groups == weight.shape[0] and weight.shape[1] == 1
+        if groups != 1 and not depthwise:
+            raise self.unsupported(f"grouped convolutions ({groups} groups; depthwise and dense ones are covered)")
         if b.dtype(self.blocked.get(x, x)) != "float32":
             raise self.unsupported(f"a Conv of {b.dtype(x)} values (float32 only)")
-        oc, c = weight.shape[:2]
-        if oc % self.block:
-            raise self.unsupported(f"{oc} output channels, not a multiple of the block {self.block}")
+        oc, c = weight.shape[0], weight.shape[1] * groups
         bias = b.consts[node.input[2]].astype(np.float32) if len(node.input) > 2 and node.input[2] else None
         if len(node.input) > 2 and node.input[2] and node.input[2] not in b.consts:
             raise self.unsupported("a Conv whose bias is computed")
@@ -111,25 +119,33 @@ class CnnWalk:
         dilation = tuple(int(v) for v in _attr(node, "dilations", [1, 1]))
         pads = [int(v) for v in _attr(node, "pads", [0, 0, 0, 0])]
         padding = (pads[0], pads[1], pads[2], pads[3])          # top, left, bottom, right
-        if x in self.blocked or (c >= TO_BLOCKED_MIN_CHANNELS and c % self.block == 0):
+        if depthwise or x in self.blocked or (c >= TO_BLOCKED_MIN_CHANNELS and c % self.block == 0):
             x_in, cb = self.blocked_input(x, "a Conv"), self.block
         else:
             x_in, cb = x, _divisor_at_most(c, 8)                 # read as it lies (a stem's 3 channels)
-        members = self.epilogue(k, node)
+        members = self.epilogue(k, node, padded=self.padded_channels(oc) != oc)
         final = members[-1].output[0] if members else node.output[0]
         if members and members[0].op_type == "BatchNormalization":
             weight, bias = _fold_batch_norm(members[0], weight, bias, b.consts)
         b.done.update(id(m) for m in members)
+        # zeros for the channels that pad the output (and, for a padded input, the input) to whole blocks
+        oc_pad = self.padded_channels(oc)
+        c_pad = int(b.shape(x_in)[1]) * cb if x_in != x else c
+        weight = _zero_padded(weight, oc_pad, 0)
+        bias = None if bias is None else _zero_padded(bias, oc_pad, 0)
         w_name = b.fresh(w + ".blocked")
-        b.consts[w_name] = pack_blocked_weight(weight, self.block, cb)
+        if depthwise:
+            b.consts[w_name] = pack_depthwise_weight(weight, self.block)
+        else:
+            b.consts[w_name] = pack_blocked_weight(_zero_padded(weight, c_pad, 1), self.block, cb)
         inputs = [x_in, w_name]
         in_shape = b.shape(x_in)
-        winograd = (x_in != x and weight.shape[2:] == (3, 3) and stride == (1, 1) and dilation == (1, 1)
+        winograd = (not depthwise and x_in != x and weight.shape[2:] == (3, 3) and stride == (1, 1) and dilation == (1, 1)
                     and padding == (1, 1, 1, 1) and min(c, oc) >= 16 and b.target.kind == "llvm"
                     and not (S.is_static(in_shape[2]) and S.is_static(in_shape[3])))
         if winograd:            # every kernel of the call takes the transformed weight too (one argument list)
             inputs.append(b.fresh(w + ".winograd"))
-            b.consts[inputs[-1]] = winograd_weight(weight, self.block, cb)
+            b.consts[inputs[-1]] = winograd_weight(_zero_padded(weight, c_pad, 1), self.block, cb)
         if bias is not None:
             inputs.append(b.fresh(w + ".bias"))
             b.consts[inputs[-1]] = np.ascontiguousarray(bias, dtype=np.float32)
@@ -149,6 +165,9 @@ class CnnWalk:
             B = holders[2 + winograd] if has_bias else None
             if tile_block:
                 Y = conv2d_winograd_rows(X, U, B, padding=padding, name="conv", tile_block=tile_block)
+            elif depthwise:
+                Y = depthwise_blocked(X, Wp, B, stride=stride, padding=padding, dilation=dilation, name="conv",
+                                      row_block=row_block)
             else:
                 Y = conv2d_blocked(X, Wp, B, stride=stride, padding=padding, dilation=dilation, name="conv",
                                    row_block=row_block)
@@ -161,15 +180,20 @@ class CnnWalk:
         out_shape = self.blocked_shape(b.shapes.shapes[final])
         variants = self.winograd_variants(in_shape, out_shape, make) if winograd else []
         blocked_in = x_in != x
-        general = symbolic_row_block(b.consts[w_name].shape, blocked_in)
+        if depthwise:
+            general, fits = SYMBOLIC_ROW_BLOCK, (lambda pixels: True)      # one channel vector a block
+        else:
+            general = symbolic_row_block(b.consts[w_name].shape, blocked_in)
+            fits = (lambda pixels: row_block_fits(b.consts[w_name].shape, blocked_in, pixels))
         for pixels in DIVIDING_ROW_BLOCKS:
             # rows that this block divides and the general one does not run no tail: 7 divides
             # ResNet's rows of 28 ... 7 at 224, 5 those of 20 and 10 at 320
-            if not S.is_static(out_shape[3]) and row_block_fits(b.consts[w_name].shape, blocked_in, pixels):
+            if not S.is_static(out_shape[3]) and fits(pixels):
                 variants.append((S.divisible_not_by(out_shape[3], pixels, general), 0,
                                  lambda *h, extent, pixels=pixels: make(*h, extent=extent, row_block=pixels),
                                  f"row_block={pixels}", f"rows_of_{pixels}"))
-        b.kernel(label, ("conv", stride, padding, dilation, has_bias, winograd, structure), inputs, out, make,
+        b.kernel(label, ("depthwise" if depthwise else "conv", stride, padding, dilation, has_bias, winograd,
+                         structure), inputs, out, make,
                  out_shape=out_shape, derived_output=True, own_inputs=len(externals), variants=variants)
         self.blocked[final] = out
 
@@ -193,9 +217,11 @@ class CnnWalk:
                              f"winograd tiles={tb}", f"winograd_{tb}", multiples))
         return variants
 
-    def epilogue(self, k: int, conv) -> list:
+    def epilogue(self, k: int, conv, padded: bool = False) -> list:
         """The nodes right after ``conv`` that its kernel computes: a BatchNormalization first (folded
-        into the weight), then elementwise nodes on its result and on blocked values of its shape."""
+        into the weight), then elementwise nodes on its result and on blocked values of its shape
+        (on a result ``padded`` with zero channels, only nodes that keep those finite: a NaN there
+        would reach the real channels through the next convolution's zero weights)."""
         b = self.b
         shape = b.shapes.shapes[conv.output[0]]
         members, internal = [], {conv.output[0]}
@@ -206,7 +232,8 @@ class CnnWalk:
                 if members or len([o for o in cand.output if o]) != 1 or \
                         not all(i in b.consts for i in cand.input[1:5]):
                     break
-            elif not _epilogue_node(cand, internal, shape, self.blocked, b):
+            elif not _epilogue_node(cand, internal, shape, self.blocked, b) or \
+                    (padded and not _keeps_padding_finite(cand, b)):
                 break
             members.append(cand)
             internal.add(cand.output[0])
@@ -223,7 +250,11 @@ class CnnWalk:
         if node.op_type == "GlobalAveragePool":
             b.kernel(label, ("global_avg_pool",), [x], out, lambda t, extent: global_avg_pool_blocked(t),
                      out_shape=shape, derived_output=True)
-            b.view(out, node.output[0])       # [N, C/b, 1, 1, b] is the NCHW [N, C, 1, 1]
+            if int(shape[1]) * self.block == int(b.shapes.shapes[node.output[0]][1]):
+                b.view(out, node.output[0])       # [N, C/b, 1, 1, b] is the NCHW [N, C, 1, 1]
+            else:                                 # padded channels: dropped by from_blocked
+                self.blocked[node.output[0]] = out
+                self.plain(node.output[0])
             return
         if len([o for o in node.output if o]) != 1 or _attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
             raise self.unsupported("a pool with auto_pad or an indices output")
@@ -305,6 +336,25 @@ def _epilogue_value(steps, idx, Y, anchor_names, ext, externals, b):
         env[m.output[0]] = v
         last = m.output[0]
     return env[last]
+
+
+#: elementwise nodes that map the zeros of padding channels (and any finite value) to finite values
+PADDING_SAFE = {"Relu", "Clip", "Add", "Sub", "Mul", "Max", "Min", "Sigmoid", "Tanh", "Neg", "Abs", "Identity",
+                "Erf"}
+
+
+def _keeps_padding_finite(node, b) -> bool:
+    return node.op_type in PADDING_SAFE or (node.op_type == "Div" and len(node.input) > 1 and
+                                            b.is_scalar(node.input[1]) and b.scalar(node.input[1]) != 0)
+
+
+def _zero_padded(array: np.ndarray, size: int, axis: int) -> np.ndarray:
+    """``array`` with zeros appended along ``axis`` up to ``size``."""
+    if array.shape[axis] == size:
+        return array
+    pad = [(0, 0)] * array.ndim
+    pad[axis] = (0, size - array.shape[axis])
+    return np.pad(array, pad)
 
 
 def _clip_bounds(node, b) -> Optional[tuple]:

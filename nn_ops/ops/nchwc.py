@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...dsl.expr import cast, const, if_then_else, logical_and
+from ...dsl.expr import Const, cast, const, if_then_else, logical_and
 from ...dsl.reduction import max as lw_max, sum as lw_sum
 from ...dsl.tensor import ComputeOp, Tensor, compute, reduce_axis
 from ...errors import ExprError
@@ -147,8 +147,9 @@ def conv2d_blocked(X: Tensor, Wp: Tensor, bias=None, stride=(1, 1), padding=(0, 
 
 
 def depthwise_blocked(X: Tensor, Wd: Tensor, bias=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
-                      name: str = "depthwise") -> Tensor:
-    """Y [N, C/b, OH, OW, b]: each channel convolved with its own KH x KW filter (Wd [C/b, KH, KW, b])."""
+                      name: str = "depthwise", row_block: int = None) -> Tensor:
+    """Y [N, C/b, OH, OW, b]: each channel convolved with its own KH x KW filter (Wd [C/b, KH, KW, b]).
+    ``row_block``: pixels per register block on a row of symbolic width (else ``SYMBOLIC_ROW_BLOCK``)."""
     n, cbn, h, w, b = _blocked_dims(X, "depthwise_blocked", (1, 4))
     wcb, kh, kw, wb = static_shape(Wd)
     if (wcb, wb) != (cbn, b):
@@ -162,7 +163,8 @@ def depthwise_blocked(X: Tensor, Wd: Tensor, bias=None, stride=(1, 1), padding=(
     Y = compute((n, cbn, oh, ow, b),
                 lambda nn, cb, yy, xx, ci: lw_sum(Xp[nn, cb, yy * sh + ry * dh, xx * sw + rx * dw, ci] *
                                                   Wd[cb, ry, rx, ci], axis=[ry, rx]),
-                name=name, tag="depthwise_blocked", attrs=dict(block=b))
+                name=name, tag="depthwise_blocked",
+                attrs=dict(block=b) if row_block is None else dict(block=b, row_block=int(row_block)))
     return _with_bias(Y, bias, name)
 
 
@@ -439,16 +441,15 @@ def schedule_depthwise_blocked(s, op, target):
     if _depthwise_consumer(s, op) is not None:
         return
     out = op.outputs[0]
-    ow_ = int(out.shape[3].value)
-    owb = _divisor_at_most(ow_, 8)
+    width = out.shape[3]
+    owb = _divisor_at_most(int(width.value), 8) if isinstance(width, Const) else \
+        op.attrs.get("row_block", SYMBOLIC_ROW_BLOCK)           # symbolic: the row's tail a partial block
     acc, Y = accumulator_and_tile(s, op)
     n, cb, y, x, ci = Y.op.axis
     xo, xi = Y.split(x, factor=owb)
-    Y.reorder(n, cb, y, xo, xi, ci)
+    row = parallel_planes_and_rows(Y, n, cb, y, [xo, xi, ci])
     Y.vectorize(ci)
     unroll_long_epilogue(s, op, Y, [xi])
-    row = Y.fuse(n, cb, y)
-    Y.parallel(row)
     an, acb, ay, ax, aci = s[acc].op.axis
     ry, rx = s[acc].op.reduce_axis
     accumulate_in_registers(s, acc, Y, xo, (an, acb, ay, ry, rx, ax, aci), (ax,))

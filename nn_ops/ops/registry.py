@@ -228,17 +228,20 @@ def _unblocked_source(s: Schedule, op: ComputeOp):
 TO_BLOCKED_PIXELS = 8
 
 
-def parallel_planes_and_rows(stage, n, cb, y, inner) -> None:
-    """Loops (image, channel block, row, ``inner``...) with the first three fused and in parallel.
+def parallel_planes_and_rows(stage, n, cb, y, inner):
+    """Loops (image, channel block, row, ``inner``...) with the first three fused and in parallel
+    (returned: a producer computed per row attaches there).
     With a symbolic height (a shape-polymorphic kernel) rows go outside the channel blocks and only
     (row, block) are fused, the images staying a serial loop outside: a fused index is taken apart
     by dividing by the inner extents, which must be constants to stay cheap and affine."""
     if isinstance(y.extent, Const):
         stage.reorder(n, cb, y, *inner)
-        stage.parallel(stage.fuse(n, cb, y) if y.extent.value > 1 else stage.fuse(n, cb))
+        fused = stage.fuse(n, cb, y) if y.extent.value > 1 else stage.fuse(n, cb)
     else:
         stage.reorder(n, y, cb, *inner)
-        stage.parallel(stage.fuse(y, cb))
+        fused = stage.fuse(y, cb)
+    stage.parallel(fused)
+    return fused
 
 
 def _schedule_to_blocked(stage, axes) -> None:
