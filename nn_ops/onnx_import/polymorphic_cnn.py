@@ -129,15 +129,12 @@ class CnnWalk:
             weight, bias = _fold_batch_norm(members[0], weight, bias, b.consts)
         b.done.update(id(m) for m in members)
         # zeros for the channels that pad the output (and, for a padded input, the input) to whole blocks
-        oc_pad = self.padded_channels(oc)
         c_pad = int(b.shape(x_in)[1]) * cb if x_in != x else c
-        weight = _zero_padded(weight, oc_pad, 0)
-        bias = None if bias is None else _zero_padded(bias, oc_pad, 0)
+        weight = _zero_padded(_zero_padded(weight, self.padded_channels(oc), 0), c_pad if not depthwise else 1, 1)
+        bias = None if bias is None else _zero_padded(bias, self.padded_channels(oc), 0)
         w_name = b.fresh(w + ".blocked")
-        if depthwise:
-            b.consts[w_name] = pack_depthwise_weight(weight, self.block)
-        else:
-            b.consts[w_name] = pack_blocked_weight(_zero_padded(weight, c_pad, 1), self.block, cb)
+        b.consts[w_name] = pack_depthwise_weight(weight, self.block) if depthwise else \
+            pack_blocked_weight(weight, self.block, cb)
         inputs = [x_in, w_name]
         in_shape = b.shape(x_in)
         winograd = (not depthwise and x_in != x and weight.shape[2:] == (3, 3) and stride == (1, 1) and dilation == (1, 1)
@@ -145,7 +142,7 @@ class CnnWalk:
                     and not (S.is_static(in_shape[2]) and S.is_static(in_shape[3])))
         if winograd:            # every kernel of the call takes the transformed weight too (one argument list)
             inputs.append(b.fresh(w + ".winograd"))
-            b.consts[inputs[-1]] = winograd_weight(_zero_padded(weight, c_pad, 1), self.block, cb)
+            b.consts[inputs[-1]] = winograd_weight(weight, self.block, cb)
         if bias is not None:
             inputs.append(b.fresh(w + ".bias"))
             b.consts[inputs[-1]] = np.ascontiguousarray(bias, dtype=np.float32)
@@ -179,19 +176,7 @@ class CnnWalk:
         out = b.fresh(final + ".blocked")
         out_shape = self.blocked_shape(b.shapes.shapes[final])
         variants = self.winograd_variants(in_shape, out_shape, make) if winograd else []
-        blocked_in = x_in != x
-        if depthwise:
-            general, fits = SYMBOLIC_ROW_BLOCK, (lambda pixels: True)      # one channel vector a block
-        else:
-            general = symbolic_row_block(b.consts[w_name].shape, blocked_in)
-            fits = (lambda pixels: row_block_fits(b.consts[w_name].shape, blocked_in, pixels))
-        for pixels in DIVIDING_ROW_BLOCKS:
-            # rows that this block divides and the general one does not run no tail: 7 divides
-            # ResNet's rows of 28 ... 7 at 224, 5 those of 20 and 10 at 320
-            if not S.is_static(out_shape[3]) and fits(pixels):
-                variants.append((S.divisible_not_by(out_shape[3], pixels, general), 0,
-                                 lambda *h, extent, pixels=pixels: make(*h, extent=extent, row_block=pixels),
-                                 f"row_block={pixels}", f"rows_of_{pixels}"))
+        variants += _row_block_variants(out_shape[3], make, None if depthwise else b.consts[w_name].shape, x_in != x)
         b.kernel(label, ("depthwise" if depthwise else "conv", stride, padding, dilation, has_bias, winograd,
                          structure), inputs, out, make,
                  out_shape=out_shape, derived_output=True, own_inputs=len(externals), variants=variants)
@@ -274,6 +259,23 @@ class CnnWalk:
         b.kernel(label, ("pool", kind, kernel, stride, padding, dilation, ceil_mode, include_pad), [x], out, make,
                  out_shape=shape, derived_output=True)
         self.blocked[node.output[0]] = out
+
+
+def _row_block_variants(width, make, weight_shape, blocked_input: bool) -> list:
+    """Kernels with register blocks of ``DIVIDING_ROW_BLOCKS`` pixels, each taken where it divides
+    the output row (``width``, a sympy size) and the general block does not: no tail there (7
+    divides ResNet's rows of 28 ... 7 at 224, 5 those of 20 and 10 at 320).  ``weight_shape``: a
+    dense conv's packed weight (its blocks must fit the registers), None for a depthwise one."""
+    if S.is_static(width):
+        return []
+    if weight_shape is None:        # depthwise: one channel vector a block, any row block fits
+        general, fits = SYMBOLIC_ROW_BLOCK, (lambda pixels: True)
+    else:
+        general = symbolic_row_block(weight_shape, blocked_input)
+        fits = (lambda pixels: row_block_fits(weight_shape, blocked_input, pixels))
+    return [(S.divisible_not_by(width, pixels, general), 0,
+             lambda *h, extent, pixels=pixels: make(*h, extent=extent, row_block=pixels),
+             f"row_block={pixels}", f"rows_of_{pixels}") for pixels in DIVIDING_ROW_BLOCKS if fits(pixels)]
 
 
 # ---------------------------------------------------------------------- epilogue nodes
