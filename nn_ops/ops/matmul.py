@@ -41,10 +41,11 @@ def matmul(A: Tensor, B: Tensor, name: str = "matmul") -> Tensor:
     return _narrowed(C, A.dtype, name)
 
 
-def matmul_panels(A: Tensor, Bp: Tensor, columns: int = None, name: str = "matmul") -> Tensor:
+def matmul_panels(A: Tensor, Bp: Tensor, columns: int = None, name: str = "matmul", row_block: int = None) -> Tensor:
     """``C[i, j] = sum_k A[i, k] * B[k, j]`` with B given as column panels ``Bp[ceil(N/nr), K, nr]``
     (``pack_panels``; ``columns`` = N when the last panel is zero-padded): a constant weight
-    packed once, where ``matmul``'s schedule packs every panel again on every call."""
+    packed once, where ``matmul``'s schedule packs every panel again on every call.
+    ``row_block``: rows of a register tile (the schedule's ``register_tile_rows`` otherwise)."""
     _check(A.ndim == 2 and Bp.ndim == 3, f"matmul_panels takes a 2-d A and panels [N/nr, K, nr], got ranks "
                                          f"{A.ndim} and {Bp.ndim}")
     _check(_same_extent(A.shape[1], Bp.shape[1]), f"matmul_panels: A's columns {A.shape[1]} differ from the "
@@ -56,7 +57,8 @@ def matmul_panels(A: Tensor, Bp: Tensor, columns: int = None, name: str = "matmu
            f"and {panels * nr})")
     k = reduce_axis((0, A.shape[1]), name="k")
     return compute((A.shape[0], n),
-                   lambda i, j: lw_sum(A[i, k] * Bp[j // nr, k, j % nr], axis=k), name=name, tag="matmul_panels")
+                   lambda i, j: lw_sum(A[i, k] * Bp[j // nr, k, j % nr], axis=k), name=name, tag="matmul_panels",
+                   attrs={} if row_block is None else dict(row_block=int(row_block)))
 
 
 def pack_panels(b: np.ndarray, nr: int) -> np.ndarray:
@@ -118,17 +120,20 @@ def _narrowed(C: Tensor, dtype: str, name: str) -> Tensor:
     return compute(C.shape, lambda *idx: cast(dtype, C[idx]), name=name + ".cast", tag="elemwise")
 
 
+def register_tile_rows(target, dtype: str) -> int:
+    """Rows of the gemm schedules' register tile (its columns: ``panel_width``)."""
+    return 8 if target.lanes(dtype) >= 16 else 6
+
+
 def _blocking(target, dtype: str):
-    lanes = target.lanes(dtype)
-    nr = panel_width(lanes)
-    mr = 8 if lanes >= 16 else 6
-    return mr, nr
+    return register_tile_rows(target, dtype), panel_width(target.lanes(dtype))
 
 
 def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
     """Register-blocked schedule shared by matmul, dense and batch_matmul."""
     out = op.outputs[0]
     mr, nr = _blocking(target, out.dtype)
+    mr = op.attrs.get("row_block", mr)
     B_t = op.input_tensors[1]
     CC, C = accumulator_and_tile(s, op)
     tail = "shift"
@@ -146,6 +151,7 @@ def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
     # full tiles everywhere: the last tile moves inwards instead of being guarded
     jo, ji = C.split(j, factor=nr, tail=tail)
     io, ii = C.split(i, factor=mr, tail="shift")
+    tile = io           # the loop of one register tile, where the accumulator is computed
     if batch:
         C.reorder(axes[0], jo, io, ii, ji)
         if isinstance(jo.extent, Const):
@@ -153,13 +159,20 @@ def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
             outer = jo
         else:   # a fused index of symbolic extents is a div/mod bound inference cannot follow: batches in parallel
             outer = axes[0]
+    elif "row_block" in op.attrs and not isinstance(i.extent, Const):
+        # a kernel for few rows (of a symbolic count): each row tile runs the column panels in
+        # parallel, so the panel loop encloses its column tail's guard directly (loop_partition
+        # then gives the whole panels constant extents; under a symbolic row loop it did not, and
+        # MobileNetV2's 1000-column classifier ran scalar)
+        C.reorder(io, jo, ii, ji)
+        outer = tile = jo
     else:
         C.reorder(jo, io, ii, ji)
         outer = jo
     C.vectorize(ji)
     unroll_long_epilogue(s, op, C, [ii])
     C.parallel(outer)
-    s[CC].compute_at(C, io)
+    s[CC].compute_at(C, tile)
     c_axes = list(s[CC].op.axis)
     ci, cj = c_axes[-2], c_axes[-1]
     ck = s[CC].op.reduce_axis[0]
