@@ -5,7 +5,7 @@ schedule; ``lower`` shows the loops; ``build`` returns a checked, native callabl
 """
 from .errors import (ArgumentError, BoundsError, BuildError, CacheWarning, DamagedFileError, DTypeError, ExprError,
                      IndexOutOfRangeError, InternalError, LoopweaveError, LoopweaveWarning, LoweringError,
-                     OnnxImportError, ScheduleError)
+                     OnnxImportError, PerShapeCompileWarning, ScheduleError)
 from .target import Target
 from .dsl.expr import Expr, Var, cast, const, if_then_else, select, var
 from .dsl.intrinsics import abs, ceil, erf, exp, floor, fmod, log, pow, round, rsqrt, sigmoid, sqrt, tanh
@@ -26,7 +26,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArgumentError", "BoundsError", "BuildError", "CacheWarning", "DamagedFileError", "DTypeError", "ExprError",
-    "IndexOutOfRangeError", "InternalError", "LoopweaveError", "LoopweaveWarning", "LoweringError", "OnnxImportError", "ScheduleError",
+    "IndexOutOfRangeError", "InternalError", "LoopweaveError", "LoopweaveWarning", "LoweringError", "OnnxImportError",
+    "PerShapeCompileWarning", "ScheduleError",
     "Target", "Expr", "Var", "cast", "const", "if_then_else", "select", "var",
     "abs", "ceil", "erf", "exp", "floor", "fmod", "log", "pow", "round", "rsqrt", "sigmoid", "sqrt", "tanh",
     "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "shift_left", "shift_right", "argmax",

@@ -70,6 +70,11 @@ class LoopweaveWarning(UserWarning):
     """Base of the warnings loopweave issues."""
 
 
+class PerShapeCompileWarning(LoopweaveWarning):
+    """A model with symbolic sizes could not be compiled once for all of them; it compiles per input
+    shape on first use instead (the message says why)."""
+
+
 class CacheWarning(LoopweaveWarning):
     """The on-disk cache was damaged (the entry was deleted and rebuilt) or is not writable."""
 

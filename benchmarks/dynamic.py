@@ -74,7 +74,7 @@ if mode == "polymorphic":
 else:
     batch, seq = json.loads(mode)
     hidden = model.graph.input[0].type.tensor_type.shape.dim[2].dim_value
-    exe = lw.compile(graph, progress=False).specialization({"input": np.zeros((batch, seq, hidden), np.float32)})
+    exe = lw.compile(graph, progress=False, polymorphic=False).specialization({"input": np.zeros((batch, seq, hidden), np.float32)})
 t1 = time.perf_counter()
 exe.save(path)
 print(f"{t1 - t0:.3f}")
@@ -208,7 +208,7 @@ def main(argv=None) -> None:
     t0 = time.perf_counter()
     poly = lw.compile(graph, polymorphic=True)
     poly_s = time.perf_counter() - t0
-    static_exes = lw.compile(graph, progress=False)     # DynamicExecutable: one static compile per shape
+    static_exes = lw.compile(graph, progress=False, polymorphic=False)     # one static compile per shape
     sess = onnxruntime_session(model, args.threads)
     print(f"transformer encoder {kwargs or 'zoo defaults'}, symbolic batch and seq; {args.threads} threads, "
           f"{pairs} rounds per shape; polymorphic compile {poly_s:.1f} s in this process (object cache as found)")
@@ -244,7 +244,7 @@ def cnn_main(args) -> None:
     t0 = time.perf_counter()
     poly = lw.compile(graph, polymorphic=True)
     poly_s = time.perf_counter() - t0
-    static_exes = lw.compile(graph, progress=False)
+    static_exes = lw.compile(graph, progress=False, polymorphic=False)
     sess = onnxruntime_session(model, args.threads)
     print(f"{args.model}, symbolic batch, height and width; {args.threads} threads, {pairs} rounds per shape; "
           f"polymorphic compile {poly_s:.1f} s in this process (object cache as found)")

@@ -3,13 +3,16 @@
 It sits above both the network compiler (``network/``) and the ONNX importer
 (``onnx_import/``): a static Graph compiles to an Executable (CPU) or a CudaExecutable,
 a DynamicGraph (shapes known only at run time, kept as its ONNX model) to a
+PolymorphicExecutable compiled once for every binding, or (where that path does not reach) a
 DynamicExecutable that compiles one static specialisation per input binding.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
-from ..errors import ArgumentError, BuildError, DamagedFileError, InternalError, LoopweaveError
+from ..errors import (ArgumentError, BuildError, DamagedFileError, InternalError, LoopweaveError, OnnxImportError,
+                      PerShapeCompileWarning)
 from ..lowering.lower import check_checks_argument
 from ..target import resolve_target
 from .network.archive import ArchiveReader, MetaChecker
@@ -22,20 +25,21 @@ from .onnx_import.polymorphic import build_polymorphic
 
 
 def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=None,  # noqa: A001 - lw.compile
-            checks: Optional[str] = None, polymorphic: bool = False):
+            checks: Optional[str] = None, polymorphic: Optional[bool] = None):
     """Compile a network graph (from ``from_onnx``) into an executable.
 
-    A DynamicGraph (symbolic input sizes or shape inputs) gives a DynamicExecutable that
-    compiles one static specialisation per input binding, on first use.  ``target="cuda"``
+    A DynamicGraph (symbolic input sizes) is compiled once for every binding of its sizes: a
+    PolymorphicExecutable, kernels taking the sizes as arguments (``onnx_import/polymorphic.py``).
+    A model with shape inputs (values that change the graph's structure) gives a DynamicExecutable
+    that compiles one static specialisation per input binding on first use; so does one with ops
+    the polymorphic path does not cover yet, or compiled with ``tuning_log`` or ``checks``, with a
+    ``PerShapeCompileWarning`` saying why.  ``polymorphic=True`` insists (an error lists what is not
+    covered); ``polymorphic=False`` asks for the per-shape executable.  ``target="cuda"``
     gives a CudaExecutable (kernels on the GPU; ``network/cuda_executable.py``).  ``tuning_log``
     (from ``autoschedule.tune_network`` or ``loopweave tune``): kernels with a record for this
     target use the best recorded schedule, the others their default schedule.  Index checks of
     gathers and scatters are always on; ``checks="bounds"`` also checks every other load whose
     index depends on data (``lw.build``'s ``checks``).
-
-    ``polymorphic=True`` (a DynamicGraph only; first slice of issue 18): compile once, kernels
-    taking the symbolic sizes as arguments, a symbolic memory plan evaluated per call
-    (``onnx_import/polymorphic.py``); ops it does not cover yet are listed in one error.
     """
     check_checks_argument(checks, BuildError)
     tgt = resolve_target(target)
@@ -49,6 +53,16 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
             if tuning_log is not None or checks is not None:
                 raise BuildError("polymorphic=True does not take tuning_log or checks yet")
             return build_polymorphic(graph, tgt)
+        if polymorphic is None and not graph.value_inputs:    # (shape inputs: per shape by design)
+            why = "tuning_log and checks are not taken by the compile-once path yet" \
+                if tuning_log is not None or checks is not None else None
+            if why is None:
+                try:
+                    return build_polymorphic(graph, tgt)
+                except OnnxImportError as exc:
+                    why = str(exc)
+            warnings.warn(f"{graph.name!r} compiles once per input shape (on first use), not once for all: "
+                          f"{why}", PerShapeCompileWarning, stacklevel=2)
         return DynamicExecutable(graph, target, progress, tuning_log=tuning_log, checks=checks)
     if polymorphic:
         raise ArgumentError("polymorphic=True compiles a DynamicGraph (a model with symbolic input sizes); this "

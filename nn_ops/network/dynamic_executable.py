@@ -23,6 +23,7 @@ from ...target import resolve_target
 from .archive import ArchiveReader, ArchiveWriter, MetaChecker
 from .feed import check_names_and_dtypes
 from .executable import compile_graph, load_static
+from .signature import export_needs_fixed_shapes
 from .feed import show_shape
 
 FORMAT = "loopweave-dynamic-executable"
@@ -98,9 +99,7 @@ class DynamicExecutable:
     # ------------------------------------------------------------ save / load
     def export_library(self, path, prefix: str = "lw_", params: str = "embed", cc=None):
         """Not for dynamic shapes yet: the C API has fixed shapes (an ArgumentError that says what to do)."""
-        raise ArgumentError("export_library needs fixed input shapes (the C library's shapes are static): import "
-                            "the model with them, e.g. lw.from_onnx(model, input_shapes={'input': (1, 3, 224, 224)}) "
-                            "(CLI: --input-shape input=1x3x224x224), compile, then export")
+        raise export_needs_fixed_shapes()
 
     def save(self, path) -> None:
         """A checksummed zip (``archive.py``): meta.json, model.onnx, and one nested executable per

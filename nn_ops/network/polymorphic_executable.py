@@ -29,7 +29,7 @@ from ...target import resolve_target
 from .archive import ArchiveReader, ArchiveWriter, MetaChecker
 from . import call_list, symbolic as S
 from .feed import check_names_and_dtypes, show_shape
-from .signature import SymbolicSignature
+from .signature import SymbolicSignature, export_needs_fixed_shapes
 from .executable import _aligned_empty
 from .symbolic_plan import ALIGN, SymbolicPlan
 
@@ -224,6 +224,10 @@ class PolymorphicExecutable:
                 self._view_shapes.pop(next(iter(self._view_shapes)))
             self._view_shapes[key] = found
         return found
+
+    def export_library(self, path, prefix: str = "lw_", params: str = "embed", cc=None):
+        """Not for symbolic sizes yet: the C API has fixed shapes (an ArgumentError that says what to do)."""
+        raise export_needs_fixed_shapes()
 
     def save(self, path) -> None:
         """A checksummed zip (``archive.py``): meta.json, model.onnx and each distinct kernel's object

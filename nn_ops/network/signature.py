@@ -107,3 +107,10 @@ class SymbolicSignature:
 
 def _show(shape) -> str:
     return "[" + ", ".join(S.show(d) for d in shape) + "]"
+
+
+def export_needs_fixed_shapes():
+    """The error of ``export_library`` on an executable of symbolic sizes: the C API has fixed shapes."""
+    return ArgumentError("export_library needs fixed input shapes (the C library's shapes are static): import "
+                         "the model with them, e.g. lw.from_onnx(model, input_shapes={'input': (1, 3, 224, 224)}) "
+                         "(CLI: --input-shape input=1x3x224x224), compile, then export")

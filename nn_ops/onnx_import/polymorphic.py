@@ -81,7 +81,7 @@ def build_polymorphic(graph, target="llvm", prebuilt: Optional[Dict[str, object]
     import onnx
     if graph.value_inputs:
         raise OnnxImportError(f"{graph.name!r}: shape inputs ({', '.join(graph.value_inputs)}) change the graph's "
-                              f"structure with their values; compile without polymorphic=True")
+                              f"structure with their values; lw.compile(..., polymorphic=False) specialises per shape")
     model = onnx.ModelProto.FromString(graph.model_bytes)
     builder = _Builder(model, graph.shapes, resolve_target(target), graph.name, prebuilt)
     exe = builder.build()
@@ -132,7 +132,7 @@ class _Builder:
         if problems:
             lines = "\n".join(f"  - node {n!r}: {op}: {why}" for n, op, why in problems)
             raise OnnxImportError(f"{self.name!r} cannot compile shape-polymorphically yet ({len(problems)} "
-                                  f"node(s); compile without polymorphic=True to specialise per shape):\n{lines}")
+                                  f"node(s); lw.compile(..., polymorphic=False) specialises per shape):\n{lines}")
         outputs = [o.name for o in self.model.graph.output]
         for o in outputs:
             self.cnn.plain(o)

@@ -24,7 +24,7 @@ def dynamic_cnn():
     model = small_cnn()
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
     model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "N"
-    return model, lw.compile(lw.from_onnx(model), progress=False)
+    return model, lw.compile(lw.from_onnx(model), progress=False, polymorphic=False)
 
 
 def test_symbolic_batch_is_kept_and_every_batch_size_runs(dynamic_cnn):
@@ -56,7 +56,7 @@ def test_symbol_shared_by_two_inputs_must_agree():
     out = b.node("Add", ["input", "other"])
     model = b.model(("N", 4), out, ("N", 4))
     model.graph.input.append(helper.make_tensor_value_info("other", TensorProto.FLOAT, ["N", 4]))
-    exe = lw.compile(lw.from_onnx(model), progress=False)
+    exe = lw.compile(lw.from_onnx(model), progress=False, polymorphic=False)
     with pytest.raises(lw.ArgumentError, match="'N' = 3.*'N' = 2"):
         exe.run({"input": np.zeros((2, 4), np.float32), "other": np.zeros((3, 4), np.float32)})
     got, = exe.run({"input": np.ones((5, 4), np.float32), "other": np.ones((5, 4), np.float32)})
@@ -88,7 +88,7 @@ def test_encoder_with_symbolic_batch_matches_onnxruntime():
     model = transformer_encoder(batch=None, layers=1)
     g = lw.from_onnx(model)
     assert isinstance(g, DynamicGraph) and g.symbols == ["batch"]
-    exe = lw.compile(g, progress=False)
+    exe = lw.compile(g, progress=False, polymorphic=False)
     x = np.random.default_rng(3).standard_normal((2, 128, 256)).astype(np.float32)
     np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-3, atol=1e-3)
 
@@ -102,7 +102,7 @@ def test_shape_given_as_a_runtime_input_is_specialised_per_value():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     g = lw.from_onnx(model)
     assert isinstance(g, DynamicGraph) and g.value_inputs == ["shape"]
-    exe = lw.compile(g, progress=False)
+    exe = lw.compile(g, progress=False, polymorphic=False)
     data = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
     for target in ([6, 4], [4, -1], [6, 4]):
         got, = exe.run({"x": data, "shape": np.array(target, np.int64)})
@@ -138,6 +138,6 @@ def test_symbolic_batch_and_sequence_at_size_one(batch, seq):
     """The classic trap: a residual Add after a dense layer at batch 1 x seq 1 read the 3-D
     input into the 2-D dense epilogue (InternalError: computed (1, 1, 64), graph says (1, 64))."""
     model = dynamic_encoder()
-    exe = lw.compile(lw.from_onnx(model), progress=False)
+    exe = lw.compile(lw.from_onnx(model), progress=False, polymorphic=False)
     feed = {"input": np.random.default_rng(seq).standard_normal((batch, seq, 64)).astype(np.float32)}
     np.testing.assert_allclose(exe.run(feed)[0], _ort(model, feed)[0], rtol=1e-3, atol=1e-3)

@@ -168,7 +168,7 @@ def test_damaged_dynamic_executable_members(tmp_path):
     model = small_cnn(size=8)
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
     model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "N"
-    exe = lw.compile(lw.from_onnx(model), progress=False)
+    exe = lw.compile(lw.from_onnx(model), progress=False, polymorphic=False)
     exe.run({"input": np.zeros((3, 3, 8, 8), np.float32)})
     good = tmp_path / "dyn.lwx"
     exe.save(good)

@@ -461,3 +461,28 @@ def test_one_row_of_a_dense_layer_with_a_partial_last_panel_runs_whole_vectors()
     for n in (1, 3):
         x = np.random.default_rng(n).standard_normal((n, 64)).astype(np.float32)
         np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_lw_compile_compiles_a_covered_model_once_and_warns_where_it_cannot():
+    """The default for a model of symbolic sizes: compiled once where the polymorphic path covers it;
+    else per shape, with a PerShapeCompileWarning saying why; shape inputs per shape, by design."""
+    import warnings
+    from loopweave.nn_ops.network.dynamic_executable import DynamicExecutable
+    b = OnnxBuilder()
+    covered = b.model(("N", 4), b.relu("input"), ("N", 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert isinstance(lw.compile(lw.from_onnx(covered)), PolymorphicExecutable)
+    b = OnnxBuilder()
+    model = b.model(("N", 4), b.node("TopK", ["input", b.init("k", np.array([2], np.int64))], n_out=2)[0],
+                    ("N", 2))
+    with pytest.warns(lw.PerShapeCompileWarning, match=r"(?s)polymorphic=False.*TopK"):
+        exe = lw.compile(lw.from_onnx(model), progress=False)
+    assert isinstance(exe, DynamicExecutable)
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0])
+    with pytest.warns(lw.PerShapeCompileWarning, match="tuning_log and checks"):
+        lw.compile(lw.from_onnx(covered), checks="bounds")
+    with pytest.raises(OnnxImportError, match="TopK"):
+        lw.compile(lw.from_onnx(model), polymorphic=True)
+

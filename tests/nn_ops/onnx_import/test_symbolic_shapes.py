@@ -220,14 +220,18 @@ def test_symbolic_resnet18_runs_at_every_size_one_with_the_predicted_shapes(shap
     assert [got.shape] == g.output_shapes(g.symbol_values({"input": x}))
 
 
-def test_a_symbol_bound_twice_is_refused_before_anything_compiles():
+@pytest.mark.parametrize("polymorphic", [None, False])
+def test_a_symbol_bound_twice_is_refused_before_anything_compiles_or_runs(polymorphic):
     model = two_input_model([helper.make_node("Add", ["ids", "mask"], ["z"])],
                             [("ids", ["batch", "seq"]), ("mask", ["batch", "seq"])], ["z"])
-    exe = lw.compile(lw.from_onnx(model), progress=False)
+    exe = lw.compile(lw.from_onnx(model), progress=False, polymorphic=polymorphic)
     with pytest.raises(lw.ArgumentError, match=r"input 'mask' dimension 1 is 'seq' = 64, but input 'ids' "
                                                r"dimension 1 set 'seq' = 128"):
         exe.run({"ids": np.zeros((1, 128), np.float32), "mask": np.zeros((1, 64), np.float32)})
-    assert exe.specializations == {}
+    if polymorphic is False:
+        assert exe.specializations == {}
+    else:           # compiled once: the default for a model the compile-once path covers
+        assert type(exe).__name__ == "PolymorphicExecutable"
 
 
 def test_a_rule_that_breaks_on_an_odd_node_leaves_it_unknown_visibly():
