@@ -219,6 +219,14 @@ def _whole_parts_out(e):
     if not isinstance(e, sympy.Expr) or not e.args:
         return e
     args = [_whole_parts_out(a) for a in e.args]
+    if isinstance(e, sympy.ceiling):        # ceil(y) = floor(y + (q - 1)/q) where q*y is an integer
+        inner = sympy.expand(args[0])
+        q = 1
+        for term, coeff in inner.as_coefficients_dict().items():
+            if not coeff.is_Rational or not (term == 1 or term.is_integer):
+                return sympy.ceiling(inner)
+            q = math.lcm(q, int(coeff.q))
+        return _whole_parts_out(sympy.floor(inner + sympy.Rational(q - 1, q)))
     if isinstance(e, sympy.floor):
         inner = sympy.expand(args[0])
         c = inner.as_coeff_Add()[0]

@@ -55,10 +55,10 @@ class _Pending:
 
 
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
-CNN_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool")      # polymorphic_cnn.py
+CNN_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool")      # polymorphic_cnn.py (and below)
 COVERED = set(BINARY) | set(UNARY) | set(VIEWS) | {"Cast", "MatMul", "Gemm", "Transpose", "Softmax",
                                                    "LayerNormalization", "Constant", "Dropout", "Shape", "Gather",
-                                                   "Concat"} | set(CNN_OPS)
+                                                   "Concat", "BatchNormalization"} | set(CNN_OPS)
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 # A dense layer (MatMul/Gemm by a constant) at this many rows or fewer runs its few-rows variant:
 # ``matmul_small_m``'s streaming schedule, B read in place (no per-call packing of its panels, which
@@ -174,6 +174,8 @@ class _Builder:
             return
         if op in CNN_OPS:
             return self.cnn.conv(k, node, label) if op == "Conv" else self.cnn.pool(node, label)
+        if op == "BatchNormalization" or (op == "Concat" and self.cnn.channel_concat(node)):
+            return self.cnn.standalone(k, node, label)
         for i in node.input:
             self.cnn.plain(i)       # a value kept blocked, read here as NCHW
         if op in VIEWS or (op == "Dropout" and len(outs) == 1):

@@ -22,7 +22,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from ...dsl.expr import binary, const
+from ...dsl.expr import binary, const, if_then_else
 from ...dsl.tensor import compute, placeholder
 from ...errors import ExprError
 from ..network import symbolic as S
@@ -202,11 +202,12 @@ class CnnWalk:
                              f"winograd tiles={tb}", f"winograd_{tb}", multiples))
         return variants
 
-    def epilogue(self, k: int, conv, padded: bool = False) -> list:
+    def epilogue(self, k: int, conv, padded: bool = False, fold_batch_norm: bool = True) -> list:
         """The nodes right after ``conv`` that its kernel computes: a BatchNormalization first (folded
         into the weight), then elementwise nodes on its result and on blocked values of its shape
         (on a result ``padded`` with zero channels, only nodes that keep those finite: a NaN there
-        would reach the real channels through the next convolution's zero weights)."""
+        would reach the real channels through the next convolution's zero weights).  Without
+        ``fold_batch_norm`` (an anchor that is no conv) a BatchNormalization ends it."""
         b = self.b
         shape = b.shapes.shapes[conv.output[0]]
         members, internal = [], {conv.output[0]}
@@ -214,7 +215,7 @@ class CnnWalk:
             if id(cand) in b.done or not any(i in internal for i in cand.input):
                 break
             if cand.op_type == "BatchNormalization":
-                if members or len([o for o in cand.output if o]) != 1 or \
+                if not fold_batch_norm or members or len([o for o in cand.output if o]) != 1 or \
                         not all(i in b.consts for i in cand.input[1:5]):
                     break
             elif not _epilogue_node(cand, internal, shape, self.blocked, b) or \
@@ -225,6 +226,63 @@ class CnnWalk:
         while members and not b.escapes_only_last(conv, members):
             members.pop()
         return members
+
+    # ------------------------------------------------------------------ concats and batch norms
+    def channel_concat(self, node) -> bool:
+        """Whether ``node`` is a Concat of 4-d maps along the channels, each a whole number of blocks
+        (SqueezeNet's fire modules, DenseNet's blocks): then it runs on blocked values."""
+        b = self.b
+        axis = int(_attr(node, "axis", 0))
+        shapes = [b.shapes.shapes.get(i) for i in node.input]
+        return (all(s is not None and len(s) == 4 for s in shapes) and axis in (1, -3)
+                and all(S.is_static(s[1]) and int(s[1]) % self.block == 0 for s in shapes))
+
+    def standalone(self, k: int, node, label: str) -> None:
+        """A channel Concat, or a BatchNormalization not right after a conv, on blocked values, with
+        the elementwise nodes after it as its epilogue (DenseNet: concat, then BN-ReLU, then conv)."""
+        b = self.b
+        if node.op_type == "BatchNormalization":
+            if len([o for o in node.output if o]) != 1 or not all(i in b.consts for i in node.input[1:5]):
+                raise self.unsupported("a BatchNormalization with computed statistics or training outputs")
+            shape = b.shapes.shapes[node.input[0]]
+            if len(shape) != 4:
+                raise self.unsupported(f"a BatchNormalization of a {len(shape)}-d value (4-d maps only)")
+        sources = [self.blocked_input(i, node.op_type) for i in (node.input if node.op_type == "Concat" else node.input[:1])]
+        members = self.epilogue(k, node, fold_batch_norm=False)
+        b.done.update(id(m) for m in members)
+        final = members[-1].output[0] if members else node.output[0]
+        inputs = list(sources)
+        if node.op_type == "BatchNormalization":
+            ones = np.ones((1, 1, 1, 1), np.float32)
+            scale_shift = _fold_batch_norm(node, ones.repeat(int(shape[1]), axis=0), None, b.consts)
+            packed = b.fresh(node.input[1] + ".blocked")
+            b.consts[packed] = np.stack([_zero_padded(v.reshape(-1), self.padded_channels(int(shape[1])), 0)
+                                         .reshape(-1, self.block) for v in scale_shift])      # [2, C/b, b]
+            inputs.append(packed)
+        internal = {node.output[0]} | {m.output[0] for m in members}
+        externals = _externals(members, internal, b)
+        inputs += [self.blocked[e] for e in externals]
+        structure = tuple((m.op_type, _clip_bounds(m, b) if m.op_type == "Clip" else None,
+                           tuple(_operand_key(i, internal, externals, b) for i in m.input if i)) for m in members)
+        counts = [int(b.shape(x)[1]) for x in sources]
+        is_bn = node.op_type == "BatchNormalization"
+
+        def make(*holders, extent):
+            if is_bn:
+                X, P = holders[0], holders[1]
+                Y = compute(X.shape, lambda n, cb, y, x, ci: X[n, cb, y, x, ci] * P[0, cb, ci] + P[1, cb, ci],
+                            name="batch_norm", tag="elemwise")
+            else:
+                Y = _blocked_concat(holders[:len(sources)], counts)
+            ext = [placeholder(Y.shape, name=f"res{q}") for q in range(len(externals))]
+            if not members:
+                return Y, ext
+            return compute(Y.shape, lambda *idx: _epilogue_value(members, idx, Y, [node.output[0]], ext, externals, b),
+                           name="epilogue", tag="elemwise"), ext
+        out = b.fresh(final + ".blocked")
+        b.kernel(label, (node.op_type, tuple(counts), structure), inputs, out, make,
+                 out_shape=self.blocked_shape(b.shapes.shapes[final]), own_inputs=len(externals), derived_output=True)
+        self.blocked[final] = out
 
     # ------------------------------------------------------------------ pools
     def pool(self, node, label: str) -> None:
@@ -259,6 +317,20 @@ class CnnWalk:
         b.kernel(label, ("pool", kind, kernel, stride, padding, dilation, ceil_mode, include_pad), [x], out, make,
                  out_shape=shape, derived_output=True)
         self.blocked[node.output[0]] = out
+
+
+def _blocked_concat(parts, counts):
+    """The blocked maps ``parts`` (``counts`` channel blocks each) one after another along the channel
+    blocks: each output block reads its part, the others' reads guarded off."""
+    n, _, h, w, b = parts[0].shape
+
+    def body(nn, cb, y, x, ci):
+        value, start = parts[0][nn, cb, y, x, ci], 0
+        for part, before in zip(parts[1:], counts):
+            start += before
+            value = if_then_else(cb >= start, part[nn, cb - start, y, x, ci], value)
+        return value
+    return compute((n, sum(counts), h, w, b), body, name="concat", tag="injective")
 
 
 def _row_block_variants(width, make, weight_shape, blocked_input: bool) -> list:

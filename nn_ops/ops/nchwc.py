@@ -26,7 +26,7 @@ from ...dsl.tensor import ComputeOp, Tensor, compute, reduce_axis
 from ...errors import ExprError
 from .conv2d import _divisor_at_most, _row_block, _schedule_input_copy
 from .elementwise import extents, static_shape
-from .pooling import pool_output_size
+from .pooling import ceil_mode_is_plain, pool_output_size
 from .registry import (INJECTIVE_TAGS, accumulate_in_registers, accumulator_and_tile, parallel_planes_and_rows,
                        register_schedule, unroll_long_epilogue)
 
@@ -177,8 +177,10 @@ def pool2d_blocked(X: Tensor, kernel, stride, padding, dilation=(1, 1), pool_typ
     sh, sw = stride
     pt, pl, pb, pr = padding
     dh, dw = dilation
-    if ceil_mode and not (isinstance(h, int) and isinstance(w, int)):
-        raise ExprError("pool2d_blocked: ceil_mode on a map of symbolic size is not supported")
+    if ceil_mode and not (isinstance(h, int) and isinstance(w, int)) and not (
+            ceil_mode_is_plain(kh, sh, pb, dh) and ceil_mode_is_plain(kw, sw, pr, dw)):
+        raise ExprError("pool2d_blocked: ceil_mode on a map of symbolic size whose last window may start in the "
+                        "right padding is not supported")
     oh = pool_output_size(h, kh, sh, pt, pb, dh, ceil_mode)
     ow = pool_output_size(w, kw, sw, pl, pr, dw, ceil_mode)
     if pool_type == "avg" and (pt or pl or pb or pr or ceil_mode) and not count_include_pad:

@@ -21,13 +21,25 @@ from .elementwise import static_shape
 from .registry import register_schedule
 
 
-def pool_output_size(size: int, k: int, stride: int, pad_lo: int, pad_hi: int, dilation: int, ceil_mode: bool) -> int:
+def pool_output_size(size, k: int, stride: int, pad_lo: int, pad_hi: int, dilation: int, ceil_mode: bool):
+    """The output size of a pool; ``size`` an int, or a symbolic size (an expression) where ceil mode
+    never drops a last window (``ceil_mode_is_plain``)."""
     eff = dilation * (k - 1) + 1
     span = size + pad_lo + pad_hi - eff
+    if not isinstance(size, int):
+        return ((span + stride - 1) if ceil_mode else span) // stride + 1
     out = (math.ceil(span / stride) if ceil_mode else span // stride) + 1
     if ceil_mode and (out - 1) * stride >= size + pad_lo:
         out -= 1    # the last window must start inside the input or left padding
     return out
+
+
+def ceil_mode_is_plain(k: int, stride: int, pad_hi: int, dilation: int) -> bool:
+    """Whether a ceil-mode pool's last window always starts inside the input or its left padding, at
+    every size (so its output size is a plain ceiling): the last start is below
+    ``size + pad_lo + pad_hi - eff + stride``, at most ``size + pad_lo`` when ``pad_hi + stride <= eff``
+    (SqueezeNet's 3x3 stride-2 pools without padding)."""
+    return pad_hi + stride <= dilation * (k - 1) + 1
 
 
 def pool2d(X: Tensor, kernel: Sequence[int], stride: Sequence[int] = (1, 1), padding: Sequence[int] = (0, 0, 0, 0),

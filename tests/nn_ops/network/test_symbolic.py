@@ -46,6 +46,9 @@ def test_sizes_whose_floors_differ_by_whole_numbers_are_equal():
     for h in range(1, 40):
         v = S.evaluate(x, {"H": h})
         assert (v + 1) // 2 == (v - 1) // 2 + 1      # the identity the rewrite relies on, at each size
+    # a ceil-mode pool's size from shape inference (a ceiling) and from its kernel (a floor)
+    assert S.equal(S.ceildiv(H - 3, 2) + 1, S.floordiv(H - 2, 2) + 1) is True
+    assert S.equal(S.ceildiv(H, 3), S.floordiv(H + 1, 3)) is not True
 
 
 def test_evaluate_is_exact_and_matches_python():

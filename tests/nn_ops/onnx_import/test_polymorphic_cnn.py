@@ -159,6 +159,20 @@ def test_mobilenet_v2_depthwise_and_padded_channels(shape):
     _check(model, exe, shape)
 
 
+@pytest.mark.parametrize("name", ["squeezenet1_1", "densenet"])
+def test_channel_concats_ceil_mode_pools_and_batch_norms_after_a_concat(name):
+    """SqueezeNet (fire modules' channel concats, ceil-mode max pools without padding, a 1000-class
+    conv padded to whole blocks) and DenseNet (growing concats, BatchNormalization + ReLU after each
+    concat) compiled once with symbolic batch, height and width."""
+    from loopweave.nn_ops.testing import model_zoo
+    model = _symbolic(getattr(model_zoo, name)(**model_zoo.SMALL[name]))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    ops = {c.module.name for c in exe.calls}
+    assert {"poly_Concat", "poly_pool"} <= ops and ("poly_BatchNormalization" in ops) == (name == "densenet")
+    for shape in ((1, 3, 64, 64), (2, 3, 69, 73)):
+        _check(model, exe, shape)
+
+
 _COMPILED = {}
 
 
