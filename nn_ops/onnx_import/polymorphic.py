@@ -41,7 +41,7 @@ from ..ops.gemv import matmul_small_m
 from ..ops.matmul import batch_matmul, matmul, matmul_panels, pack_panels, panel_width
 from ..ops.norm import layer_norm
 from ..ops.registry import schedule
-from ..ops.shape import softmax, transpose
+from ..ops.shape import reduce, softmax, transpose
 from .importer import node_label
 from .polymorphic_cnn import CnnWalk
 from .polymorphic_common import BINARY, UNARY, _apply, _attr, _elementwise, _same, _show
@@ -56,9 +56,10 @@ class _Pending:
 
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 CNN_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool")      # polymorphic_cnn.py (and below)
+REDUCES = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min"}
 COVERED = set(BINARY) | set(UNARY) | set(VIEWS) | {"Cast", "MatMul", "Gemm", "Transpose", "Softmax",
                                                    "LayerNormalization", "Constant", "Dropout", "Shape", "Gather",
-                                                   "Concat", "BatchNormalization"} | set(CNN_OPS)
+                                                   "Concat", "BatchNormalization"} | set(CNN_OPS) | set(REDUCES)
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 # A dense layer (MatMul/Gemm by a constant) at this many rows or fewer runs its few-rows variant:
 # ``matmul_small_m``'s streaming schedule, B read in place (no per-call packing of its panels, which
@@ -182,6 +183,8 @@ class _Builder:
             return self.view(node.input[0], node.output[0])
         if op in ("MatMul", "Gemm") or _elementwise(node):
             return self.group(k, node, label)
+        if op in REDUCES:
+            return self.reduce(node, label)
         if op == "Transpose":
             perm = list(node.attribute[0].ints) if node.attribute else list(range(len(self.shape(node.input[0]))))[::-1]
             return self.kernel(label, ("transpose", tuple(perm)), [node.input[0]], node.output[0],
@@ -335,6 +338,20 @@ class _Builder:
                 (g == w) if isinstance(g, int) or isinstance(w, int) else S.equal(g, w) is True
                 for g, w in zip(got, want)):
             raise _Unsupported(f"the kernel computes shape {got}, the graph says {want}")
+
+    def reduce(self, node, label: str) -> None:
+        """ReduceMean/Sum/Max/Min over constant axes (an attribute, or a constant input from opset 18)."""
+        axes = _attr(node, "axes", None)
+        if axes is None and len(node.input) > 1 and node.input[1]:
+            if node.input[1] not in self.consts:
+                raise _Unsupported("reduction axes computed at run time")
+            axes = [int(a) for a in self.consts[node.input[1]].reshape(-1)]
+        if axes is None and int(_attr(node, "noop_with_empty_axes", 0)):
+            raise _Unsupported("an empty reduction (noop_with_empty_axes)")
+        keepdims, kind = bool(_attr(node, "keepdims", 1)), REDUCES[node.op_type]
+        axes = tuple(int(a) for a in axes) if axes is not None else None
+        self.kernel(label, ("reduce", kind, axes, keepdims), [node.input[0]], node.output[0],
+                    lambda x, extent: reduce(x, list(axes or ()), kind, keepdims, name="reduce"))
 
     def as_rows(self, src: str, dst: str, axis: int):
         """Views of ``src`` and of the result ``dst`` as (rows, n) where n spans the axes from ``axis``

@@ -313,7 +313,7 @@ def schedule_injective(s: Schedule, op: ComputeOp, target) -> None:
         outer, vec = stage.split(inner, factor=lanes)
         stage.vectorize(vec)
         axes = axes[:-1] + [outer]
-    axes = axes[:_constant_divisor_prefix(axes)]
+    axes = axes[:constant_divisor_prefix(axes)]
     if len(axes) > 1:
         fused = stage.fuse(*axes)
         stage.parallel(fused)
@@ -321,7 +321,7 @@ def schedule_injective(s: Schedule, op: ComputeOp, target) -> None:
         stage.parallel(axes[0])
 
 
-def _constant_divisor_prefix(axes) -> int:
+def constant_divisor_prefix(axes) -> int:
     """How many outer axes to fuse into the parallel loop: up to the first axis after the outermost
     whose extent is symbolic.  Taking a fused index apart divides it by the extents of every fused
     axis but the first: by constants that is a multiply and a shift, by a run-time size an integer

@@ -9,13 +9,14 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ...dsl.expr import const, if_then_else, logical_and
+from ...dsl.expr import Const, cast, const, if_then_else, logical_and
 from ...dsl.intrinsics import exp
 from ...dsl.reduction import max as lw_max, sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
 from .elementwise import extents, static_shape
-from .registry import compute_all_at, register_schedule, schedule_injective, vectorized_reduction
+from .registry import (compute_all_at, constant_divisor_prefix, register_schedule, schedule_injective,
+                       vectorized_reduction)
 
 
 def _strides(shape: Sequence[int]):
@@ -200,14 +201,16 @@ def strided_slice(X: Tensor, begin: Sequence[int], end: Sequence[int], step: Seq
 
 
 def reduce(X: Tensor, axes: Sequence[int], kind: str = "sum", keepdims: bool = True, name: str = "reduce") -> Tensor:
-    """Sum / mean / max / min / prod of X over ``axes`` (one stage, tagged ``"reduce"``)."""
+    """Sum / mean / max / min / prod of X over ``axes`` (one stage, tagged ``"reduce"``); X's sizes
+    may be symbolic (a mean then divides by the count computed per call)."""
     from ...dsl.reduction import min as lw_min
-    src = static_shape(X)
+    src = extents(X)
     nd = len(src)
     axes = sorted({a + nd if a < 0 else a for a in axes}) if axes else list(range(nd))
     raxes = {a: reduce_axis((0, src[a]), name=f"r{a}") for a in axes}
     out_shape = tuple((1 if a in raxes else d) for a, d in enumerate(src) if keepdims or a not in raxes)
     count = math.prod(src[a] for a in axes)
+    inverse = const(1.0 / max(1, count), X.dtype) if isinstance(count, int) else const(1.0, X.dtype) / cast(X.dtype, count)
     from ...dsl.reduction import prod as lw_prod
     reducer = {"sum": lw_sum, "mean": lw_sum, "max": lw_max, "min": lw_min, "prod": lw_prod}[kind]
 
@@ -223,7 +226,7 @@ def reduce(X: Tensor, axes: Sequence[int], kind: str = "sum", keepdims: bool = T
                 index.append(next(it))
         value = X[tuple(index)]
         if kind == "mean":
-            value = value * const(1.0 / max(1, count), X.dtype)
+            value = value * inverse
         return reducer(value, axis=[raxes[a] for a in axes])
 
     return compute(out_shape, body, name=name, tag="reduce")
@@ -238,9 +241,10 @@ def schedule_reduce(s, op, target):
     as one loop of 3072 compiles in milliseconds.)
     """
     stage = s[op]
-    if len(op.reduce_axis) > 1:
+    if len(op.reduce_axis) > 1 and all(isinstance(r.extent, Const) for r in op.reduce_axis[1:]):
         stage.fuse(*op.reduce_axis)
     axes = list(op.axis)
+    axes = axes[:constant_divisor_prefix(axes)]     # symbolic extents: no division by a run-time size
     if len(axes) > 1:
         stage.parallel(stage.fuse(*axes))
     elif axes:

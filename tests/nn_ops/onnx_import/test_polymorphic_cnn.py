@@ -159,6 +159,18 @@ def test_mobilenet_v2_depthwise_and_padded_channels(shape):
     _check(model, exe, shape)
 
 
+def test_convnext_layer_norm_over_channels_as_reduce_means():
+    """ConvNeXt's channel LayerNorm as ReduceMean / Sub / Pow / Sqrt / Div on maps of symbolic size:
+    the means divide by a count known only per call."""
+    from loopweave.nn_ops.testing import model_zoo
+    model = _symbolic(model_zoo.convnext(**model_zoo.SMALL["convnext"]))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert sum(c.module.name == "poly_reduce" for c in exe.calls) == \
+        sum(n.op_type == "ReduceMean" for n in model.graph.node)
+    for shape in ((1, 3, 64, 64), (2, 3, 69, 73)):
+        _check(model, exe, shape)
+
+
 @pytest.mark.parametrize("name", ["squeezenet1_1", "densenet"])
 def test_channel_concats_ceil_mode_pools_and_batch_norms_after_a_concat(name):
     """SqueezeNet (fire modules' channel concats, ceil-mode max pools without padding, a 1000-class
