@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...dsl.expr import const, if_then_else
+from ...dsl.expr import if_then_else
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
@@ -127,6 +127,28 @@ def _combination(coefficients, terms):
     return out
 
 
+def input_transform(read, e):
+    """Position ``e`` (0-15, an index expression) of ``B^T d B`` for the 4x4 patch ``read(a, b)``."""
+    patch = [[read(a, bb) for bb in range(4)] for a in range(4)]
+    table = []
+    for eps in range(4):
+        rows = [_combination(_BT[eps], [patch[a][bb] for a in range(4)]) for bb in range(4)]
+        for nu in range(4):
+            table.append(_combination(_BT[nu], rows))
+    return _pick(e, table)
+
+
+def output_transform(planes, position):
+    """Pixel ``position`` (0-3: row * 2 + column, an index expression) of ``A^T M A`` for a tile's 16
+    matmul results ``planes``."""
+    table = []
+    for i in range(2):
+        for j in range(2):
+            rows = [_combination(_AT[j], planes[eps * 4:eps * 4 + 4]) for eps in range(4)]
+            table.append(_combination(_AT[i], rows))
+    return _pick(position, table)
+
+
 def conv2d_winograd_blocked(X: Tensor, U: Tensor, bias=None, padding=(1, 1, 1, 1), name: str = "conv2d") -> Tensor:
     """Y [N, OC/b, OH, OW, b] = the 3x3 stride-1 convolution of blocked X by the weight whose
     Winograd transform is U [16, OC/b, C/cb, cb, b] (``winograd_weight``), (+ bias [OC])."""
@@ -145,13 +167,7 @@ def conv2d_winograd_blocked(X: Tensor, U: Tensor, bias=None, padding=(1, 1, 1, 1
 
     def transform_in(nn, cbi, t, e, ci):
         ty, tx = t // tw, t % tw
-        patch = [[Xp[nn, cbi, ty * 2 + a, tx * 2 + bb, ci] for bb in range(4)] for a in range(4)]
-        table = []
-        for eps in range(4):
-            rows = [_combination(_BT[eps], [patch[a][bb] for a in range(4)]) for bb in range(4)]
-            for nu in range(4):
-                table.append(_combination(_BT[nu], rows))
-        return _pick(e, table)
+        return input_transform(lambda a, bb: Xp[nn, cbi, ty * 2 + a, tx * 2 + bb, ci], e)
 
     V = compute((n, cbn, tiles, 16, cb), transform_in, name=name + ".wino_in", tag="conv2d_winograd.input",
                 attrs=dict(tile_width=tw, out_blocks=obn))
@@ -163,13 +179,7 @@ def conv2d_winograd_blocked(X: Tensor, U: Tensor, bias=None, padding=(1, 1, 1, 1
 
     def transform_out(nn, ob, yy, xx, oi):
         t = (yy // 2) * tw + xx // 2
-        planes = [M[nn, ob, t, e, oi] for e in range(16)]
-        table = []
-        for i in range(2):
-            for j in range(2):
-                rows = [_combination(_AT[j], planes[eps * 4:eps * 4 + 4]) for eps in range(4)]
-                table.append(_combination(_AT[i], rows))
-        return _pick((yy % 2) * 2 + xx % 2, table)
+        return output_transform([M[nn, ob, t, e, oi] for e in range(16)], (yy % 2) * 2 + xx % 2)
 
     Y = compute((n, obn, oh, ow, b), transform_out, name=name, tag="conv2d_winograd",
                 attrs=dict(kernel=(3, 3), stride=(1, 1), block=b, winograd=(2, 3)))

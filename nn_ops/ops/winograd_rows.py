@@ -22,7 +22,7 @@ from ...errors import ExprError
 from .elementwise import static_shape
 from .nchwc import _blocked_dims, _output_hw, _padded, _schedule_blocked_padding, _with_bias
 from .registry import accumulate_in_registers, fused_output, register_schedule
-from .winograd import _AT, _BT, _combination, _pick
+from .winograd import input_transform, output_transform
 
 #: register block of the matmuls, in tiles, where the caller gives none
 TILE_BLOCK = 8
@@ -44,13 +44,7 @@ def conv2d_winograd_rows(X: Tensor, U: Tensor, bias=None, padding=(1, 1, 1, 1), 
     attrs = dict(tile_block=int(tile_block), out_blocks=obn)
 
     def transform_in(nn, cbi, ty, tx, e, ci):
-        patch = [[Xp[nn, cbi, ty * 2 + a, tx * 2 + bb, ci] for bb in range(4)] for a in range(4)]
-        table = []
-        for eps in range(4):
-            rows = [_combination(_BT[eps], [patch[a][bb] for a in range(4)]) for bb in range(4)]
-            for nu in range(4):
-                table.append(_combination(_BT[nu], rows))
-        return _pick(e, table)
+        return input_transform(lambda a, bb: Xp[nn, cbi, ty * 2 + a, tx * 2 + bb, ci], e)
 
     V = compute((n, cbn, th, tw, 16, cb), transform_in, name=name + ".wino_in", tag="conv2d_winograd_rows.input",
                 attrs=attrs)
@@ -62,13 +56,7 @@ def conv2d_winograd_rows(X: Tensor, U: Tensor, bias=None, padding=(1, 1, 1, 1), 
                 name=name + ".wino_gemm", tag="conv2d_winograd_rows.gemm", attrs=attrs)
 
     def transform_out(nn, ob, yy, xx, oi):
-        planes = [M[nn, ob, yy // 2, xx // 2, e, oi] for e in range(16)]
-        table = []
-        for i in range(2):
-            for j in range(2):
-                rows = [_combination(_AT[j], planes[eps * 4:eps * 4 + 4]) for eps in range(4)]
-                table.append(_combination(_AT[i], rows))
-        return _pick((yy % 2) * 2 + xx % 2, table)
+        return output_transform([M[nn, ob, yy // 2, xx // 2, e, oi] for e in range(16)], (yy % 2) * 2 + xx % 2)
 
     Y = compute((n, obn, oh, ow, b), transform_out, name=name, tag="conv2d_winograd_rows",
                 attrs=dict(kernel=(3, 3), stride=(1, 1), block=b, winograd=(2, 3)))
