@@ -49,20 +49,12 @@ def test_resnet18_compiled_once_matches_onnxruntime_at_every_size(resnet, shape)
     _check(model, exe, shape)
 
 
-def test_resnet18_kernels_fold_batch_norm_and_residual_adds_and_run_no_compile(resnet, monkeypatch):
+def test_resnet18_kernels_fold_batch_norm_and_residual_adds_and_run_no_compile(resnet, forbid_compilation):
     model, exe = resnet
     convs = sum(n.op_type == "Conv" for n in model.graph.node)
     # one call per conv (its BatchNormalization, ReLU and residual Add inside), the stem's max pool,
     # the global pool and the classifier: no batch-norm, add or layout-copy kernels of their own
     assert len(exe.calls) == convs + 3
-    import loopweave.backends.build as build_module
-    from loopweave.backends.llvm import jit
-
-    def forbidden(*args, **kwargs):
-        raise AssertionError("compilation at run time")
-    for module, name in ((build_module, "build"), (build_module, "lower"), (build_module, "build_llvm"),
-                         (jit, "compile_ir"), (jit, "load_object")):
-        monkeypatch.setattr(module, name, forbidden)
     _check(model, exe, (2, 3, 23, 31), seed=1)
 
 
@@ -92,16 +84,10 @@ def test_each_binding_runs_the_kernel_that_fits_its_rows(resnet):
         _check(model, exe, shape, seed=2)
 
 
-def test_save_and_load_keep_the_polymorphic_cnn(resnet, tmp_path, monkeypatch):
+def test_save_and_load_keep_the_polymorphic_cnn(resnet, tmp_path, forbid_compilation):
     model, exe = resnet
     path = tmp_path / "r18.lwx"
     exe.save(path)
-    import loopweave.backends.build as build_module
-
-    def forbidden(*args, **kwargs):
-        raise AssertionError("compilation at load time")
-    for name in ("build", "lower", "build_llvm"):
-        monkeypatch.setattr(build_module, name, forbidden)
     loaded = lw.load(path)
     assert isinstance(loaded, PolymorphicExecutable)
     assert [len(c.variants) for c in loaded.calls] == [len(c.variants) for c in exe.calls]
