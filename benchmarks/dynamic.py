@@ -29,8 +29,8 @@ smoke test, not for numbers).
 
 Bar 2: ``--model resnet18`` runs the zoo's ResNet-18 with symbolic batch, height and width
 (``model_zoo.resnet18(batch=None, size=None)``) at 1x224x224, 4x224x224 and 1x256x320 (``--shapes
-1x224x224 ...``), the same three columns (bar 2: poly/static >= 0.85); ``--model mobilenet_v2`` the
-same for MobileNetV2 (depthwise convs, channels padded to whole blocks).
+1x224x224 ...``), the same three columns (bar 2: poly/static >= 0.85); ``--model mobilenet_v2``
+(or squeezenet1_1, efficientnet_lite, convnext, densenet) the same for the other zoo CNNs.
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ ZOO = {}                                                   # transformer_encoder
 TINY = {"hidden": 64, "heads": 2, "layers": 1, "ffn": 128}
 STATIC_SHAPE = (1, 128)                                    # the cold static compile of bar 3
 RESNET_SHAPES = ((1, 224, 224), (4, 224, 224), (1, 256, 320))   # bar 2: batch x height x width
-CNNS = ("resnet18", "mobilenet_v2")
+CNNS = ("resnet18", "mobilenet_v2", "squeezenet1_1", "efficientnet_lite", "convnext", "densenet")
 
 _COMPILE_SCRIPT = """
 import json, sys, time
@@ -187,7 +187,7 @@ def main(argv=None) -> None:
     parser.add_argument("--pause", type=float, default=0.3, help="seconds after each timed sample")
     parser.add_argument("--no-compile-times", action="store_true", help="skip bar 3")
     parser.add_argument("--model", choices=("encoder",) + CNNS, default="encoder",
-                        help="resnet18: bar 2 (symbolic batch, height and width); mobilenet_v2 likewise")
+                        help="resnet18: bar 2 (symbolic batch, height and width); the other CNNs likewise")
     args = parser.parse_args(argv)
     if args.model in CNNS:
         return cnn_main(args)
@@ -239,7 +239,7 @@ def cnn_main(args) -> None:
     shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes] if args.shapes else list(RESNET_SHAPES)
     pairs = args.pairs if args.pairs is not None else (3 if args.quick else 15)
     set_threads(args.threads)
-    model = getattr(model_zoo, args.model)(batch=None, size=None)
+    model = model_zoo.symbolic_sizes(getattr(model_zoo, args.model)())     # N, H, W symbolic
     graph = lw.from_onnx(model)
     t0 = time.perf_counter()
     poly = lw.compile(graph, polymorphic=True)

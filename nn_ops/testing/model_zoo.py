@@ -58,6 +58,22 @@ def resnet18(batch: int = 1, size: int = 224, classes: int = 1000, seed: int = 0
     return b.model(_image_shape(batch, size), b.gemm(x, 512, classes), (_batch(batch), classes), name="resnet18")
 
 
+def symbolic_sizes(model, dims=("N", None, "H", "W")):
+    """``model`` (changed in place, and returned) with its first input's axes renamed to the symbols
+    ``dims`` (None keeps an axis as it is) and each output's first axis to the batch symbol: a zoo
+    model of fixed sizes made shape-polymorphic, as an export with dynamic axes would be."""
+    for d, name in zip(model.graph.input[0].type.tensor_type.shape.dim, dims):
+        if name:
+            d.ClearField("dim_value")
+            d.dim_param = name
+    for out in model.graph.output:
+        out_dims = out.type.tensor_type.shape.dim
+        if out_dims and dims[0]:
+            out_dims[0].ClearField("dim_value")
+            out_dims[0].dim_param = dims[0]
+    return model
+
+
 def _batch(batch):
     return "N" if batch is None else batch
 

@@ -9,21 +9,7 @@ ort = pytest.importorskip("onnxruntime")
 import loopweave as lw  # noqa: E402
 from loopweave.errors import OnnxImportError  # noqa: E402
 from loopweave.nn_ops.network.polymorphic_executable import PolymorphicExecutable  # noqa: E402
-from loopweave.nn_ops.testing.model_zoo import OnnxBuilder, mobilenet_v2, resnet18  # noqa: E402
-
-
-def _symbolic(model, dims=("N", None, "H", "W")):
-    """``model`` with its input's batch, height and width (and its output's batch) symbolic."""
-    for d, name in zip(model.graph.input[0].type.tensor_type.shape.dim, dims):
-        if name:
-            d.ClearField("dim_value")
-            d.dim_param = name
-    for out in model.graph.output:
-        dims_out = out.type.tensor_type.shape.dim
-        if dims_out:
-            dims_out[0].ClearField("dim_value")
-            dims_out[0].dim_param = "N"
-    return model
+from loopweave.nn_ops.testing.model_zoo import OnnxBuilder, mobilenet_v2, resnet18, symbolic_sizes  # noqa: E402
 
 
 def _ort(model, feed):
@@ -149,7 +135,7 @@ def test_convnext_layer_norm_over_channels_as_reduce_means():
     """ConvNeXt's channel LayerNorm as ReduceMean / Sub / Pow / Sqrt / Div on maps of symbolic size:
     the means divide by a count known only per call."""
     from loopweave.nn_ops.testing import model_zoo
-    model = _symbolic(model_zoo.convnext(**model_zoo.SMALL["convnext"]))
+    model = symbolic_sizes(model_zoo.convnext(**model_zoo.SMALL["convnext"]))
     exe = lw.compile(lw.from_onnx(model), polymorphic=True)
     assert sum(c.module.name == "poly_reduce" for c in exe.calls) == \
         sum(n.op_type == "ReduceMean" for n in model.graph.node)
@@ -163,7 +149,7 @@ def test_channel_concats_ceil_mode_pools_and_batch_norms_after_a_concat(name):
     conv padded to whole blocks) and DenseNet (growing concats, BatchNormalization + ReLU after each
     concat) compiled once with symbolic batch, height and width."""
     from loopweave.nn_ops.testing import model_zoo
-    model = _symbolic(getattr(model_zoo, name)(**model_zoo.SMALL[name]))
+    model = symbolic_sizes(getattr(model_zoo, name)(**model_zoo.SMALL[name]))
     exe = lw.compile(lw.from_onnx(model), polymorphic=True)
     ops = {c.module.name for c in exe.calls}
     assert {"poly_Concat", "poly_pool"} <= ops and ("poly_BatchNormalization" in ops) == (name == "densenet")
