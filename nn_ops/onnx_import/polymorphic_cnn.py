@@ -3,17 +3,23 @@
 Activations between convolutions stay in the blocked NCHW[b]c layout (``nchwc.py``, the static
 path's layout), with the batch, height and width symbolic and the channel blocks constant:
 
-- ``Conv`` (groups of 1, a constant weight) is one kernel with what follows it folded in: a
-  ``BatchNormalization`` right after it goes into its weight and bias; then elementwise nodes
+- ``Conv`` (dense or depthwise, a constant weight) is one kernel with what follows it folded in:
+  a ``BatchNormalization`` right after it goes into its weight and bias; then elementwise nodes
   (ReLU, Clip, a residual Add of another blocked value of the same shape, ...) as its epilogue.
   A plain NCHW input is read as it lies (a stem's 3 channels) or copied once ``to_blocked``.
+  Output channels that are not whole blocks are padded with zero weights (the next conv reads
+  them with zero weights too). Besides the general kernel, variants taken per binding: register
+  blocks of 7 or 5 pixels where they divide the row, and for 3x3 stride-1 convs Winograd over
+  whole tiles (``winograd_rows.py``).
 - ``MaxPool`` / ``AveragePool`` pool the blocked value; ``GlobalAveragePool``'s result
   [N, C/b, 1, 1, b] is, byte for byte, the NCHW [N, C, 1, 1] its consumers read (a view).
+- A channel ``Concat`` of whole blocks, and a ``BatchNormalization`` not after a conv, run on
+  blocked values too (``standalone``), with the elementwise nodes after them.
 - Any other reader of a blocked value gets it back as NCHW (one ``from_blocked`` kernel).
 
 Kernels take the sizes of their inputs as arguments and compute their output's (the
 ``(H + 2*p - k)//s + 1`` of a convolution) themselves; ``_Builder.kernel`` proves those equal to
-the graph's.  Depthwise and grouped convolutions and Winograd are not here yet (see the refusal).
+the graph's.  Grouped convolutions (other than depthwise) are refused with the others.
 """
 from __future__ import annotations
 
