@@ -210,7 +210,9 @@ def reduce(X: Tensor, axes: Sequence[int], kind: str = "sum", keepdims: bool = T
     raxes = {a: reduce_axis((0, src[a]), name=f"r{a}") for a in axes}
     out_shape = tuple((1 if a in raxes else d) for a, d in enumerate(src) if keepdims or a not in raxes)
     count = math.prod(src[a] for a in axes)
-    inverse = const(1.0 / max(1, count), X.dtype) if isinstance(count, int) else const(1.0, X.dtype) / cast(X.dtype, count)
+    if kind == "mean":      # (integer and boolean reductions of other kinds have no reciprocal)
+        inverse = const(1.0 / max(1, count), X.dtype) if isinstance(count, int) else \
+            const(1.0, X.dtype) / cast(X.dtype, count)
     from ...dsl.reduction import prod as lw_prod
     reducer = {"sum": lw_sum, "mean": lw_sum, "max": lw_max, "min": lw_min, "prod": lw_prod}[kind]
 
