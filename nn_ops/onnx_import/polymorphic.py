@@ -38,6 +38,7 @@ from ..network.op_table import SMALL_M
 from ..network.polymorphic_executable import KernelCall, PolymorphicExecutable, Variant, View
 from ..network.symbolic_plan import SymbolicPlan
 from ..ops.gemv import matmul_small_m
+from ..ops.index import gather
 from ..ops.matmul import batch_matmul, matmul, matmul_panels, pack_panels, panel_width
 from ..ops.norm import layer_norm
 from ..ops.registry import schedule
@@ -185,6 +186,10 @@ class _Builder:
             return self.group(k, node, label)
         if op in REDUCES:
             return self.reduce(node, label)
+        if op == "Gather" and node.input[0] in self.consts and node.input[1] not in self.consts:
+            axis = int(_attr(node, "axis", 0))          # an embedding table read at computed indices
+            return self.kernel(label, ("gather", axis), [node.input[0], node.input[1]], node.output[0],
+                               lambda table, indices, extent: gather(table, indices, axis, name="gather"))
         if op == "Transpose":
             perm = list(node.attribute[0].ints) if node.attribute else list(range(len(self.shape(node.input[0]))))[::-1]
             return self.kernel(label, ("transpose", tuple(perm)), [node.input[0]], node.output[0],

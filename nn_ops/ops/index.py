@@ -15,7 +15,7 @@ from ...dsl.expr import cast, checked_index, const, select
 from ...dsl.intrinsics import elementwise_max, elementwise_min
 from ...dsl.tensor import Tensor, compute
 from ...errors import ExprError
-from .elementwise import broadcast_index, broadcast_shape, static_shape
+from .elementwise import broadcast_index, broadcast_shape, extents, static_shape
 from .logic import select_invariant
 
 
@@ -30,7 +30,8 @@ def _check_index_dtype(indices: Tensor) -> None:
 
 
 def gather(data: Tensor, indices: Union[Tensor, int], axis: int = 0, name: str = "gather") -> Tensor:
-    """``numpy.take(data, indices, axis)``; ``indices`` a tensor or one constant int."""
+    """``numpy.take(data, indices, axis)``; ``indices`` a tensor (its sizes may be symbolic) or one
+    constant int."""
     src = static_shape(data)
     nd = len(src)
     axis = axis + nd if axis < 0 else axis
@@ -39,7 +40,7 @@ def gather(data: Tensor, indices: Union[Tensor, int], axis: int = 0, name: str =
     n = src[axis]
     if isinstance(indices, Tensor):
         _check_index_dtype(indices)
-        qshape = static_shape(indices)
+        qshape = extents(indices)
     else:
         k = int(indices)
         if not -n <= k < n:

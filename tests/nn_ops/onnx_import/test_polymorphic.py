@@ -486,3 +486,20 @@ def test_lw_compile_compiles_a_covered_model_once_and_warns_where_it_cannot():
     with pytest.raises(OnnxImportError, match="TopK"):
         lw.compile(lw.from_onnx(model), polymorphic=True)
 
+
+
+def test_an_embedding_lookup_of_token_ids_compiles_once_and_checks_the_ids():
+    """BERT-style exports start with Gather(embedding table, input_ids): int64 ids of symbolic batch
+    and sequence read rows of a constant table; an id outside the table is an error, not a read."""
+    b = OnnxBuilder(seed=5)
+    table = b.init("emb", b.weight((50, 16), 1.0))
+    h = b.node("Gather", [table, "input"], axis=0)
+    out = b.node("MatMul", [h, b.init("w", b.weight((16, 8), 0.3))])
+    model = b.model(("batch", "seq"), out, ("batch", "seq", 8), input_dtype="int64")
+    exe = lw.compile(lw.from_onnx(model))
+    assert isinstance(exe, PolymorphicExecutable)
+    for batch, seq in ((1, 1), (2, 7), (3, 33)):
+        ids = np.random.default_rng(seq).integers(0, 50, (batch, seq)).astype(np.int64)
+        np.testing.assert_allclose(exe.run({"input": ids})[0], _ort(model, {"input": ids})[0], rtol=1e-4, atol=1e-5)
+    with pytest.raises(lw.IndexOutOfRangeError, match="emb|axis 0"):
+        exe.run({"input": np.array([[3, 50]], np.int64)})
