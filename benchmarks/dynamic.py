@@ -28,7 +28,7 @@ polymorphic executable in a fresh process.  Bar 3: compile <= 2x the static cold
 smoke test, not for numbers).
 
 Bar 2: ``--model resnet18`` runs the zoo's ResNet-18 with symbolic batch, height and width
-(``model_zoo.resnet18(batch=None, size=None)``) at 1x224x224, 4x224x224 and 1x256x320 (``--shapes
+(``model_zoo.symbolic_sizes(model_zoo.resnet18())``) at 1x224x224, 4x224x224 and 1x256x320 (``--shapes
 1x224x224 ...``), the same three columns (bar 2: poly/static >= 0.85); ``--model mobilenet_v2``
 (or squeezenet1_1, efficientnet_lite, convnext, densenet) the same for the other zoo CNNs.
 """

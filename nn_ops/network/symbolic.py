@@ -207,7 +207,10 @@ def _nonnegative(e) -> bool:
 def equal(a, b) -> Optional[bool]:
     """:func:`prove` of ``a == b`` on two sizes."""
     a, b = dim(a), dim(b)
-    if a == b or _whole_parts_out(a) == _whole_parts_out(b):
+    if a == b:
+        return True
+    if (a.has(sympy.floor, sympy.ceiling) or b.has(sympy.floor, sympy.ceiling)) and \
+            _whole_parts_out(a) == _whole_parts_out(b):
         return True
     return prove(sympy.Eq(a, b, evaluate=False))
 

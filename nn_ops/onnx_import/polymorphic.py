@@ -45,7 +45,7 @@ from ..ops.registry import schedule
 from ..ops.shape import reduce, softmax, transpose
 from .importer import node_label
 from .polymorphic_cnn import CnnWalk
-from .polymorphic_common import BINARY, UNARY, _apply, _attr, _elementwise, _same, _show
+from .polymorphic_common import BINARY, UNARY, KernelVariant, _apply, _attr, _elementwise, _same, _show
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,12 +241,9 @@ class _Builder:
                variants=(), derived_output: bool = False, own_inputs: int = 0) -> None:
         """Build (or reuse) the kernel ``make(*placeholders, extent=f)`` (``f`` maps a sympy size to the
         kernel's int or ``lw.var``) and call it on ``inputs`` -> ``output`` (then viewed as ``then_view``).
-        ``variants`` [(size, at_most, make_special, key, what)]: more kernels of the same arguments, built
-        by ``make_special``; the call runs the first whose sympy ``size`` is <= at_most at a binding
-        (a dense layer's kernel for few rows; a convolution's row block that divides the width);
-        ``key`` (text) tells them apart in the kernel table, ``what`` names their modules; an optional
-        sixth item {sympy size of an input: k} builds the variant with that size as ``k`` times a size
-        var of its own (taken where the condition says ``k`` divides it: whole Winograd tiles).
+        ``variants`` (``KernelVariant`` s): more kernels of the same arguments; the call runs the first
+        whose condition holds at a binding (a dense layer's kernel for few rows; a convolution's row
+        block that divides the width; Winograd over whole tiles).
         ``derived_output``: the output's symbolic sizes not among the inputs' (a convolution's
         ``(H - 1)//2 + 1``) are the kernel's own expressions of its inputs' sizes, proven equal to the
         graph's; else every distinct symbolic size is a size argument of its own.  ``own_inputs``
@@ -256,7 +253,7 @@ class _Builder:
         any ``make`` may return that pair, with an empty list)."""
         out_shape = self.shapes.shapes[output] if out_shape is None else out_shape
         arg_shapes = [self.shape(i) for i in inputs] + [out_shape]
-        variables: Dict[object, object] = {}
+        variables: Dict[object, int] = {}      # sympy size -> the number of its size var
         pattern = []
         own = len(inputs) - own_inputs         # inputs from here on: placeholders made by ``make``
         for k, shape in enumerate(arg_shapes):
@@ -264,12 +261,12 @@ class _Builder:
                 if S.is_static(d):
                     pattern.append(int(d))
                 elif d in variables:
-                    pattern.append(f"v{list(variables).index(d)}")
+                    pattern.append(f"v{variables[d]}")
                 elif k >= own and derived_output:
                     pattern.append("derived")      # computed by the kernel from its inputs' sizes
                 else:
-                    variables[d] = None
-                    pattern.append(f"v{len(variables) - 1}")
+                    variables[d] = len(variables)
+                    pattern.append(f"v{variables[d]}")
         full_key = repr(key + (tuple(pattern), tuple(len(s) for s in arg_shapes),
                                tuple(self.dtype(i) for i in inputs)))
 
@@ -283,11 +280,11 @@ class _Builder:
                 self.kernels[full_key] = module
             if module is None:
                 names = S.dsl_variables([f"v{k}" for k in range(len(variables))])
-                var_of = {d: names[f"v{k}"] for k, d in enumerate(variables)}
+                var_of = {d: names[f"v{k}"] for d, k in variables.items()}
                 graph_size = {S.from_dsl(v): d for d, v in var_of.items()}
                 for d, k in (multiples or {}).items():       # a size known to be k * (a size var)
-                    whole = S.dsl_variables([_multiple_name(list(variables).index(d), k)])
-                    whole = next(iter(whole.values()))
+                    var_name = _multiple_name(variables[d], k)
+                    whole = S.dsl_variables([var_name])[var_name]
                     var_of[d] = whole * k
                     graph_size[S.from_dsl(whole)] = d / k
 
@@ -310,14 +307,13 @@ class _Builder:
                 self.kernels[full_key] = module
             return module
         module = built(full_key, make, f"poly_{key[0]}")
-        sizes = {f"v{k}": d for k, d in enumerate(variables)}      # this call's value of each size var
+        sizes = {f"v{k}": d for d, k in variables.items()}      # this call's value of each size var
         specials = []
-        for size, at_most, make_special, suffix, what, *rest in variants:
-            multiples = rest[0] if rest else None
-            specials.append(Variant(built(f"{full_key} {suffix}", make_special, f"poly_{key[0]}_{what}", multiples),
-                                    size, at_most))
-            for d, k in (multiples or {}).items():
-                sizes[_multiple_name(list(variables).index(d), k)] = S.floordiv(d, k)
+        for v in variants:
+            specials.append(Variant(built(f"{full_key} {v.key}", v.make, f"poly_{key[0]}_{v.what}", v.multiples),
+                                    v.size, v.at_most))
+            for d, k in (v.multiples or {}).items():
+                sizes[_multiple_name(variables[d], k)] = S.floordiv(d, k)
         variants = tuple(specials)
         if output not in self.values:       # the kernel's own output dtype (a Cast changes it)
             dtype = module.dtype if isinstance(module, _Pending) else module.params[-1].dtype
@@ -481,15 +477,16 @@ class _Builder:
         variants = []
         if kind in ("dense", "dense+bias") and not columns and self.dtype(anchor_inputs[0]) in ("float32", "float64") \
                 and not S.is_static(space[0]):
-            variants = [(space[0], FEW_ROWS, lambda *holders, extent: make(*holders, extent=extent, few_rows=True),
-                         f"rows<={FEW_ROWS}", "few_rows")]
+            variants = [KernelVariant(space[0], FEW_ROWS, lambda *holders, extent: make(*holders, extent=extent,
+                                                                                         few_rows=True),
+                                      f"rows<={FEW_ROWS}", "few_rows")]
         elif columns and not S.is_static(space[0]):
             # one row (a CNN's classifier at batch 1, an encoder at 1 x 1): a register tile of that row
             # (the general kernel's only tile would be partial, its accumulators in memory: MobileNetV2's
             # classifier took 0.31 ms, 0.03 so).  At 4 and 7 rows, a row at a time ran the encoder 0.35-0.39x
             # the static compile: those keep the general kernel.
-            variants = [(space[0], 1, lambda *holders, extent: make(*holders, extent=extent, row_block=1),
-                         "rows<=1 row_block=1", "one_row")]
+            variants = [KernelVariant(space[0], 1, lambda *holders, extent: make(*holders, extent=extent, row_block=1),
+                                      "rows<=1 row_block=1", "one_row")]
         self.kernel(label, ("group", kind, structure, tuple(modes)), anchor_inputs + ext_names, result, make,
                     out_shape=space, variants=variants)
         if anchor is not None:

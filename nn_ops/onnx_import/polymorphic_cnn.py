@@ -24,7 +24,7 @@ the graph's.  Grouped convolutions (other than depthwise) are refused with the o
 from __future__ import annotations
 
 import math
-from typing import List, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -32,17 +32,16 @@ from ...dsl.expr import binary, const, if_then_else
 from ...dsl.tensor import compute, placeholder
 from ...errors import ExprError
 from ..network import symbolic as S
+from ..network.passes.choose_conv_layout import TO_BLOCKED_MIN_CHANNELS
 from ..ops.conv2d import _divisor_at_most
 from ..ops.nchwc import (SYMBOLIC_ROW_BLOCK, conv2d_blocked, depthwise_blocked, from_blocked,
                          global_avg_pool_blocked, pack_blocked_weight, pack_depthwise_weight, pool2d_blocked,
                          row_block_fits, symbolic_row_block, to_blocked)
 from ..ops.winograd import MIN_WINOGRAD_PIXELS, winograd_largest_map, winograd_weight
 from ..ops.winograd_rows import conv2d_winograd_rows
-from .polymorphic_common import BINARY, UNARY, _apply, _attr, _same, _show
+from .converters.nn import inference_scale_shift
+from .polymorphic_common import BINARY, UNARY, KernelVariant, _apply, _attr, _same, _show
 
-#: plain NCHW inputs of at least this many channels (a whole number of blocks) are copied
-#: ``to_blocked`` once before a convolution; fewer (an image's 3) are read as they lie
-TO_BLOCKED_MIN_CHANNELS = 16
 #: a conv on rows of symbolic width also gets kernels with register blocks of these many pixels, the
 #: first that divides the row run at a binding (the general kernel's blocks of 8 leave a tail with
 #: its accumulators in memory: ResNet-18's 7x7 layers ran 2.6x slower with it than the static
@@ -95,19 +94,25 @@ class CnnWalk:
         """The blocked shape of an NCHW value: channels padded up to whole blocks (zeros after a
         convolution whose weight and bias are padded with zeros; dropped by ``from_blocked``)."""
         n, c, h, w = nchw
-        return (n, S.dim(-(-int(c) // self.block)), h, w, S.dim(self.block))
+        return (n, S.dim(self.padded_channels(int(c)) // self.block), h, w, S.dim(self.block))
 
     def padded_channels(self, channels: int) -> int:
         return -(-channels // self.block) * self.block
 
     # ------------------------------------------------------------------ convolutions
+    def window(self, node):
+        """(stride, padding as top, left, bottom, right, dilation) of a 2-d Conv or pool."""
+        if _attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+            raise self.unsupported("auto_pad (give explicit pads)")
+        pads = tuple(int(v) for v in _attr(node, "pads", [0, 0, 0, 0]))
+        return (tuple(int(v) for v in _attr(node, "strides", [1, 1])), pads,
+                tuple(int(v) for v in _attr(node, "dilations", [1, 1])))
+
     def conv(self, k: int, node, label: str) -> None:
         b = self.b
         x, w = node.input[0], node.input[1]
         if w not in b.consts:
             raise self.unsupported("a Conv whose weight is computed")
-        if _attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
-            raise self.unsupported("auto_pad (give explicit pads)")
         weight = np.asarray(b.consts[w], dtype=np.float32)
         groups = int(_attr(node, "group", 1))
         if weight.ndim != 4:
@@ -118,13 +123,11 @@ class CnnWalk:
         if b.dtype(self.blocked.get(x, x)) != "float32":
             raise self.unsupported(f"a Conv of {b.dtype(x)} values (float32 only)")
         oc, c = weight.shape[0], weight.shape[1] * groups
-        bias = b.consts[node.input[2]].astype(np.float32) if len(node.input) > 2 and node.input[2] else None
-        if len(node.input) > 2 and node.input[2] and node.input[2] not in b.consts:
+        bias_name = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        if bias_name is not None and bias_name not in b.consts:
             raise self.unsupported("a Conv whose bias is computed")
-        stride = tuple(int(v) for v in _attr(node, "strides", [1, 1]))
-        dilation = tuple(int(v) for v in _attr(node, "dilations", [1, 1]))
-        pads = [int(v) for v in _attr(node, "pads", [0, 0, 0, 0])]
-        padding = (pads[0], pads[1], pads[2], pads[3])          # top, left, bottom, right
+        bias = None if bias_name is None else b.consts[bias_name].astype(np.float32)
+        stride, padding, dilation = self.window(node)
         if depthwise or x in self.blocked or (c >= TO_BLOCKED_MIN_CHANNELS and c % self.block == 0):
             x_in, cb = self.blocked_input(x, "a Conv"), self.block
         else:
@@ -152,14 +155,10 @@ class CnnWalk:
         if bias is not None:
             inputs.append(b.fresh(w + ".bias"))
             b.consts[inputs[-1]] = np.ascontiguousarray(bias, dtype=np.float32)
-        internal = {node.output[0]} | {m.output[0] for m in members}
         steps = [m for m in members if m.op_type != "BatchNormalization"]
         anchor_names = [node.output[0]] + [m.output[0] for m in members if m.op_type == "BatchNormalization"]
-        externals = _externals(steps, internal, b)
-        for e in externals:
-            inputs.append(self.blocked[e])
-        structure = tuple((m.op_type, _clip_bounds(m, b) if m.op_type == "Clip" else None,
-                           tuple(_operand_key(i, internal, externals, b) for i in m.input if i)) for m in steps)
+        externals, structure = _epilogue_plan(steps, set(anchor_names) | {m.output[0] for m in steps}, b)
+        inputs += [self.blocked[e] for e in externals]
         has_bias = bias is not None
 
         def make(*holders, extent, row_block=None, tile_block=None):
@@ -174,11 +173,7 @@ class CnnWalk:
             else:
                 Y = conv2d_blocked(X, Wp, B, stride=stride, padding=padding, dilation=dilation, name="conv",
                                    row_block=row_block)
-            ext = [placeholder(Y.shape, name=f"res{q}") for q in range(len(externals))]
-            if not steps:
-                return Y, ext
-            return compute(Y.shape, lambda *idx: _epilogue_value(steps, idx, Y, anchor_names, ext, externals, b),
-                           name="epilogue", tag="elemwise"), ext
+            return _with_epilogue(Y, steps, anchor_names, externals, b)
         out = b.fresh(final + ".blocked")
         out_shape = self.blocked_shape(b.shapes.shapes[final])
         variants = self.winograd_variants(in_shape, out_shape, make) if winograd else []
@@ -204,8 +199,8 @@ class CnnWalk:
                     multiples[d] = math.lcm(multiples.get(d, 1), k)
             condition = (S.remainder(oh, 2) + S.remainder(ow, 2 * tb) + S.positive_part(MIN_WINOGRAD_PIXELS - oh * ow)
                          + S.positive_part(oh * ow - largest))
-            variants.append((condition, 0, lambda *hs, extent, tb=tb: make(*hs, extent=extent, tile_block=tb),
-                             f"winograd tiles={tb}", f"winograd_{tb}", multiples))
+            variants.append(KernelVariant(condition, 0, lambda *hs, extent, tb=tb: make(*hs, extent=extent, tile_block=tb),
+                                          f"winograd tiles={tb}", f"winograd_{tb}", multiples))
         return variants
 
     def epilogue(self, k: int, conv, padded: bool = False, fold_batch_norm: bool = True) -> list:
@@ -221,8 +216,7 @@ class CnnWalk:
             if id(cand) in b.done or not any(i in internal for i in cand.input):
                 break
             if cand.op_type == "BatchNormalization":
-                if not fold_batch_norm or members or len([o for o in cand.output if o]) != 1 or \
-                        not all(i in b.consts for i in cand.input[1:5]):
+                if not fold_batch_norm or members or _inference_batch_norm(cand, b) is not None:
                     break
             elif not _epilogue_node(cand, internal, shape, self.blocked, b) or \
                     (padded and not _keeps_padding_finite(cand, b)):
@@ -248,8 +242,9 @@ class CnnWalk:
         the elementwise nodes after it as its epilogue (DenseNet: concat, then BN-ReLU, then conv)."""
         b = self.b
         if node.op_type == "BatchNormalization":
-            if len([o for o in node.output if o]) != 1 or not all(i in b.consts for i in node.input[1:5]):
-                raise self.unsupported("a BatchNormalization with computed statistics or training outputs")
+            why = _inference_batch_norm(node, b)
+            if why is not None:
+                raise self.unsupported(why)
             shape = b.shapes.shapes[node.input[0]]
             if len(shape) != 4:
                 raise self.unsupported(f"a BatchNormalization of a {len(shape)}-d value (4-d maps only)")
@@ -259,17 +254,12 @@ class CnnWalk:
         final = members[-1].output[0] if members else node.output[0]
         inputs = list(sources)
         if node.op_type == "BatchNormalization":
-            ones = np.ones((1, 1, 1, 1), np.float32)
-            scale_shift = _fold_batch_norm(node, ones.repeat(int(shape[1]), axis=0), None, b.consts)
             packed = b.fresh(node.input[1] + ".blocked")
-            b.consts[packed] = np.stack([_zero_padded(v.reshape(-1), self.padded_channels(int(shape[1])), 0)
-                                         .reshape(-1, self.block) for v in scale_shift])      # [2, C/b, b]
+            b.consts[packed] = np.stack([_zero_padded(v, self.padded_channels(int(shape[1])), 0).reshape(-1, self.block)
+                                         for v in _scale_shift(node, b.consts)])      # [2, C/b, b]
             inputs.append(packed)
-        internal = {node.output[0]} | {m.output[0] for m in members}
-        externals = _externals(members, internal, b)
+        externals, structure = _epilogue_plan(members, {node.output[0]} | {m.output[0] for m in members}, b)
         inputs += [self.blocked[e] for e in externals]
-        structure = tuple((m.op_type, _clip_bounds(m, b) if m.op_type == "Clip" else None,
-                           tuple(_operand_key(i, internal, externals, b) for i in m.input if i)) for m in members)
         counts = [int(b.shape(x)[1]) for x in sources]
         is_bn = node.op_type == "BatchNormalization"
 
@@ -280,11 +270,7 @@ class CnnWalk:
                             name="batch_norm", tag="elemwise")
             else:
                 Y = _blocked_concat(holders[:len(sources)], counts)
-            ext = [placeholder(Y.shape, name=f"res{q}") for q in range(len(externals))]
-            if not members:
-                return Y, ext
-            return compute(Y.shape, lambda *idx: _epilogue_value(members, idx, Y, [node.output[0]], ext, externals, b),
-                           name="epilogue", tag="elemwise"), ext
+            return _with_epilogue(Y, members, [node.output[0]], externals, b)
         out = b.fresh(final + ".blocked")
         b.kernel(label, (node.op_type, tuple(counts), structure), inputs, out, make,
                  out_shape=self.blocked_shape(b.shapes.shapes[final]), own_inputs=len(externals), derived_output=True)
@@ -305,13 +291,10 @@ class CnnWalk:
                 self.blocked[node.output[0]] = out
                 self.plain(node.output[0])
             return
-        if len([o for o in node.output if o]) != 1 or _attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
-            raise self.unsupported("a pool with auto_pad or an indices output")
+        if len([o for o in node.output if o]) != 1:
+            raise self.unsupported("a pool with an indices output")
         kernel = tuple(int(v) for v in _attr(node, "kernel_shape", None))
-        stride = tuple(int(v) for v in _attr(node, "strides", [1, 1]))
-        dilation = tuple(int(v) for v in _attr(node, "dilations", [1, 1]))
-        pads = [int(v) for v in _attr(node, "pads", [0, 0, 0, 0])]
-        padding = (pads[0], pads[1], pads[2], pads[3])
+        stride, padding, dilation = self.window(node)
         ceil_mode, include_pad = bool(_attr(node, "ceil_mode", 0)), bool(_attr(node, "count_include_pad", 0))
         kind = "max" if node.op_type == "MaxPool" else "avg"
 
@@ -351,9 +334,9 @@ def _row_block_variants(width, make, weight_shape, blocked_input: bool) -> list:
     else:
         general = symbolic_row_block(weight_shape, blocked_input)
         fits = (lambda pixels: row_block_fits(weight_shape, blocked_input, pixels))
-    return [(S.divisible_not_by(width, pixels, general), 0,
-             lambda *h, extent, pixels=pixels: make(*h, extent=extent, row_block=pixels),
-             f"row_block={pixels}", f"rows_of_{pixels}") for pixels in DIVIDING_ROW_BLOCKS if fits(pixels)]
+    return [KernelVariant(S.divisible_not_by(width, pixels, general), 0,
+                          lambda *h, extent, pixels=pixels: make(*h, extent=extent, row_block=pixels),
+                          f"row_block={pixels}", f"rows_of_{pixels}") for pixels in DIVIDING_ROW_BLOCKS if fits(pixels)]
 
 
 # ---------------------------------------------------------------------- epilogue nodes
@@ -368,26 +351,43 @@ def _epilogue_node(node, internal, shape, blocked, b) -> bool:
     out = node.output[0]
     if out not in b.shapes.shapes or not _same(b.shapes.shapes[out], shape):
         return False
-    operands = [i for i in node.input[:1 if node.op_type == "Clip" else None] if i]
     return all(i in internal or b.is_scalar(i) or (i in blocked and _same(b.shapes.shapes[i], shape))
-               for i in operands)
+               for i in _data_inputs(node))
 
 
-def _externals(steps, internal, b) -> List[str]:
-    found = []
+def _data_inputs(node) -> list:
+    """The inputs an epilogue node computes on (a Clip's bounds are constants, read at build)."""
+    return [i for i in node.input[:1 if node.op_type == "Clip" else None] if i]
+
+
+def _epilogue_plan(steps, internal, b):
+    """(the blocked values the epilogue ``steps`` read besides the kernel's own ``internal`` ones and
+    scalars, the steps' structure for the kernel's key)."""
+    externals = []
     for m in steps:
-        for i in m.input[:1 if m.op_type == "Clip" else None]:
-            if i and i not in internal and not b.is_scalar(i) and i not in found:
-                found.append(i)
-    return found
+        for i in _data_inputs(m):
+            if i not in internal and not b.is_scalar(i) and i not in externals:
+                externals.append(i)
+
+    def operand(name):
+        if name in internal:
+            return ("int",)
+        if b.is_scalar(name):
+            return ("c", b.scalar(name))
+        return ("ext", externals.index(name)) if name in externals else ("bound",)
+    structure = tuple((m.op_type, _clip_bounds(m, b) if m.op_type == "Clip" else None,
+                       tuple(operand(i) for i in m.input if i)) for m in steps)
+    return externals, structure
 
 
-def _operand_key(name, internal, externals, b):
-    if name in internal:
-        return ("int",)
-    if b.is_scalar(name):
-        return ("c", b.scalar(name))
-    return ("ext", externals.index(name)) if name in externals else ("bound",)
+def _with_epilogue(Y, steps, anchor_names, externals, b):
+    """``(Y with the epilogue steps applied, the placeholders of the externals)``: those are made in
+    Y's own sizes (``_Builder.kernel``'s ``own_inputs``)."""
+    ext = [placeholder(Y.shape, name=f"res{q}") for q in range(len(externals))]
+    if not steps:
+        return Y, ext
+    return compute(Y.shape, lambda *idx: _epilogue_value(steps, idx, Y, anchor_names, ext, externals, b),
+                   name="epilogue", tag="elemwise"), ext
 
 
 def _epilogue_value(steps, idx, Y, anchor_names, ext, externals, b):
@@ -451,11 +451,24 @@ def _clip_bounds(node, b) -> Optional[tuple]:
     return tuple(bounds)
 
 
+def _inference_batch_norm(node, b) -> Optional[str]:
+    """None where ``node`` is an inference BatchNormalization of constant statistics (a per-channel
+    scale and shift), else why not."""
+    if int(_attr(node, "training_mode", 0)) or len([o for o in node.output if o]) != 1:
+        return "a BatchNormalization in training mode (batch statistics, running-statistics outputs)"
+    if not all(i in b.consts for i in node.input[1:5]):
+        return "a BatchNormalization with computed statistics"
+    return None
+
+
+def _scale_shift(bn, consts):
+    """(a, b) per channel: the inference BatchNormalization ``bn`` is ``x * a + b``."""
+    return inference_scale_shift(*(np.asarray(consts[i]).reshape(-1) for i in bn.input[1:5]),
+                                 float(_attr(bn, "epsilon", 1e-5)))
+
+
 def _fold_batch_norm(bn, weight, bias, consts):
-    """A convolution's weight and bias with the inference-mode BatchNormalization after it folded in."""
-    gamma, beta, mean, var = (np.asarray(consts[i], dtype=np.float64) for i in bn.input[1:5])
-    eps = float(_attr(bn, "epsilon", 1e-5))
-    scale = gamma / np.sqrt(var + eps)
-    folded = (weight.astype(np.float64) * scale[:, None, None, None]).astype(np.float32)
-    base = np.zeros(weight.shape[0]) if bias is None else bias.astype(np.float64)
-    return folded, ((base - mean) * scale + beta).astype(np.float32)
+    """A convolution's weight and bias with the BatchNormalization after it folded in."""
+    scale, shift = _scale_shift(bn, consts)
+    base = np.zeros(weight.shape[0], np.float32) if bias is None else bias
+    return (weight * scale[:, None, None, None]).astype(np.float32), (base * scale + shift).astype(np.float32)

@@ -2,11 +2,26 @@
 ONNX elementwise nodes as DSL expressions, node attributes, and symbolic shapes compared and shown."""
 from __future__ import annotations
 
+from typing import Callable, Dict, NamedTuple, Optional
+
 import numpy as np
 
 from ...dsl import intrinsics as lwi
 from ...dsl.expr import binary, cast, const
 from ..network import symbolic as S
+
+class KernelVariant(NamedTuple):
+    """A second kernel of a call (``_Builder.kernel``'s ``variants``): built by ``make`` with the same
+    arguments, run at bindings where the sympy ``size`` is at most ``at_most``; ``key`` tells it apart
+    in the kernel table, ``what`` names its module; ``multiples`` {sympy size of an input: k} builds
+    it over that size as ``k`` times a size var of its own (where the condition says ``k`` divides it)."""
+    size: object
+    at_most: int
+    make: Callable
+    key: str
+    what: str
+    multiples: Optional[Dict[object, int]] = None
+
 
 BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
           "Div": lambda a, b: a / b, "Max": lambda a, b: _max(a, b), "Min": lambda a, b: _min(a, b),

@@ -223,15 +223,26 @@ def global_avg_pool_blocked(X: Tensor, name: str = "global_pool") -> Tensor:
 def schedule_conv2d_blocked(s, op, target):
     """Register block of ``owb`` output pixels x ``nv`` channel vectors, accumulated in registers;
     the reduction (input channel blocks, ky, kx, channel in block) runs outside the block; channel
-    blocks (or rows, when there are few) in parallel; the block is stored as whole vectors."""
+    blocks (or rows, when there are few) in parallel; the block is stored as whole vectors.
+
+    On a map of symbolic batch, height or width (a shape-polymorphic network): blocks of the op's
+    ``row_block`` pixels (or ``symbolic_row_block``; a row's tail runs a partial block); channel
+    blocks in parallel where there are enough for the threads, else (row, channel block): only
+    constant-extent axes are fused inside, as taking a fused index of symbolic extents apart would
+    divide by a run-time size."""
     out = op.outputs[0]
-    if not all(isinstance(d, int) for d in extents(out)):
-        _schedule_conv2d_blocked_symbolic(s, op, target)
-        return
-    n_, obn, oh_, ow_, b = [int(d.value) for d in out.shape]
-    depthwise = fused_depthwise(s, op)
-    nv = _channel_vectors(op, obn, ow_) if depthwise is None else (2 if obn % 2 == 0 else 1)
-    owb = _row_block(ow_, _pixels_per_block(nv))
+    obn = int(out.shape[1].value)
+    symbolic = not all(isinstance(d, int) for d in extents(out))
+    depthwise = None if symbolic else fused_depthwise(s, op)
+    if symbolic:
+        wshape = static_shape(next(t for t in op.input_tensors if len(t.shape) == 6))
+        blocked_input = bool(op.attrs.get("blocked_input"))
+        nv = _symbolic_channel_vectors(wshape, blocked_input)
+        owb = op.attrs.get("row_block") or symbolic_row_block(wshape, blocked_input)
+    else:
+        n_, _, _, ow_, _ = [int(d.value) for d in out.shape]
+        nv = _channel_vectors(op, obn, ow_) if depthwise is None else (2 if obn % 2 == 0 else 1)
+        owb = _row_block(ow_, _pixels_per_block(nv))
     acc, Y = accumulator_and_tile(s, op)
     n, ob, y, x, oi = Y.op.axis
     obo, obi = Y.split(ob, factor=nv)
@@ -240,10 +251,16 @@ def schedule_conv2d_blocked(s, op, target):
         # the input row of every channel block is computed inside the row: rows in parallel
         Y.reorder(n, y, obo, xo, obi, xi, oi)
         fused = Y.fuse(n, y)
+    elif symbolic and obn // nv < 2 * max(1, target.num_threads):
+        Y.reorder(n, y, obo, xo, obi, xi, oi)
+        fused = Y.fuse(y, obo)
     else:
         Y.reorder(n, obo, y, xo, obi, xi, oi)
-        blocks = n_ * (obn // nv)
-        fused = Y.fuse(n, obo) if blocks >= 4 * max(1, target.num_threads) else Y.fuse(n, obo, y)
+        if symbolic:
+            fused = obo
+        else:
+            blocks = n_ * (obn // nv)
+            fused = Y.fuse(n, obo) if blocks >= 4 * max(1, target.num_threads) else Y.fuse(n, obo, y)
     Y.vectorize(oi)
     unroll_long_epilogue(s, op, Y, [obi, xi])
     Y.parallel(fused)
@@ -279,37 +296,6 @@ def _symbolic_channel_vectors(weight_shape, blocked_input: bool) -> int:
     as a stem's, any other as a wide row."""
     obn, cob, kh, kw, cb, _ = weight_shape
     return _vectors_for(obn, cob * kh * kw * cb, WIDE_ROW if blocked_input else STEM_ROW)
-
-
-def _schedule_conv2d_blocked_symbolic(s, op, target):
-    """The register-blocked conv of ``schedule_conv2d_blocked`` on a map of symbolic batch, height
-    or width (a shape-polymorphic network): blocks of ``row_block`` pixels (the op's attribute, or
-    ``symbolic_row_block``; a row's tail runs a partial block), channel blocks in parallel where
-    there are enough of them for the threads, else rows (only constant-extent axes are fused:
-    taking a fused index of symbolic extents apart would divide by a run-time size)."""
-    obn = int(op.outputs[0].shape[1].value)
-    weight = next(t for t in op.input_tensors if len(t.shape) == 6)
-    wshape = static_shape(weight)
-    blocked_input = bool(op.attrs.get("blocked_input"))
-    nv = _symbolic_channel_vectors(wshape, blocked_input)
-    owb = op.attrs.get("row_block") or symbolic_row_block(wshape, blocked_input)
-    acc, Y = accumulator_and_tile(s, op)
-    n, ob, y, x, oi = Y.op.axis
-    obo, obi = Y.split(ob, factor=nv)
-    xo, xi = Y.split(x, factor=owb)
-    if obn // nv >= 2 * max(1, target.num_threads):
-        Y.reorder(n, obo, y, xo, obi, xi, oi)
-        Y.parallel(obo)
-    else:
-        Y.reorder(n, y, obo, xo, obi, xi, oi)
-        Y.parallel(Y.fuse(y, obo))
-    Y.vectorize(oi)
-    unroll_long_epilogue(s, op, Y, [obi, xi])
-    cn, cob, cy, cx, coi = s[acc].op.axis
-    rco, ry, rx, rci = s[acc].op.reduce_axis
-    accumulate_in_registers(s, acc, Y, xo, (cn, cy, rco, ry, rx, rci, cx, cob, coi), (cob, cx))
-    for t in op.input_tensors:
-        _schedule_blocked_padding(s, t, target.lanes(op.outputs[0].dtype))
 
 
 #: vector registers of the CPUs the blocked conv is tuned for (AVX-512: 32)

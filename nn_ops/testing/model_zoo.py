@@ -6,9 +6,8 @@ pools, a final Gemm), opset 13, input ``"input"`` of shape (batch, 3, size, size
 ``transformer_encoder()`` is a BERT-style encoder as torch exports it at opset 17
 (MatMul + Add projections, Reshape/Transpose into heads with a Shape->Gather->Concat
 shape chain, scaled Softmax attention, erf-form GELU, LayerNormalization), input
-``"input"`` of shape (batch, seq, hidden).  ``batch=None`` / ``seq=None`` leave them symbolic
-(``resnet18``, ``mobilenet_v2``: ``batch=None`` is ``N``, ``size=None`` makes the height and width
-``H`` and ``W``).
+``"input"`` of shape (batch, seq, hidden).  ``batch=None`` / ``seq=None`` leave them symbolic;
+``symbolic_sizes(model)`` makes any model's batch (and an image's height and width) symbolic.
 
 The wider zoo (issue 21), each a full-size network at batch 1 by default: ``squeezenet1_1``,
 ``efficientnet_lite``, ``convnext``, ``densenet`` and ``unet`` (``zoo_cnn.py``); ``vit_tiny``,
@@ -55,7 +54,7 @@ def resnet18(batch: int = 1, size: int = 224, classes: int = 1000, seed: int = 0
             cin = cout
     x = b.node("GlobalAveragePool", [x])
     x = b.node("Flatten", [x], axis=1)
-    return b.model(_image_shape(batch, size), b.gemm(x, 512, classes), (_batch(batch), classes), name="resnet18")
+    return b.model((batch, 3, size, size), b.gemm(x, 512, classes), (batch, classes), name="resnet18")
 
 
 def symbolic_sizes(model, dims=("N", None, "H", "W")):
@@ -72,16 +71,6 @@ def symbolic_sizes(model, dims=("N", None, "H", "W")):
             out_dims[0].ClearField("dim_value")
             out_dims[0].dim_param = dims[0]
     return model
-
-
-def _batch(batch):
-    return "N" if batch is None else batch
-
-
-def _image_shape(batch, size) -> tuple:
-    """(batch, 3, size, size), with ``None`` for a symbolic batch ``N`` or height and width ``H``, ``W``."""
-    h, w = ("H", "W") if size is None else (size, size)
-    return (_batch(batch), 3, h, w)
 
 
 def mobilenet_v2(batch: int = 1, size: int = 224, classes: int = 1000, seed: int = 0):
@@ -104,7 +93,7 @@ def mobilenet_v2(batch: int = 1, size: int = 224, classes: int = 1000, seed: int
     x = b.relu6(b.bn(b.conv(x, cin, 1280, 1, pad=0), 1280))
     x = b.node("GlobalAveragePool", [x])
     x = b.node("Flatten", [x], axis=1)
-    return b.model(_image_shape(batch, size), b.gemm(x, 1280, classes), (_batch(batch), classes), name="mobilenet_v2")
+    return b.model((batch, 3, size, size), b.gemm(x, 1280, classes), (batch, classes), name="mobilenet_v2")
 
 
 def transformer_encoder(batch=1, seq: int = 128, hidden: int = 256, heads: int = 4, layers: int = 4,

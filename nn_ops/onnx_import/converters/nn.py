@@ -111,6 +111,12 @@ def _conv(ctx: ImportContext, node, inputs, out: str) -> str:
                      "groups": group}, name=node.name)
 
 
+def inference_scale_shift(scale, bias, mean, var, eps: float):
+    """Inference BatchNormalization as ``x * a + b`` per channel: (a, b) in float32."""
+    a = (scale / np.sqrt(np.asarray(var, np.float64) + eps)).astype(np.float32)
+    return a, (bias - mean * a).astype(np.float32)
+
+
 @converter("BatchNormalization", since=9)
 def batch_norm(ctx: ImportContext, node):
     if ctx.attr(node, "training_mode", 0):
@@ -122,10 +128,8 @@ def batch_norm(ctx: ImportContext, node):
     if not all(ctx.const(node.input[k]) is not None for k in range(1, 5)):
         _dynamic_batch_norm(ctx, node, eps)
         return
-    scale, bias, mean, var = (ctx.const(node.input[k]) for k in range(1, 5))
     # y = x * a + b per channel; the fold_batch_norm pass moves a and b into a preceding conv
-    a = (scale / np.sqrt(var.astype(np.float64) + eps)).astype(np.float32)
-    b = (bias - mean * a).astype(np.float32)
+    a, b = inference_scale_shift(*(ctx.const(node.input[k]) for k in range(1, 5)), eps)
     rank = len(ctx.shape(node.input[0]))
     shape = (-1,) + (1,) * (rank - 2)
     a_name = ctx.add_constant(node.output[0] + ".bn_scale", a.reshape(shape))

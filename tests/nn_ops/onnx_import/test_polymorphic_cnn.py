@@ -25,7 +25,7 @@ def _check(model, exe, shape, seed=0):
 
 @pytest.fixture(scope="module")
 def resnet():
-    model = resnet18(batch=None, size=None, classes=10)
+    model = symbolic_sizes(resnet18(size=32, classes=10))
     return model, lw.compile(lw.from_onnx(model), polymorphic=True)
 
 
@@ -126,7 +126,7 @@ def test_a_map_smaller_than_a_pool_window_is_refused_by_name(block_net):
 @pytest.mark.parametrize("shape", [(1, 3, 32, 32), (2, 3, 40, 56), (1, 3, 1, 1)])
 def test_mobilenet_v2_depthwise_and_padded_channels(shape):
     """Depthwise convs, and 24 channels (not whole blocks of 16: padded with zero channels)."""
-    model = mobilenet_v2(batch=None, size=None, classes=10)
+    model = symbolic_sizes(mobilenet_v2(size=32, classes=10))
     exe = _compiled(model)
     _check(model, exe, shape)
 
@@ -199,3 +199,17 @@ def test_what_the_cnn_path_refuses_is_listed():
     message = str(info.value)
     assert "Conv: grouped convolutions (2 groups; depthwise and dense ones are covered)" in message
     assert "LRN: no shape-polymorphic kernel for this op yet" in message
+
+
+def test_a_training_mode_batch_norm_after_a_conv_is_not_folded_but_refused_by_name():
+    """Batch statistics cannot be folded into a conv's weight: the node is listed as not covered
+    (the per-shape path computes it)."""
+    b = OnnxBuilder(0, opset=15)
+    x = b.conv("input", 3, 16, 3)
+    params = [b.init(f"p{k}", np.full(16, 0.5 + k, np.float32)) for k in range(4)]
+    y = b.node("BatchNormalization", [x] + params, epsilon=1e-5, training_mode=1)
+    model = b.model(("N", 3, "H", "W"), y, ("N", 16, "H", "W"), name="refused_bn")
+    with pytest.raises(OnnxImportError) as info:
+        lw.compile(lw.from_onnx(model), polymorphic=True)
+    message = str(info.value)
+    assert "BatchNormalization: a BatchNormalization in training mode" in message
