@@ -19,25 +19,28 @@ from loopweave import nn_ops
 from .compare import interleaved
 
 
-def build(m: int, n: int, k: int, tiles=None, k_tile=None):
-    """The default CUDA schedule, or with ``tiles`` = (rows, columns) per thread and the
-    reduction step ``k_tile`` forced."""
+def build(m: int, n: int, k: int, tiles=None, k_tile=None, a_by_step=True):
+    """The default CUDA schedule, or with ``tiles`` = (rows, columns) per thread, the
+    reduction step ``k_tile`` forced, or A's shared panel row-major (``a_by_step=False``)."""
     A = lw.placeholder((m, k), name="A")
     B = lw.placeholder((k, n), name="B")
     C = nn_ops.matmul(A, B)
-    if tiles is None and k_tile is None:
+    if tiles is None and k_tile is None and a_by_step:
         return lw.build(nn_ops.schedule(C, "cuda"), [A, B, C], target="cuda")
     from loopweave.nn_ops.ops.cuda.matmul import _schedule_gemm_cuda
     s = lw.create_schedule(C)
-    _schedule_gemm_cuda(s, C.op, lw.target.resolve_target("cuda"), batch=False, tiles=tiles, k_tile=k_tile)
+    _schedule_gemm_cuda(s, C.op, lw.target.resolve_target("cuda"), batch=False, tiles=tiles, k_tile=k_tile,
+                        a_by_step=a_by_step)
     return lw.build(s, [A, B, C], target="cuda")
 
 
 def parse_variant(spec: str):
-    """``"8x4"`` or ``"8x4k32"``: rows x columns per thread, and optionally the reduction step."""
-    tiles, _, k_tile = spec.partition("k")
+    """``"8x4"``, ``"8x4k32"`` or ``"8x4k32r"``: rows x columns per thread, optionally the
+    reduction step, and ``r`` for A's shared panel stored row-major (as before the step-major one)."""
+    row_major = spec.endswith("r")
+    tiles, _, k_tile = spec.rstrip("r").partition("k")
     rows, cols = (int(v) for v in tiles.split("x"))
-    return (rows, cols), (int(k_tile) if k_tile else None)
+    return (rows, cols), (int(k_tile) if k_tile else None), not row_major
 
 
 def _alternated(fns: dict, pairs: int, seconds: float = 0.02) -> dict:
@@ -85,7 +88,7 @@ def main(argv=None) -> int:
     parser.add_argument("--pairs", type=int, default=15)
     parser.add_argument("--tiles", nargs="*", default=[], metavar="RxC[kK]",
                         help="also time these register blocks per thread and reduction steps (e.g. 8x8 "
-                             "4x8 8x4k32), kernel alone")
+                             "4x8 8x4k32; a trailing r: A's shared panel row-major), kernel alone")
     parser.add_argument("--host", action="store_true",
                         help="also time the host path of a call: device arrays and torch tensors, "
                              "launches replayed or marshalled per call")

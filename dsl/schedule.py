@@ -45,6 +45,7 @@ class Stage:
         self.attach_ivar: Optional[IterVar] = None
         self.scope = "global"
         self.storage_aligns: Dict[int, tuple] = {}
+        self.storage_order: Optional[tuple] = None   # buffer dimensions outermost first; None: as op.axis
         self.double_buffered = False
         self.is_output = False
 
@@ -272,6 +273,31 @@ class Stage:
         dim = [a for a in self.op.axis].index(axis)
         self.storage_aligns[dim] = (factor, offset)
         self._trace("storage_align", axis=axis.name, factor=factor, offset=offset)
+
+    def reorder_storage(self, *axes):
+        """Lay this stage's buffer out with its dimensions in the order of ``axes``, outermost
+        first (as ``reorder`` orders loops; Halide's ``reorder_storage`` lists innermost first).
+
+        Indexing is unchanged, only strides: a shared-memory copy of ``A[i, k]`` stored ``k``
+        outermost lets each thread read its rows of one ``k`` as contiguous vectors.
+        ``storage_align`` still pads the dimension it names, now at its place in this order."""
+        self._check_not_placeholder("reorder_storage")
+        if self.is_output:
+            raise self._error("reorder_storage", "this stage is an output of the schedule; its layout is the "
+                              "caller's array", "reorder the storage of a cache stage (s.cache_read / cache_write)")
+        root = list(self.op.axis)
+        dims = []
+        for a in axes:
+            if not isinstance(a, IterVar) or all(a is not r for r in root):
+                raise self._error("reorder_storage", f"{a!r} is not a root spatial axis of this stage",
+                                  f"pass each of {', '.join(r.name for r in root)} once")
+            dims.append(next(d for d, r in enumerate(root) if r is a))
+        if sorted(dims) != list(range(len(root))):
+            raise self._error("reorder_storage", f"the axes must name every root spatial axis once, got "
+                              f"{', '.join(a.name for a in axes)}",
+                              f"pass each of {', '.join(r.name for r in root)} once")
+        self.storage_order = tuple(dims)
+        self._trace("reorder_storage", axes=[a.name for a in axes])
 
     def double_buffer(self):
         """On a GPU, fill this shared stage for the next iteration of the loop it is computed in

@@ -95,8 +95,8 @@ class Trace:
                 axes = ", ".join(axis(st.stage, n) for n in a["axes"])
                 lines.append(f"{_ident(a['outputs'][0])} = {S}.fuse({axes})")
                 bound[_ident(a["outputs"][0])] = (st.stage, a["outputs"][0])
-            elif p == "reorder":
-                lines.append(f"{S}.reorder({', '.join(axis(st.stage, n) for n in a['axes'])})")
+            elif p in ("reorder", "reorder_storage"):
+                lines.append(f"{S}.{p}({', '.join(axis(st.stage, n) for n in a['axes'])})")
             elif p in ("vectorize", "parallel", "unroll"):
                 lines.append(f"{S}.{p}({axis(st.stage, a['axis'])})")
             elif p == "bind":
@@ -146,8 +146,8 @@ class Trace:
                                 nparts=_value(a.get("nparts"), schedule), tail=a.get("tail", "guard"))
                 elif p == "fuse":
                     stage.fuse(*[ax(n) for n in a["axes"]])
-                elif p == "reorder":
-                    stage.reorder(*[ax(n) for n in a["axes"]])
+                elif p in ("reorder", "reorder_storage"):
+                    getattr(stage, p)(*[ax(n) for n in a["axes"]])
                 elif p in ("vectorize", "parallel", "unroll"):
                     getattr(stage, p)(ax(a["axis"]))
                 elif p == "bind":

@@ -63,6 +63,7 @@ GPU_PASSES = (
 class PassContext:
     size_vars: list
     storage_aligns: Dict[str, dict]
+    storage_orders: Dict[str, tuple] = field(default_factory=dict)
     timings: Dict[str, float] = field(default_factory=dict)
     double_buffers: frozenset = frozenset()
     func_name: str = "main"
@@ -111,6 +112,7 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
     start = time.perf_counter()
     body, params, size_vars = schedule_to_loops(schedule, args)
     ctx = PassContext(size_vars, {s.name: dict(s.storage_aligns) for s in schedule.stages if s.storage_aligns},
+                      storage_orders={s.name: s.storage_order for s in schedule.stages if s.storage_order},
                       func_name=name, target=tgt,
                       double_buffers=frozenset(s.name for s in schedule.stages if s.double_buffered))
     ctx.timings["schedule_to_loops"] = time.perf_counter() - start

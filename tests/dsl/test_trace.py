@@ -150,3 +150,16 @@ def test_printed_trace_rebinds_an_axis_name_shared_by_two_stages():
     s2 = lw.create_schedule(C2)
     exec(code, {"lw": lw, "s": s2, "A": A2, "B": B2, "C": C2})
     assert str(lw.lower(s2, [A2, C2])) == str(lw.lower(s, [A, C]))
+
+
+def test_reorder_storage_is_printed_and_replayed():
+    A, B, C, D = t = _definition()
+    s = _schedule(*t)
+    AL = s.stage_by_name("A.local")
+    AL.reorder_storage(*reversed(AL.op.axis))
+    assert "s[A_local].reorder_storage(ax1, ax0)" in str(s.trace)
+    A2, B2, C2, D2 = _definition()
+    s2 = lw.create_schedule(D2)
+    lw.Trace.from_json(s.trace.to_json()).apply(s2)
+    assert s2.stage_by_name("A.local").storage_order == (1, 0)
+    assert _lowered(s2, A2, B2, D2) == _lowered(s, A, B, D)

@@ -242,6 +242,19 @@ def test_storage_align_errors(p):
         p.s[p.B].storage_align(p.B.op.axis[0], 0, 0)
 
 
+def test_reorder_storage_errors(p):
+    i, j = p.B.op.axis
+    io, ii = p.s[p.B].split(i, factor=4)
+    with pytest.raises(lw.ScheduleError, match=r"reorder_storage on stage 'B': .*i.outer.* is not a root spatial "
+                                               r"axis(.|\n)*pass each of i, j once"):
+        p.s[p.B].reorder_storage(j, io)
+    with pytest.raises(lw.ScheduleError, match=r"reorder_storage on stage 'B': the axes must name every root "
+                                               r"spatial axis once, got j, j"):
+        p.s[p.B].reorder_storage(j, j)
+    with pytest.raises(lw.ScheduleError, match=r"reorder_storage on stage 'E': this stage is an output"):
+        p.s[p.E].reorder_storage(*p.E.op.axis)
+
+
 def test_pragma_with_empty_key(p):
     with pytest.raises(lw.ScheduleError, match=r"pragma on stage 'C': the key must be a non-empty string"):
         p.s[p.C].pragma(p.C.op.axis[0], "")

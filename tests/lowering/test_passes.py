@@ -1,5 +1,6 @@
 """The lowering passes, one group per file in lowering/passes/: loop_partition, simplify,
 storage_flatten, vectorize; plus dump_after."""
+import numpy as np
 import pytest
 
 import loopweave as lw
@@ -192,6 +193,21 @@ def test_storage_align_pads_intermediate_buffer():
     (b,) = [a for a in allocs if a.buffer.name == "B"]
     assert b.extent.value == 16 * 17
     assert "B[i * 17 + j]" in str(f)
+
+
+def test_reorder_storage_lays_the_buffer_out_in_that_order_with_the_same_values():
+    A = lw.placeholder((6, 10), name="A")
+    B = lw.compute((6, 10), lambda i, j: A[i, j] + 1.0, name="B")
+    C = lw.compute((10, 6), lambda j, i: B[i, j] * 2.0, name="C")
+    s = lw.create_schedule(C)
+    s[B].reorder_storage(B.op.axis[1], B.op.axis[0])
+    s[B].storage_align(B.op.axis[1], 8, 1)         # pads j's stride, now the outer one: 6 -> 9
+    f = lw.lower(s, [A, C])
+    assert "B[j * 9 + i]" in str(f)
+    a = np.random.default_rng(0).standard_normal((6, 10)).astype("float32")
+    c = np.zeros((10, 6), "float32")
+    lw.build(s, [A, C])(a, c)
+    np.testing.assert_array_equal(c, ((a + 1) * 2).T)
 
 
 # ------------------------------------------------------------------ vectorize

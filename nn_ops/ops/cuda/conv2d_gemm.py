@@ -17,6 +17,7 @@ from ....dsl.tensor import thread_axis
 from ..registry import fused_output, register_schedule
 from .conv2d import _inline_helpers
 from .injective import bind_fused
+from . import matmul
 from .matmul import K_TILE, K_TILE_SINGLE, MULTIPROCESSORS, THREADS, _cooperative_copy, _whole_tiles, gemm_tiles
 
 MAX_SPLITS = 32
@@ -66,9 +67,12 @@ def schedule_conv2d_gemm(s, op, target) -> None:
     for tensor in (W2, cols):
         cache = s.cache_read(tensor, "shared", [gemm.outputs[0]])
         s[cache].compute_at(L, ko)
-        _cooperative_copy(s, cache, THREADS, THREADS)
+        weights = matmul.A_BY_STEP and double and tensor is W2   # (whole tiles only: matmul.py)
+        _cooperative_copy(s, cache, THREADS, THREADS, rows_fastest=weights)
         if double:
             s[cache].double_buffer()
+        if weights:
+            matmul.store_a_by_step(s, cache, gemm.outputs[0], ki)
 
 
 def _blocks(oc, pixels, pm: int, pn: int) -> int:

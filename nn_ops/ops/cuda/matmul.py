@@ -32,13 +32,21 @@ K_TILES = (32, 16)  # reduction steps staged through shared memory, double-buffe
 K_TILE = 16         # the step other GEMM-shaped schedules (implicit-GEMM convs) use
 K_TILE_SINGLE = 8   # ... when partial tiles rule double buffering out
 VEC = 4             # float4 copies into shared memory
+A_BY_STEP = True    # the row operand's shared panel stored step-major, read as float4s (``a_by_step``)
 
 
-def _cooperative_copy(s, cache, threads_y: int, threads_x: int) -> None:
-    """All threads of the block copy ``cache``'s region: float4 per thread, thread axes like the consumer's."""
+def _cooperative_copy(s, cache, threads_y: int, threads_x: int, rows_fastest: bool = False) -> None:
+    """All threads of the block copy ``cache``'s region: float4 per thread, thread axes like the consumer's.
+
+    ``rows_fastest``: neighbouring threads take neighbouring rows (the same float4 column of
+    each), for a copy stored transposed: their scalar stores then fall in different banks."""
     stage = s[cache]
     *outer, inner = stage.op.axis
     inner, vec = stage.split(inner, factor=VEC)    # the lanes stay outside any index division: one float4
+    if rows_fastest:
+        *lead, rows = outer
+        stage.reorder(*lead, inner, rows, vec)
+        outer, inner = [*lead, inner], rows
     rest = stage.fuse(*outer, inner) if outer else inner
     rest, tx = stage.split(rest, factor=threads_x)
     rest, ty = stage.split(rest, factor=threads_y)
@@ -101,9 +109,10 @@ def reduction_step(extents, k, tiles, dtype_bytes: int = 4, steps=K_TILES, share
     return min(steps[-1], K_TILE_SINGLE), False
 
 
-def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None) -> None:
+def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None, a_by_step=None) -> None:
     """``tiles``: (rows, columns) per thread, to override :func:`gemm_tiles`; ``k_tile``: the
-    reduction step, to override ``K_TILE`` (benchmarks compare variants: ``cuda_matmul --tiles``).
+    reduction step, to override ``K_TILE``; ``a_by_step``: A's shared panel step-major (None:
+    ``A_BY_STEP``) (benchmarks compare variants: ``cuda_matmul --tiles``).
 
     No block swizzle: launching row tiles in groups per column tile needs a fused block index,
     and bound inference through its division gives the register block run-time extents
@@ -156,11 +165,37 @@ def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None) -> 
     L.unroll(ki)
     L.unroll(ci)
     L.vectorize(cj)
+    # (whole tiles only: with a partial step, bound inference through the register copy of a
+    # step-major panel gives up and sizes it as the whole operand)
+    by_step = (A_BY_STEP if a_by_step is None else a_by_step) and double
     for cache in (AA, BB):
         s[cache].compute_at(L, ko)
-        _cooperative_copy(s, cache, threads, threads)
+        _cooperative_copy(s, cache, threads, threads, rows_fastest=by_step and cache is AA)
         if double:
             s[cache].double_buffer()
+    if by_step:
+        store_a_by_step(s, AA, CL, ki)
+
+
+def store_a_by_step(s, AA, CL, ki) -> None:
+    """Store A's panel step-major (``A_shared[k][row]``) and read each thread's rows of one
+    step into registers as float4s.
+
+    Row-major, the rows one thread reads at a step lie a step (16 or 32 floats) apart: 8
+    scalar shared loads per step, and the two rows of threads in a warp hit the same bank
+    (a 2-way conflict on each).  Step-major, they are contiguous: 2 float4 loads, no
+    conflict.  The copy then stores scalars a row apart: its threads take neighbouring rows
+    (``_cooperative_copy(rows_fastest=True)``), so a warp's stores hit 32 banks."""
+    stage = s[AA]
+    *lead, rows, depth = stage.op.axis
+    stage.reorder_storage(*lead, depth, rows)
+    AL = s.cache_read(AA, "local", [CL])
+    s[AL].compute_at(s[CL], ki)
+    rows, depth = s[AL].op.axis[-2:]
+    outer, lanes = s[AL].split(rows, factor=VEC)
+    s[AL].reorder(depth, outer, lanes)
+    s[AL].unroll(outer)
+    s[AL].vectorize(lanes)
 
 
 @register_schedule("matmul", "cuda")

@@ -175,6 +175,18 @@ def case_nn_matmul_deep_reduction_steps():
     return _gemm_variant(64, 128, 64, tiles=(4, 4), k_tile=32)
 
 
+def case_nn_matmul_a_row_major():
+    return _gemm_variant(128, 64, 64, a_by_step=False)
+
+
+def case_nn_matmul_sixteen_rows_per_thread():
+    return _gemm_variant(256, 64, 48, tiles=(16, 4), k_tile=16)
+
+
+def case_nn_matmul_square_register_block():
+    return _gemm_variant(128, 128, 64, tiles=(8, 8), k_tile=16)
+
+
 def case_nn_matmul_ragged():
     A, B = lw.placeholder((130, 20), name="A"), lw.placeholder((20, 200), name="B")
     C = nn_ops.matmul(A, B)
@@ -307,6 +319,20 @@ def case_nn_conv2d_3x3_bias_relu():
 
 def case_nn_conv2d_1x1():
     return _conv_case((16, 8, 1, 1), 0, 1, False)
+
+
+def case_nn_implicit_gemm_conv_whole_tiles():
+    """64 x 144 by 144 x 128: whole tiles, so both panels double-buffered and the weights' panel
+    stored step-major (``cuda/matmul.store_a_by_step``)."""
+    from loopweave.nn_ops.ops.conv2d_gemm import conv2d_implicit_gemm
+    X, W2 = lw.placeholder((2, 16, 8, 8), name="X"), lw.placeholder((64, 144), name="W2")
+    Y = nn_ops.relu(conv2d_implicit_gemm(X, W2, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)))
+
+    def ref(x, w2):
+        xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        cols = np.stack([xp[:, :, ky:ky + 8, kx:kx + 8] for ky in range(3) for kx in range(3)], axis=2)
+        return [np.maximum(np.einsum("nckhw,ock->nohw", cols, w2.reshape(64, 16, 9)), 0)]
+    return nn_ops.schedule(Y, "cuda"), [X, W2, Y], {}, ref
 
 
 def case_nn_conv2d_depthwise():

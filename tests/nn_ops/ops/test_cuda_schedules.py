@@ -35,6 +35,9 @@ def test_matmul_kernel_shape():
     source = lw.build(s, args, target="cuda:sm_90").get_source("cuda")
     assert "reinterpret_cast<const float4*>(&A[" in source          # float4 global loads
     assert "reinterpret_cast<const float4*>(&B_shared[" in source   # float4 shared loads in the inner loop
+    # A's panel step-major: a thread's 8 rows of one step are two float4 loads into registers
+    assert source.count("reinterpret_cast<const float4*>(&A_shared[") == 2 * 32
+    assert "A_shared_local[0] * " in source                          # ... multiplied from registers
     assert "long long" not in source                                # 32-bit index arithmetic
     loop = source[source.index("for (int k_outer"):]
     assert loop.count("__syncthreads();") == 1                      # one barrier per k step
