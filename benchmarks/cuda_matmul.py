@@ -19,28 +19,31 @@ from loopweave import nn_ops
 from .compare import interleaved
 
 
-def build(m: int, n: int, k: int, tiles=None, k_tile=None, a_by_step=True):
+def build(m: int, n: int, k: int, tiles=None, k_tile=None, a_panel=None):
     """The default CUDA schedule, or with ``tiles`` = (rows, columns) per thread, the
-    reduction step ``k_tile`` forced, or A's shared panel row-major (``a_by_step=False``)."""
+    reduction step ``k_tile`` forced, or A's shared panel laid out as ``a_panel`` (``matmul.A_PANELS``)."""
     A = lw.placeholder((m, k), name="A")
     B = lw.placeholder((k, n), name="B")
     C = nn_ops.matmul(A, B)
-    if tiles is None and k_tile is None and a_by_step:
+    if tiles is None and k_tile is None and a_panel is None:
         return lw.build(nn_ops.schedule(C, "cuda"), [A, B, C], target="cuda")
     from loopweave.nn_ops.ops.cuda.matmul import _schedule_gemm_cuda
     s = lw.create_schedule(C)
     _schedule_gemm_cuda(s, C.op, lw.target.resolve_target("cuda"), batch=False, tiles=tiles, k_tile=k_tile,
-                        a_by_step=a_by_step)
+                        a_panel=a_panel)
     return lw.build(s, [A, B, C], target="cuda")
 
 
+PANEL_SUFFIXES = {"r": "rows", "s": "steps", "p": "padded_steps"}
+
+
 def parse_variant(spec: str):
-    """``"8x4"``, ``"8x4k32"`` or ``"8x4k32r"``: rows x columns per thread, optionally the
-    reduction step, and ``r`` for A's shared panel stored row-major (as before the step-major one)."""
-    row_major = spec.endswith("r")
-    tiles, _, k_tile = spec.rstrip("r").partition("k")
+    """``"8x4"``, ``"8x4k32"`` or ``"8x4k32s"``: rows x columns per thread, optionally the
+    reduction step, and a letter for A's shared panel (``PANEL_SUFFIXES``; none: the default)."""
+    panel = PANEL_SUFFIXES.get(spec[-1])
+    tiles, _, k_tile = spec.rstrip("".join(PANEL_SUFFIXES)).partition("k")
     rows, cols = (int(v) for v in tiles.split("x"))
-    return (rows, cols), (int(k_tile) if k_tile else None), not row_major
+    return (rows, cols), (int(k_tile) if k_tile else None), panel
 
 
 def _alternated(fns: dict, pairs: int, seconds: float = 0.02) -> dict:
@@ -88,7 +91,7 @@ def main(argv=None) -> int:
     parser.add_argument("--pairs", type=int, default=15)
     parser.add_argument("--tiles", nargs="*", default=[], metavar="RxC[kK]",
                         help="also time these register blocks per thread and reduction steps (e.g. 8x8 "
-                             "4x8 8x4k32; a trailing r: A's shared panel row-major), kernel alone")
+                             "4x8 8x4k32; a trailing r, s or p: A's shared panel by rows, steps or padded steps), kernel alone")
     parser.add_argument("--host", action="store_true",
                         help="also time the host path of a call: device arrays and torch tensors, "
                              "launches replayed or marshalled per call")

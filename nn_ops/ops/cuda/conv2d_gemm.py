@@ -67,12 +67,11 @@ def schedule_conv2d_gemm(s, op, target) -> None:
     for tensor in (W2, cols):
         cache = s.cache_read(tensor, "shared", [gemm.outputs[0]])
         s[cache].compute_at(L, ko)
-        weights = matmul.A_BY_STEP and double and tensor is W2   # (whole tiles only: matmul.py)
-        _cooperative_copy(s, cache, THREADS, THREADS, rows_fastest=weights)
+        panel = matmul.A_PANEL if double and tensor is W2 else "rows"   # (whole tiles only: matmul.py)
+        _cooperative_copy(s, cache, THREADS, THREADS, rows_fastest=panel == "steps")
         if double:
             s[cache].double_buffer()
-        if weights:
-            matmul.store_a_by_step(s, cache, gemm.outputs[0], ki)
+        matmul.store_a_panel(s, cache, gemm.outputs[0], ki, panel)
 
 
 def _blocks(oc, pixels, pm: int, pn: int) -> int:

@@ -32,7 +32,8 @@ K_TILES = (32, 16)  # reduction steps staged through shared memory, double-buffe
 K_TILE = 16         # the step other GEMM-shaped schedules (implicit-GEMM convs) use
 K_TILE_SINGLE = 8   # ... when partial tiles rule double buffering out
 VEC = 4             # float4 copies into shared memory
-A_BY_STEP = True    # the row operand's shared panel stored step-major, read as float4s (``a_by_step``)
+A_PANELS = ("rows", "steps", "padded_steps")   # layouts of the row operand's shared panel (``store_a_panel``)
+A_PANEL = "rows"    # the default: measured fastest on an H200 (benchmarks/RESULTS.md, fifteenth session)
 
 
 def _cooperative_copy(s, cache, threads_y: int, threads_x: int, rows_fastest: bool = False) -> None:
@@ -109,10 +110,10 @@ def reduction_step(extents, k, tiles, dtype_bytes: int = 4, steps=K_TILES, share
     return min(steps[-1], K_TILE_SINGLE), False
 
 
-def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None, a_by_step=None) -> None:
+def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None, a_panel=None) -> None:
     """``tiles``: (rows, columns) per thread, to override :func:`gemm_tiles`; ``k_tile``: the
-    reduction step, to override ``K_TILE``; ``a_by_step``: A's shared panel step-major (None:
-    ``A_BY_STEP``) (benchmarks compare variants: ``cuda_matmul --tiles``).
+    reduction step, to override ``K_TILE``; ``a_panel``: the layout of A's shared panel, one of
+    ``A_PANELS`` (None: ``A_PANEL``) (benchmarks compare variants: ``cuda_matmul --tiles``).
 
     No block swizzle: launching row tiles in groups per column tile needs a fused block index,
     and bound inference through its division gives the register block run-time extents
@@ -167,28 +168,35 @@ def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None, a_b
     L.vectorize(cj)
     # (whole tiles only: with a partial step, bound inference through the register copy of a
     # step-major panel gives up and sizes it as the whole operand)
-    by_step = (A_BY_STEP if a_by_step is None else a_by_step) and double
+    panel = (A_PANEL if a_panel is None else a_panel) if double else "rows"
     for cache in (AA, BB):
         s[cache].compute_at(L, ko)
-        _cooperative_copy(s, cache, threads, threads, rows_fastest=by_step and cache is AA)
+        _cooperative_copy(s, cache, threads, threads, rows_fastest=panel == "steps" and cache is AA)
         if double:
             s[cache].double_buffer()
-    if by_step:
-        store_a_by_step(s, AA, CL, ki)
+    store_a_panel(s, AA, CL, ki, panel)
 
 
-def store_a_by_step(s, AA, CL, ki) -> None:
-    """Store A's panel step-major (``A_shared[k][row]``) and read each thread's rows of one
-    step into registers as float4s.
+def store_a_panel(s, AA, CL, ki, panel: str) -> None:
+    """Lay out A's shared panel: ``"rows"`` as A (row-major), or step-major (``A_shared[k][row]``)
+    with each thread's rows of one step read into registers as two float4s.
 
-    Row-major, the rows one thread reads at a step lie a step (16 or 32 floats) apart: 8
-    scalar shared loads per step, and the two rows of threads in a warp hit the same bank
-    (a 2-way conflict on each).  Step-major, they are contiguous: 2 float4 loads, no
-    conflict.  The copy then stores scalars a row apart: its threads take neighbouring rows
-    (``_cooperative_copy(rows_fastest=True)``), so a warp's stores hit 32 banks."""
+    Row-major, the rows one thread reads at a step lie a step apart: the two rows of threads
+    in a warp hit the same bank.  Step-major, they are contiguous and conflict-free, but the
+    copy stores scalars a row apart: ``"steps"`` has neighbouring threads copy neighbouring rows
+    (``_cooperative_copy(rows_fastest=True)``: conflict-free stores, each warp's float4 global
+    loads 32 rows apart), ``"padded_steps"`` keeps the copy's coalesced order and pads each
+    step's row by 4 floats (stores over 8 banks).  On an H200, 4096^3: 33.7 TFLOPS for
+    ``"steps"`` against 42.3 for ``"rows"`` (benchmarks/RESULTS.md, fifteenth session)."""
+    if panel not in A_PANELS:
+        raise ValueError(f"a_panel={panel!r}: use one of {', '.join(A_PANELS)}")
+    if panel == "rows":
+        return
     stage = s[AA]
     *lead, rows, depth = stage.op.axis
     stage.reorder_storage(*lead, depth, rows)
+    if panel == "padded_steps":
+        stage.storage_align(depth, 32, 4)
     AL = s.cache_read(AA, "local", [CL])
     s[AL].compute_at(s[CL], ki)
     rows, depth = s[AL].op.axis[-2:]

@@ -175,12 +175,16 @@ def case_nn_matmul_deep_reduction_steps():
     return _gemm_variant(64, 128, 64, tiles=(4, 4), k_tile=32)
 
 
-def case_nn_matmul_a_row_major():
-    return _gemm_variant(128, 64, 64, a_by_step=False)
+def case_nn_matmul_a_by_steps():
+    return _gemm_variant(128, 64, 64, a_panel="steps")
+
+
+def case_nn_matmul_a_by_padded_steps():
+    return _gemm_variant(128, 64, 64, a_panel="padded_steps", k_tile=16)
 
 
 def case_nn_matmul_sixteen_rows_per_thread():
-    return _gemm_variant(256, 64, 48, tiles=(16, 4), k_tile=16)
+    return _gemm_variant(256, 64, 48, tiles=(16, 4), k_tile=16, a_panel="steps")
 
 
 def case_nn_matmul_square_register_block():
@@ -323,7 +327,7 @@ def case_nn_conv2d_1x1():
 
 def case_nn_implicit_gemm_conv_whole_tiles():
     """64 x 144 by 144 x 128: whole tiles, so both panels double-buffered and the weights' panel
-    stored step-major (``cuda/matmul.store_a_by_step``)."""
+    stored as ``cuda/matmul.A_PANEL`` says."""
     from loopweave.nn_ops.ops.conv2d_gemm import conv2d_implicit_gemm
     X, W2 = lw.placeholder((2, 16, 8, 8), name="X"), lw.placeholder((64, 144), name="W2")
     Y = nn_ops.relu(conv2d_implicit_gemm(X, W2, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)))

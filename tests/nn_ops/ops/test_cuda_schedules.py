@@ -35,13 +35,32 @@ def test_matmul_kernel_shape():
     source = lw.build(s, args, target="cuda:sm_90").get_source("cuda")
     assert "reinterpret_cast<const float4*>(&A[" in source          # float4 global loads
     assert "reinterpret_cast<const float4*>(&B_shared[" in source   # float4 shared loads in the inner loop
-    # A's panel step-major: a thread's 8 rows of one step are two float4 loads into registers
-    assert source.count("reinterpret_cast<const float4*>(&A_shared[") == 2 * 32
-    assert "A_shared_local[0] * " in source                          # ... multiplied from registers
     assert "long long" not in source                                # 32-bit index arithmetic
     loop = source[source.index("for (int k_outer"):]
     assert loop.count("__syncthreads();") == 1                      # one barrier per k step
     assert source.count("__syncthreads();") == 3                    # + the two around the first panels
+
+
+@pytest.mark.parametrize("panel, floats", [("steps", 2 * 16 * 128), ("padded_steps", 2 * 16 * 132)])
+def test_matmul_a_panel_by_steps(panel, floats):
+    """Step-major A (``store_a_panel``): a thread's 8 rows of one step are two float4 loads into
+    registers; padded, each step's row is 132 floats."""
+    from loopweave.nn_ops.ops.cuda.matmul import _schedule_gemm_cuda
+    A, B = lw.placeholder((1024, 1024), name="A"), lw.placeholder((1024, 1024), name="B")
+    C = nn_ops.matmul(A, B)
+    s = lw.create_schedule(C)
+    _schedule_gemm_cuda(s, C.op, lw.target.resolve_target("cuda"), batch=False, k_tile=16, a_panel=panel)
+    (k,) = _kernels(lw.lower(s, [A, B, C], target="cuda"))
+    shared = []
+    post_order_visit(k.body, lambda n: shared.append(n) if isinstance(n, Allocate) and n.buffer.scope == "shared"
+                     else None)
+    assert max(a.extent.value for a in shared if a.buffer.name == "A.shared") == floats
+    source = lw.build(s, [A, B, C], target="cuda:sm_90").get_source("cuda")
+    assert source.count("reinterpret_cast<const float4*>(&A_shared[") == 2 * 16
+    assert "A_shared_local[0] * " in source
+    with pytest.raises(ValueError, match="a_panel='columns': use one of rows, steps, padded_steps"):
+        _schedule_gemm_cuda(lw.create_schedule(C), C.op, lw.target.resolve_target("cuda"), batch=False,
+                            a_panel="columns")
 
 
 @pytest.mark.parametrize("k, step", [(4096, 32), (48, 16), (20, 8)])
