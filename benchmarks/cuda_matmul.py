@@ -19,18 +19,18 @@ from loopweave import nn_ops
 from .compare import interleaved
 
 
-def build(m: int, n: int, k: int, tiles=None, k_tile=None, a_panel=None):
+def build(m: int, n: int, k: int, tiles=None, k_tile=None, a_panel=None, threads=None):
     """The default CUDA schedule, or with ``tiles`` = (rows, columns) per thread, the
     reduction step ``k_tile`` forced, or A's shared panel laid out as ``a_panel`` (``matmul.A_PANELS``)."""
     A = lw.placeholder((m, k), name="A")
     B = lw.placeholder((k, n), name="B")
     C = nn_ops.matmul(A, B)
-    if tiles is None and k_tile is None and a_panel is None:
+    if tiles is None and k_tile is None and a_panel is None and threads is None:
         return lw.build(nn_ops.schedule(C, "cuda"), [A, B, C], target="cuda")
     from loopweave.nn_ops.ops.cuda.matmul import _schedule_gemm_cuda
     s = lw.create_schedule(C)
     _schedule_gemm_cuda(s, C.op, lw.target.resolve_target("cuda"), batch=False, tiles=tiles, k_tile=k_tile,
-                        a_panel=a_panel)
+                        a_panel=a_panel, **({"threads": threads} if threads else {}))
     return lw.build(s, [A, B, C], target="cuda")
 
 
@@ -38,12 +38,15 @@ PANEL_SUFFIXES = {"r": "rows", "s": "steps", "p": "padded_steps"}
 
 
 def parse_variant(spec: str):
-    """``"8x4"``, ``"8x4k32"`` or ``"8x4k32s"``: rows x columns per thread, optionally the
-    reduction step, and a letter for A's shared panel (``PANEL_SUFFIXES``; none: the default)."""
+    """``"8x4"``, ``"8x4k32"``, ``"8x4k32s"`` or ``"8x4k16s@32x8"``: rows x columns per thread,
+    optionally the reduction step, a letter for A's shared panel (``PANEL_SUFFIXES``; none: the
+    default) and rows x columns of threads per block (none: 16 x 16)."""
+    spec, _, block = spec.partition("@")
+    threads = tuple(int(v) for v in block.split("x")) if block else None
     panel = PANEL_SUFFIXES.get(spec[-1])
     tiles, _, k_tile = spec.rstrip("".join(PANEL_SUFFIXES)).partition("k")
     rows, cols = (int(v) for v in tiles.split("x"))
-    return (rows, cols), (int(k_tile) if k_tile else None), panel
+    return (rows, cols), (int(k_tile) if k_tile else None), panel, threads
 
 
 def _alternated(fns: dict, pairs: int, seconds: float = 0.02) -> dict:

@@ -110,10 +110,13 @@ def reduction_step(extents, k, tiles, dtype_bytes: int = 4, steps=K_TILES, share
     return min(steps[-1], K_TILE_SINGLE), False
 
 
-def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None, a_panel=None) -> None:
+def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None, a_panel=None,
+                        threads=(THREADS, THREADS)) -> None:
     """``tiles``: (rows, columns) per thread, to override :func:`gemm_tiles`; ``k_tile``: the
     reduction step, to override ``K_TILE``; ``a_panel``: the layout of A's shared panel, one of
-    ``A_PANELS`` (None: ``A_PANEL``) (benchmarks compare variants: ``cuda_matmul --tiles``).
+    ``A_PANELS`` (None: ``A_PANEL``); ``threads``: (rows, columns) of threads per block, whose
+    shape also sets a warp's (32 / columns rows of threads) (benchmarks compare variants:
+    ``cuda_matmul --tiles``).
 
     No block swizzle: launching row tiles in groups per column tile needs a fused block index,
     and bound inference through its division gives the register block run-time extents
@@ -133,12 +136,12 @@ def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None, a_p
 
     axes = list(C.op.axis)
     i, j = axes[-2], axes[-1]
-    threads = THREADS
+    rows, cols = threads
     pm, pn = tiles if tiles is not None else gemm_tiles(i.extent, j.extent, axes[0].extent if batch else None)
-    by, yi = C.split(i, factor=threads * pm)
-    bx, xi = C.split(j, factor=threads * pn)
-    ty, yi = C.split(yi, nparts=threads)
-    tx, xi = C.split(xi, nparts=threads)
+    by, yi = C.split(i, factor=rows * pm)
+    bx, xi = C.split(j, factor=cols * pn)
+    ty, yi = C.split(yi, nparts=rows)
+    tx, xi = C.split(xi, nparts=cols)
     if batch:
         C.reorder(axes[0], by, bx, ty, tx, yi, xi)
         C.bind(axes[0], thread_axis("blockIdx.z"))
@@ -156,7 +159,7 @@ def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None, a_p
     c_axes = list(L.op.axis)
     ci, cj = c_axes[-2], c_axes[-1]
     # a forced step is taken as asked (a benchmark variant that overflows shared memory says so)
-    step, double = reduction_step((i.extent, j.extent), L.op.reduce_axis[0], (threads * pm, threads * pn),
+    step, double = reduction_step((i.extent, j.extent), L.op.reduce_axis[0], (rows * pm, cols * pn),
                                   dtypes.itemsize(A_t.dtype), steps=(k_tile,) if k_tile else K_TILES,
                                   shared_bytes=None if k_tile else target.max_shared_memory_per_block)
     ko, ki = L.split(L.op.reduce_axis[0], factor=step)
@@ -171,7 +174,7 @@ def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None, a_p
     panel = (A_PANEL if a_panel is None else a_panel) if double else "rows"
     for cache in (AA, BB):
         s[cache].compute_at(L, ko)
-        _cooperative_copy(s, cache, threads, threads, rows_fastest=panel == "steps" and cache is AA)
+        _cooperative_copy(s, cache, rows, cols, rows_fastest=panel == "steps" and cache is AA)
         if double:
             s[cache].double_buffer()
     store_a_panel(s, AA, CL, ki, panel)

@@ -179,6 +179,11 @@ def case_nn_matmul_a_by_steps():
     return _gemm_variant(128, 64, 64, a_panel="steps")
 
 
+def case_nn_matmul_warps_of_four_thread_rows():
+    """32 x 8 threads: a warp is 4 rows of 8 threads (A step-major, read as float4s)."""
+    return _gemm_variant(256, 64, 32, tiles=(8, 4), k_tile=16, a_panel="steps", threads=(32, 8))
+
+
 def case_nn_matmul_a_by_padded_steps():
     return _gemm_variant(128, 64, 64, a_panel="padded_steps", k_tile=16)
 
