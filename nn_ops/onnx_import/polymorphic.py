@@ -42,10 +42,13 @@ from ..ops.index import gather
 from ..ops.matmul import batch_matmul, matmul, matmul_panels, pack_panels, panel_width
 from ..ops.norm import layer_norm
 from ..ops.registry import schedule
-from ..ops.shape import reduce, softmax, transpose
+from ..ops.elementwise import broadcast_index
+from ..ops.shape import concat, reduce, softmax, transpose
+from .context import onnx_attrs
+from .fold import FOLDERS
 from .importer import node_label
 from .polymorphic_cnn import CnnWalk
-from .polymorphic_common import BINARY, UNARY, KernelVariant, _apply, _attr, _elementwise, _same, _show
+from .polymorphic_common import BINARY, TERNARY, UNARY, KernelVariant, _apply, _attr, _elementwise, _same, _show
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,9 +61,9 @@ class _Pending:
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 CNN_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool")      # polymorphic_cnn.py (and below)
 REDUCES = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min"}
-COVERED = set(BINARY) | set(UNARY) | set(VIEWS) | {"Cast", "MatMul", "Gemm", "Transpose", "Softmax",
-                                                   "LayerNormalization", "Constant", "Dropout", "Shape", "Gather",
-                                                   "Concat", "BatchNormalization"} | set(CNN_OPS) | set(REDUCES)
+COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(VIEWS) | set(CNN_OPS) | set(REDUCES) | {
+    "Cast", "MatMul", "Gemm", "Transpose", "Softmax", "LayerNormalization", "Constant", "Dropout", "Shape", "Gather",
+    "Concat", "BatchNormalization", "Expand"}
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 # A dense layer (MatMul/Gemm by a constant) at this many rows or fewer runs its few-rows variant:
 # ``matmul_small_m``'s streaming schedule, B read in place (no per-call packing of its panels, which
@@ -166,13 +169,19 @@ class _Builder:
         if all(o in self.shapes.values for o in outs) and op not in ("Identity",):
             for o in outs:                       # shape arithmetic: done at import, by value
                 for user in self.consumers.get(o, []):
-                    if not (user.op_type in VIEWS and list(user.input).index(o) == 1) and \
+                    if not (user.op_type in VIEWS + ("Expand",) and list(user.input).index(o) == 1) and \
                             not all(u in self.shapes.values for u in user.output if u):
                         raise _Unsupported(f"the shape value {o!r} is read as data by {user.op_type}")
             return
         if op == "Constant":
             from onnx import numpy_helper
             self.consts[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+            return
+        if op in FOLDERS and all(i in self.consts for i in node.input if i):
+            # constants in, constants out (a position table read at constant ids): evaluated here
+            values = [self.consts[i] if i else None for i in node.input]
+            for name, value in zip(node.output, FOLDERS[op](values, onnx_attrs(node))):
+                self.consts[name] = np.asarray(value)
             return
         if op in CNN_OPS:
             return self.cnn.conv(k, node, label) if op == "Conv" else self.cnn.pool(node, label)
@@ -190,6 +199,19 @@ class _Builder:
             axis = int(_attr(node, "axis", 0))          # an embedding table read at computed indices
             return self.kernel(label, ("gather", axis), [node.input[0], node.input[1]], node.output[0],
                                lambda table, indices, extent: gather(table, indices, axis, name="gather"))
+        if op == "Gather" and node.input[1] in self.consts and self.consts[node.input[1]].ndim == 0:
+            return self.take(node, label)
+        if op == "Expand":          # to a shape computed from sizes (a class token to the batch)
+            out_shape = self.shapes.shapes[node.output[0]]
+            return self.kernel(label, ("expand", len(out_shape)), [node.input[0]], node.output[0],
+                               lambda x, extent: compute(tuple(extent(d) for d in out_shape),
+                                                         lambda *i: broadcast_index(x, len(out_shape), i),
+                                                         name="expand", tag="injective"))
+        if op == "Concat":          # not of blocked channels (a class token before the patches)
+            axis = int(_attr(node, "axis", 0))
+            inputs = [i for i in node.input if i]
+            return self.kernel(label, ("concat", axis, len(inputs)), inputs, node.output[0],
+                               lambda *parts, extent: concat(parts, axis, name="concat"))
         if op == "Transpose":
             perm = list(node.attribute[0].ints) if node.attribute else list(range(len(self.shape(node.input[0]))))[::-1]
             return self.kernel(label, ("transpose", tuple(perm)), [node.input[0]], node.output[0],
@@ -340,6 +362,21 @@ class _Builder:
                 for g, w in zip(got, want)):
             raise _Unsupported(f"the kernel computes shape {got}, the graph says {want}")
 
+    def take(self, node, label: str) -> None:
+        """Gather at one constant index (q, k and v taken from a stacked projection): a copy of that
+        slab, the axis dropped."""
+        shape = self.shape(node.input[0])
+        axis = int(_attr(node, "axis", 0))
+        axis += len(shape) if axis < 0 else 0
+        index = int(self.consts[node.input[1]])
+        if not S.is_static(shape[axis]):
+            raise _Unsupported(f"a constant index into the symbolic axis {axis} ({S.show(shape[axis])})")
+        size = int(shape[axis])
+        if not -size <= index < size:
+            raise _Unsupported(f"index {index} is out of range for axis {axis} of size {size}")
+        return self.kernel(label, ("take", axis, index % int(shape[axis])), [node.input[0]], node.output[0],
+                           lambda x, extent: gather(x, index, axis, name="take"))
+
     def reduce(self, node, label: str) -> None:
         """ReduceMean/Sum/Max/Min over constant axes (an attribute, or a constant input from opset 18)."""
         axes = _attr(node, "axes", None)
@@ -467,7 +504,8 @@ class _Builder:
                         elif not self.is_scalar(i):
                             q = externals.index(i)
                             vals[pos] = ext_holders[q][_operand_index(modes[q], shapes[i], idx)]
-                    dtype = next(iter(vals.values())).dtype      # a scalar takes its tensor operand's dtype
+                    # a scalar takes its tensor operand's dtype (a value's, not a Where's condition)
+                    dtype = next((v.dtype for v in vals.values() if v.dtype != "bool"), next(iter(vals.values())).dtype)
                     args = [vals[pos] if pos in vals else const(self.scalar(i), dtype)
                             for pos, i in enumerate(m.input)]
                     env[m.output[0]] = _apply(m, args)

@@ -7,7 +7,7 @@ from typing import Callable, Dict, NamedTuple, Optional
 import numpy as np
 
 from ...dsl import intrinsics as lwi
-from ...dsl.expr import binary, cast, const
+from ...dsl.expr import binary, cast, const, select
 from ..network import symbolic as S
 
 class KernelVariant(NamedTuple):
@@ -29,6 +29,7 @@ BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a,
 UNARY = {"Relu": lambda x: _max(x, const(0.0, x.dtype)), "Erf": lwi.erf, "Tanh": lwi.tanh,
          "Sigmoid": lwi.sigmoid, "Exp": lwi.exp, "Sqrt": lwi.sqrt, "Neg": lambda x: -x, "Abs": lwi.abs,
          "Identity": lambda x: x}
+TERNARY = {"Where": select}      # (a causal mask's Where: its condition a constant)
 
 
 def _max(a, b):
@@ -40,7 +41,7 @@ def _min(a, b):
 
 
 def _elementwise(node) -> bool:
-    return node.op_type in BINARY or node.op_type in UNARY or node.op_type == "Cast"
+    return node.op_type in BINARY or node.op_type in UNARY or node.op_type in TERNARY or node.op_type == "Cast"
 
 
 def _apply(node, args):
@@ -48,6 +49,8 @@ def _apply(node, args):
     if node.op_type == "Cast":
         from onnx import helper
         return cast(str(np.dtype(helper.tensor_dtype_to_np_dtype(_attr(node, "to", 1)))), args[0])
+    if node.op_type in TERNARY:
+        return TERNARY[node.op_type](*args)
     return BINARY[node.op_type](*args) if node.op_type in BINARY else UNARY[node.op_type](args[0])
 
 

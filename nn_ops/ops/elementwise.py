@@ -45,8 +45,9 @@ def broadcast_shape(a: Sequence[int], b: Sequence[int]) -> Tuple[int, ...]:
 
 
 def broadcast_index(t: Tensor, out_ndim: int, idx) -> Expr:
-    """``t`` read at output index ``idx`` under numpy broadcasting."""
-    shape = static_shape(t)
+    """``t`` read at output index ``idx`` under numpy broadcasting (a size 1 broadcasts; sizes may be
+    symbolic)."""
+    shape = extents(t)
     lead = out_ndim - len(shape)
     return t[tuple(0 if d == 1 else idx[lead + k] for k, d in enumerate(shape))] if shape else t[()]
 

@@ -30,14 +30,17 @@ def _check_index_dtype(indices: Tensor) -> None:
 
 
 def gather(data: Tensor, indices: Union[Tensor, int], axis: int = 0, name: str = "gather") -> Tensor:
-    """``numpy.take(data, indices, axis)``; ``indices`` a tensor (its sizes may be symbolic) or one
-    constant int."""
-    src = static_shape(data)
+    """``numpy.take(data, indices, axis)``; ``indices`` a tensor or one constant int.  Sizes may be
+    symbolic (those of ``indices``, and of ``data`` but on ``axis``)."""
+    src = extents(data)
     nd = len(src)
     axis = axis + nd if axis < 0 else axis
     if not 0 <= axis < nd:
         raise ExprError(f"gather axis {axis} out of range for rank {nd}")
     n = src[axis]
+    if not isinstance(n, int):
+        raise ExprError(f"gather along axis {axis} of '{data.name}', whose size {n} is symbolic; the axis "
+                        f"read by index needs a static size")
     if isinstance(indices, Tensor):
         _check_index_dtype(indices)
         qshape = extents(indices)

@@ -73,7 +73,8 @@ def transpose(X: Tensor, perm: Sequence[int], name: str = "transpose") -> Tensor
 
 
 def concat(tensors: Sequence[Tensor], axis: int, name: str = "concat") -> Tensor:
-    shapes = [static_shape(t) for t in tensors]
+    """``numpy.concatenate``; sizes may be symbolic (the same expression along the other axes)."""
+    shapes = [extents(t) for t in tensors]
     nd = len(shapes[0])
     axis = axis + nd if axis < 0 else axis
     for s in shapes[1:]:

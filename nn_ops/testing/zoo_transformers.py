@@ -16,7 +16,8 @@ def _attention(b: OnnxBuilder, x, tokens: int, hidden: int, heads: int, mask=Non
     (batch, tokens, 3, heads, dh), Transpose to (3, batch, heads, tokens, dh), Gather q, k, v,
     q kᵀ scaled, optional causal mask, Softmax, · v, heads merged back, output Linear."""
     dh = hidden // heads
-    qkv = b.node("Reshape", [b.matmul_add(x, hidden, 3 * hidden), b.const([1, tokens, 3, heads, dh], np.int64)])
+    # a 0 in a Reshape target copies that axis: the batch (1 as exported at batch 1, or symbolic)
+    qkv = b.node("Reshape", [b.matmul_add(x, hidden, 3 * hidden), b.const([0, tokens, 3, heads, dh], np.int64)])
     qkv = b.node("Transpose", [qkv], perm=[2, 0, 3, 1, 4])
     q, k, v = (b.node("Gather", [qkv, b.const(i, np.int64)], axis=0) for i in range(3))
     scores = b.node("Mul", [b.node("MatMul", [q, b.node("Transpose", [k], perm=[0, 1, 3, 2])]),
@@ -28,7 +29,7 @@ def _attention(b: OnnxBuilder, x, tokens: int, hidden: int, heads: int, mask=Non
         upper = np.triu(np.full((tokens, tokens), -1e9, np.float32), 1)
         scores = b.node("Add", [scores, b.init("mask", upper)])
     ctx = b.node("MatMul", [b.node("Softmax", [scores], axis=-1), v])
-    ctx = b.node("Reshape", [b.node("Transpose", [ctx], perm=[0, 2, 1, 3]), b.const([1, tokens, hidden], np.int64)])
+    ctx = b.node("Reshape", [b.node("Transpose", [ctx], perm=[0, 2, 1, 3]), b.const([0, tokens, hidden], np.int64)])
     return b.matmul_add(ctx, hidden, hidden)
 
 
@@ -36,21 +37,28 @@ def vit_tiny(batch: int = 1, size: int = 224, patch: int = 16, hidden: int = 192
              mlp: int = 768, classes: int = 1000, seed: int = 0):
     """ViT-Tiny/16 (timm ``vit_tiny_patch16_224``): 16x16/16 patch-embedding Conv, Reshape + Transpose
     to tokens, class token Concat, position embedding Add (197 tokens at 224), pre-norm blocks of
-    LayerNormalization, attention, erf-form GELU MLP; final LayerNorm, the class token Gather-ed, Gemm."""
-    assert batch == 1, "the class token and the head Reshapes are written for batch 1"
+    LayerNormalization, attention, erf-form GELU MLP; final LayerNorm, the class token Gather-ed, Gemm.
+    ``batch=None`` leaves the batch symbolic (``"batch"``): the class token is then expanded to the
+    batch taken from a Shape chain, as torch exports ``cls_token.expand(B, -1, -1)``."""
     b = OnnxBuilder(seed, opset=17)
     grid = size // patch
     tokens = grid * grid + 1
     x = b.conv("input", 3, hidden, patch, stride=patch, pad=0, bias=True)
-    x = b.node("Transpose", [b.node("Reshape", [x, b.const([1, hidden, grid * grid], np.int64)])], perm=[0, 2, 1])
-    x = b.node("Concat", [b.init("cls_token", b.weight((1, 1, hidden), 0.02)), x], axis=1)
+    x = b.node("Transpose", [b.node("Reshape", [x, b.const([0, hidden, grid * grid], np.int64)])], perm=[0, 2, 1])
+    cls = b.init("cls_token", b.weight((1, 1, hidden), 0.02))
+    if batch is None:
+        n = b.node("Unsqueeze", [b.node("Gather", [b.node("Shape", [x]), b.const(0, np.int64)], axis=0),
+                                 b.const([0], np.int64)])
+        cls = b.node("Expand", [cls, b.node("Concat", [n, b.const([1, hidden], np.int64)], axis=0)])
+    x = b.node("Concat", [cls, x], axis=1)
     x = b.node("Add", [x, b.init("pos_embed", b.weight((1, tokens, hidden), 0.02))])
     for _ in range(layers):
         x = b.node("Add", [x, _attention(b, b.layer_norm(x, hidden, eps=1e-6), tokens, hidden, heads)])
         y = b.matmul_add(b.gelu(b.matmul_add(b.layer_norm(x, hidden, eps=1e-6), hidden, mlp)), mlp, hidden)
         x = b.node("Add", [x, y])
     x = b.node("Gather", [b.layer_norm(x, hidden, eps=1e-6), b.const(0, np.int64)], axis=1)
-    return b.model((batch, 3, size, size), b.gemm(x, hidden, classes), (batch, classes), name="vit_tiny")
+    batch_dim = "batch" if batch is None else batch
+    return b.model((batch_dim, 3, size, size), b.gemm(x, hidden, classes), (batch_dim, classes), name="vit_tiny")
 
 
 def gpt2(batch: int = 1, seq: int = 128, vocab: int = 50257, hidden: int = 768, heads: int = 12, layers: int = 6,
@@ -59,8 +67,8 @@ def gpt2(batch: int = 1, seq: int = 128, vocab: int = 50257, hidden: int = 768, 
     ``"input"`` int64 token ids (batch, seq); token embedding Gather + position embedding (a Gather of
     a constant arange) Add; pre-norm blocks with causal attention (``mask`` "where": Where on a
     constant lower-triangular bool, "add": an additive upper-triangular mask) and a tanh-GELU MLP;
-    final LayerNorm and the tied LM head (MatMul with the transposed token embedding)."""
-    assert batch == 1, "the head Reshapes are written for batch 1"
+    final LayerNorm and the tied LM head (MatMul with the transposed token embedding).  ``batch=None``
+    leaves the batch symbolic (``"batch"``), as an export with a dynamic batch axis does."""
     b = OnnxBuilder(seed, opset=17)
     wte = b.init("wte", b.weight((vocab, hidden), 0.02))
     x = b.node("Gather", [wte, "input"], axis=0)
@@ -74,19 +82,20 @@ def gpt2(batch: int = 1, seq: int = 128, vocab: int = 50257, hidden: int = 768, 
         x = b.node("Add", [x, y])
     x = b.layer_norm(x, hidden, eps=1e-5)
     logits = b.node("MatMul", [x, b.node("Transpose", [wte], perm=[1, 0])])
-    return b.model((batch, seq), logits, (batch, seq, vocab), name="gpt2", input_dtype=np.int64)
+    batch_dim = "batch" if batch is None else batch
+    return b.model((batch_dim, seq), logits, (batch_dim, seq, vocab), name="gpt2", input_dtype=np.int64)
 
 
 def mlp_mixer(batch: int = 1, size: int = 224, patch: int = 16, hidden: int = 512, tokens_mlp: int = 256,
               channels_mlp: int = 2048, layers: int = 8, classes: int = 1000, seed: int = 0):
     """MLP-Mixer S/16: patch-embedding Conv, tokens (Reshape + Transpose), blocks of LayerNorm ->
     Transpose -> token-mixing MLP (over the 196 patches) -> Transpose back -> residual, LayerNorm ->
-    channel-mixing MLP -> residual (erf GELU); final LayerNorm, ReduceMean over tokens, Gemm."""
-    assert batch == 1, "the token Reshape is written for batch 1"
+    channel-mixing MLP -> residual (erf GELU); final LayerNorm, ReduceMean over tokens, Gemm.
+    ``batch=None`` leaves the batch symbolic (``"batch"``)."""
     b = OnnxBuilder(seed, opset=17)
     n = (size // patch) ** 2
     x = b.conv("input", 3, hidden, patch, stride=patch, pad=0, bias=True)
-    x = b.node("Transpose", [b.node("Reshape", [x, b.const([1, hidden, n], np.int64)])], perm=[0, 2, 1])
+    x = b.node("Transpose", [b.node("Reshape", [x, b.const([0, hidden, n], np.int64)])], perm=[0, 2, 1])
     for _ in range(layers):
         y = b.node("Transpose", [b.layer_norm(x, hidden, eps=1e-6)], perm=[0, 2, 1])
         y = b.matmul_add(b.gelu(b.matmul_add(y, n, tokens_mlp)), tokens_mlp, n)
@@ -95,4 +104,5 @@ def mlp_mixer(batch: int = 1, size: int = 224, patch: int = 16, hidden: int = 51
                          channels_mlp, hidden)
         x = b.node("Add", [x, y])
     x = b.node("ReduceMean", [b.layer_norm(x, hidden, eps=1e-6)], axes=[1], keepdims=0)
-    return b.model((batch, 3, size, size), b.gemm(x, hidden, classes), (batch, classes), name="mlp_mixer")
+    batch_dim = "batch" if batch is None else batch
+    return b.model((batch_dim, 3, size, size), b.gemm(x, hidden, classes), (batch_dim, classes), name="mlp_mixer")

@@ -495,3 +495,38 @@ def test_an_embedding_lookup_of_token_ids_compiles_once_and_checks_the_ids():
         np.testing.assert_allclose(exe.run({"input": ids})[0], _ort(model, {"input": ids})[0], rtol=1e-4, atol=1e-5)
     with pytest.raises(lw.IndexOutOfRangeError, match="emb|axis 0"):
         exe.run({"input": np.array([[3, 50]], np.int64)})
+
+
+def test_gpt2_causal_mask_and_stacked_qkv_compile_once_over_the_batch():
+    """GPT-2 exported with a dynamic batch axis at a fixed length: the position table read at constant
+    ids (folded at import), q, k and v taken from one stacked projection (Gather at a constant index),
+    the causal mask's Where in the scores' epilogue; one compile for every batch size."""
+    from loopweave.nn_ops.testing import model_zoo
+    model = model_zoo.gpt2(batch=None, **model_zoo.SMALL["gpt2"])
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert isinstance(exe, PolymorphicExecutable)
+    op_of = {n.name: n.op_type for n in model.graph.node}
+    assert "Where" not in {op_of[c.node] for c in exe.calls}        # fused into the scores' kernel
+    assert sum(op_of[c.node] == "Gather" for c in exe.calls) == 1 + 3 * 2   # the token embedding; q, k, v
+    for batch in (1, 3):
+        ids = np.random.default_rng(batch).integers(0, 1000, (batch, 32)).astype(np.int64)
+        ids[0, 0] = 999
+        got, = exe.run({"input": ids})
+        want, = _ort(model, {"input": ids})
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["vit_tiny", "mlp_mixer"])
+def test_vision_transformers_with_a_dynamic_batch_compile_once(name):
+    """ViT (the class token expanded to the batch from a Shape chain, then a Concat along the
+    tokens; the class token taken back by a Gather at index 0) and MLP-Mixer (Reshape targets with
+    a 0 for the batch), exported with a dynamic batch axis."""
+    from loopweave.nn_ops.testing import model_zoo
+    model = getattr(model_zoo, name)(batch=None, **model_zoo.SMALL[name])
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert isinstance(exe, PolymorphicExecutable)
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 64, 64)).astype(np.float32)
+        got, = exe.run({"input": x})
+        want, = _ort(model, {"input": x})
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
