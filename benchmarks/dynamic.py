@@ -31,6 +31,10 @@ Bar 2: ``--model resnet18`` runs the zoo's ResNet-18 with symbolic batch, height
 (``model_zoo.symbolic_sizes(model_zoo.resnet18())``) at 1x224x224, 4x224x224 and 1x256x320 (``--shapes
 1x224x224 ...``), the same three columns (bar 2: poly/static >= 0.85); ``--model mobilenet_v2``
 (or squeezenet1_1, efficientnet_lite, convnext, densenet) the same for the other zoo CNNs.
+
+``--model gpt2`` runs the zoo's GPT-2 (distilgpt2's sizes) exported with dynamic batch and length
+(``model_zoo.gpt2(batch=None, seq=None)``) at batch x length ``--shapes`` (default 1x1 1x7 1x64 4x64
+1x128), the same columns.
 """
 from __future__ import annotations
 
@@ -59,6 +63,7 @@ TINY = {"hidden": 64, "heads": 2, "layers": 1, "ffn": 128}
 STATIC_SHAPE = (1, 128)                                    # the cold static compile of bar 3
 RESNET_SHAPES = ((1, 224, 224), (4, 224, 224), (1, 256, 320))   # bar 2: batch x height x width
 CNNS = ("resnet18", "mobilenet_v2", "squeezenet1_1", "efficientnet_lite", "convnext", "densenet")
+GPT2_SHAPES = ((1, 1), (1, 7), (1, 64), (4, 64), (1, 128))        # batch x length
 
 _COMPILE_SCRIPT = """
 import json, sys, time
@@ -186,11 +191,14 @@ def main(argv=None) -> None:
     parser.add_argument("--tiny", action="store_true", help="a 1-layer, 64-wide encoder (smoke test only)")
     parser.add_argument("--pause", type=float, default=0.3, help="seconds after each timed sample")
     parser.add_argument("--no-compile-times", action="store_true", help="skip bar 3")
-    parser.add_argument("--model", choices=("encoder",) + CNNS, default="encoder",
-                        help="resnet18: bar 2 (symbolic batch, height and width); the other CNNs likewise")
+    parser.add_argument("--model", choices=("encoder", "gpt2") + CNNS, default="encoder",
+                        help="resnet18: bar 2 (symbolic batch, height and width); the other CNNs likewise; "
+                             "gpt2: dynamic batch and length")
     args = parser.parse_args(argv)
     if args.model in CNNS:
         return cnn_main(args)
+    if args.model == "gpt2":
+        return gpt2_main(args)
 
     if args.shapes:
         shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes]
@@ -259,6 +267,28 @@ def cnn_main(args) -> None:
                                 args.pause)[0])
     print(f"bar 2: worst poly/static {min(worst):.2f} (>= 0.85: {'met' if min(worst) >= 0.85 else 'missed'}); "
           "every result matched onnxruntime", flush=True)
+
+
+def gpt2_main(args) -> None:
+    """GPT-2 with a dynamic batch and length, compiled once, against static compiles and onnxruntime."""
+    shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes] if args.shapes else list(GPT2_SHAPES)
+    pairs = args.pairs if args.pairs is not None else (3 if args.quick else 15)
+    set_threads(args.threads)
+    model = model_zoo.gpt2(batch=None, seq=None)
+    graph = lw.from_onnx(model)
+    t0 = time.perf_counter()
+    poly = lw.compile(graph, polymorphic=True)
+    poly_s = time.perf_counter() - t0
+    static_exes = lw.compile(graph, progress=False, polymorphic=False)
+    sess = onnxruntime_session(model, args.threads)
+    print(f"gpt2, dynamic batch and length; {args.threads} threads, {pairs} rounds per shape; polymorphic "
+          f"compile {poly_s:.1f} s in this process (object cache as found)")
+    print("ratios: median over interleaved rounds of static/poly and ort/poly time (> 1: polymorphic faster)")
+    print(f"{'batch x seq':>11} {'poly ms':>9} {'static ms':>10} {'ort ms':>9} {'poly/static':>12} {'poly/ort':>9}"
+          f" {'max |diff|':>11}", flush=True)
+    for batch, seq in shapes:
+        ids = np.random.default_rng(batch * 1000 + seq).integers(0, 50257, (batch, seq)).astype(np.int64)
+        _shape_row(poly, static_exes, sess, {"input": ids}, f"{batch} x {seq}", 11, pairs, args.pause)
 
 
 if __name__ == "__main__":

@@ -27,14 +27,16 @@ import dataclasses
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
+import sympy
 
 from ...backends import build_workers
-from ...dsl.expr import const
+from ...dsl.expr import binary, cast, const
 from ...dsl.tensor import compute, placeholder
 from ...errors import OnnxImportError
 from ...target import resolve_target
 from ..network import call_list, symbolic as S
 from ..network.op_table import SMALL_M
+from ..network.signature import RuntimeCheck
 from ..network.polymorphic_executable import KernelCall, PolymorphicExecutable, Variant, View
 from ..network.symbolic_plan import SymbolicPlan
 from ..ops.gemv import matmul_small_m
@@ -63,7 +65,7 @@ CNN_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool")      # polymor
 REDUCES = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min"}
 COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(VIEWS) | set(CNN_OPS) | set(REDUCES) | {
     "Cast", "MatMul", "Gemm", "Transpose", "Softmax", "LayerNormalization", "Constant", "Dropout", "Shape", "Gather",
-    "Concat", "BatchNormalization", "Expand"}
+    "Concat", "BatchNormalization", "Expand", "Range", "Slice"}
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 # A dense layer (MatMul/Gemm by a constant) at this many rows or fewer runs its few-rows variant:
 # ``matmul_small_m``'s streaming schedule, B read in place (no per-call packing of its panels, which
@@ -114,6 +116,7 @@ class _Builder:
                 self.consumers.setdefault(i, []).append(node)
         self.done = set()
         self.local: Dict[str, tuple] = {}       # values this builder makes up: (shape, dtype[, "input"])
+        self.aliases: Dict[object, object] = {}  # sympy size -> the size it is checked equal to at run time
         self.cnn = CnnWalk(self, _Unsupported)
 
     # ---------------------------------------------------------------- the walk
@@ -169,7 +172,7 @@ class _Builder:
         if all(o in self.shapes.values for o in outs) and op not in ("Identity",):
             for o in outs:                       # shape arithmetic: done at import, by value
                 for user in self.consumers.get(o, []):
-                    if not (user.op_type in VIEWS + ("Expand",) and list(user.input).index(o) == 1) and \
+                    if not _reads_sizes(user, o) and \
                             not all(u in self.shapes.values for u in user.output if u):
                         raise _Unsupported(f"the shape value {o!r} is read as data by {user.op_type}")
             return
@@ -201,6 +204,10 @@ class _Builder:
                                lambda table, indices, extent: gather(table, indices, axis, name="gather"))
         if op == "Gather" and node.input[1] in self.consts and self.consts[node.input[1]].ndim == 0:
             return self.take(node, label)
+        if op == "Range":
+            return self.range(node, label)
+        if op == "Slice":
+            return self.slice(node, label)
         if op == "Expand":          # to a shape computed from sizes (a class token to the batch)
             out_shape = self.shapes.shapes[node.output[0]]
             return self.kernel(label, ("expand", len(out_shape)), [node.input[0]], node.output[0],
@@ -274,7 +281,7 @@ class _Builder:
         (a convolution's residual operand: bound inference then knows it has the output's extent;
         any ``make`` may return that pair, with an empty list)."""
         out_shape = self.shapes.shapes[output] if out_shape is None else out_shape
-        arg_shapes = [self.shape(i) for i in inputs] + [out_shape]
+        arg_shapes = [self.aliased(self.shape(i)) for i in inputs] + [out_shape]
         variables: Dict[object, int] = {}      # sympy size -> the number of its size var
         pattern = []
         own = len(inputs) - own_inputs         # inputs from here on: placeholders made by ``make``
@@ -312,8 +319,8 @@ class _Builder:
 
                 def extent(d):
                     return int(d) if S.is_static(d) else var_of[d]
-                holders = [placeholder(tuple(extent(d) for d in self.shape(i)), name=f"in{k}", dtype=self.dtype(i))
-                           for k, i in enumerate(inputs[:own])]
+                holders = [placeholder(tuple(extent(d) for d in shape), name=f"in{k}", dtype=self.dtype(i))
+                           for k, (i, shape) in enumerate(zip(inputs[:own], arg_shapes))]
                 out = make(*holders, extent=extent)
                 if isinstance(out, tuple):
                     out, made = out
@@ -361,6 +368,66 @@ class _Builder:
                 (g == w) if isinstance(g, int) or isinstance(w, int) else S.equal(g, w) is True
                 for g, w in zip(got, want)):
             raise _Unsupported(f"the kernel computes shape {got}, the graph says {want}")
+
+    def range(self, node, label: str) -> None:
+        """Range to a computed length (GPT-2's position ids, ``arange(seq)``): start and step constants."""
+        start, limit, delta = (self.size_value(i) for i in node.input[:3])
+        if not (S.is_static(start) and S.is_static(delta)):
+            raise _Unsupported("a Range whose start or step is not a constant")
+        start, delta = int(start), int(delta)
+        # the type of its operands (sizes computed from shapes are int64)
+        dtype = str(self.consts[node.input[0]].dtype) if node.input[0] in self.consts else "int64"
+        (n,) = self.shapes.shapes[node.output[0]]
+        return self.kernel(label, ("range", start, delta, dtype), [], node.output[0],
+                           lambda extent: compute((extent(n),), lambda i: cast(dtype, i * delta + start),
+                                                  name="range", tag="injective"))
+
+    def slice(self, node, label: str) -> None:
+        """Slice of data to computed ends (a causal-mask buffer cut to the length): each sliced axis
+        read from a constant start by a constant positive step; the graph's sizes (clamped by shape
+        inference) bound the reads."""
+        src = self.shape(node.input[0])
+        starts = [self.size_value(node.input[1], k) for k in range(len(self.shape(node.input[1])) and
+                                                                    int(self.shape(node.input[1])[0]))]
+        axes = [int(a) for a in self.size_values(node.input[3])] if len(node.input) > 3 and node.input[3] \
+            else list(range(len(starts)))
+        steps = [int(a) for a in self.size_values(node.input[4])] if len(node.input) > 4 and node.input[4] \
+            else [1] * len(starts)
+        first = {}
+        for start, axis, step in zip(starts, axes, steps):
+            axis += len(src) if axis < 0 else 0
+            if not S.is_static(start) or step <= 0 or not S.is_static(src[axis]):
+                raise _Unsupported("a Slice of data other than from a constant start by a positive step along "
+                                   "an axis of static size")
+            start = int(start)
+            first[axis] = min(max(start + int(src[axis]) if start < 0 else start, 0), int(src[axis]))
+            first[axis] = (first[axis], step)
+        out_shape = self.shapes.shapes[node.output[0]]
+        plan = tuple(sorted(first.items()))
+
+        def make(x, extent):
+            def index(a, i):        # clamped: the kernel's size var does not know shape inference's bound
+                if a not in first:
+                    return i
+                return binary("min", i * first[a][1] + first[a][0], const(int(src[a]) - 1, i.dtype))
+            return compute(tuple(extent(d) for d in out_shape),
+                           lambda *i: x[tuple(index(a, v) for a, v in enumerate(i))], name="slice", tag="injective")
+        return self.kernel(label, ("slice", plan), [node.input[0]], node.output[0], make)
+
+    def aliased(self, shape: tuple) -> tuple:
+        """``shape`` with each size that ``assume_equal`` checks equal to another as that other."""
+        return tuple(self.aliases.get(d, d) for d in shape)
+
+    def size_values(self, name: str) -> list:
+        """The elements of a value known at import (a constant, or sizes computed from the shapes)."""
+        if name in self.consts:
+            return list(self.consts[name].reshape(-1))
+        if name in self.shapes.values:
+            return list(self.shapes.values[name].reshape(-1))
+        raise _Unsupported(f"{name!r} is computed at run time; a constant or a size is needed")
+
+    def size_value(self, name: str, k: int = 0):
+        return S.dim(self.size_values(name)[k])
 
     def take(self, node, label: str) -> None:
         """Gather at one constant index (q, k and v taken from a stacked projection): a copy of that
@@ -612,9 +679,29 @@ class _Builder:
         r = len(stripped)
         if r > shared or r > len(G):
             return None
-        if all(d == 1 or S.equal(d, G[len(G) - r + q]) is True for q, d in enumerate(stripped)):
+        if all(d == 1 or self.assume_equal(d, G[len(G) - r + q], name) for q, d in enumerate(stripped)):
             return ("suffix", r)
         return None
+
+    def assume_equal(self, d, g, operand: str) -> bool:
+        """Whether size ``d`` of an operand can be read as size ``g`` of the kernel's space: proven
+        equal, or (GPT-2's mask, ``min(1024, seq)`` against ``seq``) a broadcast that shape inference
+        could only check at run time, now checked as an equality (a size 1 against a larger one,
+        which the broadcast would allow, is refused by name instead of read out of bounds)."""
+        answer = S.equal(d, g)
+        if answer is not None:
+            return answer is True
+        broadcast = [sympy.Or(sympy.Eq(a, b), sympy.Eq(a, 1), sympy.Eq(b, 1)) for a, b in ((d, g), (g, d))]
+        if not any(c.condition == cond for c in self.shapes.signature.checks for cond in broadcast):
+            return False
+        condition = sympy.Eq(d, g)
+        self.aliases[d] = g
+        if all(c.condition != condition for c in self.shapes.signature.checks):
+            self.shapes.signature.checks.append(RuntimeCheck(
+                operand, "compiled once", condition,
+                f"sizes {S.show(d)} and {S.show(g)} must be equal: the compile-once kernel reading {operand!r} "
+                f"takes them as one size (lw.compile(..., polymorphic=False) compiles per shape)"))
+        return True
 
     def escapes_only_last(self, anchor, members) -> bool:
         """Whether, of the group's values, only the last one is read outside it (or is a graph output)."""
@@ -642,6 +729,14 @@ class _Builder:
             k += 1
             name = f"{base}.{k}"
         return name
+
+
+def _reads_sizes(user, name: str) -> bool:
+    """Whether ``user`` reads the shape value ``name`` as sizes (a target shape, Range's bounds,
+    Slice's starts/ends/axes/steps), not as data."""
+    at = list(user.input).index(name)
+    return ((user.op_type in VIEWS or user.op_type == "Expand") and at == 1) or user.op_type == "Range" \
+        or (user.op_type == "Slice" and at >= 1)
 
 
 def _multiple_name(index: int, k: int) -> str:

@@ -10,26 +10,41 @@ import numpy as np
 
 from .onnx_builder import OnnxBuilder
 
+MAX_POSITIONS = 1024    # GPT-2's position table and causal-mask buffer
 
-def _attention(b: OnnxBuilder, x, tokens: int, hidden: int, heads: int, mask=None):
+
+def _attention(b: OnnxBuilder, x, tokens, hidden: int, heads: int, mask=None):
     """Multi-head self-attention as timm / HF export it: one fused qkv Linear, Reshape to
     (batch, tokens, 3, heads, dh), Transpose to (3, batch, heads, tokens, dh), Gather q, k, v,
-    q kᵀ scaled, optional causal mask, Softmax, · v, heads merged back, output Linear."""
+    q kᵀ scaled, optional causal mask, Softmax, · v, heads merged back, output Linear.  ``tokens``
+    None: a symbolic length, the Reshape targets and the mask's slice taken from a Shape chain."""
     dh = hidden // heads
-    # a 0 in a Reshape target copies that axis: the batch (1 as exported at batch 1, or symbolic)
-    qkv = b.node("Reshape", [b.matmul_add(x, hidden, 3 * hidden), b.const([0, tokens, 3, heads, dh], np.int64)])
+    if tokens is None:      # (batch, seq) from the activations' shape, as torch exports x.size()[:2]
+        lead = b.node("Slice", [b.node("Shape", [x]), b.const([0], np.int64), b.const([2], np.int64)])
+        qkv_shape = b.node("Concat", [lead, b.const([3, heads, dh], np.int64)], axis=0)
+        ctx_shape = b.node("Concat", [lead, b.const([hidden], np.int64)], axis=0)
+    else:   # a 0 in a Reshape target copies that axis: the batch (1 as exported at batch 1, or symbolic)
+        qkv_shape = b.const([0, tokens, 3, heads, dh], np.int64)
+        ctx_shape = b.const([0, tokens, hidden], np.int64)
+    qkv = b.node("Reshape", [b.matmul_add(x, hidden, 3 * hidden), qkv_shape])
     qkv = b.node("Transpose", [qkv], perm=[2, 0, 3, 1, 4])
     q, k, v = (b.node("Gather", [qkv, b.const(i, np.int64)], axis=0) for i in range(3))
     scores = b.node("Mul", [b.node("MatMul", [q, b.node("Transpose", [k], perm=[0, 1, 3, 2])]),
                             b.const(dh ** -0.5)])
-    if mask == "where":       # HF GPT-2: torch.where(causal, scores, finfo.min)
+    if mask == "where" and tokens is None:    # HF GPT-2: its bias buffer sliced to the length
+        length = b.node("Gather", [b.node("Shape", [scores]), b.const([2], np.int64)], axis=0)
+        causal = b.node("Slice", [b.init("causal", np.tril(np.ones((MAX_POSITIONS,) * 2, bool))[None, None]),
+                                  b.const([0, 0], np.int64), b.node("Concat", [length, length], axis=0),
+                                  b.const([2, 3], np.int64)])
+        scores = b.node("Where", [causal, scores, b.const(np.finfo(np.float32).min)])
+    elif mask == "where":       # HF GPT-2: torch.where(causal, scores, finfo.min)
         causal = np.tril(np.ones((tokens, tokens), bool))[None, None]
         scores = b.node("Where", [b.init("causal", causal), scores, b.const(np.finfo(np.float32).min)])
     elif mask == "add":       # nn.Transformer style: an additive upper-triangular -inf-like mask
         upper = np.triu(np.full((tokens, tokens), -1e9, np.float32), 1)
         scores = b.node("Add", [scores, b.init("mask", upper)])
     ctx = b.node("MatMul", [b.node("Softmax", [scores], axis=-1), v])
-    ctx = b.node("Reshape", [b.node("Transpose", [ctx], perm=[0, 2, 1, 3]), b.const([0, tokens, hidden], np.int64)])
+    ctx = b.node("Reshape", [b.node("Transpose", [ctx], perm=[0, 2, 1, 3]), ctx_shape])
     return b.matmul_add(ctx, hidden, hidden)
 
 
@@ -68,12 +83,19 @@ def gpt2(batch: int = 1, seq: int = 128, vocab: int = 50257, hidden: int = 768, 
     a constant arange) Add; pre-norm blocks with causal attention (``mask`` "where": Where on a
     constant lower-triangular bool, "add": an additive upper-triangular mask) and a tanh-GELU MLP;
     final LayerNorm and the tied LM head (MatMul with the transposed token embedding).  ``batch=None``
-    leaves the batch symbolic (``"batch"``), as an export with a dynamic batch axis does."""
+    / ``seq=None`` leave the batch / length symbolic (``"batch"``, ``"seq"``), as an export with dynamic
+    axes does: then the positions are a Range to the length and the mask a Slice of a
+    ``MAX_POSITIONS``-square buffer."""
     b = OnnxBuilder(seed, opset=17)
     wte = b.init("wte", b.weight((vocab, hidden), 0.02))
     x = b.node("Gather", [wte, "input"], axis=0)
-    positions = b.node("Gather", [b.init("wpe", b.weight((1024, hidden), 0.01)),
-                                  b.const(np.arange(seq)[None], np.int64)], axis=0)
+    if seq is None:
+        length = b.node("Gather", [b.node("Shape", ["input"]), b.const(1, np.int64)], axis=0)
+        ids = b.node("Unsqueeze", [b.node("Range", [b.const(0, np.int64), length, b.const(1, np.int64)]),
+                                   b.const([0], np.int64)])
+    else:
+        ids = b.const(np.arange(seq)[None], np.int64)
+    positions = b.node("Gather", [b.init("wpe", b.weight((MAX_POSITIONS, hidden), 0.01)), ids], axis=0)
     x = b.node("Add", [x, positions])
     for _ in range(layers):
         x = b.node("Add", [x, _attention(b, b.layer_norm(x, hidden, eps=1e-5), seq, hidden, heads, mask=mask)])
@@ -83,7 +105,8 @@ def gpt2(batch: int = 1, seq: int = 128, vocab: int = 50257, hidden: int = 768, 
     x = b.layer_norm(x, hidden, eps=1e-5)
     logits = b.node("MatMul", [x, b.node("Transpose", [wte], perm=[1, 0])])
     batch_dim = "batch" if batch is None else batch
-    return b.model((batch_dim, seq), logits, (batch_dim, seq, vocab), name="gpt2", input_dtype=np.int64)
+    seq_dim = "seq" if seq is None else seq
+    return b.model((batch_dim, seq_dim), logits, (batch_dim, seq_dim, vocab), name="gpt2", input_dtype=np.int64)
 
 
 def mlp_mixer(batch: int = 1, size: int = 224, patch: int = 16, hidden: int = 512, tokens_mlp: int = 256,

@@ -530,3 +530,29 @@ def test_vision_transformers_with_a_dynamic_batch_compile_once(name):
         got, = exe.run({"input": x})
         want, = _ort(model, {"input": x})
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def gpt2_dynamic():
+    from loopweave.nn_ops.testing import model_zoo
+    model = model_zoo.gpt2(batch=None, **dict(model_zoo.SMALL["gpt2"], seq=None))
+    return model, lw.compile(lw.from_onnx(model), polymorphic=True)
+
+
+@pytest.mark.parametrize("batch, seq", [(1, 1), (2, 7), (1, 40)])
+def test_gpt2_with_dynamic_batch_and_length_compiles_once(gpt2_dynamic, batch, seq, forbid_compilation):
+    """GPT-2 exported with dynamic axes: position ids a Range to the length, the causal mask a Slice
+    of a 1024-square buffer to the length (``min(1024, seq)``, read as ``seq`` under a run-time check),
+    head shapes from Shape chains.  Each length runs without compiling; seq 1 included."""
+    model, exe = gpt2_dynamic
+    assert isinstance(exe, PolymorphicExecutable)
+    ids = np.random.default_rng(seq).integers(0, 1000, (batch, seq)).astype(np.int64)
+    got, = exe.run({"input": ids})
+    want, = _ort(model, {"input": ids})
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+def test_gpt2_longer_than_its_position_table_is_refused_by_name(gpt2_dynamic):
+    model, exe = gpt2_dynamic
+    with pytest.raises(lw.ArgumentError, match=r"min\(1024, seq\) and seq.*(here seq = 1025)"):
+        exe.run({"input": np.zeros((1, 1025), np.int64)})
