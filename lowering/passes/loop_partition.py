@@ -28,6 +28,7 @@ from typing import List, Sequence
 import islpy as isl
 
 from ...dsl import dtypes
+from ...dsl.arith import simplify_expr
 from ...dsl.expr import Compare, Const, Expr, Logical, binary, const
 from ...dsl.visitor import Mutator, collect_vars, post_order_visit
 from ...errors import InternalError
@@ -91,6 +92,18 @@ def _collect_guards(loop: For) -> List[_Guard]:
 
     walk(loop.body, [])
     return found
+
+
+def _bounds(loop: For, names: IslNames) -> List[str]:
+    """isl constraints of an inner loop's range, the bounds that are not affine left out: a larger
+    range only makes a guard's main range smaller, never wrong.  (A register tile's tail loop runs
+    from ``select(jo == last, 16, 31) + 1`` to 32, inside a row loop of extent ``(m + 7) // 8``
+    chosen by a select: its end, 32, still bounds the guard ``32*jo + j < 50257``.)"""
+    var = names(loop.var)
+    lo, ext = affine(loop.min, names), affine(loop.extent, names)
+    end = affine(simplify_expr(binary("add", loop.min, loop.extent)), names) if lo is None or ext is None \
+        else f"{lo} + {ext}"
+    return ([f"{lo} <= {var}"] if lo is not None else []) + ([f"{var} < {end}"] if end is not None else [])
 
 
 class _ReplaceAtoms(Mutator):
@@ -242,11 +255,7 @@ class _Partition(Mutator):
             inner_names = []
             ok = neg_t is not None
             for l in g.inner_loops:
-                a, e = affine(l.min, names), affine(l.extent, names)
-                if a is None or e is None:
-                    ok = False
-                    break
-                inner_cons.append(f"{a} <= {names(l.var)} < {a} + {e}")
+                inner_cons.extend(_bounds(l, names))
                 inner_names.append(names(l.var))
             if ok:
                 usable.append(g)
@@ -278,17 +287,30 @@ class _Partition(Mutator):
         if good.is_empty():
             return None
         params_ctx = domain.params()
+        # the main range must be one interval: every v between lo and hi is good
+        if not good.is_equal(isl.Set.from_basic_set(good.polyhedral_hull())):
+            good = _unconditional_piece(good, params_ctx)       # (``decide`` then works in it too)
+            if good is None:
+                return None
         min_pw = isl.PwAff(f"[{', '.join(params)}] -> {{ [({lo_t})] }}")
         lo_pw = good.dim_min(0).union_max(min_pw).gist(params_ctx).coalesce()
         hi_pw = good.dim_max(0).union_max(min_pw.add(isl.PwAff(f"[{', '.join(params)}] -> {{ [(-1)] }}")))
         hi_pw = hi_pw.gist(params_ctx).coalesce()
-        # the main range must be one interval: every v between lo and hi is good
-        if not good.is_equal(isl.Set.from_basic_set(good.polyhedral_hull())):
-            return None
         lo_e, hi_e = pw_aff_to_expr(lo_pw, names), pw_aff_to_expr(hi_pw, names)
         if len(lo_pw.get_pieces()) > 2 or len(hi_pw.get_pieces()) > 2:
             return None
         return lo_e, hi_e, False, atoms, decide
+
+
+def _unconditional_piece(good: isl.Set, params: isl.Set):
+    """Of a main range that is not one interval, its convex piece that holds for every value of the
+    sizes, if any: ``0 <= jo <= 1569`` of ``{0 <= jo <= 1569; jo = 1570 : m <= 0}`` (a guard that
+    also holds in the last tile when the row count is 0).  A part of the good set: still exact."""
+    for piece in good.get_basic_sets():
+        piece = isl.Set.from_basic_set(piece)
+        if piece.params().is_equal(params):
+            return piece
+    return None
 
 
 def loop_partition(stmt, ctx):
