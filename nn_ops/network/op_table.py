@@ -177,7 +177,8 @@ def _erf(v):
     return erf(v)
 
 
-def _pow(v, exponent: float, dtype: str):
+def pow_constant(v, exponent: float, dtype: str):
+    """``v ** exponent`` for a constant exponent: products and sqrt where they are exact forms."""
     from ...dsl.expr import const
     from ...dsl.intrinsics import pow as lw_pow, sqrt
     if exponent == 2.0:
@@ -209,7 +210,7 @@ _UNARY = {
     "neg": lambda x, a: ew.negative(x),
     "copy": lambda x, a: ew.identity(x),
     "erf": lambda x, a: ew.unary(_erf, x, "erf"),
-    "pow_const": lambda x, a: ew.unary(lambda v: _pow(v, a["exponent"], x.dtype), x, "pow"),
+    "pow_const": lambda x, a: ew.unary(lambda v: pow_constant(v, a["exponent"], x.dtype), x, "pow"),
 }
 for _name, _fn in _UNARY.items():
     OPS[_name] = OpDef((lambda f: lambda inputs, attrs: f(inputs[0], attrs))(_fn), "injective")

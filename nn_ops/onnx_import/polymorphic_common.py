@@ -7,8 +7,9 @@ from typing import Callable, Dict, NamedTuple, Optional
 import numpy as np
 
 from ...dsl import intrinsics as lwi
-from ...dsl.expr import binary, cast, const, select
+from ...dsl.expr import Const, binary, cast, const, select
 from ..network import symbolic as S
+from ..network.op_table import pow_constant
 
 class KernelVariant(NamedTuple):
     """A second kernel of a call (``_Builder.kernel``'s ``variants``): built by ``make`` with the same
@@ -25,11 +26,17 @@ class KernelVariant(NamedTuple):
 
 BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
           "Div": lambda a, b: a / b, "Max": lambda a, b: _max(a, b), "Min": lambda a, b: _min(a, b),
-          "Pow": lambda a, b: lwi.pow(a, b)}
+          "Pow": lambda a, b: _pow(a, b)}
 UNARY = {"Relu": lambda x: _max(x, const(0.0, x.dtype)), "Erf": lwi.erf, "Tanh": lwi.tanh,
          "Sigmoid": lwi.sigmoid, "Exp": lwi.exp, "Sqrt": lwi.sqrt, "Neg": lambda x: -x, "Abs": lwi.abs,
          "Identity": lambda x: x}
 TERNARY = {"Where": select}      # (a causal mask's Where: its condition a constant)
+
+
+def _pow(a, b):
+    """A constant exponent as the static path computes it (``x ** 3`` of GPT-2's tanh GELU as two
+    products, not a libm ``powf`` per element: the polymorphic FFN kernel took 2.5x the static one)."""
+    return pow_constant(a, float(b.value), a.dtype) if isinstance(b, Const) else lwi.pow(a, b)
 
 
 def _max(a, b):
