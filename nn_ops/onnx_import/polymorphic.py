@@ -44,6 +44,7 @@ from ..ops.index import gather
 from ..ops.matmul import batch_matmul, matmul, matmul_panels, pack_panels, panel_width
 from ..ops.norm import layer_norm
 from ..ops.registry import schedule
+from ..ops.conv2d_transpose import conv2d_transpose
 from ..ops.elementwise import broadcast_index
 from ..ops.shape import concat, reduce, softmax, transpose
 from .context import onnx_attrs
@@ -65,7 +66,7 @@ CNN_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool")      # polymor
 REDUCES = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min"}
 COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(VIEWS) | set(CNN_OPS) | set(REDUCES) | {
     "Cast", "MatMul", "Gemm", "Transpose", "Softmax", "LayerNormalization", "Constant", "Dropout", "Shape", "Gather",
-    "Concat", "BatchNormalization", "Expand", "Range", "Slice"}
+    "Concat", "BatchNormalization", "Expand", "Range", "Slice", "ConvTranspose"}
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 # A dense layer (MatMul/Gemm by a constant) at this many rows or fewer runs its few-rows variant:
 # ``matmul_small_m``'s streaming schedule, B read in place (no per-call packing of its panels, which
@@ -204,6 +205,8 @@ class _Builder:
                                lambda table, indices, extent: gather(table, indices, axis, name="gather"))
         if op == "Gather" and node.input[1] in self.consts and self.consts[node.input[1]].ndim == 0:
             return self.take(node, label)
+        if op == "ConvTranspose":
+            return self.conv_transpose(node, label)
         if op == "Range":
             return self.range(node, label)
         if op == "Slice":
@@ -368,6 +371,34 @@ class _Builder:
                 (g == w) if isinstance(g, int) or isinstance(w, int) else S.equal(g, w) is True
                 for g, w in zip(got, want)):
             raise _Unsupported(f"the kernel computes shape {got}, the graph says {want}")
+
+    def conv_transpose(self, node, label: str) -> None:
+        """ConvTranspose (a U-Net's 2x2/2 up-sampling) of an NCHW value by a constant weight, its bias
+        added in the same kernel; the kernel computes its output sizes, ``(H - 1)*s + ...``."""
+        if len(self.shape(node.input[0])) != 4:
+            raise _Unsupported("a ConvTranspose that is not 2-d")
+        if _attr(node, "output_shape", None) or _attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+            raise _Unsupported("ConvTranspose with output_shape or auto_pad")
+        if node.input[1] not in self.consts or (len(node.input) > 2 and node.input[2] and
+                                                node.input[2] not in self.consts):
+            raise _Unsupported("a ConvTranspose whose weight or bias is computed")
+        stride = tuple(_attr(node, "strides", None) or (1, 1))
+        dilation = tuple(_attr(node, "dilations", None) or (1, 1))
+        pads = tuple(_attr(node, "pads", None) or (0, 0, 0, 0))
+        extra = tuple(_attr(node, "output_padding", None) or (0, 0))
+        groups = int(_attr(node, "group", 1))
+        inputs = [i for i in node.input if i]
+        if len(inputs) == 3:
+            inputs[2] = self.flat_const(inputs[2])
+
+        def make(x, w, b=None, extent=None):
+            y = conv2d_transpose(x, w, stride, pads, extra, dilation, groups, name="conv_transpose")
+            if b is None:
+                return y
+            return compute(y.shape, lambda n, o, yy, xx: y[n, o, yy, xx] + b[o], name="conv_transpose.bias",
+                           tag="elemwise")
+        return self.kernel(label, ("conv_transpose", stride, dilation, pads, extra, groups), inputs, node.output[0],
+                           make, derived_output=True)
 
     def range(self, node, label: str) -> None:
         """Range to a computed length (GPT-2's position ids, ``arange(seq)``): start and step constants."""
@@ -685,16 +716,18 @@ class _Builder:
 
     def assume_equal(self, d, g, operand: str) -> bool:
         """Whether size ``d`` of an operand can be read as size ``g`` of the kernel's space: proven
-        equal, or (GPT-2's mask, ``min(1024, seq)`` against ``seq``) a broadcast that shape inference
-        could only check at run time, now checked as an equality (a size 1 against a larger one,
-        which the broadcast would allow, is refused by name instead of read out of bounds)."""
+        equal, or an equality that shape inference could only check at run time (a U-Net's skip
+        ``H`` against its up-sampled ``2*(H//2)``), or (GPT-2's mask, ``min(1024, seq)`` against
+        ``seq``) such a broadcast, now checked as an equality (a size 1 against a larger one, which
+        the broadcast would allow, is refused by name instead of read out of bounds)."""
         answer = S.equal(d, g)
         if answer is not None:
             return answer is True
-        broadcast = [sympy.Or(sympy.Eq(a, b), sympy.Eq(a, 1), sympy.Eq(b, 1)) for a, b in ((d, g), (g, d))]
-        if not any(c.condition == cond for c in self.shapes.signature.checks for cond in broadcast):
-            return False
         condition = sympy.Eq(d, g)
+        checked = [sympy.Or(sympy.Eq(a, b), sympy.Eq(a, 1), sympy.Eq(b, 1)) for a, b in ((d, g), (g, d))] + \
+            [condition, sympy.Eq(g, d)]
+        if not any(c.condition == cond for c in self.shapes.signature.checks for cond in checked):
+            return False
         self.aliases[d] = g
         if all(c.condition != condition for c in self.shapes.signature.checks):
             self.shapes.signature.checks.append(RuntimeCheck(

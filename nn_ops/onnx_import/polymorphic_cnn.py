@@ -249,6 +249,13 @@ class CnnWalk:
             if len(shape) != 4:
                 raise self.unsupported(f"a BatchNormalization of a {len(shape)}-d value (4-d maps only)")
         sources = [self.blocked_input(i, node.op_type) for i in (node.input if node.op_type == "Concat" else node.input[:1])]
+        if node.op_type == "Concat":        # the parts' maps: one size, proven or checked at run time
+            first = b.shapes.shapes[node.input[0]]
+            for i in node.input[1:]:
+                for d, g in zip(b.shapes.shapes[i][::2] + b.shapes.shapes[i][3:], first[::2] + first[3:]):
+                    if not b.assume_equal(d, g, i):
+                        raise self.unsupported(f"a Concat of maps of sizes {_show(b.shapes.shapes[i])} and "
+                                               f"{_show(first)}")
         members = self.epilogue(k, node, fold_batch_norm=False)
         b.done.update(id(m) for m in members)
         final = members[-1].output[0] if members else node.output[0]

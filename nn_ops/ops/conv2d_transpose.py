@@ -20,6 +20,7 @@ from ...dsl.expr import Const, if_then_else
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
+from .elementwise import extents
 from .registry import fused_output, register_schedule
 
 TAG = "conv2d_transpose"
@@ -66,7 +67,9 @@ def conv2d_transpose(X: Tensor, W: Tensor, stride=1, padding=0, output_padding=0
     oph, opw = _ints(output_padding, 2, "output_padding", 0)
     four = isinstance(padding, (tuple, list)) and len(padding) == 4
     pt, pl, pb, pr = _ints(padding, 4, "padding", None) if four else _ints(padding, 2, "padding", None) * 2
-    n, c, h, w = _static(X, "input")
+    n, c, h, w = extents(X)          # batch, height and width may be symbolic (a compile-once network)
+    if not isinstance(c, int):
+        raise ExprError(f"conv2d_transpose: the input channels of {X.name} must be static, got {c}")
     wc, ocg, kh, kw = _static(W, "weight")
     if wc != c:
         raise ExprError(f"conv2d_transpose: W has {wc} input channels but X has C={c} (W is [C, OC/groups, KH, KW])")
@@ -74,7 +77,7 @@ def conv2d_transpose(X: Tensor, W: Tensor, stride=1, padding=0, output_padding=0
         raise ExprError(f"conv2d_transpose: groups={groups} does not divide the input channels C={c}")
     oh = (h - 1) * sh + (kh - 1) * dh + 1 + oph - pt - pb
     ow = (w - 1) * sw + (kw - 1) * dw + 1 + opw - pl - pr
-    if oh < 1 or ow < 1:
+    if isinstance(oh, int) and isinstance(ow, int) and (oh < 1 or ow < 1):
         raise ExprError(f"conv2d_transpose: the padding {(pt, pl, pb, pr)} leaves an output of {oh}x{ow}")
     cg = c // groups
     attrs = dict(stride=(sh, sw), padding=(pt, pl, pb, pr), output_padding=(oph, opw), dilation=(dh, dw),
@@ -99,8 +102,8 @@ def schedule_conv2d_transpose(s, op, target):
     (the loop order ``rows, pixel vector, c, ky, kx, lanes``, as the depthwise conv2d's).  A fused
     epilogue (bias, relu) is the tiled stage and computes the sums per pixel vector."""
     out = op.outputs[0]
-    ow = int(out.shape[3].value)
-    lanes = next((v for v in (target.lanes(out.dtype), 8, 4) if v <= ow), 1)
+    ow = int(out.shape[3].value) if isinstance(out.shape[3], Const) else None     # None: symbolic
+    lanes = next((v for v in (target.lanes(out.dtype), 8, 4) if ow is None or v <= ow), 1)
     Y = fused_output(s, op)
     conv = s[op]
     n, o, y, x = Y.op.axis
@@ -111,7 +114,8 @@ def schedule_conv2d_transpose(s, op, target):
             conv.compute_at(Y, rows)
         return
     # an epilogue may recompute a shifted last vector; the reduction itself must not (it guards)
-    xo, xi = Y.split(x, factor=lanes, tail="shift" if ow % lanes and Y is not conv else "guard")
+    # (a symbolic width may be under a vector: guarded, and partitioned into whole vectors and a tail)
+    xo, xi = Y.split(x, factor=lanes, tail="shift" if ow is not None and ow % lanes and Y is not conv else "guard")
     Y.vectorize(xi)
     rc, ry, rx = conv.op.reduce_axis
     if Y is conv:

@@ -213,3 +213,18 @@ def test_a_training_mode_batch_norm_after_a_conv_is_not_folded_but_refused_by_na
         lw.compile(lw.from_onnx(model), polymorphic=True)
     message = str(info.value)
     assert "BatchNormalization: a BatchNormalization in training mode" in message
+
+
+def test_unet_transposed_convs_and_skip_concats_compile_once():
+    """U-Net: ConvTranspose 2x2/2 up (NCHW, its sizes computed by the kernel), concatenated with the
+    skip of the same level, whose size equals the up-sampled one only where the map halves evenly:
+    a run-time check, refused by name at other sizes."""
+    from loopweave.nn_ops.testing import model_zoo
+    model = symbolic_sizes(model_zoo.unet(**model_zoo.SMALL["unet"]))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert isinstance(exe, PolymorphicExecutable)
+    assert sum(c.module.name == "poly_conv_transpose" for c in exe.calls) == 3
+    for shape in ((1, 3, 64, 64), (2, 3, 40, 72), (1, 3, 8, 8)):
+        _check(model, exe, shape)
+    with pytest.raises(lw.ArgumentError, match=r"H = 36"):
+        exe.run({"input": np.zeros((1, 3, 36, 64), np.float32)})
