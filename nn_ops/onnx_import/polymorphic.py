@@ -187,6 +187,8 @@ class _Builder:
             for name, value in zip(node.output, FOLDERS[op](values, onnx_attrs(node))):
                 self.consts[name] = np.asarray(value)
             return
+        if op == "ConvTranspose" and self.cnn.is_up_convolution(node):
+            return self.cnn.up_convolution(k, node, label)
         if op in CNN_OPS:
             return self.cnn.conv(k, node, label) if op == "Conv" else self.cnn.pool(node, label)
         if op == "BatchNormalization" or (op == "Concat" and self.cnn.channel_concat(node)):

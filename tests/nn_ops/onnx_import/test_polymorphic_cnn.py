@@ -216,15 +216,27 @@ def test_a_training_mode_batch_norm_after_a_conv_is_not_folded_but_refused_by_na
 
 
 def test_unet_transposed_convs_and_skip_concats_compile_once():
-    """U-Net: ConvTranspose 2x2/2 up (NCHW, its sizes computed by the kernel), concatenated with the
-    skip of the same level, whose size equals the up-sampled one only where the map halves evenly:
-    a run-time check, refused by name at other sizes."""
+    """U-Net: ConvTranspose 2x2/2 up (a 1x1 conv to 4x the channels, then each tap's channels to its
+    pixels, blocked), concatenated with the skip of the same level, whose size equals the up-sampled
+    one only where the map halves evenly: a run-time check, refused by name at other sizes."""
     from loopweave.nn_ops.testing import model_zoo
     model = symbolic_sizes(model_zoo.unet(**model_zoo.SMALL["unet"]))
     exe = lw.compile(lw.from_onnx(model), polymorphic=True)
     assert isinstance(exe, PolymorphicExecutable)
-    assert sum(c.module.name == "poly_conv_transpose" for c in exe.calls) == 3
+    assert sum(c.module.name == "poly_depth_to_space" for c in exe.calls) == 3
     for shape in ((1, 3, 64, 64), (2, 3, 40, 72), (1, 3, 8, 8)):
         _check(model, exe, shape)
     with pytest.raises(lw.ArgumentError, match=r"H = 36"):
         exe.run({"input": np.zeros((1, 3, 36, 64), np.float32)})
+
+
+def test_a_transposed_conv_with_overlapping_taps_compiles_once():
+    """A 3x3/2 ConvTranspose (taps overlap: the general gather form, NCHW), between blocked convs."""
+    b = OnnxBuilder(2)
+    x = b.conv_transpose(b.conv("input", 3, 16, 3), 16, 16, 3, 2)
+    out = b.conv(b.relu(x), 16, 16, 3)
+    model = b.model(("N", 3, "H", "W"), out, ("N", 16, "OH", "OW"), name="overlapping_up")
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert "poly_conv_transpose" in {c.module.name for c in exe.calls}
+    for shape in ((1, 3, 9, 9), (2, 3, 5, 12)):
+        _check(model, exe, shape)
