@@ -242,18 +242,24 @@ def main(argv=None) -> None:
               f"(< 0.5: {'met' if load < 0.5 else 'missed'})", flush=True)
 
 
-def cnn_main(args) -> None:
-    """Bar 2: ResNet-18 (or MobileNetV2) with symbolic batch, height and width, compiled once."""
-    shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes] if args.shapes else list(RESNET_SHAPES)
+def _compiled_both(args, model, default_shapes):
+    """(shapes, rounds, the polymorphic executable, its compile seconds, the per-shape static one,
+    an onnxruntime session) for ``model`` under the command line's options."""
+    shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes] if args.shapes else list(default_shapes)
     pairs = args.pairs if args.pairs is not None else (3 if args.quick else 15)
     set_threads(args.threads)
-    model = model_zoo.symbolic_sizes(getattr(model_zoo, args.model)())     # N, H, W symbolic
     graph = lw.from_onnx(model)
     t0 = time.perf_counter()
     poly = lw.compile(graph, polymorphic=True)
     poly_s = time.perf_counter() - t0
-    static_exes = lw.compile(graph, progress=False, polymorphic=False)
-    sess = onnxruntime_session(model, args.threads)
+    return (shapes, pairs, poly, poly_s, lw.compile(graph, progress=False, polymorphic=False),
+            onnxruntime_session(model, args.threads))
+
+
+def cnn_main(args) -> None:
+    """Bar 2: ResNet-18 (or MobileNetV2) with symbolic batch, height and width, compiled once."""
+    model = model_zoo.symbolic_sizes(getattr(model_zoo, args.model)())     # N, H, W symbolic
+    shapes, pairs, poly, poly_s, static_exes, sess = _compiled_both(args, model, RESNET_SHAPES)
     print(f"{args.model}, symbolic batch, height and width; {args.threads} threads, {pairs} rounds per shape; "
           f"polymorphic compile {poly_s:.1f} s in this process (object cache as found)")
     print("ratios: median over interleaved rounds of static/poly and ort/poly time (> 1: polymorphic faster); "
@@ -271,16 +277,8 @@ def cnn_main(args) -> None:
 
 def gpt2_main(args) -> None:
     """GPT-2 with a dynamic batch and length, compiled once, against static compiles and onnxruntime."""
-    shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes] if args.shapes else list(GPT2_SHAPES)
-    pairs = args.pairs if args.pairs is not None else (3 if args.quick else 15)
-    set_threads(args.threads)
-    model = model_zoo.gpt2(batch=None, seq=None)
-    graph = lw.from_onnx(model)
-    t0 = time.perf_counter()
-    poly = lw.compile(graph, polymorphic=True)
-    poly_s = time.perf_counter() - t0
-    static_exes = lw.compile(graph, progress=False, polymorphic=False)
-    sess = onnxruntime_session(model, args.threads)
+    shapes, pairs, poly, poly_s, static_exes, sess = _compiled_both(args, model_zoo.gpt2(batch=None, seq=None),
+                                                                    GPT2_SHAPES)
     print(f"gpt2, dynamic batch and length; {args.threads} threads, {pairs} rounds per shape; polymorphic "
           f"compile {poly_s:.1f} s in this process (object cache as found)")
     print("ratios: median over interleaved rounds of static/poly and ort/poly time (> 1: polymorphic faster)")

@@ -32,7 +32,7 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
     PolymorphicExecutable, kernels taking the sizes as arguments (``onnx_import/polymorphic.py``).
     A model with shape inputs (values that change the graph's structure) gives a DynamicExecutable
     that compiles one static specialisation per input binding on first use; so does one with ops
-    the polymorphic path does not cover yet, or compiled with ``tuning_log`` or ``checks``, with a
+    the polymorphic path does not cover yet, or compiled with ``tuning_log``, with a
     ``PerShapeCompileWarning`` saying why.  ``polymorphic=True`` insists (an error lists what is not
     covered); ``polymorphic=False`` asks for the per-shape executable.  ``target="cuda"``
     gives a CudaExecutable (kernels on the GPU; ``network/cuda_executable.py``).  ``tuning_log``
@@ -50,15 +50,15 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
             raise BuildError("models with dynamic shapes compile for target 'llvm' only for now; fix the input "
                              "shapes with from_onnx(..., input_shapes=...) to compile for cuda")
         if polymorphic:
-            if tuning_log is not None or checks is not None:
-                raise BuildError("polymorphic=True does not take tuning_log or checks yet")
-            return build_polymorphic(graph, tgt)
+            if tuning_log is not None:
+                raise BuildError("polymorphic=True does not take tuning_log yet (records are of static shapes)")
+            return build_polymorphic(graph, tgt, checks=checks)
         if polymorphic is None and not graph.value_inputs:    # (shape inputs: per shape by design)
-            why = "tuning_log and checks are not taken by the compile-once path yet" \
-                if tuning_log is not None or checks is not None else None
+            why = "tuning_log is not taken by the compile-once path yet (records are of static shapes)" \
+                if tuning_log is not None else None
             if why is None:
                 try:
-                    return build_polymorphic(graph, tgt)
+                    return build_polymorphic(graph, tgt, checks=checks)
                 except OnnxImportError as exc:
                     why = str(exc)
             warnings.warn(f"{graph.name!r} compiles once per input shape (on first use), not once for all: "

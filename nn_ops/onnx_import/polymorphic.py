@@ -82,16 +82,17 @@ class _Unsupported(Exception):
 
 
 def build_polymorphic(graph, target="llvm", prebuilt: Optional[Dict[str, object]] = None,
-                      runner_object: Optional[bytes] = None) -> PolymorphicExecutable:
+                      runner_object: Optional[bytes] = None, checks: Optional[str] = None) -> PolymorphicExecutable:
     """Compile ``graph`` (a DynamicGraph) once for every binding of its symbols.  ``prebuilt``
     ({structural key: Module}) and ``runner_object`` (from a saved executable) supply the kernels and
-    the call-list runner instead of building them."""
+    the call-list runner instead of building them; ``checks``: ``lw.build``'s, for every kernel."""
     import onnx
     if graph.value_inputs:
         raise OnnxImportError(f"{graph.name!r}: shape inputs ({', '.join(graph.value_inputs)}) change the graph's "
                               f"structure with their values; lw.compile(..., polymorphic=False) specialises per shape")
     model = onnx.ModelProto.FromString(graph.model_bytes)
     builder = _Builder(model, graph.shapes, resolve_target(target), graph.name, prebuilt)
+    builder.checks = checks
     exe = builder.build()
     exe.model_bytes, exe.opset = graph.model_bytes, graph.opset
     exe.use_runner(runner_object if runner_object is not None else call_list.runner_object(builder.target))
@@ -118,6 +119,7 @@ class _Builder:
         self.done = set()
         self.local: Dict[str, tuple] = {}       # values this builder makes up: (shape, dtype[, "input"])
         self.aliases: Dict[object, object] = {}  # sympy size -> the size it is checked equal to at run time
+        self.checks: Optional[str] = None        # lw.build's checks= for every kernel
         self.cnn = CnnWalk(self, _Unsupported)
 
     # ---------------------------------------------------------------- the walk
@@ -158,7 +160,7 @@ class _Builder:
         from ...backends.build import build_many
         if not self.jobs:
             return
-        modules = build_many(self.jobs, self.target)
+        modules = build_many(self.jobs, self.target, checks=self.checks)
 
         def real(m):
             return modules[m.index] if isinstance(m, _Pending) else m
