@@ -66,7 +66,7 @@ CNN_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool")      # polymor
 REDUCES = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min"}
 COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(VIEWS) | set(CNN_OPS) | set(REDUCES) | {
     "Cast", "MatMul", "Gemm", "Transpose", "Softmax", "LayerNormalization", "Constant", "Dropout", "Shape", "Gather",
-    "Concat", "BatchNormalization", "Expand", "Range", "Slice", "ConvTranspose"}
+    "Concat", "BatchNormalization", "Expand", "Range", "Slice", "ConvTranspose", "Resize"}
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 # A dense layer (MatMul/Gemm by a constant) at this many rows or fewer runs its few-rows variant:
 # ``matmul_small_m``'s streaming schedule, B read in place (no per-call packing of its panels, which
@@ -189,6 +189,8 @@ class _Builder:
             for name, value in zip(node.output, FOLDERS[op](values, onnx_attrs(node))):
                 self.consts[name] = np.asarray(value)
             return
+        if op == "Resize":
+            return self.cnn.resize(node, label)
         if op == "ConvTranspose" and self.cnn.is_up_convolution(node):
             return self.cnn.up_convolution(k, node, label)
         if op in CNN_OPS:

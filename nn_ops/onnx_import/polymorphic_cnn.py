@@ -232,6 +232,37 @@ class CnnWalk:
                  out_shape=self.blocked_shape(b.shapes.shapes[node.output[0]]), derived_output=True)
         self.blocked[node.output[0]] = out
 
+    def resize(self, node, label: str) -> None:
+        """Nearest-neighbour up-sampling by whole factors of a map (a U-Net's ``F.interpolate``), on
+        the blocked value: output pixel (y, x) reads (y // sh, x // sw), which is what ONNX's
+        asymmetric/floor and half-pixel/round modes pick at a whole factor."""
+        b = self.b
+        mode = _attr(node, "mode", b"nearest")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        transform = _attr(node, "coordinate_transformation_mode", b"half_pixel")
+        transform = transform.decode() if isinstance(transform, bytes) else transform
+        rounding = _attr(node, "nearest_mode", b"round_prefer_floor")
+        rounding = rounding.decode() if isinstance(rounding, bytes) else rounding
+        scales = b.consts.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        whole = scales is not None and scales.size == 4 and list(scales[:2]) == [1, 1] and \
+            all(float(v).is_integer() and v >= 1 for v in scales[2:])
+        picks_floor = (transform == "asymmetric" and rounding == "floor") or \
+            (transform in ("half_pixel", "pytorch_half_pixel") and rounding.startswith("round_prefer"))
+        if mode != "nearest" or not whole or not picks_floor:
+            raise self.unsupported(f"Resize other than nearest up-sampling by whole factors given as scales "
+                                   f"(mode {mode!r}, {transform!r}, {rounding!r})")
+        sh, sw = (int(v) for v in scales[2:])
+        x = self.blocked_input(node.input[0], "a Resize")
+        out = b.fresh(node.output[0] + ".blocked")
+
+        def make(t, extent):
+            n, cb, h, w, ci = t.shape
+            return compute((n, cb, h * sh, w * sw, ci), lambda nn, c, y, xx, i: t[nn, c, y // sh, xx // sw, i],
+                           name="upsample", tag="injective")
+        b.kernel(label, ("upsample", sh, sw), [x], out, make,
+                 out_shape=self.blocked_shape(b.shapes.shapes[node.output[0]]), derived_output=True)
+        self.blocked[node.output[0]] = out
+
     def winograd_variants(self, in_shape, out_shape, make) -> list:
         """The Winograd kernels of a 3x3 stride-1 conv (``winograd_rows.py``), one per tile block in
         ``WINOGRAD_TILE_BLOCKS``: each is taken where the output has an even height, its row a whole

@@ -709,6 +709,40 @@ def _conv_transpose(ctx: _Inference, node):
     return [(x[0], w[1] * group) + tuple(out)]
 
 
+@rule("Resize", "Upsample")
+def _resize(ctx: _Inference, node):
+    """Sizes given (a constant or computed from shapes), or ``floor(size * scale)`` for constant
+    scales (ONNX: the output size is the input size times the scale, rounded down)."""
+    x = ctx.shape(node.input[0])
+    names = list(node.input)
+    scales_name = names[1] if node.op_type == "Upsample" else (names[2] if len(names) > 2 else "")
+    sizes_name = names[3] if node.op_type == "Resize" and len(names) > 3 else ""
+    if sizes_name:
+        sizes = list(ctx.value(sizes_name).reshape(-1))
+        if len(sizes) != len(x):
+            raise _Unknown("Resize with sizes for some axes only")
+        return [tuple(S.dim(v) for v in sizes)]
+    scales = _float_constant(ctx, scales_name) if scales_name else None
+    if scales is None:
+        raise _Unknown("Resize without constant scales or sizes")
+    scales = [sympy.nsimplify(float(v)) for v in scales.reshape(-1)]
+    if len(scales) != len(x):
+        raise _Unknown("Resize with scales for some axes only")
+    return [tuple(d if sc == 1 else sympy.floor(d * sc) for d, sc in zip(x, scales))]
+
+
+def _float_constant(ctx: _Inference, name: str):
+    """The value of a float initializer or Constant node (not tracked as sizes), or None."""
+    from onnx import numpy_helper
+    for t in ctx.model.graph.initializer:
+        if t.name == name:
+            return numpy_helper.to_array(t)
+    for n in ctx.model.graph.node:
+        if n.op_type == "Constant" and n.output[0] == name and n.attribute and n.attribute[0].name == "value":
+            return numpy_helper.to_array(n.attribute[0].t)
+    return None
+
+
 @rule("MaxPool", "AveragePool", "LpPool")
 def _pool(ctx: _Inference, node):
     x = ctx.shape(node.input[0])

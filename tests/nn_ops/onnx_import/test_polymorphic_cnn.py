@@ -240,3 +240,18 @@ def test_a_transposed_conv_with_overlapping_taps_compiles_once():
     assert "poly_conv_transpose" in {c.module.name for c in exe.calls}
     for shape in ((1, 3, 9, 9), (2, 3, 5, 12)):
         _check(model, exe, shape)
+
+
+def test_nearest_upsampling_compiles_once_and_linear_is_refused_by_name():
+    """U-Net with ``F.interpolate(scale_factor=2)``: nearest (output pixel (y, x) reads (y//2, x//2)
+    of the blocked map; the output size floor(2*H) from the symbolic Resize rule) compiles once;
+    linear is listed as not covered."""
+    from loopweave.nn_ops.testing import model_zoo
+    model = symbolic_sizes(model_zoo.unet(**dict(model_zoo.SMALL["unet"], up="nearest")))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert sum(c.module.name == "poly_upsample" for c in exe.calls) == 3
+    for shape in ((1, 3, 64, 64), (2, 3, 40, 72)):
+        _check(model, exe, shape)
+    linear = symbolic_sizes(model_zoo.unet(**dict(model_zoo.SMALL["unet"], up="linear")))
+    with pytest.raises(OnnxImportError, match=r"Resize other than nearest up-sampling.*mode 'linear'"):
+        lw.compile(lw.from_onnx(linear), polymorphic=True)
