@@ -28,7 +28,6 @@ from typing import List, Sequence
 import islpy as isl
 
 from ...dsl import dtypes
-from ...dsl.arith import simplify_expr
 from ...dsl.expr import Compare, Const, Expr, Logical, binary, const
 from ...dsl.visitor import Mutator, collect_vars, post_order_visit
 from ...errors import InternalError
@@ -92,18 +91,6 @@ def _collect_guards(loop: For) -> List[_Guard]:
 
     walk(loop.body, [])
     return found
-
-
-def _bounds(loop: For, names: IslNames) -> List[str]:
-    """isl constraints of an inner loop's range, the bounds that are not affine left out: a larger
-    range only makes a guard's main range smaller, never wrong.  (A register tile's tail loop runs
-    from ``select(jo == last, 16, 31) + 1`` to 32, inside a row loop of extent ``(m + 7) // 8``
-    chosen by a select: its end, 32, still bounds the guard ``32*jo + j < 50257``.)"""
-    var = names(loop.var)
-    lo, ext = affine(loop.min, names), affine(loop.extent, names)
-    end = affine(simplify_expr(binary("add", loop.min, loop.extent)), names) if lo is None or ext is None \
-        else f"{lo} + {ext}"
-    return ([f"{lo} <= {var}"] if lo is not None else []) + ([f"{var} < {end}"] if end is not None else [])
 
 
 class _ReplaceAtoms(Mutator):
@@ -255,7 +242,11 @@ class _Partition(Mutator):
             inner_names = []
             ok = neg_t is not None
             for l in g.inner_loops:
-                inner_cons.extend(_bounds(l, names))
+                a, e = affine(l.min, names), affine(l.extent, names)
+                if a is None or e is None:
+                    ok = False
+                    break
+                inner_cons.append(f"{a} <= {names(l.var)} < {a} + {e}")
                 inner_names.append(names(l.var))
             if ok:
                 usable.append(g)
