@@ -278,9 +278,12 @@ class _Partition(Mutator):
         if good.is_empty():
             return None
         params_ctx = domain.params()
-        # the main range must be one interval: every v between lo and hi is good
-        if not good.is_equal(isl.Set.from_basic_set(good.polyhedral_hull())):
-            good = _unconditional_piece(good, params_ctx)       # (``decide`` then works in it too)
+        # the main range must be one interval: every v between lo and hi is good.  One convex piece
+        # after coalescing is; of several, the one that holds for every size (``decide`` then works
+        # in it too).  (Not ``good.polyhedral_hull()`` compared with ``good``: on the pieces of a
+        # ragged CUDA gemm's split reduction that segfaulted inside isl, in CI only.)
+        if good.n_basic_set() != 1:
+            good = _unconditional_piece(good, params_ctx)
             if good is None:
                 return None
         min_pw = isl.PwAff(f"[{', '.join(params)}] -> {{ [({lo_t})] }}")
