@@ -27,10 +27,10 @@ def build(m: int, n: int, k: int, tiles=None, k_tile=None, a_panel=None, threads
     C = nn_ops.matmul(A, B)
     if tiles is None and k_tile is None and a_panel is None and threads is None:
         return lw.build(nn_ops.schedule(C, "cuda"), [A, B, C], target="cuda")
-    from loopweave.nn_ops.ops.cuda.matmul import _schedule_gemm_cuda
+    from loopweave.nn_ops.ops.cuda.matmul import THREADS, _schedule_gemm_cuda
     s = lw.create_schedule(C)
     _schedule_gemm_cuda(s, C.op, lw.target.resolve_target("cuda"), batch=False, tiles=tiles, k_tile=k_tile,
-                        a_panel=a_panel, **({"threads": threads} if threads else {}))
+                        a_panel=a_panel, threads=threads or (THREADS, THREADS))
     return lw.build(s, [A, B, C], target="cuda")
 
 
@@ -94,7 +94,8 @@ def main(argv=None) -> int:
     parser.add_argument("--pairs", type=int, default=15)
     parser.add_argument("--tiles", nargs="*", default=[], metavar="RxC[kK]",
                         help="also time these register blocks per thread and reduction steps (e.g. 8x8 "
-                             "4x8 8x4k32; a trailing r, s or p: A's shared panel by rows, steps or padded steps), kernel alone")
+                             "4x8 8x4k32; a trailing r, s or p: A's shared panel by rows, steps or padded "
+                             "steps; @TYxTX: threads per block), kernel alone")
     parser.add_argument("--host", action="store_true",
                         help="also time the host path of a call: device arrays and torch tensors, "
                              "launches replayed or marshalled per call")

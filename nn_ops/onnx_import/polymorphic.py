@@ -51,7 +51,8 @@ from .context import onnx_attrs
 from .fold import FOLDERS
 from .importer import node_label
 from .polymorphic_cnn import CnnWalk
-from .polymorphic_common import BINARY, TERNARY, UNARY, KernelVariant, _apply, _attr, _elementwise, _same, _show
+from .polymorphic_common import (BINARY, TERNARY, UNARY, KernelVariant, _apply, _attr, _elementwise, _same, _show,
+                                 conv_transpose_attrs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -383,16 +384,13 @@ class _Builder:
         added in the same kernel; the kernel computes its output sizes, ``(H - 1)*s + ...``."""
         if len(self.shape(node.input[0])) != 4:
             raise _Unsupported("a ConvTranspose that is not 2-d")
-        if _attr(node, "output_shape", None) or _attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        attrs = conv_transpose_attrs(node)
+        if attrs is None:
             raise _Unsupported("ConvTranspose with output_shape or auto_pad")
         if node.input[1] not in self.consts or (len(node.input) > 2 and node.input[2] and
                                                 node.input[2] not in self.consts):
             raise _Unsupported("a ConvTranspose whose weight or bias is computed")
-        stride = tuple(_attr(node, "strides", None) or (1, 1))
-        dilation = tuple(_attr(node, "dilations", None) or (1, 1))
-        pads = tuple(_attr(node, "pads", None) or (0, 0, 0, 0))
-        extra = tuple(_attr(node, "output_padding", None) or (0, 0))
-        groups = int(_attr(node, "group", 1))
+        stride, dilation, pads, extra, groups = attrs
         inputs = [i for i in node.input if i]
         if len(inputs) == 3:
             inputs[2] = self.flat_const(inputs[2])
@@ -424,8 +422,7 @@ class _Builder:
         read from a constant start by a constant positive step; the graph's sizes (clamped by shape
         inference) bound the reads."""
         src = self.shape(node.input[0])
-        starts = [self.size_value(node.input[1], k) for k in range(len(self.shape(node.input[1])) and
-                                                                    int(self.shape(node.input[1])[0]))]
+        starts = [S.dim(v) for v in self.size_values(node.input[1])]
         axes = [int(a) for a in self.size_values(node.input[3])] if len(node.input) > 3 and node.input[3] \
             else list(range(len(starts)))
         steps = [int(a) for a in self.size_values(node.input[4])] if len(node.input) > 4 and node.input[4] \
@@ -436,9 +433,8 @@ class _Builder:
             if not S.is_static(start) or step <= 0 or not S.is_static(src[axis]):
                 raise _Unsupported("a Slice of data other than from a constant start by a positive step along "
                                    "an axis of static size")
-            start = int(start)
-            first[axis] = min(max(start + int(src[axis]) if start < 0 else start, 0), int(src[axis]))
-            first[axis] = (first[axis], step)
+            start, size = int(start), int(src[axis])
+            first[axis] = (min(max(start + size if start < 0 else start, 0), size), step)     # (first index, step)
         out_shape = self.shapes.shapes[node.output[0]]
         plan = tuple(sorted(first.items()))
 
@@ -463,8 +459,8 @@ class _Builder:
             return list(self.shapes.values[name].reshape(-1))
         raise _Unsupported(f"{name!r} is computed at run time; a constant or a size is needed")
 
-    def size_value(self, name: str, k: int = 0):
-        return S.dim(self.size_values(name)[k])
+    def size_value(self, name: str):
+        return S.dim(self.size_values(name)[0])
 
     def take(self, node, label: str) -> None:
         """Gather at one constant index (q, k and v taken from a stacked projection): a copy of that
@@ -478,7 +474,7 @@ class _Builder:
         size = int(shape[axis])
         if not -size <= index < size:
             raise _Unsupported(f"index {index} is out of range for axis {axis} of size {size}")
-        return self.kernel(label, ("take", axis, index % int(shape[axis])), [node.input[0]], node.output[0],
+        return self.kernel(label, ("take", axis, index % size), [node.input[0]], node.output[0],
                            lambda x, extent: gather(x, index, axis, name="take"))
 
     def reduce(self, node, label: str) -> None:

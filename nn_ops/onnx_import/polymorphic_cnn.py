@@ -40,7 +40,7 @@ from ..ops.nchwc import (SYMBOLIC_ROW_BLOCK, conv2d_blocked, depthwise_blocked, 
 from ..ops.winograd import MIN_WINOGRAD_PIXELS, winograd_largest_map, winograd_weight
 from ..ops.winograd_rows import conv2d_winograd_rows
 from .converters.nn import inference_scale_shift
-from .polymorphic_common import BINARY, UNARY, KernelVariant, _apply, _attr, _same, _show
+from .polymorphic_common import BINARY, UNARY, KernelVariant, _apply, _attr, _same, _show, conv_transpose_attrs
 
 #: a conv on rows of symbolic width also gets kernels with register blocks of these many pixels, the
 #: first that divides the row run at a binding (the general kernel's blocks of 8 leave a tail with
@@ -102,7 +102,7 @@ class CnnWalk:
     # ------------------------------------------------------------------ convolutions
     def window(self, node):
         """(stride, padding as top, left, bottom, right, dilation) of a 2-d Conv or pool."""
-        if _attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        if _attr(node, "auto_pad", "NOTSET") != "NOTSET":
             raise self.unsupported("auto_pad (give explicit pads)")
         pads = tuple(int(v) for v in _attr(node, "pads", [0, 0, 0, 0]))
         return (tuple(int(v) for v in _attr(node, "strides", [1, 1])), pads,
@@ -178,8 +178,8 @@ class CnnWalk:
         out_shape = self.blocked_shape(b.shapes.shapes[final])
         variants = self.winograd_variants(in_shape, out_shape, make) if winograd else []
         variants += _row_block_variants(out_shape[3], make, None if depthwise else b.consts[w_name].shape, x_in != x)
-        b.kernel(label, ("depthwise" if depthwise else "conv", stride, padding, dilation, has_bias, winograd,
-                         structure), inputs, out, make,
+        key = _conv_key(depthwise, stride, padding, dilation, has_bias, winograd, structure)
+        b.kernel(label, key, inputs, out, make,
                  out_shape=out_shape, derived_output=True, own_inputs=len(externals), variants=variants)
         self.blocked[final] = out
 
@@ -192,12 +192,7 @@ class CnnWalk:
         shape = b.shapes.shapes.get(node.input[0])
         if w is None or w.ndim != 4 or (bias is not None and bias not in b.consts) or shape is None or len(shape) != 4:
             return False
-        kernel = list(w.shape[2:])
-        return (list(_attr(node, "strides", None) or [1, 1]) == kernel and int(_attr(node, "group", 1)) == 1
-                and list(_attr(node, "pads", None) or [0] * 4) == [0] * 4 and not _attr(node, "output_shape", None)
-                and list(_attr(node, "dilations", None) or [1, 1]) == [1, 1]
-                and list(_attr(node, "output_padding", None) or [0, 0]) == [0, 0]
-                and _attr(node, "auto_pad", b"NOTSET") in (b"NOTSET", "NOTSET")
+        return (conv_transpose_attrs(node) == (tuple(w.shape[2:]), (1, 1), (0, 0, 0, 0), (0, 0), 1)
                 and w.shape[0] % self.block == 0 and w.shape[1] % self.block == 0
                 and b.dtype(self.blocked.get(node.input[0], node.input[0])) == "float32")
 
@@ -223,7 +218,7 @@ class CnnWalk:
                                   row_block=row_block)
         n, _, h, w, _ = b.shape(x_in)
         tiles = b.fresh(node.output[0] + ".taps")
-        b.kernel(label, ("conv", (1, 1), (0, 0, 0, 0), (1, 1), has_bias, False, ()), inputs, tiles, make,
+        b.kernel(label, _conv_key(False, (1, 1), (0, 0, 0, 0), (1, 1), has_bias, False, ()), inputs, tiles, make,
                  out_shape=(n, S.dim(kh * kw * oc // self.block), h, w, S.dim(self.block)), derived_output=True,
                  variants=_row_block_variants(w, make, b.consts[inputs[1]].shape, True))
         out = b.fresh(node.output[0] + ".blocked")
@@ -237,12 +232,9 @@ class CnnWalk:
         the blocked value: output pixel (y, x) reads (y // sh, x // sw), which is what ONNX's
         asymmetric/floor and half-pixel/round modes pick at a whole factor."""
         b = self.b
-        mode = _attr(node, "mode", b"nearest")
-        mode = mode.decode() if isinstance(mode, bytes) else mode
-        transform = _attr(node, "coordinate_transformation_mode", b"half_pixel")
-        transform = transform.decode() if isinstance(transform, bytes) else transform
-        rounding = _attr(node, "nearest_mode", b"round_prefer_floor")
-        rounding = rounding.decode() if isinstance(rounding, bytes) else rounding
+        mode = _attr(node, "mode", "nearest")
+        transform = _attr(node, "coordinate_transformation_mode", "half_pixel")
+        rounding = _attr(node, "nearest_mode", "round_prefer_floor")
         scales = b.consts.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
         whole = scales is not None and scales.size == 4 and list(scales[:2]) == [1, 1] and \
             all(float(v).is_integer() and v >= 1 for v in scales[2:])
@@ -332,8 +324,8 @@ class CnnWalk:
         if node.op_type == "Concat":        # the parts' maps: one size, proven or checked at run time
             first = b.shapes.shapes[node.input[0]]
             for i in node.input[1:]:
-                for d, g in zip(b.shapes.shapes[i][::2] + b.shapes.shapes[i][3:], first[::2] + first[3:]):
-                    if not b.assume_equal(d, g, i):
+                for q in (0, 2, 3):         # N, H, W
+                    if not b.assume_equal(b.shapes.shapes[i][q], first[q], i):
                         raise self.unsupported(f"a Concat of maps of sizes {_show(b.shapes.shapes[i])} and "
                                                f"{_show(first)}")
         members = self.epilogue(k, node, fold_batch_norm=False)
@@ -407,6 +399,12 @@ def _blocked_concat(parts, counts):
             value = if_then_else(cb >= start, part[nn, cb - start, y, x, ci], value)
         return value
     return compute((n, sum(counts), h, w, b), body, name="concat", tag="injective")
+
+
+def _conv_key(depthwise: bool, stride, padding, dilation, has_bias: bool, winograd: bool, structure) -> tuple:
+    """A blocked conv kernel's structural key: an up-convolution's 1x1 conv and a plain one share
+    their kernel where these (and the argument shapes) agree."""
+    return ("depthwise" if depthwise else "conv", stride, padding, dilation, has_bias, winograd, structure)
 
 
 def _blocked_depth_to_space(Z, kh: int, kw: int, out_blocks: int):

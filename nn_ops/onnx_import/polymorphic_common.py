@@ -70,8 +70,20 @@ def _show(shape) -> str:
 
 
 def _attr(node, name, default):
+    """Attribute ``name`` of ``node`` (a string one as ``str``), else ``default``."""
     from onnx import helper
     for a in node.attribute:
         if a.name == name:
-            return helper.get_attribute_value(a)
+            value = helper.get_attribute_value(a)
+            return value.decode() if isinstance(value, bytes) else value
     return default
+
+
+def conv_transpose_attrs(node):
+    """(stride, dilation, pads as top, left, bottom, right, output padding, groups) of a 2-d
+    ConvTranspose, or None where its output_shape or auto_pad would decide the padding."""
+    if _attr(node, "output_shape", None) or _attr(node, "auto_pad", "NOTSET") != "NOTSET":
+        return None
+    return (tuple(_attr(node, "strides", None) or (1, 1)), tuple(_attr(node, "dilations", None) or (1, 1)),
+            tuple(_attr(node, "pads", None) or (0, 0, 0, 0)), tuple(_attr(node, "output_padding", None) or (0, 0)),
+            int(_attr(node, "group", 1)))

@@ -13,6 +13,11 @@ from .onnx_builder import OnnxBuilder
 MAX_POSITIONS = 1024    # GPT-2's position table and causal-mask buffer
 
 
+def _size(value, symbol: str):
+    """An input axis: ``value``, or the symbol ``symbol`` where it is None (a dynamic axis)."""
+    return symbol if value is None else value
+
+
 def _attention(b: OnnxBuilder, x, tokens, hidden: int, heads: int, mask=None):
     """Multi-head self-attention as timm / HF export it: one fused qkv Linear, Reshape to
     (batch, tokens, 3, heads, dh), Transpose to (3, batch, heads, tokens, dh), Gather q, k, v,
@@ -72,7 +77,7 @@ def vit_tiny(batch: int = 1, size: int = 224, patch: int = 16, hidden: int = 192
         y = b.matmul_add(b.gelu(b.matmul_add(b.layer_norm(x, hidden, eps=1e-6), hidden, mlp)), mlp, hidden)
         x = b.node("Add", [x, y])
     x = b.node("Gather", [b.layer_norm(x, hidden, eps=1e-6), b.const(0, np.int64)], axis=1)
-    batch_dim = "batch" if batch is None else batch
+    batch_dim = _size(batch, "batch")
     return b.model((batch_dim, 3, size, size), b.gemm(x, hidden, classes), (batch_dim, classes), name="vit_tiny")
 
 
@@ -86,6 +91,8 @@ def gpt2(batch: int = 1, seq: int = 128, vocab: int = 50257, hidden: int = 768, 
     / ``seq=None`` leave the batch / length symbolic (``"batch"``, ``"seq"``), as an export with dynamic
     axes does: then the positions are a Range to the length and the mask a Slice of a
     ``MAX_POSITIONS``-square buffer."""
+    if seq is None and mask == "add":
+        raise ValueError("gpt2(seq=None) takes mask='where' (the buffer sliced to the length), not 'add'")
     b = OnnxBuilder(seed, opset=17)
     wte = b.init("wte", b.weight((vocab, hidden), 0.02))
     x = b.node("Gather", [wte, "input"], axis=0)
@@ -104,8 +111,8 @@ def gpt2(batch: int = 1, seq: int = 128, vocab: int = 50257, hidden: int = 768, 
         x = b.node("Add", [x, y])
     x = b.layer_norm(x, hidden, eps=1e-5)
     logits = b.node("MatMul", [x, b.node("Transpose", [wte], perm=[1, 0])])
-    batch_dim = "batch" if batch is None else batch
-    seq_dim = "seq" if seq is None else seq
+    batch_dim = _size(batch, "batch")
+    seq_dim = _size(seq, "seq")
     return b.model((batch_dim, seq_dim), logits, (batch_dim, seq_dim, vocab), name="gpt2", input_dtype=np.int64)
 
 
@@ -127,5 +134,5 @@ def mlp_mixer(batch: int = 1, size: int = 224, patch: int = 16, hidden: int = 51
                          channels_mlp, hidden)
         x = b.node("Add", [x, y])
     x = b.node("ReduceMean", [b.layer_norm(x, hidden, eps=1e-6)], axes=[1], keepdims=0)
-    batch_dim = "batch" if batch is None else batch
+    batch_dim = _size(batch, "batch")
     return b.model((batch_dim, 3, size, size), b.gemm(x, hidden, classes), (batch_dim, classes), name="mlp_mixer")

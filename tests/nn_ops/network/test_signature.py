@@ -66,3 +66,18 @@ def test_a_derived_input_size_is_checked_after_the_symbols():
     assert sig.bind({"a": np.zeros((1, 3), np.float32), "b": np.zeros((1, 6), np.float32)}) == {"N": 1, "seq": 3}
     with pytest.raises(lw.ArgumentError, match=r"input 'b' dimension 1 must be 2\*seq = 6 \(seq = 3\), got 7"):
         sig.bind({"a": np.zeros((1, 3), np.float32), "b": np.zeros((1, 7), np.float32)})
+
+
+def test_a_binding_that_passed_is_not_checked_again_and_a_bad_one_always_is(signature, monkeypatch):
+    """The checks are exact sympy arithmetic, per run: a binding that passed recently skips them."""
+    calls = []
+    holds = RuntimeCheck.holds
+    monkeypatch.setattr(RuntimeCheck, "holds", lambda self, b: calls.append(b) or holds(self, b))
+    good, bad = {"N": 2, "seq": 5, "seq_k": 5}, {"N": 2, "seq": 5, "seq_k": 3}
+    signature.check(good)
+    signature.check(good)
+    assert len(calls) == 1
+    for _ in range(2):
+        with pytest.raises(lw.ArgumentError, match="seq and seq_k"):
+            signature.check(bad)
+    assert len(calls) == 3
