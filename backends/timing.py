@@ -38,12 +38,20 @@ def _per_call(fn: Callable[[], object], inner: int) -> float:
     return (time.perf_counter() - t0) / inner
 
 
+def calls_per_sample(fn: Callable[[], object], min_seconds: float) -> int:
+    """Calls of ``fn`` that take about ``min_seconds``, from the fastest of three single calls.  The
+    first call after a peer's is cold (its data evicted, its pool asleep): counted from that one
+    alone, a 0.09 ms blur whose cold call took 0.5 ms got 40 calls (4 ms samples instead of 20), and
+    the cold start weighed on every sample (tuned/untuned read 4.2 against 5.2 with long samples)."""
+    return max(1, int(min_seconds / max(min(_per_call(fn, 1) for _ in range(3)), 1e-7)))
+
+
 def interleaved(ours: Callable[[], object], theirs: Callable[[], object], pairs: int = 15,
                 min_seconds: float = 0.02, pause: float = 0.3) -> Comparison:
     """Time ``ours`` and ``theirs`` alternately; ``ratio`` = median(theirs / ours)."""
     ours()
     theirs()
-    inner = max(1, int(min_seconds / max(_per_call(ours, 1), 1e-7)))
+    inner = calls_per_sample(ours, min_seconds)
     ours_t, theirs_t, ratios = [], [], []
     for _ in range(pairs):
         a = _per_call(ours, inner)

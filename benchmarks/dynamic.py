@@ -53,6 +53,8 @@ import loopweave as lw
 from loopweave.nn_ops.testing import model_zoo
 from loopweave.nn_ops.testing.onnxruntime_peer import onnxruntime_session
 
+from loopweave.backends.timing import _per_call, calls_per_sample
+
 from .compare import set_threads
 
 BATCHES = (1, 4)
@@ -117,13 +119,6 @@ def compile_times(model_kwargs: dict, static_shape=STATIC_SHAPE):
     return poly, static, load
 
 
-def _per_call(fn: Callable[[], object], inner: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(inner):
-        fn()
-    return (time.perf_counter() - t0) / inner
-
-
 def interleaved_rounds(ours: Callable[[], object], peers: Sequence[Callable[[], object]], pairs: int = 15,
                        min_seconds: float = 0.02, pause: float = 0.3) -> Dict[str, object]:
     """``compare.interleaved`` for one system against several peers in the same rounds.
@@ -134,7 +129,7 @@ def interleaved_rounds(ours: Callable[[], object], peers: Sequence[Callable[[], 
     ours()
     for peer in peers:
         peer()
-    inner = max(1, int(min_seconds / max(_per_call(ours, 1), 1e-7)))
+    inner = calls_per_sample(ours, min_seconds)
     ours_t: List[float] = []
     peers_t: List[List[float]] = [[] for _ in peers]
     ratios: List[List[float]] = [[] for _ in peers]
