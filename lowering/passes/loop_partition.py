@@ -32,8 +32,8 @@ from ...dsl.expr import Compare, Const, Expr, Logical, binary, const
 from ...dsl.visitor import Mutator, collect_vars, post_order_visit
 from ...errors import InternalError
 from ..accesses import negate
-from ..ir import For, IfThenElse, seq
-from ..isl_adapter import IslNames, affine, condition, make_set, negated_condition, pw_aff_to_expr
+from ..ir import NOOP, For, IfThenElse, seq
+from ..isl_adapter import IslNames, affine, condition, equals, make_set, negated_condition, pw_aff_to_expr
 
 
 MAX_ISL_OPERATIONS = 1_000_000  # ~0.1 s of isl work for one loop; see _Partition._main_range
@@ -94,12 +94,17 @@ def _collect_guards(loop: For) -> List[_Guard]:
 
 
 class _ReplaceAtoms(Mutator):
-    def __init__(self, atoms):
-        self.atoms = atoms
+    """The guards' ``atoms`` decided: dropped from their conditions (``holds``), or (not ``holds``)
+    their ifs reduced to the else branch, or to nothing."""
+
+    def __init__(self, atoms, holds: bool = True):
+        self.atoms, self.holds = atoms, holds
 
     def visit_IfThenElse(self, node):
         parts = _atoms(node.condition)
         kept = [p for p in parts if not any(p is a for a in self.atoms)]
+        if not self.holds and len(kept) < len(parts):
+            return NOOP if node.else_case is None else self.visit(node.else_case)
         then_case = self.visit(node.then_case)
         else_case = None if node.else_case is None else self.visit(node.else_case)
         if len(kept) == len(parts) and then_case is node.then_case and else_case is node.else_case:
@@ -185,16 +190,19 @@ class _Partition(Mutator):
         split = self._main_range(node, guards)
         if split is None:
             return self._descend(node)
-        lo, hi, always, atoms, decide = split
+        lo, hi, always, atoms, decide, fails_outside = split
         main_body = decide(_ReplaceAtoms(atoms).visit(node.body))
         if always:
             return self._descend(For(node.var, node.min, node.extent, node.kind, main_body, node.annotations))
+        # outside the main range a lone guard of the loop's own variable fails at every iteration: the
+        # tail's ifs go (a symbolic tail tile then runs its n - 8*jo columns, not 8 guards)
+        rest = _ReplaceAtoms(atoms, holds=False).visit(node.body) if fails_outside else node.body
         end = binary("add", node.min, node.extent)
-        prefix = For(node.var, node.min, binary("sub", lo, node.min), node.kind, node.body, node.annotations)
+        prefix = For(node.var, node.min, binary("sub", lo, node.min), node.kind, rest, node.annotations)
         main = For(node.var, lo, binary("add", binary("sub", hi, lo), const(1)), node.kind, main_body,
                    node.annotations)
         suffix = For(node.var, binary("add", hi, const(1)), binary("sub", end, binary("add", hi, const(1))),
-                     node.kind, node.body, node.annotations)
+                     node.kind, rest, node.annotations)
         parts = [self._descend(p) for p in (prefix, main, suffix)
                  if not (isinstance(p.extent, Const) and p.extent.value <= 0)]
         return seq(*parts)
@@ -224,11 +232,7 @@ class _Partition(Mutator):
     def _main_range_isl(self, loop: For, guards: List[_Guard]):
         names = IslNames()
         v = names(loop.var)
-        outer_cons = []
-        for l in self.outer:
-            lo, ext = affine(l.min, names), affine(l.extent, names)
-            if lo is not None and ext is not None:
-                outer_cons.append(f"{lo} <= {names(l.var)} < {lo} + {ext}")
+        outer_cons = [c for c in (_range_constraint(l, k, names) for k, l in enumerate(self.outer)) if c]
         lo_t, ext_t = affine(loop.min, names), affine(loop.extent, names)
         if lo_t is None or ext_t is None:
             return None
@@ -274,9 +278,12 @@ class _Partition(Mutator):
             finally:
                 ctx.set_max_operations(0)
         if good.is_equal(domain):
-            return const(0), const(0), True, atoms, decide
+            return const(0), const(0), True, atoms, decide, False
         if good.is_empty():
             return None
+        # one guard, no loop between it and this one, and the main range all of the good set: every
+        # iteration outside it fails the guard
+        fails_outside = len(usable) == 1 and not usable[0].inner_loops and good.n_basic_set() == 1
         params_ctx = domain.params()
         # the main range must be one interval: every v between lo and hi is good.  One convex piece
         # after coalescing is; of several, the one that holds for every size (``decide`` then works
@@ -293,7 +300,24 @@ class _Partition(Mutator):
         lo_e, hi_e = pw_aff_to_expr(lo_pw, names), pw_aff_to_expr(hi_pw, names)
         if len(lo_pw.get_pieces()) > 2 or len(hi_pw.get_pieces()) > 2:
             return None
-        return lo_e, hi_e, False, atoms, decide
+        return lo_e, hi_e, False, atoms, decide, fails_outside
+
+
+def _range_constraint(loop: For, k: int, names: IslNames):
+    """isl text for ``loop``'s range of its variable, or None.  A bound with a select in it (the tail
+    tiles of a shifted split under a symbolic extent start at ``select(n <= 31, -1, n // 32 - 1) + 1``)
+    becomes a disjunction through existential bounds: without it, a tail tile's guard (``32*jo + ji <
+    n``) had no main range (``jo`` unconstrained), and its loop kept a guard per element: a 1 x 1
+    attention score ran its 8 x 32 epilogue tile, 256 guards, per head."""
+    lo, ext = affine(loop.min, names), affine(loop.extent, names)
+    var = names(loop.var)
+    if lo is not None and ext is not None:
+        return f"{lo} <= {var} < {lo} + {ext}"
+    lo_c = equals(f"lo{k}_", loop.min, names)
+    end_c = equals(f"end{k}_", binary("add", loop.min, loop.extent), names)
+    if lo_c is None or end_c is None:
+        return None
+    return f"exists (lo{k}_, end{k}_ : ({lo_c}) and ({end_c}) and lo{k}_ <= {var} < end{k}_)"
 
 
 def _unconditional_piece(good: isl.Set, params: isl.Set):
