@@ -109,11 +109,36 @@ def test_dense_layers_without_panels_keep_a_few_rows_variant_picked_per_binding(
     assert len(dense) == 2 * 6
     assert all(len(c.variants) == 1 and c.variants[0].at_most == polymorphic.FEW_ROWS for c in dense)
     assert all(c.variants[0].module.name.endswith("few_rows") and c.variants[0].module is not c.module for c in dense)
-    assert not any(c.variants for c in exe.calls if c not in dense)
+    assert all(v.module.name.endswith("seq_1") for c in exe.calls if c not in dense for v in c.variants)
     for c in dense:         # the blocked kernel packs the weight's panels per call, the streaming one reads it in place
         assert "in1.local = allocate(" in c.module.get_source("lowered")
         assert "in1.local" not in c.variants[0].module.get_source("lowered")
     _check_bindings(model, exe, dense, few_rows=lambda rows: rows <= polymorphic.FEW_ROWS)
+
+
+def test_attention_kernels_have_a_constant_kernel_for_one_token(encoder):
+    """The attention products, the softmax and the key transpose (seq among their last two sizes,
+    not the first) each have a kernel built with seq = 1, taken only there: no size argument for
+    seq, no partial register tiles.  Results at seq 1 and 2 match onnxruntime and the kernels' own
+    calls (run_each); the dense layers keep their row variants and nothing else."""
+    model, exe = encoder
+    op_of = {n.name: n.op_type for n in model.graph.node}
+    units = [c for c in exe.calls if any(v.module.name.endswith("seq_1") for v in c.variants)]
+    kinds = sorted({op_of[c.node] for c in units})
+    assert kinds == ["MatMul", "Softmax", "Transpose"], kinds
+    assert sum(op_of[c.node] == "MatMul" for c in units) == 2 * 2          # Q.K^T and P.V per layer
+    for c in units:
+        (unit,) = [v for v in c.variants if v.module.name.endswith("seq_1")]
+        assert unit.at_most == 1 and str(unit.rows) == "seq"
+        assert "seq" in {str(d) for d in c.sizes.values()}
+        assert c.module_at({"batch": 3, "seq": 1}) is unit.module
+        assert c.module_at({"batch": 3, "seq": 2}) is c.module
+        assert len(unit.module.size_names) < len(c.module.size_names)       # seq is not an argument
+    for batch, seq in ((3, 1), (1, 1), (3, 2)):
+        x = np.random.default_rng(seq).standard_normal((batch, seq, 64)).astype(np.float32)
+        got = exe.run({"input": x})[0]
+        np.testing.assert_allclose(got, _ort(model, {"input": x})[0], rtol=1e-3, atol=1e-3)
+        np.testing.assert_array_equal(got, exe.run_each({"input": x})[0])
 
 
 def test_arena_grows_for_a_larger_binding_and_is_reused_after(encoder):
@@ -167,11 +192,11 @@ def test_save_and_load_keep_the_polymorphic_executable_without_compiling(encoder
     assert [len(c.variants) for c in loaded.calls] == [len(c.variants) for c in exe.calls]
     kinds = {v.module.name.rsplit("_", 2)[-2] + "_" + v.module.name.rsplit("_", 1)[-1]
              for c in loaded.calls for v in c.variants}
-    assert kinds == ({"few_rows"} if dense == "few-rows variants" else {"one_row"})
+    assert kinds == ({"few_rows", "seq_1"} if dense == "few-rows variants" else {"one_row", "seq_1"})
     assert sorted((n, a.shape) for n, a in loaded.constants.items()) == \
         sorted((n, a.shape) for n, a in exe.constants.items())
     few = {"batch": 1, "seq": 1}
-    assert all(c.module_at(few).name.endswith(("few_rows", "one_row")) for c in loaded.calls if c.variants)
+    assert all(c.module_at(few).name.endswith(("few_rows", "one_row", "seq_1")) for c in loaded.calls if c.variants)
     for batch, seq in ((1, 1), (3, 11), (2, 8)):           # few-rows variants, blocked kernels, few again
         x = np.random.default_rng(seq).standard_normal((batch, seq, 64)).astype(np.float32)
         np.testing.assert_allclose(loaded.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-3, atol=1e-3)
