@@ -138,6 +138,21 @@ def equals(var: str, e: Expr, names: IslNames) -> Optional[str]:
     return None
 
 
+def range_constraint(var: Var, lo: Expr, extent: Expr, tag: str, names: IslNames) -> Optional[str]:
+    """isl text for ``lo <= var < lo + extent`` (a loop's range), or None.  A bound with a select in
+    it (the tail tiles of a shifted split under a symbolic extent start at ``select(n <= 31, -1,
+    n // 32 - 1) + 1``) becomes a disjunction through existential bounds named after ``tag``."""
+    lo_t, ext_t = affine(lo, names), affine(extent, names)
+    v = names(var)
+    if lo_t is not None and ext_t is not None:
+        return f"{lo_t} <= {v} < {lo_t} + {ext_t}"
+    lo_c = equals(f"lo{tag}_", lo, names)
+    end_c = equals(f"end{tag}_", binary("add", lo, extent), names)
+    if lo_c is None or end_c is None:
+        return None
+    return f"exists (lo{tag}_, end{tag}_ : ({lo_c}) and ({end_c}) and lo{tag}_ <= {v} < end{tag}_)"
+
+
 def _split_select(e: Expr):
     """(c, e with its first select taken as true, as false) for a select inside integer
     arithmetic (``select(c, a, b) + j``), or None."""

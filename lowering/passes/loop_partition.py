@@ -33,7 +33,8 @@ from ...dsl.visitor import Mutator, collect_vars, post_order_visit
 from ...errors import InternalError
 from ..accesses import negate
 from ..ir import NOOP, For, IfThenElse, seq
-from ..isl_adapter import IslNames, affine, condition, equals, make_set, negated_condition, pw_aff_to_expr
+from ..isl_adapter import (IslNames, affine, condition, make_set, negated_condition, pw_aff_to_expr,
+                           range_constraint)
 
 
 MAX_ISL_OPERATIONS = 1_000_000  # ~0.1 s of isl work for one loop; see _Partition._main_range
@@ -232,7 +233,11 @@ class _Partition(Mutator):
     def _main_range_isl(self, loop: For, guards: List[_Guard]):
         names = IslNames()
         v = names(loop.var)
-        outer_cons = [c for c in (_range_constraint(l, k, names) for k, l in enumerate(self.outer)) if c]
+        # an outer loop's bounds may hold a select: without its range, a tail tile's guard (``32*jo + ji <
+        # n``) had no main range (``jo`` unconstrained), and its loop kept a guard per element (a 1 x 1
+        # attention score ran its 8 x 32 epilogue tile, 256 guards, per head)
+        outer_cons = [c for c in (range_constraint(l.var, l.min, l.extent, str(k), names)
+                                  for k, l in enumerate(self.outer)) if c]
         lo_t, ext_t = affine(loop.min, names), affine(loop.extent, names)
         if lo_t is None or ext_t is None:
             return None
@@ -301,23 +306,6 @@ class _Partition(Mutator):
         if len(lo_pw.get_pieces()) > 2 or len(hi_pw.get_pieces()) > 2:
             return None
         return lo_e, hi_e, False, atoms, decide, fails_outside
-
-
-def _range_constraint(loop: For, k: int, names: IslNames):
-    """isl text for ``loop``'s range of its variable, or None.  A bound with a select in it (the tail
-    tiles of a shifted split under a symbolic extent start at ``select(n <= 31, -1, n // 32 - 1) + 1``)
-    becomes a disjunction through existential bounds: without it, a tail tile's guard (``32*jo + ji <
-    n``) had no main range (``jo`` unconstrained), and its loop kept a guard per element: a 1 x 1
-    attention score ran its 8 x 32 epilogue tile, 256 guards, per head."""
-    lo, ext = affine(loop.min, names), affine(loop.extent, names)
-    var = names(loop.var)
-    if lo is not None and ext is not None:
-        return f"{lo} <= {var} < {lo} + {ext}"
-    lo_c = equals(f"lo{k}_", loop.min, names)
-    end_c = equals(f"end{k}_", binary("add", loop.min, loop.extent), names)
-    if lo_c is None or end_c is None:
-        return None
-    return f"exists (lo{k}_, end{k}_ : ({lo_c}) and ({end_c}) and lo{k}_ <= {var} < end{k}_)"
 
 
 def _unconditional_piece(good: isl.Set, params: isl.Set):
