@@ -118,8 +118,13 @@ class CnnWalk:
         if weight.ndim != 4:
             raise self.unsupported("non-2-d convolutions")
         depthwise = groups > 1 and groups == weight.shape[0] and weight.shape[1] == 1
-        if groups != 1 and not depthwise:
-            raise self.unsupported(f"grouped convolutions ({groups} groups; depthwise and dense ones are covered)")
+        # other groups: whole channel blocks per group, in and out (ResNeXt's 32 x 4, 128-channel ones are not)
+        grouped = 1 if groups == 1 or depthwise else groups
+        if grouped != 1 and (weight.shape[1] % self.block or (weight.shape[0] // groups) % self.block
+                             or weight.shape[0] % groups):
+            raise self.unsupported(f"a grouped convolution whose {groups} groups are not whole blocks of "
+                                   f"{self.block} channels ({weight.shape[1]} in, {weight.shape[0] // groups} out "
+                                   f"per group); depthwise and dense ones are covered")
         if b.dtype(self.blocked.get(x, x)) != "float32":
             raise self.unsupported(f"a Conv of {b.dtype(x)} values (float32 only)")
         oc, c = weight.shape[0], weight.shape[1] * groups
@@ -128,7 +133,7 @@ class CnnWalk:
             raise self.unsupported("a Conv whose bias is computed")
         bias = None if bias_name is None else b.consts[bias_name].astype(np.float32)
         stride, padding, dilation = self.window(node)
-        if depthwise or x in self.blocked or (c >= TO_BLOCKED_MIN_CHANNELS and c % self.block == 0):
+        if depthwise or grouped != 1 or x in self.blocked or (c >= TO_BLOCKED_MIN_CHANNELS and c % self.block == 0):
             x_in, cb = self.blocked_input(x, "a Conv"), self.block
         else:
             x_in, cb = x, _divisor_at_most(c, 8)                 # read as it lies (a stem's 3 channels)
@@ -139,14 +144,15 @@ class CnnWalk:
         b.done.update(id(m) for m in members)
         # zeros for the channels that pad the output (and, for a padded input, the input) to whole blocks
         c_pad = int(b.shape(x_in)[1]) * cb if x_in != x else c
-        weight = _zero_padded(_zero_padded(weight, self.padded_channels(oc), 0), c_pad if not depthwise else 1, 1)
+        weight = _zero_padded(_zero_padded(weight, self.padded_channels(oc), 0),
+                              1 if depthwise else c_pad // grouped, 1)
         bias = None if bias is None else _zero_padded(bias, self.padded_channels(oc), 0)
         w_name = b.fresh(w + ".blocked")
         b.consts[w_name] = pack_depthwise_weight(weight, self.block) if depthwise else \
             pack_blocked_weight(weight, self.block, cb)
         inputs = [x_in, w_name]
         in_shape = b.shape(x_in)
-        winograd = (not depthwise and x_in != x and weight.shape[2:] == (3, 3) and stride == (1, 1) and dilation == (1, 1)
+        winograd = (not depthwise and grouped == 1 and x_in != x and weight.shape[2:] == (3, 3) and stride == (1, 1) and dilation == (1, 1)
                     and padding == (1, 1, 1, 1) and min(c, oc) >= 16 and b.target.kind == "llvm"
                     and not (S.is_static(in_shape[2]) and S.is_static(in_shape[3])))
         if winograd:            # every kernel of the call takes the transformed weight too (one argument list)
@@ -172,13 +178,13 @@ class CnnWalk:
                                       row_block=row_block)
             else:
                 Y = conv2d_blocked(X, Wp, B, stride=stride, padding=padding, dilation=dilation, name="conv",
-                                   row_block=row_block)
+                                   row_block=row_block, groups=grouped)
             return _with_epilogue(Y, steps, anchor_names, externals, b)
         out = b.fresh(final + ".blocked")
         out_shape = self.blocked_shape(b.shapes.shapes[final])
         variants = self.winograd_variants(in_shape, out_shape, make) if winograd else []
         variants += _row_block_variants(out_shape[3], make, None if depthwise else b.consts[w_name].shape, x_in != x)
-        key = _conv_key(depthwise, stride, padding, dilation, has_bias, winograd, structure)
+        key = _conv_key(depthwise, stride, padding, dilation, has_bias, winograd, structure) + ((grouped,) if grouped != 1 else ())
         b.kernel(label, key, inputs, out, make,
                  out_shape=out_shape, derived_output=True, own_inputs=len(externals), variants=variants)
         self.blocked[final] = out

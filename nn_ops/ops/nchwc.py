@@ -106,10 +106,12 @@ def _with_bias(Y: Tensor, bias, name: str) -> Tensor:
 
 # ------------------------------------------------------------------ convolutions
 def conv2d_blocked(X: Tensor, Wp: Tensor, bias=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
-                   name: str = "conv2d", row_block: int = None) -> Tensor:
+                   name: str = "conv2d", row_block: int = None, groups: int = 1) -> Tensor:
     """Y [N, OC/b, OH, OW, b] = conv(X, W) (+ bias [OC]); X blocked [N, C/cb, H, W, cb] or NCHW.
     ``row_block``: output pixels per register block on a row of symbolic width (the schedule's
-    choice otherwise, ``symbolic_row_block``)."""
+    choice otherwise, ``symbolic_row_block``).  ``groups``: a grouped convolution whose groups are
+    whole channel blocks on both sides (blocked input; the weight packed from [OC, C/groups, KH,
+    KW]): output block ``ob`` reads the input blocks of its group only."""
     xs = _blocked_dims(X, "conv2d_blocked", (1, 4) if X.ndim == 5 else (1,))
     ob_n, cob_n, kh, kw, cb, b = static_shape(Wp)
     blocked_in = len(xs) == 5
@@ -120,8 +122,12 @@ def conv2d_blocked(X: Tensor, Wp: Tensor, bias=None, stride=(1, 1), padding=(0, 
         c = xcb * xb
     else:
         n, c, h, w = xs
-    if c != cob_n * cb:
-        raise ExprError(f"conv2d_blocked: the input has {c} channels, the weight {cob_n * cb}")
+    if groups != 1 and not (blocked_in and ob_n % groups == 0 and (c // cb) % groups == 0):
+        raise ExprError(f"conv2d_blocked: {groups} groups need a blocked input and whole channel blocks per group "
+                        f"({c // cb if blocked_in else c} input, {ob_n} output blocks)")
+    if c != cob_n * cb * groups:
+        raise ExprError(f"conv2d_blocked: the input has {c} channels, the weight {cob_n * cb * groups}"
+                        + (f" ({groups} groups)" if groups != 1 else ""))
     sh, sw = stride
     dh, dw = dilation
     oh, ow = _output_hw(h, w, (kh, kw), stride, padding, dilation)
@@ -131,16 +137,19 @@ def conv2d_blocked(X: Tensor, Wp: Tensor, bias=None, stride=(1, 1), padding=(0, 
     rx = reduce_axis((0, kw), name="rx")
     rci = reduce_axis((0, cb), name="rci")
 
-    def read(nn, yy, xx):
+    def read(nn, ob, yy, xx):
         if blocked_in:
-            return Xp[nn, rco, yy * sh + ry * dh, xx * sw + rx * dw, rci]
+            block = rco if groups == 1 else ob // (ob_n // groups) * cob_n + rco
+            return Xp[nn, block, yy * sh + ry * dh, xx * sw + rx * dw, rci]
         return Xp[nn, rco * cb + rci, yy * sh + ry * dh, xx * sw + rx * dw]
 
     attrs = dict(kernel=(kh, kw), stride=(sh, sw), block=b, blocked_input=blocked_in)
     if row_block is not None:
         attrs["row_block"] = int(row_block)
+    if groups != 1:
+        attrs["groups"] = int(groups)
     Y = compute((n, ob_n, oh, ow, b),
-                lambda nn, ob, yy, xx, oi: lw_sum(read(nn, yy, xx) * Wp[ob, rco, ry, rx, rci, oi],
+                lambda nn, ob, yy, xx, oi: lw_sum(read(nn, ob, yy, xx) * Wp[ob, rco, ry, rx, rci, oi],
                                                   axis=[rco, ry, rx, rci]),
                 name=name, tag="conv2d_blocked", attrs=attrs)
     return _with_bias(Y, bias, name)

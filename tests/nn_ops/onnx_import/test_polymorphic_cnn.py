@@ -188,6 +188,22 @@ def test_padded_channels_end_an_epilogue_before_a_division_by_a_computed_value()
         _check(model, exe, (2, 3, 9, 11))
 
 
+def test_grouped_convs_of_whole_channel_blocks_compile_once():
+    """Groups of 16-channel blocks (2 x 16 -> 2 x 32 at 3x3, 4 x 16 at 1x1 with a ReLU and a stride)
+    run as blocked convs that read their group's input blocks only; one compile, every size."""
+    b = OnnxBuilder(0)
+    x = b.conv("input", 3, 32, 3)
+    x = b.relu(b.conv(x, 32, 64, 3, groups=2, bias=True))
+    x = b.conv(x, 64, 64, 1, stride=2, groups=4)
+    model = b.model(("N", 3, "H", "W"), x, ("N", 64, "H2", "W2"), name="grouped")
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert isinstance(exe, PolymorphicExecutable)
+    names = [c.module.name for c in exe.calls]
+    assert len(names) == 4 and names[-1].startswith("poly_from_blocked"), names     # three convs, then NCHW
+    for shape in ((1, 3, 8, 8), (2, 3, 9, 13), (1, 3, 1, 1)):
+        _check(model, exe, shape)
+
+
 def test_what_the_cnn_path_refuses_is_listed():
     b = OnnxBuilder(0)
     x = b.conv("input", 3, 16, 3)
@@ -197,7 +213,8 @@ def test_what_the_cnn_path_refuses_is_listed():
     with pytest.raises(OnnxImportError, match=r"cannot compile shape-polymorphically yet") as info:
         lw.compile(lw.from_onnx(model), polymorphic=True)
     message = str(info.value)
-    assert "Conv: grouped convolutions (2 groups; depthwise and dense ones are covered)" in message
+    assert ("Conv: a grouped convolution whose 2 groups are not whole blocks of 16 channels (8 in, 16 out per "
+            "group); depthwise and dense ones are covered") in message
     assert "LRN: no shape-polymorphic kernel for this op yet" in message
 
 

@@ -385,3 +385,26 @@ def test_a_register_block_fits_the_vector_registers():
     (task,) = [t for t in kernel_tasks(lw.from_onnx(model)) if t.name.startswith("conv2d_blocked")]
     trace = str(task.default_schedule().trace)
     assert "split(ax1, factor=4)" in trace and "split(ax3, factor=4)" in trace, trace
+
+
+@pytest.mark.parametrize("groups, c, oc, k, stride, pad", [(2, 32, 64, 3, 1, 1), (4, 64, 64, 1, 1, 0),
+                                                           (2, 32, 32, 3, 2, 1)])
+def test_grouped_blocked_conv_matches_numpy(groups, c, oc, k, stride, pad):
+    """Groups of whole channel blocks: each output block reads its own group's input blocks."""
+    rng = np.random.default_rng(groups * c + k)
+    x = rng.standard_normal((1, c, 9, 11)).astype("float32")
+    w = rng.standard_normal((oc, c // groups, k, k)).astype("float32")
+    xb, wp = _blocked(x, 16), nchwc.pack_blocked_weight(w, 16, 16)
+    X, W = lw.placeholder(xb.shape, name="X"), lw.placeholder(wp.shape, name="W")
+    Y = nchwc.conv2d_blocked(X, W, stride=(stride, stride), padding=(pad,) * 4, groups=groups)
+    y = np.empty(_shape(Y), "float32")
+    lw.build(nn_ops.schedule(Y), [X, W, Y])(xb, wp, y)
+    ref = conv2d_ref(x, w, stride, (pad,) * 4, 1, groups)
+    np.testing.assert_allclose(_plain(y), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def test_grouped_blocked_conv_needs_whole_blocks_per_group():
+    X = lw.placeholder((1, 2, 8, 8, 16), name="X")
+    W = lw.placeholder((2, 1, 3, 3, 16, 16), name="W")
+    with pytest.raises(lw.ExprError, match="3 groups need a blocked input and whole channel blocks per group"):
+        nchwc.conv2d_blocked(X, W, groups=3)
