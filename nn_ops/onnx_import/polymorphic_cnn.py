@@ -28,7 +28,7 @@ from typing import Optional
 
 import numpy as np
 
-from ...dsl.expr import binary, const, if_then_else
+from ...dsl.expr import binary, const, if_then_else, select
 from ...dsl.tensor import compute, placeholder
 from ...errors import ExprError
 from ..network import symbolic as S
@@ -234,9 +234,12 @@ class CnnWalk:
         self.blocked[node.output[0]] = out
 
     def resize(self, node, label: str) -> None:
-        """Nearest-neighbour up-sampling by whole factors of a map (a U-Net's ``F.interpolate``), on
-        the blocked value: output pixel (y, x) reads (y // sh, x // sw), which is what ONNX's
-        asymmetric/floor and half-pixel/round modes pick at a whole factor."""
+        """Up-sampling of a map by whole factors given as scales (a U-Net's or an FPN's
+        ``F.interpolate``), on the blocked value.  Nearest: output pixel (y, x) reads (y // sh, x //
+        sw), which is what ONNX's asymmetric/floor and half-pixel/round modes pick at a whole factor.
+        Linear (half-pixel or asymmetric): at a whole factor ``s`` the source coordinate of output row
+        ``y`` is ``y // s`` plus an offset and a weight that depend on ``y % s`` only, so the two taps
+        are ``y // s + fl`` and the next, clamped to the map (as onnxruntime clamps the coordinate)."""
         b = self.b
         mode = _attr(node, "mode", "nearest")
         transform = _attr(node, "coordinate_transformation_mode", "half_pixel")
@@ -246,18 +249,22 @@ class CnnWalk:
             all(float(v).is_integer() and v >= 1 for v in scales[2:])
         picks_floor = (transform == "asymmetric" and rounding == "floor") or \
             (transform in ("half_pixel", "pytorch_half_pixel") and rounding.startswith("round_prefer"))
-        if mode != "nearest" or not whole or not picks_floor:
-            raise self.unsupported(f"Resize other than nearest up-sampling by whole factors given as scales "
-                                   f"(mode {mode!r}, {transform!r}, {rounding!r})")
+        linear = mode == "linear" and transform in ("half_pixel", "pytorch_half_pixel", "asymmetric") and \
+            not _attr(node, "antialias", 0)
+        if not whole or not (mode == "nearest" and picks_floor or linear):
+            raise self.unsupported(f"Resize other than nearest or linear up-sampling by whole factors given as "
+                                   f"scales (mode {mode!r}, {transform!r}, {rounding!r})")
         sh, sw = (int(v) for v in scales[2:])
         x = self.blocked_input(node.input[0], "a Resize")
         out = b.fresh(node.output[0] + ".blocked")
-
-        def make(t, extent):
-            n, cb, h, w, ci = t.shape
-            return compute((n, cb, h * sh, w * sw, ci), lambda nn, c, y, xx, i: t[nn, c, y // sh, xx // sw, i],
-                           name="upsample", tag="injective")
-        b.kernel(label, ("upsample", sh, sw), [x], out, make,
+        if linear:
+            make = _linear_upsample(sh, sw, transform == "asymmetric")
+        else:
+            def make(t, extent):
+                n, cb, h, w, ci = t.shape
+                return compute((n, cb, h * sh, w * sw, ci), lambda nn, c, y, xx, i: t[nn, c, y // sh, xx // sw, i],
+                               name="upsample", tag="injective")
+        b.kernel(label, ("upsample", mode, transform if linear else "", sh, sw), [x], out, make,
                  out_shape=self.blocked_shape(b.shapes.shapes[node.output[0]]), derived_output=True)
         self.blocked[node.output[0]] = out
 
@@ -405,6 +412,48 @@ def _blocked_concat(parts, counts):
             value = if_then_else(cb >= start, part[nn, cb - start, y, x, ci], value)
         return value
     return compute((n, sum(counts), h, w, b), body, name="concat", tag="injective")
+
+
+def _linear_taps(s: int, asymmetric: bool):
+    """For each ``r = y % s`` of a whole factor ``s``: (offset of the first tap from ``y // s``, weight
+    of the second).  Half-pixel: source ``(y + 0.5) / s - 0.5``; asymmetric: ``y / s``."""
+    taps = []
+    for r in range(s):
+        c = r / s if asymmetric else (r + 0.5) / s - 0.5
+        fl = math.floor(c)
+        taps.append((fl, c - fl))
+    return taps
+
+
+def _linear_upsample(sh: int, sw: int, asymmetric: bool):
+    """``make`` of a bilinear up-sampling of a blocked map by whole factors (``resize``'s linear mode)."""
+    def per_axis(v, s, size):
+        """(first tap index, second tap index, second tap's weight) of output coordinate ``v``."""
+        taps = _linear_taps(s, asymmetric)
+        r = v % s
+        offset, weight = const(taps[-1][0], "int64"), const(float(taps[-1][1]), "float32")
+        for k in range(s - 1):        # a select per residue (s is a small whole factor)
+            offset = select(r == k, const(taps[k][0], "int64"), offset)
+            weight = select(r == k, const(float(taps[k][1]), "float32"), weight)
+        first = v // s + offset
+        last = size - 1
+
+        def clamp(i):
+            return binary("min", binary("max", i, const(0, "int64")), last)
+        return clamp(first), clamp(first + 1), weight
+
+    def make(t, extent):
+        n, cb, h, w, ci = t.shape
+
+        def value(nn, c, y, xx, i):
+            y0, y1, fy = per_axis(y, sh, h)
+            x0, x1, fx = per_axis(xx, sw, w)
+            one = const(1.0, "float32")
+            top = t[nn, c, y0, x0, i] * (one - fx) + t[nn, c, y0, x1, i] * fx
+            bottom = t[nn, c, y1, x0, i] * (one - fx) + t[nn, c, y1, x1, i] * fx
+            return top * (one - fy) + bottom * fy
+        return compute((n, cb, h * sh, w * sw, ci), value, name="upsample_linear", tag="injective")
+    return make
 
 
 def _conv_key(depthwise: bool, stride, padding, dilation, has_bias: bool, winograd: bool, structure) -> tuple:
