@@ -121,6 +121,8 @@ class _Builder:
         self.local: Dict[str, tuple] = {}       # values this builder makes up: (shape, dtype[, "input"])
         self.aliases: Dict[object, object] = {}  # sympy size -> the size it is checked equal to at run time
         self.checks: Optional[str] = None        # lw.build's checks= for every kernel
+        # sizes a feed binds directly (``bind`` refuses 0 for them): the ones a kernel may specialise to 1
+        self.fed_symbols = {d for _, dims, _ in shapes.signature.inputs for d in dims if getattr(d, "is_Symbol", False)}
         self.cnn = CnnWalk(self, _Unsupported)
 
     # ---------------------------------------------------------------- the walk
@@ -231,13 +233,15 @@ class _Builder:
                                lambda *parts, extent: concat(parts, axis, name="concat"))
         if op == "Transpose":
             perm = list(node.attribute[0].ints) if node.attribute else list(range(len(self.shape(node.input[0]))))[::-1]
-            make = lambda x, extent: transpose(x, perm, name="transpose")      # noqa: E731
+            def make(x, extent):
+                return transpose(x, perm, name="transpose")
             return self.kernel(label, ("transpose", tuple(perm)), [node.input[0]], node.output[0], make,
                                variants=self.unit_variants(self.shapes.shapes[node.output[0]], make))
         if op == "Softmax":
             axis = _attr(node, "axis", -1)
             x, y = self.as_rows(node.input[0], node.output[0], axis)
-            make = lambda t, extent: softmax(t, -1, name="softmax")              # noqa: E731
+            def make(t, extent):
+                return softmax(t, -1, name="softmax")
             return self.kernel(label, ("softmax",), [x], y, make, out_shape=self.shape(x), then_view=node.output[0],
                                variants=self.unit_variants(self.shape(x), make))
         if op == "LayerNormalization":
@@ -644,10 +648,9 @@ class _Builder:
         "at most 1" is "is 1").  The general kernel's register tiles are partial there, with run-time
         extents: the 1 x 1 attention score ran ~2.5x its static compile, the zoo encoder at 4 x 1
         0.83-0.88x the static one (0.96x with these)."""
-        symbols = {sym for _, dims, _ in self.shapes.signature.inputs for sym in dims if getattr(sym, "is_Symbol", False)}
         units = []
         for d in shape[max(1, len(shape) - 2):]:
-            if d in symbols and d not in units:
+            if d in self.fed_symbols and d not in units:
                 units.append(d)
         return [KernelVariant(d, 1, make, f"{d}=1", f"{d}_1", units=(d,)) for d in units]
 

@@ -184,9 +184,9 @@ class CnnWalk:
         out_shape = self.blocked_shape(b.shapes.shapes[final])
         variants = self.winograd_variants(in_shape, out_shape, make) if winograd else []
         variants += _row_block_variants(out_shape[3], make, None if depthwise else b.consts[w_name].shape, x_in != x)
-        key = _conv_key(depthwise, stride, padding, dilation, has_bias, winograd, structure) + ((grouped,) if grouped != 1 else ())
-        b.kernel(label, key, inputs, out, make,
-                 out_shape=out_shape, derived_output=True, own_inputs=len(externals), variants=variants)
+        key = _conv_key(depthwise, stride, padding, dilation, has_bias, winograd, structure, grouped)
+        b.kernel(label, key, inputs, out, make, out_shape=out_shape, derived_output=True, own_inputs=len(externals),
+                 variants=variants)
         self.blocked[final] = out
 
     def is_up_convolution(self, node) -> bool:
@@ -456,10 +456,13 @@ def _linear_upsample(sh: int, sw: int, asymmetric: bool):
     return make
 
 
-def _conv_key(depthwise: bool, stride, padding, dilation, has_bias: bool, winograd: bool, structure) -> tuple:
+def _conv_key(depthwise: bool, stride, padding, dilation, has_bias: bool, winograd: bool, structure,
+              groups: int = 1) -> tuple:
     """A blocked conv kernel's structural key: an up-convolution's 1x1 conv and a plain one share
-    their kernel where these (and the argument shapes) agree."""
-    return ("depthwise" if depthwise else "conv", stride, padding, dilation, has_bias, winograd, structure)
+    their kernel where these (and the argument shapes) agree.  ``groups`` (of a grouped conv) joins
+    the key only when not 1, so the keys of saved executables' other kernels stay as they were."""
+    key = ("depthwise" if depthwise else "conv", stride, padding, dilation, has_bias, winograd, structure)
+    return key if groups == 1 else key + (groups,)
 
 
 def _blocked_depth_to_space(Z, kh: int, kw: int, out_blocks: int):

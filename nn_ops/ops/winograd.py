@@ -69,9 +69,9 @@ def winograd_pays(kernel, stride, dilation, out_hw, channels: int, out_channels:
 
     Only 3x3, stride 1, undilated (odd maps too: their last tiles are half outside).  Measured on ResNet-18's
     layers (``benchmarks/RESULTS.md``): 1.6-2x faster at 56x56, 28x28 and 14x14.  Smaller
-    maps (12x12 and below; ResNet-18's 7x7 is odd anyway) were not measured and stay with
-    the direct kernel: few tiles per matmul, and the transformed weights are 16/9 of the
-    direct ones' bytes.  Larger maps than 56x56 stay direct too: the transformed input and
+    maps stay with the direct kernel: few tiles per matmul, and the transformed weights are 16/9
+    of the direct ones' bytes (measured on Zen 5 in networks: SqueezeNet's 13x13 layers 1.04-1.08x
+    slower, ResNet-18 with its 7x7 layers as Winograd 0.85x).  Larger maps than 56x56 stay direct too: the transformed input and
     output (16/4 of the map's bytes each) leave the caches, and on U-Net's 64x64 to 256x256
     levels Winograd took 1.2-3x the direct kernel's time (interleaved per-kernel profile,
     Intel Xeon VM, 2 threads, ``MAX_WINOGRAD_PIXELS``).  On CPUs with full-rate 512-bit FMAs
