@@ -19,11 +19,12 @@ from llvmlite import ir
 from ...dsl import dtypes
 from ...dsl.bitwise import NAMES as BITWISE_NAMES
 from ...dsl.expr import Binary, Call, Cast, CheckedIndex, Compare, Const, Expr, Let, Logical, Select, Var
-from ...dsl.visitor import post_order_visit
+from ...dsl.visitor import collect_vars, post_order_visit
 from ...errors import InternalError
 from ...lowering.ir import (Allocate, Broadcast, BufferLoad, BufferStore, Evaluate, For, IfThenElse, LetStmt,
                             PrimFunc, Ramp, Seq)
 from .thread_pool import BODY_TYPE
+from .transpose import row_ramps, transpose_vectors, transposed_loads
 from .vector_math import VECTOR_MATH
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -80,6 +81,7 @@ class FunctionEmitter:
         self.scope = dict(scope)          # id(Var) -> value
         self.buffer_ptrs = dict(buffer_ptrs)  # id(Buffer) -> ptr
         self.masks: List[ir.Value] = []
+        self.transposed: Dict[int, ir.Value] = {}     # id(BufferLoad) -> its value in this iteration
         self.free_at_exit: List[tuple] = []     # (workspace slot, buffer) to give back on return
         # index checks (expr_CheckedIndex): the fast body only ORs failures into ``check_flag``;
         # ``finish`` then runs ``replay`` (the body again, ``reporting``) to find and record the first
@@ -238,9 +240,35 @@ class FunctionEmitter:
         if s.kind == "parallel":
             self.cg.emit_parallel(self, s)
             return
+        loads = transposed_loads(s)
+        if loads and self._emit_transposed(s, loads):
+            return
         lo = self.expr(s.min)
         hi = self.builder.add(lo, self.expr(s.extent))
         self.emit_loop(s.var, lo, hi, s.body, s.kind)
+
+    def _emit_transposed(self, s: For, loads) -> bool:
+        """The loop ``s`` unrolled, its strided ``loads`` read as the columns of their tiles' rows
+        (``transpose.py``); False (nothing emitted) where a row's address uses a value the body defines."""
+        blocks = {id(load): row_ramps(load, s) for load in loads}
+        if any(id(v) not in self.scope for rows in blocks.values() for ramp in rows[0] for v in collect_vars(ramp)):
+            return False
+        columns = {}
+        for load in loads:
+            cols = columns.setdefault(id(load), [])
+            for rows in blocks[id(load)]:
+                cols.extend(transpose_vectors(self.builder, [self.expr(BufferLoad(load.buffer, (r,))) for r in rows]))
+        previous, outer = self.scope.get(id(s.var)), self.transposed
+        for i in range(s.extent.value):
+            self.scope[id(s.var)] = ir.Constant(I64, i)
+            self.transposed = {**outer, **{k: cols[i] for k, cols in columns.items()}}
+            self.stmt(s.body)
+        self.transposed = outer
+        if previous is None:
+            del self.scope[id(s.var)]
+        else:
+            self.scope[id(s.var)] = previous
+        return True
 
     def emit_loop(self, var: Var, lo, hi, body, kind: str):
         b = self.builder
@@ -372,6 +400,8 @@ class FunctionEmitter:
         return self.builder.shuffle_vector(loaded, ir.Constant(wide_t, ir.Undefined), picks)
 
     def expr_BufferLoad(self, e: BufferLoad):
+        if id(e) in self.transposed:
+            return self.transposed[id(e)]
         buf = e.buffer
         base = self.buffer_ptrs[id(buf)]
         elem = memory_type(buf.dtype)

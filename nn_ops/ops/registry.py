@@ -244,14 +244,24 @@ def parallel_planes_and_rows(stage, n, cb, y, inner):
     return fused
 
 
-def _schedule_to_blocked(stage, axes) -> None:
+def _schedule_to_blocked(stage, axes, lanes: int) -> None:
     """``to_blocked`` (NCHW -> NCHW[b]c): (image, channel block, row) in parallel, then tiles of
-    ``TO_BLOCKED_PIXELS`` pixels x the block's channels, both unrolled, which LLVM's SLP vectorizer
-    turns into row loads and in-register transposes.  The generic schedule vectorized the channel
-    axis, a gather from ``b`` planes per vector: 144 channels at 56x56 took 160-195 us, tiled 78-97
-    (Zen 4, 2 threads, interleaved; a plain copy of the same bytes, one thread: 40 us)."""
+    the block's channels x as many pixels, read as ``b`` rows of pixels and transposed in
+    registers (the pragma ``"transpose"``, ``backends/llvm/transpose.py``) where a row has at
+    least ``b`` pixels and ``b`` is the vector width; else tiles of ``TO_BLOCKED_PIXELS`` pixels
+    x the block's channels, both unrolled, which LLVM's SLP vectorizer turns into row loads and
+    shuffles.  The generic schedule vectorized the channel axis, a gather from ``b`` planes per
+    vector: 144 channels at 56x56 took 160-195 us, SLP tiles 78-97 (Zen 4, 2 threads,
+    interleaved; a plain copy of the same bytes, one thread: 40 us)."""
     n, cb, y, x, ci = axes
     width = x.extent.value if isinstance(x.extent, Const) else 0
+    block = ci.extent.value if isinstance(ci.extent, Const) else 0
+    if block == lanes and width >= block:
+        x, xi = stage.split(x, factor=block, tail="shift")
+        parallel_planes_and_rows(stage, n, cb, y, [x, xi, ci])
+        stage.vectorize(ci)
+        stage.pragma(xi, "transpose")
+        return
     inner = [ci]
     loops = [x, ci]
     if width > TO_BLOCKED_PIXELS:
@@ -269,16 +279,26 @@ def _schedule_to_blocked(stage, axes) -> None:
 FROM_BLOCKED_PIXELS, FROM_BLOCKED_WIDE = 4, 64
 
 
-def _schedule_from_blocked(stage, axes, block: int) -> None:
+def _schedule_from_blocked(stage, axes, block: int, lanes: int) -> None:
     """``from_blocked`` (NCHW[b]c -> NCHW, maybe under an epilogue): (image, channel block, row) in
-    parallel, then tiles of a few pixels x the block's channels, channels outer, both unrolled, so
-    each channel's pixels are stored as one short vector (the loads become gathers of one lane from
-    each pixel's vector).  Against one pixel at a time, its ``b`` channels stored one by one (Zen 5,
-    2 threads, interleaved): 16 blocks at 13x13 1.14-1.41x, 4 at 56x56 1.07-1.29x, 8 at 28x28 1.2x
-    (tiles of 4; tiles of 8 lost there, 0.93x), 4 at 112x112 1.25x (tiles of 8; of 4: 1.04-1.08x)."""
+    parallel, then tiles of a few pixels x the block's channels.  Where a row has at least 4
+    pixels: the tile's pixels (up to the vector width) are one vector per channel, read as rows of
+    channels and transposed in registers (the pragma ``"transpose"``,
+    ``backends/llvm/transpose.py``).  Else channels outer and pixels, both unrolled, so each
+    channel's pixels are stored as one short vector (SLP makes the loads gathers of one lane from
+    each pixel's vector); against one pixel at a time, its ``b`` channels stored one by one (Zen 5,
+    2 threads, interleaved): 16 blocks at 13x13 1.14-1.41x, 4 at 56x56 1.07-1.29x, 8 at 28x28
+    1.2x, 4 at 112x112 1.25x."""
     n, c, y, x = axes
     co, ci = stage.split(c, factor=block)
     width = x.extent.value if isinstance(x.extent, Const) else 0
+    pixels = max((p for p in (lanes, 8, 4) if p <= min(width, lanes) and block % p == 0), default=0)
+    if pixels:
+        x, xi = stage.split(x, factor=pixels, tail="shift" if width % pixels else "guard")
+        parallel_planes_and_rows(stage, n, co, y, [x, ci, xi])
+        stage.vectorize(xi)
+        stage.pragma(ci, "transpose")
+        return
     tile = TO_BLOCKED_PIXELS if width >= FROM_BLOCKED_WIDE else FROM_BLOCKED_PIXELS
     inner = [ci]
     if width > tile:
@@ -300,14 +320,14 @@ def schedule_injective(s: Schedule, op: ComputeOp, target) -> None:
     axes = list(stage.leaf_iter_vars)
     if not axes:
         return
+    lanes = target.lanes(op.outputs[0].dtype)
     if op.attrs.get("blocks") and len(axes) == 5 and axes == list(op.axis):
-        _schedule_to_blocked(stage, axes)
+        _schedule_to_blocked(stage, axes, lanes)
         return
     block = _unblocked_source(s, op) if len(axes) == 4 and axes == list(op.axis) else None
     if block:
-        _schedule_from_blocked(stage, axes, block)
+        _schedule_from_blocked(stage, axes, block, lanes)
         return
-    lanes = target.lanes(op.outputs[0].dtype)
     inner = axes[-1]
     if isinstance(inner.extent, Const) and inner.extent.value >= lanes:
         outer, vec = stage.split(inner, factor=lanes)

@@ -350,26 +350,52 @@ def test_depthwise_read_by_another_stage_too_stays_at_root():
     assert nchwc.fused_depthwise(s, Y.op) is None and s[D.op].attach_type == "root"
 
 
-@pytest.mark.parametrize("epilogue,width", [(False, 7), (True, 7), (False, 70)])
-def test_from_blocked_reads_whole_blocks_in_order(epilogue, width):
+@pytest.mark.parametrize("epilogue,width,pixels", [(False, 7, 4), (True, 7, 4), (False, 14, 8), (True, 70, 16),
+                                                    (False, 3, 0)])
+def test_from_blocked_reads_whole_blocks_in_order(epilogue, width, pixels):
     """NCHW[16]c -> NCHW runs (image, channel block, row) in parallel, then tiles of a few pixels
-    with the block's channels outside them, both unrolled: no division of a flat index per element
-    (it was 287 us at 576x14x14), and each channel's pixels stored together."""
+    with the block's channels outside them: no division of a flat index per element (it was 287 us
+    at 576x14x14).  Rows of 4 pixels or more: each channel's pixels are one vector, read as rows of
+    channels transposed in registers (no gathers); narrower rows: both loops unrolled."""
     from loopweave.nn_ops.ops.nchwc import from_blocked
-    from loopweave.nn_ops.ops.registry import FROM_BLOCKED_PIXELS, TO_BLOCKED_PIXELS
     X = lw.placeholder((1, 3, 5, width, 16), name="X")
     Y = from_blocked(X)
     if epilogue:
         Y = lw.compute(Y.shape, lambda n, c, y, x: Y[n, c, y, x] * 2.0, name="scaled", tag="elemwise")
     s = nn_ops.schedule(Y)
     code = str(s.trace)
-    tile = FROM_BLOCKED_PIXELS if width < 64 else TO_BLOCKED_PIXELS
-    assert f"split(x, factor={tile}, tail='shift')" in code and "c_outer, y, x_outer, c_inner, x_inner)" in code \
-        and ".unroll(c_inner)" in code and ".unroll(x_inner)" in code, code
+    if pixels:
+        shifted = f"split(x, factor={pixels}, tail='shift')"
+        assert (shifted in code) == bool(width % pixels) and "c_outer, y, x_outer, c_inner, x_inner)" in code \
+            and f"split(x, factor={pixels}" in code and ".vectorize(x_inner)" in code and ".pragma(c_inner, 'transpose'" in code, code
+    else:
+        assert ".unroll(c_inner)" in code and "transpose" not in code, code
     x = np.random.rand(1, 3, 5, width, 16).astype("float32")
     out = np.empty((1, 48, 5, width), "float32")
-    lw.build(s, [X, Y])(x, out)
+    f = lw.build(s, [X, Y])
+    f(x, out)
     np.testing.assert_array_equal(out, x.transpose(0, 1, 4, 2, 3).reshape(1, 48, 5, width) * (2 if epilogue else 1))
+    if pixels:
+        assert "masked.gather" not in f.get_source("ll")
+
+
+@pytest.mark.parametrize("width", [16, 21, 9])
+def test_to_blocked_transposes_rows_of_pixels(width):
+    """NCHW -> NCHW[16]c: rows of at least 16 pixels in tiles of 16 pixels x 16 channels, read as
+    16 rows of pixels and transposed in registers (no gathers); narrower rows keep SLP's tiles."""
+    from loopweave.nn_ops.ops.nchwc import to_blocked
+    X = lw.placeholder((1, 32, 3, width), name="X")
+    Y = to_blocked(X, 16)
+    s = nn_ops.schedule(Y)
+    code = str(s.trace)
+    assert ("pragma(x_inner, 'transpose'" in code) == (width >= 16), code
+    x = np.random.rand(1, 32, 3, width).astype("float32")
+    out = np.empty((1, 2, 3, width, 16), "float32")
+    f = lw.build(s, [X, Y])
+    f(x, out)
+    np.testing.assert_array_equal(out, x.reshape(1, 2, 16, 3, width).transpose(0, 1, 3, 4, 2))
+    if width >= 16:
+        assert "masked.gather" not in f.get_source("ll")
 
 
 def test_a_register_block_fits_the_vector_registers():
