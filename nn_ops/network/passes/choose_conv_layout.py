@@ -26,7 +26,7 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
 * a conv larger than 1x1 reading an NCHW value with at least ``TO_BLOCKED_MIN_CHANNELS``
   channels (whole vectors of them) gets one ``to_blocked`` of it; others (a first layer's image,
   1x1 convs) read the value as it lies;
-* a conv (depthwise, or 1x1 with at most ``LONE_NCHW_CHANNELS`` input channels) whose input is NCHW
+* a conv (depthwise, or a stride-1 1x1 that ``_lone_1x1_stays_plain``) whose input is NCHW
   stays NCHW unless its result reaches a convolution or an NHWC transpose (through elementwise
   ops, pools and concats) or joins a blocked value in an elementwise op: a lone one would pay a
   from_blocked (and a depthwise a to_blocked) around one kernel (depthwise 144 channels at
@@ -173,7 +173,7 @@ def _decide(g: Graph, node: Node, block, lanes, users) -> Optional[str]:
             return None
         if block.get(x):
             return "conv"
-        lone_nchw = c <= LONE_NCHW_CHANNELS and weight.shape[2:] == (1, 1)
+        lone_nchw = weight.shape[2:] == (1, 1) and _lone_1x1_stays_plain(c, g.shape(node.outputs[0]), node.attrs)
         return "conv_plain_input" if not lone_nchw or _reaches_conv(node.outputs[0], users, block) else None
     if op in ("max_pool2d", "avg_pool2d") and block.get(node.inputs[0]):
         padded = any(node.attrs["padding"]) or node.attrs.get("ceil_mode", False)
@@ -201,15 +201,26 @@ def _decide(g: Graph, node: Node, block, lanes, users) -> Optional[str]:
     return None
 
 
-#: a lone conv on an NCHW value (its result reaching no other conv) stays NCHW up to this many input
-#: channels.  One-node Conv models against the blocked kernel and its from_blocked (Zen 4, 2 threads,
-#: interleaved, ratios to onnxruntime): MobileNetV2's 1x1s with 16-192 input channels 0.61-1.36 ->
-#: 1.04-1.81; with 256-960 (ResNet's 1x1 downsample at 14x14, MobileNetV2's last layers) NCHW lost,
-#: 0.87-0.91 against 1.06-1.52: there the kernel's work dwarfs the transform.  Only 1x1 convs: a
-#: 3x3's work dwarfs it at any channel count (ResNet-18's 3x3 64->64 at 56x56 alone, Zen 5: 0.49 ms
-#: in NCHW, 0.29 ms blocked with both transforms; its stride-1 3x3 layers' ratio to onnxruntime
-#: 0.87-1.01 -> 0.98-1.53 in ``benchmarks.conv2d``).
-LONE_NCHW_CHANNELS = 192
+#: a lone stride-1 1x1 conv on an NCHW value (its result reaching no other conv) stays NCHW with up
+#: to this many input channels, or with more on maps of more than ``LONE_NCHW_PIXELS`` output pixels
+LONE_NCHW_CHANNELS, LONE_NCHW_PIXELS = 64, 28 * 28
+
+
+def _lone_1x1_stays_plain(channels: int, out_shape, attrs) -> bool:
+    """Whether a lone 1x1 conv reading NCHW is cheaper as it lies than blocked with a from_blocked
+    after it: the blocked kernel is faster, by more the more input channels each output sums, and
+    the transform costs one pass over the output.  With the transforms as register transposes
+    (seventeenth session; Zen 5, 2 threads, one-node models, default against blocked, interleaved,
+    time ratios > 1 where blocked is faster): stride 2, ResNet-18's downsamples 64->128 at 56x56
+    1.13, 128->256 at 28x28 1.17 (NCHW reads every other pixel); stride 1 on maps up to 28x28
+    with 96+ input channels 1.03-1.11 (144->32 and 192->32 at 28x28, 96->576 at 14x14, 160->960 at
+    7x7; 192->64 at 14x14 0.99); fewer channels or larger maps stay NCHW (64->384 at 14x14 0.83,
+    32->192 at 28x28 0.92, 96->24 and 144->24 at 56x56 0.72-0.75, 16->96 at 112x112 0.71).  With
+    the earlier, 2.5-3x slower transforms NCHW won up to 192 input channels at any size."""
+    if tuple(attrs.get("stride", (1, 1))) != (1, 1):
+        return False
+    return channels <= LONE_NCHW_CHANNELS or out_shape[2] * out_shape[3] > LONE_NCHW_PIXELS
+
 
 #: a conv larger than 1x1 reading an NCHW value of at least this many channels (whole vectors of
 #: them) gets one to_blocked copy of it first; with fewer (a first layer's image) it reads the
