@@ -208,6 +208,13 @@ def vectorized_reduction(s: Schedule, stat: Tensor, lanes: int):
 def _unblocked_source(s: Schedule, op: ComputeOp):
     """The channel block of a ``from_blocked`` (NCHW[b]c -> NCHW) that ``op`` is, or reads
     through inlined elementwise stages at its own shape; None if there is none."""
+    found = _inlined_source(s, op, "unblocks")
+    return None if found is None else int(found)
+
+
+def _inlined_source(s: Schedule, op: ComputeOp, attr: str):
+    """The attribute ``attr`` of ``op``, or of an op that ``op`` reads through inlined injective
+    stages at its own shape (a layout transform under an epilogue); None if there is none."""
     shape = [getattr(d, "value", d) for d in op.outputs[0].shape]
     stack, seen = [op], set()
     while stack:
@@ -217,11 +224,38 @@ def _unblocked_source(s: Schedule, op: ComputeOp):
         seen.add(id(cur))
         if cur is not op and s[cur].attach_type != "inline":
             continue
-        if cur.attrs.get("unblocks") and [getattr(d, "value", d) for d in cur.outputs[0].shape] == shape:
-            return int(cur.attrs["unblocks"])
+        if cur.attrs.get(attr) and [getattr(d, "value", d) for d in cur.outputs[0].shape] == shape:
+            return cur.attrs[attr]
         if cur.tag in INJECTIVE_TAGS:
             stack.extend(t.op for t in cur.input_tensors)
     return None
+
+
+def _schedule_transposed(stage, axes, perm, lanes: int) -> bool:
+    """A transpose (maybe under an epilogue) whose last output axis is not the input's last: tiles of
+    T x T (T the vector width, else 8 or 4, at most both axes' extents) of the output's last axis
+    and of the axis that reads the input's last, that one transposed in registers (the pragma
+    ``"transpose"``): each output vector is a column of T input rows read whole, where the generic
+    schedule gathered it element by element; the other axes and both tile loops fused in parallel.
+    False (nothing done) where the two axes are not constant extents of at least 4."""
+    nd = len(axes)
+    last = nd - 1
+    if len(perm) != nd or perm[last] == last:
+        return False
+    a = list(perm).index(last)
+    extents = [ax.extent.value if isinstance(ax.extent, Const) else 0 for ax in (axes[a], axes[last])]
+    tile = max((t for t in (lanes, 8, 4) if t <= min(lanes, *extents)), default=0)
+    if not tile:
+        return False
+    ao, ai = stage.split(axes[a], factor=tile, tail="shift" if extents[0] % tile else "guard")
+    lo, li = stage.split(axes[last], factor=tile, tail="shift" if extents[1] % tile else "guard")
+    outer = [ax for k, ax in enumerate(axes) if k not in (a, last)] + [ao, lo]
+    stage.reorder(*outer, ai, li)
+    outer = outer[:constant_divisor_prefix(outer)]
+    stage.parallel(stage.fuse(*outer) if len(outer) > 1 else outer[0])
+    stage.vectorize(li)
+    stage.pragma(ai, "transpose")
+    return True
 
 
 #: pixels of one ``to_blocked`` tile (times the block's channels): 8 x 16 measured fastest of 4-16
@@ -327,6 +361,9 @@ def schedule_injective(s: Schedule, op: ComputeOp, target) -> None:
     block = _unblocked_source(s, op) if len(axes) == 4 and axes == list(op.axis) else None
     if block:
         _schedule_from_blocked(stage, axes, block, lanes)
+        return
+    perm = _inlined_source(s, op, "perm") if axes == list(op.axis) else None
+    if perm and _schedule_transposed(stage, axes, perm, lanes):
         return
     inner = axes[-1]
     if isinstance(inner.extent, Const) and inner.extent.value >= lanes:

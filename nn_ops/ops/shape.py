@@ -69,7 +69,7 @@ def transpose(X: Tensor, perm: Sequence[int], name: str = "transpose") -> Tensor
             index[p] = idx[out_axis]
         return X[tuple(index)]
 
-    return compute(shape, fcompute, name=name, tag="injective")
+    return compute(shape, fcompute, name=name, tag="injective", attrs=dict(perm=tuple(perm)))
 
 
 def concat(tensors: Sequence[Tensor], axis: int, name: str = "concat") -> Tensor:
