@@ -28,7 +28,8 @@ from typing import Optional
 
 import numpy as np
 
-from ...dsl.expr import binary, const, if_then_else, select
+from ...dsl import intrinsics as lwi
+from ...dsl.expr import binary, cast, const, if_then_else, select
 from ...dsl.tensor import compute, placeholder
 from ...errors import ExprError
 from ..network import symbolic as S
@@ -239,7 +240,9 @@ class CnnWalk:
         sw), which is what ONNX's asymmetric/floor and half-pixel/round modes pick at a whole factor.
         Linear (half-pixel or asymmetric): at a whole factor ``s`` the source coordinate of output row
         ``y`` is ``y // s`` plus an offset and a weight that depend on ``y % s`` only, so the two taps
-        are ``y // s + fl`` and the next, clamped to the map (as onnxruntime clamps the coordinate)."""
+        are ``y // s + fl`` and the next, clamped to the map (as onnxruntime clamps the coordinate).
+        Linear with align_corners: the coordinate ``y * (H - 1) / (s*H - 1)`` depends on the run-time
+        size, so it is computed per row and column as onnxruntime computes it (in float32)."""
         b = self.b
         mode = _attr(node, "mode", "nearest")
         transform = _attr(node, "coordinate_transformation_mode", "half_pixel")
@@ -249,8 +252,7 @@ class CnnWalk:
             all(float(v).is_integer() and v >= 1 for v in scales[2:])
         picks_floor = (transform == "asymmetric" and rounding == "floor") or \
             (transform in ("half_pixel", "pytorch_half_pixel") and rounding.startswith("round_prefer"))
-        linear = mode == "linear" and transform in ("half_pixel", "pytorch_half_pixel", "asymmetric") and \
-            not _attr(node, "antialias", 0)
+        linear = mode == "linear" and transform in LINEAR_TRANSFORMS and not _attr(node, "antialias", 0)
         if not whole or not (mode == "nearest" and picks_floor or linear):
             raise self.unsupported(f"Resize other than nearest or linear up-sampling by whole factors given as "
                                    f"scales (mode {mode!r}, {transform!r}, {rounding!r})")
@@ -258,7 +260,7 @@ class CnnWalk:
         x = self.blocked_input(node.input[0], "a Resize")
         out = b.fresh(node.output[0] + ".blocked")
         if linear:
-            make = _linear_upsample(sh, sw, transform == "asymmetric")
+            make = _linear_upsample(sh, sw, transform)
         else:
             def make(t, extent):
                 n, cb, h, w, ci = t.shape
@@ -425,22 +427,33 @@ def _linear_taps(s: int, asymmetric: bool):
     return taps
 
 
-def _linear_upsample(sh: int, sw: int, asymmetric: bool):
+#: Resize coordinate transformations that linear up-sampling by whole factors compiles once for
+LINEAR_TRANSFORMS = ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners")
+
+
+def _linear_upsample(sh: int, sw: int, transform: str):
     """``make`` of a bilinear up-sampling of a blocked map by whole factors (``resize``'s linear mode)."""
+    def clamp(i, size):
+        return binary("min", binary("max", i, const(0, "int64")), size - 1)
+
     def per_axis(v, s, size):
         """(first tap index, second tap index, second tap's weight) of output coordinate ``v``."""
-        taps = _linear_taps(s, asymmetric)
+        if transform == "align_corners":
+            # onnxruntime's float32 arithmetic: float(v * (size - 1)) / float(size * s - 1), and 0
+            # where the output is one pixel
+            out = size * s
+            ratio = cast("float32", v * (size - 1)) / cast("float32", binary("max", out - 1, const(1, "int64")))
+            coordinate = select(out > 1, ratio, const(0.0, "float32"))
+            first = lwi.floor(coordinate)
+            return clamp(cast("int64", first), size), clamp(cast("int64", first) + 1, size), coordinate - first
+        taps = _linear_taps(s, transform == "asymmetric")
         r = v % s
         offset, weight = const(taps[-1][0], "int64"), const(float(taps[-1][1]), "float32")
         for k in range(s - 1):        # a select per residue (s is a small whole factor)
             offset = select(r == k, const(taps[k][0], "int64"), offset)
             weight = select(r == k, const(float(taps[k][1]), "float32"), weight)
         first = v // s + offset
-        last = size - 1
-
-        def clamp(i):
-            return binary("min", binary("max", i, const(0, "int64")), last)
-        return clamp(first), clamp(first + 1), weight
+        return clamp(first, size), clamp(first + 1, size), weight
 
     def make(t, extent):
         n, cb, h, w, ci = t.shape

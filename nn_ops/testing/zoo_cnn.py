@@ -126,8 +126,9 @@ def densenet(batch: int = 1, size: int = 224, classes: int = 1000, blocks=(6, 12
 def unet(batch: int = 1, size: int = 256, out_classes: int = 2, base: int = 32, depth: int = 4,
          up: str = "transpose", seed: int = 0):
     """U-Net: double 3x3 conv-BN-ReLU per level, MaxPool down, up by ``up`` = "transpose"
-    (ConvTranspose 2x2/2), "nearest" or "linear" (Resize x2 as torch exports ``F.interpolate``, then a
-    1x1 conv halving the channels), skip Concat with the encoder level, 1x1 conv head."""
+    (ConvTranspose 2x2/2), "nearest", "linear" or "linear_corners" (Resize x2 as torch exports
+    ``F.interpolate``, the last with ``align_corners=True``, then a 1x1 conv halving the channels),
+    skip Concat with the encoder level, 1x1 conv head."""
     b = OnnxBuilder(seed)
 
     def double_conv(x, cin, cout):
@@ -147,8 +148,8 @@ def unet(batch: int = 1, size: int = 256, out_classes: int = 2, base: int = 32, 
             x = b.conv_transpose(x, c, half, 2, 2)
         else:
             scales = b.const([1.0, 1.0, 2.0, 2.0])
-            mode = "pytorch_half_pixel" if up == "linear" else "asymmetric"
-            x = b.node("Resize", [x, "", scales], mode=up, coordinate_transformation_mode=mode,
+            mode = {"linear": "pytorch_half_pixel", "linear_corners": "align_corners"}.get(up, "asymmetric")
+            x = b.node("Resize", [x, "", scales], mode=up.split("_")[0], coordinate_transformation_mode=mode,
                        **({"nearest_mode": "floor"} if up == "nearest" else {}))
             x = b.conv(x, c, half, 1, pad=0, bias=True)
         x = double_conv(b.node("Concat", [skips[level], x], axis=1), 2 * half, half)
