@@ -23,6 +23,7 @@ from .passes.clamp_checked_indices import clamp_checked_indices
 from .passes.insert_bounds_checks import insert_bounds_checks
 from .passes.loop_partition import loop_partition
 from .passes.pad_register_loops import pad_register_loops
+from .passes.pad_tail_tiles import pad_tail_tiles
 from .passes.remove_noops import remove_noops
 from .passes.double_buffer import double_buffer
 from .passes.insert_syncs import insert_syncs
@@ -38,6 +39,7 @@ PASSES = (
     ("loop_partition", loop_partition),
     ("storage_flatten", storage_flatten),
     ("simplify_flat", simplify),
+    ("pad_tail_tiles", pad_tail_tiles),
     ("vectorize", vectorize),
     ("unroll", unroll),
     ("simplify_unrolled", simplify),

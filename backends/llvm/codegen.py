@@ -81,6 +81,8 @@ class FunctionEmitter:
         self.scope = dict(scope)          # id(Var) -> value
         self.buffer_ptrs = dict(buffer_ptrs)  # id(Buffer) -> ptr
         self.masks: List[ir.Value] = []
+        self.tile_masks: List[bool] = []    # per mask: a masked tail tile's (its stack buffers whole)
+        self.stack_buffers = set()          # id(Buffer) of the buffers allocated on the stack here
         self.transposed: Dict[int, ir.Value] = {}     # id(BufferLoad) -> its value in this iteration
         self.free_at_exit: List[tuple] = []     # (workspace slot, buffer) to give back on return
         # index checks (expr_CheckedIndex): the fast body only ORs failures into ``check_flag``;
@@ -140,6 +142,16 @@ class FunctionEmitter:
 
     def stmt_IfThenElse(self, s: IfThenElse):
         cond = self.expr(s.condition)
+        if _lanes(cond) > 1:
+            # a vector condition (``vectorize``'s masked tail): the body runs under a lane mask
+            if s.else_case is not None:
+                raise InternalError("an if-else with a vector condition")
+            self.masks.append(self._within_mask(cond))
+            self.tile_masks.append(True)
+            self.stmt(s.then_case)
+            self.masks.pop()
+            self.tile_masks.pop()
+            return
         if s.else_case is None:
             with self.builder.if_then(cond):
                 self.stmt(s.then_case)
@@ -158,7 +170,9 @@ class FunctionEmitter:
         if nbytes is not None and nbytes <= STACK_LIMIT_BYTES:
             ptr = self._alloca_in_entry(ir.ArrayType(elem, max(1, extent.value)), name=buf.name)
             self.buffer_ptrs[id(buf)] = ptr
+            self.stack_buffers.add(id(buf))
             self.stmt(s.body)
+            self.stack_buffers.discard(id(buf))
             del self.buffer_ptrs[id(buf)]
             return
         if nbytes is not None:
@@ -220,18 +234,38 @@ class FunctionEmitter:
             # or an index the vectorizer could not fold into a Ramp) stores lane by lane
             lanes = index.lanes if isinstance(index, Ramp) else _lanes(idx)
             value = self._broadcast(value, lanes)
+            mask = self.masks[-1] if self.masks and _lanes(self.masks[-1]) == lanes else None
+            whole = mask is not None and self.tile_masks[-1] and id(buf) in self.stack_buffers
+            align = dtypes.itemsize(buf.dtype)
             if isinstance(index, Ramp) and isinstance(index.stride, Const) and index.stride.value == 1:
                 ptr = self.builder.gep(base, [self.expr(index.base)], inbounds=True, source_etype=memory_type(buf.dtype))
-                st = self.builder.store(value, ptr)
-                st.align = dtypes.itemsize(buf.dtype)
+                if whole:
+                    # a tile on the stack (spare room after it, ``pad_tail_tiles``): written whole,
+                    # masked-off lanes keep their value, so the tile can stay in registers (a buffer
+                    # of run-time size is heap memory: masked there, whole stores made a softmax's
+                    # untouched main loop 1.3x slower)
+                    old = self.builder.load(ptr, typ=value.type)
+                    old.align = align
+                    value = self.builder.select(mask, value, old)
+                elif mask is not None:
+                    fn = self.cg.intrinsic(f"llvm.masked.store.v{lanes}{_suffix(value.type.element)}.p0",
+                                           ir.VoidType(), [value.type, PTR, I32, mask.type])
+                    self.builder.call(fn, [value, ptr, ir.Constant(I32, align), mask])
+                    return
+                self.builder.store(value, ptr).align = align
                 return
             if idx is None:
                 idx = self.expr(index)
             for lane in range(lanes):
-                i = self.builder.extract_element(idx, ir.Constant(I32, lane))
-                v = self.builder.extract_element(value, ir.Constant(I32, lane))
+                k = ir.Constant(I32, lane)
+                i = self.builder.extract_element(idx, k)
+                v = self.builder.extract_element(value, k)
                 ptr = self.builder.gep(base, [i], inbounds=True, source_etype=memory_type(buf.dtype))
-                self.builder.store(v, ptr).align = dtypes.itemsize(buf.dtype)
+                if mask is None:
+                    self.builder.store(v, ptr).align = align
+                else:
+                    with self.builder.if_then(self.builder.extract_element(mask, k)):
+                        self.builder.store(v, ptr).align = align
             return
         ptr = self.builder.gep(base, [idx], inbounds=True, source_etype=memory_type(buf.dtype))
         self.builder.store(value, ptr).align = dtypes.itemsize(buf.dtype)
@@ -240,7 +274,7 @@ class FunctionEmitter:
         if s.kind == "parallel":
             self.cg.emit_parallel(self, s)
             return
-        loads = transposed_loads(s)
+        loads = None if self.masks else transposed_loads(s)     # (under a lane mask rows may not exist)
         if loads and self._emit_transposed(s, loads):
             return
         lo = self.expr(s.min)
@@ -413,7 +447,8 @@ class FunctionEmitter:
             vec_t = ir.VectorType(elem, lanes)
             if isinstance(index.stride, Const) and index.stride.value == 1:
                 ptr = self.builder.gep(base, [self.expr(index.base)], inbounds=True, source_etype=elem)
-                if mask is not None and _lanes(mask) == lanes:
+                whole = bool(self.tile_masks) and self.tile_masks[-1] and id(buf) in self.stack_buffers  # (stores)
+                if mask is not None and _lanes(mask) == lanes and not whole:
                     fn = self.cg.intrinsic(f"llvm.masked.load.v{lanes}{_suffix(elem)}.p0", vec_t,
                                            [PTR, I32, ir.VectorType(I1, lanes), vec_t])
                     value = self.builder.call(fn, [ptr, ir.Constant(I32, align), mask, ir.Constant(vec_t, None)])
@@ -570,15 +605,23 @@ class FunctionEmitter:
         phi.add_incoming(f, f_block)
         return phi
 
+    def _within_mask(self, cond):
+        """``cond`` and the enclosing lane mask, if any, of the same width."""
+        if self.masks and _lanes(self.masks[-1]) == _lanes(cond):
+            return self.builder.and_(self.masks[-1], cond)
+        return cond
+
     def _masked_select(self, cond, e: Select):
         """Vector select whose branches read memory: loads are masked by the lanes that use them."""
         b = self.builder
-        self.masks.append(cond)
+        self.masks.append(self._within_mask(cond))
+        self.tile_masks.append(False)
         t = self.expr(e.true_value)
         self.masks.pop()
-        self.masks.append(b.not_(cond))
+        self.masks.append(self._within_mask(b.not_(cond)))
         f = self.expr(e.false_value)
         self.masks.pop()
+        self.tile_masks.pop()
         return self._select_lanes(cond, t, f)
 
     def _double_to_half(self, v, t):

@@ -7,6 +7,10 @@ loads/stores), other arithmetic on vectors.  A loop that cannot be vectorized (a
 non-constant extent, an inner loop, a guard that depends on the lane) stays a serial
 loop and carries the annotation ``not_vectorized=<reason>`` so the user sees why.
 
+A vectorized loop of run-time extent ``e`` that ``pad_tail_tiles`` annotated
+``("masked_lanes", U)`` becomes one vector of ``U`` lanes inside ``if ramp(0, 1, U) < e``:
+an IfThenElse with a vector condition, which codegen emits as a lane mask.
+
 A vectorized loop wider than ``MAX_VECTOR_LANES`` is split first: a serial loop over
 ``SPLIT_LANES``-lane vectors plus a serial tail, annotated ``vector_split=<why>``.  LLVM
 aborts the process on vectors of billions of lanes (an Attention with a dimension of
@@ -16,9 +20,9 @@ from __future__ import annotations
 
 import math
 
-from ...dsl.expr import Binary, Const, Var, binary, const
+from ...dsl.expr import Binary, Compare, Const, Var, binary, const
 from ...dsl.visitor import Mutator, post_order_visit, substitute
-from ..ir import Broadcast, BufferStore, For, Ramp, seq
+from ..ir import Broadcast, BufferStore, For, IfThenElse, Ramp, seq
 
 
 MAX_VECTOR_LANES = 1024     # a vectorized loop wider than this is split into SPLIT_LANES-lane vectors
@@ -127,7 +131,15 @@ class _Vectorize(Mutator):
         if node.kind != "vectorized":
             return node if body is node.body else For(node.var, node.min, node.extent, node.kind, body, node.annotations)
         reason = None
-        if not isinstance(node.extent, Const):
+        masked = dict(node.annotations).get("masked_lanes")
+        if masked and isinstance(node.min, Const) and node.min.value == 0:
+            try:
+                vector = _VectorizeBody(node.var, masked).visit(body)
+                lanes = Ramp(const(0, node.var.dtype), const(1, node.var.dtype), masked)
+                return IfThenElse(Compare("lt", lanes, Broadcast(node.extent, masked)), vector)
+            except _CannotVectorize as exc:
+                reason = str(exc)
+        elif not isinstance(node.extent, Const):
             reason = "its extent is not a constant"
         elif node.extent.value < 2:
             return For(node.var, node.min, node.extent, "serial", body, node.annotations)

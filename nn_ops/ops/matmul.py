@@ -159,6 +159,9 @@ def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
             outer = jo
         else:   # a fused index of symbolic extents is a div/mod bound inference cannot follow: batches in parallel
             outer = axes[0]
+            # the last row and column tiles (a run-time count of rows and columns) keep the register
+            # tile: rows padded, columns a masked vector (lowering/passes/pad_tail_tiles.py)
+            C.pragma(jo, "pad_tails")
     elif "row_block" in op.attrs and not isinstance(i.extent, Const):
         # a kernel for few rows (of a symbolic count): each row tile runs the column panels in
         # parallel, so the panel loop encloses its column tail's guard directly (loop_partition

@@ -178,8 +178,15 @@ def schedule_softmax(s, op, target):
             _, vec = st.split(st.leaf_iter_vars[-1], factor=lanes)
             st.vectorize(vec)
     rows = axes[:-1]
-    row = stage.fuse(*rows) if len(rows) > 1 else rows[0]
-    stage.parallel(row)
+    # rows of symbolic extents are fused only as far as their index comes apart by constants: a
+    # fused index divided by a run-time size is one bound inference cannot follow, and every row
+    # then computed the statistics of all rows
+    fused = rows[:constant_divisor_prefix(rows)]
+    outer = stage.fuse(*fused) if len(fused) > 1 else fused[0]
+    stage.parallel(outer)
+    row = rows[-1] if len(fused) < len(rows) else outer     # the innermost row loop: statistics per row
+    if not isinstance(n, Const):    # a row's tail as one masked vector (lowering/passes/pad_tail_tiles.py)
+        stage.pragma(row, "pad_tails")
     compute_all_at(s, [M, E, S] + factored, stage, row)
 
 

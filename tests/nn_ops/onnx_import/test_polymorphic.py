@@ -259,13 +259,16 @@ def test_a_value_read_outside_its_group_ends_the_group_there():
 
 def test_softmax_over_a_symbolic_sequence_runs_full_vectors_plus_a_tail(encoder):
     """The attention softmax's rows are seq long: the main loops are whole vectors (ramps), the tail
-    runs exactly the row's remaining elements (no guard per element), and every length from 1 up is
-    right (the encoder tests check the values)."""
+    is one masked vector of the row's remaining elements (``if ramp(0, 1, 16) < x16(...)``: a lane
+    mask, no guard per element), and every length from 1 up is right (the encoder tests check the
+    values)."""
     model, exe = encoder
     op_of = {n.name: n.op_type for n in model.graph.node}
     kernel = next(c.module for c in exe.calls if op_of[c.node] == "Softmax")
     lowered = kernel.get_source("lowered")
-    assert "ramp(" in lowered and "if " not in lowered and "* -16 + v1)" in lowered
+    assert "ramp(" in lowered and "* -16 + v1)" in lowered and "its extent is not a constant" not in lowered
+    assert all(line.strip().startswith("if ramp(0, 1, 16) < x16(") for line in lowered.splitlines()
+               if line.strip().startswith("if ")), lowered
     assert all(isinstance(d, str) for d in kernel.params[0].shape[-1:])      # the row length is a size argument
 
 
