@@ -236,25 +236,30 @@ def _schedule_transposed(stage, axes, perm, lanes: int) -> bool:
     T x T (T the vector width, else 8 or 4, at most both axes' extents) of the output's last axis
     and of the axis that reads the input's last, that one transposed in registers (the pragma
     ``"transpose"``): each output vector is a column of T input rows read whole, where the generic
-    schedule gathered it element by element; the other axes and both tile loops fused in parallel.
-    False (nothing done) where the two axes are not constant extents of at least 4."""
+    schedule gathered it element by element; the other axes and both tile loops fused in parallel
+    (as far as their index comes apart by constants).  A last axis of symbolic extent takes whole
+    tiles plus a last, masked one.  False (nothing done) where the axis that reads the input's last
+    is not a constant extent of at least 4, or the last one a constant below 4."""
     nd = len(axes)
     last = nd - 1
     if len(perm) != nd or perm[last] == last:
         return False
     a = list(perm).index(last)
     extents = [ax.extent.value if isinstance(ax.extent, Const) else 0 for ax in (axes[a], axes[last])]
-    tile = max((t for t in (lanes, 8, 4) if t <= min(lanes, *extents)), default=0)
+    symbolic = not extents[1]       # a row of run-time length (a shape-polymorphic K transpose over seq)
+    tile = max((t for t in (lanes, 8, 4) if t <= min(lanes, extents[0], extents[1] or lanes)), default=0)
     if not tile:
         return False
     ao, ai = stage.split(axes[a], factor=tile, tail="shift" if extents[0] % tile else "guard")
-    lo, li = stage.split(axes[last], factor=tile, tail="shift" if extents[1] % tile else "guard")
+    lo, li = stage.split(axes[last], factor=tile, tail="guard" if symbolic or not extents[1] % tile else "shift")
     outer = [ax for k, ax in enumerate(axes) if k not in (a, last)] + [ao, lo]
     stage.reorder(*outer, ai, li)
     outer = outer[:constant_divisor_prefix(outer)]
     stage.parallel(stage.fuse(*outer) if len(outer) > 1 else outer[0])
     stage.vectorize(li)
     stage.pragma(ai, "transpose")
+    if symbolic:        # the last tile of a row: one masked vector (lowering/passes/pad_tail_tiles.py)
+        stage.pragma(lo, "pad_tails")
     return True
 
 

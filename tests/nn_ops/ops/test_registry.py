@@ -64,3 +64,20 @@ def test_a_transpose_moves_tiles_through_registers(shape, perm, epilogue):
     assert ("pragma" in str(s.trace) and "transpose" in str(s.trace)) == tiled
     if tiled:
         assert "masked.gather" not in f.get_source("ll")
+
+
+def test_a_transpose_over_a_symbolic_row_takes_whole_tiles_and_one_masked_tail():
+    """The polymorphic encoder's K transpose [b, s, 4, 64] -> [b, 4, 64, s]: whole 16 x 16 tiles
+    transposed in registers, the last tile of each row one masked vector; numpy's result at every s."""
+    b, s = lw.var("b"), lw.var("s")
+    X = lw.placeholder((b, s, 4, 64), name="X")
+    Y = transpose(X, (0, 2, 3, 1), name="Y")
+    sch = nn_ops.schedule(Y, "llvm")
+    assert "'transpose'" in str(sch.trace) and "'pad_tails'" in str(sch.trace)
+    f = lw.build(sch, [X, Y])
+    assert "its extent is not a constant" not in f.get_source("lowered")
+    for bs in ((1, 1), (2, 7), (1, 16), (1, 37)):
+        x = np.random.default_rng(sum(bs)).standard_normal((*bs, 4, 64)).astype(np.float32)
+        y = np.full((bs[0], 4, 64, bs[1]), np.nan, np.float32)
+        f(x, y)
+        np.testing.assert_array_equal(y, x.transpose(0, 2, 3, 1))
