@@ -80,32 +80,20 @@ def test_softmax_over_rows_of_two_symbolic_sizes_computes_statistics_per_row():
     np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
-def test_loops_outside_a_marked_loop_are_untouched():
-    """Without the pragma, a symbolic tail stays a scalar loop (the pass is asked for, per schedule)."""
-    n = lw.var("n")
-    A = lw.placeholder((n,), name="A")
-    B = lw.compute((n,), lambda i: A[i] * 2.0, name="B")
-    s = lw.create_schedule(B)
-    _, inner = s[B].split(B.op.axis[0], factor=16)
-    s[B].vectorize(inner)
-    f = lw.build(s, [A, B])
-    assert "its extent is not a constant" in f.get_source("lowered")
-    a = np.arange(21, dtype=np.float32)
-    out = np.empty(21, np.float32)
-    f(a, out)
-    np.testing.assert_array_equal(out, a * 2)
-
-
-def test_a_marked_elementwise_tail_is_one_masked_vector():
+@pytest.mark.parametrize("marked", [False, True])
+def test_an_elementwise_tail_is_one_masked_vector_only_where_marked(marked):
+    """Marked with ``pad_tails``, a symbolic tail is one masked vector that writes nothing past the
+    end; unmarked, it stays a scalar loop (the pass is asked for, per schedule)."""
     n = lw.var("n")
     A = lw.placeholder((n,), name="A")
     B = lw.compute((n,), lambda i: A[i] * 2.0, name="B")
     s = lw.create_schedule(B)
     outer, inner = s[B].split(B.op.axis[0], factor=16)
     s[B].vectorize(inner)
-    s[B].pragma(outer, "pad_tails")
+    if marked:
+        s[B].pragma(outer, "pad_tails")
     f = lw.build(s, [A, B])
-    assert "its extent is not a constant" not in f.get_source("lowered")
+    assert ("its extent is not a constant" in f.get_source("lowered")) != marked
     for size in (1, 15, 16, 21, 40):
         a = np.arange(size, dtype=np.float32)
         out = np.full(size + 1, -1.0, np.float32)      # one element past the end: must stay untouched
