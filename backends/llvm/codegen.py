@@ -235,15 +235,12 @@ class FunctionEmitter:
             lanes = index.lanes if isinstance(index, Ramp) else _lanes(idx)
             value = self._broadcast(value, lanes)
             mask = self.masks[-1] if self.masks and _lanes(self.masks[-1]) == lanes else None
-            whole = mask is not None and self.tile_masks[-1] and id(buf) in self.stack_buffers
+            whole = mask is not None and self._whole(buf)
             align = dtypes.itemsize(buf.dtype)
             if isinstance(index, Ramp) and isinstance(index.stride, Const) and index.stride.value == 1:
                 ptr = self.builder.gep(base, [self.expr(index.base)], inbounds=True, source_etype=memory_type(buf.dtype))
                 if whole:
-                    # a tile on the stack (spare room after it, ``pad_tail_tiles``): written whole,
-                    # masked-off lanes keep their value, so the tile can stay in registers (a buffer
-                    # of run-time size is heap memory: masked there, whole stores made a softmax's
-                    # untouched main loop 1.3x slower)
+                    # written whole, masked-off lanes keep their value: the tile can stay in registers
                     old = self.builder.load(ptr, typ=value.type)
                     old.align = align
                     value = self.builder.select(mask, value, old)
@@ -447,8 +444,7 @@ class FunctionEmitter:
             vec_t = ir.VectorType(elem, lanes)
             if isinstance(index.stride, Const) and index.stride.value == 1:
                 ptr = self.builder.gep(base, [self.expr(index.base)], inbounds=True, source_etype=elem)
-                whole = bool(self.tile_masks) and self.tile_masks[-1] and id(buf) in self.stack_buffers  # (stores)
-                if mask is not None and _lanes(mask) == lanes and not whole:
+                if mask is not None and _lanes(mask) == lanes and not self._whole(buf):
                     fn = self.cg.intrinsic(f"llvm.masked.load.v{lanes}{_suffix(elem)}.p0", vec_t,
                                            [PTR, I32, ir.VectorType(I1, lanes), vec_t])
                     value = self.builder.call(fn, [ptr, ir.Constant(I32, align), mask, ir.Constant(vec_t, None)])
@@ -604,6 +600,13 @@ class FunctionEmitter:
         phi.add_incoming(t, t_block)
         phi.add_incoming(f, f_block)
         return phi
+
+    def _whole(self, buf) -> bool:
+        """Whether ``buf`` is read and written as whole vectors under the current lane mask: a tail
+        tile's own buffer (``local``, on the stack, with spare room after it: ``pad_tail_tiles``).
+        A buffer of run-time size is heap memory and stays masked (whole stores there made a
+        softmax's untouched main loop 1.3x slower)."""
+        return bool(self.tile_masks) and self.tile_masks[-1] and buf.scope == "local" and id(buf) in self.stack_buffers
 
     def _within_mask(self, cond):
         """``cond`` and the enclosing lane mask, if any, of the same width."""
