@@ -117,3 +117,25 @@ def test_matmul_panels_refuses_a_column_count_its_panels_do_not_hold():
     for columns in (49, 32):
         with pytest.raises(lw.ExprError, match="do not fit 3 panels of 16"):
             matmul_panels(A, Bp, columns)
+
+
+@pytest.mark.parametrize("n", [16, 31, 33, 47, 64])
+def test_a_batch_matmul_short_of_whole_panels_takes_one_vector_panels(n):
+    """31 or 33 columns: panels of one vector (the last shifted in), not a 31-lane vector (558 us
+    for 64 heads of 31 x 64 x 31) or two 32-wide panels; whole panels stay 32 wide."""
+    A = lw.placeholder((3, 9, 64), name="A")
+    B = lw.placeholder((3, 64, n), name="B")
+    C = nn_ops.batch_matmul(A, B)
+    s = nn_ops.schedule(C)
+    from loopweave.nn_ops.ops.matmul import panel_width
+    from loopweave.target import resolve_target
+    lanes = resolve_target("llvm").lanes("float32")
+    nr = panel_width(lanes)
+    narrow = n % nr != 0 and lanes <= n < 2 * nr
+    assert (f"split(j, factor={lanes if narrow else nr}, tail='shift')" in str(s.trace)), str(s.trace)
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((3, 9, 64)).astype(np.float32)
+    b = rng.standard_normal((3, 64, n)).astype(np.float32)
+    c = np.empty((3, 9, n), np.float32)
+    lw.build(s, [A, B, C])(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
