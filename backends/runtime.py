@@ -65,7 +65,7 @@ def _data_pointer_reader():
     return lambda a: a.ctypes.data
 
 
-_data_pointer = _data_pointer_reader()
+data_pointer = _data_pointer_reader()
 
 
 class ParamSpec:
@@ -233,7 +233,7 @@ class Module:
                 self._sizes[k] = sizes[n]
         buffers = self._buffers
         for k, a in enumerate(args):
-            buffers[k] = _data_pointer(a)
+            buffers[k] = data_pointer(a)
 
     def __call__(self, *args) -> None:
         self._prepare(args)

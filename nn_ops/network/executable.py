@@ -40,7 +40,7 @@ from ...autoschedule import apply_best
 from ...backends import build as build_mod
 from ...backends import build_workers
 from ...backends.build import build, build_many, cannot_run_here
-from ...backends.runtime import clear_error_slot, index_error_text, new_error_slot, read_index_error
+from ...backends.runtime import clear_error_slot, data_pointer, index_error_text, new_error_slot, read_index_error
 from ...backends.llvm import jit
 from ...dsl.tensor import placeholder
 from ...errors import ArgumentError, BuildError, DamagedFileError, IndexOutOfRangeError, InternalError
@@ -620,6 +620,9 @@ class Executable:
         # the Python side of a run (a 7x7 depthwise layer's kernel takes 14 us)
         self._fixed_args = (ctypes.addressof(self._in_ptrs), ctypes.addressof(self._out_ptrs), self._arena.ctypes.data,
                             self.weights.ctypes.data, ctypes.addressof(self._err))
+        # what a feed that needs no conversion looks like: (name, shape, numpy dtype) per input
+        self._plain_inputs = tuple((n, tuple(shape), np.dtype(d)) for n, shape, d in self.inputs)
+        self._output_types = tuple((tuple(shape), np.dtype(d)) for _, shape, d in self.outputs)
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}: {d}{list(s)}" for n, s, d in self.inputs)
@@ -674,15 +677,32 @@ class Executable:
             raise cannot_run_here(self.target, "this network")
         return check_static_feed(self.inputs, feed)
 
+    def _plain_feed(self, feed) -> Optional[List[np.ndarray]]:
+        """``feed``'s arrays in input order when it is exactly what the kernels take (a dict of the
+        input names, C-contiguous arrays of the right shapes and dtypes), else None (``_check_feed``
+        then checks it, converts it or names what is wrong).  The full check took a third of the
+        Python side of a run (4.1 us on a one-node model against onnxruntime's 3.4)."""
+        if type(feed) is not dict or len(feed) != len(self._plain_inputs) or not self.runs_here:
+            return None
+        arrays = []
+        for name, shape, dtype in self._plain_inputs:
+            a = feed.get(name)
+            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
+                return None
+            arrays.append(a)
+        return arrays
+
     def run(self, feed) -> List[np.ndarray]:
         """Run the network on ``feed`` ({input name: array}); returns the outputs in graph order."""
-        arrays = self._check_feed(feed)
-        outs = [np.empty(shape, dtype) for _, shape, dtype in self.outputs]
+        arrays = self._plain_feed(feed)
+        if arrays is None:
+            arrays = self._check_feed(feed)
+        outs = [np.empty(shape, dtype) for shape, dtype in self._output_types]
         with self._lock:
             for k, a in enumerate(arrays):
-                self._in_ptrs[k] = a.ctypes.data
+                self._in_ptrs[k] = data_pointer(a)
             for k, o in enumerate(outs):
-                self._out_ptrs[k] = o.ctypes.data
+                self._out_ptrs[k] = data_pointer(o)
             self._entry(*self._fixed_args)
             if self._err[0]:
                 self._raise_index_error(self.calls[self._err[3]])

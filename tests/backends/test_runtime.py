@@ -198,10 +198,10 @@ def test_static_fast_path_read_only_output(static_add, arrays):
 
 
 def test_data_pointer_matches_numpy():
-    from loopweave.backends.runtime import _data_pointer
+    from loopweave.backends.runtime import data_pointer
     base = np.arange(40, dtype="float32").reshape(5, 8)
     for a in [base, base[2:], base[1:, 3:], base.T, np.empty(0, "int8"), np.ones((), "float32")]:
-        assert _data_pointer(a) == a.ctypes.data
+        assert data_pointer(a) == a.ctypes.data
 
 
 def test_a_size_seen_only_as_a_multiple_is_bound_from_the_shape_or_refused_by_name():

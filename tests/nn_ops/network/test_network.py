@@ -91,6 +91,23 @@ def test_run_checks_inputs(small):
         exe.run({"input": np.zeros((2, 3, 8, 8), np.float32)})
 
 
+def test_feeds_that_need_converting_or_checking_leave_the_fast_path(small):
+    """A plain feed (the exact names, C-contiguous arrays of the right shape and dtype) skips the
+    full check; anything else takes it: a Fortran-ordered array or a strided view is copied and
+    gives the same result, an ndarray subclass is read as its data, an extra name is refused."""
+    _, exe = small
+    x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    assert exe._plain_feed({"input": x}) is not None
+    expected = exe.run({"input": x})[0]
+    fortran = np.asfortranarray(x)
+    strided = np.repeat(x, 2, axis=3)[..., ::2]
+    assert exe._plain_feed({"input": fortran}) is None and exe._plain_feed({"input": strided}) is None
+    for feed in ({"input": fortran}, {"input": strided}, x, {"input": x.view(np.recarray)}):
+        np.testing.assert_array_equal(exe.run(feed)[0], expected)
+    with pytest.raises(lw.ArgumentError, match="unknown input.*'extra'"):
+        exe.run({"input": x, "extra": x})
+
+
 def test_unsupported_ops_are_all_listed_before_compiling():
     b = OnnxBuilder()
     x = b.node("RandomUniformLike", ["input"])
