@@ -12,6 +12,7 @@ Float ``a * b + c`` becomes ``llvm.fmuladd`` so the backend emits FMA.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Dict, List
 
 from llvmlite import ir
@@ -80,7 +81,7 @@ class FunctionEmitter:
         self.builder = ir.IRBuilder(self.entry)
         self.scope = dict(scope)          # id(Var) -> value
         self.buffer_ptrs = dict(buffer_ptrs)  # id(Buffer) -> ptr
-        self.masks: List[ir.Value] = []
+        self.masks: List[ir.Value] = []     # lane masks, innermost last (``_masked``)
         self.tile_masks: List[bool] = []    # per mask: a masked tail tile's (its stack buffers whole)
         self.stack_buffers = set()          # id(Buffer) of the buffers allocated on the stack here
         self.transposed: Dict[int, ir.Value] = {}     # id(BufferLoad) -> its value in this iteration
@@ -132,13 +133,10 @@ class FunctionEmitter:
         self.expr(s.value)
 
     def stmt_LetStmt(self, s: LetStmt):
-        previous = self.scope.get(id(s.var))
-        self.scope[id(s.var)] = self.expr(s.value)
-        self.stmt(s.body)
-        if previous is None:
-            del self.scope[id(s.var)]
-        else:
-            self.scope[id(s.var)] = previous
+        value = self.expr(s.value)
+        with self._bound(s.var):
+            self.scope[id(s.var)] = value
+            self.stmt(s.body)
 
     def stmt_IfThenElse(self, s: IfThenElse):
         cond = self.expr(s.condition)
@@ -146,11 +144,8 @@ class FunctionEmitter:
             # a vector condition (``vectorize``'s masked tail): the body runs under a lane mask
             if s.else_case is not None:
                 raise InternalError("an if-else with a vector condition")
-            self.masks.append(self._within_mask(cond))
-            self.tile_masks.append(True)
-            self.stmt(s.then_case)
-            self.masks.pop()
-            self.tile_masks.pop()
+            with self._masked(cond, tile=True):
+                self.stmt(s.then_case)
             return
         if s.else_case is None:
             with self.builder.if_then(cond):
@@ -289,16 +284,13 @@ class FunctionEmitter:
             cols = columns.setdefault(id(load), [])
             for rows in blocks[id(load)]:
                 cols.extend(transpose_vectors(self.builder, [self.expr(BufferLoad(load.buffer, (r,))) for r in rows]))
-        previous, outer = self.scope.get(id(s.var)), self.transposed
-        for i in range(s.extent.value):
-            self.scope[id(s.var)] = ir.Constant(I64, i)
-            self.transposed = {**outer, **{k: cols[i] for k, cols in columns.items()}}
-            self.stmt(s.body)
+        outer = self.transposed
+        with self._bound(s.var):
+            for i in range(s.extent.value):
+                self.scope[id(s.var)] = ir.Constant(I64, i)
+                self.transposed = {**outer, **{k: cols[i] for k, cols in columns.items()}}
+                self.stmt(s.body)
         self.transposed = outer
-        if previous is None:
-            del self.scope[id(s.var)]
-        else:
-            self.scope[id(s.var)] = previous
         return True
 
     def emit_loop(self, var: Var, lo, hi, body, kind: str):
@@ -313,19 +305,14 @@ class FunctionEmitter:
         phi.add_incoming(lo, pre)
         b.cbranch(b.icmp_signed("<", phi, hi), body_bb, exit_bb)
         b.position_at_end(body_bb)
-        previous = self.scope.get(id(var))
-        self.scope[id(var)] = phi
-        self.stmt(body)
+        with self._bound(var):
+            self.scope[id(var)] = phi
+            self.stmt(body)
         nxt = b.add(phi, ir.Constant(I64, 1), flags=("nsw",))
         latch = b.block
         b.branch(header)  # loops the unroll pass could not expand are left to LLVM's unroller
         phi.add_incoming(nxt, latch)
         b.position_at_end(exit_bb)
-        # the loop variable is out of scope after the loop (closures must not capture it)
-        if previous is None:
-            del self.scope[id(var)]
-        else:
-            self.scope[id(var)] = previous
 
     # --------------------------------------------------------- expressions
     def expr(self, e):
@@ -359,14 +346,10 @@ class FunctionEmitter:
         return self._broadcast(self.expr(e.value), e.lanes)
 
     def expr_Let(self, e: Let):
-        previous = self.scope.get(id(e.var))
-        self.scope[id(e.var)] = self.expr(e.value)
-        value = self.expr(e.body)
-        if previous is None:
-            del self.scope[id(e.var)]
-        else:
-            self.scope[id(e.var)] = previous
-        return value
+        value = self.expr(e.value)
+        with self._bound(e.var):
+            self.scope[id(e.var)] = value
+            return self.expr(e.body)
 
     def expr_CheckedIndex(self, e: CheckedIndex):
         """One compare per index; a bad one (outside ``[0, extent)`` after wrapping) is replaced
@@ -608,23 +591,39 @@ class FunctionEmitter:
         softmax's untouched main loop 1.3x slower)."""
         return bool(self.tile_masks) and self.tile_masks[-1] and buf.scope == "local" and id(buf) in self.stack_buffers
 
-    def _within_mask(self, cond):
-        """``cond`` and the enclosing lane mask, if any, of the same width."""
+    @contextmanager
+    def _masked(self, cond, tile: bool):
+        """Emit under the lane mask ``cond`` (and the enclosing one, if any, of the same width);
+        ``tile``: a masked tail tile's, under which ``_whole`` buffers are read and written whole."""
         if self.masks and _lanes(self.masks[-1]) == _lanes(cond):
-            return self.builder.and_(self.masks[-1], cond)
-        return cond
+            cond = self.builder.and_(self.masks[-1], cond)
+        self.masks.append(cond)
+        self.tile_masks.append(tile)
+        try:
+            yield
+        finally:
+            self.masks.pop()
+            self.tile_masks.pop()
+
+    @contextmanager
+    def _bound(self, var: Var):
+        """A scope in which the body binds ``var`` (``self.scope[id(var)]``); after it ``var`` is
+        what it was, or out of scope (closures must not capture a finished loop's variable)."""
+        previous = self.scope.get(id(var))
+        try:
+            yield
+        finally:
+            if previous is None:
+                self.scope.pop(id(var), None)
+            else:
+                self.scope[id(var)] = previous
 
     def _masked_select(self, cond, e: Select):
         """Vector select whose branches read memory: loads are masked by the lanes that use them."""
-        b = self.builder
-        self.masks.append(self._within_mask(cond))
-        self.tile_masks.append(False)
-        t = self.expr(e.true_value)
-        self.masks.pop()
-        self.masks.append(self._within_mask(b.not_(cond)))
-        f = self.expr(e.false_value)
-        self.masks.pop()
-        self.tile_masks.pop()
+        with self._masked(cond, tile=False):
+            t = self.expr(e.true_value)
+        with self._masked(self.builder.not_(cond), tile=False):
+            f = self.expr(e.false_value)
         return self._select_lanes(cond, t, f)
 
     def _double_to_half(self, v, t):

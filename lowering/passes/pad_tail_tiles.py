@@ -22,8 +22,11 @@ becomes:
 Each such loop runs only where ``e >= 1`` (it ran nothing before; an ``if`` says so where isl
 does not prove it).  A masked vector has a power of two of lanes (whole registers).  The
 ``local`` buffers of constant size that a masked vector reads or writes get ``lanes - 1`` spare
-elements, so a vector from a valid element stays inside them.  Before/after: flattened loop IR of target llvm, before vectorize
-and unroll.  Guarantees the same values in every buffer outside the kernel's own tiles.
+elements, so a vector from a valid element stays inside them.
+
+Before/after: flattened loop IR of target llvm, before vectorize and unroll.  Guarantees the
+same values in every buffer outside the kernel's own tiles.  Only statements are walked (the
+pass changes loops and allocations, never an expression outside a padded loop).
 """
 from __future__ import annotations
 
@@ -58,6 +61,12 @@ class _Pad(Mutator):
         self.outer: List[For] = []
         self.marked = 0
         self.spare: Dict[int, int] = {}     # id(local buffer) -> elements a masked vector may run past it
+
+    def visit_BufferStore(self, node):
+        return node         # an expression's loads are never changed here (compile time: no walk)
+
+    def visit_Evaluate(self, node):
+        return node
 
     def visit_Allocate(self, node):
         body = self.visit(node.body)
@@ -94,7 +103,7 @@ class _Pad(Mutator):
         if node.kind == "vectorized":
             if bound > MAX_LANES:
                 return None
-            lanes = min(MAX_LANES, 1 << (bound - 1).bit_length())     # a power of two: whole registers
+            lanes = 1 << (bound - 1).bit_length()      # a power of two (<= MAX_LANES): whole registers
             for buf in _local_buffers(body):
                 self.spare[id(buf)] = max(self.spare.get(id(buf), 0), lanes - 1)
             return where_it_runs(For(node.var, node.min, e, node.kind, body,

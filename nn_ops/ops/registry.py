@@ -231,6 +231,12 @@ def _inlined_source(s: Schedule, op: ComputeOp, attr: str):
     return None
 
 
+def _transpose_tile(lanes: int, limit: int, divides: int = 0) -> int:
+    """The side of a square tile transposed in registers: the widest of the vector width, 8 and 4
+    that is at most ``limit`` (and divides ``divides``, where given), or 0 if none is."""
+    return max((t for t in (lanes, 8, 4) if t <= min(lanes, limit) and not (divides and divides % t)), default=0)
+
+
 def _schedule_transposed(stage, axes, perm, lanes: int) -> bool:
     """A transpose (maybe under an epilogue) whose last output axis is not the input's last: tiles of
     T x T (T the vector width, else 8 or 4, at most both axes' extents) of the output's last axis
@@ -247,7 +253,7 @@ def _schedule_transposed(stage, axes, perm, lanes: int) -> bool:
     a = list(perm).index(last)
     extents = [ax.extent.value if isinstance(ax.extent, Const) else 0 for ax in (axes[a], axes[last])]
     symbolic = not extents[1]       # a row of run-time length (a shape-polymorphic K transpose over seq)
-    tile = max((t for t in (lanes, 8, 4) if t <= min(lanes, extents[0], extents[1] or lanes)), default=0)
+    tile = _transpose_tile(lanes, min(extents[0], extents[1] or lanes))
     if not tile:
         return False
     ao, ai = stage.split(axes[a], factor=tile, tail="shift" if extents[0] % tile else "guard")
@@ -331,7 +337,7 @@ def _schedule_from_blocked(stage, axes, block: int, lanes: int) -> None:
     n, c, y, x = axes
     co, ci = stage.split(c, factor=block)
     width = x.extent.value if isinstance(x.extent, Const) else 0
-    pixels = max((p for p in (lanes, 8, 4) if p <= min(width, lanes) and block % p == 0), default=0)
+    pixels = _transpose_tile(lanes, width, block)
     if pixels:
         x, xi = stage.split(x, factor=pixels, tail="shift" if width % pixels else "guard")
         parallel_planes_and_rows(stage, n, co, y, [x, ci, xi])
