@@ -154,8 +154,8 @@ def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
         # panels of one vector, the last shifted in.  A 31-wide panel was one 31-lane vector that
         # LLVM split badly (64 heads of 31 x 64 x 31: 540 -> 47 us, 14 -> 170 GFLOPS; 32 tokens:
         # 43 us); 33-47 columns took two 32-wide panels, 64 columns of work (33: 96 -> 81 us, 47:
-        # 117 -> 102, Zen 5, one thread).  Wider counts keep 32-wide panels (ViT's 197: 300 us,
-        # 309 with 16-wide ones, the narrower tile costing what the fewer columns save)
+        # 117 -> 102, Zen 5, one thread).  Wider counts keep 32-wide panels (ViT's 197: 298-320 us,
+        # 314-317 with 16-wide ones: the narrower tile costs what the fewer columns save)
         nr = lanes
     axes = list(C.op.axis)
     i, j = axes[-2], axes[-1]
