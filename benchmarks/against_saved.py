@@ -8,6 +8,10 @@ saved / now (> 1: today's build is faster).  How to get an old build: unpack a c
 another ``LOOPWEAVE_CACHE_DIR``); the .lwx must come from this machine (its CPU is checked at load).
 Across processes and runs this VM's noise was several percent; in one process, unchanged code read
 1.002 (ResNet-18, twelfth session).
+
+``--shapes BxS ...`` (with ``--model transformer_encoder``): the encoder with symbolic batch and
+sequence, compiled once (``polymorphic=True``; save the old one the same way, ``model_zoo.
+transformer_encoder(batch=None, seq=None)``), compared at each batch x seq.
 """
 from __future__ import annotations
 
@@ -28,17 +32,34 @@ def main(argv=None) -> None:
     parser.add_argument("--saved", required=True, help="a .lwx of the same model saved by an earlier build")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--pairs", type=int, default=15)
+    parser.add_argument("--shapes", nargs="+", default=None, metavar="BxS",
+                        help="transformer_encoder only: compile once (symbolic batch and seq), run these shapes")
     args = parser.parse_args(argv)
+    if args.shapes and args.model != "transformer_encoder":
+        parser.error("--shapes needs --model transformer_encoder")
     set_threads(args.threads)
-    model = getattr(model_zoo, args.model)()
     old = lw.load(args.saved)
+    if args.shapes:
+        model = model_zoo.transformer_encoder(batch=None, seq=None)
+        new = lw.compile(lw.from_onnx(model), polymorphic=True)
+        hidden = model.graph.input[0].type.tensor_type.shape.dim[2].dim_value
+        for shape in args.shapes:
+            batch, seq = (int(v) for v in shape.lower().split("x"))
+            x = np.random.default_rng(batch * 1000 + seq).standard_normal((batch, seq, hidden)).astype(np.float32)
+            _compare(f"{args.model} {batch} x {seq}", new, old, {"input": x}, args.pairs)
+        return
+    model = getattr(model_zoo, args.model)()
     new = lw.compile(lw.from_onnx(model), progress=False)
     feed = _feed(args.model, model) or {n: np.random.default_rng(0).standard_normal(s).astype(d)
                                         for n, s, d in new.inputs}
+    _compare(args.model, new, old, feed, args.pairs)
+
+
+def _compare(label: str, new, old, feed, pairs: int) -> None:
     diff = max(float(np.abs(a - b).max()) for a, b in zip(new.run(feed), old.run(feed)))
-    cmp = interleaved(lambda: new.run(feed), lambda: old.run(feed), pairs=args.pairs, pause=0.1)
-    print(f"{args.model}: now {cmp.ours_s * 1e3:.3f} ms, saved {cmp.theirs_s * 1e3:.3f} ms, "
-          f"saved/now {cmp.ratio:.3f} (outputs differ by at most {diff:.2e})")
+    cmp = interleaved(lambda: new.run(feed), lambda: old.run(feed), pairs=pairs, pause=0.1)
+    print(f"{label}: now {cmp.ours_s * 1e3:.3f} ms, saved {cmp.theirs_s * 1e3:.3f} ms, "
+          f"saved/now {cmp.ratio:.3f} (outputs differ by at most {diff:.2e})", flush=True)
 
 
 if __name__ == "__main__":
