@@ -23,6 +23,7 @@ from .passes.clamp_checked_indices import clamp_checked_indices
 from .passes.insert_bounds_checks import insert_bounds_checks
 from .passes.loop_partition import loop_partition
 from .passes.pad_register_loops import pad_register_loops
+from .passes.hoist_allocations import hoist_allocations
 from .passes.pad_tail_tiles import pad_tail_tiles
 from .passes.remove_noops import remove_noops
 from .passes.double_buffer import double_buffer
@@ -44,6 +45,7 @@ PASSES = (
     ("unroll", unroll),
     ("simplify_unrolled", simplify),
     ("remove_noops", remove_noops),
+    ("hoist_allocations", hoist_allocations),
 )
 
 # checks="bounds" only: before storage_flatten (it needs each dimension's extent)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ...backends import build as build_mod
 from ...backends.llvm import jit
-from ...backends.runtime import ERROR_SLOT_WORDS
+from ...backends.runtime import ERROR_SLOT_WORDS, data_pointer
 from ...errors import InternalError
 from . import symbolic as S
 
@@ -77,10 +77,11 @@ def runner(obj: bytes):
 class CallTable:
     """The ctypes tables of every call at one binding.  ``calls`` [(module, arg names, {size name:
     sympy size})]; ``arrays`` the arrays by name (arena views, constants, input views); ``inputs`` the
-    names whose pointers change per run, with the feed name each one views."""
+    names whose pointers change per run, with the feed name each one views; ``order`` the feed's
+    names in the order ``run_plain`` takes its arrays."""
 
     def __init__(self, calls: Sequence[Tuple[object, Sequence[str], Dict[str, object]]], arrays: Dict[str, np.ndarray],
-                 binding: Dict[str, int], inputs: Dict[str, str]):
+                 binding: Dict[str, int], inputs: Dict[str, str], order: Sequence[str] = ()):
         n = len(calls)
         self.n = n
         self.fns = (ctypes.c_void_p * max(1, n))()
@@ -106,11 +107,22 @@ class CallTable:
             self.sizes[k] = ctypes.addressof(values)
             self._keep += [ptrs, values]
         self.err = (ctypes.c_int64 * ERROR_SLOT_WORDS)()
+        position = {name: k for k, name in enumerate(order)}
+        self._plain_patches = [(ptrs, j, position[name]) for ptrs, j, name in self.patches if name in position]
 
     def run(self, runner_fn, feed: Dict[str, np.ndarray]) -> int:
         """Patch the feed's pointers in and run every call; returns the error slot's first word."""
         for ptrs, j, name in self.patches:
-            ptrs[j] = feed[name].ctypes.data
+            ptrs[j] = data_pointer(feed[name])
+        return self._run(runner_fn)
+
+    def run_plain(self, runner_fn, arrays: Sequence[np.ndarray]) -> int:
+        """``run`` with the feed's arrays given in ``order`` (C-contiguous, checked by the caller)."""
+        for ptrs, j, k in self._plain_patches:
+            ptrs[j] = data_pointer(arrays[k])
+        return self._run(runner_fn)
+
+    def _run(self, runner_fn) -> int:
         runner_fn(self.n, ctypes.addressof(self.fns), ctypes.addressof(self.buffers), ctypes.addressof(self.sizes),
                   ctypes.addressof(self.err))
         return self.err[0]

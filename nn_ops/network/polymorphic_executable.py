@@ -23,7 +23,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from ...backends.runtime import clear_error_slot, index_error_text, read_index_error
+from ...backends.runtime import clear_error_slot, data_pointer, index_error_text, read_index_error
 from ...errors import ArgumentError, IndexOutOfRangeError
 from ...target import resolve_target
 from .archive import ArchiveReader, ArchiveWriter, MetaChecker
@@ -104,6 +104,8 @@ class PolymorphicExecutable:
         self.runner_object, self._runner = b"", None
         self._tables: Dict[tuple, object] = {}
         self._tables_arena = -1
+        self._plain_inputs = tuple((n, np.dtype(dt)) for n, _, dt in signature.inputs)
+        self._seen: Dict[tuple, tuple] = {}     # input shapes -> (arena generation, table, output views)
 
     @property
     def inputs(self) -> List[Tuple[str, tuple, str]]:
@@ -130,6 +132,13 @@ class PolymorphicExecutable:
         every kernel (the call tables of the last few bindings are kept)."""
         if self._runner is None:
             return self.run_each(feed)
+        seen = self._seen_run(feed)
+        if seen is not None:
+            table, outputs, arrays = seen
+            table.run_plain(self._runner, arrays)
+            if table.err[0]:
+                self._raise_index_error(table)
+            return [np.array(o) for o in outputs]
         feed = check_names_and_dtypes(self.signature.inputs, feed)
         binding = self.bind(feed)
         feed = {n: np.ascontiguousarray(a) for n, a in feed.items()}
@@ -146,23 +155,49 @@ class PolymorphicExecutable:
             inputs = {n: n for n in feed}
             inputs.update({name: root for name, root in roots.items() if root in feed})
             table = call_list.CallTable([(c.module_at(binding), c.args, c.sizes) for c in self.calls], arrays,
-                                        binding, inputs)
+                                        binding, inputs, [n for n, _ in self._plain_inputs])
             if len(self._tables) >= 8:
                 self._tables.pop(next(iter(self._tables)))
             self._tables[key] = table
         if table.run(self._runner, feed):
-            what, index, extent, wraps = read_index_error(table.err)
-            clear_error_slot(table.err)
-            raise IndexOutOfRangeError(f"{self.name}: {index_error_text(what, index, extent, wraps)}; the outputs "
-                                       f"were not fully written", index, extent, what)
+            self._raise_index_error(table)
         outputs = []
         for n in self.output_names:
             source = planned.get(n)
             if source is None:      # an input (or a view of one) given back as an output
                 root = self._feed_root(n)
                 source = feed[root].reshape(self._shape_at(n, binding))
-            outputs.append(np.array(source))
-        return outputs
+            outputs.append(source)
+        if all(n in planned for n in self.output_names):
+            if len(self._seen) >= 8:
+                self._seen.pop(next(iter(self._seen)))
+            self._seen[tuple(feed[n].shape for n, _ in self._plain_inputs)] = (self.plan.grown, table, outputs)
+        return [np.array(o) for o in outputs]
+
+    def _seen_run(self, feed):
+        """(table, output views, input arrays) when ``feed`` is plain (a dict of exactly the inputs,
+        C-contiguous arrays of the right dtypes) at shapes whose binding ran and passed its checks
+        since the arena last grew, else None (``run``'s checked path).  The checked path cost ~7 us
+        of a 100 us one-token encoder run; this one ~2."""
+        if type(feed) is not dict or len(feed) != len(self._plain_inputs):
+            return None
+        arrays, shapes = [], []
+        for name, dtype in self._plain_inputs:
+            a = feed.get(name)
+            if type(a) is not np.ndarray or a.dtype != dtype or not a.flags.c_contiguous:
+                return None
+            arrays.append(a)
+            shapes.append(a.shape)
+        seen = self._seen.get(tuple(shapes))
+        if seen is None or seen[0] != self.plan.grown:
+            return None
+        return seen[1], seen[2], arrays
+
+    def _raise_index_error(self, table):
+        what, index, extent, wraps = read_index_error(table.err)
+        clear_error_slot(table.err)
+        raise IndexOutOfRangeError(f"{self.name}: {index_error_text(what, index, extent, wraps)}; the outputs "
+                                   f"were not fully written", index, extent, what)
 
     def _feed_root(self, name: str) -> str:
         sources = {v.name: v.source for v in self.views}

@@ -161,6 +161,34 @@ def test_outputs_are_not_overwritten_by_the_next_run(encoder):
     np.testing.assert_array_equal(first, keep)
 
 
+def test_a_shape_run_before_skips_the_checks_it_passed_and_nothing_else(encoder, monkeypatch):
+    """A plain feed at shapes that ran since the arena last grew reuses that run's binding and call
+    table; anything else (a strided or mistyped array, an unseen shape, a grown arena) is checked."""
+    _, exe = encoder
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 6, 64)).astype(np.float32)
+    want, = exe.run_each({"input": x})
+    np.testing.assert_allclose(exe.run({"input": x})[0], want, rtol=1e-5, atol=1e-6)
+    binds = []
+    real_bind = exe.signature.bind
+    monkeypatch.setattr(exe.signature, "bind", lambda feed: binds.append(1) or real_bind(feed))
+    y = rng.standard_normal((2, 6, 64)).astype(np.float32)
+    np.testing.assert_allclose(exe.run({"input": y})[0], exe.run_each({"input": y})[0], rtol=1e-5, atol=1e-6)
+    assert len(binds) == 1                                      # run_each's, not run's
+    strided = np.asfortranarray(y)
+    np.testing.assert_allclose(exe.run({"input": strided})[0], exe.run_each({"input": y})[0], rtol=1e-5, atol=1e-6)
+    assert len(binds) == 3
+    with pytest.raises(lw.ArgumentError, match="must have dtype float32"):
+        exe.run({"input": y.astype(np.float64)})
+    grown, seq = exe.plan.grown, 8
+    while exe.plan.grown == grown:
+        seq *= 2
+        exe.run({"input": np.ones((2, seq, 64), np.float32)})
+    count = len(binds)
+    np.testing.assert_allclose(exe.run({"input": x})[0], want, rtol=1e-5, atol=1e-6)
+    assert len(binds) == count + 1                              # the old table pointed into the old arena
+
+
 def test_inputs_are_checked_before_anything_runs(encoder):
     _, exe = encoder
     with pytest.raises(lw.ArgumentError, match=r"input 'input' must have shape \[batch, seq, 64\], got \(1, 3, 32\)"):
@@ -525,8 +553,10 @@ def test_an_embedding_lookup_of_token_ids_compiles_once_and_checks_the_ids():
     for batch, seq in ((1, 1), (2, 7), (3, 33)):
         ids = np.random.default_rng(seq).integers(0, 50, (batch, seq)).astype(np.int64)
         np.testing.assert_allclose(exe.run({"input": ids})[0], _ort(model, {"input": ids})[0], rtol=1e-4, atol=1e-5)
-    with pytest.raises(lw.IndexOutOfRangeError, match="emb|axis 0"):
-        exe.run({"input": np.array([[3, 50]], np.int64)})
+    exe.run({"input": np.array([[3, 4]], np.int64)})
+    for _ in range(2):      # the second time at a shape seen before (the unchecked feed path)
+        with pytest.raises(lw.IndexOutOfRangeError, match="emb|axis 0"):
+            exe.run({"input": np.array([[3, 50]], np.int64)})
 
 
 def test_gpt2_causal_mask_and_stacked_qkv_compile_once_over_the_batch():
