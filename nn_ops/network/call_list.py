@@ -78,16 +78,16 @@ class CallTable:
     """The ctypes tables of every call at one binding.  ``calls`` [(module, arg names, {size name:
     sympy size})]; ``arrays`` the arrays by name (arena views, constants, input views); ``inputs`` the
     names whose pointers change per run, with the feed name each one views; ``order`` the feed's
-    names in the order ``run_plain`` takes its arrays."""
+    names in the order ``run_plain`` takes its arrays; ``keep`` arrays that only the table holds."""
 
     def __init__(self, calls: Sequence[Tuple[object, Sequence[str], Dict[str, object]]], arrays: Dict[str, np.ndarray],
-                 binding: Dict[str, int], inputs: Dict[str, str], order: Sequence[str] = ()):
+                 binding: Dict[str, int], inputs: Dict[str, str], order: Sequence[str] = (), keep=()):
         n = len(calls)
         self.n = n
         self.fns = (ctypes.c_void_p * max(1, n))()
         self.buffers = (ctypes.c_void_p * max(1, n))()
         self.sizes = (ctypes.c_void_p * max(1, n))()
-        self._keep: List[object] = []
+        self._keep: List[object] = list(keep)
         self.patches: List[Tuple[object, int, str]] = []      # (pointer array, slot, feed input name)
         for k, (module, args, size_exprs) in enumerate(calls):
             ptrs = (ctypes.c_void_p * max(1, len(args)))()

@@ -19,12 +19,12 @@ from __future__ import annotations
 import ctypes
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
 from ...backends.runtime import clear_error_slot, data_pointer, index_error_text, read_index_error
-from ...errors import ArgumentError, IndexOutOfRangeError
+from ...errors import ArgumentError, IndexOutOfRangeError, InternalError
 from ...target import resolve_target
 from .archive import ArchiveReader, ArchiveWriter, MetaChecker
 from . import call_list, symbolic as S
@@ -67,6 +67,24 @@ class KernelCall:
         return self.module
 
 
+@dataclass(frozen=True)
+class BindingTable:
+    """A kernel argument computed from the binding, once per call table: a Resize's source
+    indices and weights where the output sizes, or their ratio to the input's, are known only at
+    run time (``polymorphic_cnn.resize``)."""
+
+    shape: tuple                # sympy sizes
+    dtype: str
+    compute: Callable[[Dict[str, int]], np.ndarray]
+
+    def at(self, binding: Dict[str, int]) -> np.ndarray:
+        a = np.ascontiguousarray(self.compute(binding), dtype=self.dtype)
+        want = tuple(int(S.evaluate(d, binding)) for d in self.shape)
+        if a.shape != want:
+            raise InternalError(f"a binding table has shape {a.shape}, its kernel takes {want}; please report")
+        return a
+
+
 @dataclass
 class View:
     """``name`` is ``source`` read with another shape (a Reshape of contiguous data)."""
@@ -92,8 +110,10 @@ def _aligned(a: np.ndarray) -> np.ndarray:
 class PolymorphicExecutable:
     def __init__(self, signature: SymbolicSignature, calls: Sequence[KernelCall], views: Sequence[View],
                  plan: SymbolicPlan, constants: Dict[str, np.ndarray], outputs: Sequence[str], name: str = "graph",
-                 kernels: Dict[str, object] = None, model_bytes: bytes = b"", opset: int = 0, target=None):
+                 kernels: Dict[str, object] = None, model_bytes: bytes = b"", opset: int = 0, target=None,
+                 tables: Dict[str, BindingTable] = None):
         self.signature, self.calls, self.plan = signature, list(calls), plan
+        self.tables = dict(tables or {})
         self.views = list(views)
         self.constants = {n: _aligned(a) for n, a in constants.items()}
         self.output_names = list(outputs)
@@ -151,11 +171,13 @@ class PolymorphicExecutable:
         if table is None:
             arrays = dict(self.constants)
             arrays.update(planned)
+            tables = {n: t.at(binding) for n, t in self.tables.items()}
+            arrays.update(tables)
             roots = {v.name: self._feed_root(v.name) for v in self.views}
             inputs = {n: n for n in feed}
             inputs.update({name: root for name, root in roots.items() if root in feed})
             table = call_list.CallTable([(c.module_at(binding), c.args, c.sizes) for c in self.calls], arrays,
-                                        binding, inputs, [n for n, _ in self._plain_inputs])
+                                        binding, inputs, [n for n, _ in self._plain_inputs], keep=tables.values())
             if len(self._tables) >= 8:
                 self._tables.pop(next(iter(self._tables)))
             self._tables[key] = table
@@ -217,6 +239,7 @@ class PolymorphicExecutable:
         arrays = dict(self.constants)
         arrays.update({n: np.ascontiguousarray(a) for n, a in feed.items()})
         arrays.update(self.plan.arrays(binding))
+        arrays.update({n: t.at(binding) for n, t in self.tables.items()})
         for name, source, shape in self._input_views(binding):
             arrays[name] = arrays[source].reshape(shape)
         for call in self.calls:
@@ -294,6 +317,7 @@ class PolymorphicExecutable:
         shapes.update((n, shape) for n, (shape, _) in self.plan.values.items())
         shapes.update((v.name, v.shape) for v in self.views)
         shapes.update((n, tuple(S.dim(int(d)) for d in a.shape)) for n, a in self.constants.items())
+        shapes.update((n, t.shape) for n, t in self.tables.items())
 
         def arg(name):
             return f"{name}{show_shape([S.show(d) for d in shapes[name]])}" if name in shapes else name

@@ -37,7 +37,7 @@ from ...target import resolve_target
 from ..network import call_list, symbolic as S
 from ..network.op_table import SMALL_M
 from ..network.signature import RuntimeCheck
-from ..network.polymorphic_executable import KernelCall, PolymorphicExecutable, Variant, View
+from ..network.polymorphic_executable import BindingTable, KernelCall, PolymorphicExecutable, Variant, View
 from ..network.symbolic_plan import SymbolicPlan
 from ..ops.gemv import matmul_small_m
 from ..ops.index import gather
@@ -119,6 +119,7 @@ class _Builder:
                 self.consumers.setdefault(i, []).append(node)
         self.done = set()
         self.local: Dict[str, tuple] = {}       # values this builder makes up: (shape, dtype[, "input"])
+        self.tables: Dict[str, BindingTable] = {}   # kernel arguments computed per binding
         self.aliases: Dict[object, object] = {}  # sympy size -> the size it is checked equal to at run time
         self.checks: Optional[str] = None        # lw.build's checks= for every kernel
         # sizes a feed binds directly (``bind`` refuses 0 for them): the ones a kernel may specialise to 1
@@ -156,7 +157,8 @@ class _Builder:
         used = {a for c in self.calls for a in c.args} | set(outputs)
         consts = {n: a for n, a in self.consts.items() if n in used}     # not the weights repacked
         return PolymorphicExecutable(self.shapes.signature, self.calls, self.views, plan, consts, outputs,
-                                     self.name, kernels=self.kernels, target=self.target)
+                                     self.name, kernels=self.kernels, target=self.target,
+                                     tables={n: t for n, t in self.tables.items() if n in used})
 
     def _build_pending(self) -> None:
         """Build the walk's new kernels in one ``build_many`` and put them in their calls."""
@@ -259,6 +261,8 @@ class _Builder:
     def shape(self, name: str) -> tuple:
         if name in self.consts:
             return tuple(S.dim(int(d)) for d in self.consts[name].shape)
+        if name in self.tables:
+            return self.tables[name].shape
         if name in self.local:
             return self.local[name][0]
         return self.shapes.shapes[name]
@@ -266,6 +270,8 @@ class _Builder:
     def dtype(self, name: str) -> str:
         if name in self.consts:
             return str(self.consts[name].dtype)
+        if name in self.tables:
+            return self.tables[name].dtype
         if name in self.local:
             return self.local[name][1]
         return self.shapes.dtypes.get(name) or self.values[name][1]
@@ -792,10 +798,10 @@ class _Builder:
 
 def _reads_sizes(user, name: str) -> bool:
     """Whether ``user`` reads the shape value ``name`` as sizes (a target shape, Range's bounds,
-    Slice's starts/ends/axes/steps), not as data."""
+    Slice's starts/ends/axes/steps, Resize's sizes), not as data."""
     at = list(user.input).index(name)
     return ((user.op_type in VIEWS or user.op_type == "Expand") and at == 1) or user.op_type == "Range" \
-        or (user.op_type == "Slice" and at >= 1)
+        or (user.op_type == "Slice" and at >= 1) or (user.op_type == "Resize" and at == 3)
 
 
 def _multiple_name(index: int, k: int) -> str:

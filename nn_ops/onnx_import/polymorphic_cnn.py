@@ -38,9 +38,11 @@ from ..ops.conv2d import _divisor_at_most
 from ..ops.nchwc import (SYMBOLIC_ROW_BLOCK, conv2d_blocked, depthwise_blocked, from_blocked,
                          global_avg_pool_blocked, pack_blocked_weight, pack_depthwise_weight, pool2d_blocked,
                          row_block_fits, symbolic_row_block, to_blocked)
+from ..ops.resize import axis_taps, coefficient_fn, resize_taps, source_coordinates
 from ..ops.winograd import MIN_WINOGRAD_PIXELS, winograd_largest_map, winograd_weight
 from ..ops.winograd_rows import conv2d_winograd_rows
 from .converters.nn import inference_scale_shift
+from ..network.polymorphic_executable import BindingTable
 from .polymorphic_common import BINARY, UNARY, KernelVariant, _apply, _attr, _same, _show, conv_transpose_attrs
 
 #: a conv on rows of symbolic width also gets kernels with register blocks of these many pixels, the
@@ -119,7 +121,13 @@ class CnnWalk:
         if weight.ndim != 4:
             raise self.unsupported("non-2-d convolutions")
         depthwise = groups > 1 and groups == weight.shape[0] and weight.shape[1] == 1
-        # other groups: whole channel blocks per group, in and out (ResNeXt's 32 x 4, 128-channel ones are not)
+        if groups > 1 and not depthwise and weight.shape[1] == weight.shape[0] // groups \
+                and self.block % weight.shape[1] == 0 and (weight.shape[1] * groups) % self.block == 0:
+            # groups smaller than a block (ResNeXt's 32 x 4 channels): each block of channels is a group
+            # of its own, its weight zero between the small groups inside it
+            weight = _block_diagonal(weight, groups, self.block)
+            groups = weight.shape[0] // self.block
+        # other groups: whole channel blocks per group, in and out
         grouped = 1 if groups == 1 or depthwise else groups
         if grouped != 1 and (weight.shape[1] % self.block or (weight.shape[0] // groups) % self.block
                              or weight.shape[0] % groups):
@@ -236,13 +244,14 @@ class CnnWalk:
 
     def resize(self, node, label: str) -> None:
         """Up-sampling of a map by whole factors given as scales (a U-Net's or an FPN's
-        ``F.interpolate``), on the blocked value.  Nearest: output pixel (y, x) reads (y // sh, x //
-        sw), which is what ONNX's asymmetric/floor and half-pixel/round modes pick at a whole factor.
-        Linear (half-pixel or asymmetric): at a whole factor ``s`` the source coordinate of output row
-        ``y`` is ``y // s`` plus an offset and a weight that depend on ``y % s`` only, so the two taps
-        are ``y // s + fl`` and the next, clamped to the map (as onnxruntime clamps the coordinate).
-        Linear with align_corners: the coordinate ``y * (H - 1) / (s*H - 1)`` depends on the run-time
-        size, so it is computed per row and column as onnxruntime computes it (in float32)."""
+        ``F.interpolate(scale_factor=2)``), on the blocked value.  Nearest: output pixel (y, x) reads
+        (y // sh, x // sw), which is what ONNX's asymmetric/floor and half-pixel/round modes pick at a
+        whole factor.  Linear (half-pixel or asymmetric): at a whole factor ``s`` the source coordinate
+        of output row ``y`` is ``y // s`` plus an offset and a weight that depend on ``y % s`` only, so
+        the two taps are ``y // s + fl`` and the next, clamped to the map (as onnxruntime clamps the
+        coordinate).  Linear with align_corners: the coordinate ``y * (H - 1) / (s*H - 1)`` depends on
+        the run-time size, so it is computed per row and column as onnxruntime computes it (in
+        float32).  Any other resize of the height and width: ``resize_by_tables``."""
         b = self.b
         mode = _attr(node, "mode", "nearest")
         transform = _attr(node, "coordinate_transformation_mode", "half_pixel")
@@ -254,8 +263,8 @@ class CnnWalk:
             (transform in ("half_pixel", "pytorch_half_pixel") and rounding.startswith("round_prefer"))
         linear = mode == "linear" and transform in LINEAR_TRANSFORMS and not _attr(node, "antialias", 0)
         if not whole or not (mode == "nearest" and picks_floor or linear):
-            raise self.unsupported(f"Resize other than nearest or linear up-sampling by whole factors given as "
-                                   f"scales (mode {mode!r}, {transform!r}, {rounding!r})")
+            self.resize_by_tables(node, label, mode, transform, rounding, scales)
+            return
         sh, sw = (int(v) for v in scales[2:])
         x = self.blocked_input(node.input[0], "a Resize")
         out = b.fresh(node.output[0] + ".blocked")
@@ -269,6 +278,68 @@ class CnnWalk:
         b.kernel(label, ("upsample", mode, transform if linear else "", sh, sw), [x], out, make,
                  out_shape=self.blocked_shape(b.shapes.shapes[node.output[0]]), derived_output=True)
         self.blocked[node.output[0]] = out
+
+    def resize_by_tables(self, node, label: str, mode: str, transform: str, rounding: str, scales) -> None:
+        """Any other Resize of a map's height and width: sizes given (constant, or computed from
+        shapes as torch exports ``F.interpolate(size=skip.shape[2:])``), or scales that are not whole
+        factors, in nearest, linear or cubic mode.  A gather of weighted taps (``resize_taps``) whose
+        source indices and weights are tables computed per binding (``BindingTable``) by the numpy
+        code that makes a static compile's tables (``source_coordinates``, ``axis_taps``), so both
+        read the same taps with the same weights."""
+        b = self.b
+        x_name, out_name = node.input[0], node.output[0]
+        in_shape, out_shape = b.shape(x_name), b.shapes.shapes[out_name]
+        why = None
+        if mode not in ("nearest", "linear", "cubic"):
+            why = f"mode {mode!r}"
+        elif _attr(node, "antialias", 0):
+            why = "antialias (its tap count depends on the scale)"
+        elif transform == "tf_crop_and_resize":
+            why = "coordinate_transformation_mode 'tf_crop_and_resize'"
+        elif _attr(node, "keep_aspect_ratio_policy", "stretch") != "stretch":
+            why = "keep_aspect_ratio_policy other than 'stretch'"
+        elif len(in_shape) != 4 or any(S.equal(o, i) is not True for o, i in zip(out_shape[:2], in_shape[:2])):
+            why = "a resize of other axes than the height and width of an NCHW map"
+        elif mode != "nearest" and x_name not in self.blocked and b.dtype(x_name) not in ("float32", "float64"):
+            why = f"{mode} resize of {b.dtype(x_name)} values"
+        if why is not None:
+            raise self.unsupported(f"Resize: {why}")
+        given = [float(v) for v in scales.reshape(-1)] if scales is not None and scales.size == 4 else None
+        coeffs = coefficient_fn(mode, rounding, float(_attr(node, "cubic_coeff_a", -0.75)), False)
+        exclude = bool(_attr(node, "exclude_outside", 0))
+        weighted = mode != "nearest"
+        dtype = "float32" if x_name in self.blocked else b.dtype(x_name)
+        tables = []
+        for axis, what in ((2, "rows"), (3, "cols")):
+            def taps(binding, axis=axis):
+                d, o = int(S.evaluate(in_shape[axis], binding)), int(S.evaluate(out_shape[axis], binding))
+                scale = given[axis] if given is not None else o / d
+                idx, w = axis_taps(source_coordinates(transform, o, d, scale), d, scale, coeffs, exclude)
+                return idx, w
+            count = 1 if not weighted else coeffs(0.5, 1.0).size
+            if weighted:
+                parts = [(f".{what}_index", "int64", lambda binding, taps=taps: taps(binding)[0]),
+                         (f".{what}_weight", dtype, lambda binding, taps=taps: taps(binding)[1])]
+            else:       # one-hot weights: the chosen index only
+                def nearest(binding, taps=taps):
+                    idx, w = taps(binding)
+                    return idx[np.arange(idx.shape[0]), w.argmax(axis=1)][:, None]
+                parts = [(f".{what}_index", "int64", nearest)]
+            for suffix, table_dtype, compute_table in parts:
+                name = b.fresh(out_name + suffix)
+                b.tables[name] = BindingTable((out_shape[axis], S.dim(count)), table_dtype, compute_table)
+                tables.append(name)
+
+        def make(t, *tabs, extent):
+            return resize_taps(t, (2, 3), tabs, weighted, name="resize")
+        key = ("resize_taps", mode, weighted)
+        if x_name in self.blocked:
+            out = b.fresh(out_name + ".blocked")
+            b.kernel(label, key + ("blocked",), [self.blocked[x_name]] + tables, out, make,
+                     out_shape=self.blocked_shape(out_shape))
+            self.blocked[out_name] = out
+        else:
+            b.kernel(label, key, [x_name] + tables, out_name, make, out_shape=out_shape)
 
     def winograd_variants(self, in_shape, out_shape, make) -> list:
         """The Winograd kernels of a 3x3 stride-1 conv (``winograd_rows.py``), one per tile block in
@@ -591,6 +662,20 @@ PADDING_SAFE = {"Relu", "Clip", "Add", "Sub", "Mul", "Max", "Min", "Sigmoid", "T
 def _keeps_padding_finite(node, b) -> bool:
     return node.op_type in PADDING_SAFE or (node.op_type == "Div" and len(node.input) > 1 and
                                             b.is_scalar(node.input[1]) and b.scalar(node.input[1]) != 0)
+
+
+def _block_diagonal(weight: np.ndarray, groups: int, block: int) -> np.ndarray:
+    """The [OC, block, KH, KW] weight of a conv grouped by whole blocks of ``block`` channels equal to
+    ``weight`` [OC, C/groups, KH, KW] of ``groups`` groups that divide a block, in and out alike:
+    output channel o reads, of its block, the channels of its own small group (zeros elsewhere).
+    ``block / (C/groups)`` times the multiplies, every one a whole vector (ResNeXt's 4-channel groups:
+    4x)."""
+    oc, per, kh, kw = weight.shape
+    out = np.zeros((oc, block, kh, kw), weight.dtype)
+    for o in range(oc):
+        start = (o // per) * per % block         # the group's first channel within its block
+        out[o, start:start + per] = weight[o]
+    return out
 
 
 def _zero_padded(array: np.ndarray, size: int, axis: int) -> np.ndarray:

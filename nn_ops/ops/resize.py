@@ -18,7 +18,7 @@ import numpy as np
 
 from ...dsl.tensor import Tensor, compute
 from ...errors import ExprError
-from .elementwise import static_shape
+from .elementwise import extents
 
 
 def source_coordinates(mode: str, out_size: int, in_size: int, scale: float, roi=None) -> np.ndarray:
@@ -117,9 +117,10 @@ def resize_taps(X: Tensor, axes: Sequence[int], tables: Sequence[Tensor], weight
     """``out[o] = sum over tap combinations of prod(w_a[o_a, t_a]) * X[o with o_a -> i_a[o_a, t_a]]``.
 
     ``tables`` holds, per axis in ``axes``, an int64 index table [out_a, n_a], followed (when
-    ``weighted``) by a float weight table of the same shape.
+    ``weighted``) by a float weight table of the same shape.  ``out_a`` may be symbolic (a
+    shape-polymorphic network computes the tables per binding); ``n_a`` is a constant.
     """
-    src = list(static_shape(X))
+    src = list(extents(X))
     per = 2 if weighted else 1
     if len(tables) != per * len(axes):
         raise ExprError(f"resize over {len(axes)} axes needs {per * len(axes)} tables, got {len(tables)}")
@@ -128,7 +129,9 @@ def resize_taps(X: Tensor, axes: Sequence[int], tables: Sequence[Tensor], weight
     shape = list(src)
     taps = []
     for a, t in zip(axes, index_tables):
-        rows, n = static_shape(t)
+        rows, n = extents(t)
+        if not isinstance(n, int):
+            raise ExprError(f"resize: the tables' tap count must be a constant, got {n}")
         shape[a] = rows
         taps.append(n)
     if weighted and X.dtype != weight_tables[0].dtype:

@@ -128,6 +128,8 @@ def unet(batch: int = 1, size: int = 256, out_classes: int = 2, base: int = 32, 
     """U-Net: double 3x3 conv-BN-ReLU per level, MaxPool down, up by ``up`` = "transpose"
     (ConvTranspose 2x2/2), "nearest", "linear" or "linear_corners" (Resize x2 as torch exports
     ``F.interpolate``, the last with ``align_corners=True``, then a 1x1 conv halving the channels),
+    or "linear_sizes" (``F.interpolate(x, size=skip.shape[2:], mode="bilinear")``: Resize to the
+    skip's height and width, given as ``sizes`` computed from the shapes, so any input size works),
     skip Concat with the encoder level, 1x1 conv head."""
     b = OnnxBuilder(seed)
 
@@ -146,6 +148,13 @@ def unet(batch: int = 1, size: int = 256, out_classes: int = 2, base: int = 32, 
         half = base << level
         if up == "transpose":
             x = b.conv_transpose(x, c, half, 2, 2)
+        elif up == "linear_sizes":
+            def part(tensor, start, end):
+                return b.node("Slice", [b.node("Shape", [tensor]), b.const([start], np.int64), b.const([end], np.int64),
+                                        b.const([0], np.int64)])
+            sizes = b.node("Concat", [part(x, 0, 2), part(skips[level], 2, 4)], axis=0)
+            x = b.node("Resize", [x, "", "", sizes], mode="linear", coordinate_transformation_mode="pytorch_half_pixel")
+            x = b.conv(x, c, half, 1, pad=0, bias=True)
         else:
             scales = b.const([1.0, 1.0, 2.0, 2.0])
             mode = {"linear": "pytorch_half_pixel", "linear_corners": "align_corners"}.get(up, "asymmetric")

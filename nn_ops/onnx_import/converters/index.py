@@ -123,6 +123,9 @@ def resize(ctx: ImportContext, node):
     if mode != "nearest" and not ctx.dtype(x).startswith("float"):
         raise Unsupported(f"{mode} resize of {ctx.dtype(x)} data")
     scales, out_shape = _output_sizes(ctx, node, in_shape)
+    if any(o < 1 for o in out_shape):
+        raise Unsupported(f"output shape {tuple(out_shape)} from input shape {tuple(in_shape)}: every size must be "
+                          f">= 1 (empty outputs are not supported)")
     coeffs = coefficient_fn(mode, ctx.attr(node, "nearest_mode", "round_prefer_floor"),
                             float(ctx.attr(node, "cubic_coeff_a", -0.75)), antialias)
     exclude = bool(ctx.attr(node, "exclude_outside", 0))
@@ -131,8 +134,6 @@ def resize(ctx: ImportContext, node):
     for a, (d, o, s) in enumerate(zip(in_shape, out_shape, scales)):
         if o == d and abs(s - 1.0) < 1e-12 and (crop is None or crop[a] == (0.0, 1.0)):
             continue
-        if o < 1:
-            raise Unsupported(f"output size {o} along axis {a}")
         if crop is not None:
             x_ori = _crop_coordinates(crop[a], o, d)
             view = [1] * len(out_shape)

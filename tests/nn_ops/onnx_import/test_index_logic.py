@@ -184,6 +184,16 @@ def test_resize_against_onnxruntime(mode, coord, nearest, by):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("sizes", [[1, 2, 0, 5], [1, 2, -3, 5]])
+def test_resize_to_an_empty_or_negative_size_is_refused_by_name(sizes):
+    model = _model([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="nearest")],
+                   [("x", "float32", [1, 2, 5, 8])], [("y", "float32", None)],
+                   initializers=[("sizes", np.array(sizes, np.int64))], opset=13)
+    with pytest.raises(lw.OnnxImportError, match=r"Resize \(opset 13\): output shape \(1, 2, -?\d, 5\) from input "
+                                                  r"shape \(1, 2, 5, 8\): every size must be >= 1"):
+        lw.from_onnx(model)
+
+
 def test_large_int64_constants_are_exact():
     """One-element constants are passed by value as floats only when that is exact."""
     big = np.array(2 ** 60 + 1, np.int64)

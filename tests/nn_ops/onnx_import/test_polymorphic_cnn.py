@@ -204,6 +204,23 @@ def test_grouped_convs_of_whole_channel_blocks_compile_once():
         _check(model, exe, shape)
 
 
+def test_groups_smaller_than_a_block_compile_once_as_block_diagonal_blocks():
+    """ResNeXt's groups of 4 and 8 channels (and 16: whole blocks), in = out per group: each block of
+    16 channels runs as a group of its own whose weight is zero between the small groups in it; a
+    ReLU and a residual add in the epilogue, a stride; one compile, every size, against onnxruntime."""
+    b = OnnxBuilder(1)
+    x = b.relu(b.conv("input", 3, 64, 3))
+    y = b.relu(b.conv(x, 64, 64, 3, groups=16, bias=True))                # 4 channels a group
+    y = b.node("Add", [b.conv(y, 64, 64, 3, groups=8), x])                  # 8, then the residual
+    y = b.conv(y, 64, 64, 3, stride=2, groups=4)                            # 16: whole blocks
+    model = b.model(("N", 3, "H", "W"), y, ("N", 64, "H2", "W2"), name="resnext_like")
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert isinstance(exe, PolymorphicExecutable)
+    assert len(exe.calls) == 5, [c.module.name for c in exe.calls]       # four convs (the add fused), NCHW
+    for shape in ((1, 3, 8, 8), (2, 3, 9, 13), (1, 3, 1, 1)):
+        _check(model, exe, shape)
+
+
 def test_what_the_cnn_path_refuses_is_listed():
     b = OnnxBuilder(0)
     x = b.conv("input", 3, 16, 3)
@@ -291,11 +308,70 @@ def test_linear_upsampling_by_any_whole_factors_matches_onnxruntime(transform, f
         _check(model, exe, shape)
 
 
-def test_other_resizes_are_refused_by_name():
+def _resize_model(mode, transform, scales=None, sizes_from_input=False, channels=16, **attrs):
+    """A conv (blocked: 16 channels) or the input itself (plain: 3 channels), then a Resize by constant
+    ``scales``, or by sizes computed from its shape (2 rows and 3 columns more)."""
     b = OnnxBuilder(0)
+    x = b.conv("input", 3, 16, 3) if channels == 16 else "input"
+    if sizes_from_input:
+        sizes = b.node("Add", [b.node("Shape", [x]), b.const([0, 0, 2, 3], np.int64)])
+        y = b.node("Resize", [x, "", "", sizes], mode=mode, coordinate_transformation_mode=transform, **attrs)
+    else:
+        y = b.node("Resize", [x, "", b.init("scales", np.array(scales, np.float32))], mode=mode,
+                   coordinate_transformation_mode=transform, **attrs)
+    return b.model(("N", 3, "H", "W"), y, ("N", channels, "OH", "OW"), name=f"resize_{mode}")
+
+
+@pytest.mark.parametrize("mode, transform, scales, sizes, channels, attrs", [
+    ("linear", "pytorch_half_pixel", None, True, 16, {}),
+    ("nearest", "half_pixel", None, True, 16, {"nearest_mode": "round_prefer_ceil"}),
+    ("cubic", "align_corners", [1, 1, 2, 2], False, 16, {}),
+    ("cubic", "half_pixel", [1, 1, 1.5, 2.5], False, 16, {"exclude_outside": 1}),
+    ("linear", "asymmetric", [1, 1, 1.5, 1.25], False, 3, {}),
+    ("nearest", "asymmetric", None, True, 3, {"nearest_mode": "floor"}),
+])
+def test_any_resize_of_height_and_width_compiles_once_with_tables_per_binding(mode, transform, scales, sizes,
+                                                                             channels, attrs, monkeypatch):
+    """Sizes given (here computed from the input's shape, as torch exports ``F.interpolate(size=...)``)
+    or scales that are not whole factors: the source rows and columns and their weights are tables
+    computed per binding, by the code that makes a static compile's; blocked (after a conv) and
+    plain (the 3-channel input) maps; checked against onnxruntime at sizes where the factor is not
+    whole and at one row or column, with no compilation at run time."""
+    import loopweave.backends.build as build_module
+    from loopweave.backends.llvm import jit
+    model = _resize_model(mode, transform, scales, sizes, channels, **attrs)
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert isinstance(exe, PolymorphicExecutable) and exe.tables
+    assert "poly_resize_taps" in {c.module.name for c in exe.calls}
+    for module, name in ((build_module, "build"), (build_module, "lower"), (jit, "compile_ir")):
+        monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail("compiled at run time"))
+    shapes = ((1, 3, 6, 7), (2, 3, 9, 4), (1, 3, 3, 1)) if sizes else ((1, 3, 6, 7), (2, 3, 9, 4), (1, 3, 2, 2))
+    for shape in shapes:
+        _check(model, exe, shape)
+
+
+def test_unet_resized_to_its_skips_sizes_runs_odd_sizes(tmp_path):
+    """``F.interpolate(x, size=skip.shape[2:])``: Resize's sizes come from Shape -> Slice -> Concat,
+    so an input whose halvings are odd (37 -> 18 -> 9) still lines up with its skips; saved and
+    loaded, the tables come back with the walk."""
+    from loopweave.nn_ops.testing import model_zoo
+    model = symbolic_sizes(model_zoo.unet(**dict(model_zoo.SMALL["unet"], up="linear_sizes")))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert isinstance(exe, PolymorphicExecutable)
+    for shape in ((1, 3, 64, 64), (2, 3, 37, 50), (1, 3, 9, 13)):
+        _check(model, exe, shape)
+    assert ".rows_index[H, 2]" in exe._repr_html_()            # the last level's tables, by their sizes
+    exe.save(tmp_path / "unet.lwx")
+    loaded = lw.load(tmp_path / "unet.lwx")
+    assert set(loaded.tables) == set(exe.tables)
+    _check(model, loaded, (1, 3, 21, 30))
+
+
+def test_other_resizes_are_refused_by_name():
+    b = OnnxBuilder(0, opset=18)
     x = b.conv("input", 3, 16, 3)
     scales = b.init("scales", np.array([1, 1, 2, 2], np.float32))
-    y = b.node("Resize", [x, "", scales], mode="cubic", coordinate_transformation_mode="align_corners")
-    model = b.model(("N", 3, "H", "W"), y, ("N", 16, "OH", "OW"), name="corners")
-    with pytest.raises(OnnxImportError, match=r"Resize other than nearest or linear up-sampling.*'cubic'"):
+    y = b.node("Resize", [x, "", scales], mode="cubic", coordinate_transformation_mode="half_pixel", antialias=1)
+    model = b.model(("N", 3, "H", "W"), y, ("N", 16, "OH", "OW"), name="antialiased")
+    with pytest.raises(OnnxImportError, match=r"Resize: antialias \(its tap count depends on the scale\)"):
         lw.compile(lw.from_onnx(model), polymorphic=True)
