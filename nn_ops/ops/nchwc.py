@@ -252,6 +252,12 @@ def schedule_conv2d_blocked(s, op, target):
         n_, _, _, ow_, _ = [int(d.value) for d in out.shape]
         nv = _channel_vectors(op, obn, ow_) if depthwise is None else (2 if obn % 2 == 0 else 1)
         owb = _row_block(ow_, _pixels_per_block(nv))
+    if int(op.attrs.get("groups", 1)) == obn and nv > 1:
+        # each output block its own group: two vectors of a block would read different inputs, a
+        # broadcast each; one vector and more pixels share each broadcast and weight load instead
+        nv = 1
+        owb = op.attrs.get("row_block") or (symbolic_row_block_for(1) if symbolic else
+                                            _row_block(int(out.shape[3].value), _pixels_per_block(1)))
     acc, Y = accumulator_and_tile(s, op)
     n, ob, y, x, oi = Y.op.axis
     obo, obi = Y.split(ob, factor=nv)
@@ -290,7 +296,11 @@ SYMBOLIC_ROW_BLOCK = 8
 def symbolic_row_block(weight_shape, blocked_input: bool) -> int:
     """The row block of a conv on rows of symbolic width where no variant applies: the largest power
     of two up to ``SYMBOLIC_ROW_BLOCK`` that fits the registers (``_pixels_per_block``)."""
-    nv = _symbolic_channel_vectors(weight_shape, blocked_input)
+    return symbolic_row_block_for(_symbolic_channel_vectors(weight_shape, blocked_input))
+
+
+def symbolic_row_block_for(nv: int) -> int:
+    """``symbolic_row_block`` for a register block of ``nv`` channel vectors."""
     limit = min(SYMBOLIC_ROW_BLOCK, _pixels_per_block(nv))
     return 1 << (limit.bit_length() - 1)
 
