@@ -32,6 +32,9 @@ Bar 2: ``--model resnet18`` runs the zoo's ResNet-18 with symbolic batch, height
 1x224x224 ...``), the same three columns (bar 2: poly/static >= 0.85); ``--model mobilenet_v2``
 (or squeezenet1_1, efficientnet_lite, convnext, densenet, unet) the same for the other zoo CNNs.
 
+``--model unet --up linear_sizes`` (or transpose, nearest, linear, linear_corners) picks how the zoo's
+U-Net up-samples (``model_zoo.unet``'s ``up``).
+
 ``--model gpt2`` runs the zoo's GPT-2 (distilgpt2's sizes) exported with dynamic batch and length
 (``model_zoo.gpt2(batch=None, seq=None)``) at batch x length ``--shapes`` (default 1x1 1x7 1x64 4x64
 1x128), the same columns.
@@ -186,6 +189,9 @@ def main(argv=None) -> None:
     parser.add_argument("--tiny", action="store_true", help="a 1-layer, 64-wide encoder (smoke test only)")
     parser.add_argument("--pause", type=float, default=0.3, help="seconds after each timed sample")
     parser.add_argument("--no-compile-times", action="store_true", help="skip bar 3")
+    parser.add_argument("--up", choices=("transpose", "nearest", "linear", "linear_corners", "linear_sizes"),
+                        default=None, help="--model unet: how it up-samples (model_zoo.unet's up=; linear_sizes: "
+                                           "Resize to the skip's sizes computed from shapes)")
     parser.add_argument("--model", choices=("encoder", "gpt2") + CNNS, default="encoder",
                         help="resnet18: bar 2 (symbolic batch, height and width); the other CNNs likewise; "
                              "gpt2: dynamic batch and length")
@@ -253,9 +259,10 @@ def _compiled_both(args, model, default_shapes):
 
 def cnn_main(args) -> None:
     """Bar 2: ResNet-18 (or MobileNetV2) with symbolic batch, height and width, compiled once."""
-    model = model_zoo.symbolic_sizes(getattr(model_zoo, args.model)())     # N, H, W symbolic
+    kwargs = {"up": args.up} if args.up and args.model == "unet" else {}
+    model = model_zoo.symbolic_sizes(getattr(model_zoo, args.model)(**kwargs))     # N, H, W symbolic
     shapes, pairs, poly, poly_s, static_exes, sess = _compiled_both(args, model, RESNET_SHAPES)
-    print(f"{args.model}, symbolic batch, height and width; {args.threads} threads, {pairs} rounds per shape; "
+    print(f"{args.model}{f' (up={args.up})' if kwargs else ''}, symbolic batch, height and width; {args.threads} threads, {pairs} rounds per shape; "
           f"polymorphic compile {poly_s:.1f} s in this process (object cache as found)")
     print("ratios: median over interleaved rounds of static/poly and ort/poly time (> 1: polymorphic faster); "
           "bar 2: poly/static >= 0.85")

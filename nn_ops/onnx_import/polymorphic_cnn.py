@@ -51,8 +51,11 @@ from .polymorphic_common import BINARY, UNARY, KernelVariant, _apply, _attr, _sa
 #: compile; 7 divides its rows at 224, 5 those at 320: 160 ... 10)
 DIVIDING_ROW_BLOCKS = (7, 5)
 #: register blocks (in 2x2 tiles) of the Winograd kernels of a conv on maps of symbolic size: rows of
-#: 14 and 10 pixels (ResNet-18's 56/28/14-wide maps at 224, 40/20 at 320)
-WINOGRAD_TILE_BLOCKS = (7, 5)
+#: 14, 10 and 16 pixels (ResNet-18's 56/28/14-wide maps at 224, 40/20 at 320; a U-Net's 256 ... 16
+#: at 256, where the direct kernel ran every 3x3 layer 1.4-2x slower than the static Winograd: the
+#: U-Net 0.72 -> 0.93x its static compile; the third kernel per 3x3 conv costs ResNet-18's compile
+#: once 23 -> 29 s)
+WINOGRAD_TILE_BLOCKS = (7, 5, 8)
 
 
 class CnnWalk:

@@ -59,17 +59,23 @@ def resnet18(batch: int = 1, size: int = 224, classes: int = 1000, seed: int = 0
 
 def symbolic_sizes(model, dims=("N", None, "H", "W")):
     """``model`` (changed in place, and returned) with its first input's axes renamed to the symbols
-    ``dims`` (None keeps an axis as it is) and each output's first axis to the batch symbol: a zoo
-    model of fixed sizes made shape-polymorphic, as an export with dynamic axes would be."""
-    for d, name in zip(model.graph.input[0].type.tensor_type.shape.dim, dims):
+    ``dims`` (None keeps an axis as it is) and each output's first axis to the batch symbol (and, in
+    an output of the input's rank, each other axis as long as the input's to that axis's symbol: a
+    U-Net's map): a zoo model of fixed sizes made shape-polymorphic, as an export with dynamic axes
+    would be."""
+    in_dims = model.graph.input[0].type.tensor_type.shape.dim
+    fixed = [d.dim_value for d in in_dims]
+    for d, name in zip(in_dims, dims):
         if name:
             d.ClearField("dim_value")
             d.dim_param = name
     for out in model.graph.output:
         out_dims = out.type.tensor_type.shape.dim
-        if out_dims and dims[0]:
-            out_dims[0].ClearField("dim_value")
-            out_dims[0].dim_param = dims[0]
+        for k, d in enumerate(out_dims):
+            same_axis = k == 0 or (len(out_dims) == len(fixed) and d.dim_value == fixed[k])
+            if k < len(dims) and dims[k] and same_axis:
+                d.ClearField("dim_value")
+                d.dim_param = dims[k]
     return model
 
 

@@ -15,8 +15,9 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
   per-channel constant, as an unfolded batch norm's, which is blocked here once), channel
   concatenations of values blocked alike (DenseNet's, SqueezeNet's: a concat of the 5-d twins on
   their channel-block axis; a plain input among them, as U-Net's up-sampled half, gets a
-  to_blocked), max pools, unpadded/zero-counting average pools and global average pools
-  follow their input into the blocked layout;
+  to_blocked), max pools, unpadded/zero-counting average pools, global average pools and
+  resizes of height and width (a U-Net's or an FPN's up-sampling: the same index and weight
+  tables, on axes 2 and 3 of the blocked twin) follow their input into the blocked layout;
 * a Transpose to NHWC of a blocked value (ConvNeXt's, before its channels-last LayerNorm) reads
   the blocked twin: one transpose to [N, H, W, C/b, b], which is [N, H, W, C] as it lies;
 * a value needed in NCHW (by any other op, or as a graph output) gets one
@@ -92,7 +93,7 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None, cpu: Optional[str]
             if how in ("conv", "conv_plain_input") and channels > lanes and channels % lanes and \
                     _pad_safe(g, out, users):
                 block[out], padded[out] = lanes, -(-channels // lanes) * lanes
-            elif how in ("elementwise", "pool", "depthwise") and any(i in padded for i in node.inputs):
+            elif how in ("elementwise", "pool", "depthwise", "resize") and any(i in padded for i in node.inputs):
                 block[out], padded[out] = lanes, next(padded[i] for i in node.inputs if i in padded)
     if not plan:
         return g
@@ -182,6 +183,8 @@ def _decide(g: Graph, node: Node, block, lanes, users) -> Optional[str]:
         return "pool"
     if op == "global_avg_pool" and block.get(node.inputs[0]):
         return "global_pool"
+    if op == "resize" and block.get(node.inputs[0]) and set(node.attrs["axes"]) <= {2, 3}:
+        return "resize"
     if op == "transpose" and block.get(node.inputs[0]) and tuple(node.attrs["perm"]) == (0, 2, 3, 1):
         return "to_nhwc"
     if op == "concat" and _is_float4d(g, node.outputs[0]) and int(node.attrs["axis"]) % 4 == 1:
@@ -230,7 +233,7 @@ def _lone_1x1_stays_plain(channels: int, out_shape, attrs) -> bool:
 TO_BLOCKED_MIN_CHANNELS = 16
 
 #: ops a blocked value flows through to a later convolution (see ``_reaches_conv``)
-_BLOCKED_PASSES = frozenset({"max_pool2d", "avg_pool2d", "concat"})
+_BLOCKED_PASSES = frozenset({"max_pool2d", "avg_pool2d", "concat", "resize"})
 
 
 def _reaches_conv(value: str, users, block) -> bool:
@@ -295,6 +298,8 @@ def _pad_safe(g: Graph, value: str, users) -> bool:
             return u.inputs[0] == v and int(u.attrs["groups"]) == g.shape(v)[1]
         if op in _CHANNEL_LOCAL:
             return u.inputs[0] == v and all(scalar(i) for i in u.inputs[1:] if i)
+        if op == "resize":                      # weighted sums within a channel: zeros stay zeros
+            return u.inputs[0] == v
         return op in _FINITE_ELEMENTWISE and all(
             scalar(i) or (i not in g.initializers and g.shape(i) == g.shape(v)) for i in u.inputs if i)
     for v, u, follows in _reached(value, users, through):
@@ -374,6 +379,8 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
         return Node("depthwise_blocked", [blocked_input(node.inputs[0]), w_name] + extra, [out],
                     {"stride": tuple(attrs["stride"]), "padding": tuple(attrs["padding"]),
                      "dilation": tuple(attrs["dilation"])}, node.name)
+    if how == "resize":         # the tables index height and width, axes 2 and 3 of either layout
+        return Node("resize", [twin[node.inputs[0]]] + list(node.inputs[1:]), [out], dict(attrs), node.name)
     if how == "pool":
         return Node("pool2d_blocked", [twin[node.inputs[0]]], [out],
                     dict(attrs, pool_type="max" if node.op_type == "max_pool2d" else "avg"), node.name)

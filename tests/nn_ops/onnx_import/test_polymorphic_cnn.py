@@ -45,9 +45,9 @@ def test_resnet18_kernels_fold_batch_norm_and_residual_adds_and_run_no_compile(r
 
 
 def test_each_binding_runs_the_kernel_that_fits_its_rows(resnet):
-    """3x3 stride-1 convs: Winograd over whole 2x2 tiles where the map is even and a block of 7 (or 5)
-    tiles divides the row; else direct kernels with register blocks of 7 (or 5) pixels where those
-    divide the row and 8 do not; else the general kernel (blocks of 8, a tail)."""
+    """3x3 stride-1 convs: Winograd over whole 2x2 tiles where the map is even and a block of 7 (or 5,
+    or 8) tiles divides the row; else direct kernels with register blocks of 7 (or 5) pixels where
+    those divide the row and 8 do not; else the general kernel (blocks of 8, a tail)."""
     model, exe = resnet
     conv_nodes = {n.name for n in model.graph.node if n.op_type == "Conv"}
     convs = [c for c in exe.calls if c.node in conv_nodes]
@@ -57,16 +57,18 @@ def test_each_binding_runs_the_kernel_that_fits_its_rows(resnet):
         return first.module_at({"N": 1, "H": h, "W": w}).name
 
     assert [v.module.name for v in first.variants] == ["poly_conv_winograd_7", "poly_conv_winograd_5",
-                                                       "poly_conv_rows_of_7", "poly_conv_rows_of_5"]
+                                                       "poly_conv_winograd_8", "poly_conv_rows_of_7",
+                                                       "poly_conv_rows_of_5"]
     assert picked(56, 56) == "poly_conv_winograd_7"          # 14 x 14
     assert picked(64, 80) == "poly_conv_winograd_5"          # 16 x 20
     assert picked(60, 56) == "poly_conv_rows_of_7"           # 15 x 14: odd height
     assert picked(60, 80) == "poly_conv_rows_of_5"           # 15 x 20
-    assert picked(64, 64) == "poly_conv"                     # 16 x 16: blocks of 8 divide the row
+    assert picked(64, 64) == "poly_conv_winograd_8"          # 16 x 16 (a U-Net's 256 x 256: 64 x 64)
+    assert picked(68, 64) == "poly_conv"                     # 17 x 16: blocks of 8 divide the row
     assert picked(8, 8) == "poly_conv"                       # 2 x 2: too small a map for Winograd
     # the stem (4 channel vectors: 7 pixels would not fit the registers) has only the 5-pixel kernel
     assert [v.module.name for v in convs[0].variants] == ["poly_conv_rows_of_5"]
-    for shape in ((1, 3, 56, 56), (1, 3, 64, 80), (1, 3, 60, 56), (2, 3, 60, 80)):
+    for shape in ((1, 3, 56, 56), (1, 3, 64, 80), (1, 3, 60, 56), (2, 3, 60, 80), (1, 3, 64, 64)):
         _check(model, exe, shape, seed=2)
 
 
