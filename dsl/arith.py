@@ -233,6 +233,13 @@ class ExprSimplifier(Mutator):
         # taken out (floor((128a + i) / 56) = 2a + floor((16a + i) / 56)), as isl writes region
         # bounds; so an index and the origin it is taken relative to cancel term by term
         # (only for non-negative sums: negative coefficients would come out as (3i + 3) // 4 forms)
+        if terms and all(k < 0 for k in terms.values()) and e.op == "floordiv":
+            # a negated sum: floor((c - y) / d) = -floor((y - c + d - 1) / d), so isl's
+            # ``(-f - 1) // 28`` is ``-(f // 28) - 1`` and cancels against ``f // 28`` (a batch's
+            # fused (image, row) loop left two divisions in every access of the Winograd tile)
+            flipped = self._divmod(Binary("floordiv", from_linear({t: -k for t, k in terms.items()}, d - 1 - c), e.b))
+            return binary("sub", const(0, e.dtype), flipped) if not isinstance(flipped, Const) else \
+                const(-flipped.value, e.dtype)
         if any(k < 0 for k in terms.values()) or c < 0:
             return e
         if all(k < d for k in terms.values()) and c < d:
