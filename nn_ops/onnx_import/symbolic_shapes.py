@@ -721,14 +721,22 @@ def _resize(ctx: _Inference, node):
         sizes = list(ctx.value(sizes_name).reshape(-1))
         if len(sizes) != len(x):
             raise _Unknown("Resize with sizes for some axes only")
-        return [tuple(S.dim(v) for v in sizes)]
+        out = tuple(S.dim(v) for v in sizes)
+        for k, d in enumerate(out):
+            ctx.require(sympy.Ge(d, 1), f"the output size {S.show(d)} along axis {k} must be at least 1")
+        return [out]
     scales = _float_constant(ctx, scales_name) if scales_name else None
     if scales is None:
         raise _Unknown("Resize without constant scales or sizes")
     scales = [sympy.nsimplify(float(v)) for v in scales.reshape(-1)]
     if len(scales) != len(x):
         raise _Unknown("Resize with scales for some axes only")
-    return [tuple(d if sc == 1 else sympy.floor(d * sc) for d, sc in zip(x, scales))]
+    out = tuple(d if sc == 1 else sympy.floor(d * sc) for d, sc in zip(x, scales))
+    for k, (d, sc) in enumerate(zip(out, scales)):
+        if sc < 1:      # a down-scaling: a small input leaves nothing (the import tries the smallest size that works)
+            ctx.require(sympy.Ge(d, 1), f"an input of size {S.show(x[k])} scaled by {sc} leaves no output "
+                                        f"along axis {k}: it needs {S.show(x[k])} >= {int(sympy.ceiling(1 / sc))}")
+    return [out]
 
 
 def _float_constant(ctx: _Inference, name: str):

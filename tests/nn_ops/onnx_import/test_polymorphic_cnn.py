@@ -352,6 +352,22 @@ def test_any_resize_of_height_and_width_compiles_once_with_tables_per_binding(mo
         _check(model, exe, shape)
 
 
+def test_a_down_scaling_resize_imports_checks_its_smallest_input_and_compiles_once():
+    """Scales of 0.5 leave no output for a one-pixel map: import records the condition (and tries its
+    first specialisation at a size that meets it), a feed that breaks it is refused naming the node,
+    and every other size runs compiled once."""
+    model = _resize_model("linear", "half_pixel", [1, 1, 0.5, 0.25], channels=16)
+    graph = lw.from_onnx(model)
+    assert graph.trial == {"H": 4, "N": 4, "W": 4}            # every symbol at the smallest size that works
+    exe = lw.compile(graph, polymorphic=True)
+    assert isinstance(exe, PolymorphicExecutable)
+    for shape in ((1, 3, 6, 7), (2, 3, 9, 4), (1, 3, 4, 4)):
+        _check(model, exe, shape)
+    with pytest.raises(lw.ArgumentError, match=r"node 'resize_4_node' \(Resize\): an input of size W scaled by "
+                                              r"1/4 leaves no output along axis 3: it needs W >= 4 \(here"):
+        exe.run({"input": np.zeros((1, 3, 8, 3), np.float32)})
+
+
 def test_unet_resized_to_its_skips_sizes_runs_odd_sizes(tmp_path):
     """``F.interpolate(x, size=skip.shape[2:])``: Resize's sizes come from Shape -> Slice -> Concat,
     so an input whose halvings are odd (37 -> 18 -> 9) still lines up with its skips; saved and
