@@ -128,7 +128,7 @@ class CnnWalk:
                 and self.block % weight.shape[1] == 0 and (weight.shape[1] * groups) % self.block == 0:
             # groups smaller than a block (ResNeXt's 32 x 4 channels): each block of channels is a group
             # of its own, its weight zero between the small groups inside it
-            weight = _block_diagonal(weight, groups, self.block)
+            weight = _block_diagonal(weight, self.block)
             groups = weight.shape[0] // self.block
         # other groups: whole channel blocks per group, in and out
         grouped = 1 if groups == 1 or depthwise else groups
@@ -667,9 +667,9 @@ def _keeps_padding_finite(node, b) -> bool:
                                             b.is_scalar(node.input[1]) and b.scalar(node.input[1]) != 0)
 
 
-def _block_diagonal(weight: np.ndarray, groups: int, block: int) -> np.ndarray:
+def _block_diagonal(weight: np.ndarray, block: int) -> np.ndarray:
     """The [OC, block, KH, KW] weight of a conv grouped by whole blocks of ``block`` channels equal to
-    ``weight`` [OC, C/groups, KH, KW] of ``groups`` groups that divide a block, in and out alike:
+    ``weight`` [OC, C/groups, KH, KW], whose groups (of as many channels in as out) divide a block:
     output channel o reads, of its block, the channels of its own small group (zeros elsewhere).
     ``block / (C/groups)`` times the multiplies, every one a whole vector (ResNeXt's 4-channel groups:
     4x)."""
