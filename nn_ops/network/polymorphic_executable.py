@@ -17,6 +17,7 @@ compiled).  Shapes that are views of others (Reshape and friends) cost nothing.
 from __future__ import annotations
 
 import ctypes
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Sequence, Tuple
@@ -126,6 +127,9 @@ class PolymorphicExecutable:
         self._tables_arena = -1
         self._plain_inputs = tuple((n, np.dtype(dt)) for n, _, dt in signature.inputs)
         self._seen: Dict[tuple, tuple] = {}     # input shapes -> (arena generation, table, output views)
+        # one run at a time: runs share the arena and the call tables (the native call releases the
+        # GIL, and two threads' runs wrote over each other's values)
+        self._lock = threading.RLock()
 
     @property
     def inputs(self) -> List[Tuple[str, tuple, str]]:
@@ -149,9 +153,14 @@ class PolymorphicExecutable:
 
     def run(self, feed) -> List[np.ndarray]:
         """Run on ``feed`` ({input name: array}); the outputs are new arrays.  One native call runs
-        every kernel (the call tables of the last few bindings are kept)."""
+        every kernel (the call tables of the last few bindings are kept).  Safe to call from several
+        threads: their runs take turns."""
         if self._runner is None:
             return self.run_each(feed)
+        with self._lock:
+            return self._run(feed)
+
+    def _run(self, feed) -> List[np.ndarray]:
         seen = self._seen_run(feed)
         if seen is not None:
             table, outputs, arrays = seen
@@ -234,6 +243,10 @@ class PolymorphicExecutable:
     def run_each(self, feed) -> List[np.ndarray]:
         """``run`` with each kernel called from Python through its own argument checks (slower; a
         check of the call tables, and what a kernel refusing its arrays would name)."""
+        with self._lock:
+            return self._run_each(feed)
+
+    def _run_each(self, feed) -> List[np.ndarray]:
         feed = check_names_and_dtypes(self.signature.inputs, feed)
         binding = self.bind(feed)
         arrays = dict(self.constants)
@@ -254,6 +267,10 @@ class PolymorphicExecutable:
     def profile(self, feed, repeat: int = 10) -> List[Tuple[str, float]]:
         """(node, median seconds) of each kernel call at ``feed``'s binding, each call run ``repeat``
         times on its own through the call table (for finding hot spots)."""
+        with self._lock:
+            return self._profile(feed, repeat)
+
+    def _profile(self, feed, repeat: int) -> List[Tuple[str, float]]:
         self.run(feed)                                    # fills the table of this binding
         feed = {n: np.ascontiguousarray(a) for n, a in check_names_and_dtypes(self.signature.inputs, feed).items()}
         table = self._tables[tuple(sorted(self.bind(feed).items()))]

@@ -189,6 +189,29 @@ def test_a_shape_run_before_skips_the_checks_it_passed_and_nothing_else(encoder,
     assert len(binds) == count + 1                              # the old table pointed into the old arena
 
 
+def test_runs_from_several_threads_take_turns(encoder):
+    """The runs of one executable share its arena and call tables, and the native call releases the
+    GIL: four threads running four shapes at once each get their own shape's results."""
+    import threading
+    _, exe = encoder
+    feeds = [{"input": np.random.default_rng(k).standard_normal((1 + k % 2, 5 + 7 * k, 64)).astype(np.float32)}
+             for k in range(4)]
+    want = [exe.run_each(f)[0] for f in feeds]
+    wrong = []
+
+    def work(k):
+        for _ in range(60):
+            if not np.allclose(exe.run(feeds[k])[0], want[k], rtol=1e-4, atol=1e-5):
+                wrong.append(k)
+                return
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
+
+
 def test_inputs_are_checked_before_anything_runs(encoder):
     _, exe = encoder
     with pytest.raises(lw.ArgumentError, match=r"input 'input' must have shape \[batch, seq, 64\], got \(1, 3, 32\)"):
