@@ -238,8 +238,7 @@ class ExprSimplifier(Mutator):
             # ``(-f - 1) // 28`` is ``-(f // 28) - 1`` and cancels against ``f // 28`` (a batch's
             # fused (image, row) loop left two divisions in every access of the Winograd tile)
             flipped = self._divmod(Binary("floordiv", from_linear({t: -k for t, k in terms.items()}, d - 1 - c), e.b))
-            return binary("sub", const(0, e.dtype), flipped) if not isinstance(flipped, Const) else \
-                const(-flipped.value, e.dtype)
+            return binary("sub", const(0, e.dtype), flipped)
         if any(k < 0 for k in terms.values()) or c < 0:
             return e
         if all(k < d for k in terms.values()) and c < d:

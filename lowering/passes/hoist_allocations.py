@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import List, Set, Tuple
 
-from ...dsl.expr import Const, binary, const
+from ...dsl.expr import Binary, Const, binary, const, structural_equal
 from ...dsl.visitor import Mutator, collect_vars
 from ..ir import Allocate, For, LetStmt, Seq, seq
 
@@ -47,7 +47,20 @@ def _lift(stmt, bound: Set[object], lifted: List[Tuple[object, object]]):
     return stmt
 
 
+def _non_negative(extent):
+    """``max(extent, 0)``, once (a buffer lifted over two loops is not wrapped twice)."""
+    if isinstance(extent, Binary) and extent.op == "max" and isinstance(extent.b, Const) and extent.b.value == 0:
+        return extent
+    return binary("max", extent, const(0, extent.dtype))
+
+
 class _Hoist(Mutator):
+    def visit_BufferStore(self, node):
+        return node         # only statements are walked (compile time: no expression walk)
+
+    def visit_Evaluate(self, node):
+        return node
+
     def visit_For(self, node):
         body = self.visit(node.body)
         lifted: List[Tuple[object, object]] = []
@@ -58,10 +71,10 @@ class _Hoist(Mutator):
         extents = {}            # a buffer allocated in two places (a loop and its partitioned tail) once
         for buffer, extent in lifted:
             seen = extents.get(id(buffer))
-            extents[id(buffer)] = (buffer, extent if seen is None or seen[1] == extent
+            extents[id(buffer)] = (buffer, extent if seen is None or structural_equal(seen[1], extent)
                                    else binary("max", seen[1], extent))
         for buffer, extent in reversed(list(extents.values())):
-            result = Allocate(buffer, binary("max", extent, const(0, extent.dtype)), result)
+            result = Allocate(buffer, _non_negative(extent), result)
         return result
 
 

@@ -108,7 +108,7 @@ class CallTable:
             self._keep += [ptrs, values]
         self.err = (ctypes.c_int64 * ERROR_SLOT_WORDS)()
         position = {name: k for k, name in enumerate(order)}
-        self._plain_patches = [(ptrs, j, position[name]) for ptrs, j, name in self.patches if name in position]
+        self._plain_patches = [(ptrs, j, position[name]) for ptrs, j, name in self.patches] if order else []
 
     def run(self, runner_fn, feed: Dict[str, np.ndarray]) -> int:
         """Patch the feed's pointers in and run every call; returns the error slot's first word."""

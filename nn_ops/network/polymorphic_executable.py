@@ -123,10 +123,11 @@ class PolymorphicExecutable:
         self.model_bytes, self.opset, self.target = model_bytes, opset, target
         self._view_shapes: Dict[tuple, list] = {}
         self.runner_object, self._runner = b"", None
-        self._tables: Dict[tuple, object] = {}
+        # input shapes -> (call table, the outputs' arena views, or None where an output is an input):
+        # a binding that ran, so passed its checks; cleared when the arena moves
+        self._tables: Dict[tuple, tuple] = {}
         self._tables_arena = -1
         self._plain_inputs = tuple((n, np.dtype(dt)) for n, _, dt in signature.inputs)
-        self._seen: Dict[tuple, tuple] = {}     # input shapes -> (arena generation, table, output views)
         # one run at a time: runs share the arena and the call tables (the native call releases the
         # GIL, and two threads' runs wrote over each other's values)
         self._lock = threading.RLock()
@@ -161,23 +162,19 @@ class PolymorphicExecutable:
             return self._run(feed)
 
     def _run(self, feed) -> List[np.ndarray]:
-        seen = self._seen_run(feed)
-        if seen is not None:
-            table, outputs, arrays = seen
-            table.run_plain(self._runner, arrays)
-            if table.err[0]:
+        plain = self._plain_run(feed)
+        if plain is not None:
+            (table, outputs), arrays = plain
+            if table.run_plain(self._runner, arrays):
                 self._raise_index_error(table)
             return [np.array(o) for o in outputs]
         feed = check_names_and_dtypes(self.signature.inputs, feed)
         binding = self.bind(feed)
         feed = {n: np.ascontiguousarray(a) for n, a in feed.items()}
-        planned = self.plan.arrays(binding)
-        if self._tables_arena != self.plan.grown:        # the arena moved: every table points into the old one
-            self._tables.clear()
-            self._tables_arena = self.plan.grown
-        key = tuple(sorted(binding.items()))
-        table = self._tables.get(key)
-        if table is None:
+        planned = self._planned(binding)
+        key = self._shapes_key(feed)
+        entry = self._tables.get(key)
+        if entry is None:
             arrays = dict(self.constants)
             arrays.update(planned)
             tables = {n: t.at(binding) for n, t in self.tables.items()}
@@ -187,9 +184,11 @@ class PolymorphicExecutable:
             inputs.update({name: root for name, root in roots.items() if root in feed})
             table = call_list.CallTable([(c.module_at(binding), c.args, c.sizes) for c in self.calls], arrays,
                                         binding, inputs, [n for n, _ in self._plain_inputs], keep=tables.values())
+            views = [planned[n] for n in self.output_names] if all(n in planned for n in self.output_names) else None
             if len(self._tables) >= 8:
                 self._tables.pop(next(iter(self._tables)))
-            self._tables[key] = table
+            entry = self._tables[key] = (table, views)
+        table = entry[0]
         if table.run(self._runner, feed):
             self._raise_index_error(table)
         outputs = []
@@ -198,31 +197,39 @@ class PolymorphicExecutable:
             if source is None:      # an input (or a view of one) given back as an output
                 root = self._feed_root(n)
                 source = feed[root].reshape(self._shape_at(n, binding))
-            outputs.append(source)
-        if all(n in planned for n in self.output_names):
-            if len(self._seen) >= 8:
-                self._seen.pop(next(iter(self._seen)))
-            self._seen[tuple(feed[n].shape for n, _ in self._plain_inputs)] = (self.plan.grown, table, outputs)
-        return [np.array(o) for o in outputs]
+            outputs.append(np.array(source))
+        return outputs
 
-    def _seen_run(self, feed):
-        """(table, output views, input arrays) when ``feed`` is plain (a dict of exactly the inputs,
-        C-contiguous arrays of the right dtypes) at shapes whose binding ran and passed its checks
-        since the arena last grew, else None (``run``'s checked path).  The checked path cost ~7 us
-        of a 100 us one-token encoder run; this one ~2."""
+    def _planned(self, binding) -> Dict[str, np.ndarray]:
+        """The arena views at ``binding``; where the arena had to move, the call tables (which point
+        into the old one) are dropped."""
+        planned = self.plan.arrays(binding)
+        if self._tables_arena != self.plan.grown:
+            self._tables.clear()
+            self._tables_arena = self.plan.grown
+        return planned
+
+    def _shapes_key(self, feed) -> tuple:
+        """The call tables' key: the inputs' shapes, which fix the binding."""
+        return tuple(feed[n].shape for n, _ in self._plain_inputs)
+
+    def _plain_run(self, feed):
+        """((call table, output views), input arrays) when ``feed`` is plain (a dict of exactly the
+        inputs, C-contiguous arrays of the right dtypes) at shapes whose binding ran (so passed its
+        checks) since the arena last moved, else None (``run``'s checked path).  The checked path
+        cost ~7 us of a 100 us one-token encoder run; this one ~2."""
         if type(feed) is not dict or len(feed) != len(self._plain_inputs):
             return None
-        arrays, shapes = [], []
+        arrays = []
         for name, dtype in self._plain_inputs:
             a = feed.get(name)
             if type(a) is not np.ndarray or a.dtype != dtype or not a.flags.c_contiguous:
                 return None
             arrays.append(a)
-            shapes.append(a.shape)
-        seen = self._seen.get(tuple(shapes))
-        if seen is None or seen[0] != self.plan.grown:
+        entry = self._tables.get(tuple(a.shape for a in arrays))
+        if entry is None or entry[1] is None:
             return None
-        return seen[1], seen[2], arrays
+        return entry, arrays
 
     def _raise_index_error(self, table):
         what, index, extent, wraps = read_index_error(table.err)
@@ -251,7 +258,7 @@ class PolymorphicExecutable:
         binding = self.bind(feed)
         arrays = dict(self.constants)
         arrays.update({n: np.ascontiguousarray(a) for n, a in feed.items()})
-        arrays.update(self.plan.arrays(binding))
+        arrays.update(self._planned(binding))
         arrays.update({n: t.at(binding) for n, t in self.tables.items()})
         for name, source, shape in self._input_views(binding):
             arrays[name] = arrays[source].reshape(shape)
@@ -273,7 +280,7 @@ class PolymorphicExecutable:
     def _profile(self, feed, repeat: int) -> List[Tuple[str, float]]:
         self.run(feed)                                    # fills the table of this binding
         feed = {n: np.ascontiguousarray(a) for n, a in check_names_and_dtypes(self.signature.inputs, feed).items()}
-        table = self._tables[tuple(sorted(self.bind(feed).items()))]
+        table = self._tables[self._shapes_key(feed)][0]
         for ptrs, j, name in table.patches:
             ptrs[j] = feed[name].ctypes.data
         kernel = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)

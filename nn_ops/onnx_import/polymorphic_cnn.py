@@ -23,6 +23,7 @@ the graph's.  Grouped convolutions (other than depthwise) are refused with the o
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -314,11 +315,13 @@ class CnnWalk:
         dtype = "float32" if x_name in self.blocked else b.dtype(x_name)
         tables = []
         for axis, what in ((2, "rows"), (3, "cols")):
-            def taps(binding, axis=axis):
-                d, o = int(S.evaluate(in_shape[axis], binding)), int(S.evaluate(out_shape[axis], binding))
+            @functools.lru_cache(maxsize=8)     # the index and the weight table of a binding: computed once
+            def sized_taps(d: int, o: int, axis=axis):
                 scale = given[axis] if given is not None else o / d
-                idx, w = axis_taps(source_coordinates(transform, o, d, scale), d, scale, coeffs, exclude)
-                return idx, w
+                return axis_taps(source_coordinates(transform, o, d, scale), d, scale, coeffs, exclude)
+
+            def taps(binding, axis=axis, sized_taps=sized_taps):
+                return sized_taps(int(S.evaluate(in_shape[axis], binding)), int(S.evaluate(out_shape[axis], binding)))
             count = 1 if not weighted else coeffs(0.5, 1.0).size
             if weighted:
                 parts = [(f".{what}_index", "int64", lambda binding, taps=taps: taps(binding)[0]),

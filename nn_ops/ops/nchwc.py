@@ -245,19 +245,16 @@ def schedule_conv2d_blocked(s, op, target):
     depthwise = None if symbolic else fused_depthwise(s, op)
     if symbolic:
         wshape = static_shape(next(t for t in op.input_tensors if len(t.shape) == 6))
-        blocked_input = bool(op.attrs.get("blocked_input"))
-        nv = _symbolic_channel_vectors(wshape, blocked_input)
-        owb = op.attrs.get("row_block") or symbolic_row_block(wshape, blocked_input)
+        nv = _symbolic_channel_vectors(wshape, bool(op.attrs.get("blocked_input")))
     else:
         n_, _, _, ow_, _ = [int(d.value) for d in out.shape]
         nv = _channel_vectors(op, obn, ow_) if depthwise is None else (2 if obn % 2 == 0 else 1)
-        owb = _row_block(ow_, _pixels_per_block(nv))
-    if int(op.attrs.get("groups", 1)) == obn and nv > 1:
+    if int(op.attrs.get("groups", 1)) == obn:
         # each output block its own group: two vectors of a block would read different inputs, a
         # broadcast each; one vector and more pixels share each broadcast and weight load instead
         nv = 1
-        owb = op.attrs.get("row_block") or (symbolic_row_block_for(1) if symbolic else
-                                            _row_block(int(out.shape[3].value), _pixels_per_block(1)))
+    owb = (op.attrs.get("row_block") or symbolic_row_block_for(nv)) if symbolic else \
+        _row_block(ow_, _pixels_per_block(nv))
     acc, Y = accumulator_and_tile(s, op)
     n, ob, y, x, oi = Y.op.axis
     obo, obi = Y.split(ob, factor=nv)

@@ -137,6 +137,11 @@ def unet(batch: int = 1, size: int = 256, out_classes: int = 2, base: int = 32, 
         x = b.relu(b.bn(b.conv(x, cin, cout, 3), cout))
         return b.relu(b.bn(b.conv(x, cout, cout, 3), cout))
 
+    def shape_part(tensor, start, end):
+        """Shape(tensor)[start:end], as torch exports ``t.shape[start:end]``."""
+        return b.node("Slice", [b.node("Shape", [tensor]), b.const([start], np.int64), b.const([end], np.int64),
+                                b.const([0], np.int64)])
+
     x, c, skips = "input", 3, []
     for level in range(depth + 1):
         if level:
@@ -149,10 +154,7 @@ def unet(batch: int = 1, size: int = 256, out_classes: int = 2, base: int = 32, 
         if up == "transpose":
             x = b.conv_transpose(x, c, half, 2, 2)
         elif up == "linear_sizes":
-            def part(tensor, start, end):
-                return b.node("Slice", [b.node("Shape", [tensor]), b.const([start], np.int64), b.const([end], np.int64),
-                                        b.const([0], np.int64)])
-            sizes = b.node("Concat", [part(x, 0, 2), part(skips[level], 2, 4)], axis=0)
+            sizes = b.node("Concat", [shape_part(x, 0, 2), shape_part(skips[level], 2, 4)], axis=0)
             x = b.node("Resize", [x, "", "", sizes], mode="linear", coordinate_transformation_mode="pytorch_half_pixel")
             x = b.conv(x, c, half, 1, pad=0, bias=True)
         else:

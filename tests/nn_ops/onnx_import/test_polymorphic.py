@@ -68,7 +68,7 @@ def _check_bindings(model, exe, dense, few_rows):
         np.testing.assert_allclose(got, _ort(model, {"input": x})[0], rtol=1e-3, atol=1e-3)
         np.testing.assert_array_equal(got, exe.run_each({"input": x})[0])
         binding = {"batch": batch, "seq": seq}
-        table = exe._tables[tuple(sorted(binding.items()))]
+        table, _ = exe._tables[(x.shape,)]           # the call table of this binding, by input shapes
         for k, call in enumerate(exe.calls):
             assert table.fns[k] == call.module_at(binding)._address
             if call in dense:
@@ -187,6 +187,21 @@ def test_a_shape_run_before_skips_the_checks_it_passed_and_nothing_else(encoder,
     count = len(binds)
     np.testing.assert_allclose(exe.run({"input": x})[0], want, rtol=1e-5, atol=1e-6)
     assert len(binds) == count + 1                              # the old table pointed into the old arena
+
+
+def test_an_arena_moved_by_run_each_drops_the_call_tables(encoder):
+    """``run_each`` at a larger binding moves the arena too: a shape run before then takes the
+    checked path again, with tables into the new arena."""
+    _, exe = encoder
+    x = np.random.default_rng(5).standard_normal((1, 4, 64)).astype(np.float32)
+    want, = exe.run_each({"input": x})
+    exe.run({"input": x})
+    grown, seq = exe.plan.grown, 8
+    while exe.plan.grown == grown:
+        seq *= 2
+        exe.run_each({"input": np.ones((2, seq, 64), np.float32)})
+    assert exe._plain_run({"input": x}) is None
+    np.testing.assert_allclose(exe.run({"input": x})[0], want, rtol=1e-5, atol=1e-6)
 
 
 def test_runs_from_several_threads_take_turns(encoder):
