@@ -30,18 +30,24 @@ pass changes loops and allocations, never an expression outside a padded loop).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import islpy as isl
 
 from ...dsl.expr import Compare, Const, binary, const
 from ...dsl.visitor import Mutator, post_order_visit, substitute
-from ..ir import Allocate, BufferLoad, BufferStore, For, IfThenElse
-from ..isl_adapter import IslNames, affine, make_set, range_constraint
+from ..ir import Allocate, BufferLoad, BufferStore, For, IfThenElse, LetStmt
+from ..isl_adapter import IslNames, equals, make_set, range_constraint
 
 PRAGMA = "pad_tails"
 MAX_LANES = 64          # a masked vector loop of at most this many lanes
 MAX_ROWS = 16           # a loop of rows padded and unrolled up to this many iterations
+
+
+def _tile_own(buffer) -> bool:
+    """Whether ``buffer`` is one of a register tile's own: ``local``, of constant size (a local
+    buffer of run-time size, a row of tiles computed at a loop, is read like any other)."""
+    return buffer.scope == "local" and all(isinstance(d, Const) for d in buffer.shape)
 
 
 class _ClampReads(Mutator):
@@ -51,7 +57,7 @@ class _ClampReads(Mutator):
         self.mapping = {var: binary("min", var, last)}
 
     def visit_BufferLoad(self, node):
-        if node.buffer.scope == "local":
+        if _tile_own(node.buffer):
             return self.generic_visit(node)
         return BufferLoad(node.buffer, tuple(substitute(i, self.mapping) for i in node.indices))
 
@@ -61,6 +67,7 @@ class _Pad(Mutator):
         self.outer: List[For] = []
         self.marked = 0
         self.spare: Dict[int, int] = {}     # id(local buffer) -> elements a masked vector may run past it
+        self.lets: Dict[int, object] = {}   # id(var) -> its value, for the LetStmts around the node
 
     def visit_BufferStore(self, node):
         return node         # an expression's loads are never changed here (compile time: no walk)
@@ -110,23 +117,31 @@ class _Pad(Mutator):
                                      node.annotations + (("masked_lanes", lanes),)))
         if bound > MAX_ROWS:
             return None
-        if _writes_only_local(body):
+        if _writes_only_tile(body):
             inner = _ClampReads(node.var, binary("sub", e, const(1, e.dtype))).visit(body)
         else:
             inner = IfThenElse(Compare("lt", node.var, e), body)
         return where_it_runs(For(node.var, node.min, const(bound, e.dtype), "unrolled", inner, node.annotations))
 
+    def visit_LetStmt(self, node):
+        self.lets[id(node.var)] = node.value
+        body = self.visit(node.body)
+        del self.lets[id(node.var)]
+        return node if body is node.body else LetStmt(node.var, node.value, body)
+
     def _bounds(self, extent):
-        """(smallest, largest) value of ``extent`` over the enclosing loops (any sizes), or None."""
+        """(smallest, largest) value of ``extent`` over the enclosing loops (any sizes), or None.
+        An extent bound by a ``LetStmt`` is read through it (a tail block's extent that bound
+        inference gave as a select)."""
         names = IslNames()
         cons = [c for c in (range_constraint(l.var, l.min, l.extent, str(k), names)
                             for k, l in enumerate(self.outer)) if c]
-        e_t = affine(extent, names)
-        if e_t is None:
+        e_c = equals("extent__", self.lets.get(id(extent), extent), names)
+        if e_c is None:
             return None
         dims = list(names.var_of) + ["extent__"]
         try:
-            values = make_set([], dims, cons + [f"extent__ = {e_t}"])
+            values = make_set([], dims, cons + [e_c])
             low, high = values.dim_min_val(len(dims) - 1), values.dim_max_val(len(dims) - 1)
         except isl.Error:
             return None
@@ -146,10 +161,10 @@ def _local_buffers(stmt) -> list:
     return list(found.values())
 
 
-def _writes_only_local(stmt) -> bool:
+def _writes_only_tile(stmt) -> bool:
     stores = []
     post_order_visit(stmt, lambda n: stores.append(n) if isinstance(n, BufferStore) else None)
-    return all(s.buffer.scope == "local" for s in stores)
+    return all(_tile_own(s.buffer) for s in stores)
 
 
 def pad_tail_tiles(stmt, ctx):

@@ -51,12 +51,11 @@ from .polymorphic_common import BINARY, UNARY, KernelVariant, _apply, _attr, _sa
 #: its accumulators in memory: ResNet-18's 7x7 layers ran 2.6x slower with it than the static
 #: compile; 7 divides its rows at 224, 5 those at 320: 160 ... 10)
 DIVIDING_ROW_BLOCKS = (7, 5)
-#: register blocks (in 2x2 tiles) of the Winograd kernels of a conv on maps of symbolic size: rows of
-#: 14, 10 and 16 pixels (ResNet-18's 56/28/14-wide maps at 224, 40/20 at 320; a U-Net's 256 ... 16
-#: at 256, where the direct kernel ran every 3x3 layer 1.4-2x slower than the static Winograd: the
-#: U-Net 0.72 -> 0.93x its static compile; the third kernel per 3x3 conv costs ResNet-18's compile
-#: once 23 -> 29 s)
-WINOGRAD_TILE_BLOCKS = (7, 5, 8)
+#: register blocks (in 2x2 tiles) of the Winograd kernels of a conv on maps of symbolic size, the
+#: last taken wherever no other divides a row's tiles (a tail then): rows of 10 and 16 pixels
+#: (ResNet-18's 40/20-wide maps at 320; a U-Net's 256 ... 16 at 256, where blocks of 7 would leave a
+#: tail), 14 (ResNet-18's 56/28/14 at 224) and any other
+WINOGRAD_TILE_BLOCKS = (5, 8, 7)
 
 
 class CnnWalk:
@@ -195,7 +194,7 @@ class CnnWalk:
             return _with_epilogue(Y, steps, anchor_names, externals, b)
         out = b.fresh(final + ".blocked")
         out_shape = self.blocked_shape(b.shapes.shapes[final])
-        variants = self.winograd_variants(in_shape, out_shape, make) if winograd else []
+        variants = self.winograd_variants(out_shape, make) if winograd else []
         variants += _row_block_variants(out_shape[3], make, None if depthwise else b.consts[w_name].shape, x_in != x)
         key = _conv_key(depthwise, stride, padding, dilation, has_bias, winograd, structure, grouped)
         b.kernel(label, key, inputs, out, make, out_shape=out_shape, derived_output=True, own_inputs=len(externals),
@@ -347,25 +346,21 @@ class CnnWalk:
         else:
             b.kernel(label, key, [x_name] + tables, out_name, make, out_shape=out_shape)
 
-    def winograd_variants(self, in_shape, out_shape, make) -> list:
-        """The Winograd kernels of a 3x3 stride-1 conv (``winograd_rows.py``), one per tile block in
-        ``WINOGRAD_TILE_BLOCKS``: each is taken where the output has an even height, its row a whole
-        number of blocks of tiles, and the map is one where Winograd pays (``winograd_pays``'s
-        sizes); it is built over the input's height as 2 x a size var and its width as 2 x block x
-        another, so its tiles and register blocks are whole by construction (no tails, no guards)."""
-        h, w, oh, ow = in_shape[2], in_shape[3], out_shape[2], out_shape[3]
-        largest = winograd_largest_map(self.b.target.cpu)
-        variants = []
-        for tb in WINOGRAD_TILE_BLOCKS:
-            multiples = {}
-            for d, k in ((h, 2), (w, 2 * tb)):
-                if not S.is_static(d):
-                    multiples[d] = math.lcm(multiples.get(d, 1), k)
-            condition = (S.remainder(oh, 2) + S.remainder(ow, 2 * tb) + S.positive_part(MIN_WINOGRAD_PIXELS - oh * ow)
-                         + S.positive_part(oh * ow - largest))
-            variants.append(KernelVariant(condition, 0, lambda *hs, extent, tb=tb: make(*hs, extent=extent, tile_block=tb),
-                                          f"winograd tiles={tb}", f"winograd_{tb}", multiples))
-        return variants
+    def winograd_variants(self, out_shape, make) -> list:
+        """The Winograd kernels of a 3x3 stride-1 conv (``winograd_rows.py``), one per register block
+        of ``WINOGRAD_TILE_BLOCKS`` tiles, where the map is one where Winograd pays
+        (``winograd_pays``'s sizes): blocks of 5 or 8 where they divide a row's tiles and 7 does
+        not, else blocks of 7 (whole, or the row's last block partial: odd maps too). A partial
+        block keeps its accumulators in registers (``pad_tail_tiles``), as do partial tiles."""
+        oh, ow = out_shape[2], out_shape[3]
+        fits = (S.positive_part(MIN_WINOGRAD_PIXELS - oh * ow)
+                + S.positive_part(oh * ow - winograd_largest_map(self.b.target.cpu)))
+        tiles = S.ceildiv(ow, 2)        # a row's 2x2 tiles
+        last = WINOGRAD_TILE_BLOCKS[-1]
+        return [KernelVariant(fits if tb == last else fits + S.divisible_not_by(tiles, tb, last), 0,
+                              lambda *hs, extent, tb=tb: make(*hs, extent=extent, tile_block=tb),
+                              f"winograd tiles={tb}, any size", f"winograd_{tb}")
+                for tb in WINOGRAD_TILE_BLOCKS]
 
     def epilogue(self, k: int, conv, padded: bool = False, fold_batch_norm: bool = True) -> list:
         """The nodes right after ``conv`` that its kernel computes: a BatchNormalization first (folded

@@ -276,6 +276,8 @@ def schedule_conv2d_blocked(s, op, target):
     Y.vectorize(oi)
     unroll_long_epilogue(s, op, Y, [obi, xi])
     Y.parallel(fused)
+    if symbolic:        # a row's last, partial block in registers too (lowering/passes/pad_tail_tiles.py)
+        Y.pragma(xo, "pad_tails")
     cn, cob, cy, cx, coi = s[acc].op.axis
     rco, ry, rx, rci = s[acc].op.reduce_axis
     accumulate_in_registers(s, acc, Y, xo, (cn, cy, rco, ry, rx, rci, cx, cob, coi), (cob, cx))
@@ -454,6 +456,8 @@ def schedule_depthwise_blocked(s, op, target):
     row = parallel_planes_and_rows(Y, n, cb, y, [xo, xi, ci])
     Y.vectorize(ci)
     unroll_long_epilogue(s, op, Y, [xi])
+    if not isinstance(width, Const):        # a row's last, partial block in registers too
+        Y.pragma(xo, "pad_tails")
     an, acb, ay, ax, aci = s[acc].op.axis
     ry, rx = s[acc].op.reduce_axis
     accumulate_in_registers(s, acc, Y, xo, (an, acb, ay, ry, rx, ax, aci), (ax,))

@@ -115,6 +115,7 @@ def schedule_winograd_rows_output(s, op, target):
     Ms.reorder(mn, mty, me, obo, txo, obi, txi, moi)
     Ms.vectorize(moi)
     Ms.compute_at(final, rows)
+    Ms.pragma(txo, "pad_tails")     # a row's last block of tiles in registers (a width not a whole number of blocks)
     cn, cob, cty, ctx, ce, coi = s[acc].op.axis
     rco, rci = s[acc].op.reduce_axis
     accumulate_in_registers(s, acc, Ms, txo, (cn, cty, ce, rco, rci, ctx, cob, coi), (ctx, cob))

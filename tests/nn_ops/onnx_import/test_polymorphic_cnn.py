@@ -45,9 +45,10 @@ def test_resnet18_kernels_fold_batch_norm_and_residual_adds_and_run_no_compile(r
 
 
 def test_each_binding_runs_the_kernel_that_fits_its_rows(resnet):
-    """3x3 stride-1 convs: Winograd over whole 2x2 tiles where the map is even and a block of 7 (or 5,
-    or 8) tiles divides the row; else direct kernels with register blocks of 7 (or 5) pixels where
-    those divide the row and 8 do not; else the general kernel (blocks of 8, a tail)."""
+    """3x3 stride-1 convs: Winograd where the map is in Winograd's size range, its register block
+    5 or 8 tiles where that divides a row's tiles and 7 does not, else 7 (a partial last block where
+    7 does not divide either; odd maps too); outside that range direct kernels with register blocks
+    of 7 (or 5) pixels where those divide the row and 8 do not; else the general kernel."""
     model, exe = resnet
     conv_nodes = {n.name for n in model.graph.node if n.op_type == "Conv"}
     convs = [c for c in exe.calls if c.node in conv_nodes]
@@ -56,19 +57,22 @@ def test_each_binding_runs_the_kernel_that_fits_its_rows(resnet):
     def picked(h, w):
         return first.module_at({"N": 1, "H": h, "W": w}).name
 
-    assert [v.module.name for v in first.variants] == ["poly_conv_winograd_7", "poly_conv_winograd_5",
-                                                       "poly_conv_winograd_8", "poly_conv_rows_of_7",
+    assert [v.module.name for v in first.variants] == ["poly_conv_winograd_5", "poly_conv_winograd_8",
+                                                       "poly_conv_winograd_7", "poly_conv_rows_of_7",
                                                        "poly_conv_rows_of_5"]
-    assert picked(56, 56) == "poly_conv_winograd_7"          # 14 x 14
-    assert picked(64, 80) == "poly_conv_winograd_5"          # 16 x 20
-    assert picked(60, 56) == "poly_conv_rows_of_7"           # 15 x 14: odd height
-    assert picked(60, 80) == "poly_conv_rows_of_5"           # 15 x 20
-    assert picked(64, 64) == "poly_conv_winograd_8"          # 16 x 16 (a U-Net's 256 x 256: 64 x 64)
-    assert picked(68, 64) == "poly_conv"                     # 17 x 16: blocks of 8 divide the row
-    assert picked(8, 8) == "poly_conv"                       # 2 x 2: too small a map for Winograd
+    assert picked(56, 56) == "poly_conv_winograd_7"     # 14 x 14: 7 tiles a row
+    assert picked(64, 80) == "poly_conv_winograd_5"     # 16 x 20: 10
+    assert picked(64, 64) == "poly_conv_winograd_8"     # 16 x 16 (a U-Net's 256 x 256: 64 x 64)
+    assert picked(224, 224) == "poly_conv_winograd_7"   # 56 x 56: 28, which 7 and 4 divide, not 8
+    assert picked(60, 56) == "poly_conv_winograd_7"     # 15 x 14: an odd height
+    assert picked(60, 72) == "poly_conv_winograd_7"     # 15 x 18: 9 tiles, a tail of 2
+    assert picked(68, 64) == "poly_conv_winograd_8"     # 17 x 16: an odd height, 8 tiles a row
+    assert picked(8, 8) == "poly_conv"                        # 2 x 2: too small a map for Winograd
+    assert picked(8, 28) == "poly_conv_rows_of_7"             # 2 x 7: direct, rows of 7 pixels
     # the stem (4 channel vectors: 7 pixels would not fit the registers) has only the 5-pixel kernel
     assert [v.module.name for v in convs[0].variants] == ["poly_conv_rows_of_5"]
-    for shape in ((1, 3, 56, 56), (1, 3, 64, 80), (1, 3, 60, 56), (2, 3, 60, 80), (1, 3, 64, 64)):
+    for shape in ((1, 3, 56, 56), (1, 3, 64, 80), (1, 3, 60, 56), (2, 3, 60, 80), (1, 3, 64, 64),
+                  (1, 3, 60, 72), (1, 3, 58, 62)):
         _check(model, exe, shape, seed=2)
 
 
@@ -80,8 +84,9 @@ def test_save_and_load_keep_the_polymorphic_cnn(resnet, tmp_path, forbid_compila
     assert isinstance(loaded, PolymorphicExecutable)
     assert [len(c.variants) for c in loaded.calls] == [len(c.variants) for c in exe.calls]
     _check(model, loaded, (2, 3, 35, 28), seed=3)
-    _check(model, loaded, (1, 3, 56, 56), seed=4)          # Winograd over whole tiles, 7 a block
+    _check(model, loaded, (1, 3, 56, 56), seed=4)          # Winograd, 7 tiles a block
     _check(model, loaded, (1, 3, 56, 80), seed=5)          # and 5
+    _check(model, loaded, (1, 3, 58, 62), seed=6)          # 7 with a tail, odd maps
 
 
 def _block_net():
