@@ -10,7 +10,8 @@ weight transformed once by ``winograd_weight``), laid out for sizes known only a
 * the schedule always runs the fused form of ``schedule_winograd_output``: per pair of output rows
   (and part of the output channels), that row's input transform and its 16 matmuls, then the
   output transform and the epilogue, all in one parallel iteration; the matmuls keep register
-  blocks of ``tile_block`` tiles (the caller picks one that divides the row where it can).
+  blocks of ``tile_block`` tiles (the caller picks one that divides the row where it can; a row's
+  last, partial block keeps its accumulators in registers too, ``pad_tails``).
 
 Tags: ``conv2d_winograd_rows.input``, ``.gemm`` and ``conv2d_winograd_rows`` (the output).
 """
@@ -63,11 +64,18 @@ def conv2d_winograd_rows(X: Tensor, U: Tensor, bias=None, padding=(1, 1, 1, 1), 
     return _with_bias(Y, bias, name)
 
 
+#: output channel blocks from which the output channels run in two parts
+TWO_PARTS_FROM_BLOCKS = 16
+
+
 def _channel_parts(obn: int, nv: int) -> int:
-    """The output channels in two parts (each transforming the row's input again, which costs little
-    next to its matmuls) where they split into whole register tiles: twice the parallel iterations
-    for maps of few rows (a 14x14 map has 7 row pairs for 2 threads)."""
-    return 2 if obn % (2 * nv) == 0 else 1
+    """The output channels in two parts (each transforming the row's input again) where there are
+    at least ``TWO_PARTS_FROM_BLOCKS`` channel blocks of whole register tiles, else one.  The
+    number of rows is known only at run time; in a CNN the maps shrink as the channels grow, and
+    the part's second input transform costs in proportion to 1 / the output channels: with 64
+    channels two parts made ResNet-18's 56x56 layers 1.1x slower than the static Winograd (one part:
+    equal), with 256 at 14x14 (7 row pairs for 2 threads) one part left a thread idle."""
+    return 2 if obn >= TWO_PARTS_FROM_BLOCKS and obn % (2 * nv) == 0 else 1
 
 
 @register_schedule("conv2d_winograd_rows.input", "llvm")

@@ -70,3 +70,26 @@ def test_a_partial_last_block_of_tiles_keeps_its_accumulators_in_registers(weigh
         out = np.zeros_like(x)
         mod(x, winograd.winograd_weight(weight, 16, 16), out)
         np.testing.assert_allclose(out, _direct(x, weight), rtol=1e-4, atol=1e-4)
+
+
+def test_many_output_channels_run_in_two_parts_with_the_same_results():
+    """256 output channels (16 blocks, ``TWO_PARTS_FROM_BLOCKS``): each parallel iteration computes a
+    pair of rows for half of them, transforming the row's input again."""
+    from loopweave.nn_ops.ops.winograd_rows import TWO_PARTS_FROM_BLOCKS, _channel_parts
+    assert _channel_parts(16, 2) == 2 and _channel_parts(4, 2) == 1 and TWO_PARTS_FROM_BLOCKS == 16
+    rng = np.random.default_rng(3)
+    weight = (rng.standard_normal((256, 16, 3, 3)) * 0.1).astype(np.float32)
+    X = lw.placeholder((1, 1, lw.var("H"), lw.var("W"), 16), name="X")
+    U = lw.placeholder((16, 16, 1, 16, 16), name="U")
+    Z = conv2d_winograd_rows(X, U, tile_block=5)
+    mod = lw.build(schedule([Z], "llvm"), [X, U, Z])
+    Wd = lw.placeholder((16, 1, 3, 3, 16, 16), name="Wd")
+    Xd = lw.placeholder((1, 1, lw.var("H"), lw.var("W"), 16), name="Xd")
+    Zd = nchwc.conv2d_blocked(Xd, Wd, padding=(1, 1, 1, 1))
+    direct = lw.build(schedule([Zd], "llvm"), [Xd, Wd, Zd])
+    for h, w in ((6, 10), (7, 13)):
+        x = rng.standard_normal((1, 1, h, w, 16)).astype(np.float32)
+        out, ref = np.zeros((1, 16, h, w, 16), np.float32), np.zeros((1, 16, h, w, 16), np.float32)
+        mod(x, winograd.winograd_weight(weight, 16, 16), out)
+        direct(x, nchwc.pack_blocked_weight(weight, 16, 16), ref)
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
