@@ -253,12 +253,14 @@ def schedule_conv2d_blocked(s, op, target):
         # each output block its own group: two vectors of a block would read different inputs, a
         # broadcast each; one vector and more pixels share each broadcast and weight load instead
         nv = 1
-    owb = (op.attrs.get("row_block") or symbolic_row_block_for(nv)) if symbolic else \
-        _row_block(ow_, _pixels_per_block(nv))
+    owb = op.attrs.get("row_block") or symbolic_row_block_for(nv)
+    tail = "guard"
+    if not symbolic:
+        owb, tail = static_row_block(ow_, _pixels_per_block(nv))
     acc, Y = accumulator_and_tile(s, op)
     n, ob, y, x, oi = Y.op.axis
     obo, obi = Y.split(ob, factor=nv)
-    xo, xi = Y.split(x, factor=owb)
+    xo, xi = Y.split(x, factor=owb, tail=tail)
     if depthwise is not None:
         # the input row of every channel block is computed inside the row: rows in parallel
         Y.reorder(n, y, obo, xo, obi, xi, oi)
@@ -285,6 +287,27 @@ def schedule_conv2d_blocked(s, op, target):
         _schedule_depthwise_rows(s, depthwise, op.input_tensors[0], Y, fused)
     for t in op.input_tensors:
         _schedule_blocked_padding(s, t, target.lanes(op.outputs[0].dtype))
+
+
+#: a register block's fixed cost per row segment, in pixels' worth of work (the weight vectors it
+#: loads per input channel and tap); ``static_row_block`` weighs blocks with it
+ROW_BLOCK_OVERHEAD = 2
+
+
+def static_row_block(width: int, limit: int):
+    """(pixels, tail) of the register blocks on a row of ``width`` pixels (at most ``limit``): a
+    divisor of the row (``"guard"``: no tail), unless blocks of another size with the last one
+    shifted inwards to end at the row's end (``"shift"``: it recomputes a few pixels of the block
+    before) cost less by a tenth (a block costs its pixels + ``ROW_BLOCK_OVERHEAD``). Prime widths
+    had blocks of one pixel: the 64-channel 3x3 at 23x23 ran at 117 GFLOPS, shifted blocks of 12 at
+    344 (the 1x1 256->256 there 143 -> 474, at 29x29 145 -> 336; 2 threads, one process)."""
+    def cost(pixels):
+        return -(-width // pixels) * (pixels + ROW_BLOCK_OVERHEAD)
+    divisor = _row_block(width, limit)
+    shifted = min(range(1, min(limit, width) + 1), key=lambda p: (cost(p), -p))
+    if cost(shifted) < 0.75 * cost(divisor):
+        return shifted, "shift"
+    return divisor, "guard"
 
 
 #: output pixels of a register block on a row of symbolic width, at most (the tail of a row runs the

@@ -189,6 +189,17 @@ def conv2d_winograd_blocked(X: Tensor, U: Tensor, bias=None, padding=(1, 1, 1, 1
     return _with_bias(Y, bias, name)
 
 
+#: a row of tiles whose largest divisor of at most 14 is below this runs the rows form
+#: (``winograd_rows.py``, blocks of 7 tiles and a shorter last one) instead of blocks of that divisor
+ROW_TILES_FORM_BELOW = 4
+
+
+def row_tiles(X: Tensor, padding) -> int:
+    """2x2 tiles per output row of the 3x3 stride-1 convolution of blocked X (static sizes)."""
+    w = static_shape(X)[3]
+    return (_output_hw(1, w, (3, 3), (1, 1), padding, (1, 1))[1] + 1) // 2
+
+
 # ------------------------------------------------------------------ schedules
 #: the fused form needs this many parallel iterations per thread (fewer leave threads idle)
 FUSED_ROWS_PER_THREAD = 4

@@ -152,9 +152,10 @@ def test_errors_name_the_problem():
         winograd.winograd_weight(np.zeros((16, 16, 5, 5), "float32"), 16, 16)
 
 
-@pytest.mark.parametrize("size", [14, 15])
-def test_network_layer_runs_as_winograd_and_matches_onnxruntime(size):
-    """At 14x14 and at an odd 15x15 (half-outside last tiles), both 3x3s run as Winograd."""
+@pytest.mark.parametrize("size, batch", [(14, 1), (15, 1), (34, 2)])
+def test_network_layer_runs_as_winograd_and_matches_onnxruntime(size, batch):
+    """At 14x14 and at an odd 15x15 (half-outside last tiles), both 3x3s run as Winograd; at 34x34
+    (17 tiles a row: no register block divides it) in the rows form, two images."""
     pytest.importorskip("onnxruntime")
     from loopweave.nn_ops.network.passes import optimize
     from loopweave.nn_ops.testing.model_zoo import OnnxBuilder
@@ -166,10 +167,21 @@ def test_network_layer_runs_as_winograd_and_matches_onnxruntime(size):
     h = b.node("Relu", [h])
     h = b.conv(h, 32, 32, 3, pad=1)
     h = b.node("Add", [h, b.conv(x, 16, 32, 1)])
-    model = b.model((1, 16, size, size), b.node("Relu", [h]), (1, 32, size, size))
+    model = b.model((batch, 16, size, size), b.node("Relu", [h]), (batch, 32, size, size))
     counts = optimize(lw.from_onnx(model)).op_counts()
     # the plain NCHW input is blocked once (to_blocked) for the first 3x3, then both 3x3s are
     # Winograd; the 1x1 shortcut reads that same blocked copy
     assert counts.get("to_blocked") == 1 and counts.get("conv2d_winograd_blocked") == 2 \
         and counts.get("conv2d_blocked") == 1, counts
     _check_against_onnxruntime(model, lw.compile(lw.from_onnx(model), progress=False))
+
+
+@pytest.mark.parametrize("width, form", [(56, "conv2d_winograd"), (57, "conv2d_winograd_rows"),
+                                         (34, "conv2d_winograd_rows"), (15, "conv2d_winograd")])
+def test_rows_of_tiles_without_a_register_block_divisor_take_the_rows_form(width, form):
+    """29 (or 17) tiles a row: the flat form's register block would be one tile (57x57 ran at 450
+    GFLOPS, 860 at 56x56); the rows form takes blocks of 7 and a shorter last one."""
+    from loopweave.nn_ops.network.op_table import OPS
+    X = lw.placeholder((1, 4, width, width, 16), name="X")
+    U = lw.placeholder((16, 4, 4, 16, 16), name="U")
+    assert OPS["conv2d_winograd_blocked"].build([X, U], {"padding": (1, 1, 1, 1)}).op.tag == form
