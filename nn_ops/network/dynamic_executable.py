@@ -14,6 +14,7 @@ compiled so far; ``load`` brings them back without compiling.
 from __future__ import annotations
 
 import io
+import threading
 from typing import Dict, List, Tuple
 
 import numpy as np
@@ -37,6 +38,10 @@ class DynamicExecutable:
         self.checks = checks
         self.specializations: Dict[tuple, object] = {}
         self.outputs = list(graph.outputs)       # (name, shape with symbols, dtype)
+        # one thread at a time finds or compiles a specialisation (specialize_to may widen the
+        # graph's shape inputs and void the keys); two threads meeting a new binding compiled it
+        # twice before.  Runs of compiled specialisations take their own locks, outside this one.
+        self._compiling = threading.RLock()
 
     @property
     def inputs(self) -> List[Tuple[str, tuple, str]]:
@@ -54,6 +59,10 @@ class DynamicExecutable:
 
     def _specialization(self, feed):
         self.graph.symbol_values(feed)       # the symbolic signature's checks, before anything runs
+        with self._compiling:
+            return self._found_or_compiled(feed)
+
+    def _found_or_compiled(self, feed):
         key = self._key(feed)
         exe = self.specializations.get(key)
         if exe is None:

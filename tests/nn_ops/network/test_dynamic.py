@@ -141,3 +141,36 @@ def test_symbolic_batch_and_sequence_at_size_one(batch, seq):
     exe = lw.compile(lw.from_onnx(model), progress=False, polymorphic=False)
     feed = {"input": np.random.default_rng(seq).standard_normal((batch, seq, 64)).astype(np.float32)}
     np.testing.assert_allclose(exe.run(feed)[0], _ort(model, feed)[0], rtol=1e-3, atol=1e-3)
+
+
+def test_threads_meeting_a_new_binding_compile_it_once(monkeypatch):
+    """Four threads run one new batch size at once: one compiles its specialisation, the others wait
+    for it and run it (before, each thread that found no specialisation compiled its own)."""
+    import threading
+    import time
+    from loopweave.nn_ops.network import dynamic_executable
+    model = small_cnn()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    exe = lw.compile(lw.from_onnx(model), progress=False, polymorphic=False)
+    compiles = []
+    real = dynamic_executable.compile_graph
+
+    def slow_compile(*args, **kwargs):
+        compiles.append(1)
+        time.sleep(0.3)         # long enough for every thread to arrive while it compiles
+        return real(*args, **kwargs)
+    monkeypatch.setattr(dynamic_executable, "compile_graph", slow_compile)
+    x = np.random.default_rng(5).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    results = [None] * 4
+
+    def run(k):
+        results[k] = exe.run({"input": x})[0]
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(compiles) == 1 and len(exe.specializations) == 1
+    for got in results:
+        np.testing.assert_allclose(got, _ort(model, {"input": x})[0], rtol=1e-4, atol=1e-4)
