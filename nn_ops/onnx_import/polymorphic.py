@@ -321,7 +321,7 @@ class _Builder:
         full_key = repr(key + (tuple(pattern), tuple(len(s) for s in arg_shapes),
                                tuple(self.dtype(i) for i in inputs)))
 
-        def built(full_key, make, name, units=()):
+        def built(full_key, make, name, multiples=None, units=()):
             module = self.kernels.get(full_key)
             if module is None and self.prebuilt is not None:
                 module = self.prebuilt.get(full_key)
@@ -333,6 +333,11 @@ class _Builder:
                 names = S.dsl_variables([f"v{k}" for k in range(len(variables))])
                 var_of = {d: names[f"v{k}"] for d, k in variables.items()}
                 graph_size = {S.from_dsl(v): d for d, v in var_of.items()}
+                for d, k in (multiples or {}).items():       # a size known to be k * (a size var)
+                    var_name = _multiple_name(variables[d], k)
+                    whole = S.dsl_variables([var_name])[var_name]
+                    var_of[d] = whole * k
+                    graph_size[S.from_dsl(whole)] = d / k
                 for d in units:             # a size that is 1 wherever this kernel runs
                     var_of[d] = 1
 
@@ -345,7 +350,8 @@ class _Builder:
                     out, made = out
                     holders = holders + list(made)
                 for tensor, graph_shape in zip(holders[own:] + [out], arg_shapes[own:]):
-                    self._check_kernel_shape(tensor, graph_shape, var_of, graph_size, derived_output)
+                    self._check_kernel_shape(tensor, graph_shape, var_of, graph_size,
+                                             derived_output or bool(multiples))
                 # built after the walk, all together (build_many: on every core)
                 if not self.jobs:
                     build_workers.prestart()
@@ -357,8 +363,10 @@ class _Builder:
         sizes = {f"v{k}": d for d, k in variables.items()}      # this call's value of each size var
         specials = []
         for v in variants:
-            specials.append(Variant(built(f"{full_key} {v.key}", v.make, f"poly_{key[0]}_{v.what}", v.units),
-                                    v.size, v.at_most))
+            specials.append(Variant(built(f"{full_key} {v.key}", v.make, f"poly_{key[0]}_{v.what}", v.multiples,
+                                          v.units), v.size, v.at_most))
+            for d, k in (v.multiples or {}).items():
+                sizes[_multiple_name(variables[d], k)] = S.floordiv(d, k)
         variants = tuple(specials)
         if output not in self.values:       # the kernel's own output dtype (a Cast changes it)
             dtype = module.dtype if isinstance(module, _Pending) else module.params[-1].dtype
@@ -794,6 +802,12 @@ def _reads_sizes(user, name: str) -> bool:
     at = list(user.input).index(name)
     return ((user.op_type in VIEWS or user.op_type == "Expand") and at == 1) or user.op_type == "Range" \
         or (user.op_type == "Slice" and at >= 1) or (user.op_type == "Resize" and at == 3)
+
+
+def _multiple_name(index: int, k: int) -> str:
+    """The size var of a variant that takes size var ``index`` as ``k`` times a whole number (``v2x14``:
+    ``v2 / 14``)."""
+    return f"v{index}x{k}"
 
 
 def _operand_index(mode, shape, idx) -> tuple:

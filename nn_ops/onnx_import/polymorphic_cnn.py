@@ -179,22 +179,23 @@ class CnnWalk:
         inputs += [self.blocked[e] for e in externals]
         has_bias = bias is not None
 
-        def make(*holders, extent, row_block=None, tile_block=None):
+        def make(*holders, extent, row_block=None, tile_block=None, whole_blocks=False):
             X, Wp = holders[0], holders[1]
             U = holders[2] if winograd else None
             B = holders[2 + winograd] if has_bias else None
             if tile_block:
-                Y = conv2d_winograd_rows(X, U, B, padding=padding, name="conv", tile_block=tile_block)
+                Y = conv2d_winograd_rows(X, U, B, padding=padding, name="conv", tile_block=tile_block,
+                                         whole_blocks=whole_blocks)
             elif depthwise:
                 Y = depthwise_blocked(X, Wp, B, stride=stride, padding=padding, dilation=dilation, name="conv",
-                                      row_block=row_block)
+                                      row_block=row_block, whole_blocks=whole_blocks)
             else:
                 Y = conv2d_blocked(X, Wp, B, stride=stride, padding=padding, dilation=dilation, name="conv",
-                                   row_block=row_block, groups=grouped)
+                                   row_block=row_block, groups=grouped, whole_blocks=whole_blocks)
             return _with_epilogue(Y, steps, anchor_names, externals, b)
         out = b.fresh(final + ".blocked")
         out_shape = self.blocked_shape(b.shapes.shapes[final])
-        variants = self.winograd_variants(out_shape, make) if winograd else []
+        variants = self.winograd_variants(in_shape, out_shape, make) if winograd else []
         variants += _row_block_variants(out_shape[3], make, None if depthwise else b.consts[w_name].shape, x_in != x)
         key = _conv_key(depthwise, stride, padding, dilation, has_bias, winograd, structure, grouped)
         b.kernel(label, key, inputs, out, make, out_shape=out_shape, derived_output=True, own_inputs=len(externals),
@@ -231,9 +232,9 @@ class CnnWalk:
             b.consts[inputs[2]] = np.tile(b.consts[node.input[2]].astype(np.float32), kh * kw)
         has_bias = len(inputs) == 3
 
-        def make(X, Wp, B=None, extent=None, row_block=None):
+        def make(X, Wp, B=None, extent=None, row_block=None, whole_blocks=False):
             return conv2d_blocked(X, Wp, B, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), name="conv",
-                                  row_block=row_block)
+                                  row_block=row_block, whole_blocks=whole_blocks)
         n, _, h, w, _ = b.shape(x_in)
         tiles = b.fresh(node.output[0] + ".taps")
         b.kernel(label, _conv_key(False, (1, 1), (0, 0, 0, 0), (1, 1), has_bias, False, ()), inputs, tiles, make,
@@ -346,21 +347,34 @@ class CnnWalk:
         else:
             b.kernel(label, key, [x_name] + tables, out_name, make, out_shape=out_shape)
 
-    def winograd_variants(self, out_shape, make) -> list:
+    def winograd_variants(self, in_shape, out_shape, make) -> list:
         """The Winograd kernels of a 3x3 stride-1 conv (``winograd_rows.py``), one per register block
         of ``WINOGRAD_TILE_BLOCKS`` tiles, where the map is one where Winograd pays
-        (``winograd_pays``'s sizes): blocks of 5 or 8 where they divide a row's tiles and 7 does
-        not, else blocks of 7 (whole, or the row's last block partial: odd maps too). A partial
-        block keeps its accumulators in registers (``pad_tail_tiles``), as do partial tiles."""
-        oh, ow = out_shape[2], out_shape[3]
+        (``winograd_pays``'s sizes). Blocks of 5 or 8 where the map is even and they divide a row's
+        tiles and 7 does not, built over the input as 2 x a size var by 2 x ``tb`` x another (whole
+        tiles and blocks by construction: less code, a third less compile time than plain size
+        vars); else blocks of 7 over plain size vars: whole, or the row's last block partial, odd
+        maps too (``pad_tail_tiles`` keeps a partial block's accumulators in registers)."""
+        h, w, oh, ow = in_shape[2], in_shape[3], out_shape[2], out_shape[3]
         fits = (S.positive_part(MIN_WINOGRAD_PIXELS - oh * ow)
                 + S.positive_part(oh * ow - winograd_largest_map(self.b.target.cpu)))
         tiles = S.ceildiv(ow, 2)        # a row's 2x2 tiles
         last = WINOGRAD_TILE_BLOCKS[-1]
-        return [KernelVariant(fits if tb == last else fits + S.divisible_not_by(tiles, tb, last), 0,
-                              lambda *hs, extent, tb=tb: make(*hs, extent=extent, tile_block=tb),
-                              f"winograd tiles={tb}, any size", f"winograd_{tb}")
-                for tb in WINOGRAD_TILE_BLOCKS]
+        variants = []
+        for tb in WINOGRAD_TILE_BLOCKS:
+            if tb == last:
+                variants.append(KernelVariant(fits, 0, lambda *hs, extent: make(*hs, extent=extent, tile_block=last),
+                                              f"winograd tiles={tb}, any size", f"winograd_{tb}"))
+                continue
+            multiples = {}
+            for d, k in ((h, 2), (w, 2 * tb)):
+                if not S.is_static(d):
+                    multiples[d] = math.lcm(multiples.get(d, 1), k)     # one symbol for both: a square map
+            condition = fits + S.remainder(oh, 2) + S.remainder(ow, 2 * tb) + S.divisible_not_by(tiles, tb, last)
+            variants.append(KernelVariant(condition, 0, lambda *hs, extent, tb=tb: make(*hs, extent=extent, tile_block=tb,
+                                                                                        whole_blocks=True),
+                                          f"winograd tiles={tb}", f"winograd_{tb}", multiples))
+        return variants
 
     def epilogue(self, k: int, conv, padded: bool = False, fold_batch_norm: bool = True) -> list:
         """The nodes right after ``conv`` that its kernel computes: a BatchNormalization first (folded
@@ -572,7 +586,8 @@ def _row_block_variants(width, make, weight_shape, blocked_input: bool) -> list:
         general = symbolic_row_block(weight_shape, blocked_input)
         fits = (lambda pixels: row_block_fits(weight_shape, blocked_input, pixels))
     return [KernelVariant(S.divisible_not_by(width, pixels, general), 0,
-                          lambda *h, extent, pixels=pixels: make(*h, extent=extent, row_block=pixels),
+                          lambda *h, extent, pixels=pixels: make(*h, extent=extent, row_block=pixels,
+                                                                 whole_blocks=True),
                           f"row_block={pixels}", f"rows_of_{pixels}") for pixels in DIVIDING_ROW_BLOCKS if fits(pixels)]
 
 

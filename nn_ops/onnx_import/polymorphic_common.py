@@ -2,7 +2,7 @@
 ONNX elementwise nodes as DSL expressions, node attributes, and symbolic shapes compared and shown."""
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Tuple
+from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -14,13 +14,15 @@ from ..network.op_table import pow_constant
 class KernelVariant(NamedTuple):
     """A second kernel of a call (``_Builder.kernel``'s ``variants``): built by ``make`` with the same
     arguments, run at bindings where the sympy ``size`` is at most ``at_most``; ``key`` tells it apart
-    in the kernel table, ``what`` names its module; ``units``: sympy sizes that are the constant 1
-    in this kernel (where the condition says so)."""
+    in the kernel table, ``what`` names its module; ``multiples`` {sympy size of an input: k} builds
+    it over that size as ``k`` times a size var of its own (where the condition says ``k`` divides it);
+    ``units``: sympy sizes that are the constant 1 in this kernel (where the condition says so)."""
     size: object
     at_most: int
     make: Callable
     key: str
     what: str
+    multiples: Optional[Dict[object, int]] = None
     units: Tuple = ()
 
 

@@ -106,10 +106,12 @@ def _with_bias(Y: Tensor, bias, name: str) -> Tensor:
 
 # ------------------------------------------------------------------ convolutions
 def conv2d_blocked(X: Tensor, Wp: Tensor, bias=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
-                   name: str = "conv2d", row_block: int = None, groups: int = 1) -> Tensor:
+                   name: str = "conv2d", row_block: int = None, groups: int = 1, whole_blocks: bool = False) -> Tensor:
     """Y [N, OC/b, OH, OW, b] = conv(X, W) (+ bias [OC]); X blocked [N, C/cb, H, W, cb] or NCHW.
     ``row_block``: output pixels per register block on a row of symbolic width (the schedule's
-    choice otherwise, ``symbolic_row_block``).  ``groups``: a grouped convolution whose groups are
+    choice otherwise, ``symbolic_row_block``); ``whole_blocks``: the kernel runs only where they
+    divide the row (a variant chosen per binding), so a row's partial last block gets no padded
+    copy in registers (``pad_tails``: compile time for code that would never run).  ``groups``: a grouped convolution whose groups are
     whole channel blocks on both sides (blocked input; the weight packed from [OC, C/groups, KH,
     KW]): output block ``ob`` reads the input blocks of its group only."""
     xs = _blocked_dims(X, "conv2d_blocked", (1, 4) if X.ndim == 5 else (1,))
@@ -146,6 +148,8 @@ def conv2d_blocked(X: Tensor, Wp: Tensor, bias=None, stride=(1, 1), padding=(0, 
     attrs = dict(kernel=(kh, kw), stride=(sh, sw), block=b, blocked_input=blocked_in)
     if row_block is not None:
         attrs["row_block"] = int(row_block)
+    if whole_blocks:
+        attrs["whole_blocks"] = True
     if groups != 1:
         attrs["groups"] = int(groups)
     Y = compute((n, ob_n, oh, ow, b),
@@ -156,9 +160,10 @@ def conv2d_blocked(X: Tensor, Wp: Tensor, bias=None, stride=(1, 1), padding=(0, 
 
 
 def depthwise_blocked(X: Tensor, Wd: Tensor, bias=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
-                      name: str = "depthwise", row_block: int = None) -> Tensor:
+                      name: str = "depthwise", row_block: int = None, whole_blocks: bool = False) -> Tensor:
     """Y [N, C/b, OH, OW, b]: each channel convolved with its own KH x KW filter (Wd [C/b, KH, KW, b]).
-    ``row_block``: pixels per register block on a row of symbolic width (else ``SYMBOLIC_ROW_BLOCK``)."""
+    ``row_block``: pixels per register block on a row of symbolic width (else ``SYMBOLIC_ROW_BLOCK``);
+    ``whole_blocks`` as ``conv2d_blocked``'s."""
     n, cbn, h, w, b = _blocked_dims(X, "depthwise_blocked", (1, 4))
     wcb, kh, kw, wb = static_shape(Wd)
     if (wcb, wb) != (cbn, b):
@@ -173,7 +178,8 @@ def depthwise_blocked(X: Tensor, Wd: Tensor, bias=None, stride=(1, 1), padding=(
                 lambda nn, cb, yy, xx, ci: lw_sum(Xp[nn, cb, yy * sh + ry * dh, xx * sw + rx * dw, ci] *
                                                   Wd[cb, ry, rx, ci], axis=[ry, rx]),
                 name=name, tag="depthwise_blocked",
-                attrs=dict(block=b) if row_block is None else dict(block=b, row_block=int(row_block)))
+                attrs=dict(block=b, **({} if row_block is None else dict(row_block=int(row_block))),
+                           **(dict(whole_blocks=True) if whole_blocks else {})))
     return _with_bias(Y, bias, name)
 
 
@@ -278,8 +284,8 @@ def schedule_conv2d_blocked(s, op, target):
     Y.vectorize(oi)
     unroll_long_epilogue(s, op, Y, [obi, xi])
     Y.parallel(fused)
-    if symbolic:        # a row's last, partial block in registers too (lowering/passes/pad_tail_tiles.py)
-        Y.pragma(xo, "pad_tails")
+    if symbolic and not op.attrs.get("whole_blocks"):     # a row's partial last block in registers too
+        Y.pragma(xo, "pad_tails")                           # (lowering/passes/pad_tail_tiles.py)
     cn, cob, cy, cx, coi = s[acc].op.axis
     rco, ry, rx, rci = s[acc].op.reduce_axis
     accumulate_in_registers(s, acc, Y, xo, (cn, cy, rco, ry, rx, rci, cx, cob, coi), (cob, cx))
@@ -479,7 +485,7 @@ def schedule_depthwise_blocked(s, op, target):
     row = parallel_planes_and_rows(Y, n, cb, y, [xo, xi, ci])
     Y.vectorize(ci)
     unroll_long_epilogue(s, op, Y, [xi])
-    if not isinstance(width, Const):        # a row's last, partial block in registers too
+    if not isinstance(width, Const) and not op.attrs.get("whole_blocks"):     # a partial last block in registers
         Y.pragma(xo, "pad_tails")
     an, acb, ay, ax, aci = s[acc].op.axis
     ry, rx = s[acc].op.reduce_axis

@@ -337,12 +337,14 @@ def _schedule_from_blocked(stage, axes, block: int, lanes: int) -> None:
     n, c, y, x = axes
     co, ci = stage.split(c, factor=block)
     width = x.extent.value if isinstance(x.extent, Const) else 0
-    pixels = _transpose_tile(lanes, width, block)
+    pixels = _transpose_tile(lanes, width or lanes, block)
     if pixels:
         x, xi = stage.split(x, factor=pixels, tail="shift" if width % pixels else "guard")
         parallel_planes_and_rows(stage, n, co, y, [x, ci, xi])
         stage.vectorize(xi)
         stage.pragma(ci, "transpose")
+        if not width:       # a row of run-time width: its last tile one masked vector (pad_tail_tiles)
+            stage.pragma(x, "pad_tails")
         return
     tile = TO_BLOCKED_PIXELS if width >= FROM_BLOCKED_WIDE else FROM_BLOCKED_PIXELS
     inner = [ci]

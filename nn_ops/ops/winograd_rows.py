@@ -30,9 +30,11 @@ TILE_BLOCK = 8
 
 
 def conv2d_winograd_rows(X: Tensor, U: Tensor, bias=None, padding=(1, 1, 1, 1), name: str = "conv2d",
-                         tile_block: int = TILE_BLOCK) -> Tensor:
+                         tile_block: int = TILE_BLOCK, whole_blocks: bool = False) -> Tensor:
     """Y [N, OC/b, OH, OW, b]: the 3x3 stride-1 convolution of blocked X [N, C/cb, H, W, cb] (any of
-    N, H, W symbolic) by the weight whose Winograd transform is U [16, OC/b, C/cb, cb, b], (+ bias)."""
+    N, H, W symbolic) by the weight whose Winograd transform is U [16, OC/b, C/cb, cb, b], (+ bias).
+    ``whole_blocks``: the kernel runs only where blocks of ``tile_block`` tiles divide a row's tiles
+    (a variant chosen per binding): no padded copy of a partial last block in registers."""
     n, cbn, h, w, cb = _blocked_dims(X, "conv2d_winograd_rows", (1, 4))
     sixteen, obn, ucbn, ucb, b = static_shape(U)
     if sixteen != 16 or (ucbn, ucb) != (cbn, cb):
@@ -42,7 +44,7 @@ def conv2d_winograd_rows(X: Tensor, U: Tensor, bias=None, padding=(1, 1, 1, 1), 
     th, tw = (oh + 1) // 2, (ow + 1) // 2
     pt, pl, pb, pr = padding
     Xp = _padded(X, (pt, pl, pb + 1, pr + 1), name)      # a partial last tile reads zeros
-    attrs = dict(tile_block=int(tile_block), out_blocks=obn)
+    attrs = dict(tile_block=int(tile_block), out_blocks=obn, whole_blocks=bool(whole_blocks))
 
     def transform_in(nn, cbi, ty, tx, e, ci):
         return input_transform(lambda a, bb: Xp[nn, cbi, ty * 2 + a, tx * 2 + bb, ci], e)
@@ -123,7 +125,8 @@ def schedule_winograd_rows_output(s, op, target):
     Ms.reorder(mn, mty, me, obo, txo, obi, txi, moi)
     Ms.vectorize(moi)
     Ms.compute_at(final, rows)
-    Ms.pragma(txo, "pad_tails")     # a row's last block of tiles in registers (a width not a whole number of blocks)
+    if not M.attrs["whole_blocks"]:     # a row's partial last block of tiles in registers
+        Ms.pragma(txo, "pad_tails")
     cn, cob, cty, ctx, ce, coi = s[acc].op.axis
     rco, rci = s[acc].op.reduce_axis
     accumulate_in_registers(s, acc, Ms, txo, (cn, cty, ce, rco, rci, ctx, cob, coi), (ctx, cob))

@@ -46,9 +46,10 @@ def test_resnet18_kernels_fold_batch_norm_and_residual_adds_and_run_no_compile(r
 
 def test_each_binding_runs_the_kernel_that_fits_its_rows(resnet):
     """3x3 stride-1 convs: Winograd where the map is in Winograd's size range, its register block
-    5 or 8 tiles where that divides a row's tiles and 7 does not, else 7 (a partial last block where
-    7 does not divide either; odd maps too); outside that range direct kernels with register blocks
-    of 7 (or 5) pixels where those divide the row and 8 do not; else the general kernel."""
+    5 or 8 tiles where the map is even and that divides a row's tiles and 7 does not, else 7 (a
+    partial last block where 7 does not divide; odd maps too); outside that range direct kernels
+    with register blocks of 7 (or 5) pixels where those divide the row and 8 do not; else the
+    general kernel."""
     model, exe = resnet
     conv_nodes = {n.name for n in model.graph.node if n.op_type == "Conv"}
     convs = [c for c in exe.calls if c.node in conv_nodes]
@@ -66,7 +67,8 @@ def test_each_binding_runs_the_kernel_that_fits_its_rows(resnet):
     assert picked(224, 224) == "poly_conv_winograd_7"   # 56 x 56: 28, which 7 and 4 divide, not 8
     assert picked(60, 56) == "poly_conv_winograd_7"     # 15 x 14: an odd height
     assert picked(60, 72) == "poly_conv_winograd_7"     # 15 x 18: 9 tiles, a tail of 2
-    assert picked(68, 64) == "poly_conv_winograd_8"     # 17 x 16: an odd height, 8 tiles a row
+    assert picked(68, 64) == "poly_conv_winograd_7"     # 17 x 16: an odd height, 8 tiles a row
+    assert picked(64, 60) == "poly_conv_winograd_7"     # 16 x 15: an odd width, 8 tiles a row
     assert picked(8, 8) == "poly_conv"                        # 2 x 2: too small a map for Winograd
     assert picked(8, 28) == "poly_conv_rows_of_7"             # 2 x 7: direct, rows of 7 pixels
     # the stem (4 channel vectors: 7 pixels would not fit the registers) has only the 5-pixel kernel

@@ -421,6 +421,25 @@ def test_from_blocked_reads_whole_blocks_in_order(epilogue, width, pixels):
         assert "masked.gather" not in f.get_source("ll")
 
 
+def test_from_blocked_of_symbolic_width_transposes_tiles_and_masks_the_last():
+    """A shape-polymorphic network's last layout transform: rows of run-time width in tiles of 16
+    pixels transposed in registers, the last one a masked vector (it was one pixel at a time, its
+    16 channels stored one by one: 34 against 11 us static at 64x56x56; now 22-27)."""
+    from loopweave.nn_ops.ops.nchwc import from_blocked
+    X = lw.placeholder((1, 3, lw.var("H"), lw.var("W"), 16), name="X")
+    Y = from_blocked(X)
+    s = nn_ops.schedule(Y)
+    code = str(s.trace)
+    assert "split(x, factor=16)" in code and ".pragma(c_inner, 'transpose'" in code \
+        and ".pragma(x_outer, 'pad_tails'" in code, code
+    f = lw.build(s, [X, Y])
+    for h, width in ((2, 5), (3, 16), (2, 37)):
+        x = np.random.rand(1, 3, h, width, 16).astype("float32")
+        out = np.full((1, 48, h, width), np.nan, "float32")
+        f(x, out)
+        np.testing.assert_array_equal(out, x.transpose(0, 1, 4, 2, 3).reshape(1, 48, h, width))
+
+
 @pytest.mark.parametrize("width", [16, 21, 9])
 def test_to_blocked_transposes_rows_of_pixels(width):
     """NCHW -> NCHW[16]c: rows of at least 16 pixels in tiles of 16 pixels x 16 channels, read as

@@ -49,6 +49,27 @@ def test_any_size_matches_the_direct_convolution(any_size, weight, n, h, w):
     np.testing.assert_allclose(out, _direct(x, weight), rtol=1e-4, atol=1e-4)
 
 
+def test_whole_tiles_by_construction_run_without_guards(weight):
+    """Height 2 x TH and width 2 x 7 x TW: every tile and register block is whole, so the lowered
+    code has no guard and the matmuls' register block has constant extents."""
+    TH, TW = lw.var("TH"), lw.var("TW")
+    X = lw.placeholder((1, C // 16, TH * 2, TW * 14, 16), name="X")
+    U = lw.placeholder((16, C // 16, C // 16, 16, 16), name="U")
+    Z = _relu_of(conv2d_winograd_rows(X, U, tile_block=7, whole_blocks=True))
+    mod = lw.build(schedule([Z], "llvm"), [X, U, Z])
+    lowered = mod.get_source("lowered")
+    gemm = lowered[lowered.index("conv2d.wino_gemm.local = allocate"):]
+    assert "select(" not in gemm.split("for ax1.inner")[0] and "extent" not in gemm.split("for ax1.inner")[0]
+    for th, tw in ((1, 1), (3, 2)):
+        x = np.random.default_rng(th + tw).standard_normal((1, C // 16, 2 * th, 14 * tw, 16)).astype(np.float32)
+        out = np.zeros_like(x)
+        mod(x, winograd.winograd_weight(weight, 16, 16), out)       # TH and TW bound from the shapes
+        np.testing.assert_allclose(out, _direct(x, weight), rtol=1e-4, atol=1e-4)
+    with pytest.raises(lw.ArgumentError, match="14"):
+        mod(np.zeros((1, C // 16, 2, 15, 16), np.float32), winograd.winograd_weight(weight, 16, 16),
+            np.zeros((1, C // 16, 2, 15, 16), np.float32))
+
+
 def _run_time_unrolled(lowered: str) -> list:
     """Lines of the lowered code that unroll a loop of run-time extent (a register block's loop
     that ``pad_tail_tiles`` did not pad: its accumulators would live in memory)."""
