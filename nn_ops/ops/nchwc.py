@@ -111,9 +111,10 @@ def conv2d_blocked(X: Tensor, Wp: Tensor, bias=None, stride=(1, 1), padding=(0, 
     ``row_block``: output pixels per register block on a row of symbolic width (the schedule's
     choice otherwise, ``symbolic_row_block``); ``whole_blocks``: the kernel runs only where they
     divide the row (a variant chosen per binding), so a row's partial last block gets no padded
-    copy in registers (``pad_tails``: compile time for code that would never run).  ``groups``: a grouped convolution whose groups are
-    whole channel blocks on both sides (blocked input; the weight packed from [OC, C/groups, KH,
-    KW]): output block ``ob`` reads the input blocks of its group only."""
+    copy in registers (``pad_tails``: compile time for code that would never run).  ``groups``: a
+    grouped convolution whose groups are whole channel blocks on both sides (blocked input; the
+    weight packed from [OC, C/groups, KH, KW]): output block ``ob`` reads the input blocks of its
+    group only."""
     xs = _blocked_dims(X, "conv2d_blocked", (1, 4) if X.ndim == 5 else (1,))
     ob_n, cob_n, kh, kw, cb, b = static_shape(Wp)
     blocked_in = len(xs) == 5
@@ -304,9 +305,11 @@ def static_row_block(width: int, limit: int):
     """(pixels, tail) of the register blocks on a row of ``width`` pixels (at most ``limit``): a
     divisor of the row (``"guard"``: no tail), unless blocks of another size with the last one
     shifted inwards to end at the row's end (``"shift"``: it recomputes a few pixels of the block
-    before) cost less by a tenth (a block costs its pixels + ``ROW_BLOCK_OVERHEAD``). Prime widths
+    before) cost less by a quarter (a block costs its pixels + ``ROW_BLOCK_OVERHEAD``). Prime widths
     had blocks of one pixel: the 64-channel 3x3 at 23x23 ran at 117 GFLOPS, shifted blocks of 12 at
-    344 (the 1x1 256->256 there 143 -> 474, at 29x29 145 -> 336; 2 threads, one process)."""
+    344 (the 1x1 256->256 there 143 -> 474, at 29x29 145 -> 336; 2 threads, one process). Not for
+    less: with a margin of a tenth SqueezeNet's stem (111 wide, 4 channel vectors) went from blocks
+    of 3 to shifted blocks of 6 and ran 1.17x slower (the cost does not see register pressure)."""
     def cost(pixels):
         return -(-width // pixels) * (pixels + ROW_BLOCK_OVERHEAD)
     divisor = _row_block(width, limit)
@@ -316,8 +319,8 @@ def static_row_block(width: int, limit: int):
     return divisor, "guard"
 
 
-#: output pixels of a register block on a row of symbolic width, at most (the tail of a row runs the
-#: same block with a run-time extent, its accumulators in memory)
+#: output pixels of a register block on a row of symbolic width, at most (a row's partial last block
+#: runs padded to a whole one in registers, ``pad_tails``, its reads clamped)
 SYMBOLIC_ROW_BLOCK = 8
 
 
