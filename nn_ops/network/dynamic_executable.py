@@ -38,9 +38,9 @@ class DynamicExecutable:
         self.checks = checks
         self.specializations: Dict[tuple, object] = {}
         self.outputs = list(graph.outputs)       # (name, shape with symbols, dtype)
-        # one thread at a time finds or compiles a specialisation (specialize_to may widen the
-        # graph's shape inputs and void the keys); two threads meeting a new binding compiled it
-        # twice before.  Runs of compiled specialisations take their own locks, outside this one.
+        # one thread at a time compiles a specialisation (specialize_to may widen the graph's shape
+        # inputs and void the keys); two threads meeting a new binding compiled it twice before.
+        # Finding a compiled one takes no lock; runs take the specialisation's own lock.
         self._compiling = threading.RLock()
 
     @property
@@ -59,6 +59,9 @@ class DynamicExecutable:
 
     def _specialization(self, feed):
         self.graph.symbol_values(feed)       # the symbolic signature's checks, before anything runs
+        exe = self.specializations.get(self._key(feed))     # compiled before: no lock on a run's path
+        if exe is not None:
+            return exe
         with self._compiling:
             return self._found_or_compiled(feed)
 

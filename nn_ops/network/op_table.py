@@ -115,17 +115,15 @@ def _conv2d_blocked(inputs, attrs):
 
 @op("conv2d_winograd_blocked", "anchor")
 def _conv2d_winograd_blocked(inputs, attrs):
-    """The flat-tile form, or the (tile row, tile column) form where a row's tiles have no divisor
-    that makes a register block (``ROW_TILES_FORM_BELOW``: 29 tiles a row at 57x57 ran the flat
-    form's blocks of one tile, 471 GFLOPS against 861 at 56x56)."""
-    from ..ops.conv2d import _divisor_at_most
-    from ..ops.winograd import ROW_TILES_FORM_BELOW, conv2d_winograd_blocked, row_tiles
+    """The flat-tile form, or the (tile row, tile column) form where that one's register block
+    would be too small (``winograd.takes_rows_form``)."""
+    from ..ops.winograd import conv2d_winograd_blocked, takes_rows_form
     from ..ops.winograd_rows import conv2d_winograd_rows
     bias = inputs[2] if len(inputs) > 2 else None
-    tiles = row_tiles(inputs[0], tuple(attrs["padding"]))
-    if _divisor_at_most(tiles, 14) < ROW_TILES_FORM_BELOW:
-        return conv2d_winograd_rows(inputs[0], inputs[1], bias, tuple(attrs["padding"]), tile_block=7)
-    return conv2d_winograd_blocked(inputs[0], inputs[1], bias, tuple(attrs["padding"]))
+    padding = tuple(attrs["padding"])
+    if takes_rows_form(inputs[0], inputs[1], padding):
+        return conv2d_winograd_rows(inputs[0], inputs[1], bias, padding, tile_block=7)
+    return conv2d_winograd_blocked(inputs[0], inputs[1], bias, padding)
 
 
 @op("depthwise_blocked", "anchor")

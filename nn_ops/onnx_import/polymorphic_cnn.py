@@ -360,13 +360,9 @@ class CnnWalk:
         fits = (S.positive_part(MIN_WINOGRAD_PIXELS - oh * ow)
                 + S.positive_part(oh * ow - winograd_largest_map(self.b.target.cpu)))
         tiles = S.ceildiv(ow, 2)        # a row's 2x2 tiles
-        last = WINOGRAD_TILE_BLOCKS[-1]
+        *whole, last = WINOGRAD_TILE_BLOCKS
         variants = []
-        for tb in WINOGRAD_TILE_BLOCKS:
-            if tb == last:
-                variants.append(KernelVariant(fits, 0, lambda *hs, extent: make(*hs, extent=extent, tile_block=last),
-                                              f"winograd tiles={tb}, any size", f"winograd_{tb}"))
-                continue
+        for tb in whole:
             multiples = {}
             for d, k in ((h, 2), (w, 2 * tb)):
                 if not S.is_static(d):
@@ -375,6 +371,8 @@ class CnnWalk:
             variants.append(KernelVariant(condition, 0, lambda *hs, extent, tb=tb: make(*hs, extent=extent, tile_block=tb,
                                                                                         whole_blocks=True),
                                           f"winograd tiles={tb}", f"winograd_{tb}", multiples))
+        variants.append(KernelVariant(fits, 0, lambda *hs, extent: make(*hs, extent=extent, tile_block=last),
+                                      f"winograd tiles={last}, any size", f"winograd_{last}"))
         return variants
 
     def epilogue(self, k: int, conv, padded: bool = False, fold_batch_norm: bool = True) -> list:

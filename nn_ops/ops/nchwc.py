@@ -146,11 +146,8 @@ def conv2d_blocked(X: Tensor, Wp: Tensor, bias=None, stride=(1, 1), padding=(0, 
             return Xp[nn, block, yy * sh + ry * dh, xx * sw + rx * dw, rci]
         return Xp[nn, rco * cb + rci, yy * sh + ry * dh, xx * sw + rx * dw]
 
-    attrs = dict(kernel=(kh, kw), stride=(sh, sw), block=b, blocked_input=blocked_in)
-    if row_block is not None:
-        attrs["row_block"] = int(row_block)
-    if whole_blocks:
-        attrs["whole_blocks"] = True
+    attrs = _row_attrs(dict(kernel=(kh, kw), stride=(sh, sw), block=b, blocked_input=blocked_in), row_block,
+                       whole_blocks)
     if groups != 1:
         attrs["groups"] = int(groups)
     Y = compute((n, ob_n, oh, ow, b),
@@ -158,6 +155,15 @@ def conv2d_blocked(X: Tensor, Wp: Tensor, bias=None, stride=(1, 1), padding=(0, 
                                                   axis=[rco, ry, rx, rci]),
                 name=name, tag="conv2d_blocked", attrs=attrs)
     return _with_bias(Y, bias, name)
+
+
+def _row_attrs(attrs: dict, row_block, whole_blocks: bool) -> dict:
+    """``attrs`` with a symbolic row's register block and ``whole_blocks`` where given."""
+    if row_block is not None:
+        attrs["row_block"] = int(row_block)
+    if whole_blocks:
+        attrs["whole_blocks"] = True
+    return attrs
 
 
 def depthwise_blocked(X: Tensor, Wd: Tensor, bias=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
@@ -178,9 +184,7 @@ def depthwise_blocked(X: Tensor, Wd: Tensor, bias=None, stride=(1, 1), padding=(
     Y = compute((n, cbn, oh, ow, b),
                 lambda nn, cb, yy, xx, ci: lw_sum(Xp[nn, cb, yy * sh + ry * dh, xx * sw + rx * dw, ci] *
                                                   Wd[cb, ry, rx, ci], axis=[ry, rx]),
-                name=name, tag="depthwise_blocked",
-                attrs=dict(block=b, **({} if row_block is None else dict(row_block=int(row_block))),
-                           **(dict(whole_blocks=True) if whole_blocks else {})))
+                name=name, tag="depthwise_blocked", attrs=_row_attrs(dict(block=b), row_block, whole_blocks))
     return _with_bias(Y, bias, name)
 
 
@@ -260,9 +264,9 @@ def schedule_conv2d_blocked(s, op, target):
         # each output block its own group: two vectors of a block would read different inputs, a
         # broadcast each; one vector and more pixels share each broadcast and weight load instead
         nv = 1
-    owb = op.attrs.get("row_block") or symbolic_row_block_for(nv)
-    tail = "guard"
-    if not symbolic:
+    if symbolic:
+        owb, tail = op.attrs.get("row_block") or symbolic_row_block_for(nv), "guard"
+    else:
         owb, tail = static_row_block(ow_, _pixels_per_block(nv))
     acc, Y = accumulator_and_tile(s, op)
     n, ob, y, x, oi = Y.op.axis

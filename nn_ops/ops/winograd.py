@@ -189,15 +189,23 @@ def conv2d_winograd_blocked(X: Tensor, U: Tensor, bias=None, padding=(1, 1, 1, 1
     return _with_bias(Y, bias, name)
 
 
-#: a row of tiles whose largest divisor of at most 14 is below this runs the rows form
-#: (``winograd_rows.py``, blocks of 7 tiles and a shorter last one) instead of blocks of that divisor
+#: a row of tiles whose flat-form register block (``flat_tile_block``) is below this runs the rows
+#: form (``winograd_rows.py``, blocks of 7 tiles and a shorter last one) instead
 ROW_TILES_FORM_BELOW = 4
 
 
-def row_tiles(X: Tensor, padding) -> int:
-    """2x2 tiles per output row of the 3x3 stride-1 convolution of blocked X (static sizes)."""
-    w = static_shape(X)[3]
-    return (_output_hw(1, w, (3, 3), (1, 1), padding, (1, 1))[1] + 1) // 2
+def flat_tile_block(tiles: int, out_blocks: int) -> int:
+    """The flat form's register block in tiles: a divisor of ``tiles`` (one row's, or all of them)
+    that fits with the channel vectors of ``out_blocks`` output blocks."""
+    return _divisor_at_most(tiles, 14 if out_blocks % 2 == 0 else 28)
+
+
+def takes_rows_form(X: Tensor, U: Tensor, padding) -> bool:
+    """Whether the static 3x3 convolution of blocked X by U runs in the rows form: where a row's
+    tiles have no divisor that makes a register block (29 tiles a row at 57x57 ran the flat form's
+    blocks of one tile, 450 GFLOPS against 860 at 56x56)."""
+    ow = _output_hw(1, static_shape(X)[3], (3, 3), (1, 1), padding, (1, 1))[1]
+    return flat_tile_block((ow + 1) // 2, static_shape(U)[1]) < ROW_TILES_FORM_BELOW
 
 
 # ------------------------------------------------------------------ schedules
@@ -270,7 +278,7 @@ def _register_blocked_gemm(s, op, tiles: int):
     or one row's); returns those four loops (the accumulator is computed in the last)."""
     obn = int(op.outputs[0].shape[1].value)
     nv = 2 if obn % 2 == 0 else 1
-    tb = _divisor_at_most(tiles, 14 if nv == 2 else 28)
+    tb = flat_tile_block(tiles, obn)
     M = s[op]
     acc = s.cache_write(op.outputs[0], "local")
     nn, ob, t, e, oi = M.op.axis
