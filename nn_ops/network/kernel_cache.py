@@ -12,6 +12,10 @@ schedule or graph op registered from outside loopweave (a notebook's own
 ``register_schedule``) is in the tables, the source fingerprint cannot vouch for the
 result, and the cache stays out of the way.
 
+A shape-polymorphic kernel (``onnx_import/polymorphic.py``) is remembered by its structural key,
+the one a saved ``.lwx`` names it by (``lookup_polymorphic``): a cached polymorphic compile of
+ResNet-18 lowered every kernel again (20 s of its 35 s cold).
+
 For the GPU the entry is the lowered function itself (``lookup_lowered``): a CUDA module is
 made from it without scheduling or lowering (before, a second compile of ResNet-18 for cuda took
 8.8 s on the GPU machine, its PTX already cached: scheduling and lowering every kernel again).
@@ -19,6 +23,7 @@ made from it without scheduling or lowering (before, a second compile of ResNet-
 from __future__ import annotations
 
 import hashlib
+import json
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,15 +95,18 @@ def store(signature: str, target, module) -> None:
     """Remember that ``signature`` became ``module`` (and keep its object on disk: a kernel
     loaded earlier in this process may have been compiled under another cache directory)."""
     from ...backends.disk_cache import write_checksummed
-    from ...backends.llvm.jit import cached_object, store_object
     if not applies():
         return
-    symbol = module.symbol
-    if cached_object(symbol, target) is None:
-        store_object(symbol, target, module.object_code)
+    _keep_object(module, target)
     path = _entry_path(signature, target)
     if path is not None:
-        write_checksummed(path, symbol.encode("ascii"))
+        write_checksummed(path, module.symbol.encode("ascii"))
+
+
+def _keep_object(module, target) -> None:
+    from ...backends.llvm.jit import cached_object, store_object
+    if cached_object(module.symbol, target) is None:
+        store_object(module.symbol, target, module.object_code)
 
 
 def lookup_lowered(signature: str, target):
@@ -126,3 +134,35 @@ def store_lowered(signature: str, target, func) -> None:
     path = _entry_path(signature, target, ".lowered")
     if path is not None:
         write_checksummed(path, pickle.dumps(func))
+
+
+def lookup_polymorphic(key: str, target):
+    """The loaded Module of the polymorphic kernel built for structural ``key`` on ``target`` before, if
+    its object is still cached (an unreadable entry is a miss)."""
+    from ...backends.disk_cache import read_verified
+    from ...backends.llvm.jit import cached_object
+    from .polymorphic_executable import kernel_module
+    if not applies():
+        return None
+    path = _entry_path(key, target, ".poly")
+    data = None if path is None else read_verified(path)
+    if data is None:
+        return None
+    try:
+        entry = json.loads(data)
+        obj = cached_object(str(entry["symbol"]), target)
+        return None if obj is None else kernel_module(entry, obj, target)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def store_polymorphic(key: str, target, module) -> None:
+    """Remember that the polymorphic kernel of structural ``key`` became ``module``."""
+    from ...backends.disk_cache import write_checksummed
+    from .polymorphic_executable import kernel_entry
+    if not applies():
+        return
+    _keep_object(module, target)
+    path = _entry_path(key, target, ".poly")
+    if path is not None:
+        write_checksummed(path, json.dumps(kernel_entry(module)).encode())

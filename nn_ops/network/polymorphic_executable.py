@@ -321,8 +321,7 @@ class PolymorphicExecutable:
             z.add("runner.o", self.runner_object)
             for k, (key, module) in enumerate(self.kernels.items()):
                 z.add(f"kernels/{k}.o", module.object_code)
-                entries.append({"key": key, "file": f"kernels/{k}.o", "symbol": module.symbol, "name": module.name,
-                                "params": [p.to_json() for p in module.params], "size_names": module.size_names})
+                entries.append({"key": key, "file": f"kernels/{k}.o", **kernel_entry(module)})
             z.finish({"format": FORMAT, "version": VERSION, "name": self.name, "opset": self.opset,
                       "target": {"kind": self.target.kind, "cpu": self.target.cpu, "features": self.target.features},
                       "kernels": entries})
@@ -356,12 +355,34 @@ class PolymorphicExecutable:
                 f"<div>kernel calls:</div><ol>{calls}</ol><div>arena slots (bytes): {slots}</div></div>")
 
 
-def load_polymorphic_kernels(reader: ArchiveReader) -> Dict[str, object]:
-    """The kernels of a saved PolymorphicExecutable by structural key, loaded (every member verified
-    first; objects compiled for another CPU or feature string are refused)."""
+def kernel_entry(module) -> dict:
+    """What loading ``module`` again needs besides its object code (``kernel_module``): a saved
+    executable's kernel entry, and the polymorphic kernel cache's (``kernel_cache``)."""
+    return {"symbol": module.symbol, "name": module.name, "params": [p.to_json() for p in module.params],
+            "size_names": list(module.size_names)}
+
+
+def kernel_module(entry: dict, obj: bytes, host):
+    """The Module of a ``kernel_entry`` and its object code, loaded (once per process: a symbol built
+    or loaded before is reused).  A malformed entry raises KeyError or TypeError."""
     from ...backends import build as build_mod
     from ...backends.llvm import jit
     from ...backends.runtime import Module, ParamSpec
+    params = [ParamSpec(p["name"], p["dtype"], [d if isinstance(d, int) else d["expr"] for d in p["shape"]],
+                        bool(p["is_output"])) for p in entry["params"]]
+    size_names = [str(n) for n in entry["size_names"]]
+    symbol, name = str(entry["symbol"]), str(entry["name"])
+    loaded = build_mod._loaded.get(symbol)
+    if loaded is None:
+        build_mod._loaded[symbol] = loaded = (jit.load_object(obj, symbol), obj)
+    module = Module(name, loaded[0], params, size_names, {}, host)
+    module.object_code, module.symbol = loaded[1], symbol
+    return module
+
+
+def load_polymorphic_kernels(reader: ArchiveReader) -> Dict[str, object]:
+    """The kernels of a saved PolymorphicExecutable by structural key, loaded (every member verified
+    first; objects compiled for another CPU or feature string are refused)."""
     meta, where, check = reader.meta, reader.where, MetaChecker(reader.where)
     if meta.get("version") != VERSION:
         raise ArgumentError(f"{where}: unsupported polymorphic executable version {meta.get('version')!r} "
@@ -375,19 +396,11 @@ def load_polymorphic_kernels(reader: ArchiveReader) -> Dict[str, object]:
     kernels = {}
     for entry in check.get(meta, "kernels", list):
         key, member = check.get(entry, "key", str, "kernels."), check.get(entry, "file", str, "kernels.")
-        symbol, name = check.get(entry, "symbol", str, "kernels."), check.get(entry, "name", str, "kernels.")
-        try:
-            params = [ParamSpec(p["name"], p["dtype"], [d if isinstance(d, int) else d["expr"] for d in p["shape"]],
-                                bool(p["is_output"])) for p in check.get(entry, "params", list, "kernels.")]
-        except (KeyError, TypeError):
-            check.fail(f"has malformed parameters for kernel {name!r}")
-        size_names = [str(n) for n in check.get(entry, "size_names", list, "kernels.")]
+        for field, kind in (("symbol", str), ("name", str), ("params", list), ("size_names", list)):
+            check.get(entry, field, kind, "kernels.")
         obj = reader.read(member)                       # verified against its checksum, loaded or not
-        loaded = build_mod._loaded.get(symbol)        # already in this process (built or loaded before)
-        if loaded is None:
-            build_mod._loaded[symbol] = loaded = (jit.load_object(obj, symbol), obj)
-        address = loaded[0]
-        module = Module(name, address, params, size_names, {}, host)
-        module.object_code, module.symbol = loaded[1], symbol
-        kernels[key] = module
+        try:
+            kernels[key] = kernel_module(entry, obj, host)
+        except (KeyError, TypeError):
+            check.fail(f"has malformed parameters for kernel {entry['name']!r}")
     return kernels

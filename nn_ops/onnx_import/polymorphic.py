@@ -34,7 +34,7 @@ from ...dsl.expr import binary, cast, const
 from ...dsl.tensor import compute, placeholder
 from ...errors import OnnxImportError
 from ...target import resolve_target
-from ..network import call_list, symbolic as S
+from ..network import call_list, kernel_cache, symbolic as S
 from ..network.op_table import SMALL_M
 from ..network.signature import RuntimeCheck
 from ..network.polymorphic_executable import BindingTable, KernelCall, PolymorphicExecutable, Variant, View
@@ -166,6 +166,10 @@ class _Builder:
         if not self.jobs:
             return
         modules = build_many(self.jobs, self.target, checks=self.checks)
+        if self.remembers():
+            for key, m in self.kernels.items():
+                if isinstance(m, _Pending):
+                    kernel_cache.store_polymorphic(key, self.target, modules[m.index])
 
         def real(m):
             return modules[m.index] if isinstance(m, _Pending) else m
@@ -173,6 +177,12 @@ class _Builder:
         for call in self.calls:
             call.module = real(call.module)
             call.variants = tuple(dataclasses.replace(v, module=real(v.module)) for v in call.variants)
+
+    def remembers(self) -> bool:
+        """Whether kernels go through the disk's polymorphic kernel cache (``kernel_cache``): built
+        here for this machine, without ``checks`` (whose kernels carry other code)."""
+        return (self.prebuilt is None and self.checks is None and self.target.kind == "llvm"
+                and self.target.runs_here())
 
     def convert(self, k: int, node, label: str) -> None:
         op = node.op_type
@@ -329,6 +339,10 @@ class _Builder:
                     raise OnnxImportError(f"the saved executable has no kernel for node {label!r} (saved by another "
                                           f"loopweave?); compile the model again")
                 self.kernels[full_key] = module
+            if module is None and self.remembers():
+                module = kernel_cache.lookup_polymorphic(full_key, self.target)
+                if module is not None:
+                    self.kernels[full_key] = module
             if module is None:
                 names = S.dsl_variables([f"v{k}" for k in range(len(variables))])
                 var_of = {d: names[f"v{k}"] for d, k in variables.items()}
@@ -363,8 +377,12 @@ class _Builder:
         sizes = {f"v{k}": d for d, k in variables.items()}      # this call's value of each size var
         specials = []
         for v in variants:
-            specials.append(Variant(built(f"{full_key} {v.key}", v.make, f"poly_{key[0]}_{v.what}", v.multiples,
-                                          v.units), v.size, v.at_most))
+            # the sizes it specialises, by position (a symbol's name means nothing to another model)
+            fixed = [f"v{variables[d]}=1" if d in variables else f"{S.show(d)}=1" for d in v.units] + \
+                [f"v{variables[d]}*{k}" for d, k in (v.multiples or {}).items()]
+            module_of_variant = built(" ".join([full_key, v.key] + fixed), v.make, f"poly_{key[0]}_{v.what}",
+                                      v.multiples, v.units)
+            specials.append(Variant(module_of_variant, v.size, v.at_most))
             for d, k in (v.multiples or {}).items():
                 sizes[_multiple_name(variables[d], k)] = S.floordiv(d, k)
         variants = tuple(specials)
@@ -658,7 +676,7 @@ class _Builder:
         for d in shape[max(1, len(shape) - 2):]:
             if d in self.fed_symbols and d not in units:
                 units.append(d)
-        return [KernelVariant(d, 1, make, f"{d}=1", f"{d}_1", units=(d,)) for d in units]
+        return [KernelVariant(d, 1, make, "size one", f"{d}_1", units=(d,)) for d in units]
 
     def anchor(self, node):
         """(kind, the kernel's output space, its inputs) for a MatMul or Gemm; views flatten the operands."""

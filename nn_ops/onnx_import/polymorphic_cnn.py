@@ -176,7 +176,7 @@ class CnnWalk:
             b.consts[inputs[-1]] = np.ascontiguousarray(bias, dtype=np.float32)
         steps = [m for m in members if m.op_type != "BatchNormalization"]
         anchor_names = [node.output[0]] + [m.output[0] for m in members if m.op_type == "BatchNormalization"]
-        externals, structure = _epilogue_plan(steps, set(anchor_names) | {m.output[0] for m in steps}, b)
+        externals, structure = _epilogue_plan(steps, anchor_names, b)
         inputs += [self.blocked[e] for e in externals]
         has_bias = bias is not None
 
@@ -437,7 +437,7 @@ class CnnWalk:
             b.consts[packed] = np.stack([_zero_padded(v, self.padded_channels(int(shape[1])), 0).reshape(-1, self.block)
                                          for v in _scale_shift(node, b.consts)])      # [2, C/b, b]
             inputs.append(packed)
-        externals, structure = _epilogue_plan(members, {node.output[0]} | {m.output[0] for m in members}, b)
+        externals, structure = _epilogue_plan(members, [node.output[0]], b)
         inputs += [self.blocked[e] for e in externals]
         counts = [int(b.shape(x)[1]) for x in sources]
         is_bn = node.op_type == "BatchNormalization"
@@ -611,18 +611,21 @@ def _data_inputs(node) -> list:
     return [i for i in node.input[:1 if node.op_type == "Clip" else None] if i]
 
 
-def _epilogue_plan(steps, internal, b):
-    """(the blocked values the epilogue ``steps`` read besides the kernel's own ``internal`` ones and
-    scalars, the steps' structure for the kernel's key)."""
+def _epilogue_plan(steps, anchors, b):
+    """(the blocked values the epilogue ``steps`` read besides the kernel's own values (``anchors``,
+    the names of its anchor's result, and the steps' results) and scalars, the steps' structure for
+    the kernel's key: each operand as which own value, which external, or which scalar it is)."""
+    own = {name: 0 for name in anchors}
+    own.update((m.output[0], k + 1) for k, m in enumerate(steps))
     externals = []
     for m in steps:
         for i in _data_inputs(m):
-            if i not in internal and not b.is_scalar(i) and i not in externals:
+            if i not in own and not b.is_scalar(i) and i not in externals:
                 externals.append(i)
 
     def operand(name):
-        if name in internal:
-            return ("int",)
+        if name in own:
+            return ("int", own[name])
         if b.is_scalar(name):
             return ("c", b.scalar(name))
         return ("ext", externals.index(name)) if name in externals else ("bound",)

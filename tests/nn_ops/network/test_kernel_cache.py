@@ -132,3 +132,32 @@ def test_a_second_cuda_compile_lowers_nothing(fresh_cache, monkeypatch):
     with pytest.warns(UserWarning):
         third = lw.compile(lw.from_onnx(model), target="cuda", progress=False)
     assert len(builds) == 1 and sorted(third.modules) == sorted(first.modules)
+
+
+def test_a_second_polymorphic_compile_lowers_nothing_and_runs_the_same(fresh_cache, monkeypatch):
+    """A shape-polymorphic kernel is remembered by its structural key: compiling the same network
+    again (a new process, in real use) builds no kernel; a damaged entry is a miss for that kernel
+    only."""
+    from loopweave.backends import build as build_module
+    from loopweave.nn_ops.testing.model_zoo import symbolic_sizes
+    model = symbolic_sizes(small_cnn(classes=16))
+    first = lw.compile(lw.from_onnx(model), polymorphic=True)
+    entries = sorted(fresh_cache.glob("*.poly"))
+    assert len(entries) == len(first.kernels) > 0
+    built = []
+    real = build_module.build_many
+
+    def counting(jobs, *args, **kwargs):
+        built.extend(name for _, _, name in jobs)
+        return real(jobs, *args, **kwargs)
+    monkeypatch.setattr(build_module, "build_many", counting)
+    second = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert built == []
+    assert {k: m.symbol for k, m in second.kernels.items()} == {k: m.symbol for k, m in first.kernels.items()}
+    x = np.random.default_rng(0).standard_normal((2, 3, 13, 19)).astype("float32")
+    np.testing.assert_array_equal(first.run({"input": x})[0], second.run({"input": x})[0])
+    entries[0].write_bytes(entries[0].read_bytes()[:-5] + b"oops!")
+    with pytest.warns(UserWarning):
+        third = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert len(built) == 1
+    np.testing.assert_array_equal(first.run({"input": x})[0], third.run({"input": x})[0])

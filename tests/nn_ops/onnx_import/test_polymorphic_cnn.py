@@ -400,3 +400,19 @@ def test_other_resizes_are_refused_by_name():
     model = b.model(("N", 3, "H", "W"), y, ("N", 16, "OH", "OW"), name="antialiased")
     with pytest.raises(OnnxImportError, match=r"Resize: antialias \(its tap count depends on the scale\)"):
         lw.compile(lw.from_onnx(model), polymorphic=True)
+
+
+def test_conv_epilogues_that_read_different_values_are_different_kernels():
+    """Two convs of one shape whose epilogues differ only in which of the kernel's own values an Add
+    reads (conv + relu(conv) against relu(conv) + relu(conv)): two kernels, each with its own result
+    (their structural keys once read both as "an own value", and the second reused the first's)."""
+    b = OnnxBuilder(2)
+    x = b.conv("input", 3, 16, 3)
+    c1 = b.conv(x, 16, 16, 3)
+    x = b.node("Add", [c1, b.relu(c1)])
+    r2 = b.relu(b.conv(x, 16, 16, 3))
+    out = b.node("Add", [r2, r2])
+    model = b.model(("N", 3, "H", "W"), out, ("N", 16, "H", "W"), name="epilogue_operands")
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert len({c.module.symbol for c in exe.calls}) == len(exe.calls) == 4, [c.module.name for c in exe.calls]
+    _check(model, exe, (2, 3, 9, 11))
