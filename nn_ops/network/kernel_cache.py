@@ -136,12 +136,36 @@ def store_lowered(signature: str, target, func) -> None:
         write_checksummed(path, pickle.dumps(func))
 
 
+def kernel_entry(module) -> dict:
+    """What loading ``module`` again needs besides its object code (``kernel_module``): a saved
+    executable's kernel entry (``polymorphic_executable.save``), and the polymorphic kernel cache's."""
+    return {"symbol": module.symbol, "name": module.name, "params": [p.to_json() for p in module.params],
+            "size_names": list(module.size_names)}
+
+
+def kernel_module(entry: dict, obj: bytes, host):
+    """The Module of a ``kernel_entry`` and its object code, loaded (once per process: a symbol built
+    or loaded before is reused).  A malformed entry raises KeyError or TypeError."""
+    from ...backends import build as build_mod
+    from ...backends.llvm import jit
+    from ...backends.runtime import Module, ParamSpec
+    params = [ParamSpec(p["name"], p["dtype"], [d if isinstance(d, int) else d["expr"] for d in p["shape"]],
+                        bool(p["is_output"])) for p in entry["params"]]
+    size_names = [str(n) for n in entry["size_names"]]
+    symbol, name = str(entry["symbol"]), str(entry["name"])
+    loaded = build_mod._loaded.get(symbol)
+    if loaded is None:
+        build_mod._loaded[symbol] = loaded = (jit.load_object(obj, symbol), obj)
+    module = Module(name, loaded[0], params, size_names, {}, host)
+    module.object_code, module.symbol = loaded[1], symbol
+    return module
+
+
 def lookup_polymorphic(key: str, target):
     """The loaded Module of the polymorphic kernel built for structural ``key`` on ``target`` before, if
     its object is still cached (an unreadable entry is a miss)."""
     from ...backends.disk_cache import read_verified
     from ...backends.llvm.jit import cached_object
-    from .polymorphic_executable import kernel_module
     if not applies():
         return None
     path = _entry_path(key, target, ".poly")
@@ -159,7 +183,6 @@ def lookup_polymorphic(key: str, target):
 def store_polymorphic(key: str, target, module) -> None:
     """Remember that the polymorphic kernel of structural ``key`` became ``module``."""
     from ...backends.disk_cache import write_checksummed
-    from .polymorphic_executable import kernel_entry
     if not applies():
         return
     _keep_object(module, target)

@@ -29,6 +29,7 @@ from ...errors import ArgumentError, IndexOutOfRangeError, InternalError
 from ...target import resolve_target
 from .archive import ArchiveReader, ArchiveWriter, MetaChecker
 from . import call_list, symbolic as S
+from .kernel_cache import kernel_entry, kernel_module
 from .feed import check_names_and_dtypes, show_shape
 from .signature import SymbolicSignature, export_needs_fixed_shapes
 from .executable import _aligned_empty
@@ -353,31 +354,6 @@ class PolymorphicExecutable:
         slots = ", ".join(html.escape(S.show(size)) for size in self.plan.slot_sizes)
         return (f"<div>{html.escape(repr(self))}<div>run-time checks:</div><ul>{checks or '<li>none</li>'}</ul>"
                 f"<div>kernel calls:</div><ol>{calls}</ol><div>arena slots (bytes): {slots}</div></div>")
-
-
-def kernel_entry(module) -> dict:
-    """What loading ``module`` again needs besides its object code (``kernel_module``): a saved
-    executable's kernel entry, and the polymorphic kernel cache's (``kernel_cache``)."""
-    return {"symbol": module.symbol, "name": module.name, "params": [p.to_json() for p in module.params],
-            "size_names": list(module.size_names)}
-
-
-def kernel_module(entry: dict, obj: bytes, host):
-    """The Module of a ``kernel_entry`` and its object code, loaded (once per process: a symbol built
-    or loaded before is reused).  A malformed entry raises KeyError or TypeError."""
-    from ...backends import build as build_mod
-    from ...backends.llvm import jit
-    from ...backends.runtime import Module, ParamSpec
-    params = [ParamSpec(p["name"], p["dtype"], [d if isinstance(d, int) else d["expr"] for d in p["shape"]],
-                        bool(p["is_output"])) for p in entry["params"]]
-    size_names = [str(n) for n in entry["size_names"]]
-    symbol, name = str(entry["symbol"]), str(entry["name"])
-    loaded = build_mod._loaded.get(symbol)
-    if loaded is None:
-        build_mod._loaded[symbol] = loaded = (jit.load_object(obj, symbol), obj)
-    module = Module(name, loaded[0], params, size_names, {}, host)
-    module.object_code, module.symbol = loaded[1], symbol
-    return module
 
 
 def load_polymorphic_kernels(reader: ArchiveReader) -> Dict[str, object]:
