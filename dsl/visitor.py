@@ -16,38 +16,59 @@ def _is_node(value) -> bool:
     return getattr(value.__class__, "_is_ir_node", False)
 
 
+_FIELDS: Dict[type, tuple] = {}         # node class -> its dataclass field names (asked millions of times)
+
+
+def _fields(cls) -> tuple:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(cls.__dataclass_fields__)
+    return names
+
+
 def children(node):
     """The child nodes of ``node`` in field order (tuples flattened)."""
-    for f in node.__dataclass_fields__:
+    out = []
+    for f in _fields(node.__class__):
         value = getattr(node, f)
-        if _is_node(value):
-            yield value
+        if getattr(value.__class__, "_is_ir_node", False):
+            out.append(value)
         elif isinstance(value, tuple):
-            for v in value:
-                if _is_node(v):
-                    yield v
+            out.extend(v for v in value if getattr(v.__class__, "_is_ir_node", False))
+    return out
+
+
+_MISSING = object()
+_METHODS: Dict[tuple, object] = {}      # (visitor class, node class) -> its visit_<Node> function or None
 
 
 class Mutator:
     def visit(self, node):
-        method = getattr(self, "visit_" + type(node).__name__, None)
+        key = (self.__class__, node.__class__)
+        method = _METHODS.get(key, _MISSING)
+        if method is _MISSING:
+            method = _METHODS[key] = getattr(self.__class__, "visit_" + node.__class__.__name__, None)
         if method is not None:
-            return method(node)
+            return method(self, node)
         return self.generic_visit(node)
 
     def generic_visit(self, node):
-        changes = {}
-        for f in node.__dataclass_fields__:
+        changes = None
+        for f in _fields(node.__class__):
             value = getattr(node, f)
-            if _is_node(value):
+            if getattr(value.__class__, "_is_ir_node", False):
                 new = self.visit(value)
                 if new is not value:
+                    if changes is None:
+                        changes = {}
                     changes[f] = new
-            elif isinstance(value, tuple) and any(_is_node(v) for v in value):
-                new = tuple(self.visit(v) if _is_node(v) else v for v in value)
+            elif isinstance(value, tuple) and any(getattr(v.__class__, "_is_ir_node", False) for v in value):
+                new = tuple(self.visit(v) if getattr(v.__class__, "_is_ir_node", False) else v for v in value)
                 if any(a is not b for a, b in zip(new, value)):
+                    if changes is None:
+                        changes = {}
                     changes[f] = new
-        if not changes:
+        if changes is None:
             return node
         return dataclasses.replace(node, **changes)
 
@@ -61,7 +82,7 @@ def post_order_visit(node, callback: Callable) -> None:
             callback(current)
             continue
         stack.append((current, True))
-        for child in reversed(list(children(current))):
+        for child in reversed(children(current)):
             stack.append((child, False))
 
 

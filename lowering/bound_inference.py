@@ -136,10 +136,15 @@ def required_region(context: Sequence, inner_loops: Sequence[Loop], guards: Sequ
         pieces.append(cons)
     set_dims = outer_names + inner_names + dims
     params = _params(size_vars, names, set_dims)
-    full = None
-    for cons in pieces:
-        part = make_set(params, set_dims, base + box + cons)
-        full = part if full is None else full.union(part)
+    # the loops, guards and box once, intersected with the union of what each access reads (parsing
+    # them into every access's set made isl parse the same constraints dozens of times a kernel)
+    accessed = None
+    for cons in dict.fromkeys(tuple(c) for c in pieces):
+        part = make_set(params, set_dims, cons)
+        accessed = part if accessed is None else accessed.union(part)
+    full = make_set(params, set_dims, base + box)
+    if accessed is not None:
+        full = full.intersect(accessed)
     n_outer, n_inner = len(outer_names), len(inner_names)
     region = full.project_out(isl.dim_type.set, n_outer, n_inner)  # [outer..., d...]
     outer_domain = make_set(params, outer_names, _context_constraints(context, names) +

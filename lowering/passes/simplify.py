@@ -14,7 +14,6 @@ from __future__ import annotations
 from ...dsl import dtypes
 from ...dsl.arith import ExprSimplifier
 from ...dsl.expr import Binary, Const, Expr, Var
-from ...dsl.visitor import substitute
 from ..ir import NOOP, For, IfThenElse, LetStmt
 
 
@@ -36,11 +35,24 @@ class Simplifier(ExprSimplifier):
             return node
         return For(node.var, lo, ext, node.kind, body, node.annotations)
 
+    def __init__(self):
+        super().__init__()
+        self.index_lets = {}        # id(let var) -> its simplified value, substituted where the var is read
+
+    def visit_Var(self, node):
+        value = self.index_lets.get(id(node))
+        return value if value is not None else super().visit_Var(node)
+
     def visit_LetStmt(self, node):
         value = self.visit(node.value)
         if _is_index_arithmetic(value):
-            # cheap to recompute: substituting lets the affine canonicaliser cancel origins
-            return self.visit(substitute(node.body, {node.var: value}))
+            # cheap to recompute: substituting lets the affine canonicaliser cancel origins (as the
+            # body is visited: a substitution of its own would copy the body once per nested let)
+            self.index_lets[id(node.var)] = value
+            try:
+                return self.visit(node.body)
+            finally:
+                del self.index_lets[id(node.var)]
         b = self.bound(value)
         if b is not None:
             self.ranges[id(node.var)] = b
