@@ -125,19 +125,17 @@ class CnnWalk:
         if weight.ndim != 4:
             raise self.unsupported("non-2-d convolutions")
         depthwise = groups > 1 and groups == weight.shape[0] and weight.shape[1] == 1
-        if groups > 1 and not depthwise and weight.shape[1] == weight.shape[0] // groups \
-                and self.block % weight.shape[1] == 0 and (weight.shape[1] * groups) % self.block == 0:
-            # groups smaller than a block (ResNeXt's 32 x 4 channels): each block of channels is a group
-            # of its own, its weight zero between the small groups inside it
-            weight = _block_diagonal(weight, self.block)
-            groups = weight.shape[0] // self.block
-        # other groups: whole channel blocks per group, in and out
+        if groups > 1 and not depthwise:
+            # groups that are not whole blocks (ResNeXt's 32 x 4 channels, 16 -> 32 in 2 groups): merged
+            # into groups of whole blocks, each output channel's weight zero outside its own group
+            merged = _merged_groups(weight, groups, self.block)
+            if merged is None:
+                raise self.unsupported(
+                    f"a grouped convolution of {groups} groups ({weight.shape[1]} in, {weight.shape[0] // groups} "
+                    f"out per group) would take more than {MAX_GROUP_MERGE}x the multiplies in whole blocks of "
+                    f"{self.block} channels; depthwise and dense ones are covered")
+            weight, groups = merged
         grouped = 1 if groups == 1 or depthwise else groups
-        if grouped != 1 and (weight.shape[1] % self.block or (weight.shape[0] // groups) % self.block
-                             or weight.shape[0] % groups):
-            raise self.unsupported(f"a grouped convolution whose {groups} groups are not whole blocks of "
-                                   f"{self.block} channels ({weight.shape[1]} in, {weight.shape[0] // groups} out "
-                                   f"per group); depthwise and dense ones are covered")
         if b.dtype(self.blocked.get(x, x)) != "float32":
             raise self.unsupported(f"a Conv of {b.dtype(x)} values (float32 only)")
         oc, c = weight.shape[0], weight.shape[1] * groups
@@ -682,18 +680,32 @@ def _keeps_padding_finite(node, b) -> bool:
                                             b.is_scalar(node.input[1]) and b.scalar(node.input[1]) != 0)
 
 
-def _block_diagonal(weight: np.ndarray, block: int) -> np.ndarray:
-    """The [OC, block, KH, KW] weight of a conv grouped by whole blocks of ``block`` channels equal to
-    ``weight`` [OC, C/groups, KH, KW], whose groups (of as many channels in as out) divide a block:
-    output channel o reads, of its block, the channels of its own small group (zeros elsewhere).
-    ``block / (C/groups)`` times the multiplies, every one a whole vector (ResNeXt's 4-channel groups:
-    4x)."""
-    oc, per, kh, kw = weight.shape
-    out = np.zeros((oc, block, kh, kw), weight.dtype)
+#: the most extra multiplies ``_merged_groups`` accepts (ResNeXt's 2-channel groups: 8x in 16-channel blocks)
+MAX_GROUP_MERGE = 8
+
+
+def _merged_groups(weight: np.ndarray, groups: int, block: int):
+    """(weight, groups) of a grouped conv as groups of whole ``block``-channel blocks on both sides, or
+    None where that takes more than ``MAX_GROUP_MERGE`` times the multiplies.  ``k`` consecutive groups
+    (the fewest whose input and output channels are both whole blocks) become one, its weight
+    [OC, k * C/groups, KH, KW] zero between the small groups inside it: output channel o reads its own
+    group's channels only.  Groups already of whole blocks stay as they are (k = 1); where one merged
+    group is all the channels (or whole blocks cannot be had: 8 -> 16 in 2 groups) it is a dense conv.  Each multiply is a whole vector: a conv of 4-channel
+    groups does 4 multiply-adds per output and tap, too few to keep the FMA units busy in any layout."""
+    oc, per_in, kh, kw = weight.shape
+    per_out = oc // groups
+    k = math.lcm(block // math.gcd(block, per_in), block // math.gcd(block, per_out))
+    if groups % k:
+        k = groups          # no whole-block groups: all of them one dense conv (padded to whole blocks)
+    if k > MAX_GROUP_MERGE:
+        return None
+    if k == 1:
+        return weight, groups
+    out = np.zeros((oc, k * per_in, kh, kw), weight.dtype)
     for o in range(oc):
-        start = (o // per) * per % block         # the group's first channel within its block
-        out[o, start:start + per] = weight[o]
-    return out
+        start = (o // per_out) % k * per_in         # its group's first channel within the merged group
+        out[o, start:start + per_in] = weight[o]
+    return out, groups // k
 
 
 def _zero_padded(array: np.ndarray, size: int, axis: int) -> np.ndarray:

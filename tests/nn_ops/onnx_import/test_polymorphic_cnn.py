@@ -1,5 +1,7 @@
 """Shape-polymorphic CNNs (``onnx_import/polymorphic_cnn.py``): one compile, any batch, height and
 width, blocked activations, results checked against onnxruntime."""
+import re
+
 import numpy as np
 import pytest
 
@@ -230,17 +232,33 @@ def test_groups_smaller_than_a_block_compile_once_as_block_diagonal_blocks():
         _check(model, exe, shape)
 
 
+def test_groups_of_other_shapes_compile_once_merged_into_whole_blocks():
+    """Groups with more channels out than in (16 -> 32 in 2 groups of 8 in, 16 out), and groups that
+    make no whole block at all (8 -> 16 in 2 groups): merged into whole-block groups (here one dense
+    conv) whose weight is zero outside each output channel's own group; one compile, every size."""
+    b = OnnxBuilder(3)
+    x = b.relu(b.conv("input", 3, 16, 3))
+    x = b.relu(b.conv(x, 16, 32, 3, groups=2, bias=True))
+    x = b.conv(b.conv(x, 32, 8, 1), 8, 16, 3, groups=2)
+    model = b.model(("N", 3, "H", "W"), x, ("N", 16, "H", "W"), name="odd_groups")
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert isinstance(exe, PolymorphicExecutable)
+    for shape in ((1, 3, 8, 8), (2, 3, 9, 13), (1, 3, 1, 1)):
+        _check(model, exe, shape)
+
+
 def test_what_the_cnn_path_refuses_is_listed():
     b = OnnxBuilder(0)
     x = b.conv("input", 3, 16, 3)
-    x = b.conv(x, 16, 32, 3, groups=2)                      # grouped, not depthwise
+    x = b.conv(x, 16, 12, 1)
+    x = b.conv(x, 12, 36, 3, groups=12)             # grouped, 1 in and 3 out per group: 12x as a dense conv
     x = b.node("LRN", [x], size=3)
-    model = b.model(("N", 3, "H", "W"), x, ("N", 32, "H", "W"), name="refused")
+    model = b.model(("N", 3, "H", "W"), x, ("N", 36, "H", "W"), name="refused")
     with pytest.raises(OnnxImportError, match=r"cannot compile shape-polymorphically yet") as info:
         lw.compile(lw.from_onnx(model), polymorphic=True)
     message = str(info.value)
-    assert ("Conv: a grouped convolution whose 2 groups are not whole blocks of 16 channels (8 in, 16 out per "
-            "group); depthwise and dense ones are covered") in message
+    assert re.search(r"Conv: a grouped convolution of 12 groups \(1 in, 3 out per group\) would take more than 8x "
+                     r"the multiplies in whole blocks of \d+ channels; depthwise and dense ones are covered", message)
     assert "LRN: no shape-polymorphic kernel for this op yet" in message
 
 
