@@ -40,7 +40,9 @@ from ..network.signature import RuntimeCheck
 from ..network.polymorphic_executable import BindingTable, KernelCall, PolymorphicExecutable, Variant, View
 from ..network.symbolic_plan import SymbolicPlan
 from ..ops.gemv import matmul_small_m
-from ..ops.index import gather
+from ..ops.arg_reduce import arg_reduce
+from ..ops.index import gather, gather_elements
+from ..ops.topk import topk_indices
 from ..ops.matmul import batch_matmul, matmul, matmul_panels, pack_panels, panel_width
 from ..ops.norm import layer_norm
 from ..ops.registry import schedule
@@ -67,7 +69,7 @@ CNN_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool")      # polymor
 REDUCES = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min"}
 COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(VIEWS) | set(CNN_OPS) | set(REDUCES) | {
     "Cast", "MatMul", "Gemm", "Transpose", "Softmax", "LayerNormalization", "Constant", "Dropout", "Shape", "Gather",
-    "Concat", "BatchNormalization", "Expand", "Range", "Slice", "ConvTranspose", "Resize"}
+    "Concat", "BatchNormalization", "Expand", "Range", "Slice", "ConvTranspose", "Resize", "ArgMax", "ArgMin", "TopK"}
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 # A dense layer (MatMul/Gemm by a constant) at this many rows or fewer runs its few-rows variant:
 # ``matmul_small_m``'s streaming schedule, B read in place (no per-call packing of its panels, which
@@ -220,6 +222,10 @@ class _Builder:
             return self.group(k, node, label)
         if op in REDUCES:
             return self.reduce(node, label)
+        if op in ("ArgMax", "ArgMin"):
+            return self.arg_reduce(node, label)
+        if op == "TopK":
+            return self.top_k(node, label)
         if op == "Gather" and node.input[0] in self.consts and node.input[1] not in self.consts:
             axis = int(_attr(node, "axis", 0))          # an embedding table read at computed indices
             return self.kernel(label, ("gather", axis), [node.input[0], node.input[1]], node.output[0],
@@ -523,6 +529,36 @@ class _Builder:
         axes = tuple(int(a) for a in axes) if axes is not None else None
         self.kernel(label, ("reduce", kind, axes, keepdims), [node.input[0]], node.output[0],
                     lambda x, extent: reduce(x, list(axes or ()), kind, keepdims, name="reduce"))
+
+    def arg_reduce(self, node, label: str) -> None:
+        """ArgMax/ArgMin along one axis (a classifier's label, a token's id), of any size."""
+        if self.dtype(node.input[0]) == "bool":
+            raise _Unsupported(f"{node.op_type} of a bool tensor")
+        axis = int(_attr(node, "axis", 0))
+        kind = "max" if node.op_type == "ArgMax" else "min"
+        keepdims, last = bool(_attr(node, "keepdims", 1)), bool(_attr(node, "select_last_index", 0))
+        self.kernel(label, ("arg_reduce", kind, axis, keepdims, last), [node.input[0]], node.output[0],
+                    lambda x, extent: arg_reduce(x, axis, kind, keepdims, last, name="arg_reduce"))
+
+    def top_k(self, node, label: str) -> None:
+        """TopK of a constant K along an axis of static size (the k best classes of each row of a
+        batch): the indices by ranking (``ops/topk.py``), then the values gathered at them."""
+        shape = self.shape(node.input[0])
+        axis = int(_attr(node, "axis", -1)) % len(shape)
+        k = self.size_value(node.input[1])
+        if not S.is_static(shape[axis]) or not S.is_static(k):
+            raise _Unsupported(f"a TopK along the symbolic axis {axis} ({_show(shape)}) or of a computed K "
+                               f"({S.show(k)}); a constant K along an axis of static size is covered")
+        k, largest = int(k), bool(_attr(node, "largest", 1))
+        out_shape = shape[:axis] + (S.dim(k),) + shape[axis + 1:]
+        values = node.output[0]
+        indices = node.output[1] if len(node.output) > 1 and node.output[1] else self.fresh(values + ".indices")
+        self.kernel(label, ("topk_indices", axis, k, largest), [node.input[0]], indices,
+                    lambda x, extent: topk_indices(x, k, axis, largest, name="topk"), out_shape=out_shape)
+        if values:
+            self.kernel(label + ".values", ("gather_elements", axis), [node.input[0], indices], values,
+                        lambda x, idx, extent: gather_elements(x, idx, axis, name="topk_values"),
+                        out_shape=out_shape)
 
     def as_rows(self, src: str, dst: str, axis: int):
         """Views of ``src`` and of the result ``dst`` as (rows, n) where n spans the axes from ``axis``

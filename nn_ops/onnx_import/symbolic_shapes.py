@@ -609,6 +609,17 @@ def _arg_reduce(ctx: _Inference, node):
     return [src[:axis] + src[axis + 1:]]
 
 
+@rule("TopK")
+def _top_k(ctx: _Inference, node):
+    """Values and indices: the input's shape with ``K`` (a constant, or a size computed from shapes)
+    along the axis."""
+    src = ctx.shape(node.input[0])
+    axis = _axis(int(ctx.attr(node, "axis", -1)), len(src))
+    k = S.dim(ctx.value(node.input[1]).reshape(-1)[0])
+    out = src[:axis] + (k,) + src[axis + 1:]
+    return [out, out]
+
+
 @rule("LayerNormalization")
 def _layer_norm(ctx: _Inference, node):
     src = ctx.shape(node.input[0])

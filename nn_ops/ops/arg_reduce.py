@@ -11,13 +11,14 @@ from ...dsl.expr import cast, const
 from ...dsl.reduction import argmax as lw_argmax, argmin as lw_argmin
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
-from .elementwise import static_shape
+from .elementwise import extents, static_shape
 
 
 def arg_reduce(X: Tensor, axis: int, kind: str = "max", keepdims: bool = True, select_last: bool = False,
                name: str = "argmax") -> Tensor:
-    """int64 positions of the largest (``kind="max"``) or smallest value along ``axis``."""
-    src = static_shape(X)
+    """int64 positions of the largest (``kind="max"``) or smallest value along ``axis`` (sizes may be
+    symbolic)."""
+    src = extents(X)
     nd = len(src)
     axis = axis + nd if axis < 0 else axis
     if not 0 <= axis < nd:

@@ -63,13 +63,18 @@ def gather(data: Tensor, indices: Union[Tensor, int], axis: int = 0, name: str =
 
 
 def gather_elements(data: Tensor, indices: Tensor, axis: int = 0, name: str = "gather_elements") -> Tensor:
-    """``out[i] = data[i with axis replaced by indices[i]]`` (ONNX GatherElements)."""
+    """``out[i] = data[i with axis replaced by indices[i]]`` (ONNX GatherElements).  Sizes may be
+    symbolic but on ``axis`` of ``data`` (the symbolic ones of ``indices`` are taken to fit)."""
     _check_index_dtype(indices)
-    src, qshape = static_shape(data), static_shape(indices)
+    src, qshape = extents(data), extents(indices)
     nd = len(src)
     axis = axis + nd if axis < 0 else axis
-    if len(qshape) != nd or any(q > s for k, (q, s) in enumerate(zip(qshape, src)) if k != axis):
+    if len(qshape) != nd or any(isinstance(q, int) and isinstance(s, int) and q > s
+                                for k, (q, s) in enumerate(zip(qshape, src)) if k != axis):
         raise ExprError(f"gather_elements: indices of shape {qshape} do not fit data of shape {src}")
+    if not isinstance(src[axis], int):
+        raise ExprError(f"gather_elements along axis {axis} of '{data.name}', whose size {src[axis]} is symbolic; "
+                        f"the axis read by index needs a static size")
 
     def fcompute(*idx):
         index = list(idx)

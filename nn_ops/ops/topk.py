@@ -11,14 +11,16 @@ from ...dsl.expr import cast
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
-from .elementwise import static_shape
+from .elementwise import extents
 
 
 def topk_indices(X: Tensor, k: int, axis: int = -1, largest: bool = True, name: str = "topk") -> Tensor:
-    shape = static_shape(X)
+    shape = extents(X)
     nd = len(shape)
     axis = axis % nd
     n = shape[axis]
+    if not isinstance(n, int):
+        raise ExprError(f"top-k along axis {axis} of '{X.name}', whose size {n} is symbolic; it needs a static size")
     if not 1 <= k <= n:
         raise ExprError(f"top-k with k={k} along an axis of {n}")
 

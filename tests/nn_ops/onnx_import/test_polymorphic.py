@@ -561,9 +561,8 @@ def test_lw_compile_compiles_a_covered_model_once_and_warns_where_it_cannot():
         warnings.simplefilter("error")
         assert isinstance(lw.compile(lw.from_onnx(covered)), PolymorphicExecutable)
     b = OnnxBuilder()
-    model = b.model(("N", 4), b.node("TopK", ["input", b.init("k", np.array([2], np.int64))], n_out=2)[0],
-                    ("N", 2))
-    with pytest.warns(lw.PerShapeCompileWarning, match=r"(?s)polymorphic=False.*TopK"):
+    model = b.model(("N", 4), b.node("Hardmax", ["input"]), ("N", 4))
+    with pytest.warns(lw.PerShapeCompileWarning, match=r"(?s)polymorphic=False.*Hardmax"):
         exe = lw.compile(lw.from_onnx(model), progress=False)
     assert isinstance(exe, DynamicExecutable)
     x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
@@ -573,7 +572,7 @@ def test_lw_compile_compiles_a_covered_model_once_and_warns_where_it_cannot():
         assert isinstance(lw.compile(lw.from_onnx(covered), checks="bounds"), PolymorphicExecutable)
     with pytest.warns(lw.PerShapeCompileWarning, match="tuning_log is not taken"):
         lw.compile(lw.from_onnx(covered), tuning_log="x.jsonl")
-    with pytest.raises(OnnxImportError, match="TopK"):
+    with pytest.raises(OnnxImportError, match="Hardmax"):
         lw.compile(lw.from_onnx(model), polymorphic=True)
 
 
@@ -656,3 +655,36 @@ def test_gpt2_longer_than_its_position_table_is_refused_by_name(gpt2_dynamic):
     model, exe = gpt2_dynamic
     with pytest.raises(lw.ArgumentError, match=r"min\(1024, seq\) and seq.*(here seq = 1025)"):
         exe.run({"input": np.zeros((1, 1025), np.int64)})
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_top_k_and_arg_max_of_a_batch_compile_once(batch):
+    """A classifier's head: TopK (K constant, along the classes; values and indices, or values only)
+    and ArgMax/ArgMin with and without keepdims, over a symbolic batch: one compile, exact results."""
+    b = OnnxBuilder(seed=2)
+    logits = b.node("MatMul", ["input", b.init("w", b.weight((8, 20), 1.0))])
+    k = b.init("k", np.array([5], np.int64))
+    values, indices = b.node("TopK", [logits, k], n_out=2, axis=1)
+    from onnx import TensorProto, helper
+    best_only = b.node("TopK", [logits, k], n_out=2, axis=-1, largest=0)[0]        # its indices read by nothing
+    arg = b.node("ArgMax", [logits], axis=1, keepdims=0)
+    arg_min = b.node("ArgMin", [logits], axis=1, keepdims=1, select_last_index=1)
+    outs = [(values, ["N", 5], TensorProto.FLOAT), (indices, ["N", 5], TensorProto.INT64),
+            (best_only, ["N", 5], TensorProto.FLOAT), (arg, ["N"], TensorProto.INT64), (arg_min, ["N", 1], TensorProto.INT64)]
+    graph = helper.make_graph(b.nodes, "head", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 8])],
+                              [helper.make_tensor_value_info(n, t, s) for n, s, t in outs], initializer=b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", b.opset)])
+    model.ir_version = 8
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert isinstance(exe, PolymorphicExecutable)
+    x = np.random.default_rng(batch).standard_normal((batch, 8)).astype(np.float32)
+    for got, want in zip(exe.run({"input": x}), _ort(model, {"input": x})):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_top_k_along_a_symbolic_axis_is_refused_by_name():
+    b = OnnxBuilder()
+    model = b.model(("N", "C"), b.node("TopK", ["input", b.init("k", np.array([1], np.int64))], n_out=2, axis=1)[0],
+                    ("N", 1))
+    with pytest.raises(OnnxImportError, match=r"TopK: a TopK along the symbolic axis 1"):
+        lw.compile(lw.from_onnx(model), polymorphic=True)
