@@ -293,10 +293,11 @@ class CnnWalk:
         x_name, out_name = node.input[0], node.output[0]
         in_shape, out_shape = b.shape(x_name), b.shapes.shapes[out_name]
         why = None
+        antialias = bool(_attr(node, "antialias", 0)) and mode != "nearest"
         if mode not in ("nearest", "linear", "cubic"):
             why = f"mode {mode!r}"
-        elif _attr(node, "antialias", 0):
-            why = "antialias (its tap count depends on the scale)"
+        elif antialias and (scales is None or scales.size != 4):
+            why = "antialias with sizes given (its tap count depends on the scale, which the input size changes)"
         elif transform == "tf_crop_and_resize":
             why = "coordinate_transformation_mode 'tf_crop_and_resize'"
         elif _attr(node, "keep_aspect_ratio_policy", "stretch") != "stretch":
@@ -308,7 +309,7 @@ class CnnWalk:
         if why is not None:
             raise self.unsupported(f"Resize: {why}")
         given = [float(v) for v in scales.reshape(-1)] if scales is not None and scales.size == 4 else None
-        coeffs = coefficient_fn(mode, rounding, float(_attr(node, "cubic_coeff_a", -0.75)), False)
+        coeffs = coefficient_fn(mode, rounding, float(_attr(node, "cubic_coeff_a", -0.75)), antialias)
         exclude = bool(_attr(node, "exclude_outside", 0))
         weighted = mode != "nearest"
         dtype = "float32" if x_name in self.blocked else b.dtype(x_name)
@@ -321,7 +322,8 @@ class CnnWalk:
 
             def taps(binding, axis=axis, sized_taps=sized_taps):
                 return sized_taps(int(S.evaluate(in_shape[axis], binding)), int(S.evaluate(out_shape[axis], binding)))
-            count = 1 if not weighted else coeffs(0.5, 1.0).size
+            # taps per output: antialiased ones widen with the (constant) down-scale
+            count = 1 if not weighted else coeffs(0.5, given[axis] if antialias else 1.0).size
             if weighted:
                 parts = [(f".{what}_index", "int64", lambda binding, taps=taps: taps(binding)[0]),
                          (f".{what}_weight", dtype, lambda binding, taps=taps: taps(binding)[1])]

@@ -337,8 +337,8 @@ def test_linear_upsampling_by_any_whole_factors_matches_onnxruntime(transform, f
 
 def _resize_model(mode, transform, scales=None, sizes_from_input=False, channels=16, **attrs):
     """A conv (blocked: 16 channels) or the input itself (plain: 3 channels), then a Resize by constant
-    ``scales``, or by sizes computed from its shape (2 rows and 3 columns more)."""
-    b = OnnxBuilder(0)
+    ``scales``, or by sizes computed from its shape (2 rows and 3 columns more); opset 18 (antialias)."""
+    b = OnnxBuilder(0, opset=18)
     x = b.conv("input", 3, 16, 3) if channels == 16 else "input"
     if sizes_from_input:
         sizes = b.node("Add", [b.node("Shape", [x]), b.const([0, 0, 2, 3], np.int64)])
@@ -356,6 +356,8 @@ def _resize_model(mode, transform, scales=None, sizes_from_input=False, channels
     ("cubic", "half_pixel", [1, 1, 1.5, 2.5], False, 16, {"exclude_outside": 1}),
     ("linear", "asymmetric", [1, 1, 1.5, 1.25], False, 3, {}),
     ("nearest", "asymmetric", None, True, 3, {"nearest_mode": "floor"}),
+    ("linear", "half_pixel", [1, 1, 0.5, 0.5], False, 16, {"antialias": 1}),
+    ("cubic", "half_pixel", [1, 1, 0.6, 1.5], False, 3, {"antialias": 1}),
 ])
 def test_any_resize_of_height_and_width_compiles_once_with_tables_per_binding(mode, transform, scales, sizes,
                                                                              channels, attrs, monkeypatch):
@@ -413,10 +415,11 @@ def test_unet_resized_to_its_skips_sizes_runs_odd_sizes(tmp_path):
 def test_other_resizes_are_refused_by_name():
     b = OnnxBuilder(0, opset=18)
     x = b.conv("input", 3, 16, 3)
-    scales = b.init("scales", np.array([1, 1, 2, 2], np.float32))
-    y = b.node("Resize", [x, "", scales], mode="cubic", coordinate_transformation_mode="half_pixel", antialias=1)
+    sizes = b.node("Sub", [b.node("Shape", [x]), b.const([0, 0, 2, 3], np.int64)])
+    y = b.node("Resize", [x, "", "", sizes], mode="cubic", coordinate_transformation_mode="half_pixel", antialias=1)
     model = b.model(("N", 3, "H", "W"), y, ("N", 16, "OH", "OW"), name="antialiased")
-    with pytest.raises(OnnxImportError, match=r"Resize: antialias \(its tap count depends on the scale\)"):
+    with pytest.raises(OnnxImportError, match=r"Resize: antialias with sizes given \(its tap count depends on the "
+                                              r"scale, which the input size changes\)"):
         lw.compile(lw.from_onnx(model), polymorphic=True)
 
 
