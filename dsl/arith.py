@@ -19,20 +19,14 @@ from .expr import Binary, Compare, Const, Expr, Logical, Select, Var, binary, co
 from .visitor import Mutator
 
 
-def linear_form(e: Expr, known: Optional[dict] = None) -> Optional[Tuple[Dict[object, int], int]]:
-    """``e`` as ({term: coefficient}, constant) if it is a sum of terms; terms are Vars or opaque nodes.
-    ``known`` {id(node): (node, form)}: forms of nodes already taken apart (the caller must not
-    change a form it gets)."""
-    if known is not None:
-        hit = known.get(id(e))
-        if hit is not None and hit[0] is e:
-            return hit[1]
+def linear_form(e: Expr) -> Optional[Tuple[Dict[object, int], int]]:
+    """``e`` as ({term: coefficient}, constant) if it is a sum of terms; terms are Vars or opaque nodes."""
     if isinstance(e, Const) and e.dtype == dtypes.INDEX:
         return {}, e.value
     if not (isinstance(e, Expr) and e.dtype == dtypes.INDEX):
         return None
     if isinstance(e, Binary) and e.op in ("add", "sub"):
-        a, b = linear_form(e.a, known), linear_form(e.b, known)
+        a, b = linear_form(e.a), linear_form(e.b)
         if a is None or b is None:
             return None
         sign = 1 if e.op == "add" else -1
@@ -41,7 +35,7 @@ def linear_form(e: Expr, known: Optional[dict] = None) -> Optional[Tuple[Dict[ob
             terms[t] = terms.get(t, 0) + sign * c
         return {t: c for t, c in terms.items() if c}, a[1] + sign * b[1]
     if isinstance(e, Binary) and e.op == "mul":
-        a, b = linear_form(e.a, known), linear_form(e.b, known)
+        a, b = linear_form(e.a), linear_form(e.b)
         if a is not None and b is not None:
             if not b[0]:
                 return {t: c * b[1] for t, c in a[0].items() if c * b[1]}, a[1] * b[1]
@@ -170,10 +164,6 @@ class ExprSimplifier(Mutator):
 
     def __init__(self):
         self.ranges: Dict[int, Tuple[int, int]] = {}  # id(var) -> (lo, hi) inclusive
-        # the linear forms of the sums this simplifier built (``linear_form``'s ``known``): a parent
-        # sum reads its canonical children's terms instead of taking their trees apart again (a
-        # chain of n terms was linearised n times, and each opaque term hashed each time)
-        self.forms: Dict[int, tuple] = {}
 
     def bound(self, e: Expr) -> Optional[Tuple[int, int]]:
         if isinstance(e, Const) and dtypes.is_int(e.dtype):
@@ -205,12 +195,9 @@ class ExprSimplifier(Mutator):
             return e
         if e.dtype == dtypes.INDEX:
             if e.op in ("add", "sub", "mul"):
-                form = linear_form(e, self.forms)
+                form = linear_form(e)
                 if form is not None:
-                    terms, constant = _fold_div_mod_pairs(dict(form[0]), form[1])
-                    result = from_linear(terms, constant)
-                    self.forms[id(result)] = (result, (terms, constant))
-                    return result
+                    return from_linear(*_fold_div_mod_pairs(*form))
             if e.op in ("floordiv", "floormod") and isinstance(e.b, Const) and e.b.value > 0:
                 return self._divmod(e)
             if e.op in ("min", "max"):
@@ -226,7 +213,7 @@ class ExprSimplifier(Mutator):
 
     def _divmod(self, e: Binary) -> Expr:
         d = e.b.value
-        form = linear_form(e.a, self.forms)
+        form = linear_form(e.a)
         if form is None:
             return e
         terms, c = form
