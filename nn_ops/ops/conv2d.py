@@ -289,6 +289,30 @@ def _row_block(ow: int, limit: int) -> int:
     return _divisor_at_most(ow, limit)
 
 
+#: a register block's fixed cost per row segment, in pixels' worth of work (the weight vectors it
+#: loads per input channel and tap); ``static_row_block`` weighs blocks with it
+ROW_BLOCK_OVERHEAD = 2
+
+
+def static_row_block(width: int, limit: int):
+    """(pixels, tail) of the register blocks on a row of ``width`` pixels (at most ``limit``): a
+    divisor of the row (``"guard"``: no tail), unless blocks of another size with the last one
+    shifted inwards to end at the row's end (``"shift"``: it recomputes a few pixels of the block
+    before) cost less by a quarter (a block costs its pixels + ``ROW_BLOCK_OVERHEAD``). Prime widths
+    had blocks of one pixel: the 64-channel 3x3 at 23x23 ran at 117 GFLOPS, shifted blocks of 12 at
+    344 (the 1x1 256->256 there 143 -> 474, at 29x29 145 -> 336; 2 threads, one process). Not for
+    less: with a margin of a tenth SqueezeNet's stem (111 wide, 4 channel vectors) went from blocks
+    of 3 to shifted blocks of 6 and ran 1.17x slower (the cost does not see register pressure).  Both
+    the blocked convs (``nchwc.py``) and the NCHW one (``schedule_conv2d``) take their blocks here."""
+    def cost(pixels):
+        return -(-width // pixels) * (pixels + ROW_BLOCK_OVERHEAD)
+    divisor = _row_block(width, limit)
+    shifted = min(range(1, min(limit, width) + 1), key=lambda p: (cost(p), -p))
+    if cost(shifted) < 0.75 * cost(divisor):
+        return shifted, "shift"
+    return divisor, "guard"
+
+
 def _epilogue_or_self(s, op):
     """The stage to tile: ``op`` (the NCHW copy-out), or the fused elementwise output it feeds,
     with the copy-out inlined into it (see ``registry.fused_output``)."""
@@ -309,11 +333,11 @@ def schedule_conv2d(s, op, target):
     lanes = target.lanes(out.dtype)
     # register block: owb pixels x nv channel vectors
     nv = 2 if (oc_ // bn) % 2 == 0 and bn == lanes else 1
-    owb = _row_block(ow_, 28 // nv if nv > 1 else 14)
+    owb, tail = static_row_block(ow_, 28 // nv if nv > 1 else 14)
     Y = _epilogue_or_self(s, op)
     n, o, y, x = Y.op.axis
     oo, oi = Y.split(o, factor=bn * nv)
-    xo, xi = Y.split(x, factor=owb)
+    xo, xi = Y.split(x, factor=owb, tail=tail)
     Y.reorder(n, oo, y, xo, oi, xi)
     blocks = n_ * (oc_ // (bn * nv))
     # enough channel blocks to share out: run them in parallel and pack each block's

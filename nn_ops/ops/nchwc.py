@@ -24,7 +24,7 @@ from ...dsl.expr import Const, cast, const, if_then_else, logical_and
 from ...dsl.reduction import max as lw_max, sum as lw_sum
 from ...dsl.tensor import ComputeOp, Tensor, compute, reduce_axis
 from ...errors import ExprError
-from .conv2d import _divisor_at_most, _row_block, _schedule_input_copy
+from .conv2d import _divisor_at_most, _schedule_input_copy, static_row_block
 from .elementwise import extents, static_shape
 from .pooling import ceil_mode_is_plain, pool_output_size
 from .registry import (INJECTIVE_TAGS, accumulate_in_registers, accumulator_and_tile, parallel_planes_and_rows,
@@ -298,29 +298,6 @@ def schedule_conv2d_blocked(s, op, target):
         _schedule_depthwise_rows(s, depthwise, op.input_tensors[0], Y, fused)
     for t in op.input_tensors:
         _schedule_blocked_padding(s, t, target.lanes(op.outputs[0].dtype))
-
-
-#: a register block's fixed cost per row segment, in pixels' worth of work (the weight vectors it
-#: loads per input channel and tap); ``static_row_block`` weighs blocks with it
-ROW_BLOCK_OVERHEAD = 2
-
-
-def static_row_block(width: int, limit: int):
-    """(pixels, tail) of the register blocks on a row of ``width`` pixels (at most ``limit``): a
-    divisor of the row (``"guard"``: no tail), unless blocks of another size with the last one
-    shifted inwards to end at the row's end (``"shift"``: it recomputes a few pixels of the block
-    before) cost less by a quarter (a block costs its pixels + ``ROW_BLOCK_OVERHEAD``). Prime widths
-    had blocks of one pixel: the 64-channel 3x3 at 23x23 ran at 117 GFLOPS, shifted blocks of 12 at
-    344 (the 1x1 256->256 there 143 -> 474, at 29x29 145 -> 336; 2 threads, one process). Not for
-    less: with a margin of a tenth SqueezeNet's stem (111 wide, 4 channel vectors) went from blocks
-    of 3 to shifted blocks of 6 and ran 1.17x slower (the cost does not see register pressure)."""
-    def cost(pixels):
-        return -(-width // pixels) * (pixels + ROW_BLOCK_OVERHEAD)
-    divisor = _row_block(width, limit)
-    shifted = min(range(1, min(limit, width) + 1), key=lambda p: (cost(p), -p))
-    if cost(shifted) < 0.75 * cost(divisor):
-        return shifted, "shift"
-    return divisor, "guard"
 
 
 #: output pixels of a register block on a row of symbolic width, at most (a row's partial last block
