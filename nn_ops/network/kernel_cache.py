@@ -61,7 +61,7 @@ def applies() -> bool:
     return all((getattr(fn, "__module__", "") or "").startswith(_PACKAGE + ".") for fn in functions)
 
 
-def _entry_path(signature: str, target, suffix: str = ".kernel") -> Optional[Path]:
+def _entry_path(signature: str, target, suffix: str) -> Optional[Path]:
     from ...backends.disk_cache import writable_cache_dir
     folder = writable_cache_dir()
     if folder is None:
@@ -70,17 +70,30 @@ def _entry_path(signature: str, target, suffix: str = ".kernel") -> Optional[Pat
     return folder / f"{key.hexdigest()[:32]}{suffix}"
 
 
+def _read(signature: str, target, suffix: str) -> Optional[bytes]:
+    """The payload of the entry for ``signature`` on ``target``, or None (the cache off, no entry, or
+    a damaged one: ``disk_cache.read_verified`` deletes it with a warning)."""
+    from ...backends.disk_cache import read_verified
+    if not applies():
+        return None
+    path = _entry_path(signature, target, suffix)
+    return None if path is None else read_verified(path)
+
+
+def _write(signature: str, target, suffix: str, payload: bytes) -> None:
+    from ...backends.disk_cache import write_checksummed
+    path = _entry_path(signature, target, suffix)
+    if path is not None:
+        write_checksummed(path, payload)
+
+
 def lookup(signature: str, target) -> Optional[CachedKernel]:
     """The kernel built for ``signature`` on ``target`` before, if its object is still cached.
 
     Entries are checksummed like objects (``disk_cache.read_verified``): a damaged one is
     deleted with a warning and the group is built again."""
-    from ...backends.disk_cache import read_verified
     from ...backends.llvm.jit import cached_object
-    if not applies():
-        return None
-    path = _entry_path(signature, target)
-    data = None if path is None else read_verified(path)
+    data = _read(signature, target, ".kernel")
     if data is None:
         return None
     try:
@@ -94,13 +107,10 @@ def lookup(signature: str, target) -> Optional[CachedKernel]:
 def store(signature: str, target, module) -> None:
     """Remember that ``signature`` became ``module`` (and keep its object on disk: a kernel
     loaded earlier in this process may have been compiled under another cache directory)."""
-    from ...backends.disk_cache import write_checksummed
     if not applies():
         return
     _keep_object(module, target)
-    path = _entry_path(signature, target)
-    if path is not None:
-        write_checksummed(path, module.symbol.encode("ascii"))
+    _write(signature, target, ".kernel", module.symbol.encode("ascii"))
 
 
 def _keep_object(module, target) -> None:
@@ -114,11 +124,7 @@ def lookup_lowered(signature: str, target):
     PTX found in the compiler's disk cache): the function ``signature`` was lowered to before, or
     None.  It is stored pickled and checksummed (a damaged entry is deleted and the group lowered
     again); the source fingerprint in the key keeps a stale one from being used."""
-    from ...backends.disk_cache import read_verified
-    if not applies():
-        return None
-    path = _entry_path(signature, target, ".lowered")
-    data = None if path is None else read_verified(path)
+    data = _read(signature, target, ".lowered")
     if data is None:
         return None
     try:
@@ -128,12 +134,8 @@ def lookup_lowered(signature: str, target):
 
 
 def store_lowered(signature: str, target, func) -> None:
-    from ...backends.disk_cache import write_checksummed
-    if not applies():
-        return
-    path = _entry_path(signature, target, ".lowered")
-    if path is not None:
-        write_checksummed(path, pickle.dumps(func))
+    if applies():
+        _write(signature, target, ".lowered", pickle.dumps(func))
 
 
 def kernel_entry(module) -> dict:
@@ -164,12 +166,8 @@ def kernel_module(entry: dict, obj: bytes, host):
 def lookup_polymorphic(key: str, target):
     """The loaded Module of the polymorphic kernel built for structural ``key`` on ``target`` before, if
     its object is still cached (an unreadable entry is a miss)."""
-    from ...backends.disk_cache import read_verified
     from ...backends.llvm.jit import cached_object
-    if not applies():
-        return None
-    path = _entry_path(key, target, ".poly")
-    data = None if path is None else read_verified(path)
+    data = _read(key, target, ".poly")
     if data is None:
         return None
     try:
@@ -182,10 +180,7 @@ def lookup_polymorphic(key: str, target):
 
 def store_polymorphic(key: str, target, module) -> None:
     """Remember that the polymorphic kernel of structural ``key`` became ``module``."""
-    from ...backends.disk_cache import write_checksummed
     if not applies():
         return
     _keep_object(module, target)
-    path = _entry_path(key, target, ".poly")
-    if path is not None:
-        write_checksummed(path, json.dumps(kernel_entry(module)).encode())
+    _write(key, target, ".poly", json.dumps(kernel_entry(module)).encode())
