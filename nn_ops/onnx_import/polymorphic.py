@@ -53,8 +53,8 @@ from .context import onnx_attrs
 from .fold import FOLDERS
 from .importer import node_label
 from .polymorphic_cnn import CnnWalk
-from .polymorphic_common import (BINARY, TERNARY, UNARY, KernelVariant, _apply, _attr, _elementwise, _same, _show,
-                                 conv_transpose_attrs)
+from .polymorphic_common import (BINARY, TERNARY, UNARY, WITH_ATTRS, KernelVariant, _apply, _attr, _elementwise,
+                                 _same, _show, conv_transpose_attrs, node_params)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +67,7 @@ class _Pending:
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 CNN_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool")      # polymorphic_cnn.py (and below)
 REDUCES = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min"}
-COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(VIEWS) | set(CNN_OPS) | set(REDUCES) | {
+COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(WITH_ATTRS) | set(VIEWS) | set(CNN_OPS) | set(REDUCES) | {
     "Cast", "MatMul", "Gemm", "Transpose", "Softmax", "LayerNormalization", "Constant", "Dropout", "Shape", "Gather",
     "Concat", "BatchNormalization", "Expand", "Range", "Slice", "ConvTranspose", "Resize", "ArgMax", "ArgMin", "TopK"}
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
@@ -639,7 +639,7 @@ class _Builder:
                 ext_names.append(i)
             modes.append(mode)
         order = ([anchor.output[0]] if anchor is not None else []) + [m.output[0] for m in members]
-        structure = tuple((m.op_type, _attr(m, "to", None), tuple(("int", order.index(i)) if i in internal
+        structure = tuple((m.op_type, node_params(m), tuple(("int", order.index(i)) if i in internal
                                             else ("c", self.scalar(i)) if self.is_scalar(i)
                                             else ("ext", externals.index(i)) for i in m.input)) for m in members)
         shapes = {i: self.shape(i) for i in externals}

@@ -44,7 +44,8 @@ from ..ops.winograd import MIN_WINOGRAD_PIXELS, winograd_largest_map, winograd_w
 from ..ops.winograd_rows import conv2d_winograd_rows
 from .converters.nn import inference_scale_shift
 from ..network.polymorphic_executable import BindingTable
-from .polymorphic_common import BINARY, UNARY, KernelVariant, _apply, _attr, _same, _show, conv_transpose_attrs
+from .polymorphic_common import (BINARY, UNARY, WITH_ATTRS, KernelVariant, _apply, _attr, _same, _show,
+                                 conv_transpose_attrs, node_params)
 
 #: a conv on rows of symbolic width also gets kernels with register blocks of these many pixels, the
 #: first that divides the row run at a binding (the general kernel's blocks of 8 leave a tail: with
@@ -597,7 +598,7 @@ def _epilogue_node(node, internal, shape, blocked, b) -> bool:
     if node.op_type == "Clip":
         if _clip_bounds(node, b) is None:
             return False
-    elif node.op_type not in BINARY and node.op_type not in UNARY:
+    elif node.op_type not in BINARY and node.op_type not in UNARY and node.op_type not in WITH_ATTRS:
         return False
     out = node.output[0]
     if out not in b.shapes.shapes or not _same(b.shapes.shapes[out], shape):
@@ -629,7 +630,8 @@ def _epilogue_plan(steps, anchors, b):
         if b.is_scalar(name):
             return ("c", b.scalar(name))
         return ("ext", externals.index(name)) if name in externals else ("bound",)
-    structure = tuple((m.op_type, _clip_bounds(m, b) if m.op_type == "Clip" else None,
+    structure = tuple((m.op_type, _clip_bounds(m, b) if m.op_type == "Clip" else
+                       node_params(m) if m.op_type in WITH_ATTRS else None,
                        tuple(operand(i) for i in m.input if i)) for m in steps)
     return externals, structure
 
@@ -674,7 +676,7 @@ def _epilogue_value(steps, idx, Y, anchor_names, ext, externals, b):
 
 #: elementwise nodes that map the zeros of padding channels (and any finite value) to finite values
 PADDING_SAFE = {"Relu", "Clip", "Add", "Sub", "Mul", "Max", "Min", "Sigmoid", "Tanh", "Neg", "Abs", "Identity",
-                "Erf"}
+                "Erf", "LeakyRelu", "HardSigmoid", "HardSwish"}
 
 
 def _keeps_padding_finite(node, b) -> bool:

@@ -10,6 +10,7 @@ from ...dsl import intrinsics as lwi
 from ...dsl.expr import Const, binary, cast, const, select
 from ..network import symbolic as S
 from ..network.op_table import pow_constant
+from ..ops import elementwise as ew
 
 class KernelVariant(NamedTuple):
     """A second kernel of a call (``_Builder.kernel``'s ``variants``): built by ``make`` with the same
@@ -33,6 +34,14 @@ UNARY = {"Relu": lambda x: _max(x, const(0.0, x.dtype)), "Erf": lwi.erf, "Tanh":
          "Sigmoid": lwi.sigmoid, "Exp": lwi.exp, "Sqrt": lwi.sqrt, "Neg": lambda x: -x, "Abs": lwi.abs,
          "Identity": lambda x: x}
 TERNARY = {"Where": select}      # (a causal mask's Where: its condition a constant)
+#: elementwise ops with attributes: (their attribute values, read from the node; the value of the op
+#: on an operand and those): MobileNetV3's hard swish and sigmoid, YOLO's leaky ReLU
+WITH_ATTRS = {
+    "LeakyRelu": (lambda node: (float(_attr(node, "alpha", 0.01)),), ew.leaky_relu_value),
+    "HardSigmoid": (lambda node: (float(_attr(node, "alpha", 0.2)), float(_attr(node, "beta", 0.5))),
+                    ew.hard_sigmoid_value),
+    "HardSwish": (lambda node: (), ew.hard_swish_value),
+}
 
 
 def _pow(a, b):
@@ -50,7 +59,16 @@ def _min(a, b):
 
 
 def _elementwise(node) -> bool:
-    return node.op_type in BINARY or node.op_type in UNARY or node.op_type in TERNARY or node.op_type == "Cast"
+    return (node.op_type in BINARY or node.op_type in UNARY or node.op_type in TERNARY or node.op_type in WITH_ATTRS
+            or node.op_type == "Cast")
+
+
+def node_params(node):
+    """What of an elementwise node besides its type and operands its kernel depends on (a Cast's
+    dtype, a LeakyRelu's slope): part of the kernel's structural key."""
+    if node.op_type in WITH_ATTRS:
+        return WITH_ATTRS[node.op_type][0](node)
+    return _attr(node, "to", None)
 
 
 def _apply(node, args):
@@ -60,6 +78,9 @@ def _apply(node, args):
         return cast(str(np.dtype(helper.tensor_dtype_to_np_dtype(_attr(node, "to", 1)))), args[0])
     if node.op_type in TERNARY:
         return TERNARY[node.op_type](*args)
+    if node.op_type in WITH_ATTRS:
+        read, value = WITH_ATTRS[node.op_type]
+        return value(args[0], *read(node))
     return BINARY[node.op_type](*args) if node.op_type in BINARY else UNARY[node.op_type](args[0])
 
 

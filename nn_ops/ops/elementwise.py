@@ -108,8 +108,22 @@ def clip(x: Tensor, lo=None, hi=None, name="clip") -> Tensor:
     return unary(f, x, name)
 
 
+def leaky_relu_value(v: Expr, alpha: float = 0.01) -> Expr:
+    """LeakyRelu of one value (``leaky_relu`` of a tensor, and the shape-polymorphic kernels' epilogues)."""
+    return select(v >= const(0.0, v.dtype), v, v * const(float(alpha), v.dtype))
+
+
+def hard_sigmoid_value(v: Expr, alpha: float = 0.2, beta: float = 0.5) -> Expr:
+    return elementwise_min(elementwise_max(v * const(float(alpha), v.dtype) + const(float(beta), v.dtype),
+                                           const(0.0, v.dtype)), const(1.0, v.dtype))
+
+
+def hard_swish_value(v: Expr) -> Expr:
+    return v * hard_sigmoid_value(v, 1 / 6, 0.5)
+
+
 def leaky_relu(x: Tensor, alpha: float = 0.01, name="leaky_relu") -> Tensor:
-    return unary(lambda v: select(v >= _c(0, x), v, v * _c(alpha, x)), x, name)
+    return unary(lambda v: leaky_relu_value(v, alpha), x, name)
 
 
 def sigmoid(x: Tensor, name="sigmoid") -> Tensor:
@@ -121,13 +135,11 @@ def tanh(x: Tensor, name="tanh") -> Tensor:
 
 
 def hard_sigmoid(x: Tensor, alpha: float = 0.2, beta: float = 0.5, name="hard_sigmoid") -> Tensor:
-    return unary(lambda v: elementwise_min(elementwise_max(v * _c(alpha, x) + _c(beta, x), _c(0, x)), _c(1, x)),
-                 x, name)
+    return unary(lambda v: hard_sigmoid_value(v, alpha, beta), x, name)
 
 
 def hard_swish(x: Tensor, name="hard_swish") -> Tensor:
-    return unary(lambda v: v * elementwise_min(elementwise_max(v * _c(1 / 6, x) + _c(0.5, x), _c(0, x)), _c(1, x)),
-                 x, name)
+    return unary(hard_swish_value, x, name)
 
 
 def exp_(x: Tensor, name="exp") -> Tensor:

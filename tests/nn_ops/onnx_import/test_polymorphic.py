@@ -688,3 +688,17 @@ def test_a_top_k_along_a_symbolic_axis_is_refused_by_name():
                     ("N", 1))
     with pytest.raises(OnnxImportError, match=r"TopK: a TopK along the symbolic axis 1"):
         lw.compile(lw.from_onnx(model), polymorphic=True)
+
+
+def test_activations_with_attributes_join_a_dense_layer_s_epilogue():
+    """LeakyRelu / HardSigmoid / HardSwish after a MatMul over symbolic rows: one kernel with its
+    epilogue, compiled once, against onnxruntime at one row and several."""
+    b = OnnxBuilder(seed=6, opset=14)
+    h = b.node("MatMul", ["input", b.init("w", b.weight((12, 32), 0.5))])
+    h = b.node("HardSwish", [b.node("HardSigmoid", [b.node("LeakyRelu", [h], alpha=0.2)], alpha=0.3, beta=0.2)])
+    model = b.model(("N", 12), h, ("N", 32))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert len(exe.calls) == 1, [c.module.name for c in exe.calls]
+    for rows in (1, 5):
+        x = np.random.default_rng(rows).standard_normal((rows, 12)).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-5)

@@ -437,3 +437,21 @@ def test_conv_epilogues_that_read_different_values_are_different_kernels():
     exe = lw.compile(lw.from_onnx(model), polymorphic=True)
     assert len({c.module.symbol for c in exe.calls}) == len(exe.calls) == 4, [c.module.name for c in exe.calls]
     _check(model, exe, (2, 3, 9, 11))
+
+
+def test_activations_with_attributes_run_in_conv_epilogues_keyed_by_their_attributes():
+    """LeakyRelu, HardSwish and HardSigmoid (YOLO's, MobileNetV3's) compile once inside the convs'
+    epilogues; two convs of one shape whose LeakyRelus differ only in their slope are two kernels."""
+    b = OnnxBuilder(4, opset=14)
+    x = b.node("LeakyRelu", [b.conv("input", 3, 16, 3)], alpha=0.1)
+    x = b.node("LeakyRelu", [b.conv(x, 16, 16, 3)], alpha=0.1)
+    x = b.node("LeakyRelu", [b.conv(x, 16, 16, 3)], alpha=0.3)
+    x = b.node("HardSwish", [b.conv(x, 16, 16, 3)])
+    x = b.node("HardSigmoid", [b.conv(x, 16, 24, 1)], alpha=0.25, beta=0.4)
+    model = b.model(("N", 3, "H", "W"), x, ("N", 24, "H", "W"), name="attributed_activations")
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    symbols = [c.module.symbol for c in exe.calls]
+    assert len(symbols) == 6, [c.module.name for c in exe.calls]       # five convs, then NCHW
+    assert symbols[1] != symbols[2]
+    for shape in ((1, 3, 9, 11), (2, 3, 8, 8), (1, 3, 1, 1)):
+        _check(model, exe, shape)
