@@ -676,7 +676,7 @@ def _epilogue_value(steps, idx, Y, anchor_names, ext, externals, b):
 
 #: elementwise nodes that map the zeros of padding channels (and any finite value) to finite values
 PADDING_SAFE = {"Relu", "Clip", "Add", "Sub", "Mul", "Max", "Min", "Sigmoid", "Tanh", "Neg", "Abs", "Identity",
-                "Erf", "LeakyRelu", "HardSigmoid", "HardSwish"}
+                "Erf", "LeakyRelu", "HardSigmoid", "HardSwish", "Floor", "Ceil"}
 
 
 def _keeps_padding_finite(node, b) -> bool:

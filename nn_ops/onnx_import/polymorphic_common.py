@@ -32,7 +32,8 @@ BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a,
           "Pow": lambda a, b: _pow(a, b)}
 UNARY = {"Relu": lambda x: _max(x, const(0.0, x.dtype)), "Erf": lwi.erf, "Tanh": lwi.tanh,
          "Sigmoid": lwi.sigmoid, "Exp": lwi.exp, "Sqrt": lwi.sqrt, "Neg": lambda x: -x, "Abs": lwi.abs,
-         "Identity": lambda x: x}
+         "Identity": lambda x: x, "Log": lwi.log, "Floor": lwi.floor, "Ceil": lwi.ceil,
+         "Reciprocal": lambda x: const(1.0, x.dtype) / x}
 TERNARY = {"Where": select}      # (a causal mask's Where: its condition a constant)
 #: elementwise ops with attributes: (their attribute values, read from the node; the value of the op
 #: on an operand and those): MobileNetV3's hard swish and sigmoid, YOLO's leaky ReLU

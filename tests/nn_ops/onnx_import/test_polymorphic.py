@@ -702,3 +702,21 @@ def test_activations_with_attributes_join_a_dense_layer_s_epilogue():
     for rows in (1, 5):
         x = np.random.default_rng(rows).standard_normal((rows, 12)).astype(np.float32)
         np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_log_floor_ceil_and_reciprocal_compile_once():
+    """Float unaries without attributes (a log-softmax written out, a quantiser's rounding):
+    elementwise kernels of symbolic rows, as onnxruntime computes them."""
+    b = OnnxBuilder(seed=7)
+    # rounding first, of the exact input (after a MatMul a value a rounding error from an integer
+    # could round either way)
+    q = b.node("Add", [b.node("Floor", [b.node("Mul", ["input", b.const(3.0)])]),
+                       b.node("Ceil", [b.node("Mul", ["input", b.const(2.0)])])])
+    h = b.node("MatMul", [q, b.init("w", b.weight((6, 10), 1.0))])
+    h = b.node("Mul", [b.node("Log", [b.node("Abs", [h])]),
+                       b.node("Reciprocal", [b.node("Add", [b.node("Abs", [h]), b.const(1.0)])])])
+    model = b.model(("N", 6), h, ("N", 10))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    for rows in (1, 4):
+        x = np.random.default_rng(rows).standard_normal((rows, 6)).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-5)
