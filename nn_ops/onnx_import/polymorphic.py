@@ -65,7 +65,7 @@ class _Pending:
 
 
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
-CNN_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool")      # polymorphic_cnn.py (and below)
+CNN_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")    # polymorphic_cnn.py (and below)
 REDUCES = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min"}
 COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(WITH_ATTRS) | set(VIEWS) | set(CNN_OPS) | set(REDUCES) | {
     "Cast", "MatMul", "Gemm", "Transpose", "Softmax", "LayerNormalization", "Constant", "Dropout", "Shape", "Gather",

@@ -11,8 +11,9 @@ path's layout), with the batch, height and width symbolic and the channel blocks
   them with zero weights too). Besides the general kernel, variants taken per binding: register
   blocks of 7 or 5 pixels where they divide the row, and for 3x3 stride-1 convs Winograd over
   whole tiles (``winograd_rows.py``).
-- ``MaxPool`` / ``AveragePool`` pool the blocked value; ``GlobalAveragePool``'s result
-  [N, C/b, 1, 1, b] is, byte for byte, the NCHW [N, C, 1, 1] its consumers read (a view).
+- ``MaxPool`` / ``AveragePool`` pool the blocked value; the result [N, C/b, 1, 1, b] of
+  ``GlobalAveragePool`` (or ``GlobalMaxPool``) is, byte for byte, the NCHW [N, C, 1, 1] its
+  consumers read (a view).
 - A channel ``Concat`` of whole blocks, and a ``BatchNormalization`` not after a conv, run on
   blocked values too (``standalone``), with the elementwise nodes after them.
 - Any other reader of a blocked value gets it back as NCHW (one ``from_blocked`` kernel).
@@ -37,8 +38,8 @@ from ..network import symbolic as S
 from ..network.passes.choose_conv_layout import TO_BLOCKED_MIN_CHANNELS
 from ..ops.conv2d import _divisor_at_most
 from ..ops.nchwc import (SYMBOLIC_ROW_BLOCK, conv2d_blocked, depthwise_blocked, from_blocked,
-                         global_avg_pool_blocked, pack_blocked_weight, pack_depthwise_weight, pool2d_blocked,
-                         row_block_fits, symbolic_row_block, to_blocked)
+                         global_avg_pool_blocked, global_max_pool_blocked, pack_blocked_weight, pack_depthwise_weight,
+                         pool2d_blocked, row_block_fits, symbolic_row_block, to_blocked)
 from ..ops.resize import axis_taps, coefficient_fn, resize_taps, source_coordinates
 from ..ops.winograd import MIN_WINOGRAD_PIXELS, winograd_largest_map, winograd_weight
 from ..ops.winograd_rows import conv2d_winograd_rows
@@ -462,9 +463,11 @@ class CnnWalk:
         x = self.blocked_input(node.input[0], node.op_type)
         out = b.fresh(node.output[0] + ".blocked")
         shape = self.blocked_shape(b.shapes.shapes[node.output[0]])
-        if node.op_type == "GlobalAveragePool":
-            b.kernel(label, ("global_avg_pool",), [x], out, lambda t, extent: global_avg_pool_blocked(t),
-                     out_shape=shape, derived_output=True)
+        if node.op_type in ("GlobalAveragePool", "GlobalMaxPool"):
+            average = node.op_type == "GlobalAveragePool"
+            pooled = global_avg_pool_blocked if average else global_max_pool_blocked
+            b.kernel(label, ("global_avg_pool" if average else "global_max_pool",), [x], out,
+                     lambda t, extent: pooled(t), out_shape=shape, derived_output=True)
             if int(shape[1]) * self.block == int(b.shapes.shapes[node.output[0]][1]):
                 b.view(out, node.output[0])       # [N, C/b, 1, 1, b] is the NCHW [N, C, 1, 1]
             else:                                 # padded channels: dropped by from_blocked

@@ -455,3 +455,16 @@ def test_activations_with_attributes_run_in_conv_epilogues_keyed_by_their_attrib
     assert symbols[1] != symbols[2]
     for shape in ((1, 3, 9, 11), (2, 3, 8, 8), (1, 3, 1, 1)):
         _check(model, exe, shape)
+
+
+def test_a_global_max_pool_compiles_once():
+    """GlobalMaxPool on the blocked map (a classifier head, squeeze-excitation by max), 24 channels
+    (padded to two blocks), then a dense layer: one compile, every size, 1x1 included."""
+    b = OnnxBuilder(5)
+    x = b.node("GlobalMaxPool", [b.relu(b.conv(b.relu(b.conv("input", 3, 16, 3)), 16, 24, 3, stride=2))])
+    out = b.gemm(b.node("Flatten", [x], axis=1), 24, 10)
+    model = b.model(("N", 3, "H", "W"), out, ("N", 10), name="global_max")
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert "poly_global_max_pool" in {c.module.name for c in exe.calls}
+    for shape in ((1, 3, 9, 11), (2, 3, 8, 8), (1, 3, 1, 1)):
+        _check(model, exe, shape)
