@@ -12,10 +12,8 @@ from typing import Callable, Dict
 from .expr import Expr, Reduce, TensorLoad, Var
 
 
-def _is_node(value) -> bool:
-    return getattr(value.__class__, "_is_ir_node", False)
-
-
+# (whether a value is an IR node is asked inline, ``getattr(value.__class__, "_is_ir_node", False)``:
+# millions of times a compile, where a function call per field cost more than the test itself)
 _FIELDS: Dict[type, tuple] = {}         # node class -> its dataclass field names (asked millions of times)
 
 

@@ -20,6 +20,10 @@ from ..ir import NOOP, For, IfThenElse, LetStmt
 class Simplifier(ExprSimplifier):
     """Expression simplification plus the ranges of enclosing loops and lets."""
 
+    def __init__(self):
+        super().__init__()
+        self.index_lets = {}        # id(let var) -> its simplified value, substituted where the var is read
+
     def visit_For(self, node):
         lo, ext = self.visit(node.min), self.visit(node.extent)
         saved = self.ranges.get(id(node.var))
@@ -34,10 +38,6 @@ class Simplifier(ExprSimplifier):
         if lo is node.min and ext is node.extent and body is node.body:
             return node
         return For(node.var, lo, ext, node.kind, body, node.annotations)
-
-    def __init__(self):
-        super().__init__()
-        self.index_lets = {}        # id(let var) -> its simplified value, substituted where the var is read
 
     def visit_Var(self, node):
         value = self.index_lets.get(id(node))

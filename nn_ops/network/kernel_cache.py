@@ -81,6 +81,8 @@ def _read(signature: str, target, suffix: str) -> Optional[bytes]:
 
 
 def _write(signature: str, target, suffix: str, payload: bytes) -> None:
+    """Store ``payload`` as the entry for ``signature`` (the callers ask ``applies`` first: they keep
+    the kernel's object too)."""
     from ...backends.disk_cache import write_checksummed
     path = _entry_path(signature, target, suffix)
     if path is not None:

@@ -38,7 +38,7 @@ from ..network import symbolic as S
 from ..network.passes.choose_conv_layout import TO_BLOCKED_MIN_CHANNELS
 from ..ops.conv2d import _divisor_at_most
 from ..ops.nchwc import (SYMBOLIC_ROW_BLOCK, conv2d_blocked, depthwise_blocked, from_blocked,
-                         global_avg_pool_blocked, global_max_pool_blocked, pack_blocked_weight, pack_depthwise_weight,
+                         global_pool_blocked, pack_blocked_weight, pack_depthwise_weight,
                          pool2d_blocked, row_block_fits, symbolic_row_block, to_blocked)
 from ..ops.resize import axis_taps, coefficient_fn, resize_taps, source_coordinates
 from ..ops.winograd import MIN_WINOGRAD_PIXELS, winograd_largest_map, winograd_weight
@@ -464,10 +464,9 @@ class CnnWalk:
         out = b.fresh(node.output[0] + ".blocked")
         shape = self.blocked_shape(b.shapes.shapes[node.output[0]])
         if node.op_type in ("GlobalAveragePool", "GlobalMaxPool"):
-            average = node.op_type == "GlobalAveragePool"
-            pooled = global_avg_pool_blocked if average else global_max_pool_blocked
-            b.kernel(label, ("global_avg_pool" if average else "global_max_pool",), [x], out,
-                     lambda t, extent: pooled(t), out_shape=shape, derived_output=True)
+            kind = "avg" if node.op_type == "GlobalAveragePool" else "max"
+            b.kernel(label, (f"global_{kind}_pool",), [x], out, lambda t, extent: global_pool_blocked(t, kind),
+                     out_shape=shape, derived_output=True)
             if int(shape[1]) * self.block == int(b.shapes.shapes[node.output[0]][1]):
                 b.view(out, node.output[0])       # [N, C/b, 1, 1, b] is the NCHW [N, C, 1, 1]
             else:                                 # padded channels: dropped by from_blocked
@@ -633,8 +632,7 @@ def _epilogue_plan(steps, anchors, b):
         if b.is_scalar(name):
             return ("c", b.scalar(name))
         return ("ext", externals.index(name)) if name in externals else ("bound",)
-    structure = tuple((m.op_type, _clip_bounds(m, b) if m.op_type == "Clip" else
-                       node_params(m) if m.op_type in WITH_ATTRS else None,
+    structure = tuple((m.op_type, _clip_bounds(m, b) if m.op_type == "Clip" else node_params(m),
                        tuple(operand(i) for i in m.input if i)) for m in steps)
     return externals, structure
 
@@ -697,8 +695,9 @@ def _merged_groups(weight: np.ndarray, groups: int, block: int):
     (the fewest whose input and output channels are both whole blocks) become one, its weight
     [OC, k * C/groups, KH, KW] zero between the small groups inside it: output channel o reads its own
     group's channels only.  Groups already of whole blocks stay as they are (k = 1); where one merged
-    group is all the channels (or whole blocks cannot be had: 8 -> 16 in 2 groups) it is a dense conv.  Each multiply is a whole vector: a conv of 4-channel
-    groups does 4 multiply-adds per output and tap, too few to keep the FMA units busy in any layout."""
+    group is all the channels (or whole blocks cannot be had: 8 -> 16 in 2 groups) it is a dense
+    conv.  Each multiply is a whole vector: a conv of 4-channel groups does 4 multiply-adds per
+    output and tap, too few to keep the FMA units busy in any layout."""
     oc, per_in, kh, kw = weight.shape
     per_out = oc // groups
     k = math.lcm(block // math.gcd(block, per_in), block // math.gcd(block, per_out))

@@ -14,7 +14,7 @@ batch and the image's height and width may be symbolic sizes, as shape-polymorph
 * ``conv2d_blocked(X, Wp, bias, ...)``: X blocked (or plain NCHW, for the first layer),
   Wp packed [OC/b, C/cb, KH, KW, cb, b], result blocked (tag ``conv2d_blocked``);
 * ``depthwise_blocked(X, Wd, bias, ...)``: Wd packed [C/b, KH, KW, b];
-* ``pool2d_blocked``, ``global_avg_pool_blocked`` and ``global_max_pool_blocked``.
+* ``pool2d_blocked``, ``global_pool_blocked`` (``global_avg_pool_blocked``: its mean).
 """
 from __future__ import annotations
 
@@ -227,23 +227,22 @@ def pool2d_blocked(X: Tensor, kernel, stride, padding, dilation=(1, 1), pool_typ
 
 def global_avg_pool_blocked(X: Tensor, name: str = "global_pool") -> Tensor:
     """Mean over H and W of a blocked tensor: [N, C/b, 1, 1, b]."""
-    n, cbn, h, w, b = _blocked_dims(X, "global_avg_pool_blocked", (1, 4))
+    return global_pool_blocked(X, "avg", name)
+
+
+def global_pool_blocked(X: Tensor, kind: str, name: str = "global_pool") -> Tensor:
+    """Mean (``kind="avg"``) or maximum (``"max"``) over H and W of a blocked tensor: [N, C/b, 1, 1, b]."""
+    n, cbn, h, w, b = _blocked_dims(X, f"global_{kind}_pool_blocked", (1, 4))
     ry = reduce_axis((0, h), name="ry")
     rx = reduce_axis((0, w), name="rx")
+    if kind == "max":
+        return compute((n, cbn, 1, 1, b), lambda nn, cb, y, x, ci: lw_max(X[nn, cb, ry, rx, ci], axis=[ry, rx]),
+                       name=name, tag="pool_blocked")
     if isinstance(h, int) and isinstance(w, int):
         inv = const(1.0 / (h * w), X.dtype)
     else:       # a symbolic map: the reciprocal of its size, computed once per call (loop-invariant)
         inv = const(1.0, X.dtype) / cast(X.dtype, h * w)
     return compute((n, cbn, 1, 1, b), lambda nn, cb, y, x, ci: lw_sum(X[nn, cb, ry, rx, ci] * inv, axis=[ry, rx]),
-                   name=name, tag="pool_blocked")
-
-
-def global_max_pool_blocked(X: Tensor, name: str = "global_max_pool") -> Tensor:
-    """Maximum over H and W of a blocked tensor: [N, C/b, 1, 1, b]."""
-    n, cbn, h, w, b = _blocked_dims(X, "global_max_pool_blocked", (1, 4))
-    ry = reduce_axis((0, h), name="ry")
-    rx = reduce_axis((0, w), name="rx")
-    return compute((n, cbn, 1, 1, b), lambda nn, cb, y, x, ci: lw_max(X[nn, cb, ry, rx, ci], axis=[ry, rx]),
                    name=name, tag="pool_blocked")
 
 
