@@ -53,7 +53,7 @@ from .context import onnx_attrs
 from .fold import FOLDERS
 from .importer import node_label
 from .polymorphic_cnn import CnnWalk
-from .polymorphic_common import (BINARY, TERNARY, UNARY, WITH_ATTRS, KernelVariant, _apply, _attr, _elementwise,
+from .polymorphic_common import (BINARY, FLOAT_ONLY, PREDICATES, TERNARY, UNARY, VARIADIC, WITH_ATTRS, KernelVariant, _apply, _attr, _elementwise,
                                  _same, _show, conv_transpose_attrs, node_params)
 
 
@@ -67,7 +67,8 @@ class _Pending:
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 CNN_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")    # polymorphic_cnn.py (and below)
 REDUCES = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min"}
-COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(WITH_ATTRS) | set(VIEWS) | set(CNN_OPS) | set(REDUCES) | {
+COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(WITH_ATTRS) | set(PREDICATES) | set(VARIADIC) | set(VIEWS) | \
+    set(CNN_OPS) | set(REDUCES) | {"Clip",
     "Cast", "MatMul", "Gemm", "Transpose", "Softmax", "LayerNormalization", "Constant", "Dropout", "Shape", "Gather",
     "Concat", "BatchNormalization", "Expand", "Range", "Slice", "ConvTranspose", "Resize", "ArgMax", "ArgMin", "TopK"}
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
@@ -127,6 +128,7 @@ class _Builder:
         # sizes a feed binds directly (``bind`` refuses 0 for them): the ones a kernel may specialise to 1
         self.fed_symbols = {d for _, dims, _ in shapes.signature.inputs for d in dims if getattr(d, "is_Symbol", False)}
         self.cnn = CnnWalk(self, _Unsupported)
+        self._inferred: Optional[Dict[str, str]] = None       # inferred_dtypes()
 
     # ---------------------------------------------------------------- the walk
     def build(self) -> PolymorphicExecutable:
@@ -290,7 +292,26 @@ class _Builder:
             return self.tables[name].dtype
         if name in self.local:
             return self.local[name][1]
-        return self.shapes.dtypes.get(name) or self.values[name][1]
+        known = self.shapes.dtypes.get(name) or (self.values[name][1] if name in self.values else None)
+        return known or self.inferred_dtypes().get(name) or "unknown"
+
+    def inferred_dtypes(self) -> Dict[str, str]:
+        """The element types ONNX's shape inference gives the model's values (a value inside a group
+        of elementwise nodes, before its kernel is built), computed once when first asked."""
+        if self._inferred is None:
+            import onnx
+            from .importer import _without_weight_data, np_dtype
+            try:
+                typed = onnx.shape_inference.infer_shapes(_without_weight_data(self.model), strict_mode=False)
+            except Exception:  # noqa: BLE001 - then no inferred types: such values read as "unknown"
+                typed = self.model
+            self._inferred = {}
+            for v in list(typed.graph.value_info) + list(typed.graph.output):
+                try:
+                    self._inferred[v.name] = str(np_dtype(v.type.tensor_type.elem_type))
+                except Exception:  # noqa: BLE001 - an element type numpy lacks
+                    pass
+        return self._inferred
 
     def view(self, src: str, dst: str, shape: Optional[tuple] = None) -> None:
         shape = self.shapes.shapes[dst] if shape is None else shape
@@ -597,7 +618,9 @@ class _Builder:
         else:
             kind, space, anchor_inputs = None, G, []
             members, internal = [node], {node.output[0]}
-            for i in node.input:
+            if not self.computes(node):
+                raise _Unsupported(f"{node.op_type} of {self.dtype(node.input[0])} values (float only)")
+            for i in filter(None, node.input):
                 if self.operand_mode(i, G, space) is None:
                     raise _Unsupported(f"operand {i!r} {_show(self.shape(i))} does not broadcast to "
                                        f"{_show(G)} along equal sizes")
@@ -607,9 +630,9 @@ class _Builder:
                 break
             if not any(i in internal for i in cand.input) or cand.output[0] not in self.shapes.shapes:
                 break
-            if not _same(self.shapes.shapes[cand.output[0]], G):
+            if not _same(self.shapes.shapes[cand.output[0]], G) or not self.computes(cand):
                 break
-            if not all(i in internal or self.operand_mode(i, G, space) is not None for i in cand.input):
+            if not all(i in internal or self.operand_mode(i, G, space) is not None for i in filter(None, cand.input)):
                 break
             members.append(cand)
             internal.add(cand.output[0])
@@ -625,7 +648,7 @@ class _Builder:
         externals, modes = [], []
         for m in members:
             for i in m.input:
-                if i in internal or self.is_scalar(i) or i in externals:
+                if not i or i in internal or self.is_scalar(i) or i in externals:
                     continue
                 externals.append(i)
         ext_names = []
@@ -641,7 +664,8 @@ class _Builder:
         order = ([anchor.output[0]] if anchor is not None else []) + [m.output[0] for m in members]
         structure = tuple((m.op_type, node_params(m), tuple(("int", order.index(i)) if i in internal
                                             else ("c", self.scalar(i)) if self.is_scalar(i)
-                                            else ("ext", externals.index(i)) for i in m.input)) for m in members)
+                                            else ("ext", externals.index(i)) if i else ("none",)
+                                            for i in m.input)) for m in members)
         shapes = {i: self.shape(i) for i in externals}
 
         def make(*holders, extent, few_rows=False, row_block=None):
@@ -670,12 +694,13 @@ class _Builder:
                     for pos, i in enumerate(m.input):
                         if i in env:
                             vals[pos] = env[i]
-                        elif not self.is_scalar(i):
+                        elif i and not self.is_scalar(i):
                             q = externals.index(i)
                             vals[pos] = ext_holders[q][_operand_index(modes[q], shapes[i], idx)]
-                    # a scalar takes its tensor operand's dtype (a value's, not a Where's condition)
-                    dtype = next((v.dtype for v in vals.values() if v.dtype != "bool"), next(iter(vals.values())).dtype)
-                    args = [vals[pos] if pos in vals else const(self.scalar(i), dtype)
+                    # a scalar takes its tensor operand's dtype (a value's, not a Where's condition;
+                    # where no operand is a value, the node's result type)
+                    dtype = next((v.dtype for v in vals.values() if v.dtype != "bool"), self.dtype(m.output[0]))
+                    args = [vals[pos] if pos in vals else const(self.scalar(i), dtype) if i else None
                             for pos, i in enumerate(m.input)]
                     env[m.output[0]] = _apply(m, args)
                 return env[final]
@@ -835,6 +860,11 @@ class _Builder:
             if name in outputs or any(id(u) not in ids for u in self.consumers.get(name, [])):
                 return False
         return True
+
+    def computes(self, node) -> bool:
+        """Whether an elementwise ``node`` can be computed on its operands' type (a float-only op on
+        floats)."""
+        return node.op_type not in FLOAT_ONLY or self.dtype(node.input[0]).startswith("float")
 
     def is_scalar(self, name: str) -> bool:
         return name in self.consts and self.consts[name].size == 1 and self.consts[name].dtype.kind == "f"

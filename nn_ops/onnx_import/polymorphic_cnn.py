@@ -46,7 +46,7 @@ from ..ops.winograd_rows import conv2d_winograd_rows
 from .converters.nn import inference_scale_shift
 from ..network.polymorphic_executable import BindingTable
 from .polymorphic_common import (BINARY, UNARY, WITH_ATTRS, KernelVariant, _apply, _attr, _same, _show,
-                                 conv_transpose_attrs, node_params)
+                                 clip_value, conv_transpose_attrs, node_params)
 
 #: a conv on rows of symbolic width also gets kernels with register blocks of these many pixels, the
 #: first that divides the row run at a binding (the general kernel's blocks of 8 leave a tail: with
@@ -603,7 +603,7 @@ def _epilogue_node(node, internal, shape, blocked, b) -> bool:
     elif node.op_type not in BINARY and node.op_type not in UNARY and node.op_type not in WITH_ATTRS:
         return False
     out = node.output[0]
-    if out not in b.shapes.shapes or not _same(b.shapes.shapes[out], shape):
+    if out not in b.shapes.shapes or not _same(b.shapes.shapes[out], shape) or b.dtype(out) != "float32":
         return False
     return all(i in internal or b.is_scalar(i) or (i in blocked and _same(b.shapes.shapes[i], shape))
                for i in _data_inputs(node))
@@ -654,12 +654,7 @@ def _epilogue_value(steps, idx, Y, anchor_names, ext, externals, b):
     last = anchor_names[-1]
     for m in steps:
         if m.op_type == "Clip":
-            lo, hi = _clip_bounds(m, b)
-            v = env[m.input[0]]
-            if hi is not None:
-                v = binary("min", v, const(hi, v.dtype))
-            if lo is not None:
-                v = binary("max", v, const(lo, v.dtype))
+            v = clip_value(env[m.input[0]], *_clip_bounds(m, b))
         else:
             args = []
             for i in m.input:
@@ -677,7 +672,9 @@ def _epilogue_value(steps, idx, Y, anchor_names, ext, externals, b):
 
 #: elementwise nodes that map the zeros of padding channels (and any finite value) to finite values
 PADDING_SAFE = {"Relu", "Clip", "Add", "Sub", "Mul", "Max", "Min", "Sigmoid", "Tanh", "Neg", "Abs", "Identity",
-                "Erf", "LeakyRelu", "HardSigmoid", "HardSwish", "Floor", "Ceil"}
+                "Erf", "LeakyRelu", "HardSigmoid", "HardSwish", "Floor", "Ceil", "Round", "Sign", "Softsign",
+                "Softplus", "Mish", "Swish", "Elu", "Selu", "Celu", "ThresholdedRelu", "Shrink", "Gelu", "Sin", "Cos",
+                "Atan", "PRelu"}
 
 
 def _keeps_padding_finite(node, b) -> bool:

@@ -78,18 +78,19 @@ def is_nan(x: Tensor) -> Tensor:
     return unary(lambda v: v != v, x, "isnan")
 
 
-def is_inf(x: Tensor, positive: bool = True, negative: bool = True) -> Tensor:
-    inf = _c(math.inf, x.dtype)
+def is_inf_value(v, positive: bool = True, negative: bool = True):
+    """Whether element ``v`` is an infinity of a sign asked for."""
+    if positive and negative:
+        return lw_abs(v) == _c(math.inf, v.dtype)
+    if positive:
+        return v == _c(math.inf, v.dtype)
+    if negative:
+        return v == _c(-math.inf, v.dtype)
+    return (v != v) & (v == v)       # neither sign asked for: always False
 
-    def f(v):
-        if positive and negative:
-            return lw_abs(v) == inf
-        if positive:
-            return v == inf
-        if negative:
-            return v == _c(-math.inf, x.dtype)
-        return (v != v) & (v == v)       # neither sign asked for: always False
-    return unary(f, x, "isinf")
+
+def is_inf(x: Tensor, positive: bool = True, negative: bool = True) -> Tensor:
+    return unary(lambda v: is_inf_value(v, positive, negative), x, "isinf")
 
 
 def _trunc_div(a, b):

@@ -95,18 +95,21 @@ def layer_norm_stat_output(X: Tensor, which: str, axis: int = -1, epsilon: float
                    tag="layer_norm", attrs={"row_axes": a})
 
 
+def gelu_value(v, approximate: str = "none"):
+    """``v * Phi(v)`` of one element: with erf (exact) or the tanh approximation (``"tanh"``)."""
+    if approximate == "none":
+        return v * const(0.5, v.dtype) * (const(1.0, v.dtype) + erf(v * const(1 / math.sqrt(2), v.dtype)))
+    if approximate == "tanh":
+        inner = const(math.sqrt(2 / math.pi), v.dtype) * (v + const(0.044715, v.dtype) * v * v * v)
+        return v * const(0.5, v.dtype) * (const(1.0, v.dtype) + tanh(inner))
+    raise ExprError(f"gelu: approximate={approximate!r}; use 'none' or 'tanh'")
+
+
 def gelu(X: Tensor, approximate: str = "none", name: str = "gelu") -> Tensor:
     """``x * Phi(x)``: with erf (exact) or the tanh approximation (``approximate="tanh"``)."""
-    def exact(v):
-        return v * const(0.5, X.dtype) * (const(1.0, X.dtype) + erf(v * const(1 / math.sqrt(2), X.dtype)))
-
-    def approx(v):
-        inner = const(math.sqrt(2 / math.pi), X.dtype) * (v + const(0.044715, X.dtype) * v * v * v)
-        return v * const(0.5, X.dtype) * (const(1.0, X.dtype) + tanh(inner))
-
     if approximate not in ("none", "tanh"):
         raise ExprError(f"gelu: approximate={approximate!r}; use 'none' or 'tanh'")
-    return unary(exact if approximate == "none" else approx, X, name)
+    return unary(lambda v: gelu_value(v, approximate), X, name)
 
 
 def _stat_ops(op):

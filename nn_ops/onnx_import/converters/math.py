@@ -39,7 +39,8 @@ def cast_like(ctx: ImportContext, node):
     _cast(ctx, node, ctx.dtype(node.input[1]))
 
 
-_UNARY = {"Abs": ("abs", {}), "Sign": ("sign", {}), "Reciprocal": ("reciprocal", {}), "Floor": ("floor", {}),
+#: ONNX op -> (the op of ``ops/math.py``, its float attributes with their defaults)
+UNARY_MATH = {"Abs": ("abs", {}), "Sign": ("sign", {}), "Reciprocal": ("reciprocal", {}), "Floor": ("floor", {}),
           "Ceil": ("ceil", {}), "Round": ("round", {}), "Log": ("log", {}), "Softplus": ("softplus", {}),
           "Softsign": ("softsign", {}), "Mish": ("mish", {}), "Elu": ("elu", {"alpha": 1.0}),
           "Selu": ("selu", {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}),
@@ -47,7 +48,7 @@ _UNARY = {"Abs": ("abs", {}), "Sign": ("sign", {}), "Reciprocal": ("reciprocal",
           "Shrink": ("shrink", {"lambd": 0.5, "bias": 0.0}), "Swish": ("swish", {"alpha": 1.0})}
 
 
-_UNARY.update({name.capitalize(): (name, {}) for name in
+UNARY_MATH.update({name.capitalize(): (name, {}) for name in
                ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")})
 
 
@@ -58,7 +59,7 @@ def _unary(kind, defaults):
     return convert
 
 
-for _onnx, (_kind, _defaults) in _UNARY.items():
+for _onnx, (_kind, _defaults) in UNARY_MATH.items():
     converter(_onnx, since=1)(_unary(_kind, _defaults))
 
 

@@ -720,3 +720,67 @@ def test_log_floor_ceil_and_reciprocal_compile_once():
     for rows in (1, 4):
         x = np.random.default_rng(rows).standard_normal((rows, 6)).astype(np.float32)
         np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_math_activations_and_variadic_sums_join_a_dense_layer_s_epilogue():
+    """The activations of ``ops/math.py`` with their attributes (Elu's alpha, Shrink's lambd and
+    bias, ...), both GELUs, trig, Sum and Mean after a MatMul over symbolic rows: one kernel, as
+    onnxruntime computes them, at one row and several."""
+    b = OnnxBuilder(seed=3, opset=20)
+    h = b.node("MatMul", ["input", b.init("w", b.weight((12, 16), 0.5))])
+    outs = [b.node("Softplus", [h]), b.node("Softsign", [h]), b.node("Mish", [h]), b.node("Elu", [h], alpha=0.7),
+            b.node("Selu", [h]), b.node("Celu", [h], alpha=1.3), b.node("ThresholdedRelu", [h], alpha=0.2),
+            b.node("Shrink", [h], lambd=0.3, bias=0.1), b.node("Sign", [h]), b.node("Round", [h]),
+            b.node("Sin", [h]), b.node("Cos", [h]), b.node("Atan", [h]), b.node("Gelu", [h]),
+            b.node("Gelu", [h], approximate="tanh")]
+    model = b.model(("N", 12), b.node("Add", [b.node("Sum", outs[:5]), b.node("Mean", outs[5:])]), ("N", 16))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert len(exe.calls) == 1, [c.module.name for c in exe.calls]
+    for rows in (1, 5):
+        x = np.random.default_rng(rows).standard_normal((rows, 12)).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_comparisons_logic_clip_mod_and_prelu_compile_once():
+    """Masks built from comparisons and boolean logic, Where on them (scalar branches too), NaN and
+    infinity tests, Clip with a bound left out, float Mod and PRelu by a per-column slope."""
+    b = OnnxBuilder(seed=4, opset=13)
+    x = "input"
+    lt, gt = b.node("Less", [x, b.const(0.25)]), b.node("Greater", [x, b.node("Neg", [x])])
+    eq = b.node("Equal", [b.node("Round", [x]), b.const(0.0)])
+    le, ge = b.node("LessOrEqual", [x, b.const(-0.5)]), b.node("GreaterOrEqual", [x, b.const(1.0)])
+    mask = b.node("Xor", [b.node("Or", [b.node("And", [lt, gt]), eq]), b.node("Not", [le])])
+    terms = [b.node("Where", [mask, x, b.node("Clip", [x, b.const(-0.3), b.const(0.4)])]),
+             b.node("Where", [ge, b.const(2.0), b.const(-1.0)]),
+             b.node("Cast", [b.node("IsNaN", [b.node("Sqrt", [x])])], to=1),
+             b.node("Cast", [b.node("IsInf", [b.node("Reciprocal", [b.node("Floor", [x])])], detect_negative=0)],
+                    to=1),
+             b.node("Mod", [x, b.const(0.7)], fmod=1),
+             b.node("PRelu", [x, b.init("slope", b.weight((8,), 1.0))]),
+             b.node("Clip", [x, "", b.const(0.5)])]
+    model = b.model(("N", 8), b.node("Sum", terms), ("N", 8))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    for rows in (1, 6):
+        x = (np.random.default_rng(rows).standard_normal((rows, 8)) * 2).astype(np.float32)
+        x[-1, 0] = np.nan
+        np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_integer_mod_sign_clip_and_equal_compile_once():
+    """Integer elementwise nodes (a position's parity, a sign clipped by integer bounds): exact, at
+    sizes of 1 and more; a float-only activation of integers is refused by name."""
+    b = OnnxBuilder(seed=5, opset=13)
+    x = "input"
+    parity = b.node("Equal", [b.node("Mod", [x, b.const(5, np.int64)]), b.const(0, np.int64)])
+    clipped = b.node("Clip", [b.node("Sign", [x]), b.const(-1, np.int64), b.const(0, np.int64)])
+    picked = b.node("Where", [parity, b.node("Mod", [x, b.const(-3, np.int64)], fmod=1), clipped])
+    model = b.model(("N", "S"), b.node("Cast", [b.node("Add", [picked, b.node("Abs", [x])])], to=1), ("N", "S"),
+                    input_dtype=np.int64)
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    for shape in ((1, 1), (3, 17)):
+        x = np.random.default_rng(1).integers(-20, 20, shape).astype(np.int64)
+        np.testing.assert_array_equal(exe.run({"input": x})[0], _ort(model, {"input": x})[0])
+    b = OnnxBuilder(seed=5, opset=13)
+    model = b.model(("N", 4), b.node("Softplus", [b.node("Cast", ["input"], to=7)]), ("N", 4))
+    with pytest.raises(OnnxImportError, match=r"Softplus.* float"):
+        lw.compile(lw.from_onnx(model), polymorphic=True)

@@ -468,3 +468,19 @@ def test_a_global_max_pool_compiles_once():
     assert "poly_global_max_pool" in {c.module.name for c in exe.calls}
     for shape in ((1, 3, 9, 11), (2, 3, 8, 8), (1, 3, 1, 1)):
         _check(model, exe, shape)
+
+
+def test_math_activations_run_in_conv_epilogues_and_prelu_after_them():
+    """Mish (YOLOv4's), Elu, Gelu and Softplus in the convs' epilogues (24 channels: a padded block,
+    whose zeros they keep finite), then a PRelu by a per-channel slope: compiled once, every size."""
+    b = OnnxBuilder(6, opset=20)
+    x = b.node("Mish", [b.conv("input", 3, 16, 3)])
+    x = b.node("Elu", [b.conv(x, 16, 24, 3)], alpha=0.5)
+    x = b.node("Softplus", [b.node("Gelu", [b.conv(x, 24, 24, 1)], approximate="tanh")])
+    x = b.node("PRelu", [x, b.init("slope", b.weight((24, 1, 1), 0.5))])
+    model = b.model(("N", 3, "H", "W"), x, ("N", 24, "H", "W"), name="math_activations")
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    # three convs with their activations, the NCHW conversion, the PRelu
+    assert [c.module.name for c in exe.calls] == ["poly_conv"] * 3 + ["poly_from_blocked", "poly_group"]
+    for shape in ((1, 3, 9, 11), (2, 3, 1, 1)):
+        _check(model, exe, shape)
