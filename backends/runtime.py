@@ -280,6 +280,10 @@ class Module:
 
     def get_source(self, fmt: str = "ll") -> str:
         """The generated code: ``"lowered"`` (loop IR), ``"ll"`` (LLVM IR), ``"ll-opt"`` or ``"asm"``."""
+        if not self._sources:
+            raise ArgumentError(f"kernel {self.name!r} was loaded compiled (from the disk cache or a saved executable) "
+                                f"and has no source; to see it, build it again with LOOPWEAVE_CACHE_DIR set to an "
+                                f"empty folder")
         if fmt not in self._sources:
             raise ArgumentError(f"no source of kind {fmt!r}; kinds: {', '.join(self._sources)}")
         value = self._sources[fmt]

@@ -1,5 +1,17 @@
 """Shared test plumbing: GPU tests skip cleanly without a GPU; GPU schedules can be emulated on the CPU."""
+import atexit
+import os
+import shutil
+import tempfile
+
 import pytest
+
+# As in .ci/run: compiled kernels cached for this run only, unless the caller names a cache.  A
+# kernel found in a warm cache is loaded without its lowered IR, which some tests read, so a second
+# local run failed where CI (always cold) passed; and test kernels stay out of the user's cache.
+if "LOOPWEAVE_CACHE_DIR" not in os.environ:
+    os.environ["LOOPWEAVE_CACHE_DIR"] = tempfile.mkdtemp(prefix="loopweave-tests-")
+    atexit.register(shutil.rmtree, os.environ["LOOPWEAVE_CACHE_DIR"], True)
 
 
 def _gpu_reason():

@@ -40,8 +40,9 @@ from ..network.signature import RuntimeCheck
 from ..network.polymorphic_executable import BindingTable, KernelCall, PolymorphicExecutable, Variant, View
 from ..network.symbolic_plan import SymbolicPlan
 from ..ops.gemv import matmul_small_m
-from ..ops.arg_reduce import arg_reduce
-from ..ops.index import gather, gather_elements
+from ..ops.arg_reduce import arg_reduce, hardmax
+from ..ops.cumsum import cumsum
+from ..ops.index import gather, gather_elements, tile, trilu
 from ..ops.topk import topk_indices
 from ..ops.matmul import batch_matmul, matmul, matmul_panels, pack_panels, panel_width
 from ..ops.norm import layer_norm
@@ -70,7 +71,9 @@ REDUCES = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "Reduce
 COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(WITH_ATTRS) | set(PREDICATES) | set(VARIADIC) | set(VIEWS) | \
     set(CNN_OPS) | set(REDUCES) | {"Clip",
     "Cast", "MatMul", "Gemm", "Transpose", "Softmax", "LayerNormalization", "Constant", "Dropout", "Shape", "Gather",
-    "Concat", "BatchNormalization", "Expand", "Range", "Slice", "ConvTranspose", "Resize", "ArgMax", "ArgMin", "TopK"}
+    "Concat", "BatchNormalization", "Expand", "Range", "Slice", "ConvTranspose", "Resize", "ArgMax", "ArgMin", "TopK",
+    "LogSoftmax", "Split", "Pad", "Trilu", "Tile", "ConstantOfShape", "GatherElements", "Hardmax", "CumSum",
+    "CumProd"}
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 # A dense layer (MatMul/Gemm by a constant) at this many rows or fewer runs its few-rows variant:
 # ``matmul_small_m``'s streaming schedule, B read in place (no per-call packing of its panels, which
@@ -257,13 +260,51 @@ class _Builder:
                 return transpose(x, perm, name="transpose")
             return self.kernel(label, ("transpose", tuple(perm)), [node.input[0]], node.output[0], make,
                                variants=self.unit_variants(self.shapes.shapes[node.output[0]], make))
-        if op == "Softmax":
-            axis = _attr(node, "axis", -1)
+        if op in ("Softmax", "LogSoftmax"):
+            axis, log = _attr(node, "axis", -1), op == "LogSoftmax"
             x, y = self.as_rows(node.input[0], node.output[0], axis)
             def make(t, extent):
-                return softmax(t, -1, name="softmax")
-            return self.kernel(label, ("softmax",), [x], y, make, out_shape=self.shape(x), then_view=node.output[0],
-                               variants=self.unit_variants(self.shape(x), make))
+                return softmax(t, -1, name="softmax", log=log)
+            return self.kernel(label, ("softmax", log), [x], y, make, out_shape=self.shape(x),
+                               then_view=node.output[0], variants=self.unit_variants(self.shape(x), make))
+        if op == "Split":
+            return self.split(node, label)
+        if op == "Trilu":           # a causal mask's triangle, of symbolic sides
+            k = self.size_value(node.input[1]) if len(node.input) > 1 and node.input[1] else S.dim(0)
+            if not S.is_static(k):
+                raise _Unsupported(f"a Trilu diagonal computed from sizes ({S.show(k)})")
+            upper, k = bool(_attr(node, "upper", 1)), int(k)
+            return self.kernel(label, ("trilu", upper, k), [node.input[0]], node.output[0],
+                               lambda x, extent: trilu(x, upper, k, name="trilu"))
+        if op == "Tile":
+            repeats = [S.dim(r) for r in self.size_values(node.input[1])]
+            if not all(S.is_static(r) and int(r) >= 1 for r in repeats):
+                raise _Unsupported(f"Tile repeats {[S.show(r) for r in repeats]} (constants >= 1 are covered)")
+            repeats = tuple(int(r) for r in repeats)
+            return self.kernel(label, ("tile", repeats), [node.input[0]], node.output[0],
+                               lambda x, extent: tile(x, repeats, name="tile"), derived_output=True)
+        if op == "ConstantOfShape":     # a mask's ones of a computed shape
+            return self.constant_of_shape(node, label)
+        if op == "GatherElements":      # at computed indices (the values of a TopK-like selection)
+            axis = int(_attr(node, "axis", 0))
+            if not S.is_static(self.shape(node.input[0])[axis]):
+                raise _Unsupported(f"a GatherElements along the symbolic axis {axis}")
+            return self.kernel(label, ("gather_elements", axis), [node.input[0], node.input[1]], node.output[0],
+                               lambda x, idx, extent: gather_elements(x, idx, axis, name="gather_elements"))
+        if op == "Hardmax":
+            axis = int(_attr(node, "axis", -1))
+            return self.kernel(label, ("hardmax", axis), [node.input[0]], node.output[0],
+                               lambda x, extent: hardmax(x, axis, name="hardmax"))
+        if op in ("CumSum", "CumProd"):     # position ids counted along a mask, of any length
+            axis = self.size_value(node.input[1])
+            if not S.is_static(axis):
+                raise _Unsupported("a cumulative axis computed from sizes")
+            kind, axis = "sum" if op == "CumSum" else "prod", int(axis)
+            exclusive, reverse = bool(_attr(node, "exclusive", 0)), bool(_attr(node, "reverse", 0))
+            return self.kernel(label, ("cumulative", kind, axis, exclusive, reverse), [node.input[0]], node.output[0],
+                               lambda x, extent: cumsum(x, axis, exclusive, reverse, name="cumulative", kind=kind))
+        if op == "Pad":
+            return self.pad(node, label)
         if op == "LayerNormalization":
             if len(outs) > 1:
                 raise _Unsupported("LayerNormalization's mean/inv_std outputs")
@@ -506,6 +547,72 @@ class _Builder:
             return compute(tuple(extent(d) for d in out_shape),
                            lambda *i: x[tuple(index(a, v) for a, v in enumerate(i))], name="slice", tag="injective")
         return self.kernel(label, ("slice", plan), [node.input[0]], node.output[0], make)
+
+    def constant_of_shape(self, node, label: str) -> None:
+        """ConstantOfShape of a shape computed from sizes (constant shapes are folded at import)."""
+        from onnx import numpy_helper
+        value = numpy_helper.to_array(node.attribute[0].t).reshape(-1) if node.attribute \
+            else np.zeros(1, np.float32)
+        dtype, number = str(value.dtype), value[0].item()
+        shape = self.shapes.shapes[node.output[0]]
+        self.kernel(label, ("constant_of_shape", dtype, number), [], node.output[0],
+                    lambda extent: compute(tuple(extent(d) for d in shape), lambda *i: const(number, dtype),
+                                           name="constant_of_shape", tag="injective"))
+
+    def split(self, node, label: str) -> None:
+        """Split along an axis of static size (a fused q/k/v projection cut in three, a chunk of
+        channels): a copy kernel per output, reading from its piece's first index."""
+        src = self.shape(node.input[0])
+        axis = int(_attr(node, "axis", 0)) % len(src)
+        if not S.is_static(src[axis]):
+            raise _Unsupported(f"a Split along the symbolic axis {axis} ({_show(src)})")
+        start = 0
+        for k, out in enumerate(node.output):
+            out_shape = self.shapes.shapes[out] if out else None
+            if out:
+                def make(x, extent, first=start, out_shape=out_shape):
+                    return compute(tuple(extent(d) for d in out_shape),
+                                   lambda *i: x[i[:axis] + (i[axis] + first,) + i[axis + 1:]], name="split",
+                                   tag="injective")
+                self.kernel(f"{label}.{k}" if k else label, ("split", axis, start), [node.input[0]], out, make)
+            start += int(self.shapes.shapes[out][axis]) if out else 0
+
+    def pad(self, node, label: str) -> None:
+        """Pad by constant amounts, with a constant value or the edge's (a TF-exported network's
+        explicit padding); reflect and wrap where the padded axes are static. The kernel computes its
+        output sizes, ``H + before + after``."""
+        from ..ops.index import pad_index
+        from ..ops.shape import pad
+        src = self.shape(node.input[0])
+        mode = _attr(node, "mode", "constant")
+        pads = [S.dim(p) for p in (self.size_values(node.input[1]) if len(node.input) > 1 and node.input[1]
+                                   else _attr(node, "pads", []))]
+        if not all(S.is_static(p) for p in pads):
+            raise _Unsupported("pads computed from sizes")
+        pads = [int(p) for p in pads]
+        axes = [int(a) % len(src) for a in self.size_values(node.input[3])] if len(node.input) > 3 and node.input[3] \
+            else list(range(len(src)))
+        before, after = [0] * len(src), [0] * len(src)
+        for k, a in enumerate(axes):
+            before[a], after[a] = pads[k], pads[k + len(axes)]
+        if any(p < 0 for p in before + after):
+            raise _Unsupported("negative pads")
+        if mode in ("reflect", "wrap") and any((b or a) and not S.is_static(d) for d, b, a in zip(src, before, after)):
+            raise _Unsupported(f"{mode} padding of an axis of symbolic size (out of bounds where the size is "
+                               f"smaller than the pad)")
+        value = 0.0
+        if len(node.input) > 2 and node.input[2]:
+            if node.input[2] not in self.consts or self.consts[node.input[2]].size != 1:
+                raise _Unsupported("a Pad value other than one constant")
+            value = float(self.consts[node.input[2]].reshape(()))
+        before, after = tuple(before), tuple(after)
+
+        def make(x, extent):
+            if mode == "constant":
+                return pad(x, before, after, value, name="pad")
+            return pad_index(x, before, after, mode, name="pad")
+        self.kernel(label, ("pad", mode, before, after, value), [node.input[0]], node.output[0], make,
+                    derived_output=True)
 
     def aliased(self, shape: tuple) -> tuple:
         """``shape`` with each size that ``assume_equal`` checks equal to another as that other."""
@@ -882,10 +989,11 @@ class _Builder:
 
 def _reads_sizes(user, name: str) -> bool:
     """Whether ``user`` reads the shape value ``name`` as sizes (a target shape, Range's bounds,
-    Slice's starts/ends/axes/steps, Resize's sizes), not as data."""
+    Slice's starts/ends/axes/steps, Resize's sizes, Pad's pads, ...), not as data."""
     at = list(user.input).index(name)
-    return ((user.op_type in VIEWS or user.op_type == "Expand") and at == 1) or user.op_type == "Range" \
-        or (user.op_type == "Slice" and at >= 1) or (user.op_type == "Resize" and at == 3)
+    return ((user.op_type in VIEWS or user.op_type in ("Expand", "Tile", "Split", "Trilu")) and at == 1) \
+        or user.op_type in ("Range", "ConstantOfShape") or (user.op_type in ("Slice", "Pad") and at >= 1) \
+        or (user.op_type == "Resize" and at == 3)
 
 
 def _multiple_name(index: int, k: int) -> str:

@@ -44,7 +44,7 @@ def arg_reduce(X: Tensor, axis: int, kind: str = "max", keepdims: bool = True, s
 
 def hardmax(X: Tensor, axis: int = -1, name: str = "hardmax") -> Tensor:
     """1 at the first largest value along ``axis``, 0 elsewhere."""
-    shape = static_shape(X)
+    shape = extents(X)
     nd = len(shape)
     axis = axis + nd if axis < 0 else axis
     best = arg_reduce(X, axis, "max", keepdims=True, name=name + ".argmax")

@@ -10,13 +10,13 @@ from __future__ import annotations
 from ...dsl.reduction import prod as lw_prod, sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
-from .elementwise import static_shape
+from .elementwise import extents
 
 
 def cumsum(X: Tensor, axis: int, exclusive: bool = False, reverse: bool = False, name: str = "cumsum",
            kind: str = "sum") -> Tensor:
     """Cumulative ``kind`` ("sum" or "prod") along ``axis``."""
-    shape = static_shape(X)
+    shape = extents(X)          # symbolic extents allowed (shape-polymorphic kernels)
     nd = len(shape)
     axis = axis + nd if axis < 0 else axis
     if not 0 <= axis < nd:

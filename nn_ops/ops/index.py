@@ -91,7 +91,7 @@ def expand(x: Tensor, shape: Sequence[int], name: str = "expand") -> Tensor:
 
 
 def tile(x: Tensor, repeats: Sequence[int], name: str = "tile") -> Tensor:
-    src = static_shape(x)
+    src = extents(x)            # symbolic extents allowed (shape-polymorphic kernels)
     if len(repeats) != len(src):
         raise ExprError(f"tile: {len(repeats)} repeats for rank {len(src)}")
     shape = tuple(d * int(r) for d, r in zip(src, repeats))
@@ -101,7 +101,7 @@ def tile(x: Tensor, repeats: Sequence[int], name: str = "tile") -> Tensor:
 
 def trilu(x: Tensor, upper: bool = True, k: int = 0, name: str = "trilu") -> Tensor:
     """Keep the upper (``j - i >= k``) or lower (``j - i <= k``) triangle of the last two axes."""
-    shape = static_shape(x)
+    shape = extents(x)
     if len(shape) < 2:
         raise ExprError(f"trilu needs rank >= 2, got {len(shape)}")
 
@@ -177,9 +177,12 @@ def reverse_sequence(x: Tensor, lengths: Tensor, batch_axis: int = 1, time_axis:
 def pad_index(x: Tensor, before: Sequence[int], after: Sequence[int], mode: str, name: str = "pad") -> Tensor:
     """Pad by reading inside ``x``: ``edge`` repeats the border, ``reflect`` mirrors without
     repeating it, ``wrap`` continues periodically (ONNX Pad modes; numpy's edge/reflect/wrap)."""
-    src = static_shape(x)
+    src = extents(x)            # symbolic extents allowed where a padded axis is static (or the mode is edge)
     if mode not in ("edge", "reflect", "wrap"):
         raise ExprError(f"pad mode {mode!r}")
+    if mode != "edge" and any((b or a) and not isinstance(d, int) for d, b, a in zip(src, before, after)):
+        raise ExprError(f"{mode} padding of an axis of symbolic size reads out of bounds where the size is "
+                        f"smaller than the pad")
     if mode == "reflect" and any((b or a) and (b >= d or a >= d) for d, b, a in zip(src, before, after)):
         raise ExprError(f"reflect padding {list(before)}/{list(after)} reaches past the edge of shape {src}")
     shape = tuple(d + b + a for d, b, a in zip(src, before, after))

@@ -10,7 +10,7 @@ import math
 from typing import Sequence
 
 from ...dsl.expr import Const, cast, const, if_then_else, logical_and
-from ...dsl.intrinsics import exp
+from ...dsl.intrinsics import exp, log as lw_log
 from ...dsl.reduction import max as lw_max, sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
@@ -101,15 +101,15 @@ def concat(tensors: Sequence[Tensor], axis: int, name: str = "concat") -> Tensor
 
 def pad(X: Tensor, pads_before: Sequence[int], pads_after: Sequence[int], value: float = 0.0,
         name: str = "pad") -> Tensor:
-    src = static_shape(X)
+    src = extents(X)            # symbolic extents allowed (shape-polymorphic kernels)
     shape = tuple(d + a + b for d, a, b in zip(src, pads_before, pads_after))
 
     def fcompute(*idx):
         conds, index = None, []
-        for i, d, lo in zip(idx, src, pads_before):
+        for i, d, lo, hi in zip(idx, src, pads_before, pads_after):
             j = i - lo
             index.append(j)
-            if lo or shape[len(index) - 1] != d:
+            if lo or hi:
                 c = logical_and(j >= 0, j < d)
                 conds = c if conds is None else logical_and(conds, c)
         read = X[tuple(index)]
@@ -118,8 +118,9 @@ def pad(X: Tensor, pads_before: Sequence[int], pads_after: Sequence[int], value:
     return compute(shape, fcompute, name=name, tag="injective")
 
 
-def softmax(X: Tensor, axis: int = -1, name: str = "softmax") -> Tensor:
-    """``exp(x - max) / sum(exp(x - max))`` along ``axis``.
+def softmax(X: Tensor, axis: int = -1, name: str = "softmax", log: bool = False) -> Tensor:
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis`` (``log``: its logarithm, computed as
+    ``x - max - log(sum(exp(x - max)))``, exact where the exponentials underflow).
 
     Four stages: the row maximum, the exponentials (stored once, not recomputed by the
     sum and the division), their sum, and the scaling.  Along the last axis the default
@@ -143,6 +144,9 @@ def softmax(X: Tensor, axis: int = -1, name: str = "softmax") -> Tensor:
     E = compute(shape, lambda *idx: exp(X[idx] - M[drop(idx)]), name=name + ".exp", tag="softmax_stat")
     k2 = reduce_axis((0, shape[axis]), name="k")
     S = compute(rest, lambda *idx: lw_sum(E[with_axis(idx, k2)], axis=k2), name=name + ".sum", tag="softmax_stat")
+    if log:
+        return compute(shape, lambda *idx: X[idx] - M[drop(idx)] - lw_log(S[drop(idx)]), name=name, tag="softmax",
+                       attrs={"axis": axis})
     one = const(1.0, X.dtype)
     return compute(shape, lambda *idx: E[idx] * (one / S[drop(idx)]), name=name, tag="softmax",
                    attrs={"axis": axis})
@@ -159,9 +163,13 @@ def schedule_softmax(s, op, target):
     from ...dsl.expr import Const
     stage = s[op]
     out = op.outputs[0]
-    E = next(t for t in op.input_tensors if t.op.name.endswith(".exp"))
-    S = next(t for t in op.input_tensors if t is not E)
-    M = next(t for t in E.op.input_tensors if getattr(t.op, "tag", "") == "softmax_stat")
+    stats, stack = {}, list(op.input_tensors)       # max, exp and sum (a log-softmax reads max and sum)
+    while stack:
+        t = stack.pop()
+        if getattr(t.op, "tag", "") == "softmax_stat":
+            stats[t.op.name.rsplit(".", 1)[1]] = t
+            stack.extend(t.op.input_tensors)
+    M, E, S = stats["max"], stats["exp"], stats["sum"]
     axes = list(stage.leaf_iter_vars)
     nd = len(axes)
     lanes = target.lanes(out.dtype)

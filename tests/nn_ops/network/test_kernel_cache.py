@@ -156,6 +156,9 @@ def test_a_second_polymorphic_compile_lowers_nothing_and_runs_the_same(fresh_cac
     assert {k: m.symbol for k, m in second.kernels.items()} == {k: m.symbol for k, m in first.kernels.items()}
     x = np.random.default_rng(0).standard_normal((2, 3, 13, 19)).astype("float32")
     np.testing.assert_array_equal(first.run({"input": x})[0], second.run({"input": x})[0])
+    # a cached kernel has no source to show, and says how to get one
+    with pytest.raises(lw.ArgumentError, match=r"was loaded compiled .* LOOPWEAVE_CACHE_DIR set to an empty folder"):
+        next(iter(second.kernels.values())).get_source("lowered")
     entries[0].write_bytes(entries[0].read_bytes()[:-5] + b"oops!")
     with pytest.warns(UserWarning):
         third = lw.compile(lw.from_onnx(model), polymorphic=True)

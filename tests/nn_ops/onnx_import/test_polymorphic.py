@@ -561,8 +561,8 @@ def test_lw_compile_compiles_a_covered_model_once_and_warns_where_it_cannot():
         warnings.simplefilter("error")
         assert isinstance(lw.compile(lw.from_onnx(covered)), PolymorphicExecutable)
     b = OnnxBuilder()
-    model = b.model(("N", 4), b.node("Hardmax", ["input"]), ("N", 4))
-    with pytest.warns(lw.PerShapeCompileWarning, match=r"(?s)polymorphic=False.*Hardmax"):
+    model = b.model(("N", 4), b.node("LpNormalization", ["input"], axis=-1), ("N", 4))
+    with pytest.warns(lw.PerShapeCompileWarning, match=r"(?s)polymorphic=False.*LpNormalization"):
         exe = lw.compile(lw.from_onnx(model), progress=False)
     assert isinstance(exe, DynamicExecutable)
     x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
@@ -572,7 +572,7 @@ def test_lw_compile_compiles_a_covered_model_once_and_warns_where_it_cannot():
         assert isinstance(lw.compile(lw.from_onnx(covered), checks="bounds"), PolymorphicExecutable)
     with pytest.warns(lw.PerShapeCompileWarning, match="tuning_log is not taken"):
         lw.compile(lw.from_onnx(covered), tuning_log="x.jsonl")
-    with pytest.raises(OnnxImportError, match="Hardmax"):
+    with pytest.raises(OnnxImportError, match="LpNormalization"):
         lw.compile(lw.from_onnx(model), polymorphic=True)
 
 
@@ -784,3 +784,69 @@ def test_integer_mod_sign_clip_and_equal_compile_once():
     model = b.model(("N", 4), b.node("Softplus", [b.node("Cast", ["input"], to=7)]), ("N", 4))
     with pytest.raises(OnnxImportError, match=r"Softplus.* float"):
         lw.compile(lw.from_onnx(model), polymorphic=True)
+
+
+def test_split_log_softmax_and_pad_compile_once():
+    """A projection split in three by sizes and in two by ``num_outputs`` (opset 18), LogSoftmax over
+    the last axis, constant and edge padding of symbolic axes: the kernels compute ``S + 3`` from
+    ``S``; at one token and several, as onnxruntime computes them."""
+    b = OnnxBuilder(seed=8, opset=18)
+    h = b.node("MatMul", ["input", b.init("w", b.weight((8, 24), 0.5))])
+    q, k, v = b.node("Split", [h, b.const([8, 8, 8], np.int64)], n_out=3, axis=-1)
+    left, right = b.node("Split", [v], n_out=2, axis=2, num_outputs=2)
+    scores = b.node("LogSoftmax", [b.node("Add", [q, k])], axis=-1)
+    padded = b.node("Pad", [b.node("Concat", [left, right], axis=-1), b.const([0, 1, 2, 0, 2, 1], np.int64),
+                            b.const(0.5)])
+    edged = b.node("Pad", [scores, b.const([0, 1, 1, 0, 2, 2], np.int64)], mode="edge")
+    model = b.model(("N", "S", 8), b.node("Add", [padded, edged]), ("N", None, 11))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert {"poly_split", "poly_pad"} <= {c.module.name for c in exe.calls}
+    for shape in ((1, 1, 8), (2, 5, 8)):
+        x = np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)
+        got, want = exe.run({"input": x})[0], _ort(model, {"input": x})[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+
+def test_a_causal_mask_from_constant_of_shape_and_trilu_compiles_once():
+    """What torch exports for ``torch.full((seq, seq), -inf).triu(1)`` added to attention scores:
+    ConstantOfShape of a shape computed from ``seq``, Trilu with k=1, then a Tile of the scores'
+    rows; one compile, exact at one token and several."""
+    from onnx import helper, TensorProto
+    b = OnnxBuilder(seed=10, opset=14)
+    seq = b.node("Gather", [b.node("Shape", ["input"]), b.const(1, np.int64)], axis=0)
+    side = b.node("Unsqueeze", [seq, b.const([0], np.int64)])
+    square = b.node("Concat", [side, side], axis=0)
+    full = b.node("ConstantOfShape", [square],
+                  value=helper.make_tensor("v", TensorProto.FLOAT, [1], [-1e9]))
+    mask = b.node("Trilu", [full, b.const(1, np.int64)], upper=1)
+    scores = b.node("MatMul", ["input", b.node("Transpose", ["input"], perm=[0, 2, 1])])
+    out = b.node("Tile", [b.node("Softmax", [b.node("Add", [scores, mask])], axis=-1), b.const([1, 2, 1], np.int64)])
+    model = b.model(("N", "S", 4), out, ("N", None, "S"))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert {"poly_constant_of_shape", "poly_trilu", "poly_tile"} <= {c.module.name for c in exe.calls}
+    for shape in ((1, 1, 4), (2, 6, 4)):
+        x = np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)
+        got, want = exe.run({"input": x})[0], _ort(model, {"input": x})[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_cumsum_gather_elements_and_hardmax_compile_once():
+    """Position ids counted along the sequence (``mask.cumsum(-1) - 1``, exclusive and reversed too),
+    a row's best value gathered at its ArgMax, and Hardmax: one compile, one token and several."""
+    b = OnnxBuilder(seed=11, opset=14)
+    h = b.node("MatMul", ["input", b.init("w", b.weight((5, 6), 0.7))])
+    ids = b.node("Cast", [b.node("Greater", ["input", b.const(0.0)])], to=7)           # int64 mask
+    pos = b.node("Sub", [b.node("CumSum", [ids, b.const(1, np.int64)]), b.const(1, np.int64)])
+    back = b.node("CumSum", [ids, b.const(1, np.int64)], exclusive=1, reverse=1)
+    counts = b.node("Cast", [b.node("Add", [pos, back])], to=1)                        # [N, S, 5]
+    best = b.node("GatherElements", [h, b.node("ArgMax", [h], axis=2, keepdims=1)], axis=2)     # [N, S, 1]
+    out = b.node("Concat", [b.node("Add", [b.node("Hardmax", [h], axis=-1), best]), counts], axis=-1)
+    model = b.model(("N", "S", 5), out, ("N", "S", 11))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert {"poly_cumulative", "poly_gather_elements", "poly_hardmax"} <= {c.module.name for c in exe.calls}
+    for shape in ((1, 1, 5), (3, 7, 5)):
+        x = np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-6)
