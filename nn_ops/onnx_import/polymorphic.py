@@ -30,6 +30,7 @@ import numpy as np
 import sympy
 
 from ...backends import build_workers
+from ...dsl import intrinsics as lwi
 from ...dsl.expr import binary, cast, const
 from ...dsl.tensor import compute, placeholder
 from ...errors import OnnxImportError
@@ -51,6 +52,7 @@ from ..ops.conv2d_transpose import conv2d_transpose
 from ..ops.elementwise import broadcast_index
 from ..ops.shape import concat, reduce, softmax, transpose
 from .context import onnx_attrs
+from .converters.math import REDUCE_BETWEEN
 from .fold import FOLDERS
 from .importer import node_label
 from .polymorphic_cnn import CnnWalk
@@ -67,7 +69,10 @@ class _Pending:
 
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 CNN_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")    # polymorphic_cnn.py (and below)
-REDUCES = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min"}
+REDUCES = {"ReduceMean": (None, "mean", None), "ReduceSum": (None, "sum", None), "ReduceMax": (None, "max", None),
+           "ReduceMin": (None, "min", None), **REDUCE_BETWEEN}
+#: the steps around a reduction (``REDUCE_BETWEEN``'s names), per element
+_REDUCE_STEPS = {"abs": lwi.abs, "square": lambda v: v * v, "sqrt": lwi.sqrt, "log": lwi.log}
 COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(WITH_ATTRS) | set(PREDICATES) | set(VARIADIC) | set(VIEWS) | \
     set(CNN_OPS) | set(REDUCES) | {"Clip",
     "Cast", "MatMul", "Gemm", "Transpose", "Softmax", "LayerNormalization", "Constant", "Dropout", "Shape", "Gather",
@@ -645,7 +650,9 @@ class _Builder:
                            lambda x, extent: gather(x, index, axis, name="take"))
 
     def reduce(self, node, label: str) -> None:
-        """ReduceMean/Sum/Max/Min over constant axes (an attribute, or a constant input from opset 18)."""
+        """ReduceMean/Sum/Max/Min, and L1/L2/SumSquare/LogSum/Prod with their steps around the reduction
+        (``REDUCE_BETWEEN``, the static path's), over constant axes (an attribute, or a constant input
+        from opset 18)."""
         axes = _attr(node, "axes", None)
         if axes is None and len(node.input) > 1 and node.input[1]:
             if node.input[1] not in self.consts:
@@ -653,10 +660,18 @@ class _Builder:
             axes = [int(a) for a in self.consts[node.input[1]].reshape(-1)]
         if axes is None and int(_attr(node, "noop_with_empty_axes", 0)):
             raise _Unsupported("an empty reduction (noop_with_empty_axes)")
-        keepdims, kind = bool(_attr(node, "keepdims", 1)), REDUCES[node.op_type]
+        keepdims, (pre, kind, post) = bool(_attr(node, "keepdims", 1)), REDUCES[node.op_type]
         axes = tuple(int(a) for a in axes) if axes is not None else None
-        self.kernel(label, ("reduce", kind, axes, keepdims), [node.input[0]], node.output[0],
-                    lambda x, extent: reduce(x, list(axes or ()), kind, keepdims, name="reduce"))
+
+        def make(x, extent):
+            if pre is not None:
+                x = compute(x.shape, lambda *i: _REDUCE_STEPS[pre](x[i]), name="reduce.pre", tag="elemwise")
+            r = reduce(x, list(axes or ()), kind, keepdims, name="reduce")
+            if post is None:
+                return r
+            return compute(r.shape, lambda *i: _REDUCE_STEPS[post](r[i]), name="reduce.post", tag="elemwise")
+        steps = (pre, post) if pre or post else ()        # (a plain reduction keeps the key saved files name)
+        self.kernel(label, ("reduce", kind, axes, keepdims) + steps, [node.input[0]], node.output[0], make)
 
     def arg_reduce(self, node, label: str) -> None:
         """ArgMax/ArgMin along one axis (a classifier's label, a token's id), of any size."""

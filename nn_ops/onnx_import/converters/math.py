@@ -121,9 +121,11 @@ def _reduce_between(pre, kind, post):
     return convert
 
 
-for _onnx, (_pre, _kind, _post) in {"ReduceL1": ("abs", "sum", None), "ReduceL2": ("square", "sum", "sqrt"),
-                                     "ReduceSumSquare": ("square", "sum", None), "ReduceLogSum": (None, "sum", "log"),
-                                     "ReduceProd": (None, "prod", None)}.items():
+#: ONNX reduction -> (the step before it, the reduction, the step after it)
+REDUCE_BETWEEN = {"ReduceL1": ("abs", "sum", None), "ReduceL2": ("square", "sum", "sqrt"),
+                  "ReduceSumSquare": ("square", "sum", None), "ReduceLogSum": (None, "sum", "log"),
+                  "ReduceProd": (None, "prod", None)}
+for _onnx, (_pre, _kind, _post) in REDUCE_BETWEEN.items():
     converter(_onnx, since=1)(_reduce_between(_pre, _kind, _post))
 
 

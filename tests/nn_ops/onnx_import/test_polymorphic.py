@@ -850,3 +850,20 @@ def test_cumsum_gather_elements_and_hardmax_compile_once():
     for shape in ((1, 1, 5), (3, 7, 5)):
         x = np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)
         np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_reductions_with_a_step_before_or_after_compile_once():
+    """ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum and ReduceProd over a symbolic axis and a
+    static one: the static path's steps (``REDUCE_BETWEEN``) in one kernel each, every size 1 too."""
+    b = OnnxBuilder(seed=12, opset=13)
+    x = b.node("Add", [b.node("Abs", ["input"]), b.const(0.5)])
+    parts = [b.node(op, [x], axes=[axis], keepdims=1)
+             for op, axis in (("ReduceL1", 1), ("ReduceL2", 2), ("ReduceSumSquare", 1), ("ReduceLogSum", 2),
+                              ("ReduceProd", 2))]
+    out = b.node("Add", [b.node("Add", [b.node("Mul", [parts[0], parts[1]]), b.node("Mul", [parts[2], parts[3]])]),
+                         parts[4]])
+    model = b.model(("N", "S", 3), out, ("N", 1, 1))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    for shape in ((1, 1, 3), (2, 9, 3)):
+        x = np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-5)
