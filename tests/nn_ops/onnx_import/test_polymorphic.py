@@ -722,6 +722,15 @@ def test_log_floor_ceil_and_reciprocal_compile_once():
         np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-5)
 
 
+
+def _matches_ort_at(model, exe, shapes, atol=1e-5):
+    """``exe`` against onnxruntime on a float32 input of each shape (seeded by its second size)."""
+    for shape in shapes:
+        x = np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)
+        got, want = exe.run({"input": x})[0], _ort(model, {"input": x})[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=atol)
+
 def test_math_activations_and_variadic_sums_join_a_dense_layer_s_epilogue():
     """The activations of ``ops/math.py`` with their attributes (Elu's alpha, Shrink's lambd and
     bias, ...), both GELUs, trig, Sum and Mean after a MatMul over symbolic rows: one kernel, as
@@ -801,12 +810,7 @@ def test_split_log_softmax_and_pad_compile_once():
     model = b.model(("N", "S", 8), b.node("Add", [padded, edged]), ("N", None, 11))
     exe = lw.compile(lw.from_onnx(model), polymorphic=True)
     assert {"poly_split", "poly_pad"} <= {c.module.name for c in exe.calls}
-    for shape in ((1, 1, 8), (2, 5, 8)):
-        x = np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)
-        got, want = exe.run({"input": x})[0], _ort(model, {"input": x})[0]
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-
+    _matches_ort_at(model, exe, ((1, 1, 8), (2, 5, 8)))
 
 
 def test_a_causal_mask_from_constant_of_shape_and_trilu_compiles_once():
@@ -826,11 +830,7 @@ def test_a_causal_mask_from_constant_of_shape_and_trilu_compiles_once():
     model = b.model(("N", "S", 4), out, ("N", None, "S"))
     exe = lw.compile(lw.from_onnx(model), polymorphic=True)
     assert {"poly_constant_of_shape", "poly_trilu", "poly_tile"} <= {c.module.name for c in exe.calls}
-    for shape in ((1, 1, 4), (2, 6, 4)):
-        x = np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)
-        got, want = exe.run({"input": x})[0], _ort(model, {"input": x})[0]
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    _matches_ort_at(model, exe, ((1, 1, 4), (2, 6, 4)), atol=1e-6)
 
 
 def test_cumsum_gather_elements_and_hardmax_compile_once():
@@ -847,9 +847,7 @@ def test_cumsum_gather_elements_and_hardmax_compile_once():
     model = b.model(("N", "S", 5), out, ("N", "S", 11))
     exe = lw.compile(lw.from_onnx(model), polymorphic=True)
     assert {"poly_cumulative", "poly_gather_elements", "poly_hardmax"} <= {c.module.name for c in exe.calls}
-    for shape in ((1, 1, 5), (3, 7, 5)):
-        x = np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)
-        np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-6)
+    _matches_ort_at(model, exe, ((1, 1, 5), (3, 7, 5)), atol=1e-6)
 
 
 def test_reductions_with_a_step_before_or_after_compile_once():
@@ -864,6 +862,4 @@ def test_reductions_with_a_step_before_or_after_compile_once():
                          parts[4]])
     model = b.model(("N", "S", 3), out, ("N", 1, 1))
     exe = lw.compile(lw.from_onnx(model), polymorphic=True)
-    for shape in ((1, 1, 3), (2, 9, 3)):
-        x = np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)
-        np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-5)
+    _matches_ort_at(model, exe, ((1, 1, 3), (2, 9, 3)))
