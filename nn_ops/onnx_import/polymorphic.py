@@ -46,7 +46,8 @@ from ..ops.cumsum import cumsum
 from ..ops.index import gather, gather_elements, tile, trilu
 from ..ops.topk import topk_indices
 from ..ops.matmul import batch_matmul, matmul, matmul_panels, pack_panels, panel_width
-from ..ops.norm import layer_norm
+from ..ops.norm import instance_norm, layer_norm
+from ..ops.quantize import dequantize, quantize
 from ..ops.registry import schedule
 from ..ops.conv2d_transpose import conv2d_transpose
 from ..ops.elementwise import broadcast_index
@@ -56,7 +57,7 @@ from .converters.math import REDUCE_BETWEEN
 from .fold import FOLDERS
 from .importer import node_label
 from .polymorphic_cnn import CnnWalk
-from .polymorphic_common import (BINARY, FLOAT_ONLY, PREDICATES, TERNARY, UNARY, VARIADIC, WITH_ATTRS, KernelVariant, _apply, _attr, _elementwise,
+from .polymorphic_common import (BINARY, FLOAT_ONLY, INTEGER, PREDICATES, TERNARY, UNARY, VARIADIC, WITH_ATTRS, KernelVariant, _apply, _attr, _elementwise,
                                  _same, _show, conv_transpose_attrs, node_params)
 
 
@@ -73,12 +74,12 @@ REDUCES = {"ReduceMean": (None, "mean", None), "ReduceSum": (None, "sum", None),
            "ReduceMin": (None, "min", None), **REDUCE_BETWEEN}
 #: the steps around a reduction (``REDUCE_BETWEEN``'s names), per element
 _REDUCE_STEPS = {"abs": lwi.abs, "square": lambda v: v * v, "sqrt": lwi.sqrt, "log": lwi.log}
-COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(WITH_ATTRS) | set(PREDICATES) | set(VARIADIC) | set(VIEWS) | \
+COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(WITH_ATTRS) | set(PREDICATES) | set(VARIADIC) | set(INTEGER) | set(VIEWS) | \
     set(CNN_OPS) | set(REDUCES) | {"Clip",
     "Cast", "MatMul", "Gemm", "Transpose", "Softmax", "LayerNormalization", "Constant", "Dropout", "Shape", "Gather",
     "Concat", "BatchNormalization", "Expand", "Range", "Slice", "ConvTranspose", "Resize", "ArgMax", "ArgMin", "TopK",
     "LogSoftmax", "Split", "Pad", "Trilu", "Tile", "ConstantOfShape", "GatherElements", "Hardmax", "CumSum",
-    "CumProd"}
+    "CumProd", "InstanceNormalization", "DepthToSpace", "SpaceToDepth", "DequantizeLinear", "QuantizeLinear"}
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 # A dense layer (MatMul/Gemm by a constant) at this many rows or fewer runs its few-rows variant:
 # ``matmul_small_m``'s streaming schedule, B read in place (no per-call packing of its panels, which
@@ -146,6 +147,11 @@ class _Builder:
             if id(node) in self.done:
                 continue
             label = node_label(k, node)
+            if node.output and node.output[0] and node.output[0] not in self.shapes.shapes:
+                poisoned.update(node.output)        # its shape is unknown (said so, unless the rule gave none)
+                if not any(u[0] == label for u in self.shapes.unknown):
+                    problems.append((label, node.op_type, f"the shape of {node.output[0]!r} is not known symbolically"))
+                continue
             if any(i in poisoned for i in node.input):
                 poisoned.update(node.output)
                 if node.op_type not in COVERED:
@@ -310,6 +316,16 @@ class _Builder:
                                lambda x, extent: cumsum(x, axis, exclusive, reverse, name="cumulative", kind=kind))
         if op == "Pad":
             return self.pad(node, label)
+        if op in ("DequantizeLinear", "QuantizeLinear"):
+            return self.quantization(node, label)
+        if op in ("DepthToSpace", "SpaceToDepth"):     # a super-resolution net's pixel shuffle
+            return self.space_depth(node, label)
+        if op == "InstanceNormalization":       # (torch's GroupNorm too, over a (N, groups, -1) view)
+            if len(self.shape(node.input[0])) < 3 or not all(i in self.consts for i in node.input[1:3]):
+                raise _Unsupported("an InstanceNormalization of rank < 3 or with computed scale or bias")
+            eps = float(_attr(node, "epsilon", 1e-5))
+            return self.kernel(label, ("instance_norm", eps), list(node.input[:3]), node.output[0],
+                               lambda x, s, b, extent: instance_norm(x, s, b, eps, name="instance_norm"))
         if op == "LayerNormalization":
             if len(outs) > 1:
                 raise _Unsupported("LayerNormalization's mean/inv_std outputs")
@@ -564,6 +580,66 @@ class _Builder:
                     lambda extent: compute(tuple(extent(d) for d in shape), lambda *i: const(number, dtype),
                                            name="constant_of_shape", tag="injective"))
 
+    def quantization(self, node, label: str) -> None:
+        """DequantizeLinear / QuantizeLinear (a QDQ model's) by a constant scale and zero point, with
+        the static path's arithmetic (``ops/quantize.py``): per tensor, or per position (or block)
+        along an axis of static size, whose positions then all have their scale."""
+        from .importer import np_dtype
+        inputs = [i for i in node.input[:3] if i]
+        if not all(i in self.consts for i in inputs[1:]):
+            raise _Unsupported("a computed scale or zero point")
+        shape = self.shape(inputs[0])
+        axis, block = int(_attr(node, "axis", 1)), int(_attr(node, "block_size", 0))
+        if self.consts[inputs[1]].size > 1 and not S.is_static(shape[axis % len(shape)]):
+            raise _Unsupported(f"a scale per position along the symbolic axis {axis} ({_show(shape)})")
+        if node.op_type == "DequantizeLinear" and inputs[0] in self.consts:     # an int8 weight: float once, here
+            self.consts[node.output[0]] = _dequantized(*(self.consts[i] for i in inputs), axis=axis, block=block)
+            return
+        if node.op_type == "DequantizeLinear":
+            to = None
+            if _attr(node, "output_dtype", 0) and np_dtype(_attr(node, "output_dtype", 0)) != self.dtype(inputs[1]):
+                raise _Unsupported("output_dtype other than the scale's type")
+        else:
+            to = np_dtype(_attr(node, "output_dtype", 0)) if _attr(node, "output_dtype", 0) else \
+                self.dtype(inputs[2]) if len(inputs) > 2 else "uint8"
+            if not self.dtype(inputs[0]).startswith("float"):
+                raise _Unsupported(f"quantizing {self.dtype(inputs[0])} values")
+
+        def make(x, scale, zero_point=None, extent=None):
+            if to is None:
+                return dequantize(x, scale, zero_point, axis, block, name="dequantize")
+            return quantize(x, scale, zero_point, to, axis, block, name="quantize")
+        self.kernel(label, ("quantize" if to else "dequantize", axis, block, to), inputs, node.output[0], make)
+
+    def space_depth(self, node, label: str) -> None:
+        """DepthToSpace (DCR or CRD) and SpaceToDepth of an NCHW value, as one gather: each output
+        element read where ONNX's reshape-transpose-reshape puts it; the kernel computes its sizes."""
+        if len(self.shape(node.input[0])) != 4:
+            raise _Unsupported(f"{node.op_type} of rank {len(self.shape(node.input[0]))} (4 expected)")
+        b = int(_attr(node, "blocksize", 0))
+        to_depth = node.op_type == "SpaceToDepth"
+        dcr = to_depth or _attr(node, "mode", "DCR") == "DCR"
+        c = self.shape(node.input[0])[1]
+        if not S.is_static(c) or b < 1 or (not to_depth and int(c) % (b * b)):
+            raise _Unsupported(f"{node.op_type} of {S.show(c)} channels by blocksize {b}")
+        c = int(c)
+
+        def make(x, extent):
+            n, _, h, w = x.shape
+            if to_depth:
+                def read(i, o, y, z):
+                    q = o // c          # the position in the block
+                    return x[i, o % c, y * b + q // b, z * b + q % b]
+                return compute((n, c * b * b, h // b, w // b), read, name="space_to_depth", tag="injective")
+            per = c // (b * b)
+
+            def read(i, o, y, z):
+                at = (y % b) * b + z % b
+                return x[i, at * per + o if dcr else o * b * b + at, y // b, z // b]
+            return compute((n, per, h * b, w * b), read, name="depth_to_space", tag="injective")
+        self.kernel(label, ("space_to_depth" if to_depth else "depth_to_space", b, dcr), [node.input[0]],
+                    node.output[0], make, derived_output=True)
+
     def split(self, node, label: str) -> None:
         """Split along an axis of static size (a fused q/k/v projection cut in three, a chunk of
         channels): a copy kernel per output, reading from its piece's first index."""
@@ -741,7 +817,7 @@ class _Builder:
             kind, space, anchor_inputs = None, G, []
             members, internal = [node], {node.output[0]}
             if not self.computes(node):
-                raise _Unsupported(f"{node.op_type} of {self.dtype(node.input[0])} values (float only)")
+                raise _Unsupported(f"{node.op_type} of {self.dtype(node.input[0])} values")
             for i in filter(None, node.input):
                 if self.operand_mode(i, G, space) is None:
                     raise _Unsupported(f"operand {i!r} {_show(self.shape(i))} does not broadcast to "
@@ -985,8 +1061,11 @@ class _Builder:
 
     def computes(self, node) -> bool:
         """Whether an elementwise ``node`` can be computed on its operands' type (a float-only op on
-        floats)."""
-        return node.op_type not in FLOAT_ONLY or self.dtype(node.input[0]).startswith("float")
+        floats, a bitwise one on integers)."""
+        dtype = self.dtype(node.input[0])
+        if node.op_type in INTEGER or node.op_type == "BitShift":
+            return dtype.startswith(("int", "uint"))
+        return node.op_type not in FLOAT_ONLY or dtype.startswith("float")
 
     def is_scalar(self, name: str) -> bool:
         return name in self.consts and self.consts[name].size == 1 and self.consts[name].dtype.kind == "f"
@@ -1000,6 +1079,20 @@ class _Builder:
             k += 1
             name = f"{base}.{k}"
         return name
+
+
+def _dequantized(x: np.ndarray, scale: np.ndarray, zero_point=None, axis: int = 1, block: int = 0) -> np.ndarray:
+    """DequantizeLinear of constants, in numpy: ``(x - zero_point) * scale``, the scale (and zero
+    point) one value, one per position along ``axis``, or one per ``block`` positions."""
+    def spread(p):
+        p = np.asarray(p)
+        if p.size == 1 and not block:
+            return p.reshape(())
+        if block:
+            return np.repeat(p, block, axis=axis % x.ndim)[tuple(slice(0, d) for d in x.shape)]
+        return p.reshape([-1 if a == axis % x.ndim else 1 for a in range(x.ndim)])
+    value = x.astype(np.float64) if zero_point is None else x.astype(np.float64) - spread(zero_point)
+    return (value * spread(scale)).astype(scale.dtype)
 
 
 def _reads_sizes(user, name: str) -> bool:

@@ -7,9 +7,11 @@ from typing import Callable, Dict, NamedTuple, Optional, Tuple
 import numpy as np
 
 from ...dsl import intrinsics as lwi
+from ...dsl.bitwise import bitwise_not, shift_left, shift_right
 from ...dsl.expr import Const, binary, cast, const, logical_not, select
 from ..network import symbolic as S
 from ..network.op_table import pow_constant
+from ..ops import bitwise
 from ..ops import elementwise as ew
 from ..ops import logic as logic_ops
 from ..ops import math as math_ops
@@ -53,6 +55,8 @@ WITH_ATTRS = {
             lambda a, b, fmod: math_ops.BINARY["fmod" if fmod else "mod"](a, b)),
     "IsInf": (lambda node: (bool(_attr(node, "detect_positive", 1)), bool(_attr(node, "detect_negative", 1))),
               math_ops.is_inf_value),
+    "BitShift": (lambda node: (_attr(node, "direction", "LEFT"),),
+                 lambda a, b, direction: (shift_left if direction == "LEFT" else shift_right)(a, b)),
 }
 
 
@@ -78,6 +82,10 @@ PREDICATES = {**{name: logic_ops.COMPARE[kind] for name, kind in
                   ("GreaterOrEqual", "greater_equal"))},
               "And": logic_ops.LOGICAL["and"], "Or": logic_ops.LOGICAL["or"], "Xor": logic_ops.LOGICAL["xor"],
               "Not": logical_not, "IsNaN": lambda v: v != v}
+#: integer-only ops (not in a convolution's epilogue either): bitwise logic and shifts, as the static
+#: path computes them (``ops/bitwise.py``: numpy's answer for any shift amount)
+INTEGER = {"BitwiseAnd": bitwise.BINARY["bitwise_and"], "BitwiseOr": bitwise.BINARY["bitwise_or"],
+           "BitwiseXor": bitwise.BINARY["bitwise_xor"], "BitwiseNot": bitwise_not}
 #: ops of any number of operands (folded left to right, as onnxruntime adds them)
 VARIADIC = ("Sum", "Mean")
 
@@ -98,7 +106,8 @@ def _min(a, b):
 
 def _elementwise(node) -> bool:
     return (node.op_type in BINARY or node.op_type in UNARY or node.op_type in TERNARY or node.op_type in WITH_ATTRS
-            or node.op_type in PREDICATES or node.op_type in VARIADIC or node.op_type in ("Cast", "Clip"))
+            or node.op_type in PREDICATES or node.op_type in VARIADIC or node.op_type in INTEGER
+            or node.op_type in ("Cast", "Clip"))
 
 
 def node_params(node):
@@ -140,6 +149,8 @@ def _apply(node, args):
         return TERNARY[op](*args)
     if op in PREDICATES:
         return PREDICATES[op](*args)
+    if op in INTEGER:
+        return INTEGER[op](*args)
     if op in WITH_ATTRS:
         read, value = WITH_ATTRS[op]
         return value(*args, *read(node))

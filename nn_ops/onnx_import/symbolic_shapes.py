@@ -260,7 +260,7 @@ def rule(*ops):
       "Reciprocal", "Sign", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
       "IsNaN", "IsInf", "Softmax", "LogSoftmax", "Hardmax", "Mish", "Celu", "ThresholdedRelu", "Shrink", "Trilu",
       "CumSum", "BatchNormalization", "InstanceNormalization", "LpNormalization", "MeanVarianceNormalization",
-      "LRN", "BitwiseNot", "Cast", "CastLike", "Dropout")
+      "LRN", "BitwiseNot", "Cast", "CastLike", "Dropout", "CumProd", "Swish", "DequantizeLinear", "QuantizeLinear")
 def _same_shape(ctx: _Inference, node):
     shape = ctx.shape(node.input[0])
     if node.op_type in ("Identity", "Cast", "CastLike") and ctx.has_value(node.input[0]):
@@ -272,7 +272,8 @@ def _same_shape(ctx: _Inference, node):
 
 
 @rule("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Mod", "Equal", "Less", "Greater",
-      "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "PRelu", "BitwiseAnd", "BitwiseOr", "BitwiseXor")
+      "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "PRelu", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
+      "BitShift")
 def _broadcasting(ctx: _Inference, node):
     inputs = [i for i in node.input if i]
     shape = ctx.broadcast(*(ctx.shape(i) for i in inputs))
@@ -565,6 +566,18 @@ def _split(ctx: _Inference, node):
             sizes = [piece] * (n - 1) + [d - piece * (n - 1)]
     ctx.require_equal(sum(sizes, S.dim(0)), src[axis], f"the split sizes' sum and axis {axis}")
     return [src[:axis] + (s,) + src[axis + 1:] for s in sizes]
+
+
+@rule("DepthToSpace", "SpaceToDepth")
+def _space_depth(ctx: _Inference, node):
+    n, c, h, w = ctx.shape(node.input[0])
+    b = int(ctx.attr(node, "blocksize", 1))
+    if node.op_type == "SpaceToDepth":
+        for d in (h, w):
+            ctx.require(sympy.Eq(sympy.Mod(d, b), 0), f"size {S.show(d)} is not a multiple of blocksize {b}")
+        return [(n, c * b * b, S.floordiv(h, b), S.floordiv(w, b))]
+    ctx.require(sympy.Eq(sympy.Mod(c, b * b), 0), f"{S.show(c)} channels are not a multiple of blocksize^2 = {b * b}")
+    return [(n, S.floordiv(c, b * b), h * b, w * b)]
 
 
 @rule("Pad")

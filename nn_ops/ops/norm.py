@@ -85,6 +85,28 @@ def layer_norm(X: Tensor, scale: Tensor, bias: Optional[Tensor] = None, axis: in
     return compute(shape, body, name=name, tag="layer_norm", attrs={"row_axes": a})
 
 
+def instance_norm(X: Tensor, scale: Tensor, bias: Tensor, epsilon: float = 1e-5, name: str = "instance_norm") -> Tensor:
+    """``(X - mean) / sqrt(var + epsilon) * scale[c] + bias[c]``, the statistics of each image and
+    channel over the axes from 2 on (ONNX InstanceNormalization; torch's GroupNorm exports as one
+    over ``(N, groups, -1)``).  The sizes may be symbolic: a mean divides by the count computed per
+    call (``shape.reduce``).  Two reductions (mean, then the mean squared deviation) and one
+    elementwise stage; the centred value is recomputed where read."""
+    from .shape import reduce
+    shape = extents(X)
+    if len(shape) < 3:
+        raise ExprError(f"instance_norm: input of rank {len(shape)} (N, C and at least one more axis)")
+    axes = list(range(2, len(shape)))
+    mean = reduce(X, axes, "mean", keepdims=True, name=name + ".mean")
+    at = (0,) * len(axes)
+    centred = compute(shape, lambda n, c, *rest: X[(n, c) + rest] - mean[(n, c) + at], name=name + ".centred",
+                      tag="elemwise")
+    var = reduce(compute(shape, lambda *i: centred[i] * centred[i], name=name + ".square", tag="elemwise"), axes,
+                 "mean", keepdims=True, name=name + ".var")
+    eps = const(epsilon, X.dtype)
+    return compute(shape, lambda n, c, *rest: centred[(n, c) + rest] * rsqrt(var[(n, c) + at] + eps) * scale[c]
+                   + bias[c], name=name, tag="elemwise")
+
+
 def layer_norm_stat_output(X: Tensor, which: str, axis: int = -1, epsilon: float = 1e-5) -> Tensor:
     """ONNX LayerNormalization's optional outputs: Mean or InvStdDev, shaped like X with 1s from ``axis``."""
     shape, a = _split_axis(X, axis)

@@ -16,14 +16,18 @@ from ...dsl.expr import cast, const
 from ...dsl.intrinsics import elementwise_max, elementwise_min, round as lw_round
 from ...dsl.tensor import Tensor, compute
 from ...errors import ExprError
-from .elementwise import static_shape
+from .elementwise import extents, static_shape
 
 
 def _param_index(param: Tensor, x_shape, axis: int, block_size: int):
     """How x's index maps to the scale/zero-point index."""
     pshape = static_shape(param)
-    if len(pshape) == 0 or (len(pshape) == 1 and pshape[0] == 1 and x_shape[axis] != 1):
+    if len(pshape) == 0 or (len(pshape) == 1 and pshape[0] == 1 and not (isinstance(x_shape[axis], int)
+                                                                         and x_shape[axis] == 1)):
         return lambda idx: (0,) * len(pshape)
+    if not isinstance(x_shape[axis], int):
+        raise ExprError(f"a scale of shape {pshape} along axis {axis} of symbolic size {x_shape[axis]} (per tensor, "
+                        f"or along an axis of static size)")
     if block_size:
         if len(pshape) != len(x_shape):
             raise ExprError(f"blocked quantization needs a scale of rank {len(x_shape)}, got shape {pshape}")
@@ -35,7 +39,7 @@ def _param_index(param: Tensor, x_shape, axis: int, block_size: int):
 
 def dequantize(x: Tensor, scale: Tensor, zero_point: Optional[Tensor] = None, axis: int = 1, block_size: int = 0,
                name: str = "dequantize") -> Tensor:
-    shape = static_shape(x)
+    shape = extents(x)          # symbolic extents allowed (shape-polymorphic kernels)
     axis = axis % len(shape) if shape else 0
     out = scale.dtype
     at = _param_index(scale, shape, axis, block_size)
@@ -53,7 +57,7 @@ def quantize(x: Tensor, scale: Tensor, zero_point: Optional[Tensor], out_dtype: 
              block_size: int = 0, name: str = "quantize") -> Tensor:
     if not dtypes.is_int(out_dtype):
         raise ExprError(f"quantize to {out_dtype} (an integer type expected)")
-    shape = static_shape(x)
+    shape = extents(x)
     axis = axis % len(shape) if shape else 0
     at = _param_index(scale, shape, axis, block_size)
     info = np.iinfo(out_dtype)

@@ -484,3 +484,39 @@ def test_math_activations_run_in_conv_epilogues_and_prelu_after_them():
     assert [c.module.name for c in exe.calls] == ["poly_conv"] * 3 + ["poly_from_blocked", "poly_group"]
     for shape in ((1, 3, 9, 11), (2, 3, 1, 1)):
         _check(model, exe, shape)
+
+
+def test_instance_norm_and_group_norm_as_torch_exports_it_compile_once():
+    """InstanceNormalization after a conv (style transfer's), then torch's GroupNorm(2, 8) as it
+    exports: a (N, 2, -1) view, InstanceNormalization by ones and zeros, the view back, a
+    per-channel scale and shift.  Statistics over symbolic sizes; a 1x1 map (variance 0) too."""
+    b = OnnxBuilder(13)
+    x = b.conv("input", 3, 8, 3)
+    x = b.node("InstanceNormalization", [x, b.init("s", b.weight((8,), 1.0)), b.init("b", b.weight((8,), 1.0))],
+               epsilon=1e-4)
+    g = b.node("Reshape", [x, b.const([0, 2, -1], np.int64)])
+    g = b.node("InstanceNormalization", [g, b.init("one", np.ones(2, np.float32)),
+                                         b.init("zero", np.zeros(2, np.float32))])
+    g = b.node("Reshape", [g, b.node("Shape", [x])])
+    g = b.node("Add", [b.node("Mul", [g, b.init("gs", b.weight((8, 1, 1), 1.0))]),
+                       b.init("gb", b.weight((8, 1, 1), 1.0))])
+    model = b.model(("N", 3, "H", "W"), g, ("N", 8, "H", "W"), name="instance_norm")
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert [c.module.name for c in exe.calls].count("poly_instance_norm") == 2
+    for shape in ((1, 3, 5, 7), (2, 3, 9, 4), (1, 3, 1, 1)):
+        _check(model, exe, shape)
+
+
+def test_depth_to_space_and_space_to_depth_compile_once():
+    """A pixel shuffle both ways (DCR and CRD), then back with SpaceToDepth: the kernels compute
+    ``2*H`` from ``H`` and ``H//2`` from ``2*H``; a 1x1 map too."""
+    b = OnnxBuilder(14)
+    x = b.conv("input", 3, 16, 3)
+    up = b.node("Add", [b.node("DepthToSpace", [x], blocksize=2, mode="CRD"),
+                        b.node("DepthToSpace", [x], blocksize=2, mode="DCR")])
+    model = b.model(("N", 3, "H", "W"), b.node("SpaceToDepth", [up], blocksize=2), ("N", 16, "H", "W"),
+                    name="pixel_shuffle")
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert {"poly_depth_to_space", "poly_space_to_depth"} <= {c.module.name for c in exe.calls}
+    for shape in ((1, 3, 5, 7), (2, 3, 1, 1)):
+        _check(model, exe, shape)
