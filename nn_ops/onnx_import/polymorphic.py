@@ -46,7 +46,7 @@ from ..ops.cumsum import cumsum
 from ..ops.index import gather, gather_elements, tile, trilu
 from ..ops.topk import topk_indices
 from ..ops.matmul import batch_matmul, matmul, matmul_panels, pack_panels, panel_width
-from ..ops.norm import instance_norm, layer_norm
+from ..ops.norm import group_norm, layer_norm
 from ..ops.quantize import dequantize, quantize
 from ..ops.registry import schedule
 from ..ops.conv2d_transpose import conv2d_transpose
@@ -79,7 +79,8 @@ COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(WITH_ATTRS) | set(PREDIC
     "Cast", "MatMul", "Gemm", "Transpose", "Softmax", "LayerNormalization", "Constant", "Dropout", "Shape", "Gather",
     "Concat", "BatchNormalization", "Expand", "Range", "Slice", "ConvTranspose", "Resize", "ArgMax", "ArgMin", "TopK",
     "LogSoftmax", "Split", "Pad", "Trilu", "Tile", "ConstantOfShape", "GatherElements", "Hardmax", "CumSum",
-    "CumProd", "InstanceNormalization", "DepthToSpace", "SpaceToDepth", "DequantizeLinear", "QuantizeLinear"}
+    "CumProd", "InstanceNormalization", "GroupNormalization", "DepthToSpace", "SpaceToDepth", "DequantizeLinear", "QuantizeLinear",
+    "LpNormalization", "MeanVarianceNormalization", "RMSNormalization", "ReduceLogSumExp"}
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 # A dense layer (MatMul/Gemm by a constant) at this many rows or fewer runs its few-rows variant:
 # ``matmul_small_m``'s streaming schedule, B read in place (no per-call packing of its panels, which
@@ -320,12 +321,10 @@ class _Builder:
             return self.quantization(node, label)
         if op in ("DepthToSpace", "SpaceToDepth"):     # a super-resolution net's pixel shuffle
             return self.space_depth(node, label)
-        if op == "InstanceNormalization":       # (torch's GroupNorm too, over a (N, groups, -1) view)
-            if len(self.shape(node.input[0])) < 3 or not all(i in self.consts for i in node.input[1:3]):
-                raise _Unsupported("an InstanceNormalization of rank < 3 or with computed scale or bias")
-            eps = float(_attr(node, "epsilon", 1e-5))
-            return self.kernel(label, ("instance_norm", eps), list(node.input[:3]), node.output[0],
-                               lambda x, s, b, extent: instance_norm(x, s, b, eps, name="instance_norm"))
+        if op in ("InstanceNormalization", "GroupNormalization"):   # (torch's GroupNorm exports as the first)
+            return self.group_norm(node, label)
+        if op in ("LpNormalization", "MeanVarianceNormalization", "RMSNormalization", "ReduceLogSumExp"):
+            return self.by_reductions(node, label)
         if op == "LayerNormalization":
             if len(outs) > 1:
                 raise _Unsupported("LayerNormalization's mean/inv_std outputs")
@@ -579,6 +578,61 @@ class _Builder:
         self.kernel(label, ("constant_of_shape", dtype, number), [], node.output[0],
                     lambda extent: compute(tuple(extent(d) for d in shape), lambda *i: const(number, dtype),
                                            name="constant_of_shape", tag="injective"))
+
+    def group_norm(self, node, label: str) -> None:
+        """InstanceNormalization, and GroupNormalization with per-channel scale and bias (opset 21),
+        by constant parameters over maps of any size (``norm.group_norm``)."""
+        shape = self.shape(node.input[0])
+        if len(shape) < 3 or not S.is_static(shape[1]) or not all(i in self.consts for i in node.input[1:3]):
+            raise _Unsupported(f"a {node.op_type} of shape {_show(shape)} (rank 3 or more, static channels) or "
+                               f"with a computed scale or bias")
+        channels = int(shape[1])
+        groups = channels if node.op_type == "InstanceNormalization" else int(_attr(node, "num_groups", 0))
+        if groups < 1 or channels % groups or any(self.consts[i].size != channels for i in node.input[1:3]):
+            raise _Unsupported(f"{groups} groups of {channels} channels, or a scale/bias not one per channel")
+        if int(_attr(node, "stash_type", 1)) != 1:
+            raise _Unsupported("stash_type other than 1 (float32)")
+        eps = float(_attr(node, "epsilon", 1e-5))
+        params = [self.flat_const(i) for i in node.input[1:3]]
+        self.kernel(label, ("group_norm", groups, eps), [node.input[0]] + params, node.output[0],
+                    lambda x, s, b, extent: group_norm(x, s, b, groups, eps, name="group_norm"))
+
+    def by_reductions(self, node, label: str) -> None:
+        """LpNormalization, MeanVarianceNormalization, RMSNormalization and ReduceLogSumExp: whole-tensor
+        reductions over any sizes and one elementwise stage (``ops/normalize.py``)."""
+        from ..ops import normalize
+        op, x = node.op_type, node.input[0]
+        if not self.dtype(x).startswith("float"):
+            raise _Unsupported(f"{op} of {self.dtype(x)} values")
+        if op == "LpNormalization":
+            axis, p = int(_attr(node, "axis", -1)), int(_attr(node, "p", 2))
+            if p not in (1, 2):
+                raise _Unsupported(f"p={p} (1 or 2)")
+            return self.kernel(label, ("lp_normalize", axis, p), [x], node.output[0],
+                               lambda t, extent: normalize.lp_normalize(t, axis, p, name="lp_normalize"))
+        if op == "MeanVarianceNormalization":
+            axes = tuple(int(a) for a in _attr(node, "axes", [0, 2, 3]))
+            return self.kernel(label, ("mvn", axes), [x], node.output[0],
+                               lambda t, extent: normalize.mean_variance_normalize(t, axes, name="mvn"))
+        if op == "RMSNormalization":
+            shape, axis = self.shape(x), int(_attr(node, "axis", -1))
+            if node.input[1] not in self.consts or not all(S.is_static(d) for d in shape[axis % len(shape):]) \
+                    or int(_attr(node, "stash_type", 1)) != 1:
+                raise _Unsupported("an RMSNormalization with a computed scale, over axes of symbolic size, or with "
+                                   "stash_type other than 1")
+            eps = float(_attr(node, "epsilon", 1e-5))
+            return self.kernel(label, ("rms_norm", axis, eps), [x, node.input[1]], node.output[0],
+                               lambda t, scale, extent: normalize.rms_normalize(t, scale, axis, eps, name="rms_norm"))
+        axes = _attr(node, "axes", None)            # ReduceLogSumExp: axes an attribute, or an input from opset 18
+        if axes is None and len(node.input) > 1 and node.input[1]:
+            if node.input[1] not in self.consts:
+                raise _Unsupported("reduction axes computed at run time")
+            axes = [int(a) for a in self.consts[node.input[1]].reshape(-1)]
+        if not axes and int(_attr(node, "noop_with_empty_axes", 0)):
+            raise _Unsupported("an empty reduction (noop_with_empty_axes)")
+        axes, keepdims = tuple(int(a) for a in axes or ()), bool(_attr(node, "keepdims", 1))
+        self.kernel(label, ("log_sum_exp", axes, keepdims), [x], node.output[0],
+                    lambda t, extent: normalize.log_sum_exp(t, axes, keepdims, name="log_sum_exp"))
 
     def quantization(self, node, label: str) -> None:
         """DequantizeLinear / QuantizeLinear (a QDQ model's) by a constant scale and zero point, with

@@ -260,7 +260,8 @@ def rule(*ops):
       "Reciprocal", "Sign", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
       "IsNaN", "IsInf", "Softmax", "LogSoftmax", "Hardmax", "Mish", "Celu", "ThresholdedRelu", "Shrink", "Trilu",
       "CumSum", "BatchNormalization", "InstanceNormalization", "LpNormalization", "MeanVarianceNormalization",
-      "LRN", "BitwiseNot", "Cast", "CastLike", "Dropout", "CumProd", "Swish", "DequantizeLinear", "QuantizeLinear")
+      "LRN", "BitwiseNot", "Cast", "CastLike", "Dropout", "CumProd", "Swish", "DequantizeLinear", "QuantizeLinear",
+      "GroupNormalization", "RMSNormalization")
 def _same_shape(ctx: _Inference, node):
     shape = ctx.shape(node.input[0])
     if node.op_type in ("Identity", "Cast", "CastLike") and ctx.has_value(node.input[0]):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
-from ...dsl.expr import const
+from ...dsl.expr import cast, const
 from ...dsl.intrinsics import erf, rsqrt, tanh
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
@@ -85,26 +85,32 @@ def layer_norm(X: Tensor, scale: Tensor, bias: Optional[Tensor] = None, axis: in
     return compute(shape, body, name=name, tag="layer_norm", attrs={"row_axes": a})
 
 
-def instance_norm(X: Tensor, scale: Tensor, bias: Tensor, epsilon: float = 1e-5, name: str = "instance_norm") -> Tensor:
+def group_norm(X: Tensor, scale: Tensor, bias: Tensor, groups: int, epsilon: float = 1e-5,
+               name: str = "group_norm") -> Tensor:
     """``(X - mean) / sqrt(var + epsilon) * scale[c] + bias[c]``, the statistics of each image and
-    channel over the axes from 2 on (ONNX InstanceNormalization; torch's GroupNorm exports as one
-    over ``(N, groups, -1)``).  The sizes may be symbolic: a mean divides by the count computed per
-    call (``shape.reduce``).  Two reductions (mean, then the mean squared deviation) and one
-    elementwise stage; the centred value is recomputed where read."""
-    from .shape import reduce
+    group of ``C / groups`` channels over those channels and the axes from 2 on (ONNX
+    GroupNormalization from opset 21; InstanceNormalization is ``groups = C``).  The sizes after
+    the channels may be symbolic (the count is then computed per call).  Two reductions (the mean,
+    then the mean squared deviation: two passes, as numerically safe as the references) and one
+    elementwise stage."""
     shape = extents(X)
-    if len(shape) < 3:
-        raise ExprError(f"instance_norm: input of rank {len(shape)} (N, C and at least one more axis)")
-    axes = list(range(2, len(shape)))
-    mean = reduce(X, axes, "mean", keepdims=True, name=name + ".mean")
-    at = (0,) * len(axes)
-    centred = compute(shape, lambda n, c, *rest: X[(n, c) + rest] - mean[(n, c) + at], name=name + ".centred",
-                      tag="elemwise")
-    var = reduce(compute(shape, lambda *i: centred[i] * centred[i], name=name + ".square", tag="elemwise"), axes,
-                 "mean", keepdims=True, name=name + ".var")
+    if len(shape) < 3 or not isinstance(shape[1], int) or shape[1] % groups:
+        raise ExprError(f"group_norm: {groups} groups of an input of shape {shape} (N, C divisible by the groups, "
+                        f"and at least one more axis)")
+    n, channels, rest = shape[0], shape[1], shape[2:]
+    per = channels // groups
+    count = per * math.prod(rest)
+    inverse = const(1.0 / count, X.dtype) if isinstance(count, int) else const(1.0, X.dtype) / cast(X.dtype, count)
+
+    def statistic(value, which):
+        rc, rr = reduce_axis((0, per), name="rc"), [reduce_axis((0, d), name=f"r{k}") for k, d in enumerate(rest)]
+        return compute((n, groups), lambda i, g: lw_sum(value(X[(i, g * per + rc) + tuple(rr)], i, g) * inverse,
+                                                        axis=[rc] + rr), name=f"{name}.{which}", tag="reduce")
+    mean = statistic(lambda v, i, g: v, "mean")
+    var = statistic(lambda v, i, g: (v - mean[i, g]) * (v - mean[i, g]), "var")
     eps = const(epsilon, X.dtype)
-    return compute(shape, lambda n, c, *rest: centred[(n, c) + rest] * rsqrt(var[(n, c) + at] + eps) * scale[c]
-                   + bias[c], name=name, tag="elemwise")
+    return compute(shape, lambda i, c, *r: (X[(i, c) + r] - mean[i, c // per]) * rsqrt(var[i, c // per] + eps)
+                   * scale[c] + bias[c], name=name, tag="elemwise")
 
 
 def layer_norm_stat_output(X: Tensor, which: str, axis: int = -1, epsilon: float = 1e-5) -> Tensor:

@@ -383,6 +383,13 @@ def schedule_injective(s: Schedule, op: ComputeOp, target) -> None:
         outer, vec = stage.split(inner, factor=lanes)
         stage.vectorize(vec)
         axes = axes[:-1] + [outer]
+    elif not isinstance(inner.extent, Const) and target.kind == "llvm":
+        # a row of run-time width (a shape-polymorphic map): whole vectors, the last one masked
+        # (lowering/passes/pad_tail_tiles.py), not one scalar per element
+        outer, vec = stage.split(inner, factor=lanes)
+        stage.vectorize(vec)
+        stage.pragma(outer, "pad_tails")
+        axes = axes[:-1] + [outer]
     axes = axes[:constant_divisor_prefix(axes)]
     if len(axes) > 1:
         fused = stage.fuse(*axes)

@@ -913,3 +913,27 @@ def test_a_qdq_model_compiles_once():
     model = b.model(("N", 6), b.node("MatMul", ["input", weight]), ("N", 8))
     exe = lw.compile(lw.from_onnx(model), polymorphic=True)
     _matches_ort_at(model, exe, ((1, 6), (5, 6)))
+
+
+def test_normalizations_by_whole_tensor_reductions_compile_once():
+    """LpNormalization (p 1 and 2), MeanVarianceNormalization over the batch and the map,
+    ReduceLogSumExp kept and dropped (opset 18's axes input), over symbolic sizes including 1 (MVN
+    needs two values: of one, ONNX's definition is a square root of rounding noise); then
+    RMSNormalization (opset 23) after a dense layer."""
+    b = OnnxBuilder(seed=17, opset=18)
+    x = b.node("Add", ["input", b.const(0.1)])
+    products = b.node("Mul", [b.node("LpNormalization", [x], axis=1, p=1), b.node("LpNormalization", [x], axis=-1)])
+    out = b.node("Add", [b.node("Add", [products, b.node("MeanVarianceNormalization", [x], axes=[0, 2, 3])]),
+                         b.node("ReduceLogSumExp", [x, b.const([1, 3], np.int64)], keepdims=1)])
+    dropped = b.node("ReduceLogSumExp", [x, b.const([2], np.int64)], keepdims=0)
+    out = b.node("Add", [out, b.node("Unsqueeze", [dropped, b.const([2], np.int64)])])
+    model = b.model(("N", 4, "H", "W"), out, ("N", 4, "H", "W"))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert {"poly_lp_normalize", "poly_mvn", "poly_log_sum_exp"} <= {c.module.name for c in exe.calls}
+    _matches_ort_at(model, exe, ((1, 4, 1, 3), (2, 4, 5, 1), (2, 4, 5, 19)), atol=1e-4)
+    b = OnnxBuilder(seed=18, opset=23)
+    h = b.node("MatMul", ["input", b.init("w", b.weight((8, 16), 0.5))])
+    model = b.model(("N", "S", 8), b.node("RMSNormalization", [h, b.init("s", b.weight((16,), 1.0))], epsilon=1e-4),
+                    ("N", "S", 16))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    _matches_ort_at(model, exe, ((1, 1, 8), (3, 5, 8)))

@@ -502,8 +502,21 @@ def test_instance_norm_and_group_norm_as_torch_exports_it_compile_once():
                        b.init("gb", b.weight((8, 1, 1), 1.0))])
     model = b.model(("N", 3, "H", "W"), g, ("N", 8, "H", "W"), name="instance_norm")
     exe = lw.compile(lw.from_onnx(model), polymorphic=True)
-    assert [c.module.name for c in exe.calls].count("poly_instance_norm") == 2
+    assert [c.module.name for c in exe.calls].count("poly_group_norm") == 2
     for shape in ((1, 3, 5, 7), (2, 3, 9, 4), (1, 3, 1, 1)):
+        _check(model, exe, shape)
+
+
+def test_group_normalization_compiles_once():
+    """GroupNormalization as an op (opset 21: a scale and bias per channel), 4 groups of 3 channels
+    (a group is not a whole 16-channel block), over maps of any size."""
+    b = OnnxBuilder(15, opset=21)
+    x = b.node("GroupNormalization", [b.conv("input", 3, 12, 3), b.init("s", b.weight((12,), 1.0)),
+                                      b.init("b", b.weight((12,), 1.0))], num_groups=4, epsilon=1e-3)
+    model = b.model(("N", 3, "H", "W"), b.relu(x), ("N", 12, "H", "W"), name="group_norm")
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert "poly_group_norm" in {c.module.name for c in exe.calls}
+    for shape in ((1, 3, 5, 7), (2, 3, 1, 1)):
         _check(model, exe, shape)
 
 

@@ -81,3 +81,21 @@ def test_a_transpose_over_a_symbolic_row_takes_whole_tiles_and_one_masked_tail()
         y = np.full((bs[0], 4, 64, bs[1]), np.nan, np.float32)
         f(x, y)
         np.testing.assert_array_equal(y, x.transpose(0, 2, 3, 1))
+
+
+def test_an_elementwise_kernel_over_a_symbolic_row_takes_whole_vectors_and_one_masked_tail():
+    """A row of run-time width (an NCHW map of symbolic size) is vectors, the last one masked, not a
+    scalar per element; widths under one vector, at a whole number of them and past it all give
+    numpy's result, and nothing past the row is written."""
+    h, w = lw.var("h"), lw.var("w")
+    X = lw.placeholder((2, h, w), name="X")
+    Y = lw.compute((2, h, w), lambda n, i, j: lw.sigmoid(X[n, i, j]) * 2.0, name="Y", tag="elemwise")
+    f = lw.build(nn_ops.schedule(Y, "llvm"), [X, Y])
+    lowered = f.get_source("lowered")
+    assert "pad_tails" in lowered and "ramp(" in lowered, lowered
+    for hw in ((1, 1), (3, 16), (2, 37)):
+        x = np.random.default_rng(sum(hw)).standard_normal((2, *hw)).astype(np.float32)
+        out = np.full((2 * hw[0] * hw[1] + 16,), 7.0, np.float32)
+        f(x, out[:-16].reshape(2, *hw))
+        np.testing.assert_allclose(out[:-16].reshape(2, *hw), 2.0 / (1.0 + np.exp(-x)), rtol=1e-6, atol=1e-6)
+        assert (out[-16:] == 7.0).all()
