@@ -43,7 +43,7 @@ from ..network.symbolic_plan import SymbolicPlan
 from ..ops.gemv import matmul_small_m
 from ..ops.arg_reduce import arg_reduce, hardmax
 from ..ops.cumsum import cumsum
-from ..ops.index import gather, gather_elements, tile, trilu
+from ..ops.index import gather, gather_elements, one_hot, tile, trilu
 from ..ops.topk import topk_indices
 from ..ops.matmul import batch_matmul, matmul, matmul_panels, pack_panels, panel_width
 from ..ops.norm import group_norm, layer_norm
@@ -80,7 +80,7 @@ COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(WITH_ATTRS) | set(PREDIC
     "Concat", "BatchNormalization", "Expand", "Range", "Slice", "ConvTranspose", "Resize", "ArgMax", "ArgMin", "TopK",
     "LogSoftmax", "Split", "Pad", "Trilu", "Tile", "ConstantOfShape", "GatherElements", "Hardmax", "CumSum",
     "CumProd", "InstanceNormalization", "GroupNormalization", "DepthToSpace", "SpaceToDepth", "DequantizeLinear", "QuantizeLinear",
-    "LpNormalization", "MeanVarianceNormalization", "RMSNormalization", "ReduceLogSumExp"}
+    "LpNormalization", "MeanVarianceNormalization", "RMSNormalization", "ReduceLogSumExp", "Einsum", "OneHot"}
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 # A dense layer (MatMul/Gemm by a constant) at this many rows or fewer runs its few-rows variant:
 # ``matmul_small_m``'s streaming schedule, B read in place (no per-call packing of its panels, which
@@ -217,6 +217,9 @@ class _Builder:
             from onnx import numpy_helper
             self.consts[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
             return
+        if op == "CastLike" and node.input[0] in self.consts:       # a constant in a value's type
+            self.consts[node.output[0]] = self.consts[node.input[0]].astype(self.dtype(node.input[1]))
+            return
         if op in FOLDERS and all(i in self.consts for i in node.input if i):
             # constants in, constants out (a position table read at constant ids): evaluated here
             values = [self.consts[i] if i else None for i in node.input]
@@ -323,6 +326,16 @@ class _Builder:
             return self.space_depth(node, label)
         if op in ("InstanceNormalization", "GroupNormalization"):   # (torch's GroupNorm exports as the first)
             return self.group_norm(node, label)
+        if op == "Einsum":
+            return self.einsum(node, label)
+        if op == "OneHot":          # classes of computed labels, a constant depth and values
+            depth, values = self.size_value(node.input[1]), node.input[2]
+            if not S.is_static(depth) or int(depth) < 1 or values not in self.consts \
+                    or self.dtype(node.input[0]) == "bool":
+                raise _Unsupported("a OneHot of bool indices, or of a depth or values computed at run time")
+            depth, axis = int(depth), int(_attr(node, "axis", -1))
+            return self.kernel(label, ("one_hot", depth, axis), [node.input[0], values], node.output[0],
+                               lambda idx, v, extent: one_hot(idx, v, depth, axis, name="one_hot"))
         if op in ("LpNormalization", "MeanVarianceNormalization", "RMSNormalization", "ReduceLogSumExp"):
             return self.by_reductions(node, label)
         if op == "LayerNormalization":
@@ -596,6 +609,23 @@ class _Builder:
         params = [self.flat_const(i) for i in node.input[1:3]]
         self.kernel(label, ("group_norm", groups, eps), [node.input[0]] + params, node.output[0],
                     lambda x, s, b, extent: group_norm(x, s, b, groups, eps, name="group_norm"))
+
+    def einsum(self, node, label: str) -> None:
+        """Einsum as one compute (``ops/einsum.py``: parallel over the output, the summed letters
+        serial); each letter's sizes other than 1 must be one size."""
+        from ..ops.einsum import einsum, parse
+        equation = str(_attr(node, "equation", ""))
+        inputs = list(node.input)
+        shapes = [self.aliased(self.shape(i)) for i in inputs]
+        subs, _ = parse(equation, [len(s) for s in shapes])
+        size = {}
+        for sub, shape in zip(subs, shapes):
+            for c, d in zip(sub, shape):
+                if d != 1 and size.setdefault(c, d) != d:
+                    raise _Unsupported(f"einsum letter {c!r} of sizes {S.show(size[c])} and {S.show(d)}, which are "
+                                       f"not known to be one")
+        self.kernel(label, ("einsum", equation), inputs, node.output[0],
+                    lambda *ts, extent: einsum(equation, ts, name="einsum"))
 
     def by_reductions(self, node, label: str) -> None:
         """LpNormalization, MeanVarianceNormalization, RMSNormalization and ReduceLogSumExp: whole-tensor
@@ -1115,8 +1145,10 @@ class _Builder:
 
     def computes(self, node) -> bool:
         """Whether an elementwise ``node`` can be computed on its operands' type (a float-only op on
-        floats, a bitwise one on integers)."""
+        floats, a bitwise one on integers; a CastLike to the type of a value, not of a scalar)."""
         dtype = self.dtype(node.input[0])
+        if node.op_type == "CastLike":      # the target type read from a value (a scalar takes another's)
+            return not self.is_scalar(node.input[1])
         if node.op_type in INTEGER or node.op_type == "BitShift":
             return dtype.startswith(("int", "uint"))
         return node.op_type not in FLOAT_ONLY or dtype.startswith("float")

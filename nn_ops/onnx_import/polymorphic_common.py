@@ -107,7 +107,7 @@ def _min(a, b):
 def _elementwise(node) -> bool:
     return (node.op_type in BINARY or node.op_type in UNARY or node.op_type in TERNARY or node.op_type in WITH_ATTRS
             or node.op_type in PREDICATES or node.op_type in VARIADIC or node.op_type in INTEGER
-            or node.op_type in ("Cast", "Clip"))
+            or node.op_type in ("Cast", "CastLike", "Clip"))
 
 
 def node_params(node):
@@ -135,6 +135,8 @@ def _apply(node, args):
     if op == "Cast":
         from onnx import helper
         return cast(str(np.dtype(helper.tensor_dtype_to_np_dtype(_attr(node, "to", 1)))), args[0])
+    if op == "CastLike":    # to the type of its second operand (a value: see _Builder.computes)
+        return cast(args[1].dtype, args[0])
     if op == "Clip":        # bounds as inputs (opset 11 on) or attributes (opset 6)
         bounds = [args[pos] if len(args) > pos and args[pos] is not None else _attr(node, name, None)
                   for pos, name in ((1, "min"), (2, "max"))]

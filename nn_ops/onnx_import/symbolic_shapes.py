@@ -488,6 +488,33 @@ def _constant_of_shape(ctx: _Inference, node):
     return [tuple(ctx.value(node.input[0]).reshape(-1))]
 
 
+@rule("OneHot")
+def _one_hot(ctx: _Inference, node):
+    shape = ctx.shape(node.input[0])
+    depth = ctx.value(node.input[1]).reshape(-1)[0]
+    axis = int(ctx.attr(node, "axis", -1))
+    axis = axis + len(shape) + 1 if axis < 0 else axis
+    return [shape[:axis] + (S.dim(depth),) + shape[axis:]]
+
+
+@rule("Einsum")
+def _einsum(ctx: _Inference, node):
+    from ..ops.einsum import parse
+    shapes = [ctx.shape(i) for i in node.input]
+    equation = ctx.attr(node, "equation", "")
+    subs, out = parse(equation.decode() if isinstance(equation, bytes) else str(equation), [len(s) for s in shapes])
+    size = {}
+    for sub, shape in zip(subs, shapes):
+        for c, d in zip(sub, shape):
+            if d == 1:
+                size.setdefault(c, d)
+            elif c in size and size[c] != 1:
+                ctx.require_equal(size[c], d, f"the sizes of einsum letter {c!r}")
+            else:
+                size[c] = d
+    return [tuple(size[c] for c in out)]
+
+
 @rule("Tile")
 def _tile(ctx: _Inference, node):
     return [tuple(d * r for d, r in zip(ctx.shape(node.input[0]), ctx.value(node.input[1]).reshape(-1)))]

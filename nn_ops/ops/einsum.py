@@ -15,7 +15,7 @@ from typing import Dict, List, Sequence, Tuple
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
-from .elementwise import static_shape
+from .elementwise import extents
 
 _ELLIPSIS_LETTERS = "0123456789"
 
@@ -50,17 +50,27 @@ def parse(equation: str, ranks: Sequence[int]) -> Tuple[List[str], str]:
     return spelled, rhs
 
 
+def _one(d) -> bool:
+    return isinstance(d, int) and d == 1
+
+
 def einsum(equation: str, tensors: Sequence[Tensor], name: str = "einsum") -> Tensor:
-    shapes = [static_shape(t) for t in tensors]
+    """Sizes may be symbolic (shape-polymorphic kernels): a letter's sizes other than 1 must then be
+    one expression (the caller proved them equal and gave them one size var)."""
+    shapes = [extents(t) for t in tensors]
     subs, out = parse(equation, [len(s) for s in shapes])
     if len({t.dtype for t in tensors}) != 1:
         raise ExprError(f"einsum of mixed dtypes {[t.dtype for t in tensors]}")
-    size: Dict[str, int] = {}
+    size: Dict[str, object] = {}
     for sub, shape in zip(subs, shapes):
         for c, d in zip(sub, shape):
-            if size.get(c, 1) not in (1, d) and d != 1:
-                raise ExprError(f"einsum letter {c!r} has sizes {size[c]} and {d}")
-            size[c] = max(size.get(c, 1), d)
+            known = size.get(c, 1)
+            if _one(d) or known is d or (isinstance(known, int) and isinstance(d, int) and known == d):
+                size.setdefault(c, d)
+            elif _one(known):
+                size[c] = d
+            else:
+                raise ExprError(f"einsum letter {c!r} has sizes {known} and {d}")
     summed = [c for c in dict.fromkeys("".join(subs)) if c not in out]
     raxes = {c: reduce_axis((0, size[c]), name=f"r_{c}") for c in summed}
 
@@ -69,11 +79,11 @@ def einsum(equation: str, tensors: Sequence[Tensor], name: str = "einsum") -> Te
         env.update(raxes)
         value = None
         for t, sub, shape in zip(tensors, subs, shapes):
-            load = t[tuple(0 if d == 1 and size[c] != 1 else env[c] for c, d in zip(sub, shape))]
+            load = t[tuple(0 if _one(d) and not _one(size[c]) else env[c] for c, d in zip(sub, shape))]
             value = load if value is None else value * load
         return lw_sum(value, axis=[raxes[c] for c in summed]) if summed else value
 
     shape = tuple(size[c] for c in out)
-    if math.prod(shape) == 0:
+    if all(isinstance(d, int) for d in shape) and math.prod(shape) == 0:
         raise ExprError("einsum with an empty result")
     return compute(shape, body, name=name, tag="reduce" if summed else "injective")

@@ -119,7 +119,7 @@ def one_hot(indices: Tensor, values: Tensor, depth: int, axis: int = -1, name: s
     Negative indices count from ``depth``; indices outside ``[-depth, depth)`` give a row of
     ``values[0]`` (ONNX OneHot).  Float indices are truncated to integers first.
     """
-    qshape = static_shape(indices)
+    qshape = extents(indices)       # symbolic extents allowed (shape-polymorphic kernels)
     nd = len(qshape) + 1
     axis = axis + nd if axis < 0 else axis
     if not 0 <= axis < nd:

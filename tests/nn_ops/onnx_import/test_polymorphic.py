@@ -937,3 +937,52 @@ def test_normalizations_by_whole_tensor_reductions_compile_once():
                     ("N", "S", 16))
     exe = lw.compile(lw.from_onnx(model), polymorphic=True)
     _matches_ort_at(model, exe, ((1, 1, 8), (3, 5, 8)))
+
+
+def test_einsum_attention_compiles_once():
+    """Attention written with Einsum (``bqhd,bkhd->bhqk`` and back, then a sum over two letters):
+    the letters' symbolic sizes from shape inference, one compute each, one token and several."""
+    b = OnnxBuilder(seed=19, opset=13)
+
+    def heads(weight):
+        return b.node("Reshape", [b.node("MatMul", ["input", b.init(weight, b.weight((8, 8), 0.5))]),
+                                  b.const([0, 0, 2, 4], np.int64)])
+    q, k = heads("wq"), heads("wk")
+    att = b.node("Softmax", [b.node("Einsum", [q, k], equation="bqhd,bkhd->bhqk")], axis=-1)
+    ctx = b.node("Einsum", [att, q], equation="bhqk,bkhd->bqhd")
+    out = b.node("Add", [b.node("Reshape", [ctx, b.const([0, 0, 8], np.int64)]),
+                         b.node("Unsqueeze", [b.node("Einsum", [ctx], equation="bqhd->bq"), b.const([2], np.int64)])])
+    model = b.model(("N", "S", 8), out, ("N", "S", 8))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert [c.module.name for c in exe.calls].count("poly_einsum") == 3
+    _matches_ort_at(model, exe, ((1, 1, 8), (2, 7, 8)))
+
+
+def test_one_hot_of_computed_labels_compiles_once():
+    """OneHot of integer labels (negative ones count from the depth, out-of-range ones give a row
+    of the off value) along the last axis and a middle one."""
+    b = OnnxBuilder(seed=20, opset=11)
+    values = b.init("v", np.array([-0.5, 2.0], np.float32))
+    last = b.node("OneHot", ["input", b.const(5, np.int64), values], axis=-1)                 # [N, S, 5]
+    middle = b.node("OneHot", ["input", b.const(5, np.int64), values], axis=1)                # [N, 5, S]
+    model = b.model(("N", "S"), b.node("Add", [last, b.node("Transpose", [middle], perm=[0, 2, 1])]),
+                    ("N", "S", 5), input_dtype=np.int64)
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    for shape in ((1, 1), (3, 18)):
+        x = np.random.default_rng(shape[1]).integers(-7, 7, shape).astype(np.int64)
+        np.testing.assert_array_equal(exe.run({"input": x})[0], _ort(model, {"input": x})[0])
+
+
+def test_cast_like_compiles_once():
+    """CastLike to the type of a computed value, and of a constant to a value's type (as torch's
+    dynamo exporter writes scalars): folded at compile, the rest in the elementwise kernel."""
+    b = OnnxBuilder(seed=21, opset=15)
+    ints = b.node("Cast", [b.node("Mul", ["input", b.const(4.0)])], to=7)                  # int64
+    floored = b.node("CastLike", [b.node("Floor", [b.node("Mul", ["input", b.const(3.0)])]), ints])
+    step = b.node("CastLike", [b.const(2.0), ints])                                        # int64 2
+    out = b.node("Cast", [b.node("Add", [b.node("Mul", [floored, step]), ints])], to=1)
+    model = b.model(("N", 5), out, ("N", 5))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    for rows in (1, 4):
+        x = np.random.default_rng(rows).standard_normal((rows, 5)).astype(np.float32)
+        np.testing.assert_array_equal(exe.run({"input": x})[0], _ort(model, {"input": x})[0])
