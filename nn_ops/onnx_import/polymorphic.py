@@ -40,18 +40,19 @@ from ..network.op_table import SMALL_M
 from ..network.signature import RuntimeCheck
 from ..network.polymorphic_executable import BindingTable, KernelCall, PolymorphicExecutable, Variant, View
 from ..network.symbolic_plan import SymbolicPlan
-from ..ops.gemv import matmul_small_m
 from ..ops.arg_reduce import arg_reduce, hardmax
+from ..ops.conv2d_transpose import conv2d_transpose
 from ..ops.cumsum import cumsum
+from ..ops.elementwise import broadcast_index
+from ..ops.gemv import matmul_small_m
 from ..ops.index import gather, gather_elements, one_hot, tile, trilu
-from ..ops.topk import topk_indices
+from ..ops.lrn import lrn
 from ..ops.matmul import batch_matmul, matmul, matmul_panels, pack_panels, panel_width
 from ..ops.norm import group_norm, layer_norm
 from ..ops.quantize import dequantize, quantize
 from ..ops.registry import schedule
-from ..ops.conv2d_transpose import conv2d_transpose
-from ..ops.elementwise import broadcast_index
 from ..ops.shape import concat, reduce, softmax, transpose
+from ..ops.topk import topk_indices
 from .context import onnx_attrs
 from .converters.math import REDUCE_BETWEEN
 from .fold import FOLDERS
@@ -80,7 +81,7 @@ COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(WITH_ATTRS) | set(PREDIC
     "Concat", "BatchNormalization", "Expand", "Range", "Slice", "ConvTranspose", "Resize", "ArgMax", "ArgMin", "TopK",
     "LogSoftmax", "Split", "Pad", "Trilu", "Tile", "ConstantOfShape", "GatherElements", "Hardmax", "CumSum",
     "CumProd", "InstanceNormalization", "GroupNormalization", "DepthToSpace", "SpaceToDepth", "DequantizeLinear", "QuantizeLinear",
-    "LpNormalization", "MeanVarianceNormalization", "RMSNormalization", "ReduceLogSumExp", "Einsum", "OneHot"}
+    "LpNormalization", "MeanVarianceNormalization", "RMSNormalization", "ReduceLogSumExp", "Einsum", "OneHot", "LRN"}
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 # A dense layer (MatMul/Gemm by a constant) at this many rows or fewer runs its few-rows variant:
 # ``matmul_small_m``'s streaming schedule, B read in place (no per-call packing of its panels, which
@@ -328,6 +329,13 @@ class _Builder:
             return self.group_norm(node, label)
         if op == "Einsum":
             return self.einsum(node, label)
+        if op == "LRN":             # AlexNet's and GoogLeNet's, across static channels
+            if len(self.shape(node.input[0])) < 3 or not S.is_static(self.shape(node.input[0])[1]):
+                raise _Unsupported("an LRN of rank < 3 or of symbolic channels")
+            size, alpha = int(_attr(node, "size", 1)), float(_attr(node, "alpha", 1e-4))
+            beta, bias = float(_attr(node, "beta", 0.75)), float(_attr(node, "bias", 1.0))
+            return self.kernel(label, ("lrn", size, alpha, beta, bias), [node.input[0]], node.output[0],
+                               lambda x, extent: lrn(x, size, alpha, beta, bias, name="lrn"))
         if op == "OneHot":          # classes of computed labels, a constant depth and values
             depth, values = self.size_value(node.input[1]), node.input[2]
             if not S.is_static(depth) or int(depth) < 1 or values not in self.consts \

@@ -13,14 +13,14 @@ from ...dsl.intrinsics import elementwise_max, elementwise_min, pow as lw_pow
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
-from .elementwise import static_shape
+from .elementwise import extents
 
 
 def lrn(x: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0,
         name: str = "lrn") -> Tensor:
-    shape = static_shape(x)
-    if len(shape) < 3:
-        raise ExprError(f"lrn needs an input of rank >= 3, got {shape}")
+    shape = extents(x)          # the sizes after the channels may be symbolic (shape-polymorphic kernels)
+    if len(shape) < 3 or not isinstance(shape[1], int):
+        raise ExprError(f"lrn needs an input of rank >= 3 with a static channel count, got {shape}")
     channels = shape[1]
     before = math.floor((size - 1) / 2)
     j = reduce_axis((0, size), name="j")

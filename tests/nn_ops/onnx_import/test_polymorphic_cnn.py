@@ -533,3 +533,14 @@ def test_depth_to_space_and_space_to_depth_compile_once():
     assert {"poly_depth_to_space", "poly_space_to_depth"} <= {c.module.name for c in exe.calls}
     for shape in ((1, 3, 5, 7), (2, 3, 1, 1)):
         _check(model, exe, shape)
+
+
+def test_local_response_normalization_compiles_once():
+    """LRN across the channels after a conv (AlexNet's, GoogLeNet's), over maps of any size."""
+    b = OnnxBuilder(16)
+    x = b.node("LRN", [b.relu(b.conv("input", 3, 16, 3))], size=5, alpha=1e-3, beta=0.75, bias=2.0)
+    model = b.model(("N", 3, "H", "W"), x, ("N", 16, "H", "W"), name="lrn")
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert "poly_lrn" in {c.module.name for c in exe.calls}
+    for shape in ((1, 3, 5, 7), (2, 3, 1, 1)):
+        _check(model, exe, shape)
