@@ -142,8 +142,8 @@ def _pool2d_blocked(inputs, attrs):
 
 @op("global_avg_pool_blocked", "reduce")
 def _global_avg_pool_blocked(inputs, attrs):
-    from ..ops.nchwc import global_avg_pool_blocked
-    return global_avg_pool_blocked(inputs[0])
+    from ..ops.nchwc import global_pool_blocked
+    return global_pool_blocked(inputs[0], attrs.get("kind", "avg"))
 
 
 @op("to_blocked", "injective")

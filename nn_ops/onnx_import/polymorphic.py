@@ -233,7 +233,8 @@ class _Builder:
             return self.cnn.up_convolution(k, node, label)
         if op in CNN_OPS:
             return self.cnn.conv(k, node, label) if op == "Conv" else self.cnn.pool(node, label)
-        if op == "BatchNormalization" or (op == "Concat" and self.cnn.channel_concat(node)):
+        if op == "BatchNormalization" or (op == "Concat" and self.cnn.channel_concat(node)) or \
+                (op == "InstanceNormalization" and node.input[0] in self.cnn.blocked):
             return self.cnn.standalone(k, node, label)
         for i in node.input:
             self.cnn.plain(i)       # a value kept blocked, read here as NCHW

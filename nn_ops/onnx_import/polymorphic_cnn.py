@@ -412,9 +412,13 @@ class CnnWalk:
                 and all(S.is_static(s[1]) and int(s[1]) % self.block == 0 for s in shapes))
 
     def standalone(self, k: int, node, label: str) -> None:
-        """A channel Concat, or a BatchNormalization not right after a conv, on blocked values, with
-        the elementwise nodes after it as its epilogue (DenseNet: concat, then BN-ReLU, then conv)."""
+        """A channel Concat, a BatchNormalization not right after a conv, or an InstanceNormalization
+        of a blocked value, on blocked values, with the elementwise nodes after it as its epilogue
+        (DenseNet: concat, then BN-ReLU, then conv; a style-transfer net: conv, IN-ReLU, conv)."""
         b = self.b
+        is_in = node.op_type == "InstanceNormalization"
+        if is_in and (not all(i in b.consts for i in node.input[1:3]) or len(b.shapes.shapes[node.input[0]]) != 4):
+            raise self.unsupported("an InstanceNormalization with a computed scale or bias")
         if node.op_type == "BatchNormalization":
             why = _inference_batch_norm(node, b)
             if why is not None:
@@ -434,26 +438,32 @@ class CnnWalk:
         b.done.update(id(m) for m in members)
         final = members[-1].output[0] if members else node.output[0]
         inputs = list(sources)
-        if node.op_type == "BatchNormalization":
+        if node.op_type == "BatchNormalization" or is_in:     # a scale and shift per channel, padded with zeros
+            shape = b.shapes.shapes[node.input[0]]
+            pair = _scale_shift(node, b.consts) if not is_in else \
+                [np.asarray(b.consts[i], np.float32).reshape(-1) for i in node.input[1:3]]
             packed = b.fresh(node.input[1] + ".blocked")
             b.consts[packed] = np.stack([_zero_padded(v, self.padded_channels(int(shape[1])), 0).reshape(-1, self.block)
-                                         for v in _scale_shift(node, b.consts)])      # [2, C/b, b]
+                                         for v in pair])      # [2, C/b, b]
             inputs.append(packed)
         externals, structure = _epilogue_plan(members, [node.output[0]], b)
         inputs += [self.blocked[e] for e in externals]
         counts = [int(b.shape(x)[1]) for x in sources]
         is_bn = node.op_type == "BatchNormalization"
+        eps = float(_attr(node, "epsilon", 1e-5))
 
         def make(*holders, extent):
             if is_bn:
                 X, P = holders[0], holders[1]
                 Y = compute(X.shape, lambda n, cb, y, x, ci: X[n, cb, y, x, ci] * P[0, cb, ci] + P[1, cb, ci],
                             name="batch_norm", tag="elemwise")
+            elif is_in:
+                Y = _blocked_instance_norm(holders[0], holders[1], eps)
             else:
                 Y = _blocked_concat(holders[:len(sources)], counts)
             return _with_epilogue(Y, members, [node.output[0]], externals, b)
         out = b.fresh(final + ".blocked")
-        b.kernel(label, (node.op_type, tuple(counts), structure), inputs, out, make,
+        b.kernel(label, (node.op_type, tuple(counts), structure) + ((eps,) if is_in else ()), inputs, out, make,
                  out_shape=self.blocked_shape(b.shapes.shapes[final]), own_inputs=len(externals), derived_output=True)
         self.blocked[final] = out
 
@@ -488,6 +498,19 @@ class CnnWalk:
         b.kernel(label, ("pool", kind, kernel, stride, padding, dilation, ceil_mode, include_pad), [x], out, make,
                  out_shape=shape, derived_output=True)
         self.blocked[node.output[0]] = out
+
+
+def _blocked_instance_norm(X, P, eps: float):
+    """InstanceNormalization of the blocked ``X`` [N, C/b, H, W, b], scale and shift ``P`` [2, C/b, b]:
+    the mean and the mean squared deviation of each channel as global pools (whole vectors of
+    channels), then one elementwise stage.  Padding channels (zeros, zero scale and shift) stay 0."""
+    mean = global_pool_blocked(X, "avg", name="instance_norm.mean")
+    deviation = compute(X.shape, lambda n, cb, y, x, ci: (X[n, cb, y, x, ci] - mean[n, cb, 0, 0, ci])
+                        * (X[n, cb, y, x, ci] - mean[n, cb, 0, 0, ci]), name="instance_norm.square", tag="elemwise")
+    var = global_pool_blocked(deviation, "avg", name="instance_norm.var")
+    return compute(X.shape, lambda n, cb, y, x, ci: (X[n, cb, y, x, ci] - mean[n, cb, 0, 0, ci])
+                   * lwi.rsqrt(var[n, cb, 0, 0, ci] + const(eps, X.dtype)) * P[0, cb, ci] + P[1, cb, ci],
+                   name="instance_norm", tag="elemwise")
 
 
 def _blocked_concat(parts, counts):

@@ -17,7 +17,9 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
   their channel-block axis; a plain input among them, as U-Net's up-sampled half, gets a
   to_blocked), max pools, unpadded/zero-counting average pools, global average pools and
   resizes of height and width (a U-Net's or an FPN's up-sampling: the same index and weight
-  tables, on axes 2 and 3 of the blocked twin) follow their input into the blocked layout;
+  tables, on axes 2 and 3 of the blocked twin), and means or maxima over height and width kept as
+  (N, C, 1, 1) (an instance norm's statistics, as global pools) follow their input into the
+  blocked layout;
 * a Transpose to NHWC of a blocked value (ConvNeXt's, before its channels-last LayerNorm) reads
   the blocked twin: one transpose to [N, H, W, C/b, b], which is [N, H, W, C] as it lies;
 * a value needed in NCHW (by any other op, or as a graph output) gets one
@@ -83,6 +85,8 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None, cpu: Optional[str]
     users = g.consumer_map()                  # the graph is not changed until every node is decided
     for node in g.nodes:
         how = _decide(g, node, block, lanes, users)
+        if how == "spatial_reduce" and node.inputs[0] in padded:
+            how = None          # its padding channels would be read back as data by what follows
         if how:
             plan[id(node)] = how
             out = node.outputs[0]
@@ -148,6 +152,15 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None, cpu: Optional[str]
     return g
 
 
+def _spatial_reduce(g: Graph, node: Node) -> bool:
+    """A mean or maximum over height and width, kept as (N, C, 1, 1): an instance norm's statistics
+    (the static path writes InstanceNormalization as such means and elementwise ops), computed on the
+    blocked twin as a global pool, so the normalisation around them stays blocked too."""
+    nd = len(g.shape(node.inputs[0]))
+    return _is_float4d(g, node.inputs[0]) and node.attrs["kind"] in ("mean", "max") and node.attrs.get("keepdims", True) \
+        and {a % nd for a in node.attrs["axes"]} == {2, 3}
+
+
 def _per_channel(shape, out_shape) -> bool:
     """(N, C, 1, 1) against an (N, C, H, W) output: squeeze-excitation's channel scale, whose blocked
     twin (N, C/b, 1, 1, b) broadcasts against the blocked (N, C/b, H, W, b) as the plain one does."""
@@ -183,6 +196,8 @@ def _decide(g: Graph, node: Node, block, lanes, users) -> Optional[str]:
         return "pool"
     if op == "global_avg_pool" and block.get(node.inputs[0]):
         return "global_pool"
+    if op == "reduce" and block.get(node.inputs[0]) and _spatial_reduce(g, node):
+        return "spatial_reduce"
     if op == "resize" and block.get(node.inputs[0]) and set(node.attrs["axes"]) <= {2, 3}:
         return "resize"
     if op == "transpose" and block.get(node.inputs[0]) and tuple(node.attrs["perm"]) == (0, 2, 3, 1):
@@ -381,6 +396,9 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
                      "dilation": tuple(attrs["dilation"])}, node.name)
     if how == "resize":         # the tables index height and width, axes 2 and 3 of either layout
         return Node("resize", [twin[node.inputs[0]]] + list(node.inputs[1:]), [out], dict(attrs), node.name)
+    if how == "spatial_reduce":
+        return Node("global_avg_pool_blocked", [twin[node.inputs[0]]], [out],
+                    {"kind": "avg" if attrs["kind"] == "mean" else "max"}, node.name)
     if how == "pool":
         return Node("pool2d_blocked", [twin[node.inputs[0]]], [out],
                     dict(attrs, pool_type="max" if node.op_type == "max_pool2d" else "avg"), node.name)

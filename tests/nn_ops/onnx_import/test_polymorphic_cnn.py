@@ -487,9 +487,10 @@ def test_math_activations_run_in_conv_epilogues_and_prelu_after_them():
 
 
 def test_instance_norm_and_group_norm_as_torch_exports_it_compile_once():
-    """InstanceNormalization after a conv (style transfer's), then torch's GroupNorm(2, 8) as it
-    exports: a (N, 2, -1) view, InstanceNormalization by ones and zeros, the view back, a
-    per-channel scale and shift.  Statistics over symbolic sizes; a 1x1 map (variance 0) too."""
+    """InstanceNormalization after a conv (style transfer's: on the conv's blocked result, 8
+    channels padded to a block), then torch's GroupNorm(2, 8) as it exports: a (N, 2, -1) view,
+    InstanceNormalization by ones and zeros, the view back, a per-channel scale and shift.
+    Statistics over symbolic sizes; a 1x1 map (variance 0) too."""
     b = OnnxBuilder(13)
     x = b.conv("input", 3, 8, 3)
     x = b.node("InstanceNormalization", [x, b.init("s", b.weight((8,), 1.0)), b.init("b", b.weight((8,), 1.0))],
@@ -502,7 +503,8 @@ def test_instance_norm_and_group_norm_as_torch_exports_it_compile_once():
                        b.init("gb", b.weight((8, 1, 1), 1.0))])
     model = b.model(("N", 3, "H", "W"), g, ("N", 8, "H", "W"), name="instance_norm")
     exe = lw.compile(lw.from_onnx(model), polymorphic=True)
-    assert [c.module.name for c in exe.calls].count("poly_group_norm") == 2
+    assert [c.module.name for c in exe.calls] == ["poly_conv", "poly_InstanceNormalization", "poly_from_blocked",
+                                                   "poly_group_norm", "poly_group"]
     for shape in ((1, 3, 5, 7), (2, 3, 9, 4), (1, 3, 1, 1)):
         _check(model, exe, shape)
 
@@ -543,4 +545,19 @@ def test_local_response_normalization_compiles_once():
     exe = lw.compile(lw.from_onnx(model), polymorphic=True)
     assert "poly_lrn" in {c.module.name for c in exe.calls}
     for shape in ((1, 3, 5, 7), (2, 3, 1, 1)):
+        _check(model, exe, shape)
+
+
+def test_instance_norm_between_convs_stays_blocked_with_its_relu():
+    """conv, InstanceNormalization, ReLU, conv (a style-transfer network's blocks): the norm runs on
+    the conv's blocked result with the ReLU as its epilogue, no layout change until the end."""
+    b = OnnxBuilder(17)
+    x = "input"
+    for k, (cin, cout) in enumerate(((3, 32), (32, 32))):
+        x = b.relu(b.node("InstanceNormalization", [b.conv(x, cin, cout, 3), b.init("s", b.weight((cout,), 1.0)),
+                                                    b.init("b", b.weight((cout,), 1.0))], epsilon=1e-3))
+    model = b.model(("N", 3, "H", "W"), x, ("N", 32, "H", "W"), name="style_blocks")
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert [c.module.name for c in exe.calls] == ["poly_conv", "poly_InstanceNormalization"] * 2 + ["poly_from_blocked"]
+    for shape in ((1, 3, 9, 13), (2, 3, 1, 1)):
         _check(model, exe, shape)

@@ -14,7 +14,7 @@ from loopweave.nn_ops.network import passes  # noqa: E402
 from loopweave.nn_ops.testing.model_zoo import OnnxBuilder  # noqa: E402
 
 CHANNELS = (8, 16, 24, 40)
-STEPS = ("conv", "depthwise", "relu", "sigmoid", "residual", "one_minus", "pool", "concat", "div")
+STEPS = ("conv", "depthwise", "relu", "sigmoid", "residual", "one_minus", "pool", "concat", "div", "instance_norm")
 
 
 def _network(steps, channels, seed):
@@ -41,6 +41,8 @@ def _network(steps, channels, seed):
         elif step == "div":             # x / (1 + sigmoid(conv(x))): a division, well conditioned
             d = b.node("Add", [b.node("Sigmoid", [b.conv(x, c, c, 1)]), b.init("one", np.ones((), np.float32))])
             x = b.node("Div", [x, d])
+        elif step == "instance_norm":   # statistics over the map: global pools of the blocked twin
+            x = b.node("InstanceNormalization", [x, b.init("s", b.weight((c,), 1.0)), b.init("b", b.weight((c,), 1.0))])
         earlier[(c, size)] = x
     return b.model((1, 8, 12, 12), b.node("GlobalAveragePool", [x]), (1, c, 1, 1)), c
 
@@ -61,3 +63,18 @@ def test_random_cnns_match_onnxruntime_with_16_lane_blocks(steps, channels, seed
     got, = exe.run({"input": x})
     assert got.shape == (1, c, 1, 1)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_an_instance_norm_between_convs_stays_blocked():
+    """InstanceNormalization is written as means over H and W and elementwise ops; the means are
+    global pools of the blocked twin, so nothing between the two convs changes layout."""
+    b = OnnxBuilder(3)
+    x = b.node("InstanceNormalization", [b.conv("input", 8, 32, 3), b.init("s", b.weight((32,), 1.0)),
+                                         b.init("b", b.weight((32,), 1.0))])
+    model = b.model((1, 8, 12, 12), b.conv(b.relu(x), 32, 32, 3), (1, 32, 12, 12))
+    exe = lw.compile(lw.from_onnx(model), progress=False)
+    ops = [n.op_type for n in exe.graph.nodes]
+    assert ops.count("global_avg_pool_blocked") == 2 and ops.count("from_blocked") == 1, ops
+    x = np.random.default_rng(0).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    want, = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    np.testing.assert_allclose(exe.run({"input": x})[0], want, rtol=1e-4, atol=1e-4)
