@@ -64,7 +64,7 @@ def compile_times(model_name: str):
 
 
 MODELS = ("resnet18", "mobilenet_v2", "transformer_encoder", "squeezenet1_1", "vit_tiny", "efficientnet_lite",
-          "convnext", "densenet", "unet", "gpt2", "mlp_mixer")
+          "convnext", "densenet", "unet", "gpt2", "mlp_mixer", "style_transfer")
 
 
 def _feed(name: str, model):

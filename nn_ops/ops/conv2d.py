@@ -229,9 +229,11 @@ def conv2d_weight_blocks(x_shape, w_shape, stride, padding, groups: int, dtype: 
     if kh == kw == 1 and groups == 1 and not any(padding):
         if _pixels_path(((h - 1) // sh + 1) * ((w - 1) // sw + 1)):
             return None
-    if groups == 1 and _rows_path(cg * kh * kw, (w + padding[1] + padding[3] - (kw - 1) * dilation[1] - 1) // sw + 1):
+    ow = (w + padding[1] + padding[3] - (kw - 1) * dilation[1] - 1) // sw + 1
+    bn = _channel_block(oc // groups, resolve_target("llvm").lanes(dtype))
+    if groups == 1 and (_rows_path(cg * kh * kw, ow) or (bn < FEW_CHANNELS and ow >= 16)):
         return None
-    return _channel_block(oc // groups, resolve_target("llvm").lanes(dtype)), _divisor_at_most(cg, 8)
+    return bn, _divisor_at_most(cg, 8)
 
 
 def pack_conv2d_weight(weight: np.ndarray, blocks) -> np.ndarray:
@@ -265,6 +267,12 @@ def _im2col_path(pixels: int) -> bool:
     256->512 @14 1.06 -> 0.74 ms; at 14x14 outputs (196 pixels) packing wins (1.22 vs 1.35 ms).
     The register block then spans every pixel (four vectors), so no patch is loaded twice."""
     return pixels <= 64
+
+
+#: fewer output channels per vector block than this (3 of an image, 21 classes of a segmentation
+#: head: blocks of 1) take the row path whatever their taps: the blocked path's vectors would hold
+#: one channel, scalar code (the fast neural style net's last 9x9 conv, 32 -> 3 at 256x256: 29.8 ms)
+FEW_CHANNELS = 4
 
 
 def _rows_path(taps: int, ow: int) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .onnx_builder import OnnxBuilder  # noqa: F401 - re-exported: tests build graphs with it
-from .zoo_cnn import convnext, densenet, efficientnet_lite, squeezenet1_1, unet
+from .zoo_cnn import convnext, densenet, efficientnet_lite, squeezenet1_1, style_transfer, unet
 from .zoo_transformers import gpt2, mlp_mixer, vit_tiny
 
 
@@ -142,7 +142,7 @@ def transformer_encoder(batch=1, seq: int = 128, hidden: int = 256, heads: int =
 
 
 NAMES = ("resnet18", "mobilenet_v2", "small_cnn", "transformer_encoder", "squeezenet1_1", "vit_tiny",
-         "efficientnet_lite", "convnext", "densenet", "unet", "gpt2", "mlp_mixer")
+         "efficientnet_lite", "convnext", "densenet", "unet", "gpt2", "mlp_mixer", "style_transfer")
 
 # the small test variant of each wider-zoo model: builder keyword arguments
 SMALL = {
@@ -155,4 +155,5 @@ SMALL = {
     "unet": dict(size=64, base=16, depth=3),
     "gpt2": dict(seq=32, vocab=1000, hidden=128, heads=2, layers=2),
     "mlp_mixer": dict(size=64, patch=8, hidden=64, tokens_mlp=32, channels_mlp=256, layers=2, classes=100),
+    "style_transfer": dict(size=32, base=16, residuals=1),
 }

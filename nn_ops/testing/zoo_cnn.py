@@ -1,5 +1,6 @@
 """The convolutional networks of the wider zoo (``model_zoo`` re-exports them): SqueezeNet 1.1,
-an EfficientNet-style CNN with squeeze-excitation, a ConvNeXt-style stack, a DenseNet and a U-Net.
+an EfficientNet-style CNN with squeeze-excitation, a ConvNeXt-style stack, a DenseNet, a U-Net and
+the fast neural style network (instance norms, reflection padding).
 
 Each builder's defaults are the full-size network at batch 1 (the benchmark); smaller keyword
 arguments give the test variants (``model_zoo.SMALL``).  Input ``"input"`` is (batch, 3, size, size).
@@ -167,3 +168,37 @@ def unet(batch: int = 1, size: int = 256, out_classes: int = 2, base: int = 32, 
         c = half
     out = b.conv(x, c, out_classes, 1, pad=0, bias=True)
     return b.model((batch, 3, size, size), out, (batch, out_classes, size, size), name="unet")
+
+
+def style_transfer(batch: int = 1, size: int = 256, base: int = 32, residuals: int = 5, seed: int = 0):
+    """The fast neural style network (Johnson et al.; PyTorch's ``examples/fast_neural_style``
+    ``TransformerNet``): each conv after a ReflectionPad (torch exports ``Pad`` mode reflect), an
+    InstanceNormalization with affine parameters after every conv but the last, two stride-2
+    convs down, ``residuals`` residual blocks, two nearest 2x up-samplings (``Resize``) up, a 9x9
+    conv to 3 channels.  An image in, an image of the same size out."""
+    b = OnnxBuilder(seed)
+
+    def conv(x, cin, cout, k, stride=1):
+        p = k // 2
+        x = b.node("Pad", [x, b.const([0, 0, p, p, 0, 0, p, p], np.int64)], mode="reflect")
+        return b.conv(x, cin, cout, k, stride=stride, pad=0, bias=True)
+
+    def norm(x, c):
+        return b.node("InstanceNormalization", [x, b.init("in_s", (1.0 + 0.1 * b.rng.standard_normal(c)).astype(np.float32)),
+                                                b.init("in_b", (0.1 * b.rng.standard_normal(c)).astype(np.float32))])
+
+    def up(x):
+        return b.node("Resize", [x, "", b.const([1.0, 1.0, 2.0, 2.0])], mode="nearest",
+                      coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+
+    x = b.relu(norm(conv("input", 3, base, 9), base))
+    x = b.relu(norm(conv(x, base, 2 * base, 3, stride=2), 2 * base))
+    x = b.relu(norm(conv(x, 2 * base, 4 * base, 3, stride=2), 4 * base))
+    c = 4 * base
+    for _ in range(residuals):
+        y = b.relu(norm(conv(x, c, c, 3), c))
+        x = b.node("Add", [x, norm(conv(y, c, c, 3), c)])
+    x = b.relu(norm(conv(up(x), c, 2 * base, 3), 2 * base))
+    x = b.relu(norm(conv(up(x), 2 * base, base, 3), base))
+    out = conv(x, base, 3, 9)
+    return b.model((batch, 3, size, size), out, (batch, 3, size, size), name="style_transfer")

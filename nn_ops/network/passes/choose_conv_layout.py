@@ -17,7 +17,8 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
   their channel-block axis; a plain input among them, as U-Net's up-sampled half, gets a
   to_blocked), max pools, unpadded/zero-counting average pools, global average pools and
   resizes of height and width (a U-Net's or an FPN's up-sampling: the same index and weight
-  tables, on axes 2 and 3 of the blocked twin), and means or maxima over height and width kept as
+  tables, on axes 2 and 3 of the blocked twin), pads of height and width (a style-transfer net's
+  reflection padding before each conv), and means or maxima over height and width kept as
   (N, C, 1, 1) (an instance norm's statistics, as global pools) follow their input into the
   blocked layout;
 * a Transpose to NHWC of a blocked value (ConvNeXt's, before its channels-last LayerNorm) reads
@@ -97,7 +98,8 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None, cpu: Optional[str]
             if how in ("conv", "conv_plain_input") and channels > lanes and channels % lanes and \
                     _pad_safe(g, out, users):
                 block[out], padded[out] = lanes, -(-channels // lanes) * lanes
-            elif how in ("elementwise", "pool", "depthwise", "resize") and any(i in padded for i in node.inputs):
+            elif how in ("elementwise", "pool", "depthwise", "resize", "spatial_pad") and \
+                    any(i in padded for i in node.inputs):
                 block[out], padded[out] = lanes, next(padded[i] for i in node.inputs if i in padded)
     if not plan:
         return g
@@ -198,6 +200,9 @@ def _decide(g: Graph, node: Node, block, lanes, users) -> Optional[str]:
         return "global_pool"
     if op == "reduce" and block.get(node.inputs[0]) and _spatial_reduce(g, node):
         return "spatial_reduce"
+    if op in ("pad", "pad_index") and block.get(node.inputs[0]) and _is_float4d(g, node.inputs[0]) \
+            and not any(node.attrs["before"][:2]) and not any(node.attrs["after"][:2]):
+        return "spatial_pad"
     if op == "resize" and block.get(node.inputs[0]) and set(node.attrs["axes"]) <= {2, 3}:
         return "resize"
     if op == "transpose" and block.get(node.inputs[0]) and tuple(node.attrs["perm"]) == (0, 2, 3, 1):
@@ -248,7 +253,7 @@ def _lone_1x1_stays_plain(channels: int, out_shape, attrs) -> bool:
 TO_BLOCKED_MIN_CHANNELS = 16
 
 #: ops a blocked value flows through to a later convolution (see ``_reaches_conv``)
-_BLOCKED_PASSES = frozenset({"max_pool2d", "avg_pool2d", "concat", "resize"})
+_BLOCKED_PASSES = frozenset({"max_pool2d", "avg_pool2d", "concat", "resize", "pad", "pad_index"})
 
 
 def _reaches_conv(value: str, users, block) -> bool:
@@ -284,7 +289,7 @@ def _reached(value: str, users, through):
 
 #: ops that compute each channel from the same channel of their one tensor operand alone (a padded
 #: channel stays a padded one)
-_CHANNEL_LOCAL = frozenset({"relu", "clip", "sigmoid", "tanh", "max_pool2d", "avg_pool2d"})
+_CHANNEL_LOCAL = frozenset({"relu", "clip", "sigmoid", "tanh", "max_pool2d", "avg_pool2d", "pad", "pad_index"})
 
 
 #: elementwise ops that keep finite values finite (padding that became inf or NaN would reach the
@@ -396,6 +401,9 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
                      "dilation": tuple(attrs["dilation"])}, node.name)
     if how == "resize":         # the tables index height and width, axes 2 and 3 of either layout
         return Node("resize", [twin[node.inputs[0]]] + list(node.inputs[1:]), [out], dict(attrs), node.name)
+    if how == "spatial_pad":    # height and width padded: axes 2 and 3 of either layout
+        return Node(node.op_type, [twin[node.inputs[0]]], [out],
+                    dict(attrs, before=tuple(attrs["before"]) + (0,), after=tuple(attrs["after"]) + (0,)), node.name)
     if how == "spatial_reduce":
         return Node("global_avg_pool_blocked", [twin[node.inputs[0]]], [out],
                     {"kind": "avg" if attrs["kind"] == "mean" else "max"}, node.name)

@@ -57,6 +57,7 @@ FULL = [
     ("unet", 7_768_962, (1, 2, 256, 256)),
     ("gpt2", 82_011_116, (1, 128, 50257)),
     ("mlp_mixer", 18_528_315, (1, 1000)),
+    ("style_transfer", 1_679_371, (1, 3, 256, 256)),     # torch's TransformerNet: 1,679,235, and the pads
 ]
 
 
@@ -150,3 +151,16 @@ def test_nhwc_transpose_reads_the_blocked_twin():
     blocked_reads = [n for n in transposes if len(g.shape(n.inputs[0])) == 5]
     assert len(blocked_reads) == sum(model_zoo.SMALL["convnext"]["depths"])
     assert not any(producers[n.inputs[0]].op_type == "from_blocked" for n in transposes)
+
+
+def test_style_transfer_pads_and_instance_norms_stay_blocked():
+    """The fast neural style net: every reflection pad after the first (the image's) pads the blocked
+    twin, every instance norm's means are global pools of it; one from_blocked, before the last conv
+    (3 output channels: vector rows, not blocks of one channel)."""
+    from loopweave.nn_ops.network.passes import optimize
+    g = optimize(lw.from_onnx(model_zoo.style_transfer(**model_zoo.SMALL["style_transfer"])))
+    ops = [n.op_type for n in g.nodes]
+    pads = [len(g.shape(n.outputs[0])) for n in g.nodes if n.op_type == "pad_index"]
+    assert pads == [4] + [5] * (len(pads) - 1)
+    assert ops.count("global_avg_pool_blocked") == 2 * 7 and ops.count("from_blocked") == 1
+    assert ops.count("to_blocked") == 0 and ops.count("conv2d") == 1 and ops.index("from_blocked") < ops.index("conv2d")

@@ -134,6 +134,22 @@ def test_few_taps_take_the_rows_path():
     assert dilated.op.tag == "conv2d"
 
 
+def test_few_output_channels_take_the_rows_path_whatever_their_taps():
+    """An image out (32 -> 3, 9x9: 2592 taps) or 21 classes would be blocks of one channel in the
+    blocked path (scalar code); rows of pixels are vectors instead, with the same values."""
+    rng = np.random.default_rng(0)
+    for oc, k in ((3, 9), (21, 3)):
+        X = lw.placeholder((1, 32, 20, 37), name="X")
+        W = lw.placeholder((oc, 32, k, k), name="W")
+        Y = nn_ops.conv2d(X, W, padding=k // 2)
+        assert Y.op.tag == "conv2d_rows"
+        f = lw.build(nn_ops.schedule(Y), [X, W, Y])
+        x, w = rng.standard_normal((1, 32, 20, 37), dtype=np.float32), rng.standard_normal((oc, 32, k, k), dtype=np.float32)
+        y = np.empty((1, oc, 20, 37), np.float32)
+        f(x, w, y)
+        np.testing.assert_allclose(y, conv2d_ref(x, w, padding=k // 2), rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("size,stride", [(40, 2), (57, 1)])
 def test_rows_path_with_fused_relu_epilogue(size, stride):
     """The network form: the rows conv's register block computed inside the relu's tile."""
