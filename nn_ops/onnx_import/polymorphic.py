@@ -236,6 +236,8 @@ class _Builder:
         if op == "BatchNormalization" or (op == "Concat" and self.cnn.channel_concat(node)) or \
                 (op == "InstanceNormalization" and node.input[0] in self.cnn.blocked):
             return self.cnn.standalone(k, node, label)
+        if op == "Pad":             # (a blocked map stays blocked)
+            return self.pad(node, label)
         for i in node.input:
             self.cnn.plain(i)       # a value kept blocked, read here as NCHW
         if op in VIEWS or (op == "Dropout" and len(outs) == 1):
@@ -320,8 +322,6 @@ class _Builder:
             exclusive, reverse = bool(_attr(node, "exclusive", 0)), bool(_attr(node, "reverse", 0))
             return self.kernel(label, ("cumulative", kind, axis, exclusive, reverse), [node.input[0]], node.output[0],
                                lambda x, extent: cumsum(x, axis, exclusive, reverse, name="cumulative", kind=kind))
-        if op == "Pad":
-            return self.pad(node, label)
         if op in ("DequantizeLinear", "QuantizeLinear"):
             return self.quantization(node, label)
         if op in ("DepthToSpace", "SpaceToDepth"):     # a super-resolution net's pixel shuffle
@@ -752,9 +752,11 @@ class _Builder:
             start += int(self.shapes.shapes[out][axis]) if out else 0
 
     def pad(self, node, label: str) -> None:
-        """Pad by constant amounts, with a constant value or the edge's (a TF-exported network's
-        explicit padding); reflect and wrap where the padded axes are static. The kernel computes its
-        output sizes, ``H + before + after``."""
+        """Pad by constant amounts, with a constant value, the edge's or the mirror's (a TF-exported
+        network's explicit padding, a style-transfer net's reflection; its shape rule checks at run
+        time that a reflected size exceeds the pad); wrap where the padded axes are static. The
+        kernel computes its output sizes, ``H + before + after``; on a blocked map it pads the blocked
+        value (height and width only), which stays blocked."""
         from ..ops.index import pad_index
         from ..ops.shape import pad
         src = self.shape(node.input[0])
@@ -771,21 +773,28 @@ class _Builder:
             before[a], after[a] = pads[k], pads[k + len(axes)]
         if any(p < 0 for p in before + after):
             raise _Unsupported("negative pads")
-        if mode in ("reflect", "wrap") and any((b or a) and not S.is_static(d) for d, b, a in zip(src, before, after)):
-            raise _Unsupported(f"{mode} padding of an axis of symbolic size (out of bounds where the size is "
-                               f"smaller than the pad)")
+        if mode == "wrap" and any((b or a) and not S.is_static(d) for d, b, a in zip(src, before, after)):
+            raise _Unsupported("wrap padding of an axis of symbolic size")
         value = 0.0
         if len(node.input) > 2 and node.input[2]:
             if node.input[2] not in self.consts or self.consts[node.input[2]].size != 1:
                 raise _Unsupported("a Pad value other than one constant")
             value = float(self.consts[node.input[2]].reshape(()))
         before, after = tuple(before), tuple(after)
+        x, out, out_shape = node.input[0], node.output[0], None
+        if x in self.cnn.blocked and len(src) == 4 and not any(before[:2] + after[:2]):
+            # the blocked map padded as it lies (axes 2 and 3 of either layout): it stays blocked
+            x, out, before, after = self.cnn.blocked[x], self.fresh(out + ".blocked"), before + (0,), after + (0,)
+            out_shape = self.cnn.blocked_shape(self.shapes.shapes[node.output[0]])
+            self.cnn.blocked[node.output[0]] = out
+        else:
+            self.cnn.plain(x)
 
-        def make(x, extent):
+        def make(t, extent):
             if mode == "constant":
-                return pad(x, before, after, value, name="pad")
-            return pad_index(x, before, after, mode, name="pad")
-        self.kernel(label, ("pad", mode, before, after, value), [node.input[0]], node.output[0], make,
+                return pad(t, before, after, value, name="pad")
+            return pad_index(t, before, after, mode, name="pad")
+        self.kernel(label, ("pad", mode, before, after, value), [x], out, make, out_shape=out_shape,
                     derived_output=True)
 
     def aliased(self, shape: tuple) -> tuple:

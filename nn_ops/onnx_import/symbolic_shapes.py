@@ -614,8 +614,13 @@ def _pad(ctx: _Inference, node):
     pads = ctx.ints(node.input[1]) if len(node.input) > 1 and node.input[1] else list(ctx.attr(node, "pads", []))
     axes = ctx.ints(node.input[3]) if len(node.input) > 3 and node.input[3] else list(range(len(src)))
     half = len(pads) // 2
+    reflect = ctx.attr(node, "mode", "constant") in ("reflect", b"reflect")
     for k, a in enumerate(axes):
         a = _axis(a, len(src))
+        if reflect and max(pads[k], pads[k + half]) > 0:     # mirrored without the edge: needs more
+            ctx.require(sympy.Ge(src[a], max(pads[k], pads[k + half]) + 1),
+                        f"reflect padding by {max(pads[k], pads[k + half])} needs axis {a} larger than that, got "
+                        f"{S.show(src[a])}")
         src[a] = src[a] + pads[k] + pads[k + half]
     return [tuple(src)]
 

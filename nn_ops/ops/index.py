@@ -176,14 +176,18 @@ def reverse_sequence(x: Tensor, lengths: Tensor, batch_axis: int = 1, time_axis:
 
 def pad_index(x: Tensor, before: Sequence[int], after: Sequence[int], mode: str, name: str = "pad") -> Tensor:
     """Pad by reading inside ``x``: ``edge`` repeats the border, ``reflect`` mirrors without
-    repeating it, ``wrap`` continues periodically (ONNX Pad modes; numpy's edge/reflect/wrap)."""
-    src = extents(x)            # symbolic extents allowed where a padded axis is static (or the mode is edge)
+    repeating it, ``wrap`` continues periodically (ONNX Pad modes; numpy's edge/reflect/wrap).
+
+    Sizes may be symbolic but for a wrapped axis.  A reflected axis of symbolic size reads at an
+    index clamped to the axis, so a size not larger than the pad (ONNX leaves it undefined; the
+    network's signature refuses it at run time) reads inside ``x`` still."""
+    src = extents(x)            # symbolic extents allowed (shape-polymorphic kernels)
     if mode not in ("edge", "reflect", "wrap"):
         raise ExprError(f"pad mode {mode!r}")
-    if mode != "edge" and any((b or a) and not isinstance(d, int) for d, b, a in zip(src, before, after)):
-        raise ExprError(f"{mode} padding of an axis of symbolic size reads out of bounds where the size is "
-                        f"smaller than the pad")
-    if mode == "reflect" and any((b or a) and (b >= d or a >= d) for d, b, a in zip(src, before, after)):
+    if mode == "wrap" and any((b or a) and not isinstance(d, int) for d, b, a in zip(src, before, after)):
+        raise ExprError("wrap padding of an axis of symbolic size (a static size is needed)")
+    if mode == "reflect" and any((b or a) and isinstance(d, int) and (b >= d or a >= d)
+                                 for d, b, a in zip(src, before, after)):
         raise ExprError(f"reflect padding {list(before)}/{list(after)} reaches past the edge of shape {src}")
     shape = tuple(d + b + a for d, b, a in zip(src, before, after))
 
@@ -194,7 +198,8 @@ def pad_index(x: Tensor, before: Sequence[int], after: Sequence[int], mode: str,
         if mode == "wrap":
             return j % d
         j = select(j < 0, 0 - j, j)
-        return select(j >= d, 2 * (d - 1) - j, j)
+        j = select(j >= d, 2 * (d - 1) - j, j)
+        return j if isinstance(d, int) else elementwise_min(elementwise_max(j, 0), d - 1)
 
     def fcompute(*idx):
         return x[tuple(source(i, d, b) if (b or a) else i for i, d, b, a in zip(idx, src, before, after))]

@@ -11,6 +11,7 @@ ort = pytest.importorskip("onnxruntime")
 import loopweave as lw  # noqa: E402
 from loopweave.errors import OnnxImportError  # noqa: E402
 from loopweave.nn_ops.network.polymorphic_executable import PolymorphicExecutable  # noqa: E402
+from loopweave.nn_ops.testing import model_zoo  # noqa: E402
 from loopweave.nn_ops.testing.model_zoo import OnnxBuilder, mobilenet_v2, resnet18, symbolic_sizes  # noqa: E402
 
 
@@ -561,3 +562,18 @@ def test_instance_norm_between_convs_stays_blocked_with_its_relu():
     assert [c.module.name for c in exe.calls] == ["poly_conv", "poly_InstanceNormalization"] * 2 + ["poly_from_blocked"]
     for shape in ((1, 3, 9, 13), (2, 3, 1, 1)):
         _check(model, exe, shape)
+
+
+def test_the_style_transfer_net_compiles_once_and_stays_blocked():
+    """The fast neural style net with symbolic batch and image size: reflection pads, convs and
+    instance norms (with their ReLU and residual adds) all on blocked maps, one from_blocked at the
+    end; an image no larger than the first pad (4) is refused by name before anything runs."""
+    model = symbolic_sizes(model_zoo.style_transfer(**model_zoo.SMALL["style_transfer"]))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    names = [c.module.name for c in exe.calls]
+    assert names.count("poly_from_blocked") == 1 and names[-1] == "poly_from_blocked"
+    assert "poly_to_blocked" not in names and names.count("poly_InstanceNormalization") == 7
+    for shape in ((1, 3, 32, 32), (2, 3, 20, 28), (1, 3, 12, 16)):
+        _check(model, exe, shape)
+    with pytest.raises(lw.ArgumentError, match=r"reflect padding by 4 needs axis 2 larger than that, got H \(here H = 3\)"):
+        exe.run({"input": np.zeros((1, 3, 3, 3), np.float32)})
