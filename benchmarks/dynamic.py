@@ -30,7 +30,7 @@ smoke test, not for numbers).
 Bar 2: ``--model resnet18`` runs the zoo's ResNet-18 with symbolic batch, height and width
 (``model_zoo.symbolic_sizes(model_zoo.resnet18())``) at 1x224x224, 4x224x224 and 1x256x320 (``--shapes
 1x224x224 ...``), the same three columns (bar 2: poly/static >= 0.85); ``--model mobilenet_v2``
-(or squeezenet1_1, efficientnet_lite, convnext, densenet, unet) the same for the other zoo CNNs.
+(or squeezenet1_1, efficientnet_lite, convnext, densenet, unet, style_transfer) the same for the other zoo CNNs.
 
 ``--model unet --up linear_sizes`` (or transpose, nearest, linear, linear_corners) picks how the zoo's
 U-Net up-samples (``model_zoo.unet``'s ``up``).
@@ -67,7 +67,7 @@ ZOO = {}                                                   # transformer_encoder
 TINY = {"hidden": 64, "heads": 2, "layers": 1, "ffn": 128}
 STATIC_SHAPE = (1, 128)                                    # the cold static compile of bar 3
 RESNET_SHAPES = ((1, 224, 224), (4, 224, 224), (1, 256, 320))   # bar 2: batch x height x width
-CNNS = ("resnet18", "mobilenet_v2", "squeezenet1_1", "efficientnet_lite", "convnext", "densenet", "unet")
+CNNS = ("resnet18", "mobilenet_v2", "squeezenet1_1", "efficientnet_lite", "convnext", "densenet", "unet", "style_transfer")
 GPT2_SHAPES = ((1, 1), (1, 7), (1, 64), (4, 64), (1, 128))        # batch x length
 
 _COMPILE_SCRIPT = """
