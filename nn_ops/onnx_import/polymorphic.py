@@ -17,9 +17,10 @@ computed operands with equal batch axes (``batch_matmul``), Gemm by a constant, 
 elementwise arithmetic, Cast and the common activations -- elementwise nodes right after a
 MatMul/Gemm (or another elementwise node) join its kernel as an epilogue --, Softmax and
 LayerNormalization (over (rows, n) views), Transpose, and the shape-only ops (Reshape, Flatten,
-Squeeze, Unsqueeze as views; Shape/Gather/Concat chains on shape values computed at import).
-Everything else is listed in one ``OnnxImportError`` (compile without ``polymorphic=True`` to
-specialise per shape).
+Squeeze, Unsqueeze as views; Shape/Gather/Concat chains on shape values computed at import); CNNs
+in ``polymorphic_cnn.py``; layout and index ops, normalizations, quantization and Einsum in
+``polymorphic_ops.py``.  Everything else is listed in one ``OnnxImportError`` (compile without
+``polymorphic=True`` to specialise per shape).
 """
 from __future__ import annotations
 
@@ -40,16 +41,13 @@ from ..network.op_table import SMALL_M
 from ..network.signature import RuntimeCheck
 from ..network.polymorphic_executable import BindingTable, KernelCall, PolymorphicExecutable, Variant, View
 from ..network.symbolic_plan import SymbolicPlan
-from ..ops.arg_reduce import arg_reduce, hardmax
+from ..ops.arg_reduce import arg_reduce
 from ..ops.conv2d_transpose import conv2d_transpose
-from ..ops.cumsum import cumsum
 from ..ops.elementwise import broadcast_index
 from ..ops.gemv import matmul_small_m
-from ..ops.index import gather, gather_elements, one_hot, tile, trilu
-from ..ops.lrn import lrn
+from ..ops.index import gather, gather_elements
 from ..ops.matmul import batch_matmul, matmul, matmul_panels, pack_panels, panel_width
-from ..ops.norm import group_norm, layer_norm
-from ..ops.quantize import dequantize, quantize
+from ..ops.norm import layer_norm
 from ..ops.registry import schedule
 from ..ops.shape import concat, reduce, softmax, transpose
 from ..ops.topk import topk_indices
@@ -58,6 +56,7 @@ from .converters.math import REDUCE_BETWEEN
 from .fold import FOLDERS
 from .importer import node_label
 from .polymorphic_cnn import CnnWalk
+from .polymorphic_ops import OPS, pad_kernel
 from .polymorphic_common import (BINARY, FLOAT_ONLY, INTEGER, PREDICATES, TERNARY, UNARY, VARIADIC, WITH_ATTRS, KernelVariant, _apply, _attr, _elementwise,
                                  _same, _show, conv_transpose_attrs, node_params)
 
@@ -75,13 +74,11 @@ REDUCES = {"ReduceMean": (None, "mean", None), "ReduceSum": (None, "sum", None),
            "ReduceMin": (None, "min", None), **REDUCE_BETWEEN}
 #: the steps around a reduction (``REDUCE_BETWEEN``'s names), per element
 _REDUCE_STEPS = {"abs": lwi.abs, "square": lambda v: v * v, "sqrt": lwi.sqrt, "log": lwi.log}
-COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(WITH_ATTRS) | set(PREDICATES) | set(VARIADIC) | set(INTEGER) | set(VIEWS) | \
-    set(CNN_OPS) | set(REDUCES) | {"Clip",
-    "Cast", "MatMul", "Gemm", "Transpose", "Softmax", "LayerNormalization", "Constant", "Dropout", "Shape", "Gather",
-    "Concat", "BatchNormalization", "Expand", "Range", "Slice", "ConvTranspose", "Resize", "ArgMax", "ArgMin", "TopK",
-    "LogSoftmax", "Split", "Pad", "Trilu", "Tile", "ConstantOfShape", "GatherElements", "Hardmax", "CumSum",
-    "CumProd", "InstanceNormalization", "GroupNormalization", "DepthToSpace", "SpaceToDepth", "DequantizeLinear", "QuantizeLinear",
-    "LpNormalization", "MeanVarianceNormalization", "RMSNormalization", "ReduceLogSumExp", "Einsum", "OneHot", "LRN"}
+COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(WITH_ATTRS) | set(PREDICATES) | set(VARIADIC) | \
+    set(INTEGER) | set(VIEWS) | set(CNN_OPS) | set(REDUCES) | set(OPS) | {
+        "Clip", "Cast", "CastLike", "MatMul", "Gemm", "Transpose", "Softmax", "LogSoftmax", "LayerNormalization",
+        "Constant", "Dropout", "Shape", "Gather", "Concat", "BatchNormalization", "Expand", "Range", "Slice",
+        "ConvTranspose", "Resize", "ArgMax", "ArgMin", "TopK", "Pad"}
 NO_KERNEL = "no shape-polymorphic kernel for this op yet"
 # A dense layer (MatMul/Gemm by a constant) at this many rows or fewer runs its few-rows variant:
 # ``matmul_small_m``'s streaming schedule, B read in place (no per-call packing of its panels, which
@@ -138,6 +135,7 @@ class _Builder:
         self.checks: Optional[str] = None        # lw.build's checks= for every kernel
         # sizes a feed binds directly (``bind`` refuses 0 for them): the ones a kernel may specialise to 1
         self.fed_symbols = {d for _, dims, _ in shapes.signature.inputs for d in dims if getattr(d, "is_Symbol", False)}
+        self.unsupported = _Unsupported          # what the walk's parts raise for "not covered"
         self.cnn = CnnWalk(self, _Unsupported)
         self._inferred: Optional[Dict[str, str]] = None       # inferred_dtypes()
 
@@ -237,7 +235,7 @@ class _Builder:
                 (op == "InstanceNormalization" and node.input[0] in self.cnn.blocked):
             return self.cnn.standalone(k, node, label)
         if op == "Pad":             # (a blocked map stays blocked)
-            return self.pad(node, label)
+            return pad_kernel(self, node, label)
         for i in node.input:
             self.cnn.plain(i)       # a value kept blocked, read here as NCHW
         if op in VIEWS or (op == "Dropout" and len(outs) == 1):
@@ -286,67 +284,8 @@ class _Builder:
                 return softmax(t, -1, name="softmax", log=log)
             return self.kernel(label, ("softmax", log), [x], y, make, out_shape=self.shape(x),
                                then_view=node.output[0], variants=self.unit_variants(self.shape(x), make))
-        if op == "Split":
-            return self.split(node, label)
-        if op == "Trilu":           # a causal mask's triangle, of symbolic sides
-            k = self.size_value(node.input[1]) if len(node.input) > 1 and node.input[1] else S.dim(0)
-            if not S.is_static(k):
-                raise _Unsupported(f"a Trilu diagonal computed from sizes ({S.show(k)})")
-            upper, k = bool(_attr(node, "upper", 1)), int(k)
-            return self.kernel(label, ("trilu", upper, k), [node.input[0]], node.output[0],
-                               lambda x, extent: trilu(x, upper, k, name="trilu"))
-        if op == "Tile":
-            repeats = [S.dim(r) for r in self.size_values(node.input[1])]
-            if not all(S.is_static(r) and int(r) >= 1 for r in repeats):
-                raise _Unsupported(f"Tile repeats {[S.show(r) for r in repeats]} (constants >= 1 are covered)")
-            repeats = tuple(int(r) for r in repeats)
-            return self.kernel(label, ("tile", repeats), [node.input[0]], node.output[0],
-                               lambda x, extent: tile(x, repeats, name="tile"), derived_output=True)
-        if op == "ConstantOfShape":     # a mask's ones of a computed shape
-            return self.constant_of_shape(node, label)
-        if op == "GatherElements":      # at computed indices (the values of a TopK-like selection)
-            axis = int(_attr(node, "axis", 0))
-            if not S.is_static(self.shape(node.input[0])[axis]):
-                raise _Unsupported(f"a GatherElements along the symbolic axis {axis}")
-            return self.kernel(label, ("gather_elements", axis), [node.input[0], node.input[1]], node.output[0],
-                               lambda x, idx, extent: gather_elements(x, idx, axis, name="gather_elements"))
-        if op == "Hardmax":
-            axis = int(_attr(node, "axis", -1))
-            return self.kernel(label, ("hardmax", axis), [node.input[0]], node.output[0],
-                               lambda x, extent: hardmax(x, axis, name="hardmax"))
-        if op in ("CumSum", "CumProd"):     # position ids counted along a mask, of any length
-            axis = self.size_value(node.input[1])
-            if not S.is_static(axis):
-                raise _Unsupported("a cumulative axis computed from sizes")
-            kind, axis = "sum" if op == "CumSum" else "prod", int(axis)
-            exclusive, reverse = bool(_attr(node, "exclusive", 0)), bool(_attr(node, "reverse", 0))
-            return self.kernel(label, ("cumulative", kind, axis, exclusive, reverse), [node.input[0]], node.output[0],
-                               lambda x, extent: cumsum(x, axis, exclusive, reverse, name="cumulative", kind=kind))
-        if op in ("DequantizeLinear", "QuantizeLinear"):
-            return self.quantization(node, label)
-        if op in ("DepthToSpace", "SpaceToDepth"):     # a super-resolution net's pixel shuffle
-            return self.space_depth(node, label)
-        if op in ("InstanceNormalization", "GroupNormalization"):   # (torch's GroupNorm exports as the first)
-            return self.group_norm(node, label)
-        if op == "Einsum":
-            return self.einsum(node, label)
-        if op == "LRN":             # AlexNet's and GoogLeNet's, across static channels
-            if len(self.shape(node.input[0])) < 3 or not S.is_static(self.shape(node.input[0])[1]):
-                raise _Unsupported("an LRN of rank < 3 or of symbolic channels")
-            size, alpha = int(_attr(node, "size", 1)), float(_attr(node, "alpha", 1e-4))
-            beta, bias = float(_attr(node, "beta", 0.75)), float(_attr(node, "bias", 1.0))
-            return self.kernel(label, ("lrn", size, alpha, beta, bias), [node.input[0]], node.output[0],
-                               lambda x, extent: lrn(x, size, alpha, beta, bias, name="lrn"))
-        if op == "OneHot":          # classes of computed labels, a constant depth and values
-            depth, values = self.size_value(node.input[1]), node.input[2]
-            if not S.is_static(depth) or int(depth) < 1 or values not in self.consts \
-                    or self.dtype(node.input[0]) == "bool":
-                raise _Unsupported("a OneHot of bool indices, or of a depth or values computed at run time")
-            depth, axis = int(depth), int(_attr(node, "axis", -1))
-            return self.kernel(label, ("one_hot", depth, axis), [node.input[0], values], node.output[0],
-                               lambda idx, v, extent: one_hot(idx, v, depth, axis, name="one_hot"))
-        if op in ("LpNormalization", "MeanVarianceNormalization", "RMSNormalization", "ReduceLogSumExp"):
-            return self.by_reductions(node, label)
+        if op in OPS:
+            return OPS[op](self, node, label)
         if op == "LayerNormalization":
             if len(outs) > 1:
                 raise _Unsupported("LayerNormalization's mean/inv_std outputs")
@@ -589,213 +528,6 @@ class _Builder:
             return compute(tuple(extent(d) for d in out_shape),
                            lambda *i: x[tuple(index(a, v) for a, v in enumerate(i))], name="slice", tag="injective")
         return self.kernel(label, ("slice", plan), [node.input[0]], node.output[0], make)
-
-    def constant_of_shape(self, node, label: str) -> None:
-        """ConstantOfShape of a shape computed from sizes (constant shapes are folded at import)."""
-        from onnx import numpy_helper
-        value = numpy_helper.to_array(node.attribute[0].t).reshape(-1) if node.attribute \
-            else np.zeros(1, np.float32)
-        dtype, number = str(value.dtype), value[0].item()
-        shape = self.shapes.shapes[node.output[0]]
-        self.kernel(label, ("constant_of_shape", dtype, number), [], node.output[0],
-                    lambda extent: compute(tuple(extent(d) for d in shape), lambda *i: const(number, dtype),
-                                           name="constant_of_shape", tag="injective"))
-
-    def group_norm(self, node, label: str) -> None:
-        """InstanceNormalization, and GroupNormalization with per-channel scale and bias (opset 21),
-        by constant parameters over maps of any size (``norm.group_norm``)."""
-        shape = self.shape(node.input[0])
-        if len(shape) < 3 or not S.is_static(shape[1]) or not all(i in self.consts for i in node.input[1:3]):
-            raise _Unsupported(f"a {node.op_type} of shape {_show(shape)} (rank 3 or more, static channels) or "
-                               f"with a computed scale or bias")
-        channels = int(shape[1])
-        groups = channels if node.op_type == "InstanceNormalization" else int(_attr(node, "num_groups", 0))
-        if groups < 1 or channels % groups or any(self.consts[i].size != channels for i in node.input[1:3]):
-            raise _Unsupported(f"{groups} groups of {channels} channels, or a scale/bias not one per channel")
-        if int(_attr(node, "stash_type", 1)) != 1:
-            raise _Unsupported("stash_type other than 1 (float32)")
-        eps = float(_attr(node, "epsilon", 1e-5))
-        params = [self.flat_const(i) for i in node.input[1:3]]
-        self.kernel(label, ("group_norm", groups, eps), [node.input[0]] + params, node.output[0],
-                    lambda x, s, b, extent: group_norm(x, s, b, groups, eps, name="group_norm"))
-
-    def einsum(self, node, label: str) -> None:
-        """Einsum as one compute (``ops/einsum.py``: parallel over the output, the summed letters
-        serial); each letter's sizes other than 1 must be one size."""
-        from ..ops.einsum import einsum, parse
-        equation = str(_attr(node, "equation", ""))
-        inputs = list(node.input)
-        shapes = [self.aliased(self.shape(i)) for i in inputs]
-        subs, _ = parse(equation, [len(s) for s in shapes])
-        size = {}
-        for sub, shape in zip(subs, shapes):
-            for c, d in zip(sub, shape):
-                if d != 1 and size.setdefault(c, d) != d:
-                    raise _Unsupported(f"einsum letter {c!r} of sizes {S.show(size[c])} and {S.show(d)}, which are "
-                                       f"not known to be one")
-        self.kernel(label, ("einsum", equation), inputs, node.output[0],
-                    lambda *ts, extent: einsum(equation, ts, name="einsum"))
-
-    def by_reductions(self, node, label: str) -> None:
-        """LpNormalization, MeanVarianceNormalization, RMSNormalization and ReduceLogSumExp: whole-tensor
-        reductions over any sizes and one elementwise stage (``ops/normalize.py``)."""
-        from ..ops import normalize
-        op, x = node.op_type, node.input[0]
-        if not self.dtype(x).startswith("float"):
-            raise _Unsupported(f"{op} of {self.dtype(x)} values")
-        if op == "LpNormalization":
-            axis, p = int(_attr(node, "axis", -1)), int(_attr(node, "p", 2))
-            if p not in (1, 2):
-                raise _Unsupported(f"p={p} (1 or 2)")
-            return self.kernel(label, ("lp_normalize", axis, p), [x], node.output[0],
-                               lambda t, extent: normalize.lp_normalize(t, axis, p, name="lp_normalize"))
-        if op == "MeanVarianceNormalization":
-            axes = tuple(int(a) for a in _attr(node, "axes", [0, 2, 3]))
-            return self.kernel(label, ("mvn", axes), [x], node.output[0],
-                               lambda t, extent: normalize.mean_variance_normalize(t, axes, name="mvn"))
-        if op == "RMSNormalization":
-            shape, axis = self.shape(x), int(_attr(node, "axis", -1))
-            if node.input[1] not in self.consts or not all(S.is_static(d) for d in shape[axis % len(shape):]) \
-                    or int(_attr(node, "stash_type", 1)) != 1:
-                raise _Unsupported("an RMSNormalization with a computed scale, over axes of symbolic size, or with "
-                                   "stash_type other than 1")
-            eps = float(_attr(node, "epsilon", 1e-5))
-            return self.kernel(label, ("rms_norm", axis, eps), [x, node.input[1]], node.output[0],
-                               lambda t, scale, extent: normalize.rms_normalize(t, scale, axis, eps, name="rms_norm"))
-        axes = _attr(node, "axes", None)            # ReduceLogSumExp: axes an attribute, or an input from opset 18
-        if axes is None and len(node.input) > 1 and node.input[1]:
-            if node.input[1] not in self.consts:
-                raise _Unsupported("reduction axes computed at run time")
-            axes = [int(a) for a in self.consts[node.input[1]].reshape(-1)]
-        if not axes and int(_attr(node, "noop_with_empty_axes", 0)):
-            raise _Unsupported("an empty reduction (noop_with_empty_axes)")
-        axes, keepdims = tuple(int(a) for a in axes or ()), bool(_attr(node, "keepdims", 1))
-        self.kernel(label, ("log_sum_exp", axes, keepdims), [x], node.output[0],
-                    lambda t, extent: normalize.log_sum_exp(t, axes, keepdims, name="log_sum_exp"))
-
-    def quantization(self, node, label: str) -> None:
-        """DequantizeLinear / QuantizeLinear (a QDQ model's) by a constant scale and zero point, with
-        the static path's arithmetic (``ops/quantize.py``): per tensor, or per position (or block)
-        along an axis of static size, whose positions then all have their scale."""
-        from .importer import np_dtype
-        inputs = [i for i in node.input[:3] if i]
-        if not all(i in self.consts for i in inputs[1:]):
-            raise _Unsupported("a computed scale or zero point")
-        shape = self.shape(inputs[0])
-        axis, block = int(_attr(node, "axis", 1)), int(_attr(node, "block_size", 0))
-        if self.consts[inputs[1]].size > 1 and not S.is_static(shape[axis % len(shape)]):
-            raise _Unsupported(f"a scale per position along the symbolic axis {axis} ({_show(shape)})")
-        if node.op_type == "DequantizeLinear" and inputs[0] in self.consts:     # an int8 weight: float once, here
-            self.consts[node.output[0]] = _dequantized(*(self.consts[i] for i in inputs), axis=axis, block=block)
-            return
-        if node.op_type == "DequantizeLinear":
-            to = None
-            if _attr(node, "output_dtype", 0) and np_dtype(_attr(node, "output_dtype", 0)) != self.dtype(inputs[1]):
-                raise _Unsupported("output_dtype other than the scale's type")
-        else:
-            to = np_dtype(_attr(node, "output_dtype", 0)) if _attr(node, "output_dtype", 0) else \
-                self.dtype(inputs[2]) if len(inputs) > 2 else "uint8"
-            if not self.dtype(inputs[0]).startswith("float"):
-                raise _Unsupported(f"quantizing {self.dtype(inputs[0])} values")
-
-        def make(x, scale, zero_point=None, extent=None):
-            if to is None:
-                return dequantize(x, scale, zero_point, axis, block, name="dequantize")
-            return quantize(x, scale, zero_point, to, axis, block, name="quantize")
-        self.kernel(label, ("quantize" if to else "dequantize", axis, block, to), inputs, node.output[0], make)
-
-    def space_depth(self, node, label: str) -> None:
-        """DepthToSpace (DCR or CRD) and SpaceToDepth of an NCHW value, as one gather: each output
-        element read where ONNX's reshape-transpose-reshape puts it; the kernel computes its sizes."""
-        if len(self.shape(node.input[0])) != 4:
-            raise _Unsupported(f"{node.op_type} of rank {len(self.shape(node.input[0]))} (4 expected)")
-        b = int(_attr(node, "blocksize", 0))
-        to_depth = node.op_type == "SpaceToDepth"
-        dcr = to_depth or _attr(node, "mode", "DCR") == "DCR"
-        c = self.shape(node.input[0])[1]
-        if not S.is_static(c) or b < 1 or (not to_depth and int(c) % (b * b)):
-            raise _Unsupported(f"{node.op_type} of {S.show(c)} channels by blocksize {b}")
-        c = int(c)
-
-        def make(x, extent):
-            n, _, h, w = x.shape
-            if to_depth:
-                def read(i, o, y, z):
-                    q = o // c          # the position in the block
-                    return x[i, o % c, y * b + q // b, z * b + q % b]
-                return compute((n, c * b * b, h // b, w // b), read, name="space_to_depth", tag="injective")
-            per = c // (b * b)
-
-            def read(i, o, y, z):
-                at = (y % b) * b + z % b
-                return x[i, at * per + o if dcr else o * b * b + at, y // b, z // b]
-            return compute((n, per, h * b, w * b), read, name="depth_to_space", tag="injective")
-        self.kernel(label, ("space_to_depth" if to_depth else "depth_to_space", b, dcr), [node.input[0]],
-                    node.output[0], make, derived_output=True)
-
-    def split(self, node, label: str) -> None:
-        """Split along an axis of static size (a fused q/k/v projection cut in three, a chunk of
-        channels): a copy kernel per output, reading from its piece's first index."""
-        src = self.shape(node.input[0])
-        axis = int(_attr(node, "axis", 0)) % len(src)
-        if not S.is_static(src[axis]):
-            raise _Unsupported(f"a Split along the symbolic axis {axis} ({_show(src)})")
-        start = 0
-        for k, out in enumerate(node.output):
-            out_shape = self.shapes.shapes[out] if out else None
-            if out:
-                def make(x, extent, first=start, out_shape=out_shape):
-                    return compute(tuple(extent(d) for d in out_shape),
-                                   lambda *i: x[i[:axis] + (i[axis] + first,) + i[axis + 1:]], name="split",
-                                   tag="injective")
-                self.kernel(f"{label}.{k}" if k else label, ("split", axis, start), [node.input[0]], out, make)
-            start += int(self.shapes.shapes[out][axis]) if out else 0
-
-    def pad(self, node, label: str) -> None:
-        """Pad by constant amounts, with a constant value, the edge's or the mirror's (a TF-exported
-        network's explicit padding, a style-transfer net's reflection; its shape rule checks at run
-        time that a reflected size exceeds the pad); wrap where the padded axes are static. The
-        kernel computes its output sizes, ``H + before + after``; on a blocked map it pads the blocked
-        value (height and width only), which stays blocked."""
-        from ..ops.index import pad_index
-        from ..ops.shape import pad
-        src = self.shape(node.input[0])
-        mode = _attr(node, "mode", "constant")
-        pads = [S.dim(p) for p in (self.size_values(node.input[1]) if len(node.input) > 1 and node.input[1]
-                                   else _attr(node, "pads", []))]
-        if not all(S.is_static(p) for p in pads):
-            raise _Unsupported("pads computed from sizes")
-        pads = [int(p) for p in pads]
-        axes = [int(a) % len(src) for a in self.size_values(node.input[3])] if len(node.input) > 3 and node.input[3] \
-            else list(range(len(src)))
-        before, after = [0] * len(src), [0] * len(src)
-        for k, a in enumerate(axes):
-            before[a], after[a] = pads[k], pads[k + len(axes)]
-        if any(p < 0 for p in before + after):
-            raise _Unsupported("negative pads")
-        if mode == "wrap" and any((b or a) and not S.is_static(d) for d, b, a in zip(src, before, after)):
-            raise _Unsupported("wrap padding of an axis of symbolic size")
-        value = 0.0
-        if len(node.input) > 2 and node.input[2]:
-            if node.input[2] not in self.consts or self.consts[node.input[2]].size != 1:
-                raise _Unsupported("a Pad value other than one constant")
-            value = float(self.consts[node.input[2]].reshape(()))
-        before, after = tuple(before), tuple(after)
-        x, out, out_shape = node.input[0], node.output[0], None
-        if x in self.cnn.blocked and len(src) == 4 and not any(before[:2] + after[:2]):
-            # the blocked map padded as it lies (axes 2 and 3 of either layout): it stays blocked
-            x, out, before, after = self.cnn.blocked[x], self.fresh(out + ".blocked"), before + (0,), after + (0,)
-            out_shape = self.cnn.blocked_shape(self.shapes.shapes[node.output[0]])
-            self.cnn.blocked[node.output[0]] = out
-        else:
-            self.cnn.plain(x)
-
-        def make(t, extent):
-            if mode == "constant":
-                return pad(t, before, after, value, name="pad")
-            return pad_index(t, before, after, mode, name="pad")
-        self.kernel(label, ("pad", mode, before, after, value), [x], out, make, out_shape=out_shape,
-                    derived_output=True)
 
     def aliased(self, shape: tuple) -> tuple:
         """``shape`` with each size that ``assume_equal`` checks equal to another as that other."""
@@ -1183,20 +915,6 @@ class _Builder:
             k += 1
             name = f"{base}.{k}"
         return name
-
-
-def _dequantized(x: np.ndarray, scale: np.ndarray, zero_point=None, axis: int = 1, block: int = 0) -> np.ndarray:
-    """DequantizeLinear of constants, in numpy: ``(x - zero_point) * scale``, the scale (and zero
-    point) one value, one per position along ``axis``, or one per ``block`` positions."""
-    def spread(p):
-        p = np.asarray(p)
-        if p.size == 1 and not block:
-            return p.reshape(())
-        if block:
-            return np.repeat(p, block, axis=axis % x.ndim)[tuple(slice(0, d) for d in x.shape)]
-        return p.reshape([-1 if a == axis % x.ndim else 1 for a in range(x.ndim)])
-    value = x.astype(np.float64) if zero_point is None else x.astype(np.float64) - spread(zero_point)
-    return (value * spread(scale)).astype(scale.dtype)
 
 
 def _reads_sizes(user, name: str) -> bool:

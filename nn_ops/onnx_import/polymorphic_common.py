@@ -35,12 +35,11 @@ class KernelVariant(NamedTuple):
 
 BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
           "Div": lambda a, b: a / b, "Max": lambda a, b: _max(a, b), "Min": lambda a, b: _min(a, b),
-          "Pow": lambda a, b: _pow(a, b)}
+          "Pow": lambda a, b: _pow(a, b), "PRelu": math_ops.BINARY["prelu"]}
 UNARY = {"Relu": lambda x: _max(x, const(0.0, x.dtype)), "Erf": lwi.erf, "Tanh": lwi.tanh,
          "Sigmoid": lwi.sigmoid, "Exp": lwi.exp, "Sqrt": lwi.sqrt, "Neg": lambda x: -x, "Abs": lwi.abs,
          "Identity": lambda x: x, "Log": lwi.log, "Floor": lwi.floor, "Ceil": lwi.ceil,
          "Reciprocal": lambda x: const(1.0, x.dtype) / x}
-BINARY["PRelu"] = math_ops.BINARY["prelu"]
 TERNARY = {"Where": select}      # (a causal mask's Where: its condition a constant)
 #: elementwise ops with attributes: (their attribute values, read from the node; the value of the op
 #: on its operands and those): MobileNetV3's hard swish and sigmoid, YOLO's leaky ReLU, the math
@@ -74,7 +73,7 @@ WITH_ATTRS.update((name, _math_unary(kind, defaults)) for name, (kind, defaults)
                   if name not in UNARY)
 #: ops of float operands only (ONNX's type constraints; the static path refuses the others too)
 FLOAT_ONLY = {name for name, (kind, _) in UNARY_MATH.items() if math_ops.UNARY[kind][1]} | {
-    "Erf", "Tanh", "Sigmoid", "Exp", "Sqrt", "Gelu", "LeakyRelu", "HardSigmoid", "HardSwish", "IsNaN", "IsInf"}
+    "Erf", "Tanh", "Sigmoid", "Exp", "Sqrt", "Gelu", "LeakyRelu", "HardSigmoid", "HardSwish", "IsNaN", "IsInf", "Mean"}
 #: elementwise ops with a bool result, or of bool operands: in dense and elementwise kernels, not in a
 #: convolution's epilogue (whose values are float blocks)
 PREDICATES = {**{name: logic_ops.COMPARE[kind] for name, kind in
