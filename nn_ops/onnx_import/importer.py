@@ -248,15 +248,32 @@ def shape_inputs_behind(model, exc: OnnxImportError) -> list:
     return sorted(found)
 
 
+def typed_values(model):
+    """(value info, dtype) of each value shape inference typed in ``model`` (its value infos and
+    outputs), leaving out element types numpy lacks."""
+    for vi in list(model.graph.value_info) + list(model.graph.output):
+        try:
+            yield vi, np_dtype(vi.type.tensor_type.elem_type)
+        except Exception:  # noqa: BLE001 - an element type numpy lacks: no size or type to trust
+            continue
+
+
+def inferred_types(model) -> Dict[str, str]:
+    """{value: dtype} as ONNX's shape inference types ``model`` (run on it without its weight data),
+    or {} where inference fails."""
+    import onnx
+    try:
+        typed = onnx.shape_inference.infer_shapes(_without_weight_data(model), strict_mode=False)
+    except Exception:  # noqa: BLE001 - then nothing is typed: callers read such values as unknown
+        return {}
+    return {vi.name: dtype for vi, dtype in typed_values(typed)}
+
+
 def _value_info_shapes(model) -> Dict[str, tuple]:
     out = {}
-    for vi in list(model.graph.value_info) + list(model.graph.output):
+    for vi, dtype in typed_values(model):
         tt = vi.type.tensor_type
         if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
-            try:
-                dtype = np_dtype(tt.elem_type)
-            except Exception:  # noqa: BLE001 - an element type numpy lacks: no size to trust
-                continue
             out[vi.name] = (tuple(d.dim_value for d in tt.shape.dim), dtype)
     return out
 

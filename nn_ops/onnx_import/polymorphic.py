@@ -56,9 +56,10 @@ from .converters.math import REDUCE_BETWEEN
 from .fold import FOLDERS
 from .importer import node_label
 from .polymorphic_cnn import CnnWalk
+from .polymorphic_common import (BINARY, FLOAT_ONLY, INTEGER, PREDICATES, TERNARY, UNARY, VARIADIC, WITH_ATTRS,
+                                 KernelVariant, _apply, _attr, _elementwise, _same, _show, conv_transpose_attrs,
+                                 node_params)
 from .polymorphic_ops import OPS, pad_kernel
-from .polymorphic_common import (BINARY, FLOAT_ONLY, INTEGER, PREDICATES, TERNARY, UNARY, VARIADIC, WITH_ATTRS, KernelVariant, _apply, _attr, _elementwise,
-                                 _same, _show, conv_transpose_attrs, node_params)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,18 +322,8 @@ class _Builder:
         """The element types ONNX's shape inference gives the model's values (a value inside a group
         of elementwise nodes, before its kernel is built), computed once when first asked."""
         if self._inferred is None:
-            import onnx
-            from .importer import _without_weight_data, np_dtype
-            try:
-                typed = onnx.shape_inference.infer_shapes(_without_weight_data(self.model), strict_mode=False)
-            except Exception:  # noqa: BLE001 - then no inferred types: such values read as "unknown"
-                typed = self.model
-            self._inferred = {}
-            for v in list(typed.graph.value_info) + list(typed.graph.output):
-                try:
-                    self._inferred[v.name] = str(np_dtype(v.type.tensor_type.elem_type))
-                except Exception:  # noqa: BLE001 - an element type numpy lacks
-                    pass
+            from .importer import inferred_types
+            self._inferred = inferred_types(self.model)
         return self._inferred
 
     def view(self, src: str, dst: str, shape: Optional[tuple] = None) -> None:
@@ -563,15 +554,8 @@ class _Builder:
         """ReduceMean/Sum/Max/Min, and L1/L2/SumSquare/LogSum/Prod with their steps around the reduction
         (``REDUCE_BETWEEN``, the static path's), over constant axes (an attribute, or a constant input
         from opset 18)."""
-        axes = _attr(node, "axes", None)
-        if axes is None and len(node.input) > 1 and node.input[1]:
-            if node.input[1] not in self.consts:
-                raise _Unsupported("reduction axes computed at run time")
-            axes = [int(a) for a in self.consts[node.input[1]].reshape(-1)]
-        if axes is None and int(_attr(node, "noop_with_empty_axes", 0)):
-            raise _Unsupported("an empty reduction (noop_with_empty_axes)")
+        axes = self.reduction_axes(node)
         keepdims, (pre, kind, post) = bool(_attr(node, "keepdims", 1)), REDUCES[node.op_type]
-        axes = tuple(int(a) for a in axes) if axes is not None else None
 
         def make(x, extent):
             if pre is not None:
@@ -582,6 +566,17 @@ class _Builder:
             return compute(r.shape, lambda *i: _REDUCE_STEPS[post](r[i]), name="reduce.post", tag="elemwise")
         steps = (pre, post) if pre or post else ()        # (a plain reduction keeps the key saved files name)
         self.kernel(label, ("reduce", kind, axes, keepdims) + steps, [node.input[0]], node.output[0], make)
+
+    def reduction_axes(self, node) -> Optional[tuple]:
+        """A Reduce* node's constant axes (an attribute, or an input from opset 18); None: all of them."""
+        axes = _attr(node, "axes", None)
+        if axes is None and len(node.input) > 1 and node.input[1]:
+            if node.input[1] not in self.consts:
+                raise _Unsupported("reduction axes computed at run time")
+            axes = [int(a) for a in self.consts[node.input[1]].reshape(-1)]
+        if not axes and int(_attr(node, "noop_with_empty_axes", 0)):
+            raise _Unsupported("an empty reduction (noop_with_empty_axes)")
+        return tuple(int(a) for a in axes) if axes else None
 
     def arg_reduce(self, node, label: str) -> None:
         """ArgMax/ArgMin along one axis (a classifier's label, a token's id), of any size."""
@@ -896,12 +891,13 @@ class _Builder:
     def computes(self, node) -> bool:
         """Whether an elementwise ``node`` can be computed on its operands' type (a float-only op on
         floats, a bitwise one on integers; a CastLike to the type of a value, not of a scalar)."""
-        dtype = self.dtype(node.input[0])
-        if node.op_type == "CastLike":      # the target type read from a value (a scalar takes another's)
+        op = node.op_type
+        if op == "CastLike":      # the target type read from a value (a scalar takes another's)
             return not self.is_scalar(node.input[1])
-        if node.op_type in INTEGER or node.op_type == "BitShift":
-            return dtype.startswith(("int", "uint"))
-        return node.op_type not in FLOAT_ONLY or dtype.startswith("float")
+        if op in INTEGER or op == "BitShift":
+            return self.dtype(node.input[0]).startswith(("int", "uint"))
+        # (the type asked only where it matters: a value inside a group has it from ONNX's inference)
+        return op not in FLOAT_ONLY or self.dtype(node.input[0]).startswith("float")
 
     def is_scalar(self, name: str) -> bool:
         return name in self.consts and self.consts[name].size == 1 and self.consts[name].dtype.kind == "f"

@@ -46,7 +46,7 @@ from ..ops.winograd_rows import conv2d_winograd_rows
 from .converters.nn import inference_scale_shift
 from ..network.polymorphic_executable import BindingTable
 from .polymorphic_common import (BINARY, UNARY, WITH_ATTRS, KernelVariant, _apply, _attr, _same, _show,
-                                 clip_value, conv_transpose_attrs, node_params)
+                                 conv_transpose_attrs, node_params)
 
 #: a conv on rows of symbolic width also gets kernels with register blocks of these many pixels, the
 #: first that divides the row run at a binding (the general kernel's blocks of 8 leave a tail: with
@@ -676,19 +676,17 @@ def _epilogue_value(steps, idx, Y, anchor_names, ext, externals, b):
     env = {name: Y[idx] for name in anchor_names}
     last = anchor_names[-1]
     for m in steps:
-        if m.op_type == "Clip":
-            v = clip_value(env[m.input[0]], *_clip_bounds(m, b))
-        else:
-            args = []
-            for i in m.input:
-                if i in env:
-                    args.append(env[i])
-                elif i in externals:
-                    args.append(ext[externals.index(i)][idx])
-                else:
-                    args.append(const(b.scalar(i), "float32"))
-            v = _apply(m, args)
-        env[m.output[0]] = v
+        args = []
+        for i in m.input:
+            if not i:
+                args.append(None)           # an input left out (a Clip's bound)
+            elif i in env:
+                args.append(env[i])
+            elif i in externals:
+                args.append(ext[externals.index(i)][idx])
+            else:                           # a scalar constant (a Clip's bounds too: _epilogue_node)
+                args.append(const(b.scalar(i), "float32"))
+        env[m.output[0]] = _apply(m, args)
         last = m.output[0]
     return env[last]
 

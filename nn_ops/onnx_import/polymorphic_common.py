@@ -80,7 +80,7 @@ PREDICATES = {**{name: logic_ops.COMPARE[kind] for name, kind in
                  (("Equal", "equal"), ("Less", "less"), ("Greater", "greater"), ("LessOrEqual", "less_equal"),
                   ("GreaterOrEqual", "greater_equal"))},
               "And": logic_ops.LOGICAL["and"], "Or": logic_ops.LOGICAL["or"], "Xor": logic_ops.LOGICAL["xor"],
-              "Not": logical_not, "IsNaN": lambda v: v != v}
+              "Not": logical_not, "IsNaN": math_ops.is_nan_value}
 #: integer-only ops (not in a convolution's epilogue either): bitwise logic and shifts, as the static
 #: path computes them (``ops/bitwise.py``: numpy's answer for any shift amount)
 INTEGER = {"BitwiseAnd": bitwise.BINARY["bitwise_and"], "BitwiseOr": bitwise.BINARY["bitwise_or"],

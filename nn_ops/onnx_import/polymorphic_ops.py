@@ -100,13 +100,14 @@ def constant_of_shape(walk, node, label: str) -> None:
                 lambda extent: compute(tuple(extent(d) for d in shape), lambda *i: const(number, dtype),
                                        name="constant_of_shape", tag="injective"))
 
+
 def group_norm_kernel(walk, node, label: str) -> None:
     """InstanceNormalization, and GroupNormalization with per-channel scale and bias (opset 21),
     by constant parameters over maps of any size (``norm.group_norm``)."""
     shape = walk.shape(node.input[0])
     if len(shape) < 3 or not S.is_static(shape[1]) or not all(i in walk.consts for i in node.input[1:3]):
         raise walk.unsupported(f"a {node.op_type} of shape {_show(shape)} (rank 3 or more, static channels) or "
-                           f"with a computed scale or bias")
+                               f"with a computed scale or bias")
     channels = int(shape[1])
     groups = channels if node.op_type == "InstanceNormalization" else int(_attr(node, "num_groups", 0))
     if groups < 1 or channels % groups or any(walk.consts[i].size != channels for i in node.input[1:3]):
@@ -117,6 +118,7 @@ def group_norm_kernel(walk, node, label: str) -> None:
     params = [walk.flat_const(i) for i in node.input[1:3]]
     walk.kernel(label, ("group_norm", groups, eps), [node.input[0]] + params, node.output[0],
                 lambda x, s, b, extent: group_norm(x, s, b, groups, eps, name="group_norm"))
+
 
 def einsum_kernel(walk, node, label: str) -> None:
     """Einsum as one compute (``ops/einsum.py``: parallel over the output, the summed letters
@@ -130,9 +132,10 @@ def einsum_kernel(walk, node, label: str) -> None:
         for c, d in zip(sub, shape):
             if d != 1 and size.setdefault(c, d) != d:
                 raise walk.unsupported(f"einsum letter {c!r} of sizes {S.show(size[c])} and {S.show(d)}, which are "
-                                   f"not known to be one")
+                                       f"not known to be one")
     walk.kernel(label, ("einsum", equation), inputs, node.output[0],
                 lambda *ts, extent: einsum(equation, ts, name="einsum"))
+
 
 def by_reductions(walk, node, label: str) -> None:
     """LpNormalization, MeanVarianceNormalization, RMSNormalization and ReduceLogSumExp: whole-tensor
@@ -155,20 +158,14 @@ def by_reductions(walk, node, label: str) -> None:
         if node.input[1] not in walk.consts or not all(S.is_static(d) for d in shape[axis % len(shape):]) \
                 or int(_attr(node, "stash_type", 1)) != 1:
             raise walk.unsupported("an RMSNormalization with a computed scale, over axes of symbolic size, or with "
-                               "stash_type other than 1")
+                                   "stash_type other than 1")
         eps = float(_attr(node, "epsilon", 1e-5))
         return walk.kernel(label, ("rms_norm", axis, eps), [x, node.input[1]], node.output[0],
                            lambda t, scale, extent: normalize.rms_normalize(t, scale, axis, eps, name="rms_norm"))
-    axes = _attr(node, "axes", None)            # ReduceLogSumExp: axes an attribute, or an input from opset 18
-    if axes is None and len(node.input) > 1 and node.input[1]:
-        if node.input[1] not in walk.consts:
-            raise walk.unsupported("reduction axes computed at run time")
-        axes = [int(a) for a in walk.consts[node.input[1]].reshape(-1)]
-    if not axes and int(_attr(node, "noop_with_empty_axes", 0)):
-        raise walk.unsupported("an empty reduction (noop_with_empty_axes)")
-    axes, keepdims = tuple(int(a) for a in axes or ()), bool(_attr(node, "keepdims", 1))
+    axes, keepdims = walk.reduction_axes(node), bool(_attr(node, "keepdims", 1))       # ReduceLogSumExp
     walk.kernel(label, ("log_sum_exp", axes, keepdims), [x], node.output[0],
                 lambda t, extent: normalize.log_sum_exp(t, axes, keepdims, name="log_sum_exp"))
+
 
 def quantization(walk, node, label: str) -> None:
     """DequantizeLinear / QuantizeLinear (a QDQ model's) by a constant scale and zero point, with
@@ -179,7 +176,7 @@ def quantization(walk, node, label: str) -> None:
         raise walk.unsupported("a computed scale or zero point")
     shape = walk.shape(inputs[0])
     axis, block = int(_attr(node, "axis", 1)), int(_attr(node, "block_size", 0))
-    if walk.consts[inputs[1]].size > 1 and not S.is_static(shape[axis % len(shape)]):
+    if walk.consts[inputs[1]].size > 1 and (not shape or not S.is_static(shape[axis % len(shape)])):
         raise walk.unsupported(f"a scale per position along the symbolic axis {axis} ({_show(shape)})")
     if node.op_type == "DequantizeLinear" and inputs[0] in walk.consts:     # an int8 weight: float once, here
         walk.consts[node.output[0]] = _dequantized(*(walk.consts[i] for i in inputs), axis=axis, block=block)
@@ -199,6 +196,7 @@ def quantization(walk, node, label: str) -> None:
             return dequantize(x, scale, zero_point, axis, block, name="dequantize")
         return quantize(x, scale, zero_point, to, axis, block, name="quantize")
     walk.kernel(label, ("quantize" if to else "dequantize", axis, block, to), inputs, node.output[0], make)
+
 
 def space_depth(walk, node, label: str) -> None:
     """DepthToSpace (DCR or CRD) and SpaceToDepth of an NCHW value, as one gather: each output
@@ -229,6 +227,7 @@ def space_depth(walk, node, label: str) -> None:
     walk.kernel(label, ("space_to_depth" if to_depth else "depth_to_space", b, dcr), [node.input[0]],
                 node.output[0], make, derived_output=True)
 
+
 def split(walk, node, label: str) -> None:
     """Split along an axis of static size (a fused q/k/v projection cut in three, a chunk of
     channels): a copy kernel per output, reading from its piece's first index."""
@@ -246,6 +245,7 @@ def split(walk, node, label: str) -> None:
                                tag="injective")
             walk.kernel(f"{label}.{k}" if k else label, ("split", axis, start), [node.input[0]], out, make)
         start += int(walk.shapes.shapes[out][axis]) if out else 0
+
 
 def pad_kernel(walk, node, label: str) -> None:
     """Pad by constant amounts, with a constant value, the edge's or the mirror's (a TF-exported

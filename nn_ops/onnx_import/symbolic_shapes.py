@@ -145,10 +145,12 @@ class _Inference:
         return out
 
     def attr(self, node, name: str, default=None):
+        """Attribute ``name`` of ``node`` (a string one as ``str``), else ``default``."""
         from onnx import helper
         for a in node.attribute:
             if a.name == name:
-                return helper.get_attribute_value(a)
+                value = helper.get_attribute_value(a)
+                return value.decode() if isinstance(value, bytes) else value
         return default
 
     def set_value(self, name: str, array) -> None:
@@ -501,8 +503,7 @@ def _one_hot(ctx: _Inference, node):
 def _einsum(ctx: _Inference, node):
     from ..ops.einsum import parse
     shapes = [ctx.shape(i) for i in node.input]
-    equation = ctx.attr(node, "equation", "")
-    subs, out = parse(equation.decode() if isinstance(equation, bytes) else str(equation), [len(s) for s in shapes])
+    subs, out = parse(str(ctx.attr(node, "equation", "")), [len(s) for s in shapes])
     size = {}
     for sub, shape in zip(subs, shapes):
         for c, d in zip(sub, shape):
@@ -614,7 +615,7 @@ def _pad(ctx: _Inference, node):
     pads = ctx.ints(node.input[1]) if len(node.input) > 1 and node.input[1] else list(ctx.attr(node, "pads", []))
     axes = ctx.ints(node.input[3]) if len(node.input) > 3 and node.input[3] else list(range(len(src)))
     half = len(pads) // 2
-    reflect = ctx.attr(node, "mode", "constant") in ("reflect", b"reflect")
+    reflect = ctx.attr(node, "mode", "constant") == "reflect"
     for k, a in enumerate(axes):
         a = _axis(a, len(src))
         if reflect and max(pads[k], pads[k + half]) > 0:     # mirrored without the edge: needs more
@@ -708,8 +709,7 @@ def _window_attrs(ctx: _Inference, node, spatial: int, kernel):
     strides = list(ctx.attr(node, "strides", None) or [1] * spatial)
     dilations = list(ctx.attr(node, "dilations", None) or [1] * spatial)
     pads = list(ctx.attr(node, "pads", None) or [0] * (2 * spatial))
-    auto_pad = ctx.attr(node, "auto_pad", b"NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    auto_pad = ctx.attr(node, "auto_pad", "NOTSET")
     return strides, dilations, pads, auto_pad
 
 

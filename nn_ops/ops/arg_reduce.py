@@ -11,7 +11,7 @@ from ...dsl.expr import cast, const
 from ...dsl.reduction import argmax as lw_argmax, argmin as lw_argmin
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
-from .elementwise import extents, static_shape
+from .elementwise import extents
 
 
 def arg_reduce(X: Tensor, axis: int, kind: str = "max", keepdims: bool = True, select_last: bool = False,

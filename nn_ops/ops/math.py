@@ -74,8 +74,13 @@ def math_unary(kind: str, x: Tensor, attrs=None) -> Tensor:
     return unary(lambda v: fn(v, attrs), x, kind)
 
 
+def is_nan_value(v):
+    """Whether element ``v`` is NaN (the one value unequal to itself)."""
+    return v != v
+
+
 def is_nan(x: Tensor) -> Tensor:
-    return unary(lambda v: v != v, x, "isnan")
+    return unary(is_nan_value, x, "isnan")
 
 
 def is_inf_value(v, positive: bool = True, negative: bool = True):

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from ...dsl.expr import const, select
+from ...dsl.expr import const
 from ...dsl.intrinsics import abs as lw_abs, exp, log, sqrt
 from ...dsl.tensor import Tensor, compute
 from ...errors import ExprError
 from .elementwise import extents
+from . import math as math_ops
 from .norm import _inner_read
 from .shape import reduce
 
@@ -42,11 +43,11 @@ def lp_normalize(X: Tensor, axis: int = -1, p: int = 2, name: str = "lp_normaliz
     source = compute(X.shape, lambda *i: lw_abs(X[i]), name=name + ".abs", tag="elemwise") if p == 1 \
         else _squared(X, name + ".square")
     total = reduce(source, axes, "sum", keepdims=True, name=name + ".sum")
-    zero = const(0.0, X.dtype)
+    divide = math_ops.BINARY["div_or_zero"]        # a zero norm gives 0, as the static path's
 
     def body(*idx):
         norm = total[_at(idx, axes)] if p == 1 else sqrt(total[_at(idx, axes)])
-        return select(norm == zero, zero, X[idx] / norm)
+        return divide(X[idx], norm)
     return compute(X.shape, body, name=name, tag="elemwise")
 
 

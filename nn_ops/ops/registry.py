@@ -379,16 +379,14 @@ def schedule_injective(s: Schedule, op: ComputeOp, target) -> None:
     if perm and _schedule_transposed(stage, axes, perm, lanes):
         return
     inner = axes[-1]
-    if isinstance(inner.extent, Const) and inner.extent.value >= lanes:
+    # a row of run-time width (a shape-polymorphic map): whole vectors, the last one masked
+    # (lowering/passes/pad_tail_tiles.py), not one scalar per element
+    symbolic = not isinstance(inner.extent, Const) and target.kind == "llvm"
+    if symbolic or (isinstance(inner.extent, Const) and inner.extent.value >= lanes):
         outer, vec = stage.split(inner, factor=lanes)
         stage.vectorize(vec)
-        axes = axes[:-1] + [outer]
-    elif not isinstance(inner.extent, Const) and target.kind == "llvm":
-        # a row of run-time width (a shape-polymorphic map): whole vectors, the last one masked
-        # (lowering/passes/pad_tail_tiles.py), not one scalar per element
-        outer, vec = stage.split(inner, factor=lanes)
-        stage.vectorize(vec)
-        stage.pragma(outer, "pad_tails")
+        if symbolic:
+            stage.pragma(outer, "pad_tails")
         axes = axes[:-1] + [outer]
     axes = axes[:constant_divisor_prefix(axes)]
     if len(axes) > 1:

@@ -85,9 +85,7 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None, cpu: Optional[str]
     plan: Dict[int, str] = {}                 # id(node) -> how it is rewritten
     users = g.consumer_map()                  # the graph is not changed until every node is decided
     for node in g.nodes:
-        how = _decide(g, node, block, lanes, users)
-        if how == "spatial_reduce" and node.inputs[0] in padded:
-            how = None          # its padding channels would be read back as data by what follows
+        how = _decide(g, node, block, lanes, users, padded)
         if how:
             plan[id(node)] = how
             out = node.outputs[0]
@@ -169,7 +167,9 @@ def _per_channel(shape, out_shape) -> bool:
     return len(shape) == 4 and tuple(shape[:2]) == tuple(out_shape[:2]) and tuple(shape[2:]) == (1, 1)
 
 
-def _decide(g: Graph, node: Node, block, lanes, users) -> Optional[str]:
+def _decide(g: Graph, node: Node, block, lanes, users, padded=()) -> Optional[str]:
+    """How ``node`` is rewritten to the blocked layout, or None; ``padded``: the values whose twins
+    carry padding channels."""
     op = node.op_type
     if op == "conv2d":
         x, w = node.inputs[0], node.inputs[1]
@@ -198,8 +198,8 @@ def _decide(g: Graph, node: Node, block, lanes, users) -> Optional[str]:
         return "pool"
     if op == "global_avg_pool" and block.get(node.inputs[0]):
         return "global_pool"
-    if op == "reduce" and block.get(node.inputs[0]) and _spatial_reduce(g, node):
-        return "spatial_reduce"
+    if op == "reduce" and block.get(node.inputs[0]) and node.inputs[0] not in padded and _spatial_reduce(g, node):
+        return "spatial_reduce"     # (not of a padded twin: its pooled padding would be read back as data)
     if op in ("pad", "pad_index") and block.get(node.inputs[0]) and _is_float4d(g, node.inputs[0]) \
             and not any(node.attrs["before"][:2]) and not any(node.attrs["after"][:2]):
         return "spatial_pad"
