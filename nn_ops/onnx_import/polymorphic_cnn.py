@@ -36,7 +36,7 @@ from ...dsl.tensor import compute, placeholder
 from ...errors import ExprError
 from ..network import symbolic as S
 from ..network.passes.choose_conv_layout import TO_BLOCKED_MIN_CHANNELS
-from ..ops.conv2d import _divisor_at_most
+from ..ops.conv2d import FEW_CHANNELS, _divisor_at_most, conv2d_rows
 from ..ops.nchwc import (SYMBOLIC_ROW_BLOCK, conv2d_blocked, depthwise_blocked, from_blocked,
                          global_pool_blocked, pack_blocked_weight, pack_depthwise_weight,
                          pool2d_blocked, row_block_fits, symbolic_row_block, to_blocked)
@@ -146,6 +146,8 @@ class CnnWalk:
             raise self.unsupported("a Conv whose bias is computed")
         bias = None if bias_name is None else b.consts[bias_name].astype(np.float32)
         stride, padding, dilation = self.window(node)
+        if groups == 1 and oc < FEW_CHANNELS:
+            return self.few_channels(node, label, weight, bias, (stride, padding, dilation))
         if depthwise or grouped != 1 or x in self.blocked or (c >= TO_BLOCKED_MIN_CHANNELS and c % self.block == 0):
             x_in, cb = self.blocked_input(x, "a Conv"), self.block
         else:
@@ -166,7 +168,7 @@ class CnnWalk:
         inputs = [x_in, w_name]
         in_shape = b.shape(x_in)
         winograd = (not depthwise and grouped == 1 and x_in != x and weight.shape[2:] == (3, 3) and stride == (1, 1) and dilation == (1, 1)
-                    and padding == (1, 1, 1, 1) and min(c, oc) >= 16 and b.target.kind == "llvm"
+                    and padding in ((1, 1, 1, 1), (0, 0, 0, 0)) and min(c, oc) >= 16 and b.target.kind == "llvm"
                     and not (S.is_static(in_shape[2]) and S.is_static(in_shape[3])))
         if winograd:            # every kernel of the call takes the transformed weight too (one argument list)
             inputs.append(b.fresh(w + ".winograd"))
@@ -196,12 +198,31 @@ class CnnWalk:
             return _with_epilogue(Y, steps, anchor_names, externals, b)
         out = b.fresh(final + ".blocked")
         out_shape = self.blocked_shape(b.shapes.shapes[final])
-        variants = self.winograd_variants(in_shape, out_shape, make) if winograd else []
+        variants = self.winograd_variants(in_shape, out_shape, padding[0], make) if winograd else []
         variants += _row_block_variants(out_shape[3], make, None if depthwise else b.consts[w_name].shape, x_in != x)
         key = _conv_key(depthwise, stride, padding, dilation, has_bias, winograd, structure, grouped)
         b.kernel(label, key, inputs, out, make, out_shape=out_shape, derived_output=True, own_inputs=len(externals),
                  variants=variants)
         self.blocked[final] = out
+
+    def few_channels(self, node, label: str, weight, bias, window) -> None:
+        """A conv with fewer output channels than ``FEW_CHANNELS`` (the image a style net ends in,
+        a mask) as vector rows of NCHW maps of any width (``conv2d_rows``): in blocks, its
+        channels would be mostly padding (the style net's 9x9 32 -> 3 at 256x256: 11.7 ms blocked,
+        3 of 16 channels)."""
+        b, x = self.b, node.input[0]
+        self.plain(x)
+        inputs = [x, b.fresh(node.input[1] + ".rows")]
+        b.consts[inputs[1]] = np.ascontiguousarray(weight)
+        if bias is not None:
+            inputs.append(b.fresh(node.input[1] + ".bias"))
+            b.consts[inputs[-1]] = np.ascontiguousarray(bias)
+        stride, padding, dilation = window
+
+        def make(X, W, B=None, extent=None):
+            return conv2d_rows(X, W, B, stride=stride, padding=padding, dilation=dilation, name="conv")
+        b.kernel(label, ("conv_rows", stride, padding, dilation, bias is not None), inputs, node.output[0], make,
+                 derived_output=True)
 
     def is_up_convolution(self, node) -> bool:
         """A ConvTranspose whose kernel equals its stride, without padding or groups, of constant
@@ -350,14 +371,16 @@ class CnnWalk:
         else:
             b.kernel(label, key, [x_name] + tables, out_name, make, out_shape=out_shape)
 
-    def winograd_variants(self, in_shape, out_shape, make) -> list:
-        """The Winograd kernels of a 3x3 stride-1 conv (``winograd_rows.py``), one per register block
+    def winograd_variants(self, in_shape, out_shape, pad: int, make) -> list:
+        """The Winograd kernels of a 3x3 stride-1 conv padded by ``pad`` (1, or 0 after an explicit
+        reflection pad) on every side (``winograd_rows.py``), one per register block
         of ``WINOGRAD_TILE_BLOCKS`` tiles, where the map is one where Winograd pays
         (``winograd_pays``'s sizes). Blocks of 5 or 8 where the map is even and they divide a row's
-        tiles and 7 does not, built over the input as 2 x a size var by 2 x ``tb`` x another (whole
-        tiles and blocks by construction: less code, a third less compile time than plain size
-        vars); else blocks of 7 over plain size vars: whole, or the row's last block partial, odd
-        maps too (``pad_tail_tiles`` keeps a partial block's accumulators in registers)."""
+        tiles and 7 does not, built over the input as 2 x a size var by 2 x ``tb`` x another (plus
+        2 unpadded: whole tiles and blocks by construction: less code, a third less compile time
+        than plain size vars); else blocks of 7 over plain size vars: whole, or the row's last
+        block partial, odd maps too (``pad_tail_tiles`` keeps a partial block's accumulators in
+        registers)."""
         h, w, oh, ow = in_shape[2], in_shape[3], out_shape[2], out_shape[3]
         fits = (S.positive_part(MIN_WINOGRAD_PIXELS - oh * ow)
                 + S.positive_part(oh * ow - winograd_largest_map(self.b.target.cpu)))
@@ -367,8 +390,8 @@ class CnnWalk:
         for tb in whole:
             multiples = {}
             for d, k in ((h, 2), (w, 2 * tb)):
-                if not S.is_static(d):
-                    multiples[d] = math.lcm(multiples.get(d, 1), k)     # one symbol for both: a square map
+                if not S.is_static(d):      # one symbol for both: a square map
+                    multiples[d] = (math.lcm(multiples.get(d, (1,))[0], k), 2 - 2 * pad)
             condition = fits + S.remainder(oh, 2) + S.remainder(ow, 2 * tb) + S.divisible_not_by(tiles, tb, last)
             variants.append(KernelVariant(condition, 0, lambda *hs, extent, tb=tb: make(*hs, extent=extent, tile_block=tb,
                                                                                         whole_blocks=True),

@@ -124,13 +124,7 @@ def conv2d(X: Tensor, W: Tensor, stride=1, padding=0, dilation=1, groups: int = 
     attrs = dict(stride=(sh, sw), padding=(pt, pl, pb, pr), dilation=(dh, dw), groups=groups,
                  kernel=(kh, kw), in_channels=c, out_channels=oc)
 
-    if pt or pl or pb or pr:
-        def pad(nn, cc, yy, xx):
-            inside = (yy >= pt) & (yy < pt + h) & (xx >= pl) & (xx < pl + w)
-            return if_then_else(inside, X[nn, cc, yy - pt, xx - pl], 0.0)
-        Xp = compute((n, c, hp, wp), pad, name=name + ".pad", tag="conv2d.pad")
-    else:
-        Xp = X
+    Xp = _zero_padded(X, (pt, pl, pb, pr), name)
 
     ocg = oc // groups
     blocks = conv2d_weight_blocks((n, c, h, w), (oc, cg, kh, kw), (sh, sw), (pt, pl, pb, pr), groups, X.dtype,
@@ -150,13 +144,7 @@ def conv2d(X: Tensor, W: Tensor, stride=1, padding=0, dilation=1, groups: int = 
     if blocks is None and not (kh == kw == 1):
         # few taps per output (a stem on RGB): rows of output pixels vectorized, channels
         # register-blocked, weights broadcast as they are; no packing, no transpose to NCHW
-        rc = reduce_axis((0, c), name="rc")
-        ry = reduce_axis((0, kh), name="ry")
-        rx = reduce_axis((0, kw), name="rx")
-        return compute((n, oc, oh, ow),
-                       lambda nn, o, yy, xx: lw_sum(Xp[nn, rc, yy * sh + ry * dh, xx * sw + rx * dw] *
-                                                    W[o, rc, ry, rx], axis=[rc, ry, rx]),
-                       name=name, tag="conv2d_rows", attrs=attrs)
+        return _rows(Xp, W, (n, oc, oh, ow), name, attrs)
 
     if blocks is None:
         # a matmul per image: Y[n, :, p] = W[:, :] @ X[n, :, p] over the flattened pixels p,
@@ -213,6 +201,58 @@ def conv2d(X: Tensor, W: Tensor, stride=1, padding=0, dilation=1, groups: int = 
     Yc = compute((n, oc // bn, oh, ow, bn), body, name=name + ".nchwc", tag="conv2d.nchwc", attrs=attrs)
     return compute((n, oc, oh, ow), lambda nn, o, yy, xx: Yc[nn, o // bn, yy, xx, o % bn], name=name,
                    tag="conv2d", attrs=attrs)
+
+
+def _zero_padded(X: Tensor, padding, name: str) -> Tensor:
+    """``X`` [N, C, H, W] (sizes static or symbolic) with zeros around (``<name>.pad``, reads through
+    ``if_then_else``), or ``X`` itself without padding."""
+    pt, pl, pb, pr = padding
+    if not (pt or pl or pb or pr):
+        return X
+    n, c, h, w = X.shape
+
+    def pad(nn, cc, yy, xx):
+        inside = (yy >= pt) & (yy < h + pt) & (xx >= pl) & (xx < w + pl)
+        return if_then_else(inside, X[nn, cc, yy - pt, xx - pl], 0.0)
+    return compute((n, c, h + pt + pb, w + pl + pr), pad, name=name + ".pad", tag="conv2d.pad")
+
+
+def _rows(Xp: Tensor, W: Tensor, out_shape, name: str, attrs: dict) -> Tensor:
+    """The row path's compute: ``Y[n, o, y, x] = sum Xp[n, c, y*sh + ky*dh, x*sw + kx*dw] * W[o, c, ky, kx]``
+    over the (padded) input ``Xp``; scheduled by ``schedule_conv2d_rows``."""
+    (sh, sw), (dh, dw) = attrs["stride"], attrs["dilation"]
+    _, c, kh, kw = (int(d.value) for d in W.shape)
+    rc = reduce_axis((0, c), name="rc")
+    ry = reduce_axis((0, kh), name="ry")
+    rx = reduce_axis((0, kw), name="rx")
+    return compute(out_shape, lambda nn, o, yy, xx: lw_sum(Xp[nn, rc, yy * sh + ry * dh, xx * sw + rx * dw] *
+                                                           W[o, rc, ry, rx], axis=[rc, ry, rx]),
+                   name=name, tag="conv2d_rows", attrs=attrs)
+
+
+def conv2d_rows(X: Tensor, W: Tensor, bias=None, stride=1, padding=0, dilation=1, name: str = "conv2d") -> Tensor:
+    """Y [N, OC, OH, OW] = conv(X, W) (+ bias [OC]) of NCHW ``X`` whose batch, height and width may be
+    symbolic, as the row path (output rows vectorized, a few output channels register-blocked,
+    ``W`` [OC, C, KH, KW] broadcast as it lies): for convolutions with fewer output channels than
+    ``FEW_CHANNELS`` (an image's 3 at the end of a style net) on maps of any size, where channel
+    blocks would be mostly padding."""
+    sh, sw = _pair(stride, "stride", allow_zero=False)
+    dh, dw = _pair(dilation, "dilation", allow_zero=False)
+    pt, pl, pb, pr = _padding(padding)
+    _check(X.ndim == 4 and W.ndim == 4, f"conv2d_rows: X and W must be 4-d, got {X.ndim} and {W.ndim}")
+    n, c, h, w = X.shape
+    oc, cg, kh, kw = _const_shape(W, "weight")
+    _check(isinstance(c, Const) and int(c.value) == cg,
+           f"conv2d_rows: X has {c} channels, W [OC, C, KH, KW] {cg} (groups are not supported here)")
+    attrs = dict(stride=(sh, sw), padding=(pt, pl, pb, pr), dilation=(dh, dw), groups=1, kernel=(kh, kw),
+                 in_channels=cg, out_channels=oc)
+    Xp = _zero_padded(X, (pt, pl, pb, pr), name)
+    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    Y = _rows(Xp, W, (n, oc, oh, ow), name, attrs)
+    if bias is None:
+        return Y
+    return compute(Y.shape, lambda nn, o, yy, xx: Y[nn, o, yy, xx] + bias[o], name=name + ".bias", tag="elemwise")
 
 
 def conv2d_weight_blocks(x_shape, w_shape, stride, padding, groups: int, dtype: str = "float32",
@@ -442,11 +482,27 @@ def schedule_conv2d_depthwise(s, op, target):
 @register_schedule("conv2d_rows", "llvm")
 def schedule_conv2d_rows(s, op, target):
     """Register block of mr output channels x two pixel vectors of a row; taps outside, strided
-    vector reads of the (padded) input, weights broadcast."""
+    vector reads of the (padded) input, weights broadcast.  Rows of symbolic width (``conv2d_rows``
+    on a shape-polymorphic map): blocks of two vectors, the row's last one partial and masked in
+    registers (``pad_tails``), rows in parallel (an axis of symbolic extent is not fused)."""
     out = op.outputs[0]
     oc_ = int(out.shape[1].value)
-    ow_ = int(out.shape[3].value)
     lanes = target.lanes(out.dtype)
+    if not isinstance(out.shape[3], Const):
+        mr = _divisor_at_most(oc_, 8)
+        acc, Y = accumulator_and_tile(s, op)
+        n, o, y, x = Y.op.axis
+        xo, xi = Y.split(x, factor=2 * lanes, tail="guard")
+        oo, oi = Y.split(o, factor=mr)
+        Y.reorder(n, y, oo, xo, oi, xi)
+        Y.parallel(y)
+        Y.vectorize(xi)
+        Y.pragma(xo, "pad_tails")                   # (lowering/passes/pad_tail_tiles.py)
+        cn, co, cy, cx = s[acc].op.axis
+        accumulate_in_registers(s, acc, Y, xo, (cn, cy, *s[acc].op.reduce_axis, co, cx), (co,))
+        _schedule_input_copy(s, op.input_tensors[0], lanes)
+        return
+    ow_ = int(out.shape[3].value)
     npv = 2 if ow_ >= 2 * lanes else 1
     mr = _divisor_at_most(oc_, 8 if npv > 1 else 16)
     acc, Y = accumulator_and_tile(s, op)

@@ -566,14 +566,55 @@ def test_instance_norm_between_convs_stays_blocked_with_its_relu():
 
 def test_the_style_transfer_net_compiles_once_and_stays_blocked():
     """The fast neural style net with symbolic batch and image size: reflection pads, convs and
-    instance norms (with their ReLU and residual adds) all on blocked maps, one from_blocked at the
-    end; an image no larger than the first pad (4) is refused by name before anything runs."""
+    instance norms (with their ReLU and residual adds) all on blocked maps, one from_blocked before
+    the last conv, whose 3 output channels run as vector rows of the NCHW map (``conv2d_rows``);
+    an image no larger than the first pad (4) is refused by name before anything runs."""
     model = symbolic_sizes(model_zoo.style_transfer(**model_zoo.SMALL["style_transfer"]))
     exe = lw.compile(lw.from_onnx(model), polymorphic=True)
     names = [c.module.name for c in exe.calls]
-    assert names.count("poly_from_blocked") == 1 and names[-1] == "poly_from_blocked"
+    assert names.count("poly_from_blocked") == 1 and names[-2:] == ["poly_from_blocked", "poly_conv_rows"]
     assert "poly_to_blocked" not in names and names.count("poly_InstanceNormalization") == 7
     for shape in ((1, 3, 32, 32), (2, 3, 20, 28), (1, 3, 12, 16)):
         _check(model, exe, shape)
     with pytest.raises(lw.ArgumentError, match=r"reflect padding by 4 needs axis 2 larger than that, got H \(here H = 3\)"):
         exe.run({"input": np.zeros((1, 3, 3, 3), np.float32)})
+
+
+def test_a_conv_after_a_reflection_pad_has_whole_tile_winograd_variants():
+    """Reflection pad then a 3x3 conv without padding (the style net's residual blocks): its input
+    is two more than whole tiles, so the whole-block Winograd kernels are built over ``k * var + 2``
+    and picked where the map (H x W) is even and their blocks divide its rows, as for a padded conv."""
+    b = OnnxBuilder(18)
+    x = b.conv(b.relu(b.conv("input", 3, 16, 3)), 16, 16, 3)        # blocked, 16 channels
+    x = b.relu(b.conv(b.node("Pad", [x, b.const([0, 0, 1, 1, 0, 0, 1, 1], np.int64)], mode="reflect"), 16, 16, 3,
+                      pad=0))
+    model = b.model(("N", 3, "H", "W"), x, ("N", 16, "H", "W"), name="reflect_conv")
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    unpadded = [c for c in exe.calls if c.module.name == "poly_conv" and c.variants][-1]
+    assert [v.module.name for v in unpadded.variants][:3] == ["poly_conv_winograd_5", "poly_conv_winograd_8",
+                                                              "poly_conv_winograd_7"]
+
+    def picked(h, w):
+        return unpadded.module_at({"N": 1, "H": h, "W": w}).name
+    assert picked(16, 20) == "poly_conv_winograd_5"     # 8 x 10 tiles
+    assert picked(16, 32) == "poly_conv_winograd_8"     # 8 x 16
+    assert picked(15, 28) == "poly_conv_winograd_7"     # an odd height
+    for shape in ((1, 3, 16, 20), (2, 3, 16, 32), (1, 3, 15, 28), (1, 3, 2, 2)):
+        _check(model, exe, shape, seed=7)
+
+
+def test_convs_with_fewer_than_four_output_channels_run_as_vector_rows():
+    """A conv to 3 channels (padded, biased) and one to 1 (strided, dilated) after blocked convs:
+    vector rows of the NCHW map, the row's tail masked, at widths below, at and above a vector's
+    and at 1 x 1."""
+    b = OnnxBuilder(19)
+    x = b.relu(b.conv("input", 3, 16, 3))
+    image = b.conv(x, 16, 3, 3, bias=True)
+    mask = b.node("Conv", [x, b.init("w", b.weight((1, 16, 3, 3), 0.3))], kernel_shape=[3, 3], strides=[2, 2],
+                  pads=[2, 2, 2, 2], dilations=[2, 2])
+    out = b.node("Add", [image, b.node("ReduceMax", [mask], axes=[2, 3], keepdims=1)])
+    model = b.model(("N", 3, "H", "W"), out, ("N", 3, "H", "W"), name="few")
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert [c.module.name for c in exe.calls].count("poly_conv_rows") == 2
+    for shape in ((1, 3, 1, 1), (2, 3, 5, 7), (1, 3, 9, 40), (1, 3, 4, 33)):
+        _check(model, exe, shape, seed=8)
