@@ -233,10 +233,28 @@ class PolymorphicExecutable:
         return entry, arrays
 
     def _raise_index_error(self, table):
+        """IndexOutOfRangeError naming the node whose index check failed and its graph values (the
+        kernel's ``inK``): the runner stops after that call without saying which, so the calls are
+        replayed one by one up to it (only on this error path; they recompute the same values)."""
+        clear_error_slot(table.err)
+        kernel = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+        failed = None
+        for k in range(len(self.calls)):
+            kernel(table.fns[k])(table.buffers[k], table.sizes[k], ctypes.addressof(table.err))
+            if table.err[0]:
+                failed = self.calls[k]
+                break
+        if failed is None:
+            raise InternalError(f"{self.name}: an index check failed once and not when the calls were replayed")
         what, index, extent, wraps = read_index_error(table.err)
         clear_error_slot(table.err)
-        raise IndexOutOfRangeError(f"{self.name}: {index_error_text(what, index, extent, wraps)}; the outputs "
-                                   f"were not fully written", index, extent, what)
+        for k, value in enumerate(failed.args):
+            what = what.replace(f"'in{k}'", f"'{value}'")
+        raise IndexOutOfRangeError(f"node '{failed.node}' ({failed.module.name}): "
+                                   f"{index_error_text(what, index, extent, wraps)}; the outputs were not fully "
+                                   f"written.\n  fix: check the values fed to the network (e.g. token ids against "
+                                   f"the vocabulary size); ONNX leaves out-of-range indices undefined, and loopweave "
+                                   f"refuses them", index, extent, what, failed.node)
 
     def _feed_root(self, name: str) -> str:
         sources = {v.name: v.source for v in self.views}

@@ -97,7 +97,7 @@ class SymbolicPlan:
         if cached is not None:
             return cached
         offsets, total = self.layout(binding)
-        if self._arena.nbytes < total:
+        if self._arena.nbytes < total + ALIGN:      # (room to align its start, wherever numpy puts it)
             self._arena = np.empty(total + ALIGN, np.uint8)
             self.grown += 1
             self._views.clear()

@@ -250,6 +250,8 @@ def _window(terms):
     return fold
 
 
-folder("HannWindow")(_window([0.5, -0.5]))
-folder("HammingWindow")(_window([25.0 / 46.0, -(1 - 25.0 / 46.0)]))
-folder("BlackmanWindow")(_window([0.42, -0.5, 0.08]))
+#: each window's ``a_k`` (the shape-polymorphic walk computes windows of symbolic length with them)
+WINDOW_TERMS = {"HannWindow": (0.5, -0.5), "HammingWindow": (25.0 / 46.0, -(1 - 25.0 / 46.0)),
+                "BlackmanWindow": (0.42, -0.5, 0.08)}
+for _op, _terms in WINDOW_TERMS.items():
+    folder(_op)(_window(_terms))

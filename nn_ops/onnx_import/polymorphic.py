@@ -19,7 +19,8 @@ MatMul/Gemm (or another elementwise node) join its kernel as an epilogue --, Sof
 LayerNormalization (over (rows, n) views), Transpose, and the shape-only ops (Reshape, Flatten,
 Squeeze, Unsqueeze as views; Shape/Gather/Concat chains on shape values computed at import); CNNs
 in ``polymorphic_cnn.py``; layout and index ops, normalizations, quantization and Einsum in
-``polymorphic_ops.py``.  Everything else is listed in one ``OnnxImportError`` (compile without
+``polymorphic_ops.py``; Attention, RotaryEmbedding and integer matmuls in
+``polymorphic_transformer_ops.py``.  Everything else is listed in one ``OnnxImportError`` (compile without
 ``polymorphic=True`` to specialise per shape).
 """
 from __future__ import annotations
@@ -53,13 +54,14 @@ from ..ops.shape import concat, reduce, softmax, transpose
 from ..ops.topk import topk_indices
 from .context import onnx_attrs
 from .converters.math import REDUCE_BETWEEN
-from .fold import FOLDERS
+from .fold import FOLDERS, WINDOW_TERMS
 from .importer import node_label
 from .polymorphic_cnn import CnnWalk
 from .polymorphic_common import (BINARY, FLOAT_ONLY, INTEGER, PREDICATES, TERNARY, UNARY, VARIADIC, WITH_ATTRS,
                                  KernelVariant, _apply, _attr, _elementwise, _same, _show, conv_transpose_attrs,
                                  node_params)
 from .polymorphic_ops import OPS, pad_kernel
+from .polymorphic_transformer_ops import OPS as TRANSFORMER_OPS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +78,7 @@ REDUCES = {"ReduceMean": (None, "mean", None), "ReduceSum": (None, "sum", None),
 #: the steps around a reduction (``REDUCE_BETWEEN``'s names), per element
 _REDUCE_STEPS = {"abs": lwi.abs, "square": lambda v: v * v, "sqrt": lwi.sqrt, "log": lwi.log}
 COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | set(WITH_ATTRS) | set(PREDICATES) | set(VARIADIC) | \
-    set(INTEGER) | set(VIEWS) | set(CNN_OPS) | set(REDUCES) | set(OPS) | {
+    set(INTEGER) | set(VIEWS) | set(CNN_OPS) | set(REDUCES) | set(OPS) | set(TRANSFORMER_OPS) | {
         "Clip", "Cast", "CastLike", "MatMul", "Gemm", "Transpose", "Softmax", "LogSoftmax", "LayerNormalization",
         "Constant", "Dropout", "Shape", "Gather", "Concat", "BatchNormalization", "Expand", "Range", "Slice",
         "ConvTranspose", "Resize", "ArgMax", "ArgMin", "TopK", "Pad"}
@@ -255,6 +257,10 @@ class _Builder:
                                lambda table, indices, extent: gather(table, indices, axis, name="gather"))
         if op == "Gather" and node.input[1] in self.consts and self.consts[node.input[1]].ndim == 0:
             return self.take(node, label)
+        if op == "Gather":          # computed data at computed (or constant) indices, each checked as read
+            axis = int(_attr(node, "axis", 0))
+            return self.kernel(label, ("gather_data", axis), [node.input[0], node.input[1]], node.output[0],
+                               lambda data, indices, extent: gather(data, indices, axis, name="gather"))
         if op == "ConvTranspose":
             return self.conv_transpose(node, label)
         if op == "Range":
@@ -287,6 +293,8 @@ class _Builder:
                                then_view=node.output[0], variants=self.unit_variants(self.shape(x), make))
         if op in OPS:
             return OPS[op](self, node, label)
+        if op in TRANSFORMER_OPS:
+            return TRANSFORMER_OPS[op](self, node, label)
         if op == "LayerNormalization":
             if len(outs) > 1:
                 raise _Unsupported("LayerNormalization's mean/inv_std outputs")
@@ -539,18 +547,19 @@ class _Builder:
         return S.dim(self.size_values(name)[0])
 
     def take(self, node, label: str) -> None:
-        """Gather at one constant index (q, k and v taken from a stacked projection): a copy of that
-        slab, the axis dropped."""
+        """Gather at one constant index (q, k and v taken from a stacked projection; -1, a decoder's
+        last token): a copy of that slab, the axis dropped (a symbolic axis is checked to hold the
+        index before a run: the shape rule's check)."""
         shape = self.shape(node.input[0])
         axis = int(_attr(node, "axis", 0))
         axis += len(shape) if axis < 0 else 0
         index = int(self.consts[node.input[1]])
-        if not S.is_static(shape[axis]):
-            raise _Unsupported(f"a constant index into the symbolic axis {axis} ({S.show(shape[axis])})")
-        size = int(shape[axis])
-        if not -size <= index < size:
-            raise _Unsupported(f"index {index} is out of range for axis {axis} of size {size}")
-        return self.kernel(label, ("take", axis, index % size), [node.input[0]], node.output[0],
+        if S.is_static(shape[axis]):
+            size = int(shape[axis])
+            if not -size <= index < size:
+                raise _Unsupported(f"index {index} is out of range for axis {axis} of size {size}")
+            index %= size
+        return self.kernel(label, ("take", axis, index), [node.input[0]], node.output[0],
                            lambda x, extent: gather(x, index, axis, name="take"))
 
     def reduce(self, node, label: str) -> None:
@@ -592,20 +601,19 @@ class _Builder:
                     lambda x, extent: arg_reduce(x, axis, kind, keepdims, last, name="arg_reduce"))
 
     def top_k(self, node, label: str) -> None:
-        """TopK of a constant K along an axis of static size (the k best classes of each row of a
-        batch): the indices by ranking (``ops/topk.py``), then the values gathered at them."""
+        """TopK of a K that is a constant or computed from sizes (the k best classes of each row of a
+        batch; ``min(boxes, 1000)`` of a detector's boxes): the indices by ranking (``ops/topk.py``),
+        then the values gathered at them; an axis of symbolic size is checked to hold K before a run
+        (the shape rule's check)."""
         shape = self.shape(node.input[0])
         axis = int(_attr(node, "axis", -1)) % len(shape)
-        k = self.size_value(node.input[1])
-        if not S.is_static(shape[axis]) or not S.is_static(k):
-            raise _Unsupported(f"a TopK along the symbolic axis {axis} ({_show(shape)}) or of a computed K "
-                               f"({S.show(k)}); a constant K along an axis of static size is covered")
-        k, largest = int(k), bool(_attr(node, "largest", 1))
-        out_shape = shape[:axis] + (S.dim(k),) + shape[axis + 1:]
+        k, largest = S.dim(self.size_value(node.input[1])), bool(_attr(node, "largest", 1))
+        out_shape = shape[:axis] + (k,) + shape[axis + 1:]
         values = node.output[0]
         indices = node.output[1] if len(node.output) > 1 and node.output[1] else self.fresh(values + ".indices")
-        self.kernel(label, ("topk_indices", axis, k, largest), [node.input[0]], indices,
-                    lambda x, extent: topk_indices(x, k, axis, largest, name="topk"), out_shape=out_shape)
+        self.kernel(label, ("topk_indices", axis, int(k) if S.is_static(k) else "K", largest), [node.input[0]],
+                    indices, lambda x, extent: topk_indices(x, extent(k), axis, largest, name="topk"),
+                    out_shape=out_shape)
         if values:
             self.kernel(label + ".values", ("gather_elements", axis), [node.input[0], indices], values,
                         lambda x, idx, extent: gather_elements(x, idx, axis, name="topk_values"),
@@ -860,13 +868,14 @@ class _Builder:
         equal, or an equality that shape inference could only check at run time (a U-Net's skip
         ``H`` against its up-sampled ``2*(H//2)``), or (GPT-2's mask, ``min(1024, seq)`` against
         ``seq``) such a broadcast, now checked as an equality (a size 1 against a larger one, which
-        the broadcast would allow, is refused by name instead of read out of bounds)."""
+        the broadcast would allow, is refused by name instead of read out of bounds), or (an
+        Attention mask against the keys) a size checked to be at most the other."""
         answer = S.equal(d, g)
         if answer is not None:
             return answer is True
         condition = sympy.Eq(d, g)
         checked = [sympy.Or(sympy.Eq(a, b), sympy.Eq(a, 1), sympy.Eq(b, 1)) for a, b in ((d, g), (g, d))] + \
-            [condition, sympy.Eq(g, d)]
+            [condition, sympy.Eq(g, d), sympy.Le(d, g)]
         if not any(c.condition == cond for c in self.shapes.signature.checks for cond in checked):
             return False
         self.aliases[d] = g
@@ -920,9 +929,11 @@ def _reads_sizes(user, name: str) -> bool:
     """Whether ``user`` reads the shape value ``name`` as sizes (a target shape, Range's bounds,
     Slice's starts/ends/axes/steps, Resize's sizes, Pad's pads, ...), not as data."""
     at = list(user.input).index(name)
-    return ((user.op_type in VIEWS or user.op_type in ("Expand", "Tile", "Split", "Trilu")) and at == 1) \
-        or user.op_type in ("Range", "ConstantOfShape") or (user.op_type in ("Slice", "Pad") and at >= 1) \
-        or (user.op_type == "Resize" and at == 3)
+    return ((user.op_type in VIEWS or user.op_type in ("Expand", "Tile", "Split", "Trilu", "CenterCropPad",
+                                                       "AffineGrid")) and at == 1) \
+        or user.op_type in ("Range", "ConstantOfShape") + tuple(WINDOW_TERMS) \
+        or (user.op_type in ("Slice", "Pad") and at >= 1) or (user.op_type == "Resize" and at == 3) \
+        or (user.op_type == "TopK" and at == 1)
 
 
 def _multiple_name(index: int, k: int, r: int = 0) -> str:

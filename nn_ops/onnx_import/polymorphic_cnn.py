@@ -40,7 +40,9 @@ from ..ops.conv2d import FEW_CHANNELS, _divisor_at_most, conv2d_rows
 from ..ops.nchwc import (SYMBOLIC_ROW_BLOCK, conv2d_blocked, depthwise_blocked, from_blocked,
                          global_pool_blocked, pack_blocked_weight, pack_depthwise_weight,
                          pool2d_blocked, row_block_fits, symbolic_row_block, to_blocked)
+from ..ops.pooling import pool2d
 from ..ops.resize import axis_taps, coefficient_fn, resize_taps, source_coordinates
+from ..ops.shape import reduce
 from ..ops.winograd import MIN_WINOGRAD_PIXELS, winograd_largest_map, winograd_weight
 from ..ops.winograd_rows import conv2d_winograd_rows
 from .converters.nn import inference_scale_shift
@@ -493,6 +495,10 @@ class CnnWalk:
     # ------------------------------------------------------------------ pools
     def pool(self, node, label: str) -> None:
         b = self.b
+        shape = b.shape(node.input[0])
+        if node.input[0] not in self.blocked and (len(shape) != 4 or not S.is_static(shape[1])
+                                                  or int(shape[1]) % self.block):
+            return self.plain_pool(node, label)
         x = self.blocked_input(node.input[0], node.op_type)
         out = b.fresh(node.output[0] + ".blocked")
         shape = self.blocked_shape(b.shapes.shapes[node.output[0]])
@@ -521,6 +527,33 @@ class CnnWalk:
         b.kernel(label, ("pool", kind, kernel, stride, padding, dilation, ceil_mode, include_pad), [x], out, make,
                  out_shape=shape, derived_output=True)
         self.blocked[node.output[0]] = out
+
+
+    def plain_pool(self, node, label: str) -> None:
+        """A pool of an NCHW value whose channels are no whole blocks (an image's 1 or 3, a map of
+        rank other than 4): ``pool2d`` as the static path's (global pools: a mean or max over the
+        map), on the value as it lies."""
+        b, x = self.b, node.input[0]
+        if node.op_type in ("GlobalAveragePool", "GlobalMaxPool"):
+            kind = "mean" if node.op_type == "GlobalAveragePool" else "max"
+            axes = list(range(2, len(b.shape(x))))
+            return b.kernel(label, (f"global_{kind}_plain", len(axes)), [x], node.output[0],
+                            lambda t, extent: reduce(t, axes, kind, name="global_pool"))
+        if len(b.shape(x)) != 4 or len([o for o in node.output if o]) != 1:
+            raise self.unsupported(f"a {node.op_type} of shape {_show(b.shape(x))} with an indices output, or not "
+                                   f"2-d")
+        kernel = tuple(int(v) for v in _attr(node, "kernel_shape", None))
+        stride, padding, dilation = self.window(node)
+        ceil_mode, include_pad = bool(_attr(node, "ceil_mode", 0)), bool(_attr(node, "count_include_pad", 0))
+        kind = "max" if node.op_type == "MaxPool" else "avg"
+
+        def make(t, extent):
+            try:
+                return pool2d(t, kernel, stride, padding, dilation, kind, include_pad, ceil_mode, name="pool")
+            except ExprError as exc:
+                raise self.unsupported(str(exc)) from None
+        b.kernel(label, ("plain_pool", kind, kernel, stride, padding, dilation, ceil_mode, include_pad), [x],
+                 node.output[0], make, derived_output=True)
 
 
 def _blocked_instance_norm(X, P, eps: float):

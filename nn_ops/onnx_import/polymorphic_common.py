@@ -57,6 +57,9 @@ WITH_ATTRS = {
               math_ops.is_inf_value),
     "BitShift": (lambda node: (_attr(node, "direction", "LEFT"),),
                  lambda a, b, direction: (shift_left if direction == "LEFT" else shift_right)(a, b)),
+    # a gated FFN's ``swish_alpha(gate) * value`` (the static converter's swish then mul)
+    "SwiGLU": (lambda node: (float(_attr(node, "alpha", 1.0)),),
+               lambda a, b, alpha: math_ops.UNARY["swish"][0](a, {"alpha": alpha}) * b),
 }
 
 
@@ -74,7 +77,8 @@ WITH_ATTRS.update((name, _math_unary(kind, defaults)) for name, (kind, defaults)
                   if name not in UNARY)
 #: ops of float operands only (ONNX's type constraints; the static path refuses the others too)
 FLOAT_ONLY = {name for name, (kind, _) in UNARY_MATH.items() if math_ops.UNARY[kind][1]} | {
-    "Erf", "Tanh", "Sigmoid", "Exp", "Sqrt", "Gelu", "LeakyRelu", "HardSigmoid", "HardSwish", "IsNaN", "IsInf", "Mean"}
+    "Erf", "Tanh", "Sigmoid", "Exp", "Sqrt", "Gelu", "LeakyRelu", "HardSigmoid", "HardSwish", "IsNaN", "IsInf", "Mean",
+    "SwiGLU"}
 #: elementwise ops with a bool result, or of bool operands: in dense and elementwise kernels, not in a
 #: convolution's epilogue (whose values are float blocks)
 PREDICATES = {**{name: logic_ops.COMPARE[kind] for name, kind in

@@ -7,18 +7,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...dsl.expr import const
+from ...dsl import intrinsics as lwi
+from ...dsl.expr import as_expr, cast, const, if_then_else, logical_and
+from ...dsl.intrinsics import elementwise_max
 from ...dsl.tensor import compute
 from ..network import symbolic as S
+from ..network.op_table import pow_constant
 from ..ops import normalize
 from ..ops.arg_reduce import hardmax
 from ..ops.cumsum import cumsum
 from ..ops.einsum import einsum, parse
-from ..ops.index import gather_elements, one_hot, pad_index, tile, trilu
+from ..ops.elementwise import extents
+from ..ops.grid_sample import grid_sample
+from ..ops.index import gather, gather_elements, gather_nd, one_hot, pad_index, reverse_sequence, tile, trilu
+from ..ops.loss import nll_terms, nll_weights
 from ..ops.lrn import lrn
 from ..ops.norm import group_norm
+from ..ops.pooling import pool2d
 from ..ops.quantize import dequantize, quantize
-from ..ops.shape import pad
+from ..ops.scatter import scatter_elements, scatter_nd
+from ..ops.shape import pad, reduce, softmax
+from ..ops.trig import FUNCTIONS as TRIG
+from .fold import WINDOW_TERMS
 from .importer import np_dtype
 from .polymorphic_common import _attr, _show
 
@@ -44,10 +54,9 @@ def tile_kernel(walk, node, label: str) -> None:
 
 
 def gather_elements_kernel(walk, node, label: str) -> None:
-    """GatherElements at computed indices along an axis of static size."""
+    """GatherElements at computed indices along an axis of any size (each index checked against it
+    where it is read)."""
     axis = int(_attr(node, "axis", 0))
-    if not S.is_static(walk.shape(node.input[0])[axis]):
-        raise walk.unsupported(f"a GatherElements along the symbolic axis {axis}")
     walk.kernel(label, ("gather_elements", axis), [node.input[0], node.input[1]], node.output[0],
                 lambda x, idx, extent: gather_elements(x, idx, axis, name="gather_elements"))
 
@@ -292,6 +301,241 @@ def pad_kernel(walk, node, label: str) -> None:
                 derived_output=True)
 
 
+def _read_as_one(walk, pairs, operand: str) -> None:
+    """Each pair of sizes that the shape rule checks equal (at run time, where they are two symbols)
+    read as one size in the kernel (``walk.assume_equal``), so that its reads stay in bounds."""
+    for d, g in pairs:
+        if not walk.assume_equal(d, g, operand):
+            raise walk.unsupported(f"sizes {S.show(d)} and {S.show(g)} of {operand!r} that are not known equal")
+
+
+def gather_nd_kernel(walk, node, label: str) -> None:
+    """GatherND at computed coordinates (of a static depth: the shape rule refuses others) into
+    data of any size, each coordinate checked against its axis where it is read."""
+    batch_dims = int(_attr(node, "batch_dims", 0))
+    _read_as_one(walk, zip(walk.shape(node.input[1])[:batch_dims], walk.shape(node.input[0])), node.input[1])
+    walk.kernel(label, ("gather_nd", batch_dims), list(node.input[:2]), node.output[0],
+                lambda data, idx, extent: gather_nd(data, idx, batch_dims, name="gather_nd"),
+                out_shape=walk.aliased(walk.shapes.shapes[node.output[0]]))
+
+
+def scatter_kernel(walk, node, label: str) -> None:
+    """ScatterND (coordinates of a static depth) and ScatterElements into data of any size, by
+    computed indices and updates: ``ops/scatter.py``'s gathers seen from the output, over index
+    positions of symbolic extents."""
+    reduction = _attr(node, "reduction", "none")
+    if reduction not in ("none", "add", "mul", "max", "min"):
+        raise walk.unsupported(f"reduction {reduction!r}")
+    inputs = list(node.input[:3])
+    data, indices = walk.shape(inputs[0]), walk.shape(inputs[1])
+    expected = indices[:-1] + data[int(indices[-1]):] if node.op_type == "ScatterND" else indices
+    _read_as_one(walk, zip(walk.shape(inputs[2]), expected), inputs[2])
+    if node.op_type == "ScatterND":
+        return walk.kernel(label, ("scatter_nd", reduction), inputs, node.output[0],
+                           lambda data, idx, upd, extent: scatter_nd(data, idx, upd, reduction, name="scatter_nd"))
+    axis = int(_attr(node, "axis", 0))
+    walk.kernel(label, ("scatter_elements", axis, reduction), inputs, node.output[0],
+                lambda data, idx, upd, extent: scatter_elements(data, idx, upd, axis, reduction,
+                                                                name="scatter_elements"))
+
+
+def reverse_sequence_kernel(walk, node, label: str) -> None:
+    """ReverseSequence by computed lengths over batch and time axes of any size."""
+    batch_axis, time_axis = int(_attr(node, "batch_axis", 1)), int(_attr(node, "time_axis", 0))
+    _read_as_one(walk, [(walk.shape(node.input[1])[0], walk.shape(node.input[0])[batch_axis])], node.input[1])
+    walk.kernel(label, ("reverse_sequence", batch_axis, time_axis), list(node.input[:2]), node.output[0],
+                lambda x, lengths, extent: reverse_sequence(x, lengths, batch_axis, time_axis,
+                                                            name="reverse_sequence"))
+
+
+def eye_like(walk, node, label: str) -> None:
+    """EyeLike of a matrix of any size (the static path folds it to a constant): ones where the
+    column is the row plus ``k``."""
+    shape = walk.shapes.shapes[node.output[0]]
+    if len(shape) != 2:
+        raise walk.unsupported(f"an EyeLike of rank {len(shape)} (2 expected)")
+    to = _attr(node, "dtype", None)
+    dtype = walk.dtype(node.input[0]) if to is None else np_dtype(to)
+    k = int(_attr(node, "k", 0))
+    walk.kernel(label, ("eye_like", k, dtype), [], node.output[0],
+                lambda extent: compute(tuple(extent(d) for d in shape), lambda i, j: cast(dtype, j - i == k),
+                                       name="eye_like", tag="injective"))
+
+
+def center_crop_pad(walk, node, label: str) -> None:
+    """CenterCropPad to constant sizes ``t``: each output element of an axis of input size ``d``
+    reads ``i + max(d - t, 0)//2 - max(t - d, 0)//2``, zero outside the input: one expression crops
+    or pads as ONNX centres them, so an axis of symbolic size does what its binding asks."""
+    src = walk.shape(node.input[0])
+    target = [S.dim(v) for v in walk.size_values(node.input[1])]
+    if not all(S.is_static(t) for t in target):
+        raise walk.unsupported(f"a CenterCropPad to sizes computed from sizes ({[S.show(t) for t in target]})")
+    axes = [int(a) % len(src) for a in _attr(node, "axes", range(len(src)))]
+    plan = tuple((a, int(t)) for a, t in zip(axes, target))
+    out_shape = walk.shapes.shapes[node.output[0]]
+
+    def make(x, extent):
+        sizes = extents(x)
+
+        def body(*idx):
+            index, inside = list(idx), None
+            for a, t in plan:
+                d = sizes[a]
+                if isinstance(d, int):
+                    index[a] = idx[a] + (max(d - t, 0) // 2 - max(t - d, 0) // 2)
+                else:
+                    index[a] = idx[a] + elementwise_max(d - t, 0) // 2 - elementwise_max(t - d, 0) // 2
+                if not isinstance(d, int) or t > d:
+                    c = logical_and(index[a] >= 0, index[a] < d)
+                    inside = c if inside is None else logical_and(inside, c)
+            read = x[tuple(index)]
+            return read if inside is None else if_then_else(inside, read, const(0, x.dtype))
+        return compute(tuple(extent(d) for d in out_shape), body, name="center_crop_pad", tag="injective")
+    walk.kernel(label, ("center_crop_pad", plan), [node.input[0]], node.output[0], make)
+
+
+def window(walk, node, label: str) -> None:
+    """HannWindow / HammingWindow / BlackmanWindow of a length computed from sizes: ``sum_k a_k
+    cos(2 pi k i / L)`` per position (``fold.WINDOW_TERMS``; L the length, or one less where not
+    periodic), in float64 as the constant fold computes it."""
+    (size,) = walk.shapes.shapes[node.output[0]]
+    terms, periodic = WINDOW_TERMS[node.op_type], bool(_attr(node, "periodic", 1))
+    dtype = np_dtype(_attr(node, "output_datatype", 1))
+
+    def make(extent):
+        n = as_expr(extent(size), "int64")
+        length = cast("float64", n if periodic else n - 1)
+
+        def body(i):
+            at = cast("float64", i)
+            total = const(terms[0], "float64")
+            for k, c in enumerate(terms[1:], 1):
+                total = total + const(c, "float64") * TRIG["cos"](const(2 * np.pi * k, "float64") * at / length)
+            return cast(dtype, total)
+        return compute((extent(size),), body, name="window", tag="injective")
+    walk.kernel(label, ("window", node.op_type, periodic, dtype), [], node.output[0], make)
+
+
+def compress(walk, node, label: str) -> None:
+    """Compress by a constant condition along an axis of static size, or of a value of static size
+    flattened (the shape rule refuses the others: their output size would depend on the binding):
+    a gather at the constant positions it keeps, as the static converter does."""
+    x, axis = node.input[0], _attr(node, "axis", None)
+    if axis is None:
+        flat = walk.fresh(x + ".flat")
+        walk.view(x, flat, (S.product(walk.shape(x)),))
+        x, axis = flat, 0
+    axis = int(axis) % len(walk.shape(x))
+    length = int(walk.shape(x)[axis])
+    picked = walk.fresh(node.output[0] + ".indices")
+    walk.consts[picked] = np.nonzero(walk.consts[node.input[1]].astype(bool).reshape(-1)[:length])[0].astype(np.int64)
+    walk.kernel(label, ("compress", axis), [x, picked], node.output[0],
+                lambda t, idx, extent: gather(t, idx, axis, name="compress"))
+
+
+def lp_pool(walk, node, label: str) -> None:
+    """LpPool of an NCHW map of any size: ``(sum over the window of |x|^p) ** (1/p)``, the sum as
+    the static path computes it (``kernel size x`` an average pool counting the padding,
+    ``ops/pooling.py``), in one kernel."""
+    if len(walk.shape(node.input[0])) != 4 or int(_attr(node, "ceil_mode", 0)):
+        raise walk.unsupported("an LpPool that is not 2-d, or with ceil_mode")
+    if not walk.dtype(node.input[0]).startswith("float"):
+        raise walk.unsupported(f"LpPool of {walk.dtype(node.input[0])} values")
+    kernel = tuple(int(v) for v in _attr(node, "kernel_shape", None))
+    stride, padding, dilation = walk.cnn.window(node)
+    p = float(_attr(node, "p", 2))
+
+    def make(x, extent):
+        powered = compute(x.shape, lambda *i: pow_constant(lwi.abs(x[i]), p, x.dtype), name="lp_pool.pow",
+                          tag="elemwise")
+        avg = pool2d(powered, kernel, stride, padding, dilation, "avg", count_include_pad=True, name="lp_pool.avg")
+        count = const(float(np.prod(kernel)), x.dtype)
+        return compute(avg.shape, lambda *i: pow_constant(avg[i] * count, 1.0 / p, x.dtype), name="lp_pool",
+                       tag="elemwise")
+    walk.kernel(label, ("lp_pool", kernel, stride, padding, dilation, p), [node.input[0]], node.output[0], make,
+                derived_output=True)
+
+
+def grid_sample_kernel(walk, node, label: str) -> None:
+    """GridSample of an image of any size at a computed grid of any size (``ops/grid_sample.py``)."""
+    x, grid = node.input[0], node.input[1]
+    if not walk.dtype(x).startswith("float"):
+        raise walk.unsupported(f"a GridSample of {walk.dtype(x)} values")
+    mode = _attr(node, "mode", "linear")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    padding_mode, align = _attr(node, "padding_mode", "zeros"), bool(_attr(node, "align_corners", 0))
+    _read_as_one(walk, [(walk.shape(grid)[0], walk.shape(x)[0])], grid)
+    walk.kernel(label, ("grid_sample", mode, padding_mode, align), [x, grid], node.output[0],
+                lambda t, g, extent: grid_sample(t, g, mode, padding_mode, align, name="grid_sample"))
+
+
+def affine_grid(walk, node, label: str) -> None:
+    """AffineGrid (2-d or 3-d) to sizes that are constants or computed from shapes: ``grid[n, ...,
+    j] = sum_k theta[n, j, k] * base[..., k]``, the base grid's coordinates computed per position
+    (the static converter's constant ``_affine_base_grid``, of sizes that may be symbolic)."""
+    theta, out_shape = node.input[0], walk.shapes.shapes[node.output[0]]
+    if len(out_shape) not in (4, 5) or walk.dtype(theta) != "float32":
+        raise walk.unsupported(f"an AffineGrid of {len(out_shape) - 2} spatial axes or of {walk.dtype(theta)} values "
+                               f"(2-d or 3-d float32 is covered)")
+    align = bool(_attr(node, "align_corners", 0))
+    _read_as_one(walk, [(walk.shape(theta)[0], out_shape[0])], theta)
+    out_shape = walk.aliased(out_shape)         # (its batch, theta's, as one size)
+    spatial = out_shape[1:-1]
+
+    def make(t, extent):
+        def coordinate(i, d):        # position i of d along an axis, in [-1, 1]
+            i, d = cast("float32", i), cast("float32", as_expr(d, "int64"))
+            if align:   # (one position: -1)
+                return i * const(2.0, "float32") / elementwise_max(d - const(1.0, "float32"),
+                                                                    const(1.0, "float32")) - const(1.0, "float32")
+            return (i * const(2.0, "float32") + const(1.0, "float32")) / d - const(1.0, "float32")
+
+        def body(n, *rest):
+            *at, j = rest
+            base = [coordinate(i, extent(d)) for i, d in zip(at, spatial)][::-1]      # x (the last axis) first
+            return sum((t[n, j, k] * b for k, b in enumerate(base)), t[n, j, len(base)])
+        return compute(tuple(extent(d) for d in out_shape), body, name="affine_grid", tag="injective")
+    walk.kernel(label, ("affine_grid", align), [theta], node.output[0], make, out_shape=out_shape)
+
+
+def loss(walk, node, label: str) -> None:
+    """NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (of the log-softmax over the class axis,
+    its own kernel where the second output is used) over a batch and extra axes of any size: the
+    per-element terms and weights of ``ops/loss.py`` and their sum (``mean``: the sum over the sum
+    of the weights, ONNX's weighted mean) in one kernel, as the static converters compute them."""
+    x, target = node.input[0], node.input[1]
+    weight = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    reduction, ignore = _attr(node, "reduction", "mean"), _attr(node, "ignore_index", None)
+    if reduction not in ("none", "sum", "mean") or not walk.dtype(x).startswith("float"):
+        raise walk.unsupported(f"reduction {reduction!r} of {walk.dtype(x)} values")
+    ignore = None if ignore is None else int(ignore)
+    shape = walk.shape(x)
+    _read_as_one(walk, zip(walk.shape(target), shape[:1] + shape[2:]), target)
+    if weight:
+        _read_as_one(walk, [(walk.shape(weight)[0], shape[1])], weight)
+    log_prob = node.output[1] if len(node.output) > 1 and node.output[1] else None
+    if log_prob:
+        walk.kernel(label + ".log_prob", ("log_softmax", 1), [x], log_prob,
+                    lambda t, extent: softmax(t, 1, name="log_softmax", log=True))
+        x = log_prob
+    of_logits = node.op_type == "SoftmaxCrossEntropyLoss" and not log_prob
+
+    def make(t, tgt, w=None, extent=None):
+        if of_logits:
+            t = softmax(t, 1, name="log_softmax", log=True)
+        terms = nll_terms(t, tgt, w, ignore, name="nll")
+        if reduction == "none":
+            return terms
+        axes = list(range(len(terms.shape)))
+        total = reduce(terms, axes, "sum", keepdims=False, name="nll.sum")
+        if reduction == "sum":
+            return total
+        count = reduce(nll_weights(t, tgt, w, ignore), axes, "sum", keepdims=False, name="nll.count")
+        return compute((), lambda: total[()] / count[()], name="nll.mean", tag="elemwise")
+    walk.kernel(label, ("loss", of_logits, reduction, ignore), [x, target] + ([weight] if weight else []),
+                node.output[0], make, out_shape=walk.aliased(walk.shapes.shapes[node.output[0]]))
+
+
 def _dequantized(x: np.ndarray, scale: np.ndarray, zero_point=None, axis: int = 1, block: int = 0) -> np.ndarray:
     """DequantizeLinear of constants, in numpy: ``(x - zero_point) * scale``, the scale (and zero
     point) one value, one per position along ``axis``, or one per ``block`` positions."""
@@ -312,4 +556,8 @@ OPS = {"Trilu": trilu_kernel, "Tile": tile_kernel, "ConstantOfShape": constant_o
        "DequantizeLinear": quantization, "QuantizeLinear": quantization, "DepthToSpace": space_depth,
        "SpaceToDepth": space_depth, "InstanceNormalization": group_norm_kernel, "GroupNormalization": group_norm_kernel,
        "Einsum": einsum_kernel, "LpNormalization": by_reductions, "MeanVarianceNormalization": by_reductions,
-       "RMSNormalization": by_reductions, "ReduceLogSumExp": by_reductions}
+       "RMSNormalization": by_reductions, "ReduceLogSumExp": by_reductions, "GatherND": gather_nd_kernel,
+       "ScatterND": scatter_kernel, "ScatterElements": scatter_kernel, "ReverseSequence": reverse_sequence_kernel,
+       "EyeLike": eye_like, "CenterCropPad": center_crop_pad, "HannWindow": window, "HammingWindow": window,
+       "BlackmanWindow": window, "Compress": compress, "LpPool": lp_pool, "GridSample": grid_sample_kernel,
+       "AffineGrid": affine_grid, "NegativeLogLikelihoodLoss": loss, "SoftmaxCrossEntropyLoss": loss}

@@ -374,12 +374,121 @@ def _gather(ctx: _Inference, node):
         idx = np.array(ctx.ints(node.input[1]), np.int64).reshape(ctx.value(node.input[1]).shape)
         src = ctx.value(node.input[0])
         ctx.set_value(node.output[0], np.take(src, np.where(idx < 0, idx + src.shape[axis], idx), axis=axis))
+    elif ctx.has_value(node.input[1]) and not S.is_static(data[axis]):     # constant indices: -1, the last
+        for k in {int(k) for k in ctx.value(node.input[1]).reshape(-1) if S.is_static(k)}:
+            ctx.require(sympy.Ge(data[axis], k + 1 if k >= 0 else -k),
+                        f"index {k} needs axis {axis} of at least {k + 1 if k >= 0 else -k}, got {S.show(data[axis])}")
     return [data[:axis] + indices + data[axis + 1:]]
 
 
 @rule("GatherElements")
 def _gather_elements(ctx: _Inference, node):
     return [ctx.shape(node.input[1])]
+
+
+@rule("GatherND")
+def _gather_nd(ctx: _Inference, node):
+    data, indices = ctx.shape(node.input[0]), ctx.shape(node.input[1])
+    batch_dims, depth = int(ctx.attr(node, "batch_dims", 0)), S.as_int(indices[-1])
+    if depth is None:
+        raise _Unknown(f"GatherND coordinates of the symbolic depth {S.show(indices[-1])}")
+    if batch_dims + depth > len(data):
+        ctx.fail(f"coordinates of depth {depth} after {batch_dims} batch axes index data of rank {len(data)}")
+    for k in range(batch_dims):
+        ctx.require_equal(data[k], indices[k], f"batch axis {k} of the data and the indices")
+    return [indices[:-1] + data[batch_dims + depth:]]
+
+
+@rule("ScatterND", "ScatterElements")
+def _scatter(ctx: _Inference, node):
+    data, indices, updates = (ctx.shape(i) for i in node.input[:3])
+    if node.op_type == "ScatterND":
+        depth = S.as_int(indices[-1])
+        if depth is None:
+            raise _Unknown(f"ScatterND coordinates of the symbolic depth {S.show(indices[-1])}")
+        expected = indices[:-1] + data[depth:]
+    else:
+        expected = indices
+    if len(updates) != len(expected):
+        ctx.fail(f"updates {_show_list(updates)} for the expected shape {_show_list(expected)}")
+    for k, (u, e) in enumerate(zip(updates, expected)):
+        ctx.require_equal(u, e, f"axis {k} of the updates and of the indices")
+    return [data]
+
+
+@rule("ReverseSequence")
+def _reverse_sequence(ctx: _Inference, node):
+    x = ctx.shape(node.input[0])
+    ctx.require_equal(ctx.shape(node.input[1])[0], x[int(ctx.attr(node, "batch_axis", 1))],
+                      "the sequence lengths and the batch axis")
+    return [x]
+
+
+@rule("EyeLike")
+def _eye_like(ctx: _Inference, node):
+    return [ctx.shape(node.input[0])]
+
+
+@rule("CenterCropPad")
+def _center_crop_pad(ctx: _Inference, node):
+    out = list(ctx.shape(node.input[0]))
+    axes = ctx.attr(node, "axes", None) or range(len(out))
+    for a, t in zip(axes, ctx.ints(node.input[1])):
+        out[_axis(a, len(out))] = S.dim(t)
+    return [tuple(out)]
+
+
+@rule("HannWindow", "HammingWindow", "BlackmanWindow")
+def _window(ctx: _Inference, node):
+    return [(S.dim(ctx.value(node.input[0]).reshape(-1)[0]),)]
+
+
+@rule("Compress")
+def _compress(ctx: _Inference, node):
+    """The positions a constant condition keeps (one computed at run time would make the size its
+    values'), along an axis of static size (else the count would depend on the binding)."""
+    src, axis = ctx.shape(node.input[0]), ctx.attr(node, "axis", None)
+    condition = _float_constant(ctx, node.input[1])
+    if condition is None:
+        raise _Unknown("a Compress by a condition computed at run time (the output size is its values')")
+    length = S.product(src) if axis is None else src[_axis(int(axis), len(src))]
+    if not S.is_static(length):
+        raise _Unknown(f"a Compress {'without an axis' if axis is None else f'along the axis {axis}'} of symbolic "
+                       f"size {S.show(length)} (the output size would depend on the binding)")
+    kept = S.dim(int(np.count_nonzero(condition.reshape(-1)[:int(length)])))
+    if axis is None:
+        return [(kept,)]
+    axis = _axis(int(axis), len(src))
+    return [src[:axis] + (kept,) + src[axis + 1:]]
+
+
+@rule("GridSample")
+def _grid_sample(ctx: _Inference, node):
+    x, grid = ctx.shape(node.input[0]), ctx.shape(node.input[1])
+    ctx.require_equal(x[0], grid[0], "the batch of the input and of the grid")
+    return [x[:2] + grid[1:-1]]
+
+
+@rule("AffineGrid")
+def _affine_grid(ctx: _Inference, node):
+    theta, size = ctx.shape(node.input[0]), [S.dim(d) for d in ctx.value(node.input[1]).reshape(-1)]
+    ctx.require_equal(theta[0], size[0], "the batch of theta and of the size")
+    return [(size[0],) + tuple(size[2:]) + (S.dim(len(size) - 2),)]
+
+
+@rule("NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss")
+def _loss(ctx: _Inference, node):
+    """The loss per element (reduction none, the target's shape) or its sum or mean; the log-softmax
+    (SoftmaxCrossEntropyLoss' second output) of the input's shape."""
+    x, target = ctx.shape(node.input[0]), ctx.shape(node.input[1])
+    if len(target) != len(x) - 1:
+        ctx.fail(f"a target {_show_list(target)} for the input {_show_list(x)}")
+    for k, (t, d) in enumerate(zip(target, x[:1] + x[2:])):
+        ctx.require_equal(t, d, f"axis {k} of the target and the input without its classes")
+    if len(node.input) > 2 and node.input[2]:
+        ctx.require_equal(ctx.shape(node.input[2])[0], x[1], "the class weights and the classes")
+    loss = target if ctx.attr(node, "reduction", "mean") == "none" else ()
+    return [loss, x][:len(node.output)]
 
 
 @rule("Unsqueeze")
@@ -659,10 +768,14 @@ def _arg_reduce(ctx: _Inference, node):
 @rule("TopK")
 def _top_k(ctx: _Inference, node):
     """Values and indices: the input's shape with ``K`` (a constant, or a size computed from shapes)
-    along the axis."""
+    along the axis, which must hold at least ``K`` (checked at run time where it is symbolic)."""
     src = ctx.shape(node.input[0])
     axis = _axis(int(ctx.attr(node, "axis", -1)), len(src))
     k = S.dim(ctx.value(node.input[1]).reshape(-1)[0])
+    ctx.require(sympy.Ge(src[axis], k), f"TopK of K = {S.show(k)} needs axis {axis} at least that long, got "
+                                        f"{S.show(src[axis])}")
+    if not S.is_static(k):
+        ctx.require(sympy.Ge(k, 1), f"TopK of K = {S.show(k)} needs K of at least 1")
     out = src[:axis] + (k,) + src[axis + 1:]
     return [out, out]
 
@@ -674,6 +787,70 @@ def _layer_norm(ctx: _Inference, node):
     ctx.broadcast(src[axis:], ctx.shape(node.input[1]))     # the scale must broadcast to the normalised axes
     stats = src[:axis] + (S.dim(1),) * (len(src) - axis)
     return [src, stats, stats][:len(node.output)]
+
+
+@rule("Attention")
+def _attention(ctx: _Inference, node):
+    """Y, present_key, present_value and the scores' output of 4-d ``[B, H, S, D]`` inputs, or of
+    3-d ``[B, S, H*D]`` ones with the head counts; the keys are the past's and the new ones."""
+    inputs = list(node.input) + [""] * 7
+    q, k, v = (ctx.shape(i) for i in inputs[:3])
+    if len(q) == 3:
+        hq, hkv = (int(ctx.attr(node, a, 0) or 0) for a in ("q_num_heads", "kv_num_heads"))
+        if not hq or not hkv:
+            raise _Unknown("3-d inputs without q_num_heads and kv_num_heads")
+        for x, h in ((q, hq), (k, hkv), (v, hkv)):
+            ctx.require(sympy.Eq(sympy.Mod(x[2], h), 0), f"hidden size {S.show(x[2])} is not a multiple of {h} heads")
+        q, k, v = ((x[0], h, x[1], S.floordiv(x[2], h)) for x, h in ((q, hq), (k, hkv), (v, hkv)))
+    b, hq, sq, _ = q
+    _, hkv, skv, dk = k
+    ctx.require_equal(skv, v[2], "the key and value lengths")
+    total = ctx.shape(inputs[4])[2] + skv if inputs[4] else skv
+    if inputs[3]:
+        mask = ctx.shape(inputs[3])
+        ctx.broadcast(mask[:-1], (b, hq, sq))
+        ctx.require(sympy.Le(mask[-1], total), f"attn_mask's last axis ({S.show(mask[-1])}) is longer than the "
+                                               f"{S.show(total)} keys")
+    y = (b, hq, sq, v[3]) if len(ctx.shape(inputs[0])) == 4 else (b, sq, hq * v[3])
+    return [y, (b, hkv, total, dk), (b, hkv, total, v[3]), (b, hq, sq, total)][:len(node.output)]
+
+
+@rule("RotaryEmbedding")
+def _rotary_embedding(ctx: _Inference, node):
+    """The input's shape; the position ids (without them, the caches' leading axes) are read at the
+    input's batch and sequence index."""
+    x = ctx.shape(node.input[0])
+    ids = node.input[3] if len(node.input) > 3 and node.input[3] else None
+    lead = ctx.shape(ids) if ids else ctx.shape(node.input[1])[:-1]
+    if len(lead) != 2 or len(x) not in (3, 4):
+        ctx.fail(f"position ids (or caches) of leading shape {_show_list(lead)} for an input of shape {_show_list(x)}")
+    for d, size, what in zip(lead, (x[0], x[-2]), ("batch", "sequence")):
+        ctx.require_equal(d, size, f"the position ids' (or caches') {what} size and the input's")
+    return [x]
+
+
+@rule("SwiGLU")
+def _swiglu(ctx: _Inference, node):
+    """Gate and value of one shape (no broadcast)."""
+    gate, value = ctx.shape(node.input[0]), ctx.shape(node.input[1])
+    if len(gate) != len(value):
+        ctx.fail(f"gate {_show_list(gate)} and value {_show_list(value)} of different ranks")
+    for a, b in zip(gate, value):
+        ctx.require_equal(a, b, "the gate's and the value's sizes")
+    return [gate]
+
+
+@rule("MatMulInteger", "QLinearMatMul")
+def _integer_matmul(ctx: _Inference, node):
+    from onnx import helper
+    b = node.input[3] if node.op_type == "QLinearMatMul" else node.input[1]
+    return _matmul(ctx, helper.make_node("MatMul", [node.input[0], b], node.output[:1]))
+
+
+@rule("DynamicQuantizeLinear")
+def _dynamic_quantize(ctx: _Inference, node):
+    """The quantized input, and its scale and zero point (scalars)."""
+    return [ctx.shape(node.input[0]), (), ()]
 
 
 @rule("MatMul")

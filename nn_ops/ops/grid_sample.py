@@ -7,24 +7,26 @@ it falls outside (border: clamped; reflection: mirrored), and then read through 
 the padding mode (zeros: 0 outside).  The output sums the taps' products of weights, as
 the ONNX reference does axis by axis.  Coordinates are float32 as in the reference, the
 arithmetic after them float64; every tap index is clamped before it reads memory.  One
-injective stage; per-axis quantities are bound once with ``Let``.
+injective stage; per-axis quantities are bound once with ``Let``.  Every size may be symbolic
+(a shape-polymorphic kernel's).
 """
 from __future__ import annotations
 
 import itertools
 import math
 
-from ...dsl.expr import Let, Var, cast, const, select
+from ...dsl.expr import Let, Var, as_expr, cast, const, select
 from ...dsl.intrinsics import elementwise_max, elementwise_min, floor, round as lw_round
 from ...dsl.tensor import Tensor, compute
 from ...errors import ExprError
-from .elementwise import static_shape
+from .elementwise import extents
 
 F64, I64 = "float64", "int64"
 
 
 def _c(v):
-    return const(float(v), F64)
+    """A float64 of ``v``: a number, or a size (an int expression, symbolic)."""
+    return const(float(v), F64) if isinstance(v, (int, float)) else cast(F64, v)
 
 
 def _bind(values, body, name):
@@ -37,18 +39,20 @@ def _bind(values, body, name):
 
 
 def _reflect(x, lo: float, hi: float):
-    """Mirror ``x`` at the borders until it lies in [lo, hi] (the reference's _gs_reflect)."""
-    span = hi - lo
-    if span <= 0:
+    """Mirror ``x`` at the borders until it lies in [lo, hi] (the reference's _gs_reflect); ``hi``
+    may be a float64 expression (of a symbolic size), and [lo, hi] then empty at some sizes."""
+    if isinstance(hi, float) and hi - lo <= 0:
         return _c(lo)
+    span = _c(hi) - _c(lo)
     below, above = _c(lo) - x, x - _c(hi)
     d = elementwise_max(elementwise_max(below, above), _c(0.0))
-    n = floor(d / _c(span))
-    r = d - n * _c(span)
+    n = floor(d / span)
+    r = d - n * span
     odd = (n - _c(2.0) * floor(n * _c(0.5))) > _c(0.5)
     from_low = select(odd, _c(hi) - r, _c(lo) + r)       # reflected off the lower border
     from_high = select(odd, _c(lo) + r, _c(hi) - r)
-    return select(below > _c(0.0), from_low, select(above > _c(0.0), from_high, x))
+    mirrored = select(below > _c(0.0), from_low, select(above > _c(0.0), from_high, x))
+    return mirrored if isinstance(hi, float) else select(span > _c(0.0), mirrored, _c(lo))
 
 
 def _cubic_weights(t):
@@ -61,26 +65,29 @@ def _cubic_weights(t):
 
 def grid_sample(X: Tensor, grid: Tensor, mode: str = "linear", padding_mode: str = "zeros",
                 align_corners: bool = False, name: str = "grid_sample") -> Tensor:
-    xs, gs = static_shape(X), static_shape(grid)
+    xs, gs = extents(X), extents(grid)
     k = len(xs) - 2
-    if len(gs) != k + 2 or gs[0] != xs[0] or gs[-1] != k:
+    if len(gs) != k + 2 or (isinstance(gs[0], int) and isinstance(xs[0], int) and gs[0] != xs[0]) \
+            or not isinstance(gs[-1], int) or gs[-1] != k:
         raise ExprError(f"grid_sample: grid of shape {gs} for input of shape {xs}")
     if mode not in ("nearest", "linear", "cubic") or padding_mode not in ("zeros", "border", "reflection"):
         raise ExprError(f"grid_sample mode {mode!r} / padding_mode {padding_mode!r}")
     dims = xs[2:]
     lows = [0.0 if align_corners else -0.5 for _ in dims]
-    highs = [d - 1.0 if align_corners else d - 0.5 for d in dims]
+    highs = [(d - 1.0 if align_corners else d - 0.5) if isinstance(d, int) else
+             _c(d) - _c(1.0 if align_corners else 0.5) for d in dims]
     shape = xs[:2] + gs[1:-1]
 
     def coordinate(g, axis):
         d = dims[axis]
-        x = (g + _c(1.0)) * _c((d - 1) / 2.0) if align_corners else ((g + _c(1.0)) * _c(d) - _c(1.0)) * _c(0.5)
+        half = _c((d - 1) / 2.0) if isinstance(d, int) else (_c(d) - _c(1.0)) * _c(0.5)
+        x = (g + _c(1.0)) * half if align_corners else ((g + _c(1.0)) * _c(d) - _c(1.0)) * _c(0.5)
         x = cast(F64, cast("float32", x))              # the reference keeps coordinates in float32
         if mode == "nearest":
             x = lw_round(x)
         outside = (x < _c(lows[axis])) | (x > _c(highs[axis]))
         if padding_mode == "border":
-            x = select(outside, elementwise_min(elementwise_max(x, _c(0.0)), _c(d - 1.0)), x)
+            x = select(outside, elementwise_min(elementwise_max(x, _c(0.0)), _c(d) - _c(1.0)), x)
         elif padding_mode == "reflection":
             x = _reflect(x, lows[axis], highs[axis])
         return x
@@ -90,8 +97,9 @@ def grid_sample(X: Tensor, grid: Tensor, mode: str = "linear", padding_mode: str
         d = dims[axis]
         if padding_mode == "reflection":
             i = cast(I64, _reflect(cast(F64, i), lows[axis], highs[axis]))
-        valid = (i >= const(0, I64)) & (i < const(d, I64))
-        return valid, elementwise_min(elementwise_max(i, const(0, I64)), const(d - 1, I64))
+        d = as_expr(d, I64)
+        valid = (i >= const(0, I64)) & (i < d)
+        return valid, elementwise_min(elementwise_max(i, const(0, I64)), d - const(1, I64))
 
     def body(*o):
         n, c, out = o[0], o[1], tuple(o[2:])
@@ -127,6 +135,6 @@ def grid_sample(X: Tensor, grid: Tensor, mode: str = "linear", padding_mode: str
 
         return _bind(coords, with_coords, "gx")
 
-    if math.prod(shape) == 0:
+    if all(isinstance(d, int) for d in shape) and math.prod(shape) == 0:
         raise ExprError("grid_sample with an empty result")
     return compute(shape, body, name=name, tag="injective")

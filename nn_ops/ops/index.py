@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence, Union
 
-from ...dsl.expr import cast, checked_index, const, select
+from ...dsl.expr import as_expr, cast, checked_index, const, select
 from ...dsl.intrinsics import elementwise_max, elementwise_min
 from ...dsl.tensor import Tensor, compute
 from ...errors import ExprError
@@ -31,24 +31,27 @@ def _check_index_dtype(indices: Tensor) -> None:
 
 def gather(data: Tensor, indices: Union[Tensor, int], axis: int = 0, name: str = "gather") -> Tensor:
     """``numpy.take(data, indices, axis)``; ``indices`` a tensor or one constant int.  Sizes may be
-    symbolic (those of ``indices``, and of ``data`` but on ``axis``)."""
+    symbolic (a constant index into a symbolic axis, ``-1`` for the last token, is then the caller's
+    to check against it, and clamped to the axis here so that no read leaves it; indices read
+    from a tensor are checked where they are read)."""
     src = extents(data)
     nd = len(src)
     axis = axis + nd if axis < 0 else axis
     if not 0 <= axis < nd:
         raise ExprError(f"gather axis {axis} out of range for rank {nd}")
     n = src[axis]
-    if not isinstance(n, int):
-        raise ExprError(f"gather along axis {axis} of '{data.name}', whose size {n} is symbolic; the axis "
-                        f"read by index needs a static size")
     if isinstance(indices, Tensor):
         _check_index_dtype(indices)
         qshape = extents(indices)
     else:
         k = int(indices)
-        if not -n <= k < n:
+        if isinstance(n, int) and not -n <= k < n:
             raise ExprError(f"gather index {k} out of range for axis {axis} of size {n}")
-        qshape, k = (), k % n
+        if isinstance(n, int):
+            k %= n
+        else:
+            k = elementwise_min(const(k, "int64"), n - 1) if k >= 0 else elementwise_max(n + k, const(0, "int64"))
+        qshape = ()
     q = len(qshape)
     shape = src[:axis] + qshape + src[axis + 1:]
 
@@ -64,7 +67,8 @@ def gather(data: Tensor, indices: Union[Tensor, int], axis: int = 0, name: str =
 
 def gather_elements(data: Tensor, indices: Tensor, axis: int = 0, name: str = "gather_elements") -> Tensor:
     """``out[i] = data[i with axis replaced by indices[i]]`` (ONNX GatherElements).  Sizes may be
-    symbolic but on ``axis`` of ``data`` (the symbolic ones of ``indices`` are taken to fit)."""
+    symbolic (the symbolic ones of ``indices`` are taken to fit; every index read is checked
+    against ``axis`` of ``data``)."""
     _check_index_dtype(indices)
     src, qshape = extents(data), extents(indices)
     nd = len(src)
@@ -72,9 +76,6 @@ def gather_elements(data: Tensor, indices: Tensor, axis: int = 0, name: str = "g
     if len(qshape) != nd or any(isinstance(q, int) and isinstance(s, int) and q > s
                                 for k, (q, s) in enumerate(zip(qshape, src)) if k != axis):
         raise ExprError(f"gather_elements: indices of shape {qshape} do not fit data of shape {src}")
-    if not isinstance(src[axis], int):
-        raise ExprError(f"gather_elements along axis {axis} of '{data.name}', whose size {src[axis]} is symbolic; "
-                        f"the axis read by index needs a static size")
 
     def fcompute(*idx):
         index = list(idx)
@@ -138,11 +139,16 @@ def one_hot(indices: Tensor, values: Tensor, depth: int, axis: int = -1, name: s
 
 def gather_nd(data: Tensor, indices: Tensor, batch_dims: int = 0, name: str = "gather_nd") -> Tensor:
     """ONNX GatherND: the last axis of ``indices`` holds coordinates into ``data`` (after
-    ``batch_dims`` shared leading axes); the remaining axes of ``data`` are copied."""
+    ``batch_dims`` shared leading axes); the remaining axes of ``data`` are copied.  Sizes may be
+    symbolic but the last of ``indices`` (the depth of a coordinate)."""
     _check_index_dtype(indices)
-    dshape, ishape = static_shape(data), static_shape(indices)
+    dshape, ishape = extents(data), extents(indices)
     m = ishape[-1]
-    if ishape[:batch_dims] != dshape[:batch_dims] or batch_dims + m > len(dshape):
+    if not isinstance(m, int):
+        raise ExprError(f"gather_nd: indices of shape {ishape}, whose last size (the depth of a coordinate) is "
+                        f"symbolic")
+    if batch_dims + m > len(dshape) or any(isinstance(i, int) and isinstance(d, int) and i != d
+                                           for i, d in zip(ishape[:batch_dims], dshape[:batch_dims])):
         raise ExprError(f"gather_nd: indices of shape {ishape} do not fit data of shape {dshape} "
                         f"with batch_dims={batch_dims}")
     lead = len(ishape) - 1
@@ -159,13 +165,14 @@ def gather_nd(data: Tensor, indices: Tensor, batch_dims: int = 0, name: str = "g
 
 def reverse_sequence(x: Tensor, lengths: Tensor, batch_axis: int = 1, time_axis: int = 0,
                      name: str = "reverse_sequence") -> Tensor:
-    """Reverse the first ``lengths[b]`` steps along ``time_axis`` of each batch entry ``b``."""
+    """Reverse the first ``lengths[b]`` steps along ``time_axis`` of each batch entry ``b`` (sizes
+    may be symbolic)."""
     _check_index_dtype(lengths)
-    shape = static_shape(x)
-    steps = shape[time_axis]
+    shape = extents(x)
+    steps = as_expr(shape[time_axis], "int64")
 
     def fcompute(*idx):
-        n = elementwise_min(cast("int64", lengths[(idx[batch_axis],)]), const(steps, "int64"))
+        n = elementwise_min(cast("int64", lengths[(idx[batch_axis],)]), steps)
         t = idx[time_axis]
         index = list(idx)
         index[time_axis] = select(t < n, n - const(1, "int64") - t, t)

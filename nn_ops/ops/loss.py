@@ -13,7 +13,7 @@ from typing import Optional
 from ...dsl.expr import cast, checked_index, const, select
 from ...dsl.tensor import Tensor, compute
 from ...errors import ExprError
-from .elementwise import static_shape
+from .elementwise import extents
 
 
 def _target_class(x: Tensor, target: Tensor, idx, classes: int, ignore_index: Optional[int]):
@@ -29,8 +29,10 @@ def _class_weight(weight: Optional[Tensor], c, dtype: str):
 
 
 def _check(x: Tensor, target: Tensor):
-    xs, ts = static_shape(x), static_shape(target)
-    if len(xs) < 2 or ts != xs[:1] + xs[2:]:
+    """The shapes of ``x`` and ``target`` (sizes may be symbolic: those are taken to fit)."""
+    xs, ts = extents(x), extents(target)
+    if len(xs) < 2 or len(ts) != len(xs) - 1 or any(
+            isinstance(t, int) and isinstance(d, int) and t != d for t, d in zip(ts, xs[:1] + xs[2:])):
         raise ExprError(f"loss input of shape {xs} needs a target of shape {xs[:1] + xs[2:]}, got {ts}")
     if target.dtype not in ("int32", "int64"):
         raise ExprError(f"loss target must be int32 or int64, got {target.dtype}")

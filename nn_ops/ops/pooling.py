@@ -12,13 +12,13 @@ from typing import Sequence
 import numpy as np
 
 from ...dsl import dtypes
-from ...dsl.expr import cast, const, if_then_else, logical_and
+from ...dsl.expr import as_expr, cast, const, if_then_else, logical_and
 from ...dsl.intrinsics import elementwise_max, elementwise_min
 from ...dsl.reduction import argmax as lw_argmax, max as lw_max, sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
-from .elementwise import static_shape
-from .registry import register_schedule
+from .elementwise import extents, static_shape
+from .registry import constant_divisor_prefix, register_schedule
 
 
 def pool_output_size(size, k: int, stride: int, pad_lo: int, pad_hi: int, dilation: int, ceil_mode: bool):
@@ -49,16 +49,21 @@ def pool2d(X: Tensor, kernel: Sequence[int], stride: Sequence[int] = (1, 1), pad
     """Pool an NCHW tensor; ``padding`` is (top, left, bottom, right) as in ONNX.  With
     ``with_indices`` a max pool returns, instead of the maxima, their int64 positions in X
     flattened row-major, or column-major within each plane (ONNX MaxPool's Indices output
-    and its ``storage_order``)."""
-    if len(static_shape(X)) != 4:
-        raise ExprError(f"pool2d takes an NCHW tensor, got shape {static_shape(X)}")
+    and its ``storage_order``).  Sizes may be symbolic (a shape-polymorphic kernel's) where ceil
+    mode never drops a last window (``ceil_mode_is_plain``)."""
+    if len(X.shape) != 4:
+        raise ExprError(f"pool2d takes an NCHW tensor, got shape {extents(X)}")
     if pool_type not in ("max", "avg"):
         raise ExprError(f"pool_type must be 'max' or 'avg', got {pool_type!r}")
-    N, C, H, W = static_shape(X)
+    N, C, H, W = extents(X)
     kh, kw = kernel
     sh, sw = stride
     pt, pl, pb, pr = padding
     dh, dw = dilation
+    if ceil_mode and not (isinstance(H, int) and isinstance(W, int)) and not (
+            ceil_mode_is_plain(kh, sh, pb, dh) and ceil_mode_is_plain(kw, sw, pr, dw)):
+        raise ExprError("pool2d: ceil_mode on a map of symbolic size whose last window may start in the right "
+                        "padding")
     OH = pool_output_size(H, kh, sh, pt, pb, dh, ceil_mode)
     OW = pool_output_size(W, kw, sw, pl, pr, dw, ceil_mode)
     rh = reduce_axis((0, kh), name="rh")
@@ -91,8 +96,8 @@ def pool2d(X: Tensor, kernel: Sequence[int], stride: Sequence[int] = (1, 1), pad
     def count(oh, ow):
         if count_include_pad:
             hs, ws = oh * sh - pt, ow * sw - pl
-            he = elementwise_min(hs + (kh - 1) * dh + 1, const(H + pb, "int64"))
-            we = elementwise_min(ws + (kw - 1) * dw + 1, const(W + pr, "int64"))
+            he = elementwise_min(hs + (kh - 1) * dh + 1, as_expr(H + pb, "int64"))
+            we = elementwise_min(ws + (kw - 1) * dw + 1, as_expr(W + pr, "int64"))
             return cast(dtype, ((he - hs + dh - 1) // dh) * ((we - ws + dw - 1) // dw))
         if not padded:
             return const(float(kh * kw), dtype)
@@ -132,7 +137,7 @@ def _schedule_parallel_outer(s, op, target, keep_inner: int):
     stage = s[op]
     axes = list(op.axis)
     outer = axes[:len(axes) - keep_inner] if keep_inner else axes
-    outer = [a for a in outer]
+    outer = outer[:constant_divisor_prefix(outer)]      # symbolic extents: no division by a run-time size
     if len(outer) > 1:
         fused = stage.fuse(*outer)
     elif outer:

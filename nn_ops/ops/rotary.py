@@ -10,27 +10,28 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ...dsl.expr import cast, checked_index, const, select
+from ...dsl.expr import cast, checked_index, select
 from ...dsl.intrinsics import elementwise_max, elementwise_min
 from ...dsl.tensor import Tensor, compute
 from ...errors import ExprError
-from .elementwise import static_shape
+from .elementwise import extents
 
 
 def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor, position_ids: Optional[Tensor] = None,
                      interleaved: bool = False, rotary_dim: int = 0, num_heads: int = 0,
                      name: str = "rotary") -> Tensor:
-    shape = static_shape(x)
-    if len(shape) == 4:
+    shape = extents(x)          # symbolic batch and sequence allowed (shape-polymorphic kernels)
+    if len(shape) == 4 and isinstance(shape[3], int):
         head = shape[3]
-    elif len(shape) == 3 and num_heads and shape[2] % num_heads == 0:
+    elif len(shape) == 3 and num_heads and isinstance(shape[2], int) and shape[2] % num_heads == 0:
         head = shape[2] // num_heads
     else:
         raise ExprError(f"rotary embedding of an input of shape {shape} (num_heads={num_heads})")
     rdim = rotary_dim or head
     half = rdim // 2
-    cshape = static_shape(cos)
-    if cshape[-1] != half or static_shape(sin) != cshape or rdim > head or rdim % 2:
+    cshape = extents(cos)
+    same_caches = [str(d) for d in sin.shape] == [str(d) for d in cos.shape]
+    if cshape[-1] != half or not same_caches or rdim > head or rdim % 2:
         raise ExprError(f"rotary caches of shape {cshape} for rotary_dim {rdim}")
 
     def body(*p):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ...dsl.expr import Const, cast, const, if_then_else, logical_and
+from ...dsl.expr import Const, cast, const, if_then_else, logical_and, select
 from ...dsl.intrinsics import exp, log as lw_log
 from ...dsl.reduction import max as lw_max, sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
@@ -91,7 +91,7 @@ def concat(tensors: Sequence[Tensor], axis: int, name: str = "concat") -> Tensor
         value = None
         for t, lo, hi in reversed(list(zip(tensors, offsets[:-1], offsets[1:]))):
             index = list(idx)
-            index[axis] = i - lo if lo else i
+            index[axis] = i if isinstance(lo, int) and lo == 0 else i - lo     # (lo: symbolic after one)
             read = t[tuple(index)]
             value = read if value is None else if_then_else(i < hi, read, value)
         return value
@@ -118,9 +118,11 @@ def pad(X: Tensor, pads_before: Sequence[int], pads_after: Sequence[int], value:
     return compute(shape, fcompute, name=name, tag="injective")
 
 
-def softmax(X: Tensor, axis: int = -1, name: str = "softmax", log: bool = False) -> Tensor:
+def softmax(X: Tensor, axis: int = -1, name: str = "softmax", log: bool = False,
+            zero_masked_rows: bool = False) -> Tensor:
     """``exp(x - max) / sum(exp(x - max))`` along ``axis`` (``log``: its logarithm, computed as
     ``x - max - log(sum(exp(x - max)))``, exact where the exponentials underflow).
+    ``zero_masked_rows``: a row all -inf (attention's keys all masked out) gives zeros, not NaN.
 
     Four stages: the row maximum, the exponentials (stored once, not recomputed by the
     sum and the division), their sum, and the scaling.  Along the last axis the default
@@ -141,15 +143,21 @@ def softmax(X: Tensor, axis: int = -1, name: str = "softmax", log: bool = False)
 
     k1 = reduce_axis((0, shape[axis]), name="k")
     M = compute(rest, lambda *idx: lw_max(X[with_axis(idx, k1)], axis=k1), name=name + ".max", tag="softmax_stat")
-    E = compute(shape, lambda *idx: exp(X[idx] - M[drop(idx)]), name=name + ".exp", tag="softmax_stat")
+    def top(idx):       # (a masked row's max, -inf, as 0: its exponentials are then 0, not NaN)
+        m = M[drop(idx)]
+        return select(m == const(-math.inf, X.dtype), const(0.0, X.dtype), m) if zero_masked_rows else m
+    E = compute(shape, lambda *idx: exp(X[idx] - top(idx)), name=name + ".exp", tag="softmax_stat")
     k2 = reduce_axis((0, shape[axis]), name="k")
     S = compute(rest, lambda *idx: lw_sum(E[with_axis(idx, k2)], axis=k2), name=name + ".sum", tag="softmax_stat")
     if log:
         return compute(shape, lambda *idx: X[idx] - M[drop(idx)] - lw_log(S[drop(idx)]), name=name, tag="softmax",
                        attrs={"axis": axis})
-    one = const(1.0, X.dtype)
-    return compute(shape, lambda *idx: E[idx] * (one / S[drop(idx)]), name=name, tag="softmax",
-                   attrs={"axis": axis})
+    one, zero = const(1.0, X.dtype), const(0.0, X.dtype)
+
+    def scaled(*idx):
+        total = S[drop(idx)]
+        return select(total == zero, zero, E[idx] * (one / total)) if zero_masked_rows else E[idx] * (one / total)
+    return compute(shape, scaled, name=name, tag="softmax", attrs={"axis": axis})
 
 
 @register_schedule("softmax", "llvm")

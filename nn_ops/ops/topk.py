@@ -3,7 +3,9 @@
 ``rank[i]`` counts the elements that come before element ``i`` in the sorted order
 (larger first, or smaller first; equal values keep index order, as ONNX specifies); the
 ``r``-th output is the element whose rank is ``r``.  Two ``"reduce"`` stages, parallel
-over the lines; the values are then a gather_elements of the indices.
+over the lines; the values are then a gather_elements of the indices.  The axis may be
+symbolic (a detector's boxes, more for a larger image), and ``k`` too (``min(boxes, 1000)``); the
+caller then checks ``k`` against it at run time.
 """
 from __future__ import annotations
 
@@ -19,9 +21,7 @@ def topk_indices(X: Tensor, k: int, axis: int = -1, largest: bool = True, name: 
     nd = len(shape)
     axis = axis % nd
     n = shape[axis]
-    if not isinstance(n, int):
-        raise ExprError(f"top-k along axis {axis} of '{X.name}', whose size {n} is symbolic; it needs a static size")
-    if not 1 <= k <= n:
+    if isinstance(k, int) and (k < 1 or (isinstance(n, int) and k > n)):
         raise ExprError(f"top-k with k={k} along an axis of {n}")
 
     def at(p, i):

@@ -53,6 +53,18 @@ def test_arena_grows_only_for_larger_bindings():
     assert plan.grown == grown + 1
 
 
+def test_the_arena_always_has_room_to_align_its_start():
+    """A binding that needs up to ALIGN bytes more than the last one grows the arena too: its start is
+    aligned within it, so the last values would otherwise run past its end (a TopK's (3, 3) result
+    was cut to 4 elements)."""
+    plan = chain_plan()
+    for seq in (3, 4, 5, 8, 9, 16, 17):
+        arrays = plan.arrays({"N": 1, "seq": seq})
+        assert plan.arena_bytes >= plan.layout({"N": 1, "seq": seq})[1] + ALIGN
+        assert all(a.shape == tuple(S.evaluate(d, {"N": 1, "seq": seq}) for d in plan.values[n][0])
+                   for n, a in arrays.items())
+
+
 def test_a_slot_provably_large_enough_is_preferred():
     values = {"big": ((N, 64), "float32"), "x": ((N, 2), "float32"), "small": ((N, 2), "float32"),
               "y": ((N, 64), "float32"), "z": ((N, 2), "float32")}

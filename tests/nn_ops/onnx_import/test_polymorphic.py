@@ -560,9 +560,9 @@ def test_lw_compile_compiles_a_covered_model_once_and_warns_where_it_cannot():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert isinstance(lw.compile(lw.from_onnx(covered)), PolymorphicExecutable)
-    b = OnnxBuilder()
-    model = b.model(("N", 4), b.node("Add", ["input", b.node("EyeLike", ["input"])]), ("N", 4))
-    with pytest.warns(lw.PerShapeCompileWarning, match=r"(?s)polymorphic=False.*EyeLike"):
+    b = OnnxBuilder()          # (kept rows along the symbolic axis: a count that depends on the binding)
+    model = b.model(("N", 4), b.node("Compress", ["input", b.init("keep", np.array([True]))], axis=0), (1, 4))
+    with pytest.warns(lw.PerShapeCompileWarning, match=r"(?s)polymorphic=False.*Compress"):
         exe = lw.compile(lw.from_onnx(model), progress=False)
     assert isinstance(exe, DynamicExecutable)
     x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
@@ -572,7 +572,7 @@ def test_lw_compile_compiles_a_covered_model_once_and_warns_where_it_cannot():
         assert isinstance(lw.compile(lw.from_onnx(covered), checks="bounds"), PolymorphicExecutable)
     with pytest.warns(lw.PerShapeCompileWarning, match="tuning_log is not taken"):
         lw.compile(lw.from_onnx(covered), tuning_log="x.jsonl")
-    with pytest.raises(OnnxImportError, match="EyeLike"):
+    with pytest.raises(OnnxImportError, match="Compress"):
         lw.compile(lw.from_onnx(model), polymorphic=True)
 
 
@@ -592,7 +592,8 @@ def test_an_embedding_lookup_of_token_ids_compiles_once_and_checks_the_ids():
         np.testing.assert_allclose(exe.run({"input": ids})[0], _ort(model, {"input": ids})[0], rtol=1e-4, atol=1e-5)
     exe.run({"input": np.array([[3, 4]], np.int64)})
     for _ in range(2):      # the second time at a shape seen before (the unchecked feed path)
-        with pytest.raises(lw.IndexOutOfRangeError, match="emb|axis 0"):
+        with pytest.raises(lw.IndexOutOfRangeError, match=r"node 'gather_\w+' \(poly_gather\): index 50 is out of "
+                                                          r"range for axis 0 of 'emb\w*' \(an index read from 'input'\)"):
             exe.run({"input": np.array([[3, 50]], np.int64)})
 
 
@@ -682,12 +683,80 @@ def test_top_k_and_arg_max_of_a_batch_compile_once(batch):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_a_top_k_along_a_symbolic_axis_is_refused_by_name():
+def test_a_top_k_along_a_symbolic_axis_compiles_once_and_checks_k_against_it():
+    """The 3 best of each row whose length is symbolic (a detector's boxes), values and indices,
+    ties kept in index order; a row shorter than K is refused by name before anything runs."""
     b = OnnxBuilder()
-    model = b.model(("N", "C"), b.node("TopK", ["input", b.init("k", np.array([1], np.int64))], n_out=2, axis=1)[0],
-                    ("N", 1))
-    with pytest.raises(OnnxImportError, match=r"TopK: a TopK along the symbolic axis 1"):
-        lw.compile(lw.from_onnx(model), polymorphic=True)
+    values, indices = b.node("TopK", ["input", b.init("k", np.array([3], np.int64))], n_out=2, axis=1)
+    out = b.node("Add", [values, b.node("Cast", [indices], to=1)])
+    model = b.model(("N", "C"), out, ("N", 3))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert "poly_topk_indices" in {c.module.name for c in exe.calls}
+    for shape in ((1, 3), (2, 17), (3, 40)):
+        x = np.round(np.random.default_rng(shape[1]).standard_normal(shape), 1).astype(np.float32)     # ties
+        np.testing.assert_array_equal(exe.run({"input": x})[0], _ort(model, {"input": x})[0])
+    with pytest.raises(lw.ArgumentError, match=r"TopK of K = 3 needs axis 1 at least that long, got C \(here C = 2\)"):
+        exe.run({"input": np.zeros((1, 2), np.float32)})
+
+
+def test_a_top_k_of_k_computed_from_sizes_compiles_once():
+    """The smallest ``min(C, 5)`` of each row (a detector's ``min(boxes, pre_nms_top_n)`` as torch
+    exports it: Shape, Gather, Min): K a size of the kernel, one compile, rows shorter and longer than 5."""
+    b = OnnxBuilder()
+    n = b.node("Unsqueeze", [b.node("Gather", [b.node("Shape", ["input"]), b.const(1, np.int64)], axis=0),
+                             b.const([0], np.int64)])
+    values, indices = b.node("TopK", ["input", b.node("Min", [n, b.const([5], np.int64)])], n_out=2, axis=1,
+                             largest=0)
+    model = b.model(("N", "C"), b.node("Add", [values, b.node("Cast", [indices], to=1)]), ("N", None))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert "poly_topk_indices" in {c.module.name for c in exe.calls}
+    for shape in ((1, 1), (2, 3), (3, 40)):
+        x = np.round(np.random.default_rng(shape[1]).standard_normal(shape), 1).astype(np.float32)
+        np.testing.assert_array_equal(exe.run({"input": x})[0], _ort(model, {"input": x})[0])
+
+
+def test_a_gather_elements_along_a_symbolic_axis_checks_each_index_it_reads():
+    """GatherElements along the sequence at indices computed from the data (negative ones count from
+    the end): one compile; an index past the run's length is an error, not a read."""
+    b = OnnxBuilder()
+    out = b.node("GatherElements", ["input", b.node("Cast", ["input"], to=7)], axis=1)
+    model = b.model(("N", "S"), out, ("N", "S"))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert "poly_gather_elements" in {c.module.name for c in exe.calls}
+    for shape in ((1, 1), (2, 9)):
+        x = np.random.default_rng(shape[1]).integers(-shape[1], shape[1], shape).astype(np.float32)
+        np.testing.assert_array_equal(exe.run({"input": x})[0], _ort(model, {"input": x})[0])
+    with pytest.raises(lw.IndexOutOfRangeError, match=r"node '\w+' \(poly_gather_elements\): index 2 is out of "
+                                                      r"range for axis 1 of 'input'"):
+        exe.run({"input": np.array([[0.0, 2.0]], np.float32)})
+
+
+def test_gathers_of_computed_values_compile_once():
+    """Gather of a computed value at a constant index of a symbolic axis (the last token, -1; the
+    third, checked to exist before a run), at constant indices and at computed ones (each checked
+    where it is read)."""
+    b = OnnxBuilder(seed=22)
+    h = b.node("MatMul", ["input", b.init("w", b.weight((4, 6), 0.5))])                       # [N, S, 6]
+    ends = b.node("Add", [b.node("Gather", [h, b.const(-1, np.int64)], axis=1),
+                          b.node("Gather", [h, b.const(2, np.int64)], axis=1)])               # [N, 6]
+    picked = b.node("Gather", [h, b.const([0, 2], np.int64)], axis=2)                         # [N, S, 2]
+    ids = b.node("Cast", [b.node("Abs", [b.node("Gather", ["input", b.const(0, np.int64)], axis=2)])], to=7)
+    rows = b.node("Gather", [b.node("Gather", ["input", b.const(0, np.int64)], axis=0), ids], axis=0)  # [N, S, 4]
+    total = b.node("ReduceSum", [b.node("Add", [picked, b.node("Slice", [rows, b.const([0], np.int64),
+                                                                          b.const([2], np.int64),
+                                                                          b.const([2], np.int64)])]),
+                                 b.const([1, 2], np.int64)], keepdims=1)                       # [N, 1]
+    model = b.model(("N", "S", 4), b.node("Add", [ends, b.node("Squeeze", [total, b.const([2], np.int64)])]),
+                    ("N", 6))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert {"poly_take", "poly_gather_data"} <= {c.module.name for c in exe.calls}
+    for shape in ((1, 3, 4), (2, 9, 4)):
+        x = np.random.default_rng(shape[1]).uniform(-2.9, 2.9, shape).astype(np.float32)      # ids 0..2
+        np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(lw.ArgumentError, match=r"index 2 needs axis 1 of at least 3, got S \(here S = 2\)"):
+        exe.run({"input": np.zeros((1, 2, 4), np.float32)})
+    with pytest.raises(lw.IndexOutOfRangeError, match="axis 0"):
+        exe.run({"input": np.full((1, 3, 4), 3.0, np.float32)})
 
 
 def test_activations_with_attributes_join_a_dense_layer_s_epilogue():

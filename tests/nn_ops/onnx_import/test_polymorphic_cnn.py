@@ -252,15 +252,15 @@ def test_what_the_cnn_path_refuses_is_listed():
     b = OnnxBuilder(0)
     x = b.conv("input", 3, 16, 3)
     x = b.conv(x, 16, 12, 1)
+    pooled = b.node("LpPool", [x], kernel_shape=[3, 3], auto_pad="SAME_UPPER", p=2)
     x = b.conv(x, 12, 36, 3, groups=12)             # grouped, 1 in and 3 out per group: 12x as a dense conv
-    x = b.node("LpPool", [x], kernel_shape=[3, 3], pads=[1, 1, 1, 1], p=2)
-    model = b.model(("N", 3, "H", "W"), x, ("N", 36, "H", "W"), name="refused")
+    model = b.model(("N", 3, "H", "W"), b.node("Concat", [x, pooled], axis=1), ("N", 48, "H", "W"), name="refused")
     with pytest.raises(OnnxImportError, match=r"cannot compile shape-polymorphically yet") as info:
         lw.compile(lw.from_onnx(model), polymorphic=True)
     message = str(info.value)
     assert re.search(r"Conv: a grouped convolution of 12 groups \(1 in, 3 out per group\) would take more than 8x "
                      r"the multiplies in whole blocks of \d+ channels; depthwise and dense ones are covered", message)
-    assert "LpPool: no shape-polymorphic kernel for this op yet" in message
+    assert "LpPool: auto_pad (give explicit pads)" in message
 
 
 def test_a_training_mode_batch_norm_after_a_conv_is_not_folded_but_refused_by_name():
@@ -618,3 +618,19 @@ def test_convs_with_fewer_than_four_output_channels_run_as_vector_rows():
     assert [c.module.name for c in exe.calls].count("poly_conv_rows") == 2
     for shape in ((1, 3, 1, 1), (2, 3, 5, 7), (1, 3, 9, 40), (1, 3, 4, 33)):
         _check(model, exe, shape, seed=8)
+
+
+def test_pools_of_maps_whose_channels_are_no_whole_blocks_run_as_they_lie():
+    """Max and average pools (padded, strided) and both global pools of an image's 3
+    channels: NCHW kernels of their own (``pool2d``, a mean or max over the map), no blocked copy."""
+    b = OnnxBuilder(20)
+    pooled = b.node("MaxPool", ["input"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    averaged = b.node("AveragePool", [pooled], kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 1, 1])
+    spread = b.node("Add", [b.node("GlobalMaxPool", ["input"]), b.node("GlobalAveragePool", ["input"])])
+    model = b.model(("N", 3, "H", "W"), b.node("Add", [averaged, spread]), ("N", 3, None, None))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    names = [c.module.name for c in exe.calls]
+    assert {"poly_plain_pool", "poly_global_mean_plain", "poly_global_max_plain"} <= set(names)
+    assert "poly_to_blocked" not in names
+    for shape in ((1, 3, 1, 1), (2, 3, 7, 10), (1, 3, 16, 5)):
+        _check(model, exe, shape, seed=9)
