@@ -494,26 +494,32 @@ class CnnWalk:
 
     # ------------------------------------------------------------------ pools
     def pool(self, node, label: str) -> None:
+        """A pool of a blocked map (or one made blocked: whole blocks of channels), or of an NCHW
+        value whose channels are no whole blocks (an image's 1 or 3, a map of rank other than 4) as
+        it lies: ``pool2d`` as the static path's, a global pool a mean or max over the map."""
         b = self.b
         shape = b.shape(node.input[0])
-        if node.input[0] not in self.blocked and (len(shape) != 4 or not S.is_static(shape[1])
-                                                  or int(shape[1]) % self.block):
-            return self.plain_pool(node, label)
-        x = self.blocked_input(node.input[0], node.op_type)
-        out = b.fresh(node.output[0] + ".blocked")
-        shape = self.blocked_shape(b.shapes.shapes[node.output[0]])
+        plain = node.input[0] not in self.blocked and (len(shape) != 4 or not S.is_static(shape[1])
+                                                       or int(shape[1]) % self.block)
         if node.op_type in ("GlobalAveragePool", "GlobalMaxPool"):
             kind = "avg" if node.op_type == "GlobalAveragePool" else "max"
+            if plain:
+                axes, how = list(range(2, len(shape))), "mean" if kind == "avg" else "max"
+                return b.kernel(label, (f"global_{how}_plain", len(axes)), [node.input[0]], node.output[0],
+                                lambda t, extent: reduce(t, axes, how, name="global_pool"))
+            x, out = self.blocked_input(node.input[0], node.op_type), b.fresh(node.output[0] + ".blocked")
+            out_shape = self.blocked_shape(b.shapes.shapes[node.output[0]])
             b.kernel(label, (f"global_{kind}_pool",), [x], out, lambda t, extent: global_pool_blocked(t, kind),
-                     out_shape=shape, derived_output=True)
-            if int(shape[1]) * self.block == int(b.shapes.shapes[node.output[0]][1]):
+                     out_shape=out_shape, derived_output=True)
+            if int(out_shape[1]) * self.block == int(b.shapes.shapes[node.output[0]][1]):
                 b.view(out, node.output[0])       # [N, C/b, 1, 1, b] is the NCHW [N, C, 1, 1]
             else:                                 # padded channels: dropped by from_blocked
                 self.blocked[node.output[0]] = out
                 self.plain(node.output[0])
             return
-        if len([o for o in node.output if o]) != 1:
-            raise self.unsupported("a pool with an indices output")
+        if len([o for o in node.output if o]) != 1 or len(shape) != 4:
+            raise self.unsupported(f"a {node.op_type} with an indices output or of shape {_show(shape)} (2-d "
+                                   f"pools are covered)")
         kernel = tuple(int(v) for v in _attr(node, "kernel_shape", None))
         stride, padding, dilation = self.window(node)
         ceil_mode, include_pad = bool(_attr(node, "ceil_mode", 0)), bool(_attr(node, "count_include_pad", 0))
@@ -521,39 +527,18 @@ class CnnWalk:
 
         def make(t, extent):
             try:
+                if plain:
+                    return pool2d(t, kernel, stride, padding, dilation, kind, include_pad, ceil_mode, name="pool")
                 return pool2d_blocked(t, kernel, stride, padding, dilation, kind, ceil_mode, include_pad)
             except ExprError as exc:
                 raise self.unsupported(str(exc)) from None
-        b.kernel(label, ("pool", kind, kernel, stride, padding, dilation, ceil_mode, include_pad), [x], out, make,
-                 out_shape=shape, derived_output=True)
+        key = ("plain_pool" if plain else "pool", kind, kernel, stride, padding, dilation, ceil_mode, include_pad)
+        if plain:
+            return b.kernel(label, key, [node.input[0]], node.output[0], make, derived_output=True)
+        out = b.fresh(node.output[0] + ".blocked")
+        b.kernel(label, key, [self.blocked_input(node.input[0], node.op_type)], out, make,
+                 out_shape=self.blocked_shape(b.shapes.shapes[node.output[0]]), derived_output=True)
         self.blocked[node.output[0]] = out
-
-
-    def plain_pool(self, node, label: str) -> None:
-        """A pool of an NCHW value whose channels are no whole blocks (an image's 1 or 3, a map of
-        rank other than 4): ``pool2d`` as the static path's (global pools: a mean or max over the
-        map), on the value as it lies."""
-        b, x = self.b, node.input[0]
-        if node.op_type in ("GlobalAveragePool", "GlobalMaxPool"):
-            kind = "mean" if node.op_type == "GlobalAveragePool" else "max"
-            axes = list(range(2, len(b.shape(x))))
-            return b.kernel(label, (f"global_{kind}_plain", len(axes)), [x], node.output[0],
-                            lambda t, extent: reduce(t, axes, kind, name="global_pool"))
-        if len(b.shape(x)) != 4 or len([o for o in node.output if o]) != 1:
-            raise self.unsupported(f"a {node.op_type} of shape {_show(b.shape(x))} with an indices output, or not "
-                                   f"2-d")
-        kernel = tuple(int(v) for v in _attr(node, "kernel_shape", None))
-        stride, padding, dilation = self.window(node)
-        ceil_mode, include_pad = bool(_attr(node, "ceil_mode", 0)), bool(_attr(node, "count_include_pad", 0))
-        kind = "max" if node.op_type == "MaxPool" else "avg"
-
-        def make(t, extent):
-            try:
-                return pool2d(t, kernel, stride, padding, dilation, kind, include_pad, ceil_mode, name="pool")
-            except ExprError as exc:
-                raise self.unsupported(str(exc)) from None
-        b.kernel(label, ("plain_pool", kind, kernel, stride, padding, dilation, ceil_mode, include_pad), [x],
-                 node.output[0], make, derived_output=True)
 
 
 def _blocked_instance_norm(X, P, eps: float):
