@@ -583,7 +583,8 @@ def test_the_style_transfer_net_compiles_once_and_stays_blocked():
 def test_a_conv_after_a_reflection_pad_has_whole_tile_winograd_variants():
     """Reflection pad then a 3x3 conv without padding (the style net's residual blocks): its input
     is two more than whole tiles, so the whole-block Winograd kernels are built over ``k * var + 2``
-    and picked where the map (H x W) is even and their blocks divide its rows, as for a padded conv."""
+    and picked where the map (H x W) is even and their blocks divide its rows, as for a padded conv;
+    the any-size one over ``var + 2`` (a size var is at least 1: its input holds a window)."""
     b = OnnxBuilder(18)
     x = b.conv(b.relu(b.conv("input", 3, 16, 3)), 16, 16, 3)        # blocked, 16 channels
     x = b.relu(b.conv(b.node("Pad", [x, b.const([0, 0, 1, 1, 0, 0, 1, 1], np.int64)], mode="reflect"), 16, 16, 3,
@@ -599,6 +600,7 @@ def test_a_conv_after_a_reflection_pad_has_whole_tile_winograd_variants():
     assert picked(16, 20) == "poly_conv_winograd_5"     # 8 x 10 tiles
     assert picked(16, 32) == "poly_conv_winograd_8"     # 8 x 16
     assert picked(15, 28) == "poly_conv_winograd_7"     # an odd height
+    assert len([k for k in unpadded.sizes if k.endswith("x1p2")]) == 2         # (H + 2 and W + 2)
     for shape in ((1, 3, 16, 20), (2, 3, 16, 32), (1, 3, 15, 28), (1, 3, 2, 2)):
         _check(model, exe, shape, seed=7)
 
