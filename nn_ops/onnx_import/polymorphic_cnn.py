@@ -133,20 +133,14 @@ class CnnWalk:
             # groups that are not whole blocks (ResNeXt's 32 x 4 channels, 16 -> 32 in 2 groups): merged
             # into groups of whole blocks, each output channel's weight zero outside its own group
             merged = _merged_groups(weight, groups, self.block)
-            if merged is None:
-                raise self.unsupported(
-                    f"a grouped convolution of {groups} groups ({weight.shape[1]} in, {weight.shape[0] // groups} "
-                    f"out per group) would take more than {MAX_GROUP_MERGE}x the multiplies in whole blocks of "
-                    f"{self.block} channels; depthwise and dense ones are covered")
+            if merged is None:      # (1 in and 3 out per group: 16x) rows of the NCHW map, group by group
+                return self.few_channels(node, label, weight, _conv_bias(node, b), self.window(node), groups)
             weight, groups = merged
         grouped = 1 if groups == 1 or depthwise else groups
         if b.dtype(self.blocked.get(x, x)) != "float32":
             raise self.unsupported(f"a Conv of {b.dtype(x)} values (float32 only)")
         oc, c = weight.shape[0], weight.shape[1] * groups
-        bias_name = node.input[2] if len(node.input) > 2 and node.input[2] else None
-        if bias_name is not None and bias_name not in b.consts:
-            raise self.unsupported("a Conv whose bias is computed")
-        bias = None if bias_name is None else b.consts[bias_name].astype(np.float32)
+        bias = _conv_bias(node, b)
         stride, padding, dilation = self.window(node)
         if groups == 1 and oc < FEW_CHANNELS:
             return self.few_channels(node, label, weight, bias, (stride, padding, dilation))
@@ -207,11 +201,11 @@ class CnnWalk:
                  variants=variants)
         self.blocked[final] = out
 
-    def few_channels(self, node, label: str, weight, bias, window) -> None:
+    def few_channels(self, node, label: str, weight, bias, window, groups: int = 1) -> None:
         """A conv with fewer output channels than ``FEW_CHANNELS`` (the image a style net ends in,
-        a mask) as vector rows of NCHW maps of any width (``conv2d_rows``): in blocks, its
-        channels would be mostly padding (the style net's 9x9 32 -> 3 at 256x256: 11.7 ms blocked,
-        3 of 16 channels)."""
+        a mask), or of groups too small to merge into whole blocks (``MAX_GROUP_MERGE``), as vector
+        rows of NCHW maps of any width (``conv2d_rows``): in blocks, its channels would be mostly
+        padding (the style net's 9x9 32 -> 3 at 256x256: 11.7 ms blocked, 3 of 16 channels)."""
         b, x = self.b, node.input[0]
         self.plain(x)
         inputs = [x, b.fresh(node.input[1] + ".rows")]
@@ -222,9 +216,10 @@ class CnnWalk:
         stride, padding, dilation = window
 
         def make(X, W, B=None, extent=None):
-            return conv2d_rows(X, W, B, stride=stride, padding=padding, dilation=dilation, name="conv")
-        b.kernel(label, ("conv_rows", stride, padding, dilation, bias is not None), inputs, node.output[0], make,
-                 derived_output=True)
+            return conv2d_rows(X, W, B, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                               name="conv")
+        b.kernel(label, ("conv_rows", stride, padding, dilation, groups, bias is not None), inputs, node.output[0],
+                 make, derived_output=True)
 
     def is_up_convolution(self, node) -> bool:
         """A ConvTranspose whose kernel equals its stride, without padding or groups, of constant
@@ -748,8 +743,17 @@ def _keeps_padding_finite(node, b) -> bool:
                                             b.is_scalar(node.input[1]) and b.scalar(node.input[1]) != 0)
 
 
-#: the most extra multiplies ``_merged_groups`` accepts (ResNeXt's 2-channel groups: 8x in 16-channel blocks)
+#: the most extra multiplies ``_merged_groups`` accepts (ResNeXt's 2-channel groups: 8x in 16-channel blocks);
+#: smaller groups run as vector rows of the NCHW map (``few_channels``)
 MAX_GROUP_MERGE = 8
+
+
+def _conv_bias(node, b) -> Optional[np.ndarray]:
+    """A Conv's constant bias as float32, None without one (a computed one is refused by name)."""
+    name = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    if name is not None and name not in b.consts:
+        raise b.unsupported("a Conv whose bias is computed")
+    return None if name is None else b.consts[name].astype(np.float32)
 
 
 def _merged_groups(weight: np.ndarray, groups: int, block: int):

@@ -219,33 +219,38 @@ def _zero_padded(X: Tensor, padding, name: str) -> Tensor:
 
 def _rows(Xp: Tensor, W: Tensor, out_shape, name: str, attrs: dict) -> Tensor:
     """The row path's compute: ``Y[n, o, y, x] = sum Xp[n, c, y*sh + ky*dh, x*sw + kx*dw] * W[o, c, ky, kx]``
-    over the (padded) input ``Xp``; scheduled by ``schedule_conv2d_rows``."""
+    over the (padded) input ``Xp``, ``c`` in output channel ``o``'s group; scheduled by
+    ``schedule_conv2d_rows``."""
     (sh, sw), (dh, dw) = attrs["stride"], attrs["dilation"]
-    _, c, kh, kw = (int(d.value) for d in W.shape)
-    rc = reduce_axis((0, c), name="rc")
+    oc, cg, kh, kw = (int(d.value) for d in W.shape)
+    per_group = oc // attrs["groups"]
+    rc = reduce_axis((0, cg), name="rc")
     ry = reduce_axis((0, kh), name="ry")
     rx = reduce_axis((0, kw), name="rx")
-    return compute(out_shape, lambda nn, o, yy, xx: lw_sum(Xp[nn, rc, yy * sh + ry * dh, xx * sw + rx * dw] *
-                                                           W[o, rc, ry, rx], axis=[rc, ry, rx]),
-                   name=name, tag="conv2d_rows", attrs=attrs)
+
+    def body(nn, o, yy, xx):
+        c = rc if attrs["groups"] == 1 else (o // per_group) * cg + rc
+        return lw_sum(Xp[nn, c, yy * sh + ry * dh, xx * sw + rx * dw] * W[o, rc, ry, rx], axis=[rc, ry, rx])
+    return compute(out_shape, body, name=name, tag="conv2d_rows", attrs=attrs)
 
 
-def conv2d_rows(X: Tensor, W: Tensor, bias=None, stride=1, padding=0, dilation=1, name: str = "conv2d") -> Tensor:
+def conv2d_rows(X: Tensor, W: Tensor, bias=None, stride=1, padding=0, dilation=1, groups: int = 1,
+                name: str = "conv2d") -> Tensor:
     """Y [N, OC, OH, OW] = conv(X, W) (+ bias [OC]) of NCHW ``X`` whose batch, height and width may be
     symbolic, as the row path (output rows vectorized, a few output channels register-blocked,
-    ``W`` [OC, C, KH, KW] broadcast as it lies): for convolutions with fewer output channels than
-    ``FEW_CHANNELS`` (an image's 3 at the end of a style net) on maps of any size, where channel
-    blocks would be mostly padding."""
+    ``W`` [OC, C/groups, KH, KW] broadcast as it lies): for convolutions with fewer output channels
+    than ``FEW_CHANNELS`` (an image's 3 at the end of a style net), or groups of few channels (1 in
+    and 3 out each), on maps of any size, where channel blocks would be mostly padding."""
     sh, sw = _pair(stride, "stride", allow_zero=False)
     dh, dw = _pair(dilation, "dilation", allow_zero=False)
     pt, pl, pb, pr = _padding(padding)
     _check(X.ndim == 4 and W.ndim == 4, f"conv2d_rows: X and W must be 4-d, got {X.ndim} and {W.ndim}")
     n, c, h, w = X.shape
     oc, cg, kh, kw = _const_shape(W, "weight")
-    _check(isinstance(c, Const) and int(c.value) == cg,
-           f"conv2d_rows: X has {c} channels, W [OC, C, KH, KW] {cg} (groups are not supported here)")
-    attrs = dict(stride=(sh, sw), padding=(pt, pl, pb, pr), dilation=(dh, dw), groups=1, kernel=(kh, kw),
-                 in_channels=cg, out_channels=oc)
+    _check(isinstance(c, Const) and int(c.value) == cg * groups and oc % groups == 0,
+           f"conv2d_rows: X has {c} channels and W [OC, C/groups, KH, KW] {oc} x {cg} in {groups} groups")
+    attrs = dict(stride=(sh, sw), padding=(pt, pl, pb, pr), dilation=(dh, dw), groups=groups, kernel=(kh, kw),
+                 in_channels=cg * groups, out_channels=oc)
     Xp = _zero_padded(X, (pt, pl, pb, pr), name)
     oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
     ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1

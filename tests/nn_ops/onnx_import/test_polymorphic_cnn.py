@@ -253,14 +253,28 @@ def test_what_the_cnn_path_refuses_is_listed():
     x = b.conv("input", 3, 16, 3)
     x = b.conv(x, 16, 12, 1)
     pooled = b.node("LpPool", [x], kernel_shape=[3, 3], auto_pad="SAME_UPPER", p=2)
-    x = b.conv(x, 12, 36, 3, groups=12)             # grouped, 1 in and 3 out per group: 12x as a dense conv
-    model = b.model(("N", 3, "H", "W"), b.node("Concat", [x, pooled], axis=1), ("N", 48, "H", "W"), name="refused")
+    bias = b.node("ReduceMean", [x], axes=[0, 2, 3], keepdims=0)             # a bias computed: [12]
+    x = b.node("Conv", [x, b.init("w", b.weight((12, 12, 1, 1), 0.3)), bias], kernel_shape=[1, 1])
+    model = b.model(("N", 3, "H", "W"), b.node("Concat", [x, pooled], axis=1), ("N", 24, "H", "W"), name="refused")
     with pytest.raises(OnnxImportError, match=r"cannot compile shape-polymorphically yet") as info:
         lw.compile(lw.from_onnx(model), polymorphic=True)
     message = str(info.value)
-    assert re.search(r"Conv: a grouped convolution of 12 groups \(1 in, 3 out per group\) would take more than 8x "
-                     r"the multiplies in whole blocks of \d+ channels; depthwise and dense ones are covered", message)
+    assert "Conv: a Conv whose bias is computed" in message
     assert "LpPool: auto_pad (give explicit pads)" in message
+
+
+def test_groups_too_small_to_merge_into_blocks_run_as_vector_rows():
+    """Groups of 1 channel in and 3 out (a depthwise multiplier of 3: 16x the multiplies as whole
+    blocks) and of 2 in and 1 out, biased, strided: vector rows of the NCHW map, group by group."""
+    b = OnnxBuilder(21)
+    x = b.relu(b.conv("input", 3, 12, 3))
+    tripled = b.conv(x, 12, 36, 3, groups=12, bias=True)                        # 1 in, 3 out per group
+    halved = b.conv(tripled, 36, 18, 3, stride=2, groups=18)                    # 2 in, 1 out per group
+    model = b.model(("N", 3, "H", "W"), halved, ("N", 18, None, None), name="small_groups")
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    assert [c.module.name for c in exe.calls].count("poly_conv_rows") == 2
+    for shape in ((1, 3, 1, 1), (2, 3, 9, 20), (1, 3, 6, 37)):
+        _check(model, exe, shape, seed=10)
 
 
 def test_a_training_mode_batch_norm_after_a_conv_is_not_folded_but_refused_by_name():
