@@ -336,16 +336,22 @@ def dynamic_quantize(walk, node, label: str) -> None:
     x = node.input[0]
     if walk.dtype(x) != "float32":
         raise walk.unsupported(f"DynamicQuantizeLinear of {walk.dtype(x)} values")
-    flat = walk.fresh(x + ".flat")
-    walk.view(x, flat, (S.simplify(S.product(walk.shape(x))),))
+    shape = walk.shape(x)
+    # rows x a static last axis: the range of each row first (rows in parallel), then over the rows
+    # (one flat serial reduction took 99 us of 128 x 768, this 46; per column first, 199)
+    width = int(shape[-1]) if shape and S.is_static(shape[-1]) else 1
+    rows = walk.fresh(x + ".rows")
+    walk.view(x, rows, (S.simplify(S.product(shape) / width), S.dim(width)))
     bounds = walk.fresh(x + ".range")
     zero = const(0.0, "float32")
 
     def value_range(t, extent):
-        lo, hi = (reduce(t, [0], kind, keepdims=False, name=f"range_{kind}") for kind in ("min", "max"))
+        lo, hi = (reduce(reduce(t, [1], kind, keepdims=False, name=f"rows_{kind}"), [0], kind, keepdims=False,
+                         name=f"range_{kind}") for kind in ("min", "max"))
         return compute((2,), lambda e: select(e == 0, lwi.elementwise_min(lo[()], zero),
                                              lwi.elementwise_max(hi[()], zero)), name="range", tag="injective")
-    walk.kernel(label + ".range", ("dynamic_quantize_range",), [flat], bounds, value_range, out_shape=(S.dim(2),))
+    walk.kernel(label + ".range", ("dynamic_quantize_range", width), [rows], bounds, value_range,
+                out_shape=(S.dim(2),))
 
     def scale_of(r):            # (the range is never empty: it holds 0)
         span = r[1] - r[0]

@@ -168,6 +168,11 @@ def test_a_dynamically_quantized_dense_layer_and_qlinear_matmul_compile_once():
     _matches(exe, [{"x": _rand(rng, n, s, 12) * 3} for n, s in ((1, 1), (2, 5))], lambda f: _ort(model, f), exact=True)
     # all zeros: the scale is 1/255 as ONNX's reference and the static path have it (onnxruntime says 1)
     _matches(exe, [{"x": np.zeros((1, 2, 12), np.float32)}], lw.compile(lw.from_onnx(model)).run, exact=True)
+    # a last axis of symbolic size: its range reduced over the flat values
+    flat = _model(nodes[:1], [_value("x", ["N", "S"])], [_value("q", ["N", "S"], TensorProto.UINT8), _value("qs", []),
+                                                        _value("qz", [], TensorProto.UINT8)], opset=13)
+    exe = _compiled_once(flat, "poly_dynamic_quantize_range")
+    _matches(exe, [{"x": _rand(rng, n, s) * 3} for n, s in ((1, 1), (3, 7))], lambda f: _ort(flat, f), exact=True)
     node = helper.make_node("QLinearMatMul", ["a", "as", "az", "w", "ws", "wz", "ys", "yz"], ["y"])
     model = _model([node], [_value("a", ["N", "S", 12], TensorProto.UINT8)],
                    [_value("y", ["N", "S", 40], TensorProto.UINT8)], opset=13,
