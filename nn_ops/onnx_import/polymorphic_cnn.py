@@ -207,6 +207,8 @@ class CnnWalk:
         rows of NCHW maps of any width (``conv2d_rows``): in blocks, its channels would be mostly
         padding (the style net's 9x9 32 -> 3 at 256x256: 11.7 ms blocked, 3 of 16 channels)."""
         b, x = self.b, node.input[0]
+        if b.dtype(self.blocked.get(x, x)) != "float32":
+            raise self.unsupported(f"a Conv of {b.dtype(x)} values (float32 only)")
         self.plain(x)
         inputs = [x, b.fresh(node.input[1] + ".rows")]
         b.consts[inputs[1]] = np.ascontiguousarray(weight)
