@@ -868,14 +868,13 @@ class _Builder:
         equal, or an equality that shape inference could only check at run time (a U-Net's skip
         ``H`` against its up-sampled ``2*(H//2)``), or (GPT-2's mask, ``min(1024, seq)`` against
         ``seq``) such a broadcast, now checked as an equality (a size 1 against a larger one, which
-        the broadcast would allow, is refused by name instead of read out of bounds), or (an
-        Attention mask against the keys) a size checked to be at most the other."""
+        the broadcast would allow, is refused by name instead of read out of bounds)."""
         answer = S.equal(d, g)
         if answer is not None:
             return answer is True
         condition = sympy.Eq(d, g)
         checked = [sympy.Or(sympy.Eq(a, b), sympy.Eq(a, 1), sympy.Eq(b, 1)) for a, b in ((d, g), (g, d))] + \
-            [condition, sympy.Eq(g, d), sympy.Le(d, g)]
+            [condition, sympy.Eq(g, d)]
         if not any(c.condition == cond for c in self.shapes.signature.checks for cond in checked):
             return False
         self.aliases[d] = g

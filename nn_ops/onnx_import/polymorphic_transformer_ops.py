@@ -215,8 +215,8 @@ def _scores(walk, node, label, q3, kt3, mask, full, rep, offset) -> str:
 def _mask_reads(walk, mask: str, full: tuple, dtype: str):
     """How the scores' epilogue applies ``mask`` (``reads(m, (b, h, i, j), s)``): True keeps a
     bool mask's score (else -inf), an additive one is added; its axes of size 1 broadcast, but for
-    the last: as long as the keys, or shorter by a static amount (-inf past its end, as ONNX pads
-    it).  ``reads.key``: that plan."""
+    the last: as long as the keys, or shorter (-inf past its end, as ONNX pads it) by a static
+    amount or, a size of its own, by what a run gives.  ``reads.key``: that plan."""
     if not mask:
         return None
     shape, kind = walk.aliased(walk.shape(mask)), walk.dtype(mask)
@@ -225,10 +225,16 @@ def _mask_reads(walk, mask: str, full: tuple, dtype: str):
     if len(shape) > 4:
         raise walk.unsupported(f"an attn_mask of shape {_show(shape)}")
     axes = []           # per mask axis: the scores' axis it reads, or None (size 1)
+    short = None        # a last axis shorter than the keys: its static length, or "run time" (a size of its own)
     for a, m in enumerate(shape):
         target = full[4 - len(shape) + a]
-        if a == len(shape) - 1 and S.is_static(m) and S.is_static(target) and int(m) < int(target):
+        last = a == len(shape) - 1
+        if last and S.is_static(m) and S.is_static(target) and int(m) < int(target):
             axes.append(3)
+            short = int(m)
+        elif last and not S.is_static(m) and S.equal(m, target) is not True:
+            axes.append(3)      # T against P + S keys: at most that (the shape rule's check), maybe fewer
+            short = "run time"
         elif m == 1 and a < len(shape) - 1 and S.equal(target, 1) is not True:
             axes.append(None)
         elif walk.assume_equal(m, target, mask):
@@ -236,18 +242,17 @@ def _mask_reads(walk, mask: str, full: tuple, dtype: str):
         else:
             raise walk.unsupported(f"attn_mask of shape {_show(shape)} for scores {_show(full)}: each size 1 or the "
                                    f"scores', the last the keys' (or a static amount shorter)")
-    short = int(shape[-1]) if S.is_static(shape[-1]) and S.is_static(full[3]) and int(shape[-1]) < int(full[3]) \
-        else None
     minus_inf = const(-math.inf, dtype)
 
     def reads(m, index, s):
         at = tuple(0 if a is None else index[a] for a in axes)
         if axes[0] == 0:    # the batch, b = p // Hkv: the kernel's sizes do not say that B*Hkv is Hkv times B
             at = (lwi.elementwise_min(at[0], m.shape[0] - 1),) + at[1:]
+        length = m.shape[-1] if short == "run time" else short
         if short is not None:
-            at = at[:-1] + (lwi.elementwise_min(at[-1], short - 1),)
+            at = at[:-1] + (lwi.elementwise_min(at[-1], length - 1),)
         value = select(m[at], s, minus_inf) if kind == "bool" else s + m[at]
-        return select(index[3] < short, value, minus_inf) if short is not None else value
+        return select(index[3] < length, value, minus_inf) if short is not None else value
     reads.key = (kind, tuple(axes), short)
     return reads
 
