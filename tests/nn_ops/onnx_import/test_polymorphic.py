@@ -17,9 +17,14 @@ def _ort(model, feed):
 
 
 @pytest.fixture(scope="module")
-def encoder():
+def encoder(tmp_path_factory):
+    """Compiled with a kernel cache of its own: some tests read its kernels' lowered code, which a
+    kernel found in the cache (an earlier test's: ``tests/test_benchmark_dynamic.py`` compiles the
+    same encoder) does not keep."""
     model = transformer_encoder(batch=None, seq=None, hidden=64, heads=2, layers=2, ffn=128)
-    return model, lw.compile(lw.from_onnx(model), polymorphic=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LOOPWEAVE_CACHE_DIR", str(tmp_path_factory.mktemp("encoder_kernels")))
+        return model, lw.compile(lw.from_onnx(model), polymorphic=True)
 
 
 def test_encoder_compiles_once_fuses_epilogues_and_shares_kernels_between_layers(encoder):
