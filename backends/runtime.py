@@ -20,7 +20,8 @@ from ..dsl.expr_printer import expr_to_str
 from ..errors import ArgumentError, IndexOutOfRangeError
 from .module_html import module_html
 
-_ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+#: a kernel's packed entry: (argument pointers, size values, error slot)
+KERNEL_ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 ERROR_SLOT_WORDS = 4    # the kernel's error slot (backends/llvm/codegen.py): message, index, extent, call
 
 
@@ -100,7 +101,7 @@ class Module:
         self.name, self.params, self.size_names = name, params, size_names
         self.target = target
         self._address = address
-        self._entry = _ENTRY(address)
+        self._entry = KERNEL_ENTRY(address)
         self._sources = sources
         self._keepalive = keepalive
         self._buffers = (ctypes.c_void_p * max(1, len(params)))()

@@ -13,13 +13,14 @@ once per binding); only the pointers of the feed's arrays change from run to run
 from __future__ import annotations
 
 import ctypes
+import functools
 from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
 from ...backends import build as build_mod
 from ...backends.llvm import jit
-from ...backends.runtime import ERROR_SLOT_WORDS, data_pointer
+from ...backends.runtime import ERROR_SLOT_WORDS, KERNEL_ENTRY, data_pointer
 from ...errors import InternalError
 from . import symbolic as S
 
@@ -121,6 +122,11 @@ class CallTable:
         for ptrs, j, k in self._plain_patches:
             ptrs[j] = data_pointer(arrays[k])
         return self._run(runner_fn)
+
+    def entry(self, k: int):
+        """Call ``k`` alone, a callable of no arguments (the feed's pointers as last patched; the
+        error slot as the runner's): for profiling, and for finding the call whose index check failed."""
+        return functools.partial(KERNEL_ENTRY(self.fns[k]), self.buffers[k], self.sizes[k], ctypes.addressof(self.err))
 
     def _run(self, runner_fn) -> int:
         runner_fn(self.n, ctypes.addressof(self.fns), ctypes.addressof(self.buffers), ctypes.addressof(self.sizes),

@@ -40,10 +40,11 @@ from ...autoschedule import apply_best
 from ...backends import build as build_mod
 from ...backends import build_workers
 from ...backends.build import build, build_many, cannot_run_here
-from ...backends.runtime import clear_error_slot, data_pointer, index_error_text, new_error_slot, read_index_error
+from ...backends.runtime import (KERNEL_ENTRY, clear_error_slot, data_pointer, index_error_text, new_error_slot,
+                                 read_index_error)
 from ...backends.llvm import jit
 from ...dsl.tensor import placeholder
-from ...errors import ArgumentError, BuildError, DamagedFileError, IndexOutOfRangeError, InternalError
+from ...errors import ArgumentError, DamagedFileError, IndexOutOfRangeError, InternalError
 from ...target import compiling_for, host_target, resolve_target
 from ..ops.registry import schedule
 from . import kernel_cache
@@ -58,7 +59,6 @@ from .passes import FusedGroup, fuse_operators, optimize
 FORMAT_VERSION = 3      # 2: every member checksummed (archive.py); 3: kernels and runner take an error slot (older files are refused)
 ALIGN = 64
 _RUN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
-_KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 # the graph ops whose kernels check indices read from data (an error names the node of this kind)
 INDEX_CHECKING_OPS = ("gather", "gather_elements", "gather_nd", "scatter_elements", "scatter_nd", "nll_terms",
                       "nll_weights", "rotary_embedding")
@@ -66,6 +66,19 @@ INDEX_CHECKING_OPS = ("gather", "gather_elements", "gather_nd", "scatter_element
 
 def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def index_out_of_range(slot, inputs, where: str, node: str) -> IndexOutOfRangeError:
+    """The error for the failed index check a network's kernel wrote in ``slot`` (cleared here): the
+    kernel's ``inK`` named as the graph values ``inputs``, raised at ``where`` (``node 'x' (op)``)."""
+    what, index, extent, wraps = read_index_error(slot)
+    clear_error_slot(slot)
+    for k, value in enumerate(inputs):
+        what = what.replace(f"'in{k}'", f"'{value}'")
+    return IndexOutOfRangeError(f"{where}: {index_error_text(what, index, extent, wraps)}.\n"
+                                f"  fix: check the values fed to the network (e.g. token ids against the "
+                                f"vocabulary size); ONNX leaves out-of-range indices undefined, and loopweave "
+                                f"refuses them", index, extent, what, node)
 
 
 def _aligned_empty(nbytes: int) -> np.ndarray:
@@ -710,18 +723,11 @@ class Executable:
 
     def _raise_index_error(self, call: KernelCall):
         """ArgumentError naming the node whose index check failed (the kernel wrote ``self._err``)."""
-        what, index, extent, wraps = read_index_error(self._err)
-        clear_error_slot(self._err)
-        for k, value in enumerate(call.inputs):      # the kernel's inK are graph values
-            what = what.replace(f"'in{k}'", f"'{value}'")
-        text = index_error_text(what, index, extent, wraps)
         suspects = [n for n, op in zip(call.nodes, call.ops) if op in INDEX_CHECKING_OPS] or list(call.nodes)
         node = (f"node '{suspects[0]}'" if len(suspects) == 1 else
                 f"one of the nodes {', '.join(repr(n) for n in suspects)}") if suspects else f"kernel '{call.name}'"
-        raise IndexOutOfRangeError(f"{node} ({' + '.join(call.ops) or call.name}): {text}.\n"
-                                   f"  fix: check the values fed to the network (e.g. token ids against the "
-                                   f"vocabulary size); ONNX leaves out-of-range indices undefined, and loopweave "
-                                   f"refuses them", index, extent, what, suspects[0] if len(suspects) == 1 else "")
+        raise index_out_of_range(self._err, call.inputs, f"{node} ({' + '.join(call.ops) or call.name})",
+                                 suspects[0] if len(suspects) == 1 else "")
 
     __call__ = run
 
@@ -743,7 +749,7 @@ class Executable:
                     ptrs[j] = self._arena.ctypes.data + where
                 else:
                     ptrs[j] = self.weights.ctypes.data + where
-            fn = _KERNEL_TYPE(self._addresses[call.symbol])
+            fn = KERNEL_ENTRY(self._addresses[call.symbol])
             samples = []
             for _ in range(repeat):
                 t0 = time.perf_counter()

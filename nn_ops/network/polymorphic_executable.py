@@ -16,7 +16,6 @@ compiled).  Shapes that are views of others (Reshape and friends) cost nothing.
 """
 from __future__ import annotations
 
-import ctypes
 import threading
 import time
 from dataclasses import dataclass
@@ -24,15 +23,15 @@ from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from ...backends.runtime import clear_error_slot, data_pointer, index_error_text, read_index_error
-from ...errors import ArgumentError, IndexOutOfRangeError, InternalError
+from ...backends.runtime import clear_error_slot
+from ...errors import ArgumentError, InternalError
 from ...target import resolve_target
 from .archive import ArchiveReader, ArchiveWriter, MetaChecker
 from . import call_list, symbolic as S
 from .kernel_cache import kernel_entry, kernel_module
 from .feed import check_names_and_dtypes, show_shape
 from .signature import SymbolicSignature, export_needs_fixed_shapes
-from .executable import _aligned_empty
+from .executable import _aligned_empty, index_out_of_range
 from .symbolic_plan import ALIGN, SymbolicPlan
 
 FORMAT = "loopweave-polymorphic-executable"
@@ -237,24 +236,15 @@ class PolymorphicExecutable:
         kernel's ``inK``): the runner stops after that call without saying which, so the calls are
         replayed one by one up to it (only on this error path; they recompute the same values)."""
         clear_error_slot(table.err)
-        kernel = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
         failed = None
-        for k in range(len(self.calls)):
-            kernel(table.fns[k])(table.buffers[k], table.sizes[k], ctypes.addressof(table.err))
+        for k, call in enumerate(self.calls):
+            table.entry(k)()
             if table.err[0]:
-                failed = self.calls[k]
+                failed = call
                 break
         if failed is None:
             raise InternalError(f"{self.name}: an index check failed once and not when the calls were replayed")
-        what, index, extent, wraps = read_index_error(table.err)
-        clear_error_slot(table.err)
-        for k, value in enumerate(failed.args):
-            what = what.replace(f"'in{k}'", f"'{value}'")
-        raise IndexOutOfRangeError(f"node '{failed.node}' ({failed.module.name}): "
-                                   f"{index_error_text(what, index, extent, wraps)}; the outputs were not fully "
-                                   f"written.\n  fix: check the values fed to the network (e.g. token ids against "
-                                   f"the vocabulary size); ONNX leaves out-of-range indices undefined, and loopweave "
-                                   f"refuses them", index, extent, what, failed.node)
+        raise index_out_of_range(table.err, failed.args, f"node '{failed.node}' ({failed.module.name})", failed.node)
 
     def _feed_root(self, name: str) -> str:
         sources = {v.name: v.source for v in self.views}
@@ -302,14 +292,12 @@ class PolymorphicExecutable:
         table = self._tables[self._shapes_key(feed)][0]
         for ptrs, j, name in table.patches:
             ptrs[j] = feed[name].ctypes.data
-        kernel = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
         result = []
         for k, call in enumerate(self.calls):
-            fn = kernel(table.fns[k])
-            samples = []
+            run_alone, samples = table.entry(k), []
             for _ in range(max(1, repeat)):
                 start = time.perf_counter()
-                fn(table.buffers[k], table.sizes[k], ctypes.addressof(table.err))
+                run_alone()
                 samples.append(time.perf_counter() - start)
             result.append((call.node, float(np.median(samples))))
         return result

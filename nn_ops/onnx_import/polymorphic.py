@@ -395,8 +395,7 @@ class _Builder:
                 names = S.dsl_variables([f"v{k}" for k in range(len(variables))])
                 var_of = {d: names[f"v{k}"] for d, k in variables.items()}
                 graph_size = {S.from_dsl(v): d for d, v in var_of.items()}
-                for d, step in (multiples or {}).items():    # a size known to be k * (a size var) + r
-                    k, r = _step(step)
+                for d, (k, r) in (multiples or {}).items():    # a size known to be k * (a size var) + r
                     var_name = _multiple_name(variables[d], k, r)
                     whole = S.dsl_variables([var_name])[var_name]
                     var_of[d] = whole * k + r
@@ -428,13 +427,11 @@ class _Builder:
         for v in variants:
             # the sizes it specialises, by position (a symbol's name means nothing to another model)
             fixed = [f"v{variables[d]}=1" if d in variables else f"{S.show(d)}=1" for d in v.units] + \
-                [f"v{variables[d]}*{k}" + (f"+{r}" if r else "")
-                 for d, (k, r) in ((d, _step(m)) for d, m in (v.multiples or {}).items())]
+                [f"v{variables[d]}*{k}" + (f"+{r}" if r else "") for d, (k, r) in (v.multiples or {}).items()]
             module_of_variant = built(" ".join([full_key, v.key] + fixed), v.make, f"poly_{key[0]}_{v.what}",
                                       v.multiples, v.units)
             specials.append(Variant(module_of_variant, v.size, v.at_most))
-            for d, step in (v.multiples or {}).items():
-                k, r = _step(step)
+            for d, (k, r) in (v.multiples or {}).items():
                 sizes[_multiple_name(variables[d], k, r)] = S.floordiv(d - r, k)
         variants = tuple(specials)
         if output not in self.values:       # the kernel's own output dtype (a Cast changes it)
@@ -940,10 +937,6 @@ def _multiple_name(index: int, k: int, r: int = 0) -> str:
     (``v2x14``: ``v2 / 14``; ``v2x14p2``: ``(v2 - 2) / 14``)."""
     return f"v{index}x{k}" + (f"p{r}" if r else "")
 
-
-def _step(multiple) -> Tuple[int, int]:
-    """A ``KernelVariant.multiples`` value as ``(k, r)``: the size is ``k * var + r``."""
-    return (multiple, 0) if isinstance(multiple, int) else tuple(multiple)
 
 
 def _operand_index(mode, shape, idx) -> tuple:

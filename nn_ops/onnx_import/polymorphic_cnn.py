@@ -45,6 +45,7 @@ from ..ops.resize import axis_taps, coefficient_fn, resize_taps, source_coordina
 from ..ops.shape import reduce
 from ..ops.winograd import MIN_WINOGRAD_PIXELS, winograd_largest_map, winograd_weight
 from ..ops.winograd_rows import conv2d_winograd_rows
+from .context import optional_input
 from .converters.nn import inference_scale_shift
 from ..network.polymorphic_executable import BindingTable
 from .polymorphic_common import (BINARY, UNARY, WITH_ATTRS, KernelVariant, _apply, _attr, _same, _show,
@@ -128,22 +129,22 @@ class CnnWalk:
         groups = int(_attr(node, "group", 1))
         if weight.ndim != 4:
             raise self.unsupported("non-2-d convolutions")
+        if b.dtype(self.blocked.get(x, x)) != "float32":
+            raise self.unsupported(f"a Conv of {b.dtype(x)} values (float32 only)")
+        bias, window = _conv_bias(node, b), self.window(node)
         depthwise = groups > 1 and groups == weight.shape[0] and weight.shape[1] == 1
         if groups > 1 and not depthwise:
             # groups that are not whole blocks (ResNeXt's 32 x 4 channels, 16 -> 32 in 2 groups): merged
             # into groups of whole blocks, each output channel's weight zero outside its own group
             merged = _merged_groups(weight, groups, self.block)
             if merged is None:      # (1 in and 3 out per group: 16x) rows of the NCHW map, group by group
-                return self.few_channels(node, label, weight, _conv_bias(node, b), self.window(node), groups)
+                return self.few_channels(node, label, weight, bias, window, groups)
             weight, groups = merged
         grouped = 1 if groups == 1 or depthwise else groups
-        if b.dtype(self.blocked.get(x, x)) != "float32":
-            raise self.unsupported(f"a Conv of {b.dtype(x)} values (float32 only)")
         oc, c = weight.shape[0], weight.shape[1] * groups
-        bias = _conv_bias(node, b)
-        stride, padding, dilation = self.window(node)
+        stride, padding, dilation = window
         if groups == 1 and oc < FEW_CHANNELS:
-            return self.few_channels(node, label, weight, bias, (stride, padding, dilation))
+            return self.few_channels(node, label, weight, bias, window)
         if depthwise or grouped != 1 or x in self.blocked or (c >= TO_BLOCKED_MIN_CHANNELS and c % self.block == 0):
             x_in, cb = self.blocked_input(x, "a Conv"), self.block
         else:
@@ -163,8 +164,9 @@ class CnnWalk:
             pack_blocked_weight(weight, self.block, cb)
         inputs = [x_in, w_name]
         in_shape = b.shape(x_in)
-        winograd = (not depthwise and grouped == 1 and x_in != x and weight.shape[2:] == (3, 3) and stride == (1, 1) and dilation == (1, 1)
-                    and padding in ((1, 1, 1, 1), (0, 0, 0, 0)) and min(c, oc) >= 16 and b.target.kind == "llvm"
+        winograd = (not depthwise and grouped == 1 and x_in != x and weight.shape[2:] == (3, 3)
+                    and stride == (1, 1) and dilation == (1, 1) and padding in ((1, 1, 1, 1), (0, 0, 0, 0))
+                    and min(c, oc) >= 16 and b.target.kind == "llvm"
                     and not (S.is_static(in_shape[2]) and S.is_static(in_shape[3])))
         if winograd:            # every kernel of the call takes the transformed weight too (one argument list)
             inputs.append(b.fresh(w + ".winograd"))
@@ -207,8 +209,6 @@ class CnnWalk:
         rows of NCHW maps of any width (``conv2d_rows``): in blocks, its channels would be mostly
         padding (the style net's 9x9 32 -> 3 at 256x256: 11.7 ms blocked, 3 of 16 channels)."""
         b, x = self.b, node.input[0]
-        if b.dtype(self.blocked.get(x, x)) != "float32":
-            raise self.unsupported(f"a Conv of {b.dtype(x)} values (float32 only)")
         self.plain(x)
         inputs = [x, b.fresh(node.input[1] + ".rows")]
         b.consts[inputs[1]] = np.ascontiguousarray(weight)
@@ -387,10 +387,11 @@ class CnnWalk:
         *whole, last = WINOGRAD_TILE_BLOCKS
         variants = []
         for tb in whole:
-            multiples = {}
+            steps = {}
             for d, k in ((h, 2), (w, 2 * tb)):
-                if not S.is_static(d):      # one symbol for both: a square map
-                    multiples[d] = (math.lcm(multiples.get(d, (1,))[0], k), 2 - 2 * pad)
+                if not S.is_static(d):
+                    steps[d] = math.lcm(steps.get(d, 1), k)     # one symbol for both: a square map
+            multiples = {d: (k, 2 - 2 * pad) for d, k in steps.items()}
             condition = fits + S.remainder(oh, 2) + S.remainder(ow, 2 * tb) + S.divisible_not_by(tiles, tb, last)
             variants.append(KernelVariant(condition, 0, lambda *hs, extent, tb=tb: make(*hs, extent=extent, tile_block=tb,
                                                                                         whole_blocks=True),
@@ -752,7 +753,7 @@ MAX_GROUP_MERGE = 8
 
 def _conv_bias(node, b) -> Optional[np.ndarray]:
     """A Conv's constant bias as float32, None without one (a computed one is refused by name)."""
-    name = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    name = optional_input(node, 2)
     if name is not None and name not in b.consts:
         raise b.unsupported("a Conv whose bias is computed")
     return None if name is None else b.consts[name].astype(np.float32)

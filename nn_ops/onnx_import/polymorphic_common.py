@@ -21,7 +21,7 @@ from .converters.math import UNARY_MATH
 class KernelVariant(NamedTuple):
     """A second kernel of a call (``_Builder.kernel``'s ``variants``): built by ``make`` with the same
     arguments, run at bindings where the sympy ``size`` is at most ``at_most``; ``key`` tells it apart
-    in the kernel table, ``what`` names its module; ``multiples`` {sympy size of an input: k or (k, r)}
+    in the kernel table, ``what`` names its module; ``multiples`` {sympy size of an input: (k, r)}
     builds it over that size as ``k`` times a size var of its own, plus ``r`` (where the condition says
     ``k`` divides the size less ``r``: an unpadded conv's input, two more than its whole tiles);
     ``units``: sympy sizes that are the constant 1 in this kernel (where the condition says so)."""
@@ -30,7 +30,7 @@ class KernelVariant(NamedTuple):
     make: Callable
     key: str
     what: str
-    multiples: Optional[Dict[object, object]] = None
+    multiples: Optional[Dict[object, Tuple[int, int]]] = None
     units: Tuple = ()
 
 

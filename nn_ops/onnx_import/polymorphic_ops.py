@@ -29,6 +29,7 @@ from ..ops.scatter import scatter_elements, scatter_nd
 from ..ops.shape import pad, reduce, softmax
 from ..ops.trig import FUNCTIONS as TRIG
 from .fold import WINDOW_TERMS
+from .context import optional_input, optional_output
 from .importer import np_dtype
 from .polymorphic_common import _attr, _show
 
@@ -504,7 +505,7 @@ def loss(walk, node, label: str) -> None:
     per-element terms and weights of ``ops/loss.py`` and their sum (``mean``: the sum over the sum
     of the weights, ONNX's weighted mean) in one kernel, as the static converters compute them."""
     x, target = node.input[0], node.input[1]
-    weight = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    weight = optional_input(node, 2)
     reduction, ignore = _attr(node, "reduction", "mean"), _attr(node, "ignore_index", None)
     if reduction not in ("none", "sum", "mean") or not walk.dtype(x).startswith("float"):
         raise walk.unsupported(f"reduction {reduction!r} of {walk.dtype(x)} values")
@@ -513,7 +514,7 @@ def loss(walk, node, label: str) -> None:
     _read_as_one(walk, zip(walk.shape(target), shape[:1] + shape[2:]), target)
     if weight:
         _read_as_one(walk, [(walk.shape(weight)[0], shape[1])], weight)
-    log_prob = node.output[1] if len(node.output) > 1 and node.output[1] else None
+    log_prob = optional_output(node, 1)
     if log_prob:
         walk.kernel(label + ".log_prob", ("log_softmax", 1), [x], log_prob,
                     lambda t, extent: softmax(t, 1, name="log_softmax", log=True))

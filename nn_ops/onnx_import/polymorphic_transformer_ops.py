@@ -21,6 +21,7 @@ from ..ops.matmul import batch_matmul, matmul_panels, pack_panels, panel_width
 from ..ops.quantize import quantize
 from ..ops.rotary import rotary_embedding
 from ..ops.shape import concat, reduce, softmax, transpose
+from .context import optional_input, optional_output
 from .importer import np_dtype
 from .polymorphic_common import _attr, _show
 
@@ -32,23 +33,15 @@ def _round(v):
     return math_ops.UNARY["round"][0](v, {})
 
 
-def _input(node, k: int) -> str:
-    return node.input[k] if len(node.input) > k else ""
-
-
-def _output(node, k: int) -> str:
-    return node.output[k] if len(node.output) > k else ""
-
-
 # ---------------------------------------------------------------------- Attention
 def attention(walk, node, label: str) -> None:
     """Attention of 3-d inputs with head counts or 4-d ones; GQA, causal (from the past length on),
     a bool or additive mask broadcast to the scores (as long as the keys, or shorter by a static
     amount), scale, softcap, past_key/past_value and the present outputs."""
-    q, k, v, mask, past_key, past_value = (_input(node, i) for i in range(6))
-    if _input(node, 6):
+    q, k, v, mask, past_key, past_value = (optional_input(node, i) for i in range(6))
+    if optional_input(node, 6):
         raise walk.unsupported("nonpad_kv_seqlen (opset 24)")
-    if _output(node, 3):
+    if optional_output(node, 3):
         raise walk.unsupported("the qk_matmul_output output")
     if int(_attr(node, "left_window_size", -1)) != -1 or int(_attr(node, "right_window_size", -1)) != -1:
         raise walk.unsupported("a sliding window (left_window_size / right_window_size)")
@@ -64,8 +57,8 @@ def attention(walk, node, label: str) -> None:
     q_heads, kv_heads = (int(_attr(node, a, 0) or 0) for a in ("q_num_heads", "kv_num_heads"))
     heads = _Heads(walk, label, rank)
     qh = heads.split(q, q_heads, "q")                                       # [B, Hq, Sq, D]
-    keys = heads.with_past(k, kv_heads, past_key, _output(node, 1), "k")    # [B, Hkv, T, D], or None
-    values = heads.with_past(v, kv_heads, past_value, _output(node, 2), "v")
+    keys = heads.with_past(k, kv_heads, past_key, optional_output(node, 1), "k")    # [B, Hkv, T, D], or None
+    values = heads.with_past(v, kv_heads, past_value, optional_output(node, 2), "v")
     # [B, Hkv, D, T]: without a past (or a present output), read transposed straight from the input
     kt = heads.split(k, kv_heads, "k", keys_last=True) if keys is None else heads.transposed(keys, (0, 1, 3, 2), "k")
     vh = values if values is not None else heads.split(v, kv_heads, "v")
@@ -285,7 +278,7 @@ def integer_matmul(walk, node, label: str) -> None:
     static path does (float64, rounding half to even, saturating)."""
     qlinear = node.op_type == "QLinearMatMul"
     a, b = node.input[0], node.input[3 if qlinear else 1]
-    a_zero, b_zero = _input(node, 2), _input(node, 5 if qlinear else 3)
+    a_zero, b_zero = optional_input(node, 2), optional_input(node, 5 if qlinear else 3)
     if a in walk.consts or b not in walk.consts or walk.consts[b].ndim != 2 or len(walk.shape(a)) < 2:
         raise walk.unsupported(f"{node.op_type} other than of a computed A by a constant 2-d B")
     if walk.dtype(a) not in ("int8", "uint8") or walk.dtype(b) not in ("int8", "uint8"):
@@ -299,7 +292,7 @@ def integer_matmul(walk, node, label: str) -> None:
         raise walk.unsupported(f"A's zero point of shape {_show(walk.shape(a_zero))} (one value)")
     multiplier, to, shift = None, "int32", 0.0
     if qlinear:
-        scales, y_zero = [node.input[i] for i in (1, 4, 6)], _input(node, 7)
+        scales, y_zero = [node.input[i] for i in (1, 4, 6)], optional_input(node, 7)
         if not all(s in walk.consts and walk.consts[s].size == 1 for s in scales + ([y_zero] if y_zero else [])):
             raise walk.unsupported("scales or the output's zero point other than one constant each")
         a_scale, b_scale, y_scale = (walk.consts[s].reshape(()) for s in scales)
@@ -361,7 +354,7 @@ def dynamic_quantize(walk, node, label: str) -> None:
     def scale_of(r):            # (the range is never empty: it holds 0)
         span = r[1] - r[0]
         return select(r[1] == r[0], const(1.0, "float32"), span) / const(255.0, "float32")
-    scale = _output(node, 1) or walk.fresh(x + ".scale")
+    scale = optional_output(node, 1) or walk.fresh(x + ".scale")
     walk.kernel(label + ".scale", ("dynamic_quantize_scale",), [bounds], scale,
                 lambda r, extent: compute((), lambda: scale_of(r), name="scale", tag="injective"), out_shape=())
 
@@ -371,7 +364,7 @@ def dynamic_quantize(walk, node, label: str) -> None:
             v = lwi.elementwise_min(lwi.elementwise_max(v, zero), const(255.0, "float32"))
             return cast("uint8", _round(v))
         return compute((), value, name="zero_point", tag="injective")
-    point = _output(node, 2) or walk.fresh(x + ".zero_point")
+    point = optional_output(node, 2) or walk.fresh(x + ".zero_point")
     walk.kernel(label + ".zero_point", ("dynamic_quantize_zero_point",), [bounds], point, zero_point, out_shape=())
     if node.output[0]:
         walk.kernel(label, ("dynamic_quantize",), [x, scale, point], node.output[0],

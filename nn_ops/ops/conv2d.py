@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...dsl.expr import Const, if_then_else
+from ...dsl.expr import Const, const, if_then_else, logical_and
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
 from ...target import resolve_target
+from .elementwise import extents
 from .registry import accumulate_in_registers, accumulator_and_tile, fused_output, register_schedule
 
 
@@ -124,7 +125,7 @@ def conv2d(X: Tensor, W: Tensor, stride=1, padding=0, dilation=1, groups: int = 
     attrs = dict(stride=(sh, sw), padding=(pt, pl, pb, pr), dilation=(dh, dw), groups=groups,
                  kernel=(kh, kw), in_channels=c, out_channels=oc)
 
-    Xp = _zero_padded(X, (pt, pl, pb, pr), name)
+    Xp = _padded(X, (pt, pl, pb, pr), name)
 
     ocg = oc // groups
     blocks = conv2d_weight_blocks((n, c, h, w), (oc, cg, kh, kw), (sh, sw), (pt, pl, pb, pr), groups, X.dtype,
@@ -203,18 +204,28 @@ def conv2d(X: Tensor, W: Tensor, stride=1, padding=0, dilation=1, groups: int = 
                    tag="conv2d", attrs=attrs)
 
 
-def _zero_padded(X: Tensor, padding, name: str) -> Tensor:
-    """``X`` [N, C, H, W] (sizes static or symbolic) with zeros around (``<name>.pad``, reads through
-    ``if_then_else``), or ``X`` itself without padding."""
+def _padded(X: Tensor, padding, name: str) -> Tensor:
+    """``X`` [N, C, H, W, ...] (NCHW or blocked; sizes static or symbolic) with zeros around H and W
+    (``<name>.pad``, read through ``if_then_else``; padding is top, left, bottom, right), or ``X``
+    itself without padding."""
     pt, pl, pb, pr = padding
     if not (pt or pl or pb or pr):
         return X
-    n, c, h, w = X.shape
+    shape = extents(X)
+    h, w = shape[2], shape[3]
+    new = list(shape)
+    new[2], new[3] = h + pt + pb, w + pl + pr
 
-    def pad(nn, cc, yy, xx):
-        inside = (yy >= pt) & (yy < h + pt) & (xx >= pl) & (xx < w + pl)
-        return if_then_else(inside, X[nn, cc, yy - pt, xx - pl], 0.0)
-    return compute((n, c, h + pt + pb, w + pl + pr), pad, name=name + ".pad", tag="conv2d.pad")
+    def pad(nn, c, yy, xx, *ci):
+        inside = logical_and(logical_and(yy >= pt, yy < pt + h), logical_and(xx >= pl, xx < pl + w))
+        return if_then_else(inside, X[(nn, c, yy - pt, xx - pl) + ci], const(0.0, X.dtype))
+    return compute(tuple(new), pad, name=name + ".pad", tag="conv2d.pad")
+
+
+def _output_hw(h, w, kernel, stride, padding, dilation):
+    """Output height and width of a convolution (padding is top, left, bottom, right)."""
+    (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw) = kernel, stride, padding, dilation
+    return (h + pt + pb - ((kh - 1) * dh + 1)) // sh + 1, (w + pl + pr - ((kw - 1) * dw + 1)) // sw + 1
 
 
 def _rows(Xp: Tensor, W: Tensor, out_shape, name: str, attrs: dict) -> Tensor:
@@ -251,10 +262,8 @@ def conv2d_rows(X: Tensor, W: Tensor, bias=None, stride=1, padding=0, dilation=1
            f"conv2d_rows: X has {c} channels and W [OC, C/groups, KH, KW] {oc} x {cg} in {groups} groups")
     attrs = dict(stride=(sh, sw), padding=(pt, pl, pb, pr), dilation=(dh, dw), groups=groups, kernel=(kh, kw),
                  in_channels=cg * groups, out_channels=oc)
-    Xp = _zero_padded(X, (pt, pl, pb, pr), name)
-    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
-    ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
-    Y = _rows(Xp, W, (n, oc, oh, ow), name, attrs)
+    oh, ow = _output_hw(h, w, (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw))
+    Y = _rows(_padded(X, (pt, pl, pb, pr), name), W, (n, oc, oh, ow), name, attrs)
     if bias is None:
         return Y
     return compute(Y.shape, lambda nn, o, yy, xx: Y[nn, o, yy, xx] + bias[o], name=name + ".bias", tag="elemwise")

@@ -24,7 +24,7 @@ from ...dsl.expr import Const, cast, const, if_then_else, logical_and
 from ...dsl.reduction import max as lw_max, sum as lw_sum
 from ...dsl.tensor import ComputeOp, Tensor, compute, reduce_axis
 from ...errors import ExprError
-from .conv2d import _divisor_at_most, _schedule_input_copy, static_row_block
+from .conv2d import _divisor_at_most, _output_hw, _padded, _schedule_input_copy, static_row_block
 from .elementwise import extents, static_shape
 from .pooling import ceil_mode_is_plain, pool_output_size
 from .registry import (INJECTIVE_TAGS, accumulate_in_registers, accumulator_and_tile, parallel_planes_and_rows,
@@ -72,27 +72,6 @@ def pack_depthwise_weight(weight: np.ndarray, block: int) -> np.ndarray:
     """W [C, 1, KH, KW] -> [C/block, KH, KW, block]."""
     c, _, kh, kw = weight.shape
     return np.ascontiguousarray(weight.reshape(c // block, block, kh, kw).transpose(0, 2, 3, 1))
-
-
-def _padded(X: Tensor, padding, name: str) -> Tensor:
-    pt, pl, pb, pr = padding
-    if not (pt or pl or pb or pr):
-        return X
-    shape = extents(X)
-    h, w = shape[2], shape[3]
-    new = list(shape)
-    new[2], new[3] = h + pt + pb, w + pl + pr
-
-    def pad(nn, c, yy, xx, *ci):
-        inside = logical_and(logical_and(yy >= pt, yy < pt + h), logical_and(xx >= pl, xx < pl + w))
-        return if_then_else(inside, X[(nn, c, yy - pt, xx - pl) + ci], const(0.0, X.dtype))
-    return compute(tuple(new), pad, name=name + ".pad", tag="conv2d.pad")
-
-
-def _output_hw(h, w, kernel, stride, padding, dilation):
-    """Output height and width of a convolution (padding is top, left, bottom, right)."""
-    (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw) = kernel, stride, padding, dilation
-    return (h + pt + pb - ((kh - 1) * dh + 1)) // sh + 1, (w + pl + pr - ((kw - 1) * dw + 1)) // sw + 1
 
 
 def _with_bias(Y: Tensor, bias, name: str) -> Tensor:

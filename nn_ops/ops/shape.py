@@ -143,6 +143,7 @@ def softmax(X: Tensor, axis: int = -1, name: str = "softmax", log: bool = False,
 
     k1 = reduce_axis((0, shape[axis]), name="k")
     M = compute(rest, lambda *idx: lw_max(X[with_axis(idx, k1)], axis=k1), name=name + ".max", tag="softmax_stat")
+
     def top(idx):       # (a masked row's max, -inf, as 0: its exponentials are then 0, not NaN)
         m = M[drop(idx)]
         return select(m == const(-math.inf, X.dtype), const(0.0, X.dtype), m) if zero_masked_rows else m

@@ -33,9 +33,9 @@ from ...dsl.expr import if_then_else
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
-from .conv2d import _divisor_at_most
+from .conv2d import _divisor_at_most, _output_hw, _padded
 from .elementwise import static_shape
-from .nchwc import _output_hw, _padded, _schedule_blocked_padding, _with_bias
+from .nchwc import _schedule_blocked_padding, _with_bias
 from .registry import accumulate_in_registers, fused_output, register_schedule
 
 # Y = A^T [(G g G^T) . (B^T d B)] A for a 2x2 output tile, a 3x3 filter and a 4x4 input patch

@@ -20,8 +20,9 @@ from __future__ import annotations
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
+from .conv2d import _output_hw, _padded
 from .elementwise import static_shape
-from .nchwc import _blocked_dims, _output_hw, _padded, _schedule_blocked_padding, _with_bias
+from .nchwc import _blocked_dims, _schedule_blocked_padding, _with_bias
 from .registry import accumulate_in_registers, fused_output, register_schedule
 from .winograd import input_transform, output_transform
 

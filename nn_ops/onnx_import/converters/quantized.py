@@ -1,9 +1,9 @@
 """Converters for integer matrix products: MatMulInteger and QLinearMatMul.
 
 The product is exact: operands widened to int32 (zero points subtracted), multiplied and
-summed in int32 by the matmul op (by the einsum op where B is batched).  QLinearMatMul then requantizes as ONNX's reference does:
-``round(C * (a_scale * b_scale / y_scale) + y_zero_point)`` in float64, saturated to the
-output type.  Zero points must be one value each (per-tensor).
+summed in int32 by the matmul op (by the einsum op where B is batched).  QLinearMatMul then
+requantizes as ONNX's reference does: ``round(C * (a_scale * b_scale / y_scale) + y_zero_point)``
+in float64, saturated to the output type.  Zero points must be one value each (per-tensor).
 """
 from __future__ import annotations
 
