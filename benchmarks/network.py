@@ -64,16 +64,18 @@ def compile_times(model_name: str):
 
 
 MODELS = ("resnet18", "mobilenet_v2", "transformer_encoder", "squeezenet1_1", "vit_tiny", "efficientnet_lite",
-          "convnext", "densenet", "unet", "gpt2", "mlp_mixer", "style_transfer")
+          "convnext", "densenet", "unet", "gpt2", "mlp_mixer", "style_transfer", "lstm_lm")
+#: the token models: their embedding table's name prefix
+TOKEN_MODELS = {"gpt2": "wte", "lstm_lm": "embedding"}
 
 
 def _feed(name: str, model):
-    """Token ids over the vocabulary for gpt2; None (random normal inputs) for the others."""
-    if name != "gpt2":
+    """Token ids over the vocabulary for the token models; None (random normal inputs) for the others."""
+    if name not in TOKEN_MODELS:
         return None
-    vocab = next(t.dims[0] for t in model.graph.initializer if t.name.startswith("wte"))
-    seq = model.graph.input[0].type.tensor_type.shape.dim[1].dim_value
-    return {"input": np.random.default_rng(0).integers(0, vocab, (1, seq), dtype=np.int64)}
+    vocab = next(t.dims[0] for t in model.graph.initializer if t.name.startswith(TOKEN_MODELS[name]))
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    return {"input": np.random.default_rng(0).integers(0, vocab, shape, dtype=np.int64)}
 
 
 def main(argv=None) -> None:

@@ -168,6 +168,7 @@ def plan_kernel_groups(graph: Graph, target_kind: str):
     kernel_groups = [grp for grp in groups if grp.kind != "alias"]
     alias_of = {grp.output: grp.nodes[0].inputs[0] for grp in groups if grp.kind == "alias"}
     kernel_groups, slice_of = _concats_in_place(g, kernel_groups, alias_of)
+    kernel_groups = _slices_as_views(g, kernel_groups, alias_of, slice_of)
     return g, kernel_groups, alias_of, slice_of
 
 
@@ -451,6 +452,56 @@ def _concat_parts(g: Graph, node, produced, outside, alias_of, slice_of):
     return parts
 
 
+def _slices_as_views(g: Graph, kernel_groups, alias_of: Dict[str, str], slice_of: Dict[str, Tuple[str, int]]):
+    """The kernel groups left to run, where a lone ``slice`` that takes one contiguous block of a
+    kernel's result (the last axis it cuts is the only one cut, every axis before it is cut to one
+    element, steps of 1) became a view of that result at the block's byte offset (added to
+    ``slice_of``).  A recurrent layer unrolled over its sequence reads each step's rows of its input
+    projection, and each step's states, this way: no copy per step.  Not for slices of graph inputs,
+    outputs or weights (their places take no offset), nor for a graph output (it must be written)."""
+    outside = set(g.inputs) | set(g.outputs) | set(g.initializers)
+    kept = []
+    for grp in kernel_groups:
+        node = grp.nodes[0]
+        offset = _contiguous_slice_offset(g, node) if len(grp.nodes) == 1 and node.op_type == "slice" else None
+        source, out = (node.inputs[0], node.outputs[0]) if offset is not None else (None, None)
+        if offset is None or out in outside or out in slice_of or _root_at(source, alias_of, slice_of)[0] in outside:
+            kept.append(grp)
+            continue
+        slice_of[out] = (source, offset)
+    return kept
+
+
+def _root_at(v: str, alias_of: Dict[str, str], slice_of: Dict[str, Tuple[str, int]]) -> Tuple[str, int]:
+    """(the value whose memory ``v`` lies in, through views and in-place concat parts; the byte offset)."""
+    offset = 0
+    while True:
+        if v in alias_of:
+            v = alias_of[v]
+        elif v in slice_of:
+            v, part = slice_of[v]
+            offset += part
+        else:
+            return v, offset
+
+
+def _contiguous_slice_offset(g: Graph, node) -> Optional[int]:
+    """The byte offset of a slice's result in its input when that result is one contiguous block of
+    it (row-major), else None."""
+    shape = [int(d) for d in g.shape(node.inputs[0])]
+    begin, end, step = (list(node.attrs[k]) for k in ("begin", "end", "step"))
+    if any(s != 1 for s in step) or len(begin) != len(shape):
+        return None
+    cut = [k for k, (b, e, n) in enumerate(zip(begin, end, shape)) if (b, e) != (0, n)]
+    last = cut[-1] if cut else 0
+    if any(e - b != 1 for b, e in zip(begin[:last], end[:last])):
+        return None
+    flat = 0
+    for b, n in zip(begin, shape):
+        flat = flat * n + b
+    return flat * np.dtype(g.values[node.inputs[0]].dtype).itemsize
+
+
 def _plan_memory(g: Graph, steps: List[Tuple[List[str], str]], alias_of: Dict[str, str], weight_offsets,
                  slice_of: Optional[Dict[str, Tuple[str, int]]] = None):
     """Locations of every value; intermediates share one arena, reused by liveness.
@@ -461,19 +512,8 @@ def _plan_memory(g: Graph, steps: List[Tuple[List[str], str]], alias_of: Dict[st
     """
     slice_of = slice_of or {}
 
-    def root_at(v: str) -> Tuple[str, int]:
-        offset = 0
-        while True:
-            if v in alias_of:
-                v = alias_of[v]
-            elif v in slice_of:
-                v, part = slice_of[v]
-                offset += part
-            else:
-                return v, offset
-
     def root(v: str) -> str:
-        return root_at(v)[0]
+        return _root_at(v, alias_of, slice_of)[0]
 
     locations: Dict[str, Tuple[str, int]] = {}
     for k, name in enumerate(g.inputs):
@@ -501,7 +541,7 @@ def _plan_memory(g: Graph, steps: List[Tuple[List[str], str]], alias_of: Dict[st
         # free what dies here, after the output got its place (so it never overlaps its inputs)
         live = [blk for blk in live if last_use.get(blk[2], -1) > k]
     for v in g.values:
-        r, offset = root_at(v)
+        r, offset = _root_at(v, alias_of, slice_of)
         if v not in locations and r in locations:
             space, where = locations[r]
             if offset and space != "arena":

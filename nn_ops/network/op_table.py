@@ -22,8 +22,8 @@ from ...dsl.tensor import Tensor, placeholder
 from ...errors import ExprError
 from ..ops import elementwise as ew
 from ..ops import (arg_reduce, bitwise as _bitwise, cumsum, einsum, grid_sample, index as index_ops,
-                   logic as logic_ops, loss as loss_ops, lrn, math as math_ops, pooling, quantize, resize, rotary,
-                   scatter, shape as shape_ops, topk)
+                   logic as logic_ops, loss as loss_ops, lrn, math as math_ops, pooling, quantize, recurrent, resize,
+                   rotary, scatter, shape as shape_ops, topk)
 from ..ops.elementwise import static_shape
 
 
@@ -364,6 +364,23 @@ _register("lrn", "reduce", lambda i, a: lrn.lrn(i[0], a["size"], a["alpha"], a["
 _register("rotary_embedding", "injective", lambda i, a: rotary.rotary_embedding(
     i[0], i[1], i[2], i[3] if len(i) > 3 else None, a.get("interleaved", False), a.get("rotary_dim", 0),
     a.get("num_heads", 0)))
+
+
+def _lstm_cell(i, a):
+    """inputs: gates, h_prev, c_prev, then the peepholes (``peephole``) and the step's mask (``masked``)."""
+    rest = list(i[3:])
+    peephole = rest.pop(0) if a.get("peephole") else None
+    return recurrent.lstm_cell(i[0], i[1], i[2], peephole, rest[0] if a.get("masked") else None,
+                               a["activations"], a.get("clip"), a.get("input_forget", False))
+
+
+_register("lstm_cell", "injective", _lstm_cell)
+_register("gru_reset", "injective", lambda i, a: recurrent.gru_reset(i[0], i[1], a["activation"], a.get("clip")))
+_register("gru_cell", "injective", lambda i, a: recurrent.gru_cell(
+    i[0], i[1], i[2], i[3], i[4] if a.get("masked") else None, a["activations"], a.get("clip"),
+    a.get("linear_before_reset", False)))
+_register("rnn_cell", "injective", lambda i, a: recurrent.rnn_cell(
+    i[0], i[1], i[2] if a.get("masked") else None, a["activation"], a.get("clip")))
 
 
 for _op in _bitwise.BINARY:

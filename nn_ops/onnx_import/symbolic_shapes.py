@@ -1001,3 +1001,25 @@ def _pool(ctx: _Inference, node):
 def _global_pool(ctx: _Inference, node):
     x = ctx.shape(node.input[0])
     return [x[:2] + (S.dim(1),) * (len(x) - 2)]
+
+
+@rule("LSTM", "GRU", "RNN")
+def _recurrent(ctx: _Inference, node):
+    """Y [seq, directions, batch, hidden] and the final states [directions, batch, hidden] (batch first
+    with ``layout=1``).  The layer itself compiles per shape (unrolled over its sequence)."""
+    x = ctx.shape(node.input[0])
+    if len(x) != 3:
+        raise _Unknown(f"{node.op_type} of an input of rank {len(x)} (3 expected)")
+    layout = int(ctx.attr(node, "layout", 0))
+    seq, batch = (x[1], x[0]) if layout else (x[0], x[1])
+    directions = 2 if ctx.attr(node, "direction", "forward") == "bidirectional" else 1
+    hidden = ctx.attr(node, "hidden_size")
+    if hidden is None:
+        r = _float_constant(ctx, node.input[2]) if len(node.input) > 2 else None
+        if r is None or r.ndim != 3:
+            raise _Unknown(f"{node.op_type} without hidden_size and with no constant R to read it from")
+        hidden = r.shape[-1]
+    d, h = S.dim(directions), S.dim(int(hidden))
+    y = (batch, seq, d, h) if layout else (seq, d, batch, h)
+    state = (batch, d, h) if layout else (d, batch, h)
+    return [y] + [state] * (len(node.output) - 1)

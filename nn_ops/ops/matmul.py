@@ -15,7 +15,7 @@ from ...dsl.expr import Const, cast
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
-from .registry import accumulator_and_tile, register_schedule, unroll_long_epilogue
+from .registry import accumulator_and_tile, register_schedule, too_little_to_share, unroll_long_epilogue
 
 
 def _check(cond: bool, message: str):
@@ -185,7 +185,9 @@ def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
         outer = jo
     C.vectorize(ji)
     unroll_long_epilogue(s, op, C, [ii])
-    C.parallel(outer)
+    depth = s[CC].op.reduce_axis[0].extent
+    if not too_little_to_share(out.shape, depth.value if isinstance(depth, Const) else 1 << 30):
+        C.parallel(outer)
     s[CC].compute_at(C, tile)
     c_axes = list(s[CC].op.axis)
     ci, cj = c_axes[-2], c_axes[-1]

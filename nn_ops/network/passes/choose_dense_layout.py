@@ -28,17 +28,22 @@ from ..graph import Graph
 
 def choose_dense_layout(g: Graph, lanes: Optional[int] = None) -> Graph:
     """``lanes``: the CPU's float32 vector lanes, to pack panels for; None (other targets, or
-    no panels wanted) keeps every weight [K, N]."""
+    no panels wanted) keeps every weight [K, N].  Layers sharing a weight (a recurrent layer's
+    steps, tied weights) share its packed form too."""
+    packed = {}                 # (weight, panel width) -> the packed weight's name
     for node in g.nodes:
         if node.op_type != "dense" or node.inputs[1] not in g.initializers:
             continue
-        wt = np.ascontiguousarray(g.initializers[node.inputs[1]].T)
+        wt = g.initializers[node.inputs[1]].T
         nr = _panel_width(g, node, wt, lanes)
         if nr:
             node.attrs = dict(node.attrs, panels=nr, columns=wt.shape[1])
-            wt = pack_panels(wt, nr)
-        name = g.fresh_name(node.inputs[1] + (".panels" if nr else ".kn"))
-        g.add_initializer(name, wt)
+        key = (node.inputs[1], nr)
+        if key not in packed:
+            wt = np.ascontiguousarray(wt)
+            packed[key] = g.fresh_name(node.inputs[1] + (".panels" if nr else ".kn"))
+            g.add_initializer(packed[key], pack_panels(wt, nr) if nr else wt)
+        name = packed[key]
         node.op_type = "dense_kn"
         node.inputs = [node.inputs[0], name] + node.inputs[2:]
     return g

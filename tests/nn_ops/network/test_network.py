@@ -194,16 +194,16 @@ def _parallel_loops(func) -> int:
 
 def test_dense_epilogue_is_fused_into_the_gemm_tile():
     from loopweave import nn_ops
-    X = lw.placeholder((4, 32), name="X")
-    W = lw.placeholder((20, 32), name="W")
+    X = lw.placeholder((40, 64), name="X")        # enough work to run in parallel (registry.SERIAL_WORK)
+    W = lw.placeholder((20, 64), name="W")
     b = lw.placeholder((20,), name="b")
     Y = nn_ops.relu(nn_ops.dense(X, W, b))
     func = lw.lower(nn_ops.schedule(Y), [X, W, b, Y])
     assert _parallel_loops(func) == 1, func         # one loop nest: the relu is written from the accumulator
     rng = np.random.default_rng(0)
-    x, w, bb = rng.standard_normal((4, 32), np.float32), rng.standard_normal((20, 32), np.float32), \
+    x, w, bb = rng.standard_normal((40, 64), np.float32), rng.standard_normal((20, 64), np.float32), \
         rng.standard_normal(20, np.float32)
-    out = np.empty((4, 20), np.float32)
+    out = np.empty((40, 20), np.float32)
     lw.build(func)(x, w, bb, out)
     np.testing.assert_allclose(out, np.maximum(x @ w.T + bb, 0), rtol=1e-5, atol=1e-5)
 

@@ -41,9 +41,10 @@ def test_small_variant_matches_onnxruntime(variant):
     onnx.checker.check_model(model)
     exe = lw.compile(lw.from_onnx(model), progress=False)
     feed = random_feed(exe)
-    if name == "gpt2":      # token ids over the whole vocabulary (random_feed's are small, some negative)
+    if name in ("gpt2", "lstm_lm"):      # token ids over the whole vocabulary (random_feed's are small, some negative)
         _check(model, exe, feed)
-        feed = {"input": np.random.default_rng(1).integers(0, kwargs["vocab"], (1, kwargs["seq"]), dtype=np.int64)}
+        shape = (1, kwargs["seq"]) if name == "gpt2" else (kwargs["seq"], kwargs["batch"])
+        feed = {"input": np.random.default_rng(1).integers(0, kwargs["vocab"], shape, dtype=np.int64)}
     _check(model, exe, feed)
 
 
@@ -58,6 +59,7 @@ FULL = [
     ("gpt2", 82_011_116, (1, 128, 50257)),
     ("mlp_mixer", 18_528_315, (1, 1000)),
     ("style_transfer", 1_679_371, (1, 3, 256, 256)),     # torch's TransformerNet: 1,679,235, and the pads
+    ("lstm_lm", 6_182_674, (35, 1, 10000)),
 ]
 
 

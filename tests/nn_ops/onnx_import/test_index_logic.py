@@ -71,7 +71,7 @@ def test_gather_refuses_out_of_range_run_time_indices():
 
 def test_gather_default_schedule_is_parallel_and_vectorized():
     D = lw.placeholder((64, 128), name="D")
-    I = lw.placeholder((10,), name="I", dtype="int64")
+    I = lw.placeholder((100,), name="I", dtype="int64")     # enough rows to split (registry.SERIAL_WORK)
     G = index_ops.gather(D, I, 0)
     text = str(lw.lower(schedule([G], "llvm"), [D, I, G]))
     assert "parallel" in text and "ramp(" in text, text

@@ -99,3 +99,34 @@ def test_an_elementwise_kernel_over_a_symbolic_row_takes_whole_vectors_and_one_m
         f(x, out[:-16].reshape(2, *hw))
         np.testing.assert_allclose(out[:-16].reshape(2, *hw), 2.0 / (1.0 + np.exp(-x)), rtol=1e-6, atol=1e-6)
         assert (out[-16:] == 7.0).all()
+
+
+@pytest.mark.parametrize("shape, parallel", [((1, 128), False), ((2, 1023), False), ((4, 512), True),
+                                             ((64, 64), True)])
+def test_injective_kernels_with_little_work_stay_on_one_thread(shape, parallel):
+    """Under ``SERIAL_WORK`` (an elementwise value counted as ``ELEMENT_WORK``) a kernel is not split
+    across threads: waking the pool costs more than the work (an LSTM cell of 1 x 64 units)."""
+    from loopweave.nn_ops.ops.registry import ELEMENT_WORK, SERIAL_WORK
+    assert (shape[0] * shape[1] * ELEMENT_WORK >= SERIAL_WORK) == parallel
+    X = lw.placeholder(shape, name="X")
+    Y = nn_ops.sigmoid(X)
+    f = lw.build(nn_ops.schedule(Y, "llvm"), [X, Y])
+    assert ("# parallel" in f.get_source("lowered")) == parallel
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    y = np.empty(shape, np.float32)
+    f(x, y)
+    np.testing.assert_allclose(y, 1 / (1 + np.exp(-x)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("m, n, k, parallel", [(1, 256, 64, False), (1, 512, 64, True), (16, 64, 64, True)])
+def test_matmuls_with_little_work_stay_on_one_thread(m, n, k, parallel):
+    X = lw.placeholder((m, k), name="X")
+    W = lw.placeholder((n, k), name="W")
+    Y = nn_ops.dense(X, W)
+    f = lw.build(nn_ops.schedule(Y, "llvm"), [X, W, Y])
+    assert ("# parallel" in f.get_source("lowered")) == parallel
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
+    y = np.empty((m, n), np.float32)
+    f(x, w, y)
+    np.testing.assert_allclose(y, x @ w.T, rtol=1e-4, atol=1e-4)

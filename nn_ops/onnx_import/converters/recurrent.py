@@ -1,0 +1,316 @@
+"""Converters for ONNX's recurrent layers, LSTM, GRU and RNN, unrolled over the sequence.
+
+The sequence length is static (a symbolic one compiles per shape), so each layer becomes:
+
+* one ``dense`` over all steps' inputs at once, ``X [S*B, I]`` by the input weights with both
+  biases folded in (GRU: two, the update/reset gates' and the new gate's, so every step's slice of
+  each is a contiguous block);
+* per step, one ``dense`` of the previous hidden state by the recurrent weight with the step's
+  input projection added in its epilogue, and one cell op (``nn_ops/ops/recurrent.py``) that
+  applies the activations and stacks the new states ``[K, B, H]`` (GRU without
+  ``linear_before_reset``: a ``gru_reset`` and a second dense first);
+* the outputs ``Y``, ``Y_h`` and ``Y_c`` as concatenations of the steps' states.
+
+The per-step slices (a step's rows of the input projection, a cell's states, a step's mask) are
+contiguous, and the executor reads them as views of their source (``executable._slices_as_views``),
+so they cost no kernel; every step runs the same two or three kernels, compiled once.
+``sequence_lens`` (a graph input or a constant) masks the steps past each sequence's end: the
+states keep their last values and ``Y`` is zero there, as onnxruntime does.  Both directions
+(``bidirectional``), ``layout=1`` (batch first), initial states, peepholes, ``clip``,
+``input_forget``, ``linear_before_reset`` and every activation of ONNX's list are supported.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from ...ops.recurrent import ACTIVATIONS
+from ..context import ImportContext, Unsupported, converter, optional_input, optional_output
+
+#: the default activations of each layer, per direction
+_DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
+#: gates per layer (rows of W and R per direction, in hidden sizes)
+_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+
+
+class _Layer:
+    """What every recurrent converter reads: sizes, weights, states and the emit helpers."""
+
+    def __init__(self, ctx: ImportContext, node):
+        self.ctx, self.node, self.kind = ctx, node, node.op_type
+        ctx.require_float_input(node)
+        self.out = next((o for o in node.output if o), node.name or self.kind)
+        direction = ctx.attr(node, "direction", "forward")
+        if direction not in ("forward", "reverse", "bidirectional"):
+            raise Unsupported(f"direction {direction!r} (forward, reverse or bidirectional)")
+        self.reverse_only = direction == "reverse"
+        self.directions = 2 if direction == "bidirectional" else 1
+        self.layout = int(ctx.attr(node, "layout", 0))
+        if self.layout not in (0, 1):
+            raise Unsupported(f"layout {self.layout} (0 or 1)")
+        x_shape = ctx.shape(node.input[0])
+        if len(x_shape) != 3:
+            raise Unsupported(f"input X of rank {len(x_shape)} (3 expected: sequence, batch, input)")
+        self.seq, self.batch, self.input_size = (x_shape[1], x_shape[0], x_shape[2]) if self.layout else x_shape
+        if min(self.seq, self.batch, self.input_size) < 1:
+            raise Unsupported(f"input X of shape {tuple(x_shape)} (a sequence, batch and input of at least 1)")
+        self.dtype = ctx.dtype(node.input[0])
+        gates = _GATES[self.kind]
+        self.W = ctx.require_const(node, 1, "W")
+        self.R = ctx.require_const(node, 2, "R")
+        hidden = ctx.attr(node, "hidden_size")
+        self.hidden = int(hidden) if hidden is not None else self.R.shape[-1]
+        expected = {"W": (self.directions, gates * self.hidden, self.input_size),
+                    "R": (self.directions, gates * self.hidden, self.hidden)}
+        for what, value in (("W", self.W), ("R", self.R)):
+            if tuple(value.shape) != expected[what]:
+                raise Unsupported(f"{what} of shape {tuple(value.shape)}; with {self.directions} direction(s), "
+                                  f"hidden_size {self.hidden} and input size {self.input_size} it must be "
+                                  f"{expected[what]}")
+        b_name = optional_input(node, 3)
+        self.B = ctx.require_const(node, 3, "B") if b_name else np.zeros((self.directions, 2 * gates * self.hidden),
+                                                                       self.W.dtype)
+        if tuple(self.B.shape) != (self.directions, 2 * gates * self.hidden):
+            raise Unsupported(f"B of shape {tuple(self.B.shape)} ({(self.directions, 2 * gates * self.hidden)} "
+                              f"expected)")
+        clip = ctx.attr(node, "clip")
+        self.clip = float(clip) if clip is not None else None
+        if self.clip is not None and not self.clip > 0:
+            raise Unsupported(f"clip {self.clip} (a positive threshold)")
+        self.activations = self._activations()
+        self.mask = self._mask()
+
+    # ---------------------------------------------------------------- attributes
+    def _activations(self) -> List[list]:
+        """Per direction, the activations as ``(name, alpha, beta)``, alphas and betas taken in
+        order by the functions that have them (onnxruntime's reading of the spec)."""
+        per = len(_DEFAULT_ACTIVATIONS[self.kind])
+        names = self.ctx.attr(self.node, "activations")
+        names = list(names) if names else list(_DEFAULT_ACTIVATIONS[self.kind]) * self.directions
+        if len(names) == per and self.directions == 2:
+            names = names * 2
+        if len(names) != per * self.directions:
+            raise Unsupported(f"{len(names)} activations ({per} per direction, {self.directions} direction(s))")
+        alphas = list(self.ctx.attr(self.node, "activation_alpha", []) or [])
+        betas = list(self.ctx.attr(self.node, "activation_beta", []) or [])
+        result = []
+        for name in names:
+            name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+            key = name.lower()
+            if key not in ACTIVATIONS:
+                raise Unsupported(f"activation {name!r} (one of {', '.join(sorted(ACTIVATIONS))})")
+            _, (alpha, beta), (takes_alpha, takes_beta) = ACTIVATIONS[key]
+            if takes_alpha and alphas:
+                alpha = float(alphas.pop(0))
+            if takes_beta and betas:
+                beta = float(betas.pop(0))
+            result.append((key, alpha, beta))
+        return [result[d * per:(d + 1) * per] for d in range(self.directions)]
+
+    def _mask(self) -> Optional[str]:
+        """``[S, B]`` bool: whether step t is inside sequence b; None when every sequence is whole."""
+        lens = optional_input(self.node, 4)
+        if lens is None:
+            return None
+        value = self.ctx.const(lens)
+        if value is not None:
+            if value.shape != (self.batch,):
+                raise Unsupported(f"sequence_lens of shape {value.shape} ({(self.batch,)} expected)")
+            if np.any(value < 0) or np.any(value > self.seq):
+                raise Unsupported(f"sequence_lens {value.tolist()} outside 0..{self.seq}")
+            if np.all(value == self.seq):
+                return None
+        steps = self.ctx.add_constant(self.out + ".steps", np.arange(self.seq, dtype=np.int64).reshape(self.seq, 1))
+        lens64 = lens
+        if self.ctx.dtype(lens) != "int64":
+            lens64 = self.ctx.emit("cast", [lens], self.ctx.temp(self.out, "lens64"), {"to": "int64"})
+        row = self.ctx.emit("reshape", [lens64], self.ctx.temp(self.out, "lens_row"), {"shape": (1, self.batch)})
+        return self.ctx.emit("less", [steps, row], self.ctx.temp(self.out, "mask"))
+
+    # ---------------------------------------------------------------- emit helpers
+    def emit(self, op: str, inputs, tag: str, attrs=None) -> str:
+        return self.ctx.emit(op, inputs, self.ctx.temp(self.out, tag), attrs)
+
+    def constant(self, tag: str, array: np.ndarray) -> str:
+        return self.ctx.add_constant(f"{self.out}.{tag}", np.ascontiguousarray(array, dtype=self.dtype))
+
+    def rows(self, value: str, begin: int, count: int, tag: str) -> str:
+        """Rows ``begin .. begin+count`` of a value's leading axis (a view where the executor can)."""
+        shape = list(self.ctx.shape(value))
+        end = [begin + count] + shape[1:]
+        return self.emit("slice", [value], tag, {"begin": (begin,) + (0,) * (len(shape) - 1), "end": tuple(end),
+                                                 "step": (1,) * len(shape)})
+
+    def flat(self, value: str, shape: Sequence[int], tag: str) -> str:
+        return self.emit("reshape", [value], tag, {"shape": tuple(shape)})
+
+    def dense(self, x: str, weight: str, bias: Optional[str], tag: str, add: Optional[str] = None) -> str:
+        """``x @ weight.T (+ bias) (+ add)``: ``weight [N, K]`` and ``bias [N]`` constants, named once
+        for every step to share."""
+        y = self.emit("dense", [x, weight] + ([bias] if bias else []), tag)
+        return self.emit("add", [y, add], tag + ".sum") if add is not None else y
+
+    # ---------------------------------------------------------------- inputs and outputs
+    def sequence_input(self) -> str:
+        """X as ``[S*B, I]`` in step order."""
+        x = self.node.input[0]
+        if self.layout:
+            x = self.emit("transpose", [x], "x_sbi", {"perm": (1, 0, 2)})
+        return self.flat(x, (self.seq * self.batch, self.input_size), "x2d")
+
+    def initial(self, index: int, direction: int, tag: str) -> str:
+        """Initial state ``index`` (5: initial_h, 6: initial_c) of ``direction`` as ``[B, H]``; zeros if absent."""
+        name = optional_input(self.node, index)
+        if name is None:
+            return self.constant(f"{tag}{direction}.zero", np.zeros((self.batch, self.hidden)))
+        shape = tuple(self.ctx.shape(name))
+        expected = (self.batch, self.directions, self.hidden) if self.layout else \
+            (self.directions, self.batch, self.hidden)
+        if shape != expected:
+            raise Unsupported(f"input {index} ({name!r}) of shape {shape} ({expected} expected)")
+        if self.layout:
+            name = self.emit("transpose", [name], f"{tag}.dbh", {"perm": (1, 0, 2)})
+        part = self.rows(name, direction, 1, f"{tag}{direction}")
+        return self.flat(part, (self.batch, self.hidden), f"{tag}{direction}.bh")
+
+    def step_mask(self, t: int) -> Optional[str]:
+        if self.mask is None:
+            return None
+        return self.flat(self.rows(self.mask, t, 1, f"mask{t}"), (self.batch,), f"mask{t}.b")
+
+    def order(self, direction: int) -> range:
+        backward = self.reverse_only or direction == 1
+        return range(self.seq - 1, -1, -1) if backward else range(self.seq)
+
+    def finish(self, outputs_per_direction, finals) -> None:
+        """Write Y from each direction's per-step output rows ``[B, H]`` (by time), and Y_h / Y_c
+        from the final states ``finals[k][direction]``."""
+        ctx, node = self.ctx, self.node
+        y = optional_output(node, 0)
+        if y is not None:
+            per_direction = []
+            for d, rows in enumerate(outputs_per_direction):
+                pieces = [self.flat(r, (1, 1, self.batch, self.hidden), f"y{d}_{t}") for t, r in enumerate(rows)]
+                per_direction.append(self.emit("concat", pieces, f"y{d}", {"axis": 0}) if len(pieces) > 1
+                                     else pieces[0])
+            sdbh = self.emit("concat", per_direction, "y_sdbh", {"axis": 1}) if self.directions > 1 \
+                else per_direction[0]
+            if self.layout:
+                ctx.emit("transpose", [sdbh], y, {"perm": (2, 0, 1, 3)}, name=node.name)
+            else:
+                ctx.emit("identity", [sdbh], y, name=node.name)
+        for k, states in enumerate(finals):
+            out = optional_output(node, 1 + k)
+            if out is None:
+                continue
+            pieces = [self.flat(s, (1, self.batch, self.hidden), f"final{k}_{d}") for d, s in enumerate(states)]
+            dbh = self.emit("concat", pieces, f"final{k}", {"axis": 0}) if len(pieces) > 1 else pieces[0]
+            if self.layout:
+                ctx.emit("transpose", [dbh], out, {"perm": (1, 0, 2)}, name=node.name)
+            else:
+                ctx.emit("identity", [dbh], out, name=node.name)
+
+    def state_rows(self, cell: str, count: int, tag: str) -> List[str]:
+        """The ``count`` slices ``[B, H]`` of a cell's stacked result."""
+        if count == 1:
+            return [self.flat(cell, (self.batch, self.hidden), f"{tag}.r0")]
+        return [self.flat(self.rows(cell, k, 1, f"{tag}.s{k}"), (self.batch, self.hidden), f"{tag}.r{k}")
+                for k in range(count)]
+
+
+@converter("LSTM", since=7)
+def lstm(ctx: ImportContext, node):
+    layer = _Layer(ctx, node)
+    hid, seq, batch = layer.hidden, layer.seq, layer.batch
+    input_forget = bool(int(ctx.attr(node, "input_forget", 0)))
+    x2d = layer.sequence_input()
+    peepholes = optional_input(node, 7)
+    p_value = ctx.require_const(node, 7, "P") if peepholes else None
+    if p_value is not None and tuple(p_value.shape) != (layer.directions, 3 * hid):
+        raise Unsupported(f"P of shape {tuple(p_value.shape)} ({(layer.directions, 3 * hid)} expected)")
+    outputs, finals = [], [[], []]
+    for d in range(layer.directions):
+        bias = layer.B[d, :4 * hid] + layer.B[d, 4 * hid:]
+        projected = layer.dense(x2d, layer.constant(f"w{d}", layer.W[d]), layer.constant(f"b{d}", bias), f"xw{d}")
+        r = layer.constant(f"r{d}", layer.R[d])
+        h, c = layer.initial(5, d, "h0_"), layer.initial(6, d, "c0_")
+        peep = [layer.constant(f"p{d}", p_value[d])] if p_value is not None else []
+        rows = [None] * seq
+        for t in layer.order(d):
+            x_t = layer.rows(projected, t * batch, batch, f"x{d}_{t}")
+            gates = layer.dense(h, r, None, f"g{d}_{t}", add=x_t)
+            mask = layer.step_mask(t)
+            attrs = {"activations": tuple(layer.activations[d]), "clip": layer.clip, "input_forget": input_forget,
+                     "peephole": bool(peep), "masked": mask is not None}
+            cell = layer.emit("lstm_cell", [gates, h, c] + peep + ([mask] if mask else []), f"cell{d}_{t}", attrs)
+            states = layer.state_rows(cell, 3 if mask else 2, f"cell{d}_{t}")
+            h, c = states[0], states[1]
+            rows[t] = states[2] if mask else h
+        outputs.append(rows)
+        finals[0].append(h)
+        finals[1].append(c)
+    layer.finish(outputs, finals)
+
+
+@converter("GRU", since=7)
+def gru(ctx: ImportContext, node):
+    layer = _Layer(ctx, node)
+    hid, seq, batch = layer.hidden, layer.seq, layer.batch
+    before_reset = bool(int(ctx.attr(node, "linear_before_reset", 0)))
+    x2d = layer.sequence_input()
+    outputs, finals = [], [[]]
+    for d in range(layer.directions):
+        wb, rb = layer.B[d, :3 * hid], layer.B[d, 3 * hid:]
+        # the update/reset gates take both biases at the input; the new gate its input bias there,
+        # its recurrent one with its recurrent product (inside r * (...) with linear_before_reset)
+        x_zr = layer.dense(x2d, layer.constant(f"wzr{d}", layer.W[d, :2 * hid]),
+                           layer.constant(f"bzr{d}", wb[:2 * hid] + rb[:2 * hid]), f"xzr{d}")
+        x_new = layer.dense(x2d, layer.constant(f"wh{d}", layer.W[d, 2 * hid:]),
+                            layer.constant(f"bh{d}", wb[2 * hid:]), f"xh{d}")
+        r_zr, r_new = layer.constant(f"rzr{d}", layer.R[d, :2 * hid]), layer.constant(f"rh{d}", layer.R[d, 2 * hid:])
+        r_bias = layer.constant(f"rbh{d}", rb[2 * hid:])
+        h = layer.initial(5, d, "h0_")
+        f_act, g_act = layer.activations[d]
+        rows = [None] * seq
+        for t in layer.order(d):
+            zr = layer.dense(h, r_zr, None, f"zr{d}_{t}", add=layer.rows(x_zr, t * batch, batch, f"xzr{d}_{t}"))
+            source = h if before_reset else layer.emit("gru_reset", [zr, h], f"rh{d}_{t}",
+                                                       {"activation": f_act, "clip": layer.clip})
+            recurrent = layer.dense(source, r_new, r_bias, f"hr{d}_{t}")
+            mask = layer.step_mask(t)
+            attrs = {"activations": (f_act, g_act), "clip": layer.clip, "linear_before_reset": before_reset,
+                     "masked": mask is not None}
+            x_t = layer.rows(x_new, t * batch, batch, f"xh{d}_{t}")
+            cell = layer.emit("gru_cell", [zr, x_t, recurrent, h] + ([mask] if mask else []), f"cell{d}_{t}", attrs)
+            states = layer.state_rows(cell, 2 if mask else 1, f"cell{d}_{t}")
+            h = states[0]
+            rows[t] = states[-1]
+        outputs.append(rows)
+        finals[0].append(h)
+    layer.finish(outputs, finals)
+
+
+@converter("RNN", since=7)
+def rnn(ctx: ImportContext, node):
+    layer = _Layer(ctx, node)
+    seq, batch = layer.seq, layer.batch
+    x2d = layer.sequence_input()
+    outputs, finals = [], [[]]
+    for d in range(layer.directions):
+        bias = layer.B[d, :layer.hidden] + layer.B[d, layer.hidden:]
+        projected = layer.dense(x2d, layer.constant(f"w{d}", layer.W[d]), layer.constant(f"b{d}", bias), f"xw{d}")
+        r = layer.constant(f"r{d}", layer.R[d])
+        h = layer.initial(5, d, "h0_")
+        rows = [None] * seq
+        for t in layer.order(d):
+            gates = layer.dense(h, r, None, f"g{d}_{t}", add=layer.rows(projected, t * batch, batch, f"x{d}_{t}"))
+            mask = layer.step_mask(t)
+            cell = layer.emit("rnn_cell", [gates, h] + ([mask] if mask else []), f"cell{d}_{t}",
+                              {"activation": layer.activations[d][0], "clip": layer.clip, "masked": mask is not None})
+            states = layer.state_rows(cell, 2 if mask else 1, f"cell{d}_{t}")
+            h = states[0]
+            rows[t] = states[-1]
+        outputs.append(rows)
+        finals[0].append(h)
+    layer.finish(outputs, finals)

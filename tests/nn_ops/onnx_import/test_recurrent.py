@@ -1,0 +1,149 @@
+"""ONNX LSTM, GRU and RNN (``converters/recurrent.py``), unrolled over the sequence: every option
+against onnxruntime (layout=1, which onnxruntime refuses, against its layout-0 result transposed),
+one compiled kernel per step kind, the per-step slices read as views, and clear errors."""
+import warnings
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import loopweave as lw  # noqa: E402
+from loopweave.errors import OnnxImportError  # noqa: E402
+
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+
+
+def recurrent_model(kind, S=5, B=2, I=3, H=4, direction="forward", layout=0, initial=False, lens=None,
+                    peepholes=False, outputs=None, scale=0.5, **attrs):
+    """A one-node ``kind`` model (weights and biases as initializers) and a feed for it."""
+    D = 2 if direction == "bidirectional" else 1
+    G = GATES[kind]
+    rng = np.random.default_rng(0)
+    consts = {"W": rng.standard_normal((D, G * H, I)), "R": rng.standard_normal((D, G * H, H)),
+              "B": rng.standard_normal((D, 2 * G * H))}
+    if peepholes:
+        consts["P"] = rng.standard_normal((D, 3 * H))
+    inits = [numpy_helper.from_array((v * scale).astype(np.float32), k) for k, v in consts.items()]
+    x_shape = [B, S, I] if layout else [S, B, I]
+    state_shape = [B, D, H] if layout else [D, B, H]
+    graph_inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, x_shape)]
+    names = ["X", "W", "R", "B", "", "", "", ""]
+    feed = {"X": rng.standard_normal(x_shape).astype(np.float32)}
+    if lens is not None:
+        graph_inputs.append(helper.make_tensor_value_info("L", TensorProto.INT32, [B]))
+        names[4], feed["L"] = "L", np.array(lens, np.int32)
+    for k, state in ((5, "H0"), (6, "C0")) if initial else ():
+        if state == "C0" and kind != "LSTM":
+            continue
+        graph_inputs.append(helper.make_tensor_value_info(state, TensorProto.FLOAT, state_shape))
+        names[k], feed[state] = state, rng.standard_normal(state_shape).astype(np.float32)
+    if peepholes:
+        names[7] = "P"
+    while names[-1] == "":
+        names.pop()
+    shapes = {"Y": [B, S, D, H] if layout else [S, D, B, H], "Y_h": state_shape, "Y_c": state_shape}
+    outs = outputs or (["Y", "Y_h", "Y_c"] if kind == "LSTM" else ["Y", "Y_h"])
+    node = helper.make_node(kind, names, outs, hidden_size=H, direction=direction,
+                            **({"layout": layout} if layout else {}), **attrs)
+    graph = helper.make_graph([node], "recurrent", graph_inputs,
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, shapes[o]) for o in outs if o],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model, feed
+
+
+def onnxruntime_result(kind, feed, **options):
+    """onnxruntime's outputs; for ``layout=1`` (which it refuses) the layout-0 model's, transposed."""
+    if not options.get("layout"):
+        model, _ = recurrent_model(kind, **options)
+        return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+    model, _ = recurrent_model(kind, **dict(options, layout=0))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    seq_first = {k: v if k == "L" else np.ascontiguousarray(v.transpose(1, 0, 2)) for k, v in feed.items()}
+    return [r.transpose(2, 0, 1, 3) if r.ndim == 4 else r.transpose(1, 0, 2) for r in sess.run(None, seq_first)]
+
+
+CASES = [
+    {}, {"direction": "reverse"}, {"direction": "bidirectional"}, {"initial": True},
+    {"layout": 1, "direction": "bidirectional", "initial": True},
+    {"lens": [5, 3]}, {"lens": [2, 5], "direction": "bidirectional", "initial": True},
+    {"lens": [0, 4], "direction": "reverse"}, {"clip": 0.7}, {"outputs": ["Y"]}, {"outputs": ["", "Y_h"]},
+    {"B": 1, "S": 1},
+]
+EXTRA = [
+    ("LSTM", {"peepholes": True}), ("LSTM", {"peepholes": True, "clip": 0.5, "lens": [4, 2], "initial": True}),
+    ("LSTM", {"input_forget": 1}), ("GRU", {"linear_before_reset": 1}),
+    ("GRU", {"linear_before_reset": 1, "direction": "bidirectional", "lens": [3, 5]}),
+    ("LSTM", {"activations": ["HardSigmoid", "LeakyRelu", "ScaledTanh"], "activation_alpha": [0.3, 0.2, 0.9],
+              "activation_beta": [0.4, 0.7]}),
+    ("GRU", {"activations": ["Sigmoid", "Affine", "HardSigmoid", "Elu"], "direction": "bidirectional",
+             "activation_alpha": [0.5, 0.3, 0.8], "activation_beta": [0.1, 0.6]}),
+    ("RNN", {"activations": ["Relu"]}), ("RNN", {"activations": ["Softsign", "Softplus"], "direction": "bidirectional"}),
+    ("RNN", {"activations": ["ThresholdedRelu"], "activation_alpha": [0.2]}),
+]
+
+
+@pytest.mark.parametrize("kind, options", [(k, c) for k in GATES for c in CASES] + EXTRA,
+                         ids=lambda v: v if isinstance(v, str) else ",".join(f"{k}={v[k]}" for k in v) or "default")
+def test_recurrent_layers_match_onnxruntime(kind, options):
+    model, feed = recurrent_model(kind, **options)
+    got = lw.compile(lw.from_onnx(model), progress=False).run(feed)
+    want = onnxruntime_result(kind, feed, **options)
+    assert len(got) == len(want) == len(model.graph.output)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_a_long_sequence_compiles_each_step_kernel_once_and_reads_its_slices_as_views():
+    model, feed = recurrent_model("LSTM", S=24, B=3, I=16, H=32, scale=0.2, lens=[24, 7, 0])
+    exe = lw.compile(lw.from_onnx(model), progress=False)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+    for g, w in zip(exe.run(feed), want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    kinds = {c.ops for c in exe.calls}
+    assert len({c.symbol for c in exe.calls}) <= len(kinds) + 1
+    assert sum(c.ops == ("lstm_cell",) for c in exe.calls) == 24
+    assert not any(c.ops[0] == "slice" for c in exe.calls)      # the steps' rows are views
+    # the recurrent weight is packed once for all 24 steps
+    assert exe.weights.nbytes < 3 * (16 + 32) * 4 * 32 * 4
+
+
+def test_a_symbolic_sequence_compiles_per_shape_and_says_so():
+    model, _ = recurrent_model("GRU", S=4, B=2)
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[0].dim_param, dims[1].dim_param = "S", "B"
+    y_dims, h_dims = (out.type.tensor_type.shape.dim for out in model.graph.output)
+    y_dims[0].dim_param, y_dims[2].dim_param, h_dims[1].dim_param = "S", "B", "B"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exe = lw.compile(lw.from_onnx(model), progress=False)
+    assert any("GRU" in str(w.message) for w in caught)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for seq, batch in ((4, 2), (1, 1), (7, 3)):
+        x = np.random.default_rng(seq).standard_normal((seq, batch, 3)).astype(np.float32)
+        for g, w in zip(exe.run({"X": x}), sess.run(None, {"X": x})):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"activations": ["Sigmoid", "Gelu", "Tanh"]}, "activation 'Gelu'"),
+    ({"activations": ["Sigmoid"]}, r"1 activations \(3 per direction"),
+    ({"direction": "sideways"}, "direction 'sideways'"),
+    ({"clip": -1.0}, "clip -1.0"),
+    ({"hidden_size": 5}, r"W of shape \(1, 16, 3\); .* must be \(1, 20, 3\)"),
+])
+def test_bad_recurrent_attributes_are_refused_by_name(change, message):
+    model, _ = recurrent_model("LSTM")
+    node = model.graph.node[0]
+    for name, value in change.items():
+        for a in list(node.attribute):
+            if a.name == name:
+                node.attribute.remove(a)
+        node.attribute.append(helper.make_attribute(name, value))
+    with pytest.raises(OnnxImportError, match=message):
+        lw.compile(lw.from_onnx(model), progress=False)
