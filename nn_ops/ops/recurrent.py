@@ -17,20 +17,21 @@ from __future__ import annotations
 from typing import Optional, Sequence, Tuple
 
 from ...dsl.expr import const, select
-from ...dsl.intrinsics import abs as lw_abs
-from ...dsl.intrinsics import elementwise_max, elementwise_min, exp, log, sigmoid, tanh
+from ...dsl.intrinsics import elementwise_max, elementwise_min, sigmoid, tanh
 from ...dsl.tensor import Tensor, compute
 from ...errors import ExprError
 from .elementwise import hard_sigmoid_value, leaky_relu_value, static_shape
+from .math import UNARY as MATH_UNARY
 
 
 def _c(value, v):
     return const(float(value), v.dtype)
 
 
-def _softplus(v):
-    zero = _c(0.0, v)
-    return select(v > zero, v, zero) + log(_c(1.0, v) + exp(zero - lw_abs(v)))
+def _math(name: str):
+    """An activation of ``math.UNARY`` (alpha passed as its attribute)."""
+    fn = MATH_UNARY[name][0]
+    return lambda v, a, b: fn(v, {"alpha": a})
 
 
 #: ONNX's recurrent activations: name -> (fn(v, alpha, beta), (default alpha, default beta), how many
@@ -41,12 +42,12 @@ ACTIVATIONS = {
     "relu": (lambda v, a, b: elementwise_max(v, _c(0.0, v)), (None, None), (0, 0)),
     "affine": (lambda v, a, b: v * _c(a, v) + _c(b, v), (1.0, 0.0), (1, 1)),
     "leakyrelu": (lambda v, a, b: leaky_relu_value(v, a), (0.01, None), (1, 0)),
-    "thresholdedrelu": (lambda v, a, b: select(v > _c(a, v), v, _c(0.0, v)), (1.0, None), (1, 0)),
+    "thresholdedrelu": (_math("thresholded_relu"), (1.0, None), (1, 0)),
     "scaledtanh": (lambda v, a, b: _c(a, v) * tanh(v * _c(b, v)), (1.0, 1.0), (1, 1)),
     "hardsigmoid": (lambda v, a, b: hard_sigmoid_value(v, a, b), (0.2, 0.5), (1, 1)),
-    "elu": (lambda v, a, b: select(v > _c(0.0, v), v, _c(a, v) * (exp(v) - _c(1.0, v))), (1.0, None), (1, 0)),
-    "softsign": (lambda v, a, b: v / (_c(1.0, v) + lw_abs(v)), (None, None), (0, 0)),
-    "softplus": (lambda v, a, b: _softplus(v), (None, None), (0, 0)),
+    "elu": (_math("elu"), (1.0, None), (1, 0)),
+    "softsign": (_math("softsign"), (None, None), (0, 0)),
+    "softplus": (_math("softplus"), (None, None), (0, 0)),
 }
 
 #: an activation as the cell ops take it: (lower-case name, alpha, beta)

@@ -88,13 +88,21 @@ def concat(tensors: Sequence[Tensor], axis: int, name: str = "concat") -> Tensor
 
     def fcompute(*idx):
         i = idx[axis]
-        value = None
-        for t, lo, hi in reversed(list(zip(tensors, offsets[:-1], offsets[1:]))):
+
+        def read(k):
             index = list(idx)
+            lo = offsets[k]
             index[axis] = i if isinstance(lo, int) and lo == 0 else i - lo     # (lo: symbolic after one)
-            read = t[tuple(index)]
-            value = read if value is None else if_then_else(i < hi, read, value)
-        return value
+            return tensors[k][tuple(index)]
+
+        def pick(first, end):
+            """Piece ``first .. end - 1`` that holds ``i``: a balanced tree of selects, so a concat of
+            many pieces (an unrolled recurrent layer's outputs, one per step) nests log2(n) deep, not n."""
+            if end - first == 1:
+                return read(first)
+            middle = (first + end) // 2
+            return if_then_else(i < offsets[middle], pick(first, middle), pick(middle, end))
+        return pick(0, len(tensors))
 
     return compute(tuple(shape), fcompute, name=name, tag="injective")
 

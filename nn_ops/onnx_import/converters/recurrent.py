@@ -28,6 +28,9 @@ import numpy as np
 from ...ops.recurrent import ACTIVATIONS
 from ..context import ImportContext, Unsupported, converter, optional_input, optional_output
 
+#: the longest sequence unrolled: each step adds a few graph nodes and kernel calls (1000 steps
+#: compile in ~3 s); a longer one, as a hostile model may declare, would hold the compile for minutes
+MAX_UNROLLED_STEPS = 10_000
 #: the default activations of each layer, per direction
 _DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
 #: gates per layer (rows of W and R per direction, in hidden sizes)
@@ -55,6 +58,10 @@ class _Layer:
         self.seq, self.batch, self.input_size = (x_shape[1], x_shape[0], x_shape[2]) if self.layout else x_shape
         if min(self.seq, self.batch, self.input_size) < 1:
             raise Unsupported(f"input X of shape {tuple(x_shape)} (a sequence, batch and input of at least 1)")
+        if self.seq > MAX_UNROLLED_STEPS:
+            raise Unsupported(f"a sequence of {self.seq} steps: recurrent layers are unrolled, up to "
+                              f"{MAX_UNROLLED_STEPS} steps (run a longer one in chunks, passing the final "
+                              f"states as the next chunk's initial_h / initial_c)")
         self.dtype = ctx.dtype(node.input[0])
         gates = _GATES[self.kind]
         self.W = ctx.require_const(node, 1, "W")
@@ -183,17 +190,24 @@ class _Layer:
         backward = self.reverse_only or direction == 1
         return range(self.seq - 1, -1, -1) if backward else range(self.seq)
 
-    def finish(self, outputs_per_direction, finals) -> None:
-        """Write Y from each direction's per-step output rows ``[B, H]`` (by time), and Y_h / Y_c
-        from the final states ``finals[k][direction]``."""
+    def finish(self, cells_per_direction, y_row: int, finals) -> None:
+        """Write Y from each direction's cells (by time; row ``y_row`` of each is the step's output),
+        and Y_h / Y_c from the final states ``finals[k][direction]``.
+
+        A direction's cells are concatenated in time order: a concat the executor computes in place
+        (``executable._concats_in_place``: each cell kernel writes its states straight into its
+        slot), so Y is one strided copy of those rows, not a copy per step."""
         ctx, node = self.ctx, self.node
         y = optional_output(node, 0)
         if y is not None:
             per_direction = []
-            for d, rows in enumerate(outputs_per_direction):
-                pieces = [self.flat(r, (1, 1, self.batch, self.hidden), f"y{d}_{t}") for t, r in enumerate(rows)]
-                per_direction.append(self.emit("concat", pieces, f"y{d}", {"axis": 0}) if len(pieces) > 1
-                                     else pieces[0])
+            for d, cells in enumerate(cells_per_direction):
+                rows = self.ctx.shape(cells[0])[0]
+                stacked = self.emit("concat", cells, f"states{d}", {"axis": 0}) if len(cells) > 1 else cells[0]
+                grid = self.flat(stacked, (self.seq, rows, self.batch, self.hidden), f"states{d}.grid")
+                per_direction.append(grid if rows == 1 else self.emit(
+                    "slice", [grid], f"y{d}", {"begin": (0, y_row, 0, 0), "step": (1, 1, 1, 1),
+                                              "end": (self.seq, y_row + 1, self.batch, self.hidden)}))
             sdbh = self.emit("concat", per_direction, "y_sdbh", {"axis": 1}) if self.directions > 1 \
                 else per_direction[0]
             if self.layout:
@@ -236,7 +250,7 @@ def lstm(ctx: ImportContext, node):
         r = layer.constant(f"r{d}", layer.R[d])
         h, c = layer.initial(5, d, "h0_"), layer.initial(6, d, "c0_")
         peep = [layer.constant(f"p{d}", p_value[d])] if p_value is not None else []
-        rows = [None] * seq
+        cells = [None] * seq
         for t in layer.order(d):
             x_t = layer.rows(projected, t * batch, batch, f"x{d}_{t}")
             gates = layer.dense(h, r, None, f"g{d}_{t}", add=x_t)
@@ -246,11 +260,11 @@ def lstm(ctx: ImportContext, node):
             cell = layer.emit("lstm_cell", [gates, h, c] + peep + ([mask] if mask else []), f"cell{d}_{t}", attrs)
             states = layer.state_rows(cell, 3 if mask else 2, f"cell{d}_{t}")
             h, c = states[0], states[1]
-            rows[t] = states[2] if mask else h
-        outputs.append(rows)
+            cells[t] = cell
+        outputs.append(cells)
         finals[0].append(h)
         finals[1].append(c)
-    layer.finish(outputs, finals)
+    layer.finish(outputs, 2 if layer.mask else 0, finals)
 
 
 @converter("GRU", since=7)
@@ -272,7 +286,7 @@ def gru(ctx: ImportContext, node):
         r_bias = layer.constant(f"rbh{d}", rb[2 * hid:])
         h = layer.initial(5, d, "h0_")
         f_act, g_act = layer.activations[d]
-        rows = [None] * seq
+        cells = [None] * seq
         for t in layer.order(d):
             zr = layer.dense(h, r_zr, None, f"zr{d}_{t}", add=layer.rows(x_zr, t * batch, batch, f"xzr{d}_{t}"))
             source = h if before_reset else layer.emit("gru_reset", [zr, h], f"rh{d}_{t}",
@@ -285,10 +299,10 @@ def gru(ctx: ImportContext, node):
             cell = layer.emit("gru_cell", [zr, x_t, recurrent, h] + ([mask] if mask else []), f"cell{d}_{t}", attrs)
             states = layer.state_rows(cell, 2 if mask else 1, f"cell{d}_{t}")
             h = states[0]
-            rows[t] = states[-1]
-        outputs.append(rows)
+            cells[t] = cell
+        outputs.append(cells)
         finals[0].append(h)
-    layer.finish(outputs, finals)
+    layer.finish(outputs, 1 if layer.mask else 0, finals)
 
 
 @converter("RNN", since=7)
@@ -302,7 +316,7 @@ def rnn(ctx: ImportContext, node):
         projected = layer.dense(x2d, layer.constant(f"w{d}", layer.W[d]), layer.constant(f"b{d}", bias), f"xw{d}")
         r = layer.constant(f"r{d}", layer.R[d])
         h = layer.initial(5, d, "h0_")
-        rows = [None] * seq
+        cells = [None] * seq
         for t in layer.order(d):
             gates = layer.dense(h, r, None, f"g{d}_{t}", add=layer.rows(projected, t * batch, batch, f"x{d}_{t}"))
             mask = layer.step_mask(t)
@@ -310,7 +324,7 @@ def rnn(ctx: ImportContext, node):
                               {"activation": layer.activations[d][0], "clip": layer.clip, "masked": mask is not None})
             states = layer.state_rows(cell, 2 if mask else 1, f"cell{d}_{t}")
             h = states[0]
-            rows[t] = states[-1]
-        outputs.append(rows)
+            cells[t] = cell
+        outputs.append(cells)
         finals[0].append(h)
-    layer.finish(outputs, finals)
+    layer.finish(outputs, 1 if layer.mask else 0, finals)
