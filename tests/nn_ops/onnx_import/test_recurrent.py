@@ -9,52 +9,14 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import helper  # noqa: E402
 
 import loopweave as lw  # noqa: E402
 from loopweave.errors import OnnxImportError  # noqa: E402
+from loopweave.nn_ops.testing import zoo_recurrent  # noqa: E402
 
-GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
-
-
-def recurrent_model(kind, S=5, B=2, I=3, H=4, direction="forward", layout=0, initial=False, lens=None,
-                    peepholes=False, outputs=None, scale=0.5, **attrs):
-    """A one-node ``kind`` model (weights and biases as initializers) and a feed for it."""
-    D = 2 if direction == "bidirectional" else 1
-    G = GATES[kind]
-    rng = np.random.default_rng(0)
-    consts = {"W": rng.standard_normal((D, G * H, I)), "R": rng.standard_normal((D, G * H, H)),
-              "B": rng.standard_normal((D, 2 * G * H))}
-    if peepholes:
-        consts["P"] = rng.standard_normal((D, 3 * H))
-    inits = [numpy_helper.from_array((v * scale).astype(np.float32), k) for k, v in consts.items()]
-    x_shape = [B, S, I] if layout else [S, B, I]
-    state_shape = [B, D, H] if layout else [D, B, H]
-    graph_inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, x_shape)]
-    names = ["X", "W", "R", "B", "", "", "", ""]
-    feed = {"X": rng.standard_normal(x_shape).astype(np.float32)}
-    if lens is not None:
-        graph_inputs.append(helper.make_tensor_value_info("L", TensorProto.INT32, [B]))
-        names[4], feed["L"] = "L", np.array(lens, np.int32)
-    for k, state in ((5, "H0"), (6, "C0")) if initial else ():
-        if state == "C0" and kind != "LSTM":
-            continue
-        graph_inputs.append(helper.make_tensor_value_info(state, TensorProto.FLOAT, state_shape))
-        names[k], feed[state] = state, rng.standard_normal(state_shape).astype(np.float32)
-    if peepholes:
-        names[7] = "P"
-    while names[-1] == "":
-        names.pop()
-    shapes = {"Y": [B, S, D, H] if layout else [S, D, B, H], "Y_h": state_shape, "Y_c": state_shape}
-    outs = outputs or (["Y", "Y_h", "Y_c"] if kind == "LSTM" else ["Y", "Y_h"])
-    node = helper.make_node(kind, names, outs, hidden_size=H, direction=direction,
-                            **({"layout": layout} if layout else {}), **attrs)
-    graph = helper.make_graph([node], "recurrent", graph_inputs,
-                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, shapes[o]) for o in outs if o],
-                              inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
-    model.ir_version = 8
-    return model, feed
+GATES = zoo_recurrent.GATES
+recurrent_model = zoo_recurrent.recurrent_layer
 
 
 def onnxruntime_result(kind, feed, **options):
