@@ -158,6 +158,14 @@ class _Layer:
         y = self.emit("dense", [x, weight] + ([bias] if bias else []), tag)
         return self.emit("add", [y, add], tag + ".sum") if add is not None else y
 
+    def project(self, x2d: str, d: int, rows: slice, both_biases: bool, tag: str) -> str:
+        """Every step's input projection ``[S*B, len(rows)]`` by W's rows ``rows`` of direction ``d``,
+        with their input bias (and recurrent bias, ``both_biases``) added."""
+        gates = self.W.shape[1]
+        bias = self.B[d, :gates][rows] + (self.B[d, gates:][rows] if both_biases else 0)
+        return self.dense(x2d, self.constant(f"w{tag}{d}", self.W[d, rows]), self.constant(f"b{tag}{d}", bias),
+                          f"x{tag}{d}")
+
     # ---------------------------------------------------------------- inputs and outputs
     def sequence_input(self) -> str:
         """X as ``[S*B, I]`` in step order."""
@@ -245,8 +253,7 @@ def lstm(ctx: ImportContext, node):
         raise Unsupported(f"P of shape {tuple(p_value.shape)} ({(layer.directions, 3 * hid)} expected)")
     outputs, finals = [], [[], []]
     for d in range(layer.directions):
-        bias = layer.B[d, :4 * hid] + layer.B[d, 4 * hid:]
-        projected = layer.dense(x2d, layer.constant(f"w{d}", layer.W[d]), layer.constant(f"b{d}", bias), f"xw{d}")
+        projected = layer.project(x2d, d, slice(None), True, "w")
         r = layer.constant(f"r{d}", layer.R[d])
         h, c = layer.initial(5, d, "h0_"), layer.initial(6, d, "c0_")
         peep = [layer.constant(f"p{d}", p_value[d])] if p_value is not None else []
@@ -275,15 +282,12 @@ def gru(ctx: ImportContext, node):
     x2d = layer.sequence_input()
     outputs, finals = [], [[]]
     for d in range(layer.directions):
-        wb, rb = layer.B[d, :3 * hid], layer.B[d, 3 * hid:]
         # the update/reset gates take both biases at the input; the new gate its input bias there,
         # its recurrent one with its recurrent product (inside r * (...) with linear_before_reset)
-        x_zr = layer.dense(x2d, layer.constant(f"wzr{d}", layer.W[d, :2 * hid]),
-                           layer.constant(f"bzr{d}", wb[:2 * hid] + rb[:2 * hid]), f"xzr{d}")
-        x_new = layer.dense(x2d, layer.constant(f"wh{d}", layer.W[d, 2 * hid:]),
-                            layer.constant(f"bh{d}", wb[2 * hid:]), f"xh{d}")
+        x_zr = layer.project(x2d, d, slice(0, 2 * hid), True, "zr")
+        x_new = layer.project(x2d, d, slice(2 * hid, 3 * hid), False, "h")
         r_zr, r_new = layer.constant(f"rzr{d}", layer.R[d, :2 * hid]), layer.constant(f"rh{d}", layer.R[d, 2 * hid:])
-        r_bias = layer.constant(f"rbh{d}", rb[2 * hid:])
+        r_bias = layer.constant(f"rbh{d}", layer.B[d, 5 * hid:])
         h = layer.initial(5, d, "h0_")
         f_act, g_act = layer.activations[d]
         cells = [None] * seq
@@ -312,8 +316,7 @@ def rnn(ctx: ImportContext, node):
     x2d = layer.sequence_input()
     outputs, finals = [], [[]]
     for d in range(layer.directions):
-        bias = layer.B[d, :layer.hidden] + layer.B[d, layer.hidden:]
-        projected = layer.dense(x2d, layer.constant(f"w{d}", layer.W[d]), layer.constant(f"b{d}", bias), f"xw{d}")
+        projected = layer.project(x2d, d, slice(None), True, "w")
         r = layer.constant(f"r{d}", layer.R[d])
         h = layer.initial(5, d, "h0_")
         cells = [None] * seq
