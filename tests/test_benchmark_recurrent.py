@@ -14,8 +14,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_recurrent_benchmark_checks_and_times_each_layer():
     out = subprocess.run([sys.executable, "-m", "benchmarks.recurrent", "--threads", "1", "--pairs", "1",
-                          "--layers", "LSTM:6:2:16", "GRU:5:1:8:bi", "RNN:4:3:8"],
+                          "--layers", "LSTM:6:2:16", "GRU:5:1:8:bi:lbr", "RNN:4:3:8"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     rows = [line for line in out.stdout.splitlines() if line.startswith(("LSTM", "GRU", "RNN"))]
-    assert len(rows) == 3 and "bidirectional" in rows[1], out.stdout
+    assert len(rows) == 3 and "bidirectional lbr" in rows[1], out.stdout

@@ -377,8 +377,9 @@ def _lstm_cell(i, a):
 _register("lstm_cell", "injective", _lstm_cell)
 _register("gru_reset", "injective", lambda i, a: recurrent.gru_reset(i[0], i[1], a["activation"], a.get("clip")))
 _register("gru_cell", "injective", lambda i, a: recurrent.gru_cell(
-    i[0], i[1], i[2], i[3], i[4] if a.get("masked") else None, a["activations"], a.get("clip"),
-    a.get("linear_before_reset", False)))
+    i[0], i[1], i[2], i[3], i[4] if a.get("masked") else None, a["activations"], a.get("clip")))
+_register("gru_cell_linear_before_reset", "injective", lambda i, a: recurrent.gru_cell_linear_before_reset(
+    i[0], i[1], i[2], i[3] if a.get("masked") else None, a["activations"], a.get("clip")))
 _register("rnn_cell", "injective", lambda i, a: recurrent.rnn_cell(
     i[0], i[1], i[2] if a.get("masked") else None, a["activation"], a.get("clip")))
 

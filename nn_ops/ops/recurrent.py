@@ -147,12 +147,11 @@ def gru_reset(gates_zr: Tensor, h_prev: Tensor, activation: Activation = ("sigmo
 
 def gru_cell(gates_zr: Tensor, x_new: Tensor, r_new: Tensor, h_prev: Tensor, mask: Optional[Tensor] = None,
              activations: Sequence[Activation] = (("sigmoid", None, None), ("tanh", None, None)),
-             clip: Optional[float] = None, linear_before_reset: bool = False, name: str = "gru_cell") -> Tensor:
-    """``[1 or 2, B, H]``: the new hidden state (and the output row, with ``mask``).  ``gates_zr
-    [B, 2H]``: the update and reset gates' pre-activations (inputs, recurrent products and biases);
-    ``x_new [B, H]``: the new gate's input part with its input bias; ``r_new [B, H]``: its recurrent
-    part with its recurrent bias, of ``r * h_prev`` (or of ``h_prev``, then multiplied by ``r`` here:
-    ``linear_before_reset``)."""
+             clip: Optional[float] = None, name: str = "gru_cell") -> Tensor:
+    """``[1 or 2, B, H]``: the new hidden state (and the output row, with ``mask``) of a GRU without
+    ``linear_before_reset``.  ``gates_zr [B, 2H]``: the update and reset gates' pre-activations
+    (inputs, recurrent products and biases); ``x_new [B, H]``: the new gate's input part with its
+    input bias; ``r_new [B, H]``: its recurrent part, ``(r * h_prev) R^T`` plus its recurrent bias."""
     batch, two = static_shape(gates_zr)
     hidden = two // 2
     for what, t, shape in (("x_new", x_new, (batch, hidden)), ("r_new", r_new, (batch, hidden)),
@@ -162,17 +161,42 @@ def gru_cell(gates_zr: Tensor, x_new: Tensor, r_new: Tensor, h_prev: Tensor, mas
 
     def new_state(b, j):
         z = _activate(f, gates_zr[b, j], clip)
-        recurrent = r_new[b, j]
-        if linear_before_reset:
-            recurrent = _activate(f, gates_zr[b, hidden + j], clip) * recurrent
-        candidate = _activate(g, x_new[b, j] + recurrent, clip)
-        hp = h_prev[b, j]
-        return (_c(1.0, hp) - z) * candidate + z * hp
+        return _gru_update(z, _activate(g, x_new[b, j] + r_new[b, j], clip), h_prev[b, j])
+    return _masked_states(new_state, h_prev, mask, (batch, hidden), name)
 
+
+def gru_cell_linear_before_reset(x: Tensor, recurrent: Tensor, h_prev: Tensor, mask: Optional[Tensor] = None,
+                                 activations: Sequence[Activation] = (("sigmoid", None, None), ("tanh", None, None)),
+                                 clip: Optional[float] = None, name: str = "gru_cell") -> Tensor:
+    """``gru_cell`` of a GRU with ``linear_before_reset`` (torch's): ``x [B, 3H]`` the input projection
+    of the gates z, r, h with their input biases and z's and r's recurrent biases; ``recurrent [B,
+    3H]``: ``h_prev R^T`` with the new gate's recurrent bias, one product for all three gates."""
+    batch, three = static_shape(x)
+    hidden = three // 3
+    for what, t, shape in (("recurrent", recurrent, (batch, three)), ("h_prev", h_prev, (batch, hidden)),
+                           ("mask", mask, (batch,))):
+        _check(f"gru_cell {what}", t, shape)
+    f, g = activations
+
+    def new_state(b, j):
+        z = _activate(f, x[b, j] + recurrent[b, j], clip)
+        r = _activate(f, x[b, hidden + j] + recurrent[b, hidden + j], clip)
+        candidate = _activate(g, x[b, 2 * hidden + j] + r * recurrent[b, 2 * hidden + j], clip)
+        return _gru_update(z, candidate, h_prev[b, j])
+    return _masked_states(new_state, h_prev, mask, (batch, hidden), name)
+
+
+def _gru_update(z, candidate, hp):
+    return (_c(1.0, hp) - z) * candidate + z * hp
+
+
+def _masked_states(new_state, h_prev: Tensor, mask: Optional[Tensor], shape, name: str) -> Tensor:
+    """``[1, B, H]``: ``new_state(b, j)``; with ``mask``, ``[2, B, H]``: the state (``h_prev`` where
+    the step is past the sequence's end) and the output row (zero there)."""
     if mask is None:
-        return _stack([new_state], (batch, hidden), name)
+        return _stack([new_state], shape, name)
     return _stack([lambda b, j: select(_valid(mask, b), new_state(b, j), h_prev[b, j]),
-                   lambda b, j: select(_valid(mask, b), new_state(b, j), _c(0.0, h_prev[b, j]))], (batch, hidden), name)
+                   lambda b, j: select(_valid(mask, b), new_state(b, j), _c(0.0, h_prev[b, j]))], shape, name)
 
 
 def rnn_cell(gates: Tensor, h_prev: Tensor, mask: Optional[Tensor] = None,
@@ -186,8 +210,4 @@ def rnn_cell(gates: Tensor, h_prev: Tensor, mask: Optional[Tensor] = None,
 
     def new_state(b, j):
         return _activate(activation, gates[b, j], clip)
-
-    if mask is None:
-        return _stack([new_state], (batch, hidden), name)
-    return _stack([lambda b, j: select(_valid(mask, b), new_state(b, j), h_prev[b, j]),
-                   lambda b, j: select(_valid(mask, b), new_state(b, j), _c(0.0, h_prev[b, j]))], (batch, hidden), name)
+    return _masked_states(new_state, h_prev, mask, (batch, hidden), name)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..onnx_import.converters.recurrent import GATES
 from .onnx_builder import OnnxBuilder
 
 
@@ -25,10 +26,6 @@ def lstm_lm(batch: int = 1, seq: int = 35, vocab: int = 10000, hidden: int = 256
         x = b.node("Squeeze", [y, b.const([1], np.int64)])
     return b.model((seq, batch), b.matmul_add(x, hidden, vocab), (seq, batch, vocab), name="lstm_lm",
                    input_dtype=np.int64)
-
-
-#: gates per layer: rows of W and R per direction, in hidden sizes
-GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 
 def recurrent_layer(kind: str, S: int = 5, B: int = 2, I: int = 3, H: int = 4, direction: str = "forward",

@@ -9,6 +9,7 @@ from ..graph import Graph
 from .choose_conv_layout import choose_conv_layout
 from .choose_cuda_conv import choose_cuda_conv
 from .choose_dense_layout import choose_dense_layout
+from .collapse_reshapes import collapse_reshapes
 from .pack_conv_weights import pack_conv_weights
 from .eliminate_dead_code import eliminate_dead_code
 from .fold_batch_norm import fold_batch_norm
@@ -22,7 +23,7 @@ from .sink_reshapes import sink_reshapes
 
 def optimize(graph: Graph, target_kind: str = "llvm") -> Graph:
     """The standard graph pipeline, on a copy: fold constants, zero pads and BN into convs,
-    recognise GELU and SiLU, move reshapes below elementwise ops, keep CPU convolution networks in
+    recognise GELU and SiLU, move reshapes below elementwise ops and collapse chains of them, keep CPU convolution networks in
     the blocked layout (on the GPU: convolutions as implicit GEMMs), pre-transpose constant dense weights, pre-pack constant conv
     weights, drop dead code."""
     g = graph.copy()
@@ -30,6 +31,7 @@ def optimize(graph: Graph, target_kind: str = "llvm") -> Graph:
     g = fuse_gelu(g)
     g = fuse_silu(g)
     g = sink_reshapes(g)
+    g = collapse_reshapes(g)
     g = eliminate_dead_code(g)
     g = fold_pad_into_conv(g)
     g = fold_batch_norm(g)
@@ -51,4 +53,4 @@ def _host_lanes() -> int:
 
 
 __all__ = ["optimize", "choose_conv_layout", "choose_cuda_conv", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "choose_dense_layout", "pack_conv_weights",
-           "eliminate_dead_code", "fuse_gelu", "fuse_silu", "sink_reshapes", "fuse_operators", "FusedGroup"]
+           "eliminate_dead_code", "fuse_gelu", "fuse_silu", "sink_reshapes", "collapse_reshapes", "fuse_operators", "FusedGroup"]

@@ -2,18 +2,20 @@
 
 The sequence length is static (a symbolic one compiles per shape), so each layer becomes:
 
-* one ``dense`` over all steps' inputs at once, ``X [S*B, I]`` by the input weights with both
-  biases folded in (GRU: two, the update/reset gates' and the new gate's, so every step's slice of
-  each is a contiguous block);
+* one ``dense`` over all steps' inputs at once, ``X [S*B, I]`` by the input weights with the biases
+  that can be folded in (GRU without ``linear_before_reset``: two, the update/reset gates' and the
+  new gate's, so every step's slice of each is a contiguous block);
 * per step, one ``dense`` of the previous hidden state by the recurrent weight with the step's
   input projection added in its epilogue, and one cell op (``nn_ops/ops/recurrent.py``) that
   applies the activations and stacks the new states ``[K, B, H]`` (GRU without
   ``linear_before_reset``: a ``gru_reset`` and a second dense first);
-* the outputs ``Y``, ``Y_h`` and ``Y_c`` as concatenations of the steps' states.
+* ``Y`` from a concat of the steps' cells in time order, which the executor computes in place
+  (each cell writes its slot), then one strided copy of the output rows; ``Y_h``/``Y_c`` from the
+  last states.
 
 The per-step slices (a step's rows of the input projection, a cell's states, a step's mask) are
 contiguous, and the executor reads them as views of their source (``executable._slices_as_views``),
-so they cost no kernel; every step runs the same two or three kernels, compiled once.
+so they cost no kernel; every step runs the same two (or four) kernels, compiled once.
 ``sequence_lens`` (a graph input or a constant) masks the steps past each sequence's end: the
 states keep their last values and ``Y`` is zero there, as onnxruntime does.  Both directions
 (``bidirectional``), ``layout=1`` (batch first), initial states, peepholes, ``clip``,
@@ -34,7 +36,7 @@ MAX_UNROLLED_STEPS = 10_000
 #: the default activations of each layer, per direction
 _DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
 #: gates per layer (rows of W and R per direction, in hidden sizes)
-_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 
 class _Layer:
@@ -63,11 +65,13 @@ class _Layer:
                               f"{MAX_UNROLLED_STEPS} steps (run a longer one in chunks, passing the final "
                               f"states as the next chunk's initial_h / initial_c)")
         self.dtype = ctx.dtype(node.input[0])
-        gates = _GATES[self.kind]
+        gates = GATES[self.kind]
         self.W = ctx.require_const(node, 1, "W")
         self.R = ctx.require_const(node, 2, "R")
         hidden = ctx.attr(node, "hidden_size")
         self.hidden = int(hidden) if hidden is not None else self.R.shape[-1]
+        if self.hidden < 1:
+            raise Unsupported(f"hidden_size {self.hidden} (at least 1)")
         expected = {"W": (self.directions, gates * self.hidden, self.input_size),
                     "R": (self.directions, gates * self.hidden, self.hidden)}
         for what, value in (("W", self.W), ("R", self.R)):
@@ -158,11 +162,11 @@ class _Layer:
         y = self.emit("dense", [x, weight] + ([bias] if bias else []), tag)
         return self.emit("add", [y, add], tag + ".sum") if add is not None else y
 
-    def project(self, x2d: str, d: int, rows: slice, both_biases: bool, tag: str) -> str:
+    def project(self, x2d: str, d: int, rows: slice, recurrent_bias: Optional[np.ndarray], tag: str) -> str:
         """Every step's input projection ``[S*B, len(rows)]`` by W's rows ``rows`` of direction ``d``,
-        with their input bias (and recurrent bias, ``both_biases``) added."""
+        their input bias added (and ``recurrent_bias``, the recurrent biases that can be added there)."""
         gates = self.W.shape[1]
-        bias = self.B[d, :gates][rows] + (self.B[d, gates:][rows] if both_biases else 0)
+        bias = self.B[d, :gates][rows] + (0 if recurrent_bias is None else recurrent_bias)
         return self.dense(x2d, self.constant(f"w{tag}{d}", self.W[d, rows]), self.constant(f"b{tag}{d}", bias),
                           f"x{tag}{d}")
 
@@ -253,7 +257,7 @@ def lstm(ctx: ImportContext, node):
         raise Unsupported(f"P of shape {tuple(p_value.shape)} ({(layer.directions, 3 * hid)} expected)")
     outputs, finals = [], [[], []]
     for d in range(layer.directions):
-        projected = layer.project(x2d, d, slice(None), True, "w")
+        projected = layer.project(x2d, d, slice(None), layer.B[d, 4 * hid:], "w")
         r = layer.constant(f"r{d}", layer.R[d])
         h, c = layer.initial(5, d, "h0_"), layer.initial(6, d, "c0_")
         peep = [layer.constant(f"p{d}", p_value[d])] if p_value is not None else []
@@ -282,27 +286,38 @@ def gru(ctx: ImportContext, node):
     x2d = layer.sequence_input()
     outputs, finals = [], [[]]
     for d in range(layer.directions):
-        # the update/reset gates take both biases at the input; the new gate its input bias there,
-        # its recurrent one with its recurrent product (inside r * (...) with linear_before_reset)
-        x_zr = layer.project(x2d, d, slice(0, 2 * hid), True, "zr")
-        x_new = layer.project(x2d, d, slice(2 * hid, 3 * hid), False, "h")
-        r_zr, r_new = layer.constant(f"rzr{d}", layer.R[d, :2 * hid]), layer.constant(f"rh{d}", layer.R[d, 2 * hid:])
-        r_bias = layer.constant(f"rbh{d}", layer.B[d, 5 * hid:])
-        h = layer.initial(5, d, "h0_")
+        rb = layer.B[d, 3 * hid:]
         f_act, g_act = layer.activations[d]
+        h = layer.initial(5, d, "h0_")
         cells = [None] * seq
+        if before_reset:
+            # torch's GRU: one recurrent product for the three gates, the new gate's recurrent bias
+            # with it (it is multiplied by r), z's and r's at the input
+            x_all = layer.project(x2d, d, slice(None), np.concatenate([rb[:2 * hid], np.zeros(hid, rb.dtype)]), "w")
+            r_all = layer.constant(f"r{d}", layer.R[d])
+            r_bias = layer.constant(f"rb{d}", np.concatenate([np.zeros(2 * hid, rb.dtype), rb[2 * hid:]]))
+        else:
+            # the update/reset gates take both biases at the input; the new gate its input bias
+            # there, its recurrent one with its recurrent product of r * h
+            x_zr = layer.project(x2d, d, slice(0, 2 * hid), rb[:2 * hid], "zr")
+            x_new = layer.project(x2d, d, slice(2 * hid, 3 * hid), None, "h")
+            r_zr = layer.constant(f"rzr{d}", layer.R[d, :2 * hid])
+            r_new = layer.constant(f"rh{d}", layer.R[d, 2 * hid:])
+            r_bias = layer.constant(f"rbh{d}", rb[2 * hid:])
         for t in layer.order(d):
-            zr = layer.dense(h, r_zr, None, f"zr{d}_{t}", add=layer.rows(x_zr, t * batch, batch, f"xzr{d}_{t}"))
-            source = h if before_reset else layer.emit("gru_reset", [zr, h], f"rh{d}_{t}",
-                                                       {"activation": f_act, "clip": layer.clip})
-            recurrent = layer.dense(source, r_new, r_bias, f"hr{d}_{t}")
             mask = layer.step_mask(t)
-            attrs = {"activations": (f_act, g_act), "clip": layer.clip, "linear_before_reset": before_reset,
-                     "masked": mask is not None}
-            x_t = layer.rows(x_new, t * batch, batch, f"xh{d}_{t}")
-            cell = layer.emit("gru_cell", [zr, x_t, recurrent, h] + ([mask] if mask else []), f"cell{d}_{t}", attrs)
-            states = layer.state_rows(cell, 2 if mask else 1, f"cell{d}_{t}")
-            h = states[0]
+            attrs = {"activations": (f_act, g_act), "clip": layer.clip, "masked": mask is not None}
+            if before_reset:
+                step = [layer.rows(x_all, t * batch, batch, f"x{d}_{t}"), layer.dense(h, r_all, r_bias, f"hr{d}_{t}")]
+                op = "gru_cell_linear_before_reset"
+            else:
+                zr = layer.dense(h, r_zr, None, f"zr{d}_{t}", add=layer.rows(x_zr, t * batch, batch, f"xzr{d}_{t}"))
+                reset = layer.emit("gru_reset", [zr, h], f"rh{d}_{t}", {"activation": f_act, "clip": layer.clip})
+                step = [zr, layer.rows(x_new, t * batch, batch, f"xh{d}_{t}"), layer.dense(reset, r_new, r_bias,
+                                                                                         f"hr{d}_{t}")]
+                op = "gru_cell"
+            cell = layer.emit(op, step + [h] + ([mask] if mask else []), f"cell{d}_{t}", attrs)
+            h = layer.state_rows(cell, 2 if mask else 1, f"cell{d}_{t}")[0]
             cells[t] = cell
         outputs.append(cells)
         finals[0].append(h)
@@ -316,7 +331,7 @@ def rnn(ctx: ImportContext, node):
     x2d = layer.sequence_input()
     outputs, finals = [], [[]]
     for d in range(layer.directions):
-        projected = layer.project(x2d, d, slice(None), True, "w")
+        projected = layer.project(x2d, d, slice(None), layer.B[d, layer.hidden:], "w")
         r = layer.constant(f"r{d}", layer.R[d])
         h = layer.initial(5, d, "h0_")
         cells = [None] * seq
