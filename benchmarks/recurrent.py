@@ -27,7 +27,7 @@ def layer_model(spec: str):
     direction = "bidirectional" if "bi" in flags else "forward"
     attrs = {"linear_before_reset": 1} if "lbr" in flags else {}
     model, feed = recurrent_layer(kind, S=S, B=B, I=H, H=H, direction=direction, scale=H ** -0.5, **attrs)
-    label = f"{kind} S={S} B={B} H={H}" + (" bidirectional" if "bi" in flags else "") + (" lbr" if attrs else "")
+    label = f"{kind} S={S} B={B} H={H}" + (" bidir" if "bi" in flags else "") + (" lbr" if attrs else "")
     return model, feed, label
 
 

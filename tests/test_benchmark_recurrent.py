@@ -18,4 +18,4 @@ def test_recurrent_benchmark_checks_and_times_each_layer():
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     rows = [line for line in out.stdout.splitlines() if line.startswith(("LSTM", "GRU", "RNN"))]
-    assert len(rows) == 3 and "bidirectional lbr" in rows[1], out.stdout
+    assert len(rows) == 3 and "bidir lbr" in rows[1], out.stdout
