@@ -3,8 +3,9 @@
 ``python -m benchmarks.recurrent [--threads 2] [--pairs 15] [--layers LSTM:50:1:256 GRU:50:8:256:bi ...]``
 
 Each layer is ``KIND:steps:batch:units`` (the input size is the unit count), then ``:bi`` for both
-directions, ``:lbr`` for a GRU with ``linear_before_reset`` (as torch exports its GRU); its weights are scaled by 1/sqrt(units), as torch initialises them (with larger ones
-the recurrence is chaotic and neither runtime's rounding can match a float64 reference).  Prints
+directions, ``:lbr`` for a GRU with ``linear_before_reset`` (as torch exports its GRU); its weights
+are scaled by 1/sqrt(units), as torch initialises them (with larger ones the recurrence is chaotic
+and neither runtime's rounding can match a float64 reference).  Prints
 loopweave's and onnxruntime's times and the ratio (median of per-pair onnxruntime / loopweave:
 > 1 means loopweave is faster), after checking the outputs agree.
 """

@@ -88,10 +88,13 @@ def _valid(mask: Tensor, b):
     return m if m.dtype == "bool" else m != const(0, m.dtype)
 
 
+#: ONNX's default activations: LSTM's (f, g, h), GRU's (f, g)
+LSTM_ACTIVATIONS = (("sigmoid", None, None), ("tanh", None, None), ("tanh", None, None))
+GRU_ACTIVATIONS = LSTM_ACTIVATIONS[:2]
+
+
 def lstm_cell(gates: Tensor, h_prev: Tensor, c_prev: Tensor, peephole: Optional[Tensor] = None,
-              mask: Optional[Tensor] = None, activations: Sequence[Activation] = (("sigmoid", None, None),
-                                                                                 ("tanh", None, None),
-                                                                                 ("tanh", None, None)),
+              mask: Optional[Tensor] = None, activations: Sequence[Activation] = LSTM_ACTIVATIONS,
               clip: Optional[float] = None, input_forget: bool = False, name: str = "lstm_cell") -> Tensor:
     """``[2 or 3, B, H]``: the new hidden and cell states (and the output row, with ``mask``) from the
     gates' pre-activations ``gates [B, 4H]`` (ONNX's order i, o, f, c; inputs, recurrent products
@@ -131,7 +134,8 @@ def lstm_cell(gates: Tensor, h_prev: Tensor, c_prev: Tensor, peephole: Optional[
         return _stack([hidden_state, state], (batch, hidden), name)
     return _stack([lambda b, j: select(_valid(mask, b), hidden_state(b, j), h_prev[b, j]),
                    lambda b, j: select(_valid(mask, b), state(b, j), c_prev[b, j]),
-                   lambda b, j: select(_valid(mask, b), hidden_state(b, j), _c(0.0, c_prev[b, j]))], (batch, hidden), name)
+                   lambda b, j: select(_valid(mask, b), hidden_state(b, j), _c(0.0, c_prev[b, j]))],
+                  (batch, hidden), name)
 
 
 def gru_reset(gates_zr: Tensor, h_prev: Tensor, activation: Activation = ("sigmoid", None, None),
@@ -146,7 +150,7 @@ def gru_reset(gates_zr: Tensor, h_prev: Tensor, activation: Activation = ("sigmo
 
 
 def gru_cell(gates_zr: Tensor, x_new: Tensor, r_new: Tensor, h_prev: Tensor, mask: Optional[Tensor] = None,
-             activations: Sequence[Activation] = (("sigmoid", None, None), ("tanh", None, None)),
+             activations: Sequence[Activation] = GRU_ACTIVATIONS,
              clip: Optional[float] = None, name: str = "gru_cell") -> Tensor:
     """``[1 or 2, B, H]``: the new hidden state (and the output row, with ``mask``) of a GRU without
     ``linear_before_reset``.  ``gates_zr [B, 2H]``: the update and reset gates' pre-activations
@@ -166,7 +170,7 @@ def gru_cell(gates_zr: Tensor, x_new: Tensor, r_new: Tensor, h_prev: Tensor, mas
 
 
 def gru_cell_linear_before_reset(x: Tensor, recurrent: Tensor, h_prev: Tensor, mask: Optional[Tensor] = None,
-                                 activations: Sequence[Activation] = (("sigmoid", None, None), ("tanh", None, None)),
+                                 activations: Sequence[Activation] = GRU_ACTIVATIONS,
                                  clip: Optional[float] = None, name: str = "gru_cell") -> Tensor:
     """``gru_cell`` of a GRU with ``linear_before_reset`` (torch's): ``x [B, 3H]`` the input projection
     of the gates z, r, h with their input biases and z's and r's recurrent biases; ``recurrent [B,

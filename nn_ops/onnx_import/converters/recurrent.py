@@ -80,8 +80,8 @@ class _Layer:
                                   f"hidden_size {self.hidden} and input size {self.input_size} it must be "
                                   f"{expected[what]}")
         b_name = optional_input(node, 3)
-        self.B = ctx.require_const(node, 3, "B") if b_name else np.zeros((self.directions, 2 * gates * self.hidden),
-                                                                       self.W.dtype)
+        bias_shape = (self.directions, 2 * gates * self.hidden)
+        self.B = ctx.require_const(node, 3, "B") if b_name else np.zeros(bias_shape, self.W.dtype)
         if tuple(self.B.shape) != (self.directions, 2 * gates * self.hidden):
             raise Unsupported(f"B of shape {tuple(self.B.shape)} ({(self.directions, 2 * gates * self.hidden)} "
                               f"expected)")
@@ -217,9 +217,9 @@ class _Layer:
                 rows = self.ctx.shape(cells[0])[0]
                 stacked = self.emit("concat", cells, f"states{d}", {"axis": 0}) if len(cells) > 1 else cells[0]
                 grid = self.flat(stacked, (self.seq, rows, self.batch, self.hidden), f"states{d}.grid")
-                per_direction.append(grid if rows == 1 else self.emit(
-                    "slice", [grid], f"y{d}", {"begin": (0, y_row, 0, 0), "step": (1, 1, 1, 1),
-                                              "end": (self.seq, y_row + 1, self.batch, self.hidden)}))
+                window = {"begin": (0, y_row, 0, 0), "end": (self.seq, y_row + 1, self.batch, self.hidden),
+                          "step": (1, 1, 1, 1)}
+                per_direction.append(grid if rows == 1 else self.emit("slice", [grid], f"y{d}", window))
             sdbh = self.emit("concat", per_direction, "y_sdbh", {"axis": 1}) if self.directions > 1 \
                 else per_direction[0]
             if self.layout:
@@ -313,8 +313,8 @@ def gru(ctx: ImportContext, node):
             else:
                 zr = layer.dense(h, r_zr, None, f"zr{d}_{t}", add=layer.rows(x_zr, t * batch, batch, f"xzr{d}_{t}"))
                 reset = layer.emit("gru_reset", [zr, h], f"rh{d}_{t}", {"activation": f_act, "clip": layer.clip})
-                step = [zr, layer.rows(x_new, t * batch, batch, f"xh{d}_{t}"), layer.dense(reset, r_new, r_bias,
-                                                                                         f"hr{d}_{t}")]
+                step = [zr, layer.rows(x_new, t * batch, batch, f"xh{d}_{t}"),
+                        layer.dense(reset, r_new, r_bias, f"hr{d}_{t}")]
                 op = "gru_cell"
             cell = layer.emit(op, step + [h] + ([mask] if mask else []), f"cell{d}_{t}", attrs)
             h = layer.state_rows(cell, 2 if mask else 1, f"cell{d}_{t}")[0]

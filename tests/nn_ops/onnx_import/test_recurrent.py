@@ -45,7 +45,8 @@ EXTRA = [
               "activation_beta": [0.4, 0.7]}),
     ("GRU", {"activations": ["Sigmoid", "Affine", "HardSigmoid", "Elu"], "direction": "bidirectional",
              "activation_alpha": [0.5, 0.3, 0.8], "activation_beta": [0.1, 0.6]}),
-    ("RNN", {"activations": ["Relu"]}), ("RNN", {"activations": ["Softsign", "Softplus"], "direction": "bidirectional"}),
+    ("RNN", {"activations": ["Relu"]}),
+    ("RNN", {"activations": ["Softsign", "Softplus"], "direction": "bidirectional"}),
     ("RNN", {"activations": ["ThresholdedRelu"], "activation_alpha": [0.2]}),
 ]
 

@@ -22,7 +22,8 @@ def _conv1d_stack(channels=32, length=256, layers=3):
         nodes += [helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], kernel_shape=[3], pads=[1, 1]),
                   helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
         x, cin = f"r{i}", channels
-    graph = helper.make_graph(nodes, "conv1d", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 1, length])],
+    x_info = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 1, length])
+    graph = helper.make_graph(nodes, "conv1d", [x_info],
                               [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, channels, length])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
