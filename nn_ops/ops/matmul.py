@@ -185,8 +185,8 @@ def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
         outer = jo
     C.vectorize(ji)
     unroll_long_epilogue(s, op, C, [ii])
-    depth = s[CC].op.reduce_axis[0].extent
-    if not too_little_to_share(out.shape, depth.value if isinstance(depth, Const) else 1 << 30):
+    depth = s[CC].op.reduce_axis[0].extent          # a run-time depth: assumed worth sharing
+    if not (isinstance(depth, Const) and too_little_to_share(out.shape, depth.value)):
         C.parallel(outer)
     s[CC].compute_at(C, tile)
     c_axes = list(s[CC].op.axis)

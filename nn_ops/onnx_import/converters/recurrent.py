@@ -82,15 +82,15 @@ class _Layer:
         b_name = optional_input(node, 3)
         bias_shape = (self.directions, 2 * gates * self.hidden)
         self.B = ctx.require_const(node, 3, "B") if b_name else np.zeros(bias_shape, self.W.dtype)
-        if tuple(self.B.shape) != (self.directions, 2 * gates * self.hidden):
-            raise Unsupported(f"B of shape {tuple(self.B.shape)} ({(self.directions, 2 * gates * self.hidden)} "
-                              f"expected)")
+        if tuple(self.B.shape) != bias_shape:
+            raise Unsupported(f"B of shape {tuple(self.B.shape)} ({bias_shape} expected)")
         clip = ctx.attr(node, "clip")
         self.clip = float(clip) if clip is not None else None
         if self.clip is not None and not self.clip > 0:
             raise Unsupported(f"clip {self.clip} (a positive threshold)")
         self.activations = self._activations()
         self.mask = self._mask()
+        self.x2d = self._sequence_input()
 
     # ---------------------------------------------------------------- attributes
     def _activations(self) -> List[list]:
@@ -162,16 +162,20 @@ class _Layer:
         y = self.emit("dense", [x, weight] + ([bias] if bias else []), tag)
         return self.emit("add", [y, add], tag + ".sum") if add is not None else y
 
-    def project(self, x2d: str, d: int, rows: slice, recurrent_bias: Optional[np.ndarray], tag: str) -> str:
+    def project(self, d: int, rows: slice, recurrent_bias: Optional[np.ndarray], tag: str) -> str:
         """Every step's input projection ``[S*B, len(rows)]`` by W's rows ``rows`` of direction ``d``,
         their input bias added (and ``recurrent_bias``, the recurrent biases that can be added there)."""
         gates = self.W.shape[1]
         bias = self.B[d, :gates][rows] + (0 if recurrent_bias is None else recurrent_bias)
-        return self.dense(x2d, self.constant(f"w{tag}{d}", self.W[d, rows]), self.constant(f"b{tag}{d}", bias),
-                          f"x{tag}{d}")
+        return self.dense(self.x2d, self.constant(f"w{tag}{d}", self.W[d, rows]),
+                          self.constant(f"b{tag}{d}", bias), f"x{tag}{d}")
+
+    def step_rows(self, projection: str, t: int, tag: str) -> str:
+        """Step ``t``'s rows ``[B, N]`` of an input projection ``[S*B, N]``."""
+        return self.rows(projection, t * self.batch, self.batch, tag)
 
     # ---------------------------------------------------------------- inputs and outputs
-    def sequence_input(self) -> str:
+    def _sequence_input(self) -> str:
         """X as ``[S*B, I]`` in step order."""
         x = self.node.input[0]
         if self.layout:
@@ -202,15 +206,36 @@ class _Layer:
         backward = self.reverse_only or direction == 1
         return range(self.seq - 1, -1, -1) if backward else range(self.seq)
 
-    def finish(self, cells_per_direction, y_row: int, finals) -> None:
+    def unroll(self, start) -> None:
+        """Unroll every direction and write the outputs.  ``start(d)`` gives direction ``d``'s initial
+        states (h, or h and c) and its step, ``step(t, states, mask) -> cell``: a cell op whose result
+        stacks the new states, then (with a mask) the step's output row."""
+        cells_per_direction, finals = [], []
+        for d in range(self.directions):
+            states, step = start(d)
+            cells = [None] * self.seq
+            for t in self.order(d):
+                cells[t] = step(t, states, self.step_mask(t))
+                states = self._states(cells[t], len(states), f"cell{d}_{t}")
+            cells_per_direction.append(cells)
+            finals.append(states)
+        self._finish(cells_per_direction, len(finals[0]) if self.mask else 0, list(zip(*finals)))
+
+    def _states(self, cell: str, count: int, tag: str) -> List[str]:
+        """The first ``count`` slices ``[B, H]`` of a cell's stacked result (views of it)."""
+        if count == 1 and self.mask is None:
+            return [self.flat(cell, (self.batch, self.hidden), f"{tag}.r0")]
+        return [self.flat(self.rows(cell, k, 1, f"{tag}.s{k}"), (self.batch, self.hidden), f"{tag}.r{k}")
+                for k in range(count)]
+
+    def _finish(self, cells_per_direction, y_row: int, finals) -> None:
         """Write Y from each direction's cells (by time; row ``y_row`` of each is the step's output),
         and Y_h / Y_c from the final states ``finals[k][direction]``.
 
         A direction's cells are concatenated in time order: a concat the executor computes in place
         (``executable._concats_in_place``: each cell kernel writes its states straight into its
         slot), so Y is one strided copy of those rows, not a copy per step."""
-        ctx, node = self.ctx, self.node
-        y = optional_output(node, 0)
+        y = optional_output(self.node, 0)
         if y is not None:
             per_direction = []
             for d, cells in enumerate(cells_per_direction):
@@ -220,129 +245,102 @@ class _Layer:
                 window = {"begin": (0, y_row, 0, 0), "end": (self.seq, y_row + 1, self.batch, self.hidden),
                           "step": (1, 1, 1, 1)}
                 per_direction.append(grid if rows == 1 else self.emit("slice", [grid], f"y{d}", window))
-            sdbh = self.emit("concat", per_direction, "y_sdbh", {"axis": 1}) if self.directions > 1 \
-                else per_direction[0]
-            if self.layout:
-                ctx.emit("transpose", [sdbh], y, {"perm": (2, 0, 1, 3)}, name=node.name)
-            else:
-                ctx.emit("identity", [sdbh], y, name=node.name)
+            self._output(per_direction, 1, y, (2, 0, 1, 3), "y_sdbh")
         for k, states in enumerate(finals):
-            out = optional_output(node, 1 + k)
-            if out is None:
-                continue
-            pieces = [self.flat(s, (1, self.batch, self.hidden), f"final{k}_{d}") for d, s in enumerate(states)]
-            dbh = self.emit("concat", pieces, f"final{k}", {"axis": 0}) if len(pieces) > 1 else pieces[0]
-            if self.layout:
-                ctx.emit("transpose", [dbh], out, {"perm": (1, 0, 2)}, name=node.name)
-            else:
-                ctx.emit("identity", [dbh], out, name=node.name)
+            out = optional_output(self.node, 1 + k)
+            if out is not None:
+                pieces = [self.flat(s, (1, self.batch, self.hidden), f"final{k}_{d}") for d, s in enumerate(states)]
+                self._output(pieces, 0, out, (1, 0, 2), f"final{k}")
 
-    def state_rows(self, cell: str, count: int, tag: str) -> List[str]:
-        """The ``count`` slices ``[B, H]`` of a cell's stacked result."""
-        if count == 1:
-            return [self.flat(cell, (self.batch, self.hidden), f"{tag}.r0")]
-        return [self.flat(self.rows(cell, k, 1, f"{tag}.s{k}"), (self.batch, self.hidden), f"{tag}.r{k}")
-                for k in range(count)]
+    def _output(self, per_direction: List[str], axis: int, out: str, batch_first: tuple, tag: str) -> None:
+        """Graph output ``out``: the directions' parts joined along ``axis``, transposed by
+        ``batch_first`` with ``layout=1``."""
+        joined = self.emit("concat", per_direction, tag, {"axis": axis}) if len(per_direction) > 1 \
+            else per_direction[0]
+        if self.layout:
+            self.ctx.emit("transpose", [joined], out, {"perm": batch_first}, name=self.node.name)
+        else:
+            self.ctx.emit("identity", [joined], out, name=self.node.name)
 
 
 @converter("LSTM", since=7)
 def lstm(ctx: ImportContext, node):
     layer = _Layer(ctx, node)
-    hid, seq, batch = layer.hidden, layer.seq, layer.batch
+    hid = layer.hidden
     input_forget = bool(int(ctx.attr(node, "input_forget", 0)))
-    x2d = layer.sequence_input()
-    peepholes = optional_input(node, 7)
-    p_value = ctx.require_const(node, 7, "P") if peepholes else None
+    p_value = ctx.require_const(node, 7, "P") if optional_input(node, 7) else None
     if p_value is not None and tuple(p_value.shape) != (layer.directions, 3 * hid):
         raise Unsupported(f"P of shape {tuple(p_value.shape)} ({(layer.directions, 3 * hid)} expected)")
-    outputs, finals = [], [[], []]
-    for d in range(layer.directions):
-        projected = layer.project(x2d, d, slice(None), layer.B[d, 4 * hid:], "w")
+
+    def start(d):
+        projected = layer.project(d, slice(None), layer.B[d, 4 * hid:], "w")
         r = layer.constant(f"r{d}", layer.R[d])
-        h, c = layer.initial(5, d, "h0_"), layer.initial(6, d, "c0_")
         peep = [layer.constant(f"p{d}", p_value[d])] if p_value is not None else []
-        cells = [None] * seq
-        for t in layer.order(d):
-            x_t = layer.rows(projected, t * batch, batch, f"x{d}_{t}")
-            gates = layer.dense(h, r, None, f"g{d}_{t}", add=x_t)
-            mask = layer.step_mask(t)
-            attrs = {"activations": tuple(layer.activations[d]), "clip": layer.clip, "input_forget": input_forget,
-                     "peephole": bool(peep), "masked": mask is not None}
-            cell = layer.emit("lstm_cell", [gates, h, c] + peep + ([mask] if mask else []), f"cell{d}_{t}", attrs)
-            states = layer.state_rows(cell, 3 if mask else 2, f"cell{d}_{t}")
-            h, c = states[0], states[1]
-            cells[t] = cell
-        outputs.append(cells)
-        finals[0].append(h)
-        finals[1].append(c)
-    layer.finish(outputs, 2 if layer.mask else 0, finals)
+        attrs = {"activations": tuple(layer.activations[d]), "clip": layer.clip, "input_forget": input_forget,
+                 "peephole": bool(peep), "masked": layer.mask is not None}
+
+        def step(t, states, mask):
+            h, c = states
+            gates = layer.dense(h, r, None, f"g{d}_{t}", add=layer.step_rows(projected, t, f"x{d}_{t}"))
+            return layer.emit("lstm_cell", [gates, h, c] + peep + ([mask] if mask else []), f"cell{d}_{t}", attrs)
+        return [layer.initial(5, d, "h0_"), layer.initial(6, d, "c0_")], step
+    layer.unroll(start)
 
 
 @converter("GRU", since=7)
 def gru(ctx: ImportContext, node):
     layer = _Layer(ctx, node)
-    hid, seq, batch = layer.hidden, layer.seq, layer.batch
+    hid = layer.hidden
     before_reset = bool(int(ctx.attr(node, "linear_before_reset", 0)))
-    x2d = layer.sequence_input()
-    outputs, finals = [], [[]]
-    for d in range(layer.directions):
+
+    def start(d):
         rb = layer.B[d, 3 * hid:]
         f_act, g_act = layer.activations[d]
-        h = layer.initial(5, d, "h0_")
-        cells = [None] * seq
+        attrs = {"activations": (f_act, g_act), "clip": layer.clip, "masked": layer.mask is not None}
         if before_reset:
             # torch's GRU: one recurrent product for the three gates, the new gate's recurrent bias
             # with it (it is multiplied by r), z's and r's at the input
-            x_all = layer.project(x2d, d, slice(None), np.concatenate([rb[:2 * hid], np.zeros(hid, rb.dtype)]), "w")
+            x_all = layer.project(d, slice(None), np.concatenate([rb[:2 * hid], np.zeros(hid, rb.dtype)]), "w")
             r_all = layer.constant(f"r{d}", layer.R[d])
             r_bias = layer.constant(f"rb{d}", np.concatenate([np.zeros(2 * hid, rb.dtype), rb[2 * hid:]]))
+
+            def step(t, states, mask):
+                (h,) = states
+                inputs = [layer.step_rows(x_all, t, f"x{d}_{t}"), layer.dense(h, r_all, r_bias, f"hr{d}_{t}"), h]
+                return layer.emit("gru_cell_linear_before_reset", inputs + ([mask] if mask else []), f"cell{d}_{t}",
+                                  attrs)
         else:
             # the update/reset gates take both biases at the input; the new gate its input bias
             # there, its recurrent one with its recurrent product of r * h
-            x_zr = layer.project(x2d, d, slice(0, 2 * hid), rb[:2 * hid], "zr")
-            x_new = layer.project(x2d, d, slice(2 * hid, 3 * hid), None, "h")
+            x_zr = layer.project(d, slice(0, 2 * hid), rb[:2 * hid], "zr")
+            x_new = layer.project(d, slice(2 * hid, 3 * hid), None, "h")
             r_zr = layer.constant(f"rzr{d}", layer.R[d, :2 * hid])
             r_new = layer.constant(f"rh{d}", layer.R[d, 2 * hid:])
             r_bias = layer.constant(f"rbh{d}", rb[2 * hid:])
-        for t in layer.order(d):
-            mask = layer.step_mask(t)
-            attrs = {"activations": (f_act, g_act), "clip": layer.clip, "masked": mask is not None}
-            if before_reset:
-                step = [layer.rows(x_all, t * batch, batch, f"x{d}_{t}"), layer.dense(h, r_all, r_bias, f"hr{d}_{t}")]
-                op = "gru_cell_linear_before_reset"
-            else:
-                zr = layer.dense(h, r_zr, None, f"zr{d}_{t}", add=layer.rows(x_zr, t * batch, batch, f"xzr{d}_{t}"))
+
+            def step(t, states, mask):
+                (h,) = states
+                zr = layer.dense(h, r_zr, None, f"zr{d}_{t}", add=layer.step_rows(x_zr, t, f"xzr{d}_{t}"))
                 reset = layer.emit("gru_reset", [zr, h], f"rh{d}_{t}", {"activation": f_act, "clip": layer.clip})
-                step = [zr, layer.rows(x_new, t * batch, batch, f"xh{d}_{t}"),
-                        layer.dense(reset, r_new, r_bias, f"hr{d}_{t}")]
-                op = "gru_cell"
-            cell = layer.emit(op, step + [h] + ([mask] if mask else []), f"cell{d}_{t}", attrs)
-            h = layer.state_rows(cell, 2 if mask else 1, f"cell{d}_{t}")[0]
-            cells[t] = cell
-        outputs.append(cells)
-        finals[0].append(h)
-    layer.finish(outputs, 1 if layer.mask else 0, finals)
+                inputs = [zr, layer.step_rows(x_new, t, f"xh{d}_{t}"),
+                          layer.dense(reset, r_new, r_bias, f"hr{d}_{t}"), h]
+                return layer.emit("gru_cell", inputs + ([mask] if mask else []), f"cell{d}_{t}", attrs)
+        return [layer.initial(5, d, "h0_")], step
+    layer.unroll(start)
 
 
 @converter("RNN", since=7)
 def rnn(ctx: ImportContext, node):
     layer = _Layer(ctx, node)
-    seq, batch = layer.seq, layer.batch
-    x2d = layer.sequence_input()
-    outputs, finals = [], [[]]
-    for d in range(layer.directions):
-        projected = layer.project(x2d, d, slice(None), layer.B[d, layer.hidden:], "w")
+
+    def start(d):
+        projected = layer.project(d, slice(None), layer.B[d, layer.hidden:], "w")
         r = layer.constant(f"r{d}", layer.R[d])
-        h = layer.initial(5, d, "h0_")
-        cells = [None] * seq
-        for t in layer.order(d):
-            gates = layer.dense(h, r, None, f"g{d}_{t}", add=layer.rows(projected, t * batch, batch, f"x{d}_{t}"))
-            mask = layer.step_mask(t)
-            cell = layer.emit("rnn_cell", [gates, h] + ([mask] if mask else []), f"cell{d}_{t}",
-                              {"activation": layer.activations[d][0], "clip": layer.clip, "masked": mask is not None})
-            states = layer.state_rows(cell, 2 if mask else 1, f"cell{d}_{t}")
-            h = states[0]
-            cells[t] = cell
-        outputs.append(cells)
-        finals[0].append(h)
-    layer.finish(outputs, 1 if layer.mask else 0, finals)
+        attrs = {"activation": layer.activations[d][0], "clip": layer.clip, "masked": layer.mask is not None}
+
+        def step(t, states, mask):
+            (h,) = states
+            gates = layer.dense(h, r, None, f"g{d}_{t}", add=layer.step_rows(projected, t, f"x{d}_{t}"))
+            return layer.emit("rnn_cell", [gates, h] + ([mask] if mask else []), f"cell{d}_{t}", attrs)
+        return [layer.initial(5, d, "h0_")], step
+    layer.unroll(start)
