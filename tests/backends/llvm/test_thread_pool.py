@@ -513,7 +513,7 @@ def _worker_leaves_the_callers_cpu(kernels, queue):
         cpu = min(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpu})                       # the caller on one CPU ...
         os.sched_setaffinity(worker, {cpu})                  # ... and the worker forced onto it
-        for _ in range(20):
+        for _ in range(200):        # the worker moves when it next runs; the host may hold it back a while
             kernels.record(100)
             if cpu not in os.sched_getaffinity(worker):
                 break
@@ -528,11 +528,14 @@ def _worker_leaves_the_callers_cpu(kernels, queue):
 def test_a_worker_woken_on_the_callers_cpu_moves_to_another(kernels, threads):
     threads(2)
     context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    child = context.Process(target=_worker_leaves_the_callers_cpu, args=(kernels, queue))
-    child.start()
-    child.join(timeout=30)
-    assert child.exitcode == 0
-    affinity, cpu = queue.get(timeout=5)
+    for _ in range(3):      # a fresh child each try: a worker the scheduler starved stays starved a while
+        queue = context.Queue()
+        child = context.Process(target=_worker_leaves_the_callers_cpu, args=(kernels, queue))
+        child.start()
+        child.join(timeout=30)
+        assert child.exitcode == 0
+        affinity, cpu = queue.get(timeout=5)
+        if isinstance(affinity, list) and cpu not in affinity:
+            break
     assert isinstance(affinity, list), affinity
     assert cpu not in affinity and affinity, (affinity, cpu)
