@@ -50,6 +50,17 @@ def fmod(x, y) -> Expr:
     return float_binary_call("fmod", x, y, "use % for integers")
 
 
+def dot4_u8s8(a, b) -> Expr:
+    """The int32 sum of four byte products: byte r of ``a`` read as uint8 times byte r of ``b`` read
+    as int8 (bytes little-endian, r = 0..3).  The inner step of an int8 matrix product over words
+    of four packed bytes; on x86 with VNNI one ``vpdpbusd`` does 16 of them (its accumulator the
+    other side of an ``+``), elsewhere the bytes are widened and multiplied."""
+    a, b = as_expr(a), as_expr(b)
+    if a.dtype != "int32" or b.dtype != "int32":
+        raise DTypeError(f"lw.dot4_u8s8 takes two int32 words of four packed bytes, got {a.dtype} and {b.dtype}")
+    return Call("dot4_u8s8", (a, b), "int32")
+
+
 def elementwise_min(a, b) -> Expr:
     return binary("min", a, b)
 
@@ -59,4 +70,4 @@ def elementwise_max(a, b) -> Expr:
 
 
 __all__ = ["exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil", "round",
-           "abs", "pow", "fmod", "elementwise_min", "elementwise_max", "select", "cast"]
+           "abs", "pow", "fmod", "dot4_u8s8", "elementwise_min", "elementwise_max", "select", "cast"]

@@ -64,6 +64,18 @@ template <typename T> __device__ __forceinline__ T lw_shift_right(T a, T b) {
   return (unsigned long long)b < sizeof(T) * 8 ? (T)(a >> b) : (T)(a < (T)0 ? -1 : 0);
 }
 """
+# added where a kernel takes int8 dot products (``dot4_u8s8``): one dp4a from sm_61 on
+DOT_PRELUDE = """\
+__device__ __forceinline__ int lw_dot4_u8s8(int a, int b) {
+#if __CUDA_ARCH__ >= 610
+  int d; asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0)); return d;
+#else
+  int d = 0;
+  for (int r = 0; r < 32; r += 8) d += (int)((unsigned)a >> r & 255u) * (int)(signed char)(b >> r);
+  return d;
+#endif
+}
+"""
 
 
 @dataclass
@@ -448,6 +460,8 @@ class KernelEmitter:
             return f"({self.c_type[dt]})({x} < 0 ? -{x} : {x})", _UNARY
         if e.name in BITWISE_NAMES:
             return self._bitwise(e)
+        if e.name == "dot4_u8s8":
+            return f"lw_dot4_u8s8({args[0]}, {args[1]})", _PRIMARY
         if not dtypes.is_float(dt):
             raise InternalError(f"intrinsic {e.name} on {dt}")
         if e.name == "sigmoid":
@@ -525,4 +539,6 @@ def generate(func: PrimFunc):
         infos.append(info)
     if any("lw_shift_" in part for part in parts[1:]):
         parts[0] += SHIFT_PRELUDE
+    if any("lw_dot4_u8s8" in part for part in parts[1:]):
+        parts[0] += DOT_PRELUDE
     return "\n\n".join(parts) + "\n", infos

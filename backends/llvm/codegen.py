@@ -467,6 +467,10 @@ class FunctionEmitter:
     def expr_Binary(self, e: Binary):
         dt = e.dtype
         b = self.builder
+        if e.op == "add" and dt == "int32":
+            for dot, other in ((e.a, e.b), (e.b, e.a)):
+                if isinstance(dot, Call) and dot.name == "dot4_u8s8":   # the accumulator of a vpdpbusd
+                    return self._dot4_u8s8(*[self.expr(x) for x in (*dot.args, other)])
         if e.op == "add" and dtypes.is_float(dt) and self.cg.target.has_fma:
             for mul, other in ((e.a, e.b), (e.b, e.a)):
                 if isinstance(mul, Binary) and mul.op == "mul":
@@ -691,6 +695,8 @@ class FunctionEmitter:
             return b.select(b.icmp_signed("<", x, ir.Constant(x.type, None)), neg, x)
         if e.name in BITWISE_NAMES:
             return self._bitwise(e.name, args, dt)
+        if e.name == "dot4_u8s8":
+            return self._dot4_u8s8(*args, ir.Constant(args[0].type, None))
         if e.name == "fmod":      # exact; LLVM calls fmod/fmodf for it, lane by lane
             return b.frem(x, args[1])
         if e.name in VECTOR_MATH and dt == "float32":
@@ -707,6 +713,32 @@ class FunctionEmitter:
         if e.name in _LIBM:
             return self._libm(e.name, x, dt)
         raise InternalError(f"no lowering for intrinsic {e.name}")
+
+    def _dot4_u8s8(self, a, w, acc):
+        """``acc + dot4_u8s8(a, w)``: one VNNI ``vpdpbusd`` per 16 (or 8, 4) lanes where the target
+        has it (LLVM does not find it in the widened form, and aborts on the intrinsic where the
+        target lacks it), else the bytes widened to int32, multiplied and summed in groups of four."""
+        lanes = max(_lanes(a), _lanes(w), _lanes(acc))
+        a, w, acc = (self._broadcast(v, lanes) for v in (a, w, acc))
+        b = self.builder
+        width = _vnni_width(self.cg.target.enabled_features(), lanes)
+        if width:
+            t = ir.VectorType(I32, width)
+            fn = self.cg.intrinsic(f"llvm.x86.avx512.vpdpbusd.{32 * width}", t, [t, t, t])
+            parts = [b.call(fn, [_lanes_of(b, acc, lo, width), _lanes_of(b, a, lo, width), _lanes_of(b, w, lo, width)])
+                     for lo in range(0, lanes, width)]
+            return _joined(b, parts)
+        wide = ir.VectorType(I32, 4 * lanes)
+        products = b.mul(b.zext(b.bitcast(a, ir.VectorType(I8, 4 * lanes)), wide),
+                         b.sext(b.bitcast(w, ir.VectorType(I8, 4 * lanes)), wide))
+        total = None
+        for r in range(4):
+            part = b.shuffle_vector(products, ir.Constant(wide, ir.Undefined),
+                                    ir.Constant(ir.VectorType(I32, lanes), [4 * i + r for i in range(lanes)]))
+            total = part if total is None else b.add(total, part)
+        if lanes == 1:
+            total = b.extract_element(total, ir.Constant(I32, 0))
+        return b.add(acc, total)
 
     def _bitwise(self, name: str, args, dt: str):
         """Bitwise ops; shifts give numpy's answer where LLVM's ``shl``/``lshr``/``ashr`` would be
@@ -755,6 +787,37 @@ class FunctionEmitter:
             v = b.extract_element(x, ir.Constant(I32, lane))
             out = b.insert_element(out, one(v), ir.Constant(I32, lane))
         return out
+
+
+def _vnni_width(features, lanes: int) -> int:
+    """The widest ``vpdpbusd`` (lanes of int32) this target has that splits ``lanes`` into a power
+    of two of pieces; 0 if none."""
+    widths = ([16] if "avx512vnni" in features else []) + \
+        ([8, 4] if "avxvnni" in features or {"avx512vnni", "avx512vl"} <= features else [])
+    for width in widths:
+        pieces = lanes // width
+        if lanes % width == 0 and pieces & (pieces - 1) == 0:
+            return width
+    return 0
+
+
+def _lanes_of(b, v, lo: int, width: int):
+    """Lanes ``lo .. lo + width`` of vector ``v`` (``v`` itself when that is all of it)."""
+    if v.type.count == width:
+        return v
+    return b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
+                            ir.Constant(ir.VectorType(I32, width), list(range(lo, lo + width))))
+
+
+def _joined(b, parts):
+    """Equal-width vectors concatenated, in order (pairwise shuffles)."""
+    while len(parts) > 1:
+        pairs = []
+        for x, y in zip(parts[::2], parts[1::2]):
+            n = x.type.count
+            pairs.append(b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, 2 * n), list(range(2 * n)))))
+        parts = pairs + ([parts[-1]] if len(parts) % 2 else [])
+    return parts[0]
 
 
 def _splat_const(t, value):

@@ -94,6 +94,16 @@ def _dense_kn(inputs, attrs):
     return Y
 
 
+@op("matmul_u8s8", "anchor")
+def _matmul_u8s8(inputs, attrs):
+    """uint8 (or int8) A [M, 4 Kw] by B's int32 words [Kw, N] (``int8_matmul.pack_words``), exact in int32;
+    with ``panels``, the words are packed [N/nr, Kw, nr] (``choose_dense_layout``)."""
+    from ..ops.int8_matmul import matmul_u8s8, matmul_u8s8_panels
+    if attrs.get("panels"):
+        return matmul_u8s8_panels(inputs[0], inputs[1], attrs["columns"])
+    return matmul_u8s8(inputs[0], inputs[1])
+
+
 @op("matmul", "anchor")
 def _matmul(inputs, attrs):
     """2-d x 2-d, or batched 3-d x 3-d with equal batch sizes (the importer reshapes/broadcasts to these)."""

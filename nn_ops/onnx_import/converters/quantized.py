@@ -1,7 +1,9 @@
 """Converters for integer matrix products: MatMulInteger and QLinearMatMul.
 
-The product is exact: operands widened to int32 (zero points subtracted), multiplied and
-summed in int32 by the matmul op (by the einsum op where B is batched).  QLinearMatMul then
+The product is exact in int32.  By a constant 2-d B (a quantized layer's weight) it is the int8
+product over packed words (``ops/int8_matmul``: VNNI on x86) with the zero points applied after
+it, as sums (``_packed_product`` says how); otherwise the operands are widened to int32 (zero
+points subtracted), multiplied and summed by the matmul op (by the einsum op where B is batched).  QLinearMatMul then
 requantizes as ONNX's reference does: ``round(C * (a_scale * b_scale / y_scale) + y_zero_point)``
 in float64, saturated to the output type.  Zero points must be one value each (per-tensor).
 """
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ops.int8_matmul import pack_words
 from ..context import ImportContext, Unsupported, converter, optional_input
 from .nn import _reshaped
 
@@ -42,12 +45,97 @@ def _int_matmul(ctx: ImportContext, a: str, b: str, out: str) -> str:
     return ctx.emit("reshape", [product], out, {"shape": tuple(sa[:-1]) + (sb[-1],)})
 
 
+def _wrapped(values) -> np.ndarray:
+    """int32 values with int32's wraparound (the product's arithmetic is modulo 2**32)."""
+    return (np.asarray(values, np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+
+
+def _zero_point(ctx: ImportContext, zp, length: int, what: str):
+    """A zero point's constant value (an int64 array: one value, or ``length`` per-row/column ones),
+    or None where it is computed at run time (one value)."""
+    if not zp:
+        return np.zeros(1, np.int64)
+    size = int(np.prod(ctx.shape(zp)))
+    if size != 1 and (size != length or len(ctx.shape(zp)) != 1):
+        raise Unsupported(f"zero point {zp!r} of shape {ctx.shape(zp)} (one value, or one per {what})")
+    value = ctx.const(zp)
+    if value is None and size != 1:
+        raise Unsupported(f"zero point {zp!r} per {what} computed at run time")
+    return None if value is None else value.astype(np.int64).reshape(-1)
+
+
+def _packed_product(ctx: ImportContext, a: str, b: str, a_zp, b_zp, out: str):
+    """The int32 product of A and a constant 2-d B over packed bytes, or None where it does not apply.
+
+    With ``a_u = a + ca`` read as uint8 (ca = 128 for an int8 A) and ``b_s = b - cb`` as int8 (cb = 128
+    for a uint8 B), ``alpha = za + ca`` and ``beta = zb - cb``:
+    ``sum_k (a - za)(b - zb) = D - alpha * (S_j - K beta_j) - beta_j * R_i`` where D is the product of
+    ``a_u`` by ``b_s``, ``S_j`` B's column sums (constants) and ``R_i`` A's row sums (computed only
+    where some beta is not 0: a symmetric int8 weight, onnxruntime's default, has none)."""
+    bv, sa = ctx.const(b), list(ctx.shape(a))
+    if bv is None or bv.ndim != 2 or len(sa) < 2 or ctx.dtype(a) not in ("int8", "uint8") \
+            or bv.dtype not in (np.int8, np.uint8):
+        return None
+    depth, n = bv.shape
+    zb = _zero_point(ctx, b_zp, n, "column of B")
+    za = _zero_point(ctx, a_zp, int(np.prod(sa[:-1])), "row of A") if len(sa) == 2 else \
+        _zero_point(ctx, a_zp, 1, "row of A")
+    if zb is None:
+        return None         # a run-time zero point of the weight: the widened product
+    cb = 128 if bv.dtype == np.uint8 else 0
+    ca = 128 if ctx.dtype(a) == "int8" else 0
+    b_s = (bv.astype(np.int16) - cb).astype(np.int8)
+    beta = zb - cb
+    offsets = b_s.astype(np.int64).sum(axis=0) - depth * beta          # S_j - K beta_j
+    rows = _reshaped(ctx, a, [int(np.prod(sa[:-1])), depth])
+    if depth % 4:
+        rows = ctx.emit("pad", [rows], ctx.temp(out, "a_pad"),
+                        {"before": (0, 0), "after": (0, -depth % 4), "value": 0.0})
+    words = ctx.add_constant(f"{b}.words", pack_words(b_s))
+    shift = None if za is None else _wrapped((za + ca).reshape(-1, 1) * offsets if za.size > 1 else (za + ca) * offsets)
+    stages = ["dot"] + (["offset"] if shift is None or shift.any() else []) + (["centred"] if beta.any() else [])
+    result = out if len(sa) == 2 else ctx.temp(out, "rows")
+
+    def name(stage):
+        return result if stage == stages[-1] else ctx.temp(out, stage)
+    product = ctx.emit("matmul_u8s8", [rows, words], name("dot"))
+    if "offset" in stages:
+        if shift is not None:
+            correction = ctx.add_constant(f"{out}.offset", shift)
+        else:       # a run-time zero point of A (DynamicQuantizeLinear's)
+            alpha = ctx.emit("cast", [a_zp], ctx.temp(out, "za"), {"to": "int32"})
+            if ca:
+                alpha = ctx.emit("add", [alpha, ctx.add_constant(f"{out}.ca", np.array(ca, np.int32))],
+                                 ctx.temp(out, "alpha"))
+            correction = ctx.emit("mul", [alpha, ctx.add_constant(f"{out}.offsets", _wrapped(offsets))],
+                                  ctx.temp(out, "alpha_s"))
+        product = ctx.emit("sub", [product, correction], name("offset"))
+    if "centred" in stages:
+        wide = ctx.emit("cast", [_reshaped(ctx, a, [int(np.prod(sa[:-1])), depth])], ctx.temp(out, "a32"),
+                        {"to": "int32"})
+        row_sums = ctx.emit("reduce", [wide], ctx.temp(out, "row_sums"),
+                            {"axes": (1,), "kind": "sum", "keepdims": True})
+        if ca:
+            row_sums = ctx.emit("add", [row_sums, ctx.add_constant(f"{out}.kca", np.array(depth * ca, np.int32))],
+                                ctx.temp(out, "row_sums_u"))
+        scaled = ctx.emit("mul", [row_sums, ctx.add_constant(f"{out}.beta", _wrapped(beta))], ctx.temp(out, "rb"))
+        product = ctx.emit("sub", [product, scaled], name("centred"))
+    if len(sa) > 2:
+        ctx.emit("reshape", [product], out, {"shape": tuple(sa[:-1]) + (n,)})
+    return out
+
+
+def _integer_product(ctx: ImportContext, a: str, b: str, a_zp, b_zp, out: str) -> str:
+    packed = _packed_product(ctx, a, b, a_zp, b_zp, out)
+    if packed is not None:
+        return packed
+    return _int_matmul(ctx, _widened(ctx, a, a_zp, out, "a"), _widened(ctx, b, b_zp, out, "b"), out)
+
+
 @converter("MatMulInteger", since=10)
 def matmul_integer(ctx: ImportContext, node):
-    out = node.output[0]
-    a = _widened(ctx, node.input[0], optional_input(node, 2), out, "a")
-    b = _widened(ctx, node.input[1], optional_input(node, 3), out, "b")
-    _int_matmul(ctx, a, b, out)
+    _integer_product(ctx, node.input[0], node.input[1], optional_input(node, 2), optional_input(node, 3),
+                     node.output[0])
 
 
 @converter("QLinearMatMul", since=10)
@@ -57,10 +145,8 @@ def qlinear_matmul(ctx: ImportContext, node):
     for s in (a_scale, b_scale, y_scale):
         if int(np.prod(ctx.shape(s))) != 1:
             raise Unsupported(f"scale {s!r} of shape {ctx.shape(s)} (per-tensor only)")
-    a = _widened(ctx, node.input[0], node.input[2], out, "a")
-    b = _widened(ctx, node.input[3], node.input[5], out, "b")
-    product = ctx.emit("cast", [_int_matmul(ctx, a, b, ctx.temp(out, "acc"))], ctx.temp(out, "acc64"),
-                       {"to": "float64"})
+    acc = _integer_product(ctx, node.input[0], node.input[3], node.input[2], node.input[5], ctx.temp(out, "acc"))
+    product = ctx.emit("cast", [acc], ctx.temp(out, "acc64"), {"to": "float64"})
     multiplier = ctx.emit("div", [ctx.emit("mul", [a_scale, b_scale], ctx.temp(out, "ab")), y_scale],
                           ctx.temp(out, "m"))
     scaled = ctx.emit("mul", [product, ctx.emit("cast", [multiplier], ctx.temp(out, "m64"), {"to": "float64"})],

@@ -344,6 +344,19 @@ def case_nn_implicit_gemm_conv_whole_tiles():
     return nn_ops.schedule(Y, "cuda"), [X, W2, Y], {}, ref
 
 
+def case_nn_matmul_u8s8():
+    """The int8 product over packed words (dp4a from sm_61; the simt run takes the C fallback)."""
+    from loopweave.nn_ops.ops.int8_matmul import matmul_u8s8
+    A, W = lw.placeholder((37, 68), name="A", dtype="uint8"), lw.placeholder((17, 50), name="W", dtype="int32")
+    D = matmul_u8s8(A, W)
+
+    def ref(a, w):
+        a_bytes = a.astype(np.int64).reshape(37, 17, 4)
+        w_bytes = w.view(np.int8).reshape(17, 50, 4).astype(np.int64)
+        return [np.einsum("ikr,kjr->ij", a_bytes, w_bytes)]
+    return nn_ops.schedule(D, "cuda"), [A, W, D], {}, ref
+
+
 def case_nn_conv2d_depthwise():
     return _conv_case((8, 1, 3, 3), 1, 8, False)
 

@@ -1,0 +1,83 @@
+"""int8 matrix products over words of four packed bytes: ``D[i, j] = sum_k a[i, k] * b[k, j]`` with a
+uint8 A and an int8 B, summed exactly in int32.
+
+A quantized dense layer (onnxruntime's ``quantize_dynamic``: MatMulInteger of uint8 activations by an
+int8 weight) widened both sides to int32 and ran the int32 matmul: 0.25x onnxruntime's speed at
+128 x 768 x 768 on Zen 5, which multiplies four bytes per instruction (VNNI ``vpdpbusd``).  Here the
+reduction runs over words: A's four bytes ``4 kw .. 4 kw + 3`` of a row are one int32 (one load: LLVM
+joins the four byte loads), B is packed at compile time into words of four rows (``pack_words``), and
+``dot4_u8s8`` multiplies and sums a word pair, which the CPU code generator turns into ``vpdpbusd``
+where the target has it.  So the matmul schedule (register tile, packed column panels) applies as it
+is, with a quarter of the reduction steps.
+
+Zero points and the signedness of each side are the converter's business (``converters/quantized``):
+an int8 A is read with each byte offset by 128 (``a_signed``), a uint8 B is packed offset by -128, and
+the corrections are elementwise terms after the product.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...dsl.expr import cast, const
+from ...dsl.intrinsics import dot4_u8s8
+from ...dsl.reduction import sum as lw_sum
+from ...dsl.tensor import Tensor, compute, reduce_axis
+from ...errors import ExprError
+
+SIGN_BITS = np.int32(-0x7F7F7F80)     # 0x80808080: flips each byte's top bit (an int8 byte + 128 as uint8)
+
+
+def pack_words(b: np.ndarray) -> np.ndarray:
+    """int8 B [K, N] -> int32 [ceil(K / 4), N]: word ``[kw, j]`` holds ``B[4 kw + r, j]`` in byte r
+    (little-endian), rows past K zero."""
+    if b.dtype != np.int8 or b.ndim != 2:
+        raise ExprError(f"pack_words takes a 2-d int8 array, got {b.dtype} of shape {b.shape}")
+    k, n = b.shape
+    padded = np.zeros((-(-k // 4) * 4, n), np.int8)
+    padded[:k] = b
+    return np.ascontiguousarray(padded.reshape(-1, 4, n).transpose(0, 2, 1)).view(np.int32)[..., 0]
+
+
+def _word(A: Tensor, i, kw, a_signed: bool):
+    """Bytes ``4 kw .. 4 kw + 3`` of A's row ``i`` as one int32, each read as uint8."""
+    def byte(r):
+        value = A[i, 4 * kw + r]
+        return cast("int32", cast("uint8", value) if a_signed else value)
+    word = byte(0) | (byte(1) << 8) | (byte(2) << 16) | (byte(3) << 24)
+    return word ^ const(int(SIGN_BITS), "int32") if a_signed else word
+
+
+def _check_a(A: Tensor, words) -> bool:
+    if A.ndim != 2 or A.dtype not in ("uint8", "int8"):
+        raise ExprError(f"matmul_u8s8: A must be a 2-d uint8 or int8 tensor, got {A.dtype} of rank {A.ndim}")
+    depth = A.shape[1]
+    if not hasattr(depth, "value") or depth.value != 4 * int(words.value):
+        raise ExprError(f"matmul_u8s8: A has {depth} columns where B's {words} words of four rows need "
+                        f"{4 * int(words.value)}; pad A's rows with zeros to a multiple of 4")
+    return A.dtype == "int8"
+
+
+def matmul_u8s8(A: Tensor, Bw: Tensor, name: str = "matmul_u8s8") -> Tensor:
+    """``D[i, j] = sum_kw dot4_u8s8(A's word kw of row i, Bw[kw, j])`` for A [M, 4 Kw] (uint8; int8
+    bytes count + 128) and B's words Bw [Kw, N] (``pack_words``)."""
+    if Bw.ndim != 2 or Bw.dtype != "int32":
+        raise ExprError(f"matmul_u8s8: B's words must be a 2-d int32 tensor, got {Bw.dtype} of rank {Bw.ndim}")
+    a_signed = _check_a(A, Bw.shape[0])
+    kw = reduce_axis((0, Bw.shape[0]), name="kw")
+    return compute((A.shape[0], Bw.shape[1]),
+                   lambda i, j: lw_sum(dot4_u8s8(_word(A, i, kw, a_signed), Bw[kw, j]), axis=kw),
+                   name=name, tag="matmul")
+
+
+def matmul_u8s8_panels(A: Tensor, Bp: Tensor, columns: int, name: str = "matmul_u8s8") -> Tensor:
+    """``matmul_u8s8`` with B's words in column panels ``Bp[ceil(N / nr), Kw, nr]`` (``pack_panels`` of
+    ``pack_words``), packed once when the network is compiled: the CPU's register-blocked schedule."""
+    if Bp.ndim != 3 or Bp.dtype != "int32":
+        raise ExprError(f"matmul_u8s8_panels: B's panels must be a 3-d int32 tensor, got {Bp.dtype} of rank "
+                        f"{Bp.ndim}")
+    a_signed = _check_a(A, Bp.shape[1])
+    nr = int(Bp.shape[2].value)
+    kw = reduce_axis((0, Bp.shape[1]), name="kw")
+    return compute((A.shape[0], int(columns)),
+                   lambda i, j: lw_sum(dot4_u8s8(_word(A, i, kw, a_signed), Bp[j // nr, kw, j % nr]), axis=kw),
+                   name=name, tag="matmul_panels")

@@ -1,0 +1,98 @@
+"""MatMulInteger and QLinearMatMul by a constant weight (the int8 product over packed words, with
+the zero points applied after it) against numpy's exact product and onnxruntime."""
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import loopweave as lw
+
+ort = pytest.importorskip("onnxruntime")
+_TYPES = {"uint8": TensorProto.UINT8, "int8": TensorProto.INT8, "int32": TensorProto.INT32,
+          "float32": TensorProto.FLOAT}
+
+
+def _model(nodes, inputs, outputs, initializers):
+    graph = helper.make_graph(nodes, "q", [helper.make_tensor_value_info(n, _TYPES[d], s) for n, d, s in inputs],
+                              [helper.make_tensor_value_info(n, _TYPES[d], s) for n, d, s in outputs],
+                              [numpy_helper.from_array(v, n) for n, v in initializers])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def _ints(rng, dtype, shape):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+# (A's dtype, B's dtype, A's zero point: None / "const" / "input", B's zero point: None / "const" /
+#  "column", A's shape, K, N)
+CASES = [
+    ("uint8", "int8", "input", None, (2, 9), 700, 33),          # quantize_dynamic's layer, 3-d A
+    ("uint8", "int8", "input", "const", (16,), 64, 40),
+    ("uint8", "uint8", "const", "const", (5,), 37, 70),         # K not a multiple of 4: A padded
+    ("int8", "int8", None, None, (3, 4), 12, 8),
+    ("int8", "uint8", "input", "column", (6,), 130, 65),
+    ("uint8", "int8", "const", "column", (1,), 768, 96),
+    ("int8", "int8", "const", None, (2, 3), 9, 3),
+]
+
+
+@pytest.mark.parametrize("a_dt,b_dt,a_zp,b_zp,lead,k,n", CASES)
+def test_matmul_integer_by_a_constant_weight_is_exact(a_dt, b_dt, a_zp, b_zp, lead, k, n):
+    rng = np.random.default_rng(k * n)
+    a, b = _ints(rng, a_dt, lead + (k,)), _ints(rng, b_dt, (k, n))
+    za = _ints(rng, a_dt, ()) if a_zp else np.zeros((), a_dt)
+    zb = _ints(rng, b_dt, (n,) if b_zp == "column" else ()) if b_zp else np.zeros((), b_dt)
+    inputs, inits, names = [("a", a_dt, a.shape)], [("b", b)], ["a", "b", "", ""]
+    feed = {"a": a}
+    if a_zp:
+        names[2] = "az"
+        (inputs.append(("az", a_dt, [])), feed.__setitem__("az", za)) if a_zp == "input" else inits.append(("az", za))
+    if b_zp:
+        names[3] = "bz"
+        inits.append(("bz", zb))
+    while names[-1] == "":
+        names.pop()
+    model = _model([helper.make_node("MatMulInteger", names, ["y"])], inputs, [("y", "int32", lead + (n,))], inits)
+    g = lw.from_onnx(model)
+    assert "matmul_u8s8" in [node.op_type for node in g.nodes]
+    (got,) = lw.compile(g, progress=False).run(feed)
+    want = (a.astype(np.int64) - za.astype(np.int64)) @ (b.astype(np.int64) - zb.astype(np.int64))
+    np.testing.assert_array_equal(got, want.astype(np.int32))
+
+
+def _dynamic_dense(rng, m, k, n, weight_dtype):
+    """A dense layer as onnxruntime's ``quantize_dynamic`` writes it."""
+    w = _ints(rng, weight_dtype, (k, n))
+    wz = np.array(0 if weight_dtype == "int8" else 128, weight_dtype)
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "qs", "qz"]),
+             helper.make_node("MatMulInteger", ["q", "w", "qz", "wz"], ["acc"]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["qs", "ws"], ["scale"]), helper.make_node("Mul", ["accf", "scale"], ["y"])]
+    return _model(nodes, [("x", "float32", [m, k])], [("y", "float32", [m, n])],
+                  [("w", w), ("wz", wz), ("ws", np.array(0.02, np.float32))])
+
+
+@pytest.mark.parametrize("m,k,n,weight_dtype", [(128, 768, 64, "int8"), (1, 256, 300, "int8"), (9, 66, 31, "uint8")])
+def test_a_dynamically_quantized_dense_layer_matches_onnxruntime(m, k, n, weight_dtype):
+    rng = np.random.default_rng(m + k)
+    model = _dynamic_dense(rng, m, k, n, weight_dtype)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    (got,) = lw.compile(lw.from_onnx(model), progress=False).run({"x": x})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("a_dt,b_dt", [("uint8", "int8"), ("int8", "int8"), ("uint8", "uint8")])
+def test_qlinear_matmul_by_a_constant_weight_matches_onnxruntime(a_dt, b_dt):
+    rng = np.random.default_rng(3)
+    a, w = _ints(rng, a_dt, (4, 50)), _ints(rng, b_dt, (50, 24))
+    inits = [("as", np.array(0.05, np.float32)), ("az", _ints(rng, a_dt, ())), ("w", w),
+             ("ws", np.array(0.01, np.float32)), ("wz", _ints(rng, b_dt, ())), ("ys", np.array(0.9, np.float32)),
+             ("yz", _ints(rng, a_dt, ()))]
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "w", "ws", "wz", "ys", "yz"], ["y"])
+    model = _model([node], [("a", a_dt, a.shape)], [("y", a_dt, [4, 24])], inits)
+    g = lw.from_onnx(model)
+    assert "matmul_u8s8" in [nd.op_type for nd in g.nodes]
+    (got,) = lw.compile(g, progress=False).run({"a": a})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1     # rounding of .5 in float32 vs 64

@@ -1,0 +1,58 @@
+"""The int8 product over packed words (``ops/int8_matmul``) against numpy, with its default schedules."""
+import numpy as np
+import pytest
+
+import loopweave as lw
+from loopweave import nn_ops
+from loopweave.errors import ExprError
+from loopweave.nn_ops.ops.int8_matmul import matmul_u8s8, matmul_u8s8_panels, pack_words
+from loopweave.nn_ops.ops.matmul import pack_panels
+
+
+def test_pack_words_puts_four_rows_in_a_word_little_endian():
+    b = np.arange(-6, 6, dtype=np.int8).reshape(6, 2)
+    words = pack_words(b)
+    assert words.shape == (2, 2) and words.dtype == np.int32
+    assert list(words[0, 0].tobytes()) == list(b[:4, 0].view(np.uint8))
+    assert list(words[1, 1].tobytes()) == list(b[4:, 1].view(np.uint8)) + [0, 0]    # rows past K are zero
+
+
+def _operands(rng, m, k, n, a_dtype):
+    a = rng.integers(0, 256, (m, k)).astype(np.uint8).view(a_dtype)
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    want = (a.astype(np.int64) + (128 if a_dtype == "int8" else 0)) @ b.astype(np.int64)
+    return a, b, want.astype(np.int32)
+
+
+@pytest.mark.parametrize("a_dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("panels", [False, True])
+@pytest.mark.parametrize("m,k,n", [(128, 768, 96), (1, 64, 3072 // 16), (7, 20, 33), (33, 4, 5)])
+def test_matmul_u8s8_matches_numpy(a_dtype, panels, m, k, n):
+    """Register tiles whole and shifted, one row, fewer columns than a panel; an int8 A counts each
+    byte + 128."""
+    a, b, want = _operands(np.random.default_rng(m + k + n), m, k, n, a_dtype)
+    A = lw.placeholder((m, k), name="A", dtype=a_dtype)
+    words = pack_words(b)
+    if panels:
+        words = pack_panels(words, 32)
+        W = lw.placeholder(words.shape, name="Wp", dtype="int32")
+        D = matmul_u8s8_panels(A, W, n)
+    else:
+        W = lw.placeholder(words.shape, name="Ww", dtype="int32")
+        D = matmul_u8s8(A, W)
+    f = lw.build(nn_ops.schedule(D, "llvm"), [A, W, D])
+    out = np.full((m, n), np.iinfo(np.int32).min, np.int32)
+    f(a, words, out)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_matmul_u8s8_names_what_is_wrong_with_its_operands():
+    W = lw.placeholder((5, 8), name="W", dtype="int32")
+    with pytest.raises(ExprError, match="A has 19 columns where B's 5 words of four rows need 20; pad A"):
+        matmul_u8s8(lw.placeholder((3, 19), name="A", dtype="uint8"), W)
+    with pytest.raises(ExprError, match="uint8 or int8"):
+        matmul_u8s8(lw.placeholder((3, 20), name="A", dtype="float32"), W)
+    with pytest.raises(ExprError, match="B's words must be a 2-d int32"):
+        matmul_u8s8(lw.placeholder((3, 20), name="A", dtype="uint8"), lw.placeholder((5, 8), name="W"))
+    with pytest.raises(ExprError, match="2-d int8 array"):
+        pack_words(np.zeros((4, 4), np.uint8))
