@@ -267,6 +267,40 @@ def reduce(X: Tensor, axes: Sequence[int], kind: str = "sum", keepdims: bool = T
     return compute(out_shape, body, name=name, tag="reduce")
 
 
+LONG_REDUCTION = 4096     # values reduced per output from which few outputs are split (``_split_reduction``)
+FEW_OUTPUTS = 4
+
+
+def _long_and_few(op, stage) -> bool:
+    """At most FEW_OUTPUTS outputs, each reducing at least LONG_REDUCTION values (static sizes, no bools)."""
+    reduce_leaves = [iv for iv in stage.leaf_iter_vars if iv.kind == "reduce"]
+    if len(reduce_leaves) != 1 or op.output(0).dtype == "bool" or \
+            not all(isinstance(iv.extent, Const) for iv in list(op.axis) + list(op.reduce_axis)):
+        return False
+    return math.prod(iv.extent.value for iv in op.axis) <= FEW_OUTPUTS and \
+        math.prod(iv.extent.value for iv in op.reduce_axis) >= LONG_REDUCTION
+
+
+def _split_reduction(s, op, target):
+    """Few long reductions (DynamicQuantizeLinear's min and max of a whole tensor): one output element
+    per thread left a core idle and reduced one value at a time.  Instead each thread reduces its
+    share of the values into a vector of partial results (two ``rfactor``s), and the partials are
+    reduced after.  min/max of 128 x 768 floats: 48 -> 3.5 us (one-off timing, Zen 5, 2 threads).
+    A sum is reassociated (as onnxruntime's and numpy's are)."""
+    out = op.output(0)
+    r = [iv for iv in s[op].leaf_iter_vars if iv.kind == "reduce"][0]
+    share, _ = s[op].split(r, nparts=max(1, target.num_threads))
+    partial = s.rfactor(out, share)                         # [thread, outputs...]
+    per_thread = s[partial]
+    _, lane = per_thread.split(per_thread.op.reduce_axis[0], factor=4 * target.lanes(out.dtype))
+    lanes = s.rfactor(partial, lane, factor_axis=len(per_thread.op.axis))     # [thread, outputs..., lane]
+    stage = s[lanes]
+    axes = list(stage.op.axis)
+    stage.reorder(*axes[:-1], stage.op.reduce_axis[0], axes[-1])
+    stage.vectorize(axes[-1])
+    stage.parallel(axes[0])
+
+
 @register_schedule("reduce", "llvm")
 def schedule_reduce(s, op, target):
     """Parallel over the output elements; each reduces serially, over one fused loop.
@@ -278,6 +312,9 @@ def schedule_reduce(s, op, target):
     stage = s[op]
     if len(op.reduce_axis) > 1 and all(isinstance(r.extent, Const) for r in op.reduce_axis[1:]):
         stage.fuse(*op.reduce_axis)
+    if _long_and_few(op, stage):
+        _split_reduction(s, op, target)
+        return
     axes = list(op.axis)
     axes = axes[:constant_divisor_prefix(axes)]     # symbolic extents: no division by a run-time size
     if len(axes) > 1:

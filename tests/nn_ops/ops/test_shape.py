@@ -1,0 +1,45 @@
+"""The reduce op's schedules: few long reductions split across threads and vector lanes."""
+import numpy as np
+import pytest
+
+import loopweave as lw
+from loopweave import nn_ops
+from loopweave.nn_ops.ops.shape import reduce
+
+NUMPY = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min, "prod": np.prod}
+
+
+@pytest.mark.parametrize("kind", sorted(NUMPY))
+@pytest.mark.parametrize("shape,axes", [((128, 768), (0, 1)), ((4097,), (0,)), ((3, 5001), (1,)),
+                                        ((2, 3, 2048), (0, 2))])
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_few_long_reductions_match_numpy(kind, shape, axes, dtype):
+    """Whole tensors and few rows, with shares and lane blocks that do not divide the length (guarded)."""
+    if kind == "mean" and dtype == "int32":
+        pytest.skip("an integer mean has no reciprocal")
+    rng = np.random.default_rng(len(shape))
+    if kind == "prod":      # products of values near 1 (floats) or of mostly ones (ints) stay finite
+        x = (rng.uniform(0.999, 1.001, shape) if dtype == "float32" else rng.choice([1, 1, 1, -1], shape))
+    else:
+        x = rng.standard_normal(shape) * 100
+    x = x.astype(dtype)
+    X = lw.placeholder(shape, name="X", dtype=dtype)
+    R = reduce(X, list(axes), kind, keepdims=False)
+    s = nn_ops.schedule(R, "llvm")
+    text = str(lw.lower(s, [X, R]))
+    assert "parallel" in text and "ramp(" in text, text
+    f = lw.build(s, [X, R])
+    out = np.zeros(tuple(d for a, d in enumerate(shape) if a not in axes), dtype)
+    f(x, out)
+    want = NUMPY[kind](x.astype(np.float64), axis=axes)
+    if dtype == "int32":
+        np.testing.assert_array_equal(out, want.astype(np.int64).astype(np.int32))
+    else:
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
+
+
+def test_many_short_reductions_keep_one_output_per_iteration():
+    X = lw.placeholder((64, 4096), name="X")
+    R = reduce(X, [1], "max", keepdims=False)
+    text = str(lw.lower(nn_ops.schedule(R, "llvm"), [X, R]))
+    assert ".rf" not in text, text
