@@ -22,7 +22,8 @@ from ...dsl.tensor import Tensor, placeholder
 from ...errors import ExprError
 from ..ops import elementwise as ew
 from ..ops import (arg_reduce, bitwise as _bitwise, cumsum, einsum, grid_sample, index as index_ops,
-                   logic as logic_ops, loss as loss_ops, lrn, math as math_ops, pooling, quantize, recurrent, resize,
+                   logic as logic_ops, loss as loss_ops, lrn, math as math_ops, patches as _patches, pooling, quantize,
+                   recurrent, resize,
                    rotary, scatter, shape as shape_ops, topk)
 from ..ops.elementwise import static_shape
 
@@ -233,6 +234,9 @@ for _name, _fn in _UNARY.items():
 
 OPS["transpose"] = OpDef(lambda inputs, attrs: shape_ops.transpose(inputs[0], attrs["perm"]), "injective")
 OPS["concat"] = OpDef(lambda inputs, attrs: shape_ops.concat(list(inputs), attrs["axis"]), "injective")
+OPS["patches"] = OpDef(lambda inputs, attrs: _patches.patches(
+    inputs[0], attrs["kernel"], attrs["stride"], attrs["padding"], attrs["dilation"],
+    inputs[1] if len(inputs) > 1 else None), "injective")
 OPS["pad"] = OpDef(lambda inputs, attrs: shape_ops.pad(inputs[0], attrs["before"], attrs["after"],
                                                         attrs.get("value", 0.0)), "injective")
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...ops.int8_matmul import pack_words
 from ..context import ImportContext, Unsupported, converter, optional_input
-from .nn import _reshaped
+from .nn import _conv, _reshaped, _spatial_padding
 
 
 
@@ -136,6 +136,50 @@ def _integer_product(ctx: ImportContext, a: str, b: str, a_zp, b_zp, out: str) -
 def matmul_integer(ctx: ImportContext, node):
     _integer_product(ctx, node.input[0], node.input[1], optional_input(node, 2), optional_input(node, 3),
                      node.output[0])
+
+
+@converter("ConvInteger", since=10)
+def conv_integer(ctx: ImportContext, node):
+    """The exact int32 convolution of ``x - x_zero_point`` by ``w - w_zero_point`` (a zero point per
+    output channel allowed for w).  With a constant weight and one group, as the int8 product of the
+    input's patches (channels last, padded with x's zero point) by the weight's columns; otherwise
+    the int32 convolution of the widened operands."""
+    out = node.output[0]
+    x, w, x_zp, w_zp = node.input[0], node.input[1], optional_input(node, 2), optional_input(node, 3)
+    for name, what in ((x, "input"), (w, "weight")):
+        if ctx.dtype(name) not in ("int8", "uint8"):
+            raise Unsupported(f"{what} {name!r} of dtype {ctx.dtype(name)} (int8 or uint8 expected)")
+    if x_zp and int(np.prod(ctx.shape(x_zp))) != 1:
+        raise Unsupported(f"input zero point {x_zp!r} of shape {ctx.shape(x_zp)} (one value expected)")
+    rank, group = len(ctx.shape(x)), int(ctx.attr(node, "group", 1))
+    if rank == 4 and group == 1 and ctx.const(w) is not None and (not w_zp or ctx.const(w_zp) is not None):
+        _conv_as_product(ctx, node, x, w, x_zp, w_zp, out)
+        return
+    if w_zp and int(np.prod(ctx.shape(w_zp))) != 1:
+        raise Unsupported(f"weight zero point {w_zp!r} of shape {ctx.shape(w_zp)} with {group} groups or a "
+                          f"run-time weight (one value expected)")
+    _conv(ctx, node, [_widened(ctx, x, x_zp, out, "x"), _widened(ctx, w, w_zp, out, "w")], out)
+
+
+def _conv_as_product(ctx: ImportContext, node, x: str, w: str, x_zp, w_zp, out: str) -> None:
+    n, c, h, width = ctx.shape(x)
+    weight = ctx.const(w)
+    oc, _, kh, kw = weight.shape
+    kernel = list(ctx.attr(node, "kernel_shape", [kh, kw]))
+    stride = list(ctx.attr(node, "strides", [1, 1]))
+    dilation = list(ctx.attr(node, "dilations", [1, 1]))
+    padding = _spatial_padding(ctx, node, (h, width), kernel, stride, dilation)
+    nhwc = ctx.emit("transpose", [x], ctx.temp(out, "nhwc"), {"perm": (0, 2, 3, 1)})
+    cols = ctx.emit("patches", [nhwc] + ([x_zp] if x_zp else []), ctx.temp(out, "patches"),
+                    {"kernel": (kh, kw), "stride": tuple(stride), "padding": tuple(padding),
+                     "dilation": tuple(dilation)})
+    _, oh, ow = ctx.shape(cols)[:3]
+    rows = _reshaped(ctx, cols, [n * oh * ow, kh * kw * c])
+    columns = ctx.add_constant(f"{w}.columns", np.ascontiguousarray(weight.transpose(2, 3, 1, 0).reshape(-1, oc)))
+    product = _packed_product(ctx, rows, columns, x_zp, w_zp, ctx.temp(out, "product"))
+    pixels = _reshaped(ctx, product, [n, oh * ow, oc])
+    channels = ctx.emit("transpose", [pixels], ctx.temp(out, "nchw"), {"perm": (0, 2, 1)})
+    ctx.emit("reshape", [channels], out, {"shape": (n, oc, oh, ow)}, name=node.name)
 
 
 @converter("QLinearMatMul", since=10)

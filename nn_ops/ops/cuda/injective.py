@@ -26,6 +26,7 @@ def bind_fused(stage, axes, threads: int = THREADS):
 @register_schedule("elemwise", "cuda")
 @register_schedule("broadcast", "cuda")
 @register_schedule("injective", "cuda")
+@register_schedule("patches", "cuda")
 def schedule_injective(s, op, target) -> None:
     stage = s[op]
     if getattr(stage, "fused_anchor", None) is not None:

@@ -357,6 +357,20 @@ def case_nn_matmul_u8s8():
     return nn_ops.schedule(D, "cuda"), [A, W, D], {}, ref
 
 
+def case_nn_patches_padded_with_a_value():
+    """An int8 convolution's patches (channels last), padded with a run-time zero point."""
+    from loopweave.nn_ops.ops.patches import patches
+    X, Z = lw.placeholder((1, 5, 6, 4), name="X", dtype="uint8"), lw.placeholder((1,), name="Z", dtype="uint8")
+    P = patches(X, (3, 3), (2, 1), (1, 1, 1, 1), (1, 1), Z)
+
+    def ref(x, z):
+        xp = np.full((1, 7, 8, 4), z[0], np.uint8)
+        xp[:, 1:6, 1:7] = x
+        return [np.stack([np.stack([xp[:, ky:ky + 5:2, kx:kx + 6] for kx in range(3)], axis=3) for ky in range(3)],
+                         axis=3)]
+    return nn_ops.schedule(P, "cuda"), [X, Z, P], {}, ref
+
+
 def case_nn_conv2d_depthwise():
     return _conv_case((8, 1, 3, 3), 1, 8, False)
 

@@ -96,3 +96,59 @@ def test_qlinear_matmul_by_a_constant_weight_matches_onnxruntime(a_dt, b_dt):
     (got,) = lw.compile(g, progress=False).run({"a": a})
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
     assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1     # rounding of .5 in float32 vs 64
+
+
+def _conv_integer_model(rng, x_dt, w_dt, x_shape, w_shape, attrs, x_zp, w_zp):
+    """ConvInteger with x's zero point a graph input ("input"), a constant ("const") or absent, and w's
+    one constant, one per output channel ("channel") or absent; the feed and the exact reference."""
+    from onnx.reference import ReferenceEvaluator
+    x, w = _ints(rng, x_dt, x_shape), _ints(rng, w_dt, w_shape)
+    inputs, inits, names, feed = [("x", x_dt, x_shape)], [("w", w)], ["x", "w", "", ""], {"x": x}
+    if x_zp:
+        names[2] = "xz"
+        z = _ints(rng, x_dt, ())
+        if x_zp == "input":
+            inputs.append(("xz", x_dt, []))
+            feed["xz"] = z
+        else:
+            inits.append(("xz", z))
+    if w_zp:
+        names[3] = "wz"
+        inits.append(("wz", _ints(rng, w_dt, (w_shape[0],) if w_zp == "channel" else ())))
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("ConvInteger", names, ["y"], **attrs)
+    probe = _model([node], inputs, [("y", "int32", None)], inits)
+    probe.graph.output[0].type.tensor_type.ClearField("shape")
+    want = ReferenceEvaluator(probe).run(None, feed)[0]
+    return _model([node], inputs, [("y", "int32", want.shape)], inits), feed, want
+
+
+@pytest.mark.parametrize("x_dt,w_dt,x_shape,w_shape,attrs,x_zp,w_zp,op", [
+    ("uint8", "int8", (1, 8, 9, 10), (16, 8, 3, 3), dict(pads=[1, 1, 1, 1]), "input", "const", "matmul_u8s8"),
+    ("uint8", "uint8", (2, 5, 9, 10), (7, 5, 3, 2), dict(pads=[1, 0, 2, 1], strides=[2, 1]), "input", "channel",
+     "matmul_u8s8"),
+    ("int8", "int8", (1, 3, 12, 12), (4, 3, 5, 5), dict(dilations=[2, 2], pads=[2, 2, 2, 2]), "const", "const",
+     "matmul_u8s8"),
+    ("uint8", "int8", (1, 4, 6, 6), (6, 4, 1, 1), {}, None, None, "matmul_u8s8"),
+    ("uint8", "int8", (1, 4, 6, 6), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1]), "input", "const", "conv2d"),
+    ("uint8", "uint8", (1, 4, 6, 6), (6, 2, 3, 3), dict(group=2, auto_pad="SAME_UPPER"), "input", "const", "conv2d"),
+])
+def test_conv_integer_is_exact(x_dt, w_dt, x_shape, w_shape, attrs, x_zp, w_zp, op):
+    """One group and a constant weight: the int8 product of the input's patches (padded with x's zero
+    point, a run-time value from DynamicQuantizeLinear); grouped: the widened int32 convolution."""
+    model, feed, want = _conv_integer_model(np.random.default_rng(len(x_shape) + w_shape[0]), x_dt, w_dt, x_shape,
+                                            w_shape, attrs, x_zp, w_zp)
+    g = lw.from_onnx(model)
+    assert op in [node.op_type for node in g.nodes]
+    (got,) = lw.compile(g, progress=False).run(feed)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_conv_integer_refuses_float_operands_by_name():
+    from loopweave.errors import OnnxImportError
+    node = helper.make_node("ConvInteger", ["x", "w"], ["y"])
+    model = _model([node], [("x", "float32", [1, 2, 4, 4])], [("y", "int32", [1, 2, 4, 4])],
+                   [("w", np.ones((2, 2, 1, 1), np.float32))])
+    with pytest.raises(OnnxImportError, match="int8 or uint8 expected"):
+        lw.from_onnx(model)
