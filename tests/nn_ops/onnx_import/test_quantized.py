@@ -152,3 +152,27 @@ def test_conv_integer_refuses_float_operands_by_name():
                    [("w", np.ones((2, 2, 1, 1), np.float32))])
     with pytest.raises(OnnxImportError, match="int8 or uint8 expected"):
         lw.from_onnx(model)
+
+
+@pytest.mark.parametrize("axis,per_axis", [(1, False), (1, True), (0, True)])
+def test_a_dequantized_constant_weight_is_folded_at_import(axis, per_axis):
+    """DequantizeLinear of a constant (quantize_dynamic's embeddings, QDQ weights) becomes a float
+    constant, so the product reading it is a dense layer, not a run-time matrix."""
+    rng = np.random.default_rng(axis)
+    w = _ints(rng, "int8", (24, 10))
+    size = w.shape[axis] if per_axis else 1
+    scale = rng.uniform(0.01, 0.1, size).astype(np.float32).reshape(-1 if per_axis else ())
+    zero = _ints(rng, "int8", (size,) if per_axis else ())
+    nodes = [helper.make_node("DequantizeLinear", ["w", "s", "z"], ["wf"], axis=axis),
+             helper.make_node("MatMul", ["x", "wf"], ["y"])]
+    model = _model(nodes, [("x", "float32", [3, 24])], [("y", "float32", [3, 10])],
+                   [("w", w), ("s", scale), ("z", zero)])
+    model.opset_import[0].version = 13
+    g = lw.from_onnx(model)
+    assert "dequantize" not in [node.op_type for node in g.nodes]
+    x = rng.standard_normal((3, 24)).astype(np.float32)
+    (got,) = lw.compile(g, progress=False).run({"x": x})
+    # (not onnxruntime: it turns DequantizeLinear -> MatMul into a product of x quantized on the fly)
+    along = [-1 if d == axis else 1 for d in range(2)] if per_axis else []
+    want = x @ ((w.astype(np.float32) - zero.reshape(along)) * scale.reshape(along))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
