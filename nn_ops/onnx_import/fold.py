@@ -68,27 +68,31 @@ def _cast(i, a):
     return [i[0].astype(h.tensor_dtype_to_np_dtype(a["to"]))]
 
 
+def dequantized(x: np.ndarray, scale: np.ndarray, zero_point=None, axis: int = 1, block: int = 0) -> np.ndarray:
+    """DequantizeLinear of constants, in numpy: ``(x - zero_point) * scale``, the scale (and zero
+    point) one value, one per position along ``axis``, or one per ``block`` positions.  The same
+    float32 values as the dequantize op: ``x - zero_point`` is exact, and the product rounded once."""
+    def spread(p):
+        p = np.asarray(p)
+        if p.size == 1 and not block:
+            return p.reshape(())
+        if block:
+            return np.repeat(p, block, axis=axis % x.ndim)[tuple(slice(0, d) for d in x.shape)]
+        return p.reshape([-1 if a == axis % x.ndim else 1 for a in range(x.ndim)])
+    value = x.astype(np.float64) if zero_point is None else x.astype(np.float64) - spread(zero_point)
+    return (value * spread(scale)).astype(scale.dtype)
+
+
 @folder("DequantizeLinear")
 def _dequantize(i, a):
-    """``(x - zero_point) * scale`` in the scale's type, as the dequantize op computes it: a quantized
-    weight (quantize_dynamic's embedding, a QDQ model's weights) becomes a float constant at import,
-    so the product reading it packs it once.  Dequantizing GPT-2's tied embedding on every run and
-    multiplying by it as a run-time matrix took 76 of the quantized model's 89 ms.  Blocked scales
-    (opset 21) are left to the op."""
+    """A quantized weight (quantize_dynamic's embedding, a QDQ model's weights) becomes a float
+    constant at import, so the product reading it packs it once.  Dequantizing GPT-2's tied
+    embedding on every run and multiplying by it as a run-time matrix took 76 of the quantized
+    model's 89 ms."""
     x, scale = i[0], i[1]
-    zero = i[2] if len(i) > 2 else None
-    if a.get("block_size", 0) or scale.dtype.kind != "f" or x.dtype.kind not in "iu":
+    if scale.dtype.kind != "f" or x.dtype.kind not in "iu":
         return None
-    axis = a.get("axis", 1) % max(1, x.ndim)
-
-    def along(p):
-        if p.size == 1 and not (x.ndim and x.shape[axis] == 1 and p.ndim == 1):
-            return p.reshape(())
-        return p.reshape([-1 if d == axis else 1 for d in range(x.ndim)])
-    value = x.astype(scale.dtype)
-    if zero is not None:
-        value = value - along(zero).astype(scale.dtype)
-    return [value * along(scale)]
+    return [dequantized(x, scale, i[2] if len(i) > 2 else None, a.get("axis", 1), a.get("block_size", 0))]
 
 
 @folder("Gather")

@@ -28,7 +28,7 @@ from ..ops.quantize import dequantize, quantize
 from ..ops.scatter import scatter_elements, scatter_nd
 from ..ops.shape import pad, reduce, softmax
 from ..ops.trig import FUNCTIONS as TRIG
-from .fold import WINDOW_TERMS
+from .fold import WINDOW_TERMS, dequantized
 from .context import optional_input, optional_output
 from .importer import np_dtype
 from .polymorphic_common import _attr, _show
@@ -189,7 +189,7 @@ def quantization(walk, node, label: str) -> None:
     if walk.consts[inputs[1]].size > 1 and (not shape or not S.is_static(shape[axis % len(shape)])):
         raise walk.unsupported(f"a scale per position along the symbolic axis {axis} ({_show(shape)})")
     if node.op_type == "DequantizeLinear" and inputs[0] in walk.consts:     # an int8 weight: float once, here
-        walk.consts[node.output[0]] = _dequantized(*(walk.consts[i] for i in inputs), axis=axis, block=block)
+        walk.consts[node.output[0]] = dequantized(*(walk.consts[i] for i in inputs), axis=axis, block=block)
         return
     if node.op_type == "DequantizeLinear":
         to = None
@@ -535,20 +535,6 @@ def loss(walk, node, label: str) -> None:
         return compute((), lambda: total[()] / count[()], name="nll.mean", tag="elemwise")
     walk.kernel(label, ("loss", of_logits, reduction, ignore), [x, target] + ([weight] if weight else []),
                 node.output[0], make, out_shape=walk.aliased(walk.shapes.shapes[node.output[0]]))
-
-
-def _dequantized(x: np.ndarray, scale: np.ndarray, zero_point=None, axis: int = 1, block: int = 0) -> np.ndarray:
-    """DequantizeLinear of constants, in numpy: ``(x - zero_point) * scale``, the scale (and zero
-    point) one value, one per position along ``axis``, or one per ``block`` positions."""
-    def spread(p):
-        p = np.asarray(p)
-        if p.size == 1 and not block:
-            return p.reshape(())
-        if block:
-            return np.repeat(p, block, axis=axis % x.ndim)[tuple(slice(0, d) for d in x.shape)]
-        return p.reshape([-1 if a == axis % x.ndim else 1 for a in range(x.ndim)])
-    value = x.astype(np.float64) if zero_point is None else x.astype(np.float64) - spread(zero_point)
-    return (value * spread(scale)).astype(scale.dtype)
 
 
 OPS = {"Trilu": trilu_kernel, "Tile": tile_kernel, "ConstantOfShape": constant_of_shape,

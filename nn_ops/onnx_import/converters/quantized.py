@@ -155,10 +155,16 @@ def conv_integer(ctx: ImportContext, node):
     if rank == 4 and group == 1 and ctx.const(w) is not None and (not w_zp or ctx.const(w_zp) is not None):
         _conv_as_product(ctx, node, x, w, x_zp, w_zp, out)
         return
-    if w_zp and int(np.prod(ctx.shape(w_zp))) != 1:
-        raise Unsupported(f"weight zero point {w_zp!r} of shape {ctx.shape(w_zp)} with {group} groups or a "
-                          f"run-time weight (one value expected)")
-    _conv(ctx, node, [_widened(ctx, x, x_zp, out, "x"), _widened(ctx, w, w_zp, out, "w")], out)
+    wide_w = _widened(ctx, w, None, out, "w")
+    if w_zp:
+        channels = ctx.shape(w)[0]
+        if int(np.prod(ctx.shape(w_zp))) not in (1, channels):
+            raise Unsupported(f"weight zero point {w_zp!r} of shape {ctx.shape(w_zp)} (one value, or one per "
+                              f"output channel: {channels})")
+        zp = ctx.emit("cast", [w_zp], ctx.temp(out, "w_zp"), {"to": "int32"})
+        zp = _reshaped(ctx, zp, [int(np.prod(ctx.shape(w_zp)))] + [1] * (rank - 1))
+        wide_w = ctx.emit("sub", [wide_w, zp], ctx.temp(out, "w_c"))
+    _conv(ctx, node, [_widened(ctx, x, x_zp, out, "x"), wide_w], out)
 
 
 def _conv_as_product(ctx: ImportContext, node, x: str, w: str, x_zp, w_zp, out: str) -> None:

@@ -133,6 +133,8 @@ def _conv_integer_model(rng, x_dt, w_dt, x_shape, w_shape, attrs, x_zp, w_zp):
     ("uint8", "int8", (1, 4, 6, 6), (6, 4, 1, 1), {}, None, None, "matmul_u8s8"),
     ("uint8", "int8", (1, 4, 6, 6), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1]), "input", "const", "conv2d"),
     ("uint8", "uint8", (1, 4, 6, 6), (6, 2, 3, 3), dict(group=2, auto_pad="SAME_UPPER"), "input", "const", "conv2d"),
+    ("uint8", "int8", (1, 4, 6, 6), (6, 2, 3, 3), dict(group=2, pads=[1, 1, 1, 1]), "const", "channel", "conv2d"),
+    ("int8", "uint8", (2, 3, 7), (5, 3, 3), dict(pads=[1, 1]), "input", "const", "conv2d"),     # 1-d
 ])
 def test_conv_integer_is_exact(x_dt, w_dt, x_shape, w_shape, attrs, x_zp, w_zp, op):
     """One group and a constant weight: the int8 product of the input's patches (padded with x's zero
@@ -154,25 +156,31 @@ def test_conv_integer_refuses_float_operands_by_name():
         lw.from_onnx(model)
 
 
-@pytest.mark.parametrize("axis,per_axis", [(1, False), (1, True), (0, True)])
-def test_a_dequantized_constant_weight_is_folded_at_import(axis, per_axis):
-    """DequantizeLinear of a constant (quantize_dynamic's embeddings, QDQ weights) becomes a float
-    constant, so the product reading it is a dense layer, not a run-time matrix."""
-    rng = np.random.default_rng(axis)
+@pytest.mark.parametrize("axis,per_axis,block", [(1, False, 0), (1, True, 0), (0, True, 0), (0, True, 8)])
+def test_a_dequantized_constant_weight_is_folded_at_import(axis, per_axis, block):
+    """DequantizeLinear of a constant (quantize_dynamic's embeddings, QDQ weights; per tensor, per axis,
+    per block) becomes a float constant, so the product reading it is a dense layer, not a run-time
+    matrix."""
+    rng = np.random.default_rng(axis + block)
     w = _ints(rng, "int8", (24, 10))
-    size = w.shape[axis] if per_axis else 1
-    scale = rng.uniform(0.01, 0.1, size).astype(np.float32).reshape(-1 if per_axis else ())
-    zero = _ints(rng, "int8", (size,) if per_axis else ())
-    nodes = [helper.make_node("DequantizeLinear", ["w", "s", "z"], ["wf"], axis=axis),
+    shape = (3, 10) if block else (w.shape[axis],) if per_axis else ()
+    scale = rng.uniform(0.01, 0.1, shape).astype(np.float32)
+    zero = _ints(rng, "int8", shape)
+    nodes = [helper.make_node("DequantizeLinear", ["w", "s", "z"], ["wf"], axis=axis,
+                              **({"block_size": block} if block else {})),
              helper.make_node("MatMul", ["x", "wf"], ["y"])]
     model = _model(nodes, [("x", "float32", [3, 24])], [("y", "float32", [3, 10])],
                    [("w", w), ("s", scale), ("z", zero)])
-    model.opset_import[0].version = 13
+    model.opset_import[0].version = 21 if block else 13
     g = lw.from_onnx(model)
     assert "dequantize" not in [node.op_type for node in g.nodes]
     x = rng.standard_normal((3, 24)).astype(np.float32)
     (got,) = lw.compile(g, progress=False).run({"x": x})
     # (not onnxruntime: it turns DequantizeLinear -> MatMul into a product of x quantized on the fly)
-    along = [-1 if d == axis else 1 for d in range(2)] if per_axis else []
-    want = x @ ((w.astype(np.float32) - zero.reshape(along)) * scale.reshape(along))
+    if block:
+        spread = [np.repeat(p, block, axis=0)[:24] for p in (zero, scale)]
+    else:
+        along = [-1 if d == axis else 1 for d in range(2)] if per_axis else []
+        spread = [zero.reshape(along), scale.reshape(along)]
+    want = x @ ((w.astype(np.float32) - spread[0]) * spread[1])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

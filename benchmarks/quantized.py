@@ -1,0 +1,71 @@
+"""Dynamically quantized networks against onnxruntime: the zoo's models through onnxruntime's own
+``quantize_dynamic`` (int8 weights; DynamicQuantizeLinear, MatMulInteger and ConvInteger), interleaved.
+
+``python -m benchmarks.quantized [--threads 2] [--pairs 7] [--models resnet18 gpt2 ...] [--weights int8|uint8]
+[--small]``
+
+Prints per model loopweave's and onnxruntime's latency (medians), the ratio (median of per-pair
+onnxruntime / loopweave: > 1 means loopweave is faster), and how far apart the two outputs are: the
+largest difference over the output's largest value, and for classifiers whether the top class
+agrees.  The two are not expected to be equal: each integer product is exact in both (the test
+suite checks ours op by op), but a float rounding anywhere upstream of a DynamicQuantizeLinear (a
+layer norm, a folded batch norm) can move its scale and flip quantized values.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import tempfile
+
+import numpy as np
+
+import loopweave as lw
+from loopweave.nn_ops.testing import model_zoo
+from loopweave.nn_ops.testing.onnxruntime_peer import compare_with_onnxruntime, onnxruntime_session
+
+from .network import _feed
+
+MODELS = ("resnet18", "mobilenet_v2", "squeezenet1_1", "transformer_encoder", "vit_tiny", "gpt2")
+CLASSIFIERS = ("resnet18", "mobilenet_v2", "small_cnn", "squeezenet1_1", "vit_tiny", "efficientnet_lite", "convnext",
+               "densenet", "mlp_mixer")
+
+
+def quantized(model, weights: str = "int8"):
+    """``model`` as ``onnxruntime.quantization.quantize_dynamic`` writes it."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    logging.getLogger().setLevel(logging.ERROR)     # its advice to pre-process the model first
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = os.path.join(tmp, "model.onnx"), os.path.join(tmp, "quantized.onnx")
+        onnx.save(model, src)
+        quantize_dynamic(src, dst, weight_type=QuantType.QInt8 if weights == "int8" else QuantType.QUInt8)
+        return onnx.load(dst)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--pairs", type=int, default=7)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=sorted(model_zoo.NAMES))
+    parser.add_argument("--weights", choices=("int8", "uint8"), default="int8")
+    parser.add_argument("--small", action="store_true", help="the models' test-sized variants")
+    args = parser.parse_args(argv)
+    print(f"quantize_dynamic ({args.weights} weights), {args.threads} thread(s); ratio = onnxruntime / loopweave")
+    print(f"{'model':<20} {'loopweave ms':>12} {'onnxrt ms':>10} {'ratio':>6}   {'max diff / scale':>16}  top-1")
+    for name in args.models:
+        float_model = getattr(model_zoo, name)(**(model_zoo.SMALL.get(name, {}) if args.small else {}))
+        model = quantized(float_model, args.weights)
+        exe = lw.compile(lw.from_onnx(model), progress=False)
+        feed = _feed(name, float_model) or {i.name: np.random.default_rng(0).standard_normal(
+            [d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32) for i in model.graph.input}
+        ours, theirs = exe.run(feed)[0], onnxruntime_session(model, args.threads).run(None, feed)[0]
+        apart = float(np.abs(ours - theirs).max()) / max(1e-12, float(np.abs(theirs).max()))
+        top1 = "agrees" if np.array_equal(ours.argmax(-1), theirs.argmax(-1)) else "DIFFERS"
+        c = compare_with_onnxruntime(model, exe, threads=args.threads, pairs=args.pairs, feed=feed, check=False)
+        print(f"{name:<20} {c.ours_s * 1e3:12.2f} {c.theirs_s * 1e3:10.2f} {c.ratio:6.2f}   {apart:16.4f}  "
+              f"{top1 if name in CLASSIFIERS else '-'}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""``python -m benchmarks.quantized`` runs end to end on the test-sized zoo models: each is quantized by
+onnxruntime's quantize_dynamic (ConvInteger, MatMulInteger, a dequantized embedding), compiled, compared
+and timed.  Run in a subprocess, as users run it."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("weights", ["int8", "uint8"])
+def test_quantized_benchmark_compiles_compares_and_times_each_model(weights):
+    out = subprocess.run([sys.executable, "-m", "benchmarks.quantized", "--threads", "1", "--pairs", "1", "--small",
+                          "--weights", weights, "--models", "small_cnn", "squeezenet1_1", "gpt2"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[2:]}
+    assert set(rows) == {"small_cnn", "squeezenet1_1", "gpt2"}, out.stdout
+    for name, row in rows.items():
+        assert float(row[4]) < 0.1, out.stdout        # the outputs are close (quantization flips aside)
+    assert rows["squeezenet1_1"][5] == "agrees", out.stdout
