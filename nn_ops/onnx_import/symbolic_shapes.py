@@ -913,7 +913,7 @@ def _window_out(ctx: _Inference, size, k, s, d, pb, pe, auto_pad: str, ceil_mode
     return out
 
 
-@rule("Conv")
+@rule("Conv", "ConvInteger")
 def _conv(ctx: _Inference, node):
     x, w = ctx.shape(node.input[0]), ctx.shape(node.input[1])
     spatial = len(x) - 2

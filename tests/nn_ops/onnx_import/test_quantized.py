@@ -184,3 +184,18 @@ def test_a_dequantized_constant_weight_is_folded_at_import(axis, per_axis, block
         spread = [zero.reshape(along), scale.reshape(along)]
     want = x @ ((w.astype(np.float32) - spread[0]) * spread[1])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_conv_integer_of_symbolic_batch_compiles_per_shape_and_says_why():
+    """ConvInteger has a symbolic shape rule but no compile-once kernel: the warning names it."""
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(4)
+    w = _ints(rng, "int8", (5, 4, 3, 3))
+    node = helper.make_node("ConvInteger", ["x", "w", "xz"], ["y"], pads=[1, 1, 1, 1])
+    model = _model([node], [("x", "uint8", ["N", 4, 6, 6])], [("y", "int32", ["N", 5, 6, 6])],
+                   [("w", w), ("xz", np.array(7, np.uint8))])
+    with pytest.warns(lw.PerShapeCompileWarning, match="ConvInteger: no shape-polymorphic kernel"):
+        exe = lw.compile(lw.from_onnx(model), progress=False)
+    for batch in (1, 3):
+        x = _ints(rng, "uint8", (batch, 4, 6, 6))
+        np.testing.assert_array_equal(exe.run({"x": x})[0], ReferenceEvaluator(model).run(None, {"x": x})[0])
