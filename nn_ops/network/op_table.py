@@ -236,7 +236,7 @@ OPS["transpose"] = OpDef(lambda inputs, attrs: shape_ops.transpose(inputs[0], at
 OPS["concat"] = OpDef(lambda inputs, attrs: shape_ops.concat(list(inputs), attrs["axis"]), "injective")
 OPS["patches"] = OpDef(lambda inputs, attrs: _patches.patches(
     inputs[0], attrs["kernel"], attrs["stride"], attrs["padding"], attrs["dilation"],
-    inputs[1] if len(inputs) > 1 else None), "injective")
+    inputs[1] if len(inputs) > 1 else None, attrs.get("channels")), "injective")
 OPS["pad"] = OpDef(lambda inputs, attrs: shape_ops.pad(inputs[0], attrs["before"], attrs["after"],
                                                         attrs.get("value", 0.0)), "injective")
 

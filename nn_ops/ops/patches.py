@@ -20,12 +20,17 @@ from .elementwise import static_shape
 from .registry import register_schedule, too_little_to_share
 
 
-def patches(X: Tensor, kernel, stride, padding, dilation, pad_value=None, name: str = "patches") -> Tensor:
+def patches(X: Tensor, kernel, stride, padding, dilation, pad_value=None, channels: int = None,
+            name: str = "patches") -> Tensor:
     """``X`` [N, H, W, C]; ``padding`` (top, left, bottom, right); ``pad_value``: a scalar tensor (one
-    element, X's dtype) or None for zeros."""
+    element, X's dtype) or None for zeros; ``channels`` (at least C): each tap's run of channels
+    filled up to this many with the pad value (an int8 product's rows in whole words of four)."""
     if X.ndim != 4:
         raise ExprError(f"patches: X must be 4-d [N, H, W, C], got rank {X.ndim}")
     n, h, w, c = static_shape(X)
+    channels = c if channels is None else int(channels)
+    if channels < c:
+        raise ExprError(f"patches: {channels} channels per tap cannot hold the image's {c}")
     (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
     pt, pl, pb, pr = padding
     oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
@@ -40,11 +45,17 @@ def patches(X: Tensor, kernel, stride, padding, dilation, pad_value=None, name: 
     def body(nn, yy, xx, ky, kx, cc):
         iy, ix = yy * sh + ky * dh - pt, xx * sw + kx * dw - pl
         read = X[nn, iy, ix, cc]
-        if not any(padding):
+        inside = [iy >= 0, iy < h, ix >= 0, ix < w] if any(padding) else []
+        if channels > c:
+            inside.append(cc < c)
+        if not inside:
             return read
         outside = const(0, X.dtype) if pad_value is None else pad_value[(0,) * pad_value.ndim]
-        return if_then_else(logical_and(logical_and(iy >= 0, iy < h), logical_and(ix >= 0, ix < w)), read, outside)
-    return compute((n, oh, ow, kh, kw, c), body, name=name, tag="patches")
+        condition = inside[0]
+        for term in inside[1:]:
+            condition = logical_and(condition, term)
+        return if_then_else(condition, read, outside)
+    return compute((n, oh, ow, kh, kw, channels), body, name=name, tag="patches")
 
 
 SHORT_CHANNELS = 8      # channel runs this short are unrolled, not vectorized

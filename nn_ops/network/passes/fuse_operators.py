@@ -8,8 +8,8 @@ Groups are returned in an order they can run in (by their last node).
 
 Rules: an ``injective`` node (elementwise, broadcast, data movement) joins the group
 that produces one of its inputs when that input is the group's result, has the same
-shape as the node's output (it is read elementwise, not broadcast), is used by nothing
-else and is not a graph output, and the group is an ``anchor`` (conv2d, dense, matmul)
+shape as the node's output (it is read elementwise, not broadcast) and a dtype of the same
+width, is used by nothing else and is not a graph output, and the group is an ``anchor`` (conv2d, dense, matmul)
 or ``injective`` group.  So ``conv -> add(bias) -> add(residual) -> relu`` is one kernel.
 ``reduce`` ops (pools, softmax) start their own kernel; ``alias`` ops (reshape,
 identity) are no kernel at all: their output is their input's memory.
@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List
 
+from ....dsl import dtypes
 from ..graph import Graph, Node
 from ..op_table import OPS
 
@@ -59,6 +60,12 @@ def _may_join(g: Graph, users, grp: FusedGroup, value: str) -> bool:
             and len(grp.nodes) < MAX_GROUP_NODES)
 
 
+def _same_width(a: str, b: str) -> bool:
+    """Whether a value of dtype ``a`` read into ``b`` keeps the group's vector width: an int32 product's
+    Cast to float32 (a quantized layer's epilogue) joins it; a float32 -> float16 one would not."""
+    return a == b or (a != "bool" and b != "bool" and dtypes.itemsize(a) == dtypes.itemsize(b))
+
+
 def _is_pointwise_conv(g: Graph, node: Node) -> bool:
     """A 1x1 stride-1 unpadded ``conv2d_blocked`` on a blocked input."""
     if node.op_type != "conv2d_blocked" or len(g.shape(node.inputs[0])) != 5:
@@ -80,7 +87,8 @@ def fuse_operators(g: Graph) -> List[FusedGroup]:
                 grp = producer_group.get(i)
                 if grp is None or grp.kind not in ("anchor", "injective") or not _may_join(g, users, grp, i):
                     continue
-                if g.shape(i) != g.shape(node.outputs[0]) or g.values[i].dtype != g.values[node.outputs[0]].dtype:
+                if g.shape(i) != g.shape(node.outputs[0]) or not _same_width(g.values[i].dtype,
+                                                                           g.values[node.outputs[0]].dtype):
                     continue
                 target = grp
                 break

@@ -176,16 +176,22 @@ def _conv_as_product(ctx: ImportContext, node, x: str, w: str, x_zp, w_zp, out: 
     dilation = list(ctx.attr(node, "dilations", [1, 1]))
     padding = _spatial_padding(ctx, node, (h, width), kernel, stride, dilation)
     nhwc = ctx.emit("transpose", [x], ctx.temp(out, "nhwc"), {"perm": (0, 2, 3, 1)})
+    # each tap's channels filled to a whole word with x's zero point (a value that contributes 0),
+    # so the rows need no padding copy (ResNet-18's RGB stem: a 0.21 ms pad of 12544 x 147 bytes)
+    words = -(-c // 4) * 4
     cols = ctx.emit("patches", [nhwc] + ([x_zp] if x_zp else []), ctx.temp(out, "patches"),
                     {"kernel": (kh, kw), "stride": tuple(stride), "padding": tuple(padding),
-                     "dilation": tuple(dilation)})
+                     "dilation": tuple(dilation), "channels": words})
     _, oh, ow = ctx.shape(cols)[:3]
-    rows = _reshaped(ctx, cols, [n * oh * ow, kh * kw * c])
-    columns = ctx.add_constant(f"{w}.columns", np.ascontiguousarray(weight.transpose(2, 3, 1, 0).reshape(-1, oc)))
+    rows = _reshaped(ctx, cols, [n * oh * ow, kh * kw * words])
+    # the weight's rows in the patches' order (ky, kx, c), its added channels B's zero (b_s = 0)
+    filler = 128 if weight.dtype == np.uint8 else 0
+    filled = np.full((oc, words, kh, kw), filler, weight.dtype)
+    filled[:, :c] = weight
+    columns = ctx.add_constant(f"{w}.columns", np.ascontiguousarray(filled.transpose(2, 3, 1, 0).reshape(-1, oc)))
     product = _packed_product(ctx, rows, columns, x_zp, w_zp, ctx.temp(out, "product"))
-    pixels = _reshaped(ctx, product, [n, oh * ow, oc])
-    channels = ctx.emit("transpose", [pixels], ctx.temp(out, "nchw"), {"perm": (0, 2, 1)})
-    ctx.emit("reshape", [channels], out, {"shape": (n, oc, oh, ow)}, name=node.name)
+    pixels = _reshaped(ctx, product, [n, oh, ow, oc])
+    ctx.emit("transpose", [pixels], out, {"perm": (0, 3, 1, 2)}, name=node.name)
 
 
 @converter("QLinearMatMul", since=10)

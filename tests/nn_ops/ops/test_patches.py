@@ -40,11 +40,27 @@ def test_patches_match_numpy(channels, geometry, pad_input):
     np.testing.assert_array_equal(out, want)
 
 
+@pytest.mark.parametrize("channels,filled", [(3, 4), (5, 8), (64, 68)])
+def test_patches_fill_each_taps_channels_with_the_pad_value(channels, filled):
+    x = np.random.default_rng(channels).integers(0, 256, (1, 6, 7, channels)).astype(np.uint8)
+    X, Z = lw.placeholder(x.shape, name="X", dtype="uint8"), lw.placeholder((1,), name="Z", dtype="uint8")
+    P = patches(X, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), Z, channels=filled)
+    f = lw.build(nn_ops.schedule(P, "llvm"), [X, Z, P])
+    fill = np.array([9], np.uint8)
+    wide = np.concatenate([x, np.full(x.shape[:3] + (filled - channels,), 9, np.uint8)], axis=3)
+    want = _reference(wide, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 9)
+    out = np.zeros(want.shape, np.uint8)
+    f(x, fill, out)
+    np.testing.assert_array_equal(out, want)
+
+
 def test_patches_name_what_is_wrong():
     X = lw.placeholder((1, 4, 4, 2), name="X", dtype="uint8")
     with pytest.raises(ExprError, match="must be 4-d"):
         patches(lw.placeholder((4, 4, 2), name="Y", dtype="uint8"), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1))
     with pytest.raises(ExprError, match="does not fit"):
         patches(X, (5, 5), (1, 1), (0, 0, 0, 0), (1, 1))
+    with pytest.raises(ExprError, match="1 channels per tap cannot hold the image's 2"):
+        patches(X, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), channels=1)
     with pytest.raises(ExprError, match="one uint8 value"):
         patches(X, (1, 1), (1, 1), (1, 1, 1, 1), (1, 1), lw.placeholder((2,), name="Z", dtype="uint8"))
