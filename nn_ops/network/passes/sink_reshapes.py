@@ -23,7 +23,7 @@ from ..graph import Graph, Node
 from ..op_table import OPS
 
 ELEMENTWISE = {"add", "sub", "mul", "div", "max", "min", "relu", "clip", "sigmoid", "tanh", "leaky_relu",
-               "hard_sigmoid", "hard_swish", "exp", "sqrt", "neg", "erf", "pow_const", "gelu", "swish"}
+               "hard_sigmoid", "hard_swish", "exp", "sqrt", "neg", "erf", "pow_const", "gelu", "swish", "cast"}
 
 
 def _operand_for(g: Graph, name: str, out_shape, new_shape):

@@ -60,7 +60,7 @@ def test_matmul_integer_by_a_constant_weight_is_exact(a_dt, b_dt, a_zp, b_zp, le
     np.testing.assert_array_equal(got, want.astype(np.int32))
 
 
-def _dynamic_dense(rng, m, k, n, weight_dtype):
+def _dynamic_dense(rng, lead, k, n, weight_dtype):
     """A dense layer as onnxruntime's ``quantize_dynamic`` writes it."""
     w = _ints(rng, weight_dtype, (k, n))
     wz = np.array(0 if weight_dtype == "int8" else 128, weight_dtype)
@@ -68,18 +68,23 @@ def _dynamic_dense(rng, m, k, n, weight_dtype):
              helper.make_node("MatMulInteger", ["q", "w", "qz", "wz"], ["acc"]),
              helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
              helper.make_node("Mul", ["qs", "ws"], ["scale"]), helper.make_node("Mul", ["accf", "scale"], ["y"])]
-    return _model(nodes, [("x", "float32", [m, k])], [("y", "float32", [m, n])],
+    return _model(nodes, [("x", "float32", list(lead) + [k])], [("y", "float32", list(lead) + [n])],
                   [("w", w), ("wz", wz), ("ws", np.array(0.02, np.float32))])
 
 
-@pytest.mark.parametrize("m,k,n,weight_dtype", [(128, 768, 64, "int8"), (1, 256, 300, "int8"), (9, 66, 31, "uint8")])
-def test_a_dynamically_quantized_dense_layer_matches_onnxruntime(m, k, n, weight_dtype):
-    rng = np.random.default_rng(m + k)
-    model = _dynamic_dense(rng, m, k, n, weight_dtype)
-    x = rng.standard_normal((m, k)).astype(np.float32)
-    (got,) = lw.compile(lw.from_onnx(model), progress=False).run({"x": x})
+@pytest.mark.parametrize("lead,k,n,weight_dtype", [((128,), 768, 64, "int8"), ((1,), 256, 300, "int8"),
+                                                   ((9,), 66, 31, "uint8"), ((2, 5), 64, 40, "int8")])
+def test_a_dynamically_quantized_dense_layer_matches_onnxruntime(lead, k, n, weight_dtype):
+    """... in one kernel from the product to the scaled floats (the Cast joins across the dtype
+    change and, for 3-d activations, past the reshape back from rows)."""
+    rng = np.random.default_rng(k)
+    model = _dynamic_dense(rng, lead, k, n, weight_dtype)
+    x = rng.standard_normal(tuple(lead) + (k,)).astype(np.float32)
+    exe = lw.compile(lw.from_onnx(model), progress=False)
+    (got,) = exe.run({"x": x})
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert any(c.ops[:1] == ("matmul_u8s8",) and "cast" in c.ops for c in exe.calls), [c.ops for c in exe.calls]
 
 
 @pytest.mark.parametrize("a_dt,b_dt", [("uint8", "int8"), ("int8", "int8"), ("uint8", "uint8")])
