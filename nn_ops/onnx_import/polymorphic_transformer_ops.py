@@ -17,6 +17,7 @@ from ...dsl.expr import cast, const, select
 from ...dsl.tensor import compute
 from ..network import symbolic as S
 from ..ops import math as math_ops
+from ..ops.int8_matmul import matmul_u8s8_panels, pack_words
 from ..ops.matmul import batch_matmul, matmul_panels, pack_panels, panel_width
 from ..ops.quantize import quantize
 from ..ops.rotary import rotary_embedding
@@ -271,11 +272,14 @@ def rotary(walk, node, label: str) -> None:
 
 # ---------------------------------------------------------------------- integer matrix products
 def integer_matmul(walk, node, label: str) -> None:
-    """MatMulInteger / QLinearMatMul of a computed A (its rows flattened) by a constant 2-d B: B
-    widened to int32 less its zero point and packed in column panels here, once; A less its zero
-    point (a constant or a computed scalar, as DynamicQuantizeLinear gives it) widened in the
-    kernel; an exact int32 product.  QLinearMatMul then requantizes in the same kernel as the
-    static path does (float64, rounding half to even, saturating)."""
+    """MatMulInteger / QLinearMatMul of a computed A (its rows flattened) by a constant 2-d B, exact in
+    int32; A's zero point a constant or a computed scalar (as DynamicQuantizeLinear gives it).
+    Where A's rows are whole words and B's offset from int8 is its zero point (``beta`` = 0: an int8
+    weight of zero point 0, onnxruntime's default, or a uint8 one of 128), the int8 product over
+    packed words (``ops/int8_matmul``, as the static path) less ``alpha`` times B's column sums;
+    otherwise B widened to int32 less its zero point, packed in column panels, and A less its zero
+    point widened in the kernel.  QLinearMatMul then requantizes in the same kernel as the static
+    path does (float64, rounding half to even, saturating)."""
     qlinear = node.op_type == "QLinearMatMul"
     a, b = node.input[0], node.input[3 if qlinear else 1]
     a_zero, b_zero = optional_input(node, 2), optional_input(node, 5 if qlinear else 3)
@@ -283,11 +287,12 @@ def integer_matmul(walk, node, label: str) -> None:
         raise walk.unsupported(f"{node.op_type} other than of a computed A by a constant 2-d B")
     if walk.dtype(a) not in ("int8", "uint8") or walk.dtype(b) not in ("int8", "uint8"):
         raise walk.unsupported(f"operands of {walk.dtype(a)} and {walk.dtype(b)} (int8 or uint8)")
-    weight = walk.consts[b].astype(np.int32)
+    b_value = walk.consts[b]
+    zb = 0
     if b_zero:
         if b_zero not in walk.consts or walk.consts[b_zero].size != 1:
             raise walk.unsupported("B's zero point other than one constant")
-        weight = weight - walk.consts[b_zero].astype(np.int32).reshape(())
+        zb = int(walk.consts[b_zero].reshape(()))
     if a_zero and (walk.shape(a_zero) not in ((), (1,))):
         raise walk.unsupported(f"A's zero point of shape {_show(walk.shape(a_zero))} (one value)")
     multiplier, to, shift = None, "int32", 0.0
@@ -299,20 +304,38 @@ def integer_matmul(walk, node, label: str) -> None:
         multiplier = float((a_scale * b_scale) / y_scale)         # in their type, as the static path
         to = walk.dtype(y_zero) if y_zero else walk.dtype(a)
         shift = float(walk.consts[y_zero].reshape(())) if y_zero else 0.0
-    nr, n = panel_width(walk.target.lanes("int32")), weight.shape[1]
+    depth, n = b_value.shape
+    cb = 128 if b_value.dtype == np.uint8 else 0
+    words = depth % 4 == 0 and zb == cb          # the int8 product applies (beta = 0)
+    ca = 128 if walk.dtype(a) == "int8" else 0
+    nr = panel_width(walk.target.lanes("int32"))
     panels = walk.fresh(b + ".panels")
-    walk.consts[panels] = pack_panels(np.ascontiguousarray(weight), nr)
+    if words:
+        b_s = (b_value.astype(np.int16) - cb).astype(np.int8)
+        walk.consts[panels] = pack_panels(pack_words(b_s), nr)
+        sums = walk.fresh(b + ".sums")
+        walk.consts[sums] = b_s.astype(np.int32).sum(axis=0).astype(np.int32)
+    else:
+        walk.consts[panels] = pack_panels(np.ascontiguousarray(b_value.astype(np.int32) - zb), nr)
     shape = walk.shape(a)
     rows = walk.fresh(a + ".rows")
     walk.view(a, rows, (S.simplify(S.product(shape[:-1])), shape[-1]))
     constant_zero = int(walk.consts[a_zero].reshape(())) if a_zero in walk.consts else None
-    inputs = [rows, panels] + ([a_zero] if a_zero and constant_zero is None else [])
+    inputs = [rows, panels] + ([sums] if words else []) + ([a_zero] if a_zero and constant_zero is None else [])
 
-    def make(x, w, zero=None, extent=None):
+    def make(x, w, *rest, extent=None):
+        column_sums = rest[0] if words else None
+        zero = rest[-1] if len(rest) > (1 if words else 0) else None
         base = (const(constant_zero or 0, "int32") if zero is None
                 else cast("int32", zero[(0,) * len(zero.shape)]))
-        wide = compute(x.shape, lambda i, kk: cast("int32", x[i, kk]) - base, name="widen", tag="elemwise")
-        acc = matmul_panels(wide, w, n, name="integer_matmul")
+        if words:       # sum_k (a_u - alpha) b_s with a_u = a + ca, alpha = za + ca
+            alpha = base + const(ca, "int32")
+            product = matmul_u8s8_panels(x, w, n, name="integer_matmul")
+            acc = compute(product.shape, lambda i, j: product[i, j] - alpha * column_sums[j], name="offset",
+                          tag="elemwise")
+        else:
+            wide = compute(x.shape, lambda i, kk: cast("int32", x[i, kk]) - base, name="widen", tag="elemwise")
+            acc = matmul_panels(wide, w, n, name="integer_matmul")
         if multiplier is None:
             return acc
         info = np.iinfo(to)
@@ -324,7 +347,7 @@ def integer_matmul(walk, node, label: str) -> None:
             return cast(to, v)
         return compute(acc.shape, requantized, name="requantize", tag="elemwise")
     out = walk.fresh(node.output[0] + ".rows")
-    key = ("integer_matmul", n, constant_zero, (multiplier, shift, to) if qlinear else None)
+    key = ("integer_matmul", n, constant_zero, words, ca, (multiplier, shift, to) if qlinear else None)
     walk.kernel(label, key, inputs, out, make, out_shape=(walk.shape(rows)[0], S.dim(n)), then_view=node.output[0])
 
 

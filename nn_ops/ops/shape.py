@@ -264,7 +264,8 @@ def reduce(X: Tensor, axes: Sequence[int], kind: str = "sum", keepdims: bool = T
             value = value * inverse
         return reducer(value, axis=[raxes[a] for a in axes])
 
-    return compute(out_shape, body, name=name, tag="reduce")
+    trailing = axes == list(range(nd - len(axes), nd))
+    return compute(out_shape, body, name=name, tag="reduce", attrs={"trailing": trailing})
 
 
 LONG_REDUCTION = 4096     # values reduced per output from which few outputs are split (``_split_reduction``)
@@ -315,9 +316,40 @@ def schedule_reduce(s, op, target):
     if _long_and_few(op, stage):
         _split_reduction(s, op, target)
         return
-    axes = list(op.axis)
+    partials = _vector_partials(s, op, target)
+    stage = s[op.output(0)]
+    axes = list(stage.op.axis)
     axes = axes[:constant_divisor_prefix(axes)]     # symbolic extents: no division by a run-time size
     if len(axes) > 1:
-        stage.parallel(stage.fuse(*axes))
+        outer = stage.fuse(*axes)
+        stage.parallel(outer)
     elif axes:
-        stage.parallel(axes[0])
+        outer = axes[0]
+        stage.parallel(outer)
+    if partials is not None:
+        inner = [iv for iv in stage.leaf_iter_vars if iv.kind != "reduce"]
+        s[partials].compute_at(stage, inner[-1])
+
+
+def _vector_partials(s, op, target):
+    """Each output's values reduced in vector lanes first where they are contiguous (the reduced
+    axes trailing) and at least two vectors long: ``rfactor`` of the reduction's lane, the partial
+    results a vector per output, reduced after.  The rows of a (128, 256) min reduced one value at a
+    time took ~30 us; the compile-once DynamicQuantizeLinear reduces its range this way.  None
+    where it does not apply."""
+    stage = s[op]
+    reduce_leaves = [iv for iv in stage.leaf_iter_vars if iv.kind == "reduce"]
+    dtype = op.output(0).dtype
+    if not op.attrs.get("trailing") or len(reduce_leaves) != 1 or dtype == "bool" or \
+            not isinstance(reduce_leaves[0].extent, Const):
+        return None
+    lanes = target.lanes(dtype)
+    if reduce_leaves[0].extent.value < 2 * lanes:
+        return None
+    _, lane = stage.split(reduce_leaves[0], factor=lanes)
+    partials = s.rfactor(op.output(0), lane, factor_axis=len(op.axis))
+    rf = s[partials]
+    axes = list(rf.op.axis)
+    rf.reorder(*axes[:-1], rf.op.reduce_axis[0], axes[-1])
+    rf.vectorize(axes[-1])
+    return partials

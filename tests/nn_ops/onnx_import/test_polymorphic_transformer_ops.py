@@ -188,6 +188,28 @@ def test_a_dynamically_quantized_dense_layer_and_qlinear_matmul_compile_once():
     _matches(exe, feeds, lw.compile(lw.from_onnx(model)).run, exact=True)
 
 
+@pytest.mark.parametrize("a_dtype,w_dtype,w_zero,depth", [("int8", "int8", 0, 16), ("uint8", "uint8", 128, 12),
+                                                         ("int8", "uint8", 3, 8), ("uint8", "int8", 0, 10)])
+def test_integer_products_compile_once_over_packed_words_or_widened(a_dtype, w_dtype, w_zero, depth):
+    """The int8 product over words where A's rows are whole words and B's zero point is its int8
+    offset (int8 A counted + 128, a uint8 B - 128); the widened product otherwise: exactly the static
+    path's values either way."""
+    rng = np.random.default_rng(depth)
+    info_a, info_w = np.iinfo(a_dtype), np.iinfo(w_dtype)
+    node = helper.make_node("MatMulInteger", ["a", "w", "az", "wz"], ["y"])
+    model = _model([node], [_value("a", ["N", depth], onnx.helper.np_dtype_to_tensor_dtype(np.dtype(a_dtype))),
+                            _value("az", [], onnx.helper.np_dtype_to_tensor_dtype(np.dtype(a_dtype)))],
+                   [_value("y", ["N", 24], TensorProto.INT32)], opset=13,
+                   initializers=[("w", rng.integers(info_w.min, info_w.max + 1, (depth, 24)).astype(w_dtype)),
+                                 ("wz", np.array(w_zero, w_dtype))])
+    exe = _compiled_once(model, "poly_integer_matmul")
+    lowered = next(c.module for c in exe.calls if c.module.name == "poly_integer_matmul").get_source("lowered")
+    assert ("dot4_u8s8(" in lowered) == (depth % 4 == 0 and w_zero == (128 if w_dtype == "uint8" else 0)), lowered
+    feeds = [{"a": rng.integers(info_a.min, info_a.max + 1, (n, depth)).astype(a_dtype),
+              "az": np.array(rng.integers(info_a.min, info_a.max + 1), a_dtype)} for n in (1, 9)]
+    _matches(exe, feeds, lw.compile(lw.from_onnx(model)).run, exact=True)
+
+
 def test_a_matmul_integer_of_two_computed_operands_is_refused_by_name():
     node = helper.make_node("MatMulInteger", ["a", "b"], ["y"])
     model = _model([node], [_value("a", ["N", 4, 8], TensorProto.UINT8), _value("b", ["N", 8, 4], TensorProto.UINT8)],

@@ -38,8 +38,26 @@ def test_few_long_reductions_match_numpy(kind, shape, axes, dtype):
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
 
 
-def test_many_short_reductions_keep_one_output_per_iteration():
-    X = lw.placeholder((64, 4096), name="X")
-    R = reduce(X, [1], "max", keepdims=False)
+@pytest.mark.parametrize("kind", ["max", "sum"])
+@pytest.mark.parametrize("shape,axes", [((64, 4096), (1,)), ((5, 7, 40), (1, 2)), ((9, 33), (1,)), ((2, 3, 4, 50), (3,))])
+def test_many_rows_reduce_in_vector_lanes_each(kind, shape, axes):
+    """Trailing reduced axes (contiguous values): each output's values in vector partials, the rows
+    in parallel; tails of the lane split guarded."""
+    x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+    X = lw.placeholder(shape, name="X")
+    R = reduce(X, list(axes), kind, keepdims=True)
+    s = nn_ops.schedule(R, "llvm")
+    text = str(lw.lower(s, [X, R]))
+    assert ".rf" in text and "ramp(" in text and "parallel" in text, text
+    f = lw.build(s, [X, R])
+    out = np.zeros(NUMPY[kind](x, axis=axes, keepdims=True).shape, np.float32)
+    f(x, out)
+    np.testing.assert_allclose(out, NUMPY[kind](x.astype(np.float64), axis=axes, keepdims=True), rtol=1e-5, atol=1e-4)
+
+
+def test_reductions_over_leading_axes_keep_one_output_per_iteration():
+    """Values strided in memory (a column sum) are not gathered into vectors."""
+    X = lw.placeholder((4096, 64), name="X")
+    R = reduce(X, [0], "max", keepdims=False)
     text = str(lw.lower(nn_ops.schedule(R, "llvm"), [X, R]))
     assert ".rf" not in text, text
