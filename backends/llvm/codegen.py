@@ -810,13 +810,11 @@ def _lanes_of(b, v, lo: int, width: int):
 
 
 def _joined(b, parts):
-    """Equal-width vectors concatenated, in order (pairwise shuffles)."""
+    """A power of two of equal-width vectors concatenated, in order (pairwise shuffles)."""
     while len(parts) > 1:
-        pairs = []
-        for x, y in zip(parts[::2], parts[1::2]):
-            n = x.type.count
-            pairs.append(b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, 2 * n), list(range(2 * n)))))
-        parts = pairs + ([parts[-1]] if len(parts) % 2 else [])
+        n = parts[0].type.count
+        mask = ir.Constant(ir.VectorType(I32, 2 * n), list(range(2 * n)))
+        parts = [b.shuffle_vector(x, y, mask) for x, y in zip(parts[::2], parts[1::2])]
     return parts[0]
 
 

@@ -326,8 +326,8 @@ def schedule_reduce(s, op, target):
     elif axes:
         outer = axes[0]
         stage.parallel(outer)
-    if partials is not None:
-        inner = [iv for iv in stage.leaf_iter_vars if iv.kind != "reduce"]
+    inner = [iv for iv in stage.leaf_iter_vars if iv.kind != "reduce"]
+    if partials is not None and inner:          # (a scalar's partials stay at the root)
         s[partials].compute_at(stage, inner[-1])
 
 

@@ -2,10 +2,12 @@
 
 The product is exact in int32.  By a constant 2-d B (a quantized layer's weight) it is the int8
 product over packed words (``ops/int8_matmul``: VNNI on x86) with the zero points applied after
-it, as sums (``_packed_product`` says how); otherwise the operands are widened to int32 (zero
-points subtracted), multiplied and summed by the matmul op (by the einsum op where B is batched).  QLinearMatMul then
-requantizes as ONNX's reference does: ``round(C * (a_scale * b_scale / y_scale) + y_zero_point)``
-in float64, saturated to the output type.  Zero points must be one value each (per-tensor).
+it, as sums (``_packed_product`` says how; zero points per row of a 2-d A and per column of B are
+allowed there); otherwise the operands are widened to int32 (zero points, one value each,
+subtracted), multiplied and summed by the matmul op (by the einsum op where B is batched).
+QLinearMatMul then requantizes as ONNX's reference does: ``round(C * (a_scale * b_scale / y_scale)
++ y_zero_point)`` in float64, saturated to the output type.  ConvInteger: the same int8 product
+over the input's patches, or the widened int32 convolution.
 """
 from __future__ import annotations
 
@@ -168,6 +170,8 @@ def conv_integer(ctx: ImportContext, node):
 
 
 def _conv_as_product(ctx: ImportContext, node, x: str, w: str, x_zp, w_zp, out: str) -> None:
+    """ConvInteger of one group by a constant weight: ``_packed_product`` of the NHWC patches (rows:
+    output pixels; columns: taps x channels) by the weight's columns, transposed back to NCHW."""
     n, c, h, width = ctx.shape(x)
     weight = ctx.const(w)
     oc, _, kh, kw = weight.shape

@@ -61,3 +61,16 @@ def test_reductions_over_leading_axes_keep_one_output_per_iteration():
     R = reduce(X, [0], "max", keepdims=False)
     text = str(lw.lower(nn_ops.schedule(R, "llvm"), [X, R]))
     assert ".rf" not in text, text
+
+
+@pytest.mark.parametrize("shape", [(300,), (6, 50)])
+def test_a_medium_whole_tensor_reduction_to_a_scalar(shape):
+    """Fewer values than the split across threads wants, more than two vectors: vector partials at
+    the root (there is no output loop to put them in)."""
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    X = lw.placeholder(shape, name="X")
+    R = reduce(X, list(range(len(shape))), "min", keepdims=False)
+    f = lw.build(nn_ops.schedule(R, "llvm"), [X, R])
+    out = np.zeros((), np.float32)
+    f(x, out)
+    assert out == x.min()
