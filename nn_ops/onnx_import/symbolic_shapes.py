@@ -926,6 +926,15 @@ def _conv(ctx: _Inference, node):
     return [(x[0], w[0]) + tuple(out)]
 
 
+@rule("QLinearConv")
+def _qlinear_conv(ctx: _Inference, node):
+    """Conv's rule over x and w (inputs 0 and 3; the others are scales and zero points)."""
+    from onnx import helper
+    conv = helper.make_node("Conv", [node.input[0], node.input[3]], node.output[:1])
+    conv.attribute.extend(node.attribute)
+    return _conv(ctx, conv)
+
+
 @rule("ConvTranspose")
 def _conv_transpose(ctx: _Inference, node):
     x, w = ctx.shape(node.input[0]), ctx.shape(node.input[1])

@@ -142,12 +142,15 @@ def matmul_integer(ctx: ImportContext, node):
 
 @converter("ConvInteger", since=10)
 def conv_integer(ctx: ImportContext, node):
+    _integer_conv(ctx, node, node.input[0], node.input[1], optional_input(node, 2), optional_input(node, 3),
+                  node.output[0])
+
+
+def _integer_conv(ctx: ImportContext, node, x: str, w: str, x_zp, w_zp, out: str) -> str:
     """The exact int32 convolution of ``x - x_zero_point`` by ``w - w_zero_point`` (a zero point per
-    output channel allowed for w).  With a constant weight and one group, as the int8 product of the
-    input's patches (channels last, padded with x's zero point) by the weight's columns; otherwise
-    the int32 convolution of the widened operands."""
-    out = node.output[0]
-    x, w, x_zp, w_zp = node.input[0], node.input[1], optional_input(node, 2), optional_input(node, 3)
+    output channel allowed for w), with ``node``'s attributes.  With a constant weight and one group,
+    as the int8 product of the input's patches (channels last, padded with x's zero point) by the
+    weight's columns; otherwise the int32 convolution of the widened operands."""
     for name, what in ((x, "input"), (w, "weight")):
         if ctx.dtype(name) not in ("int8", "uint8"):
             raise Unsupported(f"{what} {name!r} of dtype {ctx.dtype(name)} (int8 or uint8 expected)")
@@ -155,8 +158,7 @@ def conv_integer(ctx: ImportContext, node):
         raise Unsupported(f"input zero point {x_zp!r} of shape {ctx.shape(x_zp)} (one value expected)")
     rank, group = len(ctx.shape(x)), int(ctx.attr(node, "group", 1))
     if rank == 4 and group == 1 and ctx.const(w) is not None and (not w_zp or ctx.const(w_zp) is not None):
-        _conv_as_product(ctx, node, x, w, x_zp, w_zp, out)
-        return
+        return _conv_as_product(ctx, node, x, w, x_zp, w_zp, out)
     wide_w = _widened(ctx, w, None, out, "w")
     if w_zp:
         channels = ctx.shape(w)[0]
@@ -166,10 +168,10 @@ def conv_integer(ctx: ImportContext, node):
         zp = ctx.emit("cast", [w_zp], ctx.temp(out, "w_zp"), {"to": "int32"})
         zp = _reshaped(ctx, zp, [int(np.prod(ctx.shape(w_zp)))] + [1] * (rank - 1))
         wide_w = ctx.emit("sub", [wide_w, zp], ctx.temp(out, "w_c"))
-    _conv(ctx, node, [_widened(ctx, x, x_zp, out, "x"), wide_w], out)
+    return _conv(ctx, node, [_widened(ctx, x, x_zp, out, "x"), wide_w], out)
 
 
-def _conv_as_product(ctx: ImportContext, node, x: str, w: str, x_zp, w_zp, out: str) -> None:
+def _conv_as_product(ctx: ImportContext, node, x: str, w: str, x_zp, w_zp, out: str) -> str:
     """ConvInteger of one group by a constant weight: ``_packed_product`` of the NHWC patches (rows:
     output pixels; columns: taps x channels) by the weight's columns, transposed back to NCHW."""
     n, c, h, width = ctx.shape(x)
@@ -195,7 +197,7 @@ def _conv_as_product(ctx: ImportContext, node, x: str, w: str, x_zp, w_zp, out: 
     columns = ctx.add_constant(f"{w}.columns", np.ascontiguousarray(filled.transpose(2, 3, 1, 0).reshape(-1, oc)))
     product = _packed_product(ctx, rows, columns, x_zp, w_zp, ctx.temp(out, "product"))
     pixels = _reshaped(ctx, product, [n, oh, ow, oc])
-    ctx.emit("transpose", [pixels], out, {"perm": (0, 3, 1, 2)}, name=node.name)
+    return ctx.emit("transpose", [pixels], out, {"perm": (0, 3, 1, 2)}, name=node.name)
 
 
 @converter("QLinearMatMul", since=10)
@@ -206,12 +208,40 @@ def qlinear_matmul(ctx: ImportContext, node):
         if int(np.prod(ctx.shape(s))) != 1:
             raise Unsupported(f"scale {s!r} of shape {ctx.shape(s)} (per-tensor only)")
     acc = _integer_product(ctx, node.input[0], node.input[3], node.input[2], node.input[5], ctx.temp(out, "acc"))
-    product = ctx.emit("cast", [acc], ctx.temp(out, "acc64"), {"to": "float64"})
     multiplier = ctx.emit("div", [ctx.emit("mul", [a_scale, b_scale], ctx.temp(out, "ab")), y_scale],
                           ctx.temp(out, "m"))
+    _requantized(ctx, node, acc, multiplier, y_zp, ctx.dtype(y_zp) if y_zp else ctx.dtype(node.input[0]), out)
+
+
+@converter("QLinearConv", since=10)
+def qlinear_conv(ctx: ImportContext, node):
+    """ConvInteger's exact int32 convolution, plus the int32 bias, requantized as QLinearMatMul is
+    (the weight's scale one value or one per output channel)."""
+    out = node.output[0]
+    x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp = (list(node.input) + [""] * 8)[:8]
+    bias = optional_input(node, 8)
+    channels = ctx.shape(w)[0]
+    for s, allowed in ((x_scale, (1,)), (w_scale, (1, channels)), (y_scale, (1,))):
+        if int(np.prod(ctx.shape(s))) not in allowed:
+            raise Unsupported(f"scale {s!r} of shape {ctx.shape(s)} (one value{', or one per output channel' if len(allowed) > 1 else ''})")
+    acc = _integer_conv(ctx, node, x, w, x_zp or None, w_zp or None, ctx.temp(out, "acc"))
+    rank = len(ctx.shape(x))
+    if bias:
+        if ctx.dtype(bias) != "int32" or tuple(ctx.shape(bias)) != (channels,):
+            raise Unsupported(f"bias {bias!r} of {ctx.dtype(bias)} {ctx.shape(bias)} (int32 of shape ({channels},) expected)")
+        acc = ctx.emit("add", [acc, _reshaped(ctx, bias, [channels] + [1] * (rank - 2))], ctx.temp(out, "biased"))
+    multiplier = ctx.emit("div", [ctx.emit("mul", [x_scale, w_scale], ctx.temp(out, "xw")), y_scale],
+                          ctx.temp(out, "m"))
+    if int(np.prod(ctx.shape(w_scale))) > 1:
+        multiplier = _reshaped(ctx, multiplier, [channels] + [1] * (rank - 2))
+    _requantized(ctx, node, acc, multiplier, y_zp or None, ctx.dtype(y_zp) if y_zp else ctx.dtype(x), out)
+
+
+def _requantized(ctx: ImportContext, node, acc: str, multiplier: str, y_zp, to: str, out: str) -> None:
+    """``saturate(round(acc * multiplier + y_zero_point))`` in float64 (ONNX's reference), as ``to``."""
+    product = ctx.emit("cast", [acc], ctx.temp(out, "acc64"), {"to": "float64"})
     scaled = ctx.emit("mul", [product, ctx.emit("cast", [multiplier], ctx.temp(out, "m64"), {"to": "float64"})],
                       ctx.temp(out, "scaled"))
-    to = ctx.dtype(y_zp) if y_zp else ctx.dtype(node.input[0])
     if y_zp:
         scaled = ctx.emit("add", [scaled, ctx.emit("cast", [y_zp], ctx.temp(out, "zp64"), {"to": "float64"})],
                           ctx.temp(out, "shifted"))

@@ -204,3 +204,52 @@ def test_a_conv_integer_of_symbolic_batch_compiles_per_shape_and_says_why():
     for batch in (1, 3):
         x = _ints(rng, "uint8", (batch, 4, 6, 6))
         np.testing.assert_array_equal(exe.run({"x": x})[0], ReferenceEvaluator(model).run(None, {"x": x})[0])
+
+
+@pytest.mark.parametrize("x_dt,w_dt,per_channel,bias,attrs", [
+    ("uint8", "uint8", False, True, dict(pads=[1, 1, 1, 1])),
+    ("uint8", "int8", True, True, dict(strides=[2, 2], pads=[0, 1, 1, 0])),
+    ("int8", "int8", True, False, dict(group=3, pads=[1, 1, 1, 1])),
+    ("uint8", "int8", False, False, dict(kernel_shape=[1, 1])),
+])
+def test_qlinear_conv_matches_the_onnx_reference(x_dt, w_dt, per_channel, bias, attrs):
+    """The int32 convolution (int8 product or widened), the bias, then requantized in float64 as the
+    reference does: exactly its values (onnxruntime rounds in float32: at most 1 apart)."""
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(len(attrs) + per_channel)
+    oc, group = 6, attrs.get("group", 1)
+    kernel = attrs.get("kernel_shape", [3, 3])
+    x, w = _ints(rng, x_dt, (1, 3 * group if group > 1 else 5, 9, 8)), None
+    w = _ints(rng, w_dt, (oc, x.shape[1] // group, *kernel))
+    shape = (oc,) if per_channel else ()
+    inits = [("xs", np.array(0.05, np.float32)), ("xz", _ints(rng, x_dt, ())), ("w", w),
+             ("ws", rng.uniform(0.005, 0.02, shape).astype(np.float32)), ("wz", np.zeros(shape, w_dt)),
+             ("ys", np.array(0.7, np.float32)), ("yz", _ints(rng, x_dt, ()))]
+    names = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"]
+    if bias:
+        inits.append(("b", rng.integers(-2000, 2000, oc).astype(np.int32)))
+        names.append("b")
+    node = helper.make_node("QLinearConv", names, ["y"], **attrs)
+    probe = _model([node], [("x", x_dt, x.shape)], [("y", x_dt, None)], inits)
+    probe.graph.output[0].type.tensor_type.ClearField("shape")
+    want = ReferenceEvaluator(probe).run(None, {"x": x})[0]
+    model = _model([node], [("x", x_dt, x.shape)], [("y", x_dt, want.shape)], inits)
+    (got,) = lw.compile(lw.from_onnx(model), progress=False).run({"x": x})
+    np.testing.assert_array_equal(got, want)
+    if x_dt == "uint8" and w_dt == "uint8" or not per_channel:
+        theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        assert np.abs(got.astype(np.int32) - theirs.astype(np.int32)).max() <= 1
+
+
+def test_a_qlinear_conv_of_symbolic_batch_compiles_per_shape_and_says_why():
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(0)
+    inits = [("xs", np.array(0.05, np.float32)), ("xz", np.array(3, np.uint8)), ("w", _ints(rng, "int8", (4, 2, 3, 3))),
+             ("ws", np.array(0.01, np.float32)), ("wz", np.array(0, np.int8)), ("ys", np.array(0.5, np.float32)),
+             ("yz", np.array(7, np.uint8))]
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"], pads=[1, 1, 1, 1])
+    model = _model([node], [("x", "uint8", ["N", 2, 5, 5])], [("y", "uint8", ["N", 4, 5, 5])], inits)
+    with pytest.warns(lw.PerShapeCompileWarning, match="QLinearConv: no shape-polymorphic kernel"):
+        exe = lw.compile(lw.from_onnx(model), progress=False)
+    x = _ints(rng, "uint8", (2, 2, 5, 5))
+    np.testing.assert_array_equal(exe.run({"x": x})[0], ReferenceEvaluator(model).run(None, {"x": x})[0])
