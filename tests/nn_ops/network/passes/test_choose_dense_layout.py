@@ -59,3 +59,26 @@ def test_other_targets_keep_the_transposed_weight():
     model, _, _ = _gemm_model(40, 24, 64)
     node, weight = _dense_node(choose_dense_layout(lw.from_onnx(model).copy(), lanes=None))
     assert "panels" not in node.attrs and weight.shape == (24, 64)
+
+
+@pytest.mark.parametrize("n", [3, 15, 16, 24, 40])
+def test_int8_products_take_panels_and_fewer_columns_than_a_vector_one_vectors_worth(n):
+    """The int8 product's words (``matmul_u8s8``): panels of a register tile from two vectors of
+    columns; fewer than one vector: one vector's panel, computed whole, then a slice to the n real
+    columns; in between: unpacked (its schedule's one-vector panels)."""
+    rng = np.random.default_rng(n)
+    w = rng.integers(-128, 128, (24, n)).astype(np.int8)
+    node = helper.make_node("MatMulInteger", ["a", "w"], ["y"])
+    graph = helper.make_graph([node], "q", [helper.make_tensor_value_info("a", TensorProto.UINT8, [40, 24])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, [40, n])],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    g = optimize(lw.from_onnx(model))
+    (product,) = [nd for nd in g.nodes if nd.op_type == "matmul_u8s8"]
+    lanes = lw.target.host_target().lanes("int32")
+    want_panels = panel_width(lanes) if n >= panel_width(lanes) else lanes if n < lanes else None
+    assert product.attrs.get("panels") == want_panels
+    assert ("slice" in [nd.op_type for nd in g.nodes]) == (n < lanes)
+    a = rng.integers(0, 256, (40, 24)).astype(np.uint8)
+    got, = lw.compile(lw.from_onnx(model), progress=False).run({"a": a})
+    np.testing.assert_array_equal(got, a.astype(np.int32) @ w.astype(np.int32))
