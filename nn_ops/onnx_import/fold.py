@@ -90,9 +90,14 @@ def _dequantize(i, a):
     embedding on every run and multiplying by it as a run-time matrix took 76 of the quantized
     model's 89 ms."""
     x, scale = i[0], i[1]
-    if scale.dtype.kind != "f" or x.dtype.kind not in "iu":
+    zero = i[2] if len(i) > 2 else None
+    axis, block = a.get("axis", 1), a.get("block_size", 0)
+    if scale.dtype.kind != "f" or x.dtype.kind not in "iu" or not x.ndim or not -x.ndim <= axis < x.ndim:
         return None
-    return [dequantized(x, scale, i[2] if len(i) > 2 else None, a.get("axis", 1), a.get("block_size", 0))]
+    fits = scale.ndim == x.ndim if block else (scale.size == 1 or scale.shape == (x.shape[axis],))
+    if not fits or (zero is not None and zero.shape != scale.shape):
+        return None     # the op names what is wrong
+    return [dequantized(x, scale, zero, axis, block)]
 
 
 @folder("Gather")

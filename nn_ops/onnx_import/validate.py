@@ -131,6 +131,11 @@ def _check_window(ctx: ImportContext, node) -> None:
             _bad("group", group[0], "must be >= 1")
         if shape is not None and op != "ConvTranspose" and shape[1] % group[0]:
             _bad("group", group[0], f"must divide the {shape[1]} input channels")
+    if op in ("ConvInteger", "QLinearConv"):    # (Conv's conv2d op names the mismatch itself)
+        w, groups = _shape(ctx, node, weight_index), (group or [1])[0]
+        if shape is not None and w is not None and len(w) == len(shape) and w[1] * groups != shape[1]:
+            raise BadAttribute(f"weight of shape {tuple(w)} with group={groups}: its {w[1]} channels per group "
+                               f"do not make the input's {shape[1]} (W is [M, C/group, kernel...])")
     if spatial is None or kernel is None or op == "ConvTranspose":
         return
     dilations = dilations or [1] * spatial

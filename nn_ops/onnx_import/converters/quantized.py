@@ -156,6 +156,10 @@ def _integer_conv(ctx: ImportContext, node, x: str, w: str, x_zp, w_zp, out: str
             raise Unsupported(f"{what} {name!r} of dtype {ctx.dtype(name)} (int8 or uint8 expected)")
     if x_zp and int(np.prod(ctx.shape(x_zp))) != 1:
         raise Unsupported(f"input zero point {x_zp!r} of shape {ctx.shape(x_zp)} (one value expected)")
+    for zp, of in ((x_zp, x), (w_zp, w)):
+        if zp and ctx.dtype(zp) != ctx.dtype(of):
+            raise Unsupported(f"zero point {zp!r} of dtype {ctx.dtype(zp)} for {of!r} of {ctx.dtype(of)} (the same "
+                              f"type expected)")
     rank, group = len(ctx.shape(x)), int(ctx.attr(node, "group", 1))
     if rank == 4 and group == 1 and ctx.const(w) is not None and (not w_zp or ctx.const(w_zp) is not None):
         return _conv_as_product(ctx, node, x, w, x_zp, w_zp, out)

@@ -253,3 +253,30 @@ def test_a_qlinear_conv_of_symbolic_batch_compiles_per_shape_and_says_why():
         exe = lw.compile(lw.from_onnx(model), progress=False)
     x = _ints(rng, "uint8", (2, 2, 5, 5))
     np.testing.assert_array_equal(exe.run({"x": x})[0], ReferenceEvaluator(model).run(None, {"x": x})[0])
+
+
+@pytest.mark.parametrize("op,inputs,extra,attrs,message", [
+    ("ConvInteger", ["x", "w"], {"w": np.zeros((4, 3, 3, 3), np.int8)}, {}, "its 3 channels per group do not make the input's 4"),
+    ("ConvInteger", ["x", "w", "xz"], {"w": np.zeros((4, 4, 3, 3), np.int8), "xz": np.array(3, np.int8)}, {},
+     "zero point 'xz' of dtype int8 for 'x' of uint8"),
+    ("QLinearConv", ["x", "s", "xz", "w", "s", "wz", "s", "xz", "b"],
+     {"w": np.zeros((4, 4, 3, 3), np.int8), "s": np.array(0.1, np.float32), "xz": np.array(3, np.uint8),
+      "wz": np.array(0, np.int8), "b": np.zeros(3, np.int32)}, {}, r"bias 'b' of int32 \(3,\)"),
+    ("QLinearConv", ["x", "s", "xz", "w", "s", "wz", "s", "xz"],
+     {"w": np.zeros((4, 2, 3, 3), np.int8), "s": np.array(0.1, np.float32), "xz": np.array(3, np.uint8),
+      "wz": np.array(0, np.int8)}, {}, "its 2 channels per group do not make the input's 4"),
+])
+def test_malformed_integer_convolutions_are_refused_by_name(op, inputs, extra, attrs, message):
+    from loopweave.errors import OnnxImportError
+    model = _model([helper.make_node(op, inputs, ["y"], **attrs)], [("x", "uint8", [1, 4, 6, 6])],
+                   [("y", "uint8" if op == "QLinearConv" else "int32", [1, 4, 4, 4])], list(extra.items()))
+    with pytest.raises(OnnxImportError, match=message):
+        lw.compile(lw.from_onnx(model), progress=False)
+
+
+def test_a_dequantize_whose_scale_does_not_fit_is_refused_by_the_op_not_the_fold():
+    from loopweave.errors import OnnxImportError
+    node = helper.make_node("DequantizeLinear", ["w", "s"], ["y"], axis=1)
+    model = _model([node], [], [("y", "float32", [6, 4])], [("w", np.zeros((6, 4), np.int8)), ("s", np.ones(5, np.float32))])
+    with pytest.raises(OnnxImportError, match=r"per-axis scale of shape \(5,\) for axis 1"):
+        lw.from_onnx(model)
