@@ -18,7 +18,6 @@ from ..context import ImportContext, Unsupported, converter, optional_input
 from .nn import _conv, _reshaped, _spatial_padding
 
 
-
 def _widened(ctx: ImportContext, x: str, zero_point, out: str, tag: str) -> str:
     if ctx.dtype(x) not in ("int8", "uint8"):
         raise Unsupported(f"input {x!r} of dtype {ctx.dtype(x)} (int8 or uint8 expected)")
@@ -227,12 +226,14 @@ def qlinear_conv(ctx: ImportContext, node):
     channels = ctx.shape(w)[0]
     for s, allowed in ((x_scale, (1,)), (w_scale, (1, channels)), (y_scale, (1,))):
         if int(np.prod(ctx.shape(s))) not in allowed:
-            raise Unsupported(f"scale {s!r} of shape {ctx.shape(s)} (one value{', or one per output channel' if len(allowed) > 1 else ''})")
+            per_channel = ", or one per output channel" if len(allowed) > 1 else ""
+            raise Unsupported(f"scale {s!r} of shape {ctx.shape(s)} (one value{per_channel})")
     acc = _integer_conv(ctx, node, x, w, x_zp or None, w_zp or None, ctx.temp(out, "acc"))
     rank = len(ctx.shape(x))
     if bias:
         if ctx.dtype(bias) != "int32" or tuple(ctx.shape(bias)) != (channels,):
-            raise Unsupported(f"bias {bias!r} of {ctx.dtype(bias)} {ctx.shape(bias)} (int32 of shape ({channels},) expected)")
+            raise Unsupported(f"bias {bias!r} of {ctx.dtype(bias)} {ctx.shape(bias)} (int32 of shape ({channels},) "
+                              f"expected)")
         acc = ctx.emit("add", [acc, _reshaped(ctx, bias, [channels] + [1] * (rank - 2))], ctx.temp(out, "biased"))
     multiplier = ctx.emit("div", [ctx.emit("mul", [x_scale, w_scale], ctx.temp(out, "xw")), y_scale],
                           ctx.temp(out, "m"))

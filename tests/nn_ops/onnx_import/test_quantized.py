@@ -237,7 +237,8 @@ def test_qlinear_conv_matches_the_onnx_reference(x_dt, w_dt, per_channel, bias, 
     (got,) = lw.compile(lw.from_onnx(model), progress=False).run({"x": x})
     np.testing.assert_array_equal(got, want)
     if x_dt == "uint8" and w_dt == "uint8" or not per_channel:
-        theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        theirs = session.run(None, {"x": x})[0]
         assert np.abs(got.astype(np.int32) - theirs.astype(np.int32)).max() <= 1
 
 
@@ -256,7 +257,8 @@ def test_a_qlinear_conv_of_symbolic_batch_compiles_per_shape_and_says_why():
 
 
 @pytest.mark.parametrize("op,inputs,extra,attrs,message", [
-    ("ConvInteger", ["x", "w"], {"w": np.zeros((4, 3, 3, 3), np.int8)}, {}, "its 3 channels per group do not make the input's 4"),
+    ("ConvInteger", ["x", "w"], {"w": np.zeros((4, 3, 3, 3), np.int8)}, {},
+     "its 3 channels per group do not make the input's 4"),
     ("ConvInteger", ["x", "w", "xz"], {"w": np.zeros((4, 4, 3, 3), np.int8), "xz": np.array(3, np.int8)}, {},
      "zero point 'xz' of dtype int8 for 'x' of uint8"),
     ("QLinearConv", ["x", "s", "xz", "w", "s", "wz", "s", "xz", "b"],
@@ -277,6 +279,7 @@ def test_malformed_integer_convolutions_are_refused_by_name(op, inputs, extra, a
 def test_a_dequantize_whose_scale_does_not_fit_is_refused_by_the_op_not_the_fold():
     from loopweave.errors import OnnxImportError
     node = helper.make_node("DequantizeLinear", ["w", "s"], ["y"], axis=1)
-    model = _model([node], [], [("y", "float32", [6, 4])], [("w", np.zeros((6, 4), np.int8)), ("s", np.ones(5, np.float32))])
+    model = _model([node], [], [("y", "float32", [6, 4])],
+                   [("w", np.zeros((6, 4), np.int8)), ("s", np.ones(5, np.float32))])
     with pytest.raises(OnnxImportError, match=r"per-axis scale of shape \(5,\) for axis 1"):
         lw.from_onnx(model)

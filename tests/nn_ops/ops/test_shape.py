@@ -39,7 +39,8 @@ def test_few_long_reductions_match_numpy(kind, shape, axes, dtype):
 
 
 @pytest.mark.parametrize("kind", ["max", "sum"])
-@pytest.mark.parametrize("shape,axes", [((64, 4096), (1,)), ((5, 7, 40), (1, 2)), ((9, 33), (1,)), ((2, 3, 4, 50), (3,))])
+@pytest.mark.parametrize("shape,axes", [((64, 4096), (1,)), ((5, 7, 40), (1, 2)), ((9, 33), (1,)),
+                                        ((2, 3, 4, 50), (3,))])
 def test_many_rows_reduce_in_vector_lanes_each(kind, shape, axes):
     """Trailing reduced axes (contiguous values): each output's values in vector partials, the rows
     in parallel; tails of the lane split guarded."""
