@@ -17,7 +17,7 @@ from ...dsl.expr import cast, const, select
 from ...dsl.tensor import compute
 from ..network import symbolic as S
 from ..ops import math as math_ops
-from ..ops.int8_matmul import matmul_u8s8_panels, pack_words
+from ..ops.int8_matmul import matmul_u8s8_panels, pack_words, signed_bytes
 from ..ops.matmul import batch_matmul, matmul_panels, pack_panels, panel_width
 from ..ops.quantize import quantize
 from ..ops.rotary import rotary_embedding
@@ -305,13 +305,12 @@ def integer_matmul(walk, node, label: str) -> None:
         to = walk.dtype(y_zero) if y_zero else walk.dtype(a)
         shift = float(walk.consts[y_zero].reshape(())) if y_zero else 0.0
     depth, n = b_value.shape
-    cb = 128 if b_value.dtype == np.uint8 else 0
+    b_s, cb = signed_bytes(b_value)
     words = depth % 4 == 0 and zb == cb          # the int8 product applies (beta = 0)
     ca = 128 if walk.dtype(a) == "int8" else 0
     nr = panel_width(walk.target.lanes("int32"))
     panels = walk.fresh(b + ".panels")
     if words:
-        b_s = (b_value.astype(np.int16) - cb).astype(np.int8)
         walk.consts[panels] = pack_panels(pack_words(b_s), nr)
         sums = walk.fresh(b + ".sums")
         walk.consts[sums] = b_s.astype(np.int32).sum(axis=0).astype(np.int32)
@@ -324,8 +323,9 @@ def integer_matmul(walk, node, label: str) -> None:
     inputs = [rows, panels] + ([sums] if words else []) + ([a_zero] if a_zero and constant_zero is None else [])
 
     def make(x, w, *rest, extent=None):
-        column_sums = rest[0] if words else None
-        zero = rest[-1] if len(rest) > (1 if words else 0) else None
+        rest = list(rest)                   # [column sums if words] + [A's zero point if computed]
+        column_sums = rest.pop(0) if words else None
+        zero = rest.pop(0) if rest else None
         base = (const(constant_zero or 0, "int32") if zero is None
                 else cast("int32", zero[(0,) * len(zero.shape)]))
         if words:       # sum_k (a_u - alpha) b_s with a_u = a + ca, alpha = za + ca

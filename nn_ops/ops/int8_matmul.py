@@ -27,6 +27,18 @@ from ...errors import ExprError
 SIGN_BITS = np.int32(-0x7F7F7F80)     # 0x80808080: flips each byte's top bit (an int8 byte + 128 as uint8)
 
 
+def unsigned_offset(dtype) -> int:
+    """What is taken off a byte of ``dtype`` to make it int8 (``vpdpbusd``'s second operand): 128 from
+    a uint8, 0 from an int8."""
+    return 128 if np.dtype(dtype) == np.uint8 else 0
+
+
+def signed_bytes(b: np.ndarray):
+    """``(b - offset as int8, offset)`` for an int8 or uint8 weight (``unsigned_offset``)."""
+    offset = unsigned_offset(b.dtype)
+    return (b.astype(np.int16) - offset).astype(np.int8), offset
+
+
 def pack_words(b: np.ndarray) -> np.ndarray:
     """int8 B [K, N] -> int32 [ceil(K / 4), N]: word ``[kw, j]`` holds ``B[4 kw + r, j]`` in byte r
     (little-endian), rows past K zero."""
@@ -47,14 +59,19 @@ def _word(A: Tensor, i, kw, a_signed: bool):
     return word ^ const(int(SIGN_BITS), "int32") if a_signed else word
 
 
-def _check_a(A: Tensor, words) -> bool:
+def _product(A: Tensor, words, columns, b_word, name: str, tag: str) -> Tensor:
+    """``D[i, j] = sum_kw dot4_u8s8(A's word kw of row i, b_word(kw, j))`` over ``words`` words (A of
+    4 x words columns, uint8 or int8)."""
     if A.ndim != 2 or A.dtype not in ("uint8", "int8"):
         raise ExprError(f"matmul_u8s8: A must be a 2-d uint8 or int8 tensor, got {A.dtype} of rank {A.ndim}")
     depth = A.shape[1]
     if not hasattr(depth, "value") or depth.value != 4 * int(words.value):
         raise ExprError(f"matmul_u8s8: A has {depth} columns where B's {words} words of four rows need "
                         f"{4 * int(words.value)}; pad A's rows with zeros to a multiple of 4")
-    return A.dtype == "int8"
+    a_signed = A.dtype == "int8"
+    kw = reduce_axis((0, words), name="kw")
+    return compute((A.shape[0], columns), lambda i, j: lw_sum(dot4_u8s8(_word(A, i, kw, a_signed), b_word(kw, j)),
+                                                              axis=kw), name=name, tag=tag)
 
 
 def matmul_u8s8(A: Tensor, Bw: Tensor, name: str = "matmul_u8s8") -> Tensor:
@@ -62,11 +79,7 @@ def matmul_u8s8(A: Tensor, Bw: Tensor, name: str = "matmul_u8s8") -> Tensor:
     bytes count + 128) and B's words Bw [Kw, N] (``pack_words``)."""
     if Bw.ndim != 2 or Bw.dtype != "int32":
         raise ExprError(f"matmul_u8s8: B's words must be a 2-d int32 tensor, got {Bw.dtype} of rank {Bw.ndim}")
-    a_signed = _check_a(A, Bw.shape[0])
-    kw = reduce_axis((0, Bw.shape[0]), name="kw")
-    return compute((A.shape[0], Bw.shape[1]),
-                   lambda i, j: lw_sum(dot4_u8s8(_word(A, i, kw, a_signed), Bw[kw, j]), axis=kw),
-                   name=name, tag="matmul")
+    return _product(A, Bw.shape[0], Bw.shape[1], lambda kw, j: Bw[kw, j], name, "matmul")
 
 
 def matmul_u8s8_panels(A: Tensor, Bp: Tensor, columns: int, name: str = "matmul_u8s8") -> Tensor:
@@ -75,9 +88,5 @@ def matmul_u8s8_panels(A: Tensor, Bp: Tensor, columns: int, name: str = "matmul_
     if Bp.ndim != 3 or Bp.dtype != "int32":
         raise ExprError(f"matmul_u8s8_panels: B's panels must be a 3-d int32 tensor, got {Bp.dtype} of rank "
                         f"{Bp.ndim}")
-    a_signed = _check_a(A, Bp.shape[1])
     nr = int(Bp.shape[2].value)
-    kw = reduce_axis((0, Bp.shape[1]), name="kw")
-    return compute((A.shape[0], int(columns)),
-                   lambda i, j: lw_sum(dot4_u8s8(_word(A, i, kw, a_signed), Bp[j // nr, kw, j % nr]), axis=kw),
-                   name=name, tag="matmul_panels")
+    return _product(A, Bp.shape[1], int(columns), lambda kw, j: Bp[j // nr, kw, j % nr], name, "matmul_panels")

@@ -64,8 +64,9 @@ SHORT_CHANNELS = 8      # channel runs this short are unrolled, not vectorized
 @register_schedule("patches", "llvm")
 def schedule_patches(s, op, target):
     """Image rows in parallel; each channel run one vector (or unrolled, where few), under one bounds
-    check per tap.  The injective schedule's one flat loop recomputed five divisions per byte and
-    ran the channels of an RGB stem scalar: ResNet-18's 7x7 stem took 5.1 ms, ~2 ns a byte."""
+    check per tap.  The injective schedule's one flat loop divided its index apart for every byte and
+    ran the channels of an RGB stem scalar: ResNet-18's 7x7 stem (1.8 MB of patches) took 5.1 ms, ~3 ns
+    a byte."""
     stage = s[op]
     nn, yy, _, _, _, cc = stage.op.axis
     lanes = target.lanes(op.output(0).dtype)

@@ -66,14 +66,15 @@ def _pack_words(g: Graph, node, lanes: Optional[int], packed: dict) -> None:
     if node.attrs.get("panels") or not lanes or g.values[node.inputs[0]].shape[0] == 0:
         return
     n = words.shape[1]
-    nr = _panel_width(g, node, words, lanes, np.int32) or (lanes if n < lanes else 0)
+    narrow = n < lanes
+    nr = lanes if narrow else _panel_width(g, node, words, lanes, np.int32)
     if not nr:
         return
     key = (node.inputs[1], nr)
     if key not in packed:
         packed[key] = g.fresh_name(node.inputs[1] + ".panels")
         g.add_initializer(packed[key], pack_panels(words, nr))
-    columns = n if nr == panel_width(lanes) else nr
+    columns = nr if narrow else n
     node.attrs = dict(node.attrs, panels=nr, columns=columns)
     node.inputs = [node.inputs[0], packed[key]]
     if columns != n:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ops.int8_matmul import pack_words
+from ...ops.int8_matmul import pack_words, signed_bytes, unsigned_offset
 from ..context import ImportContext, Unsupported, converter, optional_input
 from .nn import _conv, _reshaped, _spatial_padding
 
@@ -78,20 +78,18 @@ def _packed_product(ctx: ImportContext, a: str, b: str, a_zp, b_zp, out: str):
             or bv.dtype not in (np.int8, np.uint8):
         return None
     depth, n = bv.shape
+    m = int(np.prod(sa[:-1]))
     zb = _zero_point(ctx, b_zp, n, "column of B")
-    za = _zero_point(ctx, a_zp, int(np.prod(sa[:-1])), "row of A") if len(sa) == 2 else \
-        _zero_point(ctx, a_zp, 1, "row of A")
+    za = _zero_point(ctx, a_zp, m if len(sa) == 2 else 1, "row of A")   # (per row: of a 2-d A only)
     if zb is None:
         return None         # a run-time zero point of the weight: the widened product
-    cb = 128 if bv.dtype == np.uint8 else 0
+    b_s, cb = signed_bytes(bv)
     ca = 128 if ctx.dtype(a) == "int8" else 0
-    b_s = (bv.astype(np.int16) - cb).astype(np.int8)
     beta = zb - cb
     offsets = b_s.astype(np.int64).sum(axis=0) - depth * beta          # S_j - K beta_j
-    rows = _reshaped(ctx, a, [int(np.prod(sa[:-1])), depth])
-    if depth % 4:
-        rows = ctx.emit("pad", [rows], ctx.temp(out, "a_pad"),
-                        {"before": (0, 0), "after": (0, -depth % 4), "value": 0.0})
+    flat = _reshaped(ctx, a, [m, depth])
+    rows = flat if depth % 4 == 0 else ctx.emit("pad", [flat], ctx.temp(out, "a_pad"),
+                                                {"before": (0, 0), "after": (0, -depth % 4), "value": 0.0})
     words = ctx.add_constant(f"{b}.words", pack_words(b_s))
     shift = None if za is None else _wrapped((za + ca).reshape(-1, 1) * offsets if za.size > 1 else (za + ca) * offsets)
     stages = ["dot"] + (["offset"] if shift is None or shift.any() else []) + (["centred"] if beta.any() else [])
@@ -112,8 +110,7 @@ def _packed_product(ctx: ImportContext, a: str, b: str, a_zp, b_zp, out: str):
                                   ctx.temp(out, "alpha_s"))
         product = ctx.emit("sub", [product, correction], name("offset"))
     if "centred" in stages:
-        wide = ctx.emit("cast", [_reshaped(ctx, a, [int(np.prod(sa[:-1])), depth])], ctx.temp(out, "a32"),
-                        {"to": "int32"})
+        wide = ctx.emit("cast", [flat], ctx.temp(out, "a32"), {"to": "int32"})
         row_sums = ctx.emit("reduce", [wide], ctx.temp(out, "row_sums"),
                             {"axes": (1,), "kind": "sum", "keepdims": True})
         if ca:
@@ -186,7 +183,7 @@ def _conv_as_product(ctx: ImportContext, node, x: str, w: str, x_zp, w_zp, out: 
     padding = _spatial_padding(ctx, node, (h, width), kernel, stride, dilation)
     nhwc = ctx.emit("transpose", [x], ctx.temp(out, "nhwc"), {"perm": (0, 2, 3, 1)})
     # each tap's channels filled to a whole word with x's zero point (a value that contributes 0),
-    # so the rows need no padding copy (ResNet-18's RGB stem: a 0.21 ms pad of 12544 x 147 bytes)
+    # so the rows need no padding copy (MobileNetV2's RGB stem: a 0.21 ms pad of 12544 x 27 bytes)
     words = -(-c // 4) * 4
     cols = ctx.emit("patches", [nhwc] + ([x_zp] if x_zp else []), ctx.temp(out, "patches"),
                     {"kernel": (kh, kw), "stride": tuple(stride), "padding": tuple(padding),
@@ -194,8 +191,7 @@ def _conv_as_product(ctx: ImportContext, node, x: str, w: str, x_zp, w_zp, out: 
     _, oh, ow = ctx.shape(cols)[:3]
     rows = _reshaped(ctx, cols, [n * oh * ow, kh * kw * words])
     # the weight's rows in the patches' order (ky, kx, c), its added channels B's zero (b_s = 0)
-    filler = 128 if weight.dtype == np.uint8 else 0
-    filled = np.full((oc, words, kh, kw), filler, weight.dtype)
+    filled = np.full((oc, words, kh, kw), unsigned_offset(weight.dtype), weight.dtype)
     filled[:, :c] = weight
     columns = ctx.add_constant(f"{w}.columns", np.ascontiguousarray(filled.transpose(2, 3, 1, 0).reshape(-1, oc)))
     product = _packed_product(ctx, rows, columns, x_zp, w_zp, ctx.temp(out, "product"))
