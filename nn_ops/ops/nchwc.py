@@ -26,7 +26,7 @@ from ...dsl.tensor import ComputeOp, Tensor, compute, reduce_axis
 from ...errors import ExprError
 from .conv2d import _divisor_at_most, _output_hw, _padded, _schedule_input_copy, static_row_block
 from .elementwise import extents, static_shape
-from .pooling import ceil_mode_is_plain, pool_output_size
+from .pooling import ceil_mode_is_plain, pool_output_size, window_reciprocal
 from .registry import (INJECTIVE_TAGS, accumulate_in_registers, accumulator_and_tile, parallel_planes_and_rows,
                        register_schedule, unroll_long_epilogue)
 
@@ -182,9 +182,6 @@ def pool2d_blocked(X: Tensor, kernel, stride, padding, dilation=(1, 1), pool_typ
                         "right padding is not supported")
     oh = pool_output_size(h, kh, sh, pt, pb, dh, ceil_mode)
     ow = pool_output_size(w, kw, sw, pl, pr, dw, ceil_mode)
-    if pool_type == "avg" and (pt or pl or pb or pr or ceil_mode) and not count_include_pad:
-        raise ExprError("pool2d_blocked: padded average pooling that excludes the padding is not blocked; "
-                        "use nn_ops.pooling.pool2d")
     rh = reduce_axis((0, kh), name="rh")
     rw = reduce_axis((0, kw), name="rw")
     fill = float("-inf") if pool_type == "max" else 0.0
@@ -199,8 +196,10 @@ def pool2d_blocked(X: Tensor, kernel, stride, padding, dilation=(1, 1), pool_typ
     if pool_type == "max":
         body = lambda nn, cb, yy, xx, ci: lw_max(read(nn, cb, yy, xx, ci), axis=[rh, rw])  # noqa: E731
     else:
-        inv = const(1.0 / (kh * kw), X.dtype)
-        body = lambda nn, cb, yy, xx, ci: lw_sum(read(nn, cb, yy, xx, ci) * inv, axis=[rh, rw])  # noqa: E731
+        def body(nn, cb, yy, xx, ci):
+            inv = window_reciprocal(yy, xx, (h, w), kernel, stride, padding, dilation, count_include_pad, ceil_mode,
+                                    X.dtype)
+            return lw_sum(read(nn, cb, yy, xx, ci) * inv, axis=[rh, rw])
     return compute((n, cbn, oh, ow, b), body, name=name, tag="pool_blocked")
 
 

@@ -15,7 +15,7 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
   per-channel constant, as an unfolded batch norm's, which is blocked here once), channel
   concatenations of values blocked alike (DenseNet's, SqueezeNet's: a concat of the 5-d twins on
   their channel-block axis; a plain input among them, as U-Net's up-sampled half, gets a
-  to_blocked), max pools, unpadded/zero-counting average pools, global average pools and
+  to_blocked), max and average pools, global average pools and
   resizes of height and width (a U-Net's or an FPN's up-sampling: the same index and weight
   tables, on axes 2 and 3 of the blocked twin), pads of height and width (a style-transfer net's
   reflection padding before each conv), and means or maxima over height and width kept as
@@ -192,9 +192,6 @@ def _decide(g: Graph, node: Node, block, lanes, users, padded=()) -> Optional[st
         lone_nchw = weight.shape[2:] == (1, 1) and _lone_1x1_stays_plain(c, g.shape(node.outputs[0]), node.attrs)
         return "conv_plain_input" if not lone_nchw or _reaches_conv(node.outputs[0], users, block) else None
     if op in ("max_pool2d", "avg_pool2d") and block.get(node.inputs[0]):
-        padded = any(node.attrs["padding"]) or node.attrs.get("ceil_mode", False)
-        if op == "avg_pool2d" and padded and not node.attrs.get("count_include_pad", False):
-            return None
         return "pool"
     if op == "global_avg_pool" and block.get(node.inputs[0]):
         return "global_pool"

@@ -133,6 +133,29 @@ def test_blocked_pools_match_numpy():
     np.testing.assert_allclose(_plain(g)[:, :, 0, 0], x.mean((2, 3)), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("kernel,stride,pad,ceil_mode,include_pad", [
+    (3, 1, 1, False, False),     # Inception's branch pool: edge windows divide by their taps inside
+    (3, 2, 1, True, False),      # a last window past the padding (ceil mode)
+    (3, 2, 1, True, True),       # ... counting the padding, but not beyond it
+    (2, 2, 0, False, False),     # no padding: every window whole
+])
+def test_blocked_average_pools_match_onnxruntime(kernel, stride, pad, ceil_mode, include_pad):
+    """Average pools of every padding rule stay blocked; each window divides by what ONNX says."""
+    b = OnnxBuilder(0)
+    y = b.node("AveragePool", ["input"], kernel_shape=[kernel] * 2, strides=[stride] * 2, pads=[pad] * 4,
+               ceil_mode=int(ceil_mode), count_include_pad=int(include_pad))
+    out_size = -(-(10 + 2 * pad - kernel) // stride) + 1 if ceil_mode else (10 + 2 * pad - kernel) // stride + 1
+    model = b.model((1, 32, 10, 10), y, (1, 32, out_size, out_size))
+    x = np.random.default_rng(1).standard_normal((1, 32, 10, 10)).astype("float32")
+    X = lw.placeholder(_blocked(x, 16).shape, name="X")
+    Y = nchwc.pool2d_blocked(X, (kernel,) * 2, (stride,) * 2, (pad,) * 4, pool_type="avg", ceil_mode=ceil_mode,
+                             count_include_pad=include_pad)
+    got = np.empty(_shape(Y), "float32")
+    lw.build(nn_ops.schedule(Y), [X, Y])(_blocked(x, 16), got)
+    want, = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    np.testing.assert_allclose(_plain(got), want, rtol=1e-5, atol=1e-6)
+
+
 def test_resnet18_is_blocked_end_to_end():
     from loopweave.nn_ops.ops.winograd import FULL_RATE_AVX512
     from loopweave.target import resolve_target

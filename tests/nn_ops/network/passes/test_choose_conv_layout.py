@@ -14,7 +14,8 @@ from loopweave.nn_ops.network import passes  # noqa: E402
 from loopweave.nn_ops.testing.model_zoo import OnnxBuilder  # noqa: E402
 
 CHANNELS = (8, 16, 24, 40)
-STEPS = ("conv", "depthwise", "relu", "sigmoid", "residual", "one_minus", "pool", "concat", "div", "instance_norm")
+STEPS = ("conv", "depthwise", "relu", "sigmoid", "residual", "one_minus", "pool", "concat", "div", "instance_norm",
+         "avg_pool")
 
 
 def _network(steps, channels, seed):
@@ -36,6 +37,9 @@ def _network(steps, channels, seed):
             x = b.node("Sub", [b.init("one", np.ones((), np.float32)), x])
         elif step == "pool" and size > 3:
             x, size = b.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2]), size // 2
+        elif step == "avg_pool":        # Inception's branch pool: edge windows divide by their taps inside
+            x = b.node("AveragePool", [x], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1],
+                       count_include_pad=seed % 2)
         elif step == "concat":
             x, c = b.node("Concat", [x, b.conv(x, c, out, 1)], axis=1), c + out
         elif step == "div":             # x / (1 + sigmoid(conv(x))): a division, well conditioned
@@ -78,3 +82,18 @@ def test_an_instance_norm_between_convs_stays_blocked():
     x = np.random.default_rng(0).standard_normal((1, 8, 12, 12)).astype(np.float32)
     want, = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
     np.testing.assert_allclose(exe.run({"input": x})[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_an_average_pool_that_excludes_the_padding_stays_blocked():
+    """Inception's branch pool (3x3, stride 1, padding 1, edge windows dividing by their taps inside)
+    between convs reads and writes the blocked twins: it ran in NCHW between two transforms, and
+    dividing every tap by its count made it 257 us at 768 channels x 17x17."""
+    b = OnnxBuilder(4)
+    x = b.node("AveragePool", [b.conv("input", 8, 32, 3)], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    model = b.model((1, 8, 12, 12), b.conv(x, 32, 32, 1), (1, 32, 12, 12))
+    exe = lw.compile(lw.from_onnx(model), progress=False)
+    ops = [n.op_type for n in exe.graph.nodes]
+    assert "pool2d_blocked" in ops and "avg_pool2d" not in ops and ops.count("from_blocked") == 1, ops
+    x = np.random.default_rng(0).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    want, = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    np.testing.assert_allclose(exe.run({"input": x})[0], want, rtol=1e-5, atol=1e-5)
