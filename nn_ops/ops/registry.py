@@ -378,6 +378,7 @@ def schedule_injective(s: Schedule, op: ComputeOp, target) -> None:
     perm = _inlined_source(s, op, "perm") if axes == list(op.axis) else None
     if perm and _schedule_transposed(stage, axes, perm, lanes):
         return
+    axes = _merge_short_trailing_axes(stage, axes, lanes)
     inner = axes[-1]
     # a row of run-time width (a shape-polymorphic map): whole vectors, the last one masked
     # (lowering/passes/pad_tail_tiles.py), not one scalar per element
@@ -387,7 +388,11 @@ def schedule_injective(s: Schedule, op: ComputeOp, target) -> None:
         stage.vectorize(vec)
         if symbolic:
             stage.pragma(outer, "pad_tails")
-        axes = axes[:-1] + [outer]
+        ragged = not symbolic and inner.extent.value % lanes
+        # a row that ends in a partial vector keeps its vectors in a serial loop of its own, where the
+        # rows give the threads enough to share: the last one is then split off whole (loop_partition);
+        # fused into the parallel loop, every element would test a guard and none would be vectorized
+        axes = axes[:-1] + ([] if ragged and _rows(axes[:-1]) >= 4 * max(1, target.num_threads) else [outer])
     axes = axes[:constant_divisor_prefix(axes)]
     if too_little_to_share(op.outputs[0].shape, ELEMENT_WORK):
         return
@@ -396,6 +401,27 @@ def schedule_injective(s: Schedule, op: ComputeOp, target) -> None:
         stage.parallel(fused)
     elif axes:
         stage.parallel(axes[0])
+
+
+def _rows(axes) -> int:
+    """The iterations of ``axes`` together (0 if any has a symbolic extent)."""
+    total = 1
+    for a in axes:
+        if not isinstance(a.extent, Const):
+            return 0
+        total *= a.extent.value
+    return total
+
+
+def _merge_short_trailing_axes(stage, axes, lanes: int) -> list:
+    """``axes`` with the innermost fused to the one before while it is shorter than a vector (constant
+    extents): a [.., 14, 14] copy then runs vectors along rows of 196, where it ran element by element
+    with a division per index (ShuffleNetV2's channel shuffle, a transpose of [2, 116, 14, 14] that
+    keeps the last two axes: 57 -> 4 us).  Where the fused axes are contiguous in the input too, the
+    simplifier takes the fused index apart again into one ramp."""
+    while len(axes) > 1 and all(isinstance(a.extent, Const) for a in axes[-2:]) and axes[-1].extent.value < lanes:
+        axes = axes[:-2] + [stage.fuse(axes[-2], axes[-1])]
+    return axes
 
 
 #: a kernel of less work than this (in multiply-adds) runs on one thread: handing work to the pool's

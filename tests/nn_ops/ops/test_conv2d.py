@@ -6,6 +6,7 @@ import pytest
 
 import loopweave as lw
 from loopweave import nn_ops
+from loopweave.nn_ops.ops.conv2d import _channel_rows
 
 
 def _pair(v):
@@ -86,6 +87,8 @@ def _check(x_shape, w_shape, seed=0, **kw):
     ((1, 16, 9, 9), (32, 16, 1, 1), dict(stride=2)),             # strided, few pixels: im2col
     ((1, 16, 36, 33), (24, 16, 1, 1), dict(stride=2)),          # strided pixels path (18x17, subsampled)
     ((2, 8, 16, 40), (40, 8, 1, 1), dict(stride=(1, 2))),       # strided pixels path, batch 2, 16x20
+    ((1, 58, 28, 28), (58, 58, 1, 1), dict()),                  # 58 = 2 x 29 channels: blocks of 12, shifted
+    ((1, 24, 14, 14), (116, 24, 1, 1), dict()),                 # 116 = 4 x 29: blocks of 13, shifted
     # grouped and depthwise
     ((1, 8, 10, 10), (16, 4, 3, 3), dict(padding=1, groups=2)),
     ((2, 6, 9, 9), (6, 3, 1, 1), dict(groups=2)),
@@ -98,6 +101,14 @@ def _check(x_shape, w_shape, seed=0, **kw):
 ])
 def test_conv2d_matches_numpy(x_shape, w_shape, kw):
     _check(x_shape, w_shape, **kw)
+
+
+@pytest.mark.parametrize("channels,limit,want", [(58, 14, (12, "shift")), (116, 14, (13, "shift")),
+                                                  (64, 14, (8, "guard")), (58, 16, (15, "shift")),
+                                                  (13, 14, (13, "guard")), (24, 14, (12, "guard"))])
+def test_the_pixels_matmul_takes_even_shifted_channel_blocks_where_divisors_are_small(channels, limit, want):
+    """ShuffleNetV2's 58 channels had blocks of 2 (its largest divisor up to 14): 62 GFLOPS."""
+    assert _channel_rows(channels, limit) == want
 
 
 def test_strided_1x1_takes_the_pixels_path():
