@@ -1,6 +1,7 @@
 """The convolutional networks of the wider zoo (``model_zoo`` re-exports them): SqueezeNet 1.1,
-an EfficientNet-style CNN with squeeze-excitation, a ConvNeXt-style stack, a DenseNet, a U-Net and
-the fast neural style network (instance norms, reflection padding).
+an EfficientNet-style CNN with squeeze-excitation, a ConvNeXt-style stack, a DenseNet, a U-Net, the
+fast neural style network (instance norms, reflection padding), ShuffleNetV2 (channel shuffles) and
+Inception-v3 (factorized 1x7 / 7x1 convolutions, average-pool branches).
 
 Each builder's defaults are the full-size network at batch 1 (the benchmark); smaller keyword
 arguments give the test variants (``model_zoo.SMALL``).  Input ``"input"`` is (batch, 3, size, size).
@@ -202,3 +203,118 @@ def style_transfer(batch: int = 1, size: int = 256, base: int = 32, residuals: i
     x = b.relu(norm(conv(up(x), 2 * base, base, 3), base))
     out = conv(x, base, 3, 9)
     return b.model((batch, 3, size, size), out, (batch, 3, size, size), name="style_transfer")
+
+
+def shufflenet_v2(batch: int = 1, size: int = 224, classes: int = 1000, stages=((116, 4), (232, 8), (464, 4)),
+                  stem: int = 24, head: int = 1024, seed: int = 0):
+    """torchvision's ``shufflenet_v2_x1_0`` (the defaults): units whose two halves meet in a channel
+    Concat and a channel shuffle (Reshape to [N, 2, C/2, H, W], Transpose, Reshape back), the next
+    unit Splitting them again; the first unit of a stage has a strided depthwise branch on each side.
+    Channel counts of 58, 116 and 232 a half are not whole vectors, so the shuffles stay in NCHW."""
+    b = OnnxBuilder(seed)
+    x = b.relu(b.bn(b.conv("input", 3, stem, 3, stride=2), stem))
+    x = b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin, side = stem, (size + 3) // 4        # after the stem conv and the pool, both stride 2
+
+    def conv_bn(x, cin, cout, k=1, stride=1, groups=1, relu=True):
+        y = b.bn(b.conv(x, cin, cout, k, stride=stride, groups=groups), cout)
+        return b.relu(y) if relu else y
+
+    for cout, repeats in stages:
+        half = cout // 2
+        for unit in range(repeats):
+            if unit == 0:           # both halves read the whole input, each down by a strided depthwise
+                left = conv_bn(conv_bn(x, cin, cin, 3, 2, groups=cin, relu=False), cin, half)
+                right, right_in, stride = x, cin, 2
+                side = (side + 1) // 2
+            else:
+                halves = b.init("split", np.array([half, half], np.int64))
+                left, right = b.node("Split", [x, halves], n_out=2, axis=1)
+                right_in, stride = half, 1
+            right = conv_bn(right, right_in, half)
+            right = conv_bn(conv_bn(right, half, half, 3, stride, groups=half, relu=False), half, half)
+            y = b.node("Concat", [left, right], axis=1)
+            y = b.node("Reshape", [y, b.init("shape", np.array([batch, 2, half, side, side], np.int64))])
+            y = b.node("Transpose", [y], perm=[0, 2, 1, 3, 4])
+            x = b.node("Reshape", [y, b.init("shape", np.array([batch, cout, side, side], np.int64))])
+            cin = cout
+    x = conv_bn(x, cin, head)
+    x = b.node("ReduceMean", [x], axes=[2, 3], keepdims=0)       # torchvision's x.mean([2, 3])
+    return b.model((batch, 3, size, size), b.gemm(x, head, classes), (batch, classes), name="shufflenet_v2")
+
+
+def inception_v3(batch: int = 1, size: int = 299, classes: int = 1000, width: float = 1.0, blocks_c: int = 4,
+                 count_include_pad: int = 1, seed: int = 0):
+    """torchvision's ``inception_v3`` without its auxiliary head (the defaults): factorized 1x7 / 7x1
+    and 1x3 / 3x1 convolutions, four-branch blocks joined by channel Concats (one branch an average
+    pool, ``count_include_pad`` as torch exports it; TensorFlow's models exclude the padding),
+    strided grid reductions.  ``width`` scales every channel count (test variants)."""
+    b = OnnxBuilder(seed)
+
+    def ch(c):
+        return max(8, int(c * width) // 8 * 8)
+
+    def conv(x, cin, cout, kh, kw=None, stride=1, pad=None):
+        kw = kh if kw is None else kw
+        ph, pw = (kh // 2, kw // 2) if pad is None else (pad, pad)
+        w = b.weight((cout, cin, kh, kw), np.sqrt(2.0 / (cin * kh * kw)))
+        y = b.node("Conv", [x, b.init("w", w)], kernel_shape=[kh, kw], strides=[stride, stride],
+                   pads=[ph, pw, ph, pw])
+        return b.relu(b.bn(y, cout))
+
+    def avg_pool(x):
+        return b.node("AveragePool", [x], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1],
+                      count_include_pad=count_include_pad)
+
+    def max_pool(x):
+        return b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2])
+
+    def block_a(x, cin, pool):
+        b5 = conv(conv(x, cin, ch(48), 1), ch(48), ch(64), 5)
+        b3 = conv(conv(conv(x, cin, ch(64), 1), ch(64), ch(96), 3), ch(96), ch(96), 3)
+        return b.node("Concat", [conv(x, cin, ch(64), 1), b5, b3, conv(avg_pool(x), cin, pool, 1)], axis=1), \
+            ch(64) + ch(64) + ch(96) + pool
+
+    def block_b(x, cin):
+        b3 = conv(x, cin, ch(384), 3, stride=2, pad=0)
+        d = conv(conv(conv(x, cin, ch(64), 1), ch(64), ch(96), 3), ch(96), ch(96), 3, stride=2, pad=0)
+        return b.node("Concat", [b3, d, max_pool(x)], axis=1), ch(384) + ch(96) + cin
+
+    def block_c(x, cin, c7):
+        b7 = conv(conv(conv(x, cin, c7, 1), c7, c7, 1, 7), c7, ch(192), 7, 1)
+        d = conv(x, cin, c7, 1)
+        for k, (kh, kw) in enumerate(((7, 1), (1, 7), (7, 1), (1, 7))):
+            d = conv(d, c7, c7 if k < 3 else ch(192), kh, kw)
+        return b.node("Concat", [conv(x, cin, ch(192), 1), b7, d, conv(avg_pool(x), cin, ch(192), 1)], axis=1), \
+            4 * ch(192)
+
+    def block_d(x, cin):
+        b3 = conv(conv(x, cin, ch(192), 1), ch(192), ch(320), 3, stride=2, pad=0)
+        b7 = conv(conv(conv(x, cin, ch(192), 1), ch(192), ch(192), 1, 7), ch(192), ch(192), 7, 1)
+        b7 = conv(b7, ch(192), ch(192), 3, stride=2, pad=0)
+        return b.node("Concat", [b3, b7, max_pool(x)], axis=1), ch(320) + ch(192) + cin
+
+    def block_e(x, cin):
+        def fork(y, c):             # 1x3 and 3x1 side by side
+            return [conv(y, c, ch(384), 1, 3), conv(y, c, ch(384), 3, 1)]
+        b3 = fork(conv(x, cin, ch(384), 1), ch(384))
+        d = fork(conv(conv(x, cin, ch(448), 1), ch(448), ch(384), 3), ch(384))
+        parts = [conv(x, cin, ch(320), 1), b.node("Concat", b3, axis=1), b.node("Concat", d, axis=1),
+                 conv(avg_pool(x), cin, ch(192), 1)]
+        return b.node("Concat", parts, axis=1), ch(320) + 4 * ch(384) + ch(192)
+
+    x = conv("input", 3, ch(32), 3, stride=2, pad=0)
+    x = conv(x, ch(32), ch(32), 3, pad=0)
+    x = max_pool(conv(x, ch(32), ch(64), 3))
+    x = max_pool(conv(conv(x, ch(64), ch(80), 1), ch(80), ch(192), 3, pad=0))
+    c = ch(192)
+    for pool in (ch(32), ch(64), ch(64)):
+        x, c = block_a(x, c, pool)
+    x, c = block_b(x, c)
+    for c7 in (128, 160, 160, 192)[:blocks_c]:
+        x, c = block_c(x, c, ch(c7))
+    x, c = block_d(x, c)
+    x, c = block_e(x, c)
+    x, c = block_e(x, c)
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
+    return b.model((batch, 3, size, size), b.gemm(x, c, classes), (batch, classes), name="inception_v3")

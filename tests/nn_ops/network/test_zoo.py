@@ -16,6 +16,7 @@ VARIANTS = [(name, {}) for name in model_zoo.SMALL] + [
     ("unet", {"up": "nearest"}),
     ("unet", {"up": "linear"}),
     ("gpt2", {"mask": "add"}),
+    ("inception_v3", {"count_include_pad": 0}),      # TensorFlow's branch pools: edge windows divide by fewer
 ]
 
 
@@ -60,6 +61,10 @@ FULL = [
     ("mlp_mixer", 18_528_315, (1, 1000)),
     ("style_transfer", 1_679_371, (1, 3, 256, 256)),     # torch's TransformerNet: 1,679,235, and the pads
     ("lstm_lm", 6_182_674, (35, 1, 10000)),
+    # torchvision's 2,278,604 and 23,834,568 (without the auxiliary head), and the batch norms' running
+    # means and variances (torch's buffers), and ShuffleNet's Split and Reshape sizes
+    ("shufflenet_v2", 2_294_954, (1, 1000)),
+    ("inception_v3", 23_869_000, (1, 1000)),
 ]
 
 
