@@ -121,7 +121,7 @@ def _matmul(inputs, attrs):
 def _conv2d_blocked(inputs, attrs):
     from ..ops.nchwc import conv2d_blocked
     return conv2d_blocked(inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None, tuple(attrs["stride"]),
-                          tuple(attrs["padding"]), tuple(attrs["dilation"]))
+                          tuple(attrs["padding"]), tuple(attrs["dilation"]), groups=int(attrs.get("groups", 1)))
 
 
 @op("conv2d_winograd_blocked", "anchor")

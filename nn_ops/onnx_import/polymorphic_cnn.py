@@ -37,9 +37,9 @@ from ...errors import ExprError
 from ..network import symbolic as S
 from ..network.passes.choose_conv_layout import TO_BLOCKED_MIN_CHANNELS
 from ..ops.conv2d import FEW_CHANNELS, _divisor_at_most, conv2d_rows
-from ..ops.nchwc import (SYMBOLIC_ROW_BLOCK, conv2d_blocked, depthwise_blocked, from_blocked,
-                         global_pool_blocked, pack_blocked_weight, pack_depthwise_weight,
-                         pool2d_blocked, row_block_fits, symbolic_row_block, to_blocked)
+from ..ops.nchwc import (SYMBOLIC_ROW_BLOCK, conv2d_blocked, depthwise_blocked, from_blocked, global_pool_blocked,
+                         merged_groups, pack_blocked_weight, pack_depthwise_weight, pool2d_blocked, row_block_fits,
+                         symbolic_row_block, to_blocked)
 from ..ops.pooling import pool2d
 from ..ops.resize import axis_taps, coefficient_fn, resize_taps, source_coordinates
 from ..ops.shape import reduce
@@ -136,7 +136,7 @@ class CnnWalk:
         if groups > 1 and not depthwise:
             # groups that are not whole blocks (ResNeXt's 32 x 4 channels, 16 -> 32 in 2 groups): merged
             # into groups of whole blocks, each output channel's weight zero outside its own group
-            merged = _merged_groups(weight, groups, self.block)
+            merged = merged_groups(weight, groups, self.block, self.block)
             if merged is None:      # (1 in and 3 out per group: 16x) rows of the NCHW map, group by group
                 return self.few_channels(node, label, weight, bias, window, groups)
             weight, groups = merged
@@ -205,7 +205,7 @@ class CnnWalk:
 
     def few_channels(self, node, label: str, weight, bias, window, groups: int = 1) -> None:
         """A conv with fewer output channels than ``FEW_CHANNELS`` (the image a style net ends in,
-        a mask), or of groups too small to merge into whole blocks (``MAX_GROUP_MERGE``), as vector
+        a mask), or of groups too small to merge into whole blocks (``nchwc.MAX_GROUP_MERGE``), as vector
         rows of NCHW maps of any width (``conv2d_rows``): in blocks, its channels would be mostly
         padding (the style net's 9x9 32 -> 3 at 256x256: 11.7 ms blocked, 3 of 16 channels)."""
         b, x = self.b, node.input[0]
@@ -746,42 +746,12 @@ def _keeps_padding_finite(node, b) -> bool:
                                             b.is_scalar(node.input[1]) and b.scalar(node.input[1]) != 0)
 
 
-#: the most extra multiplies ``_merged_groups`` accepts (ResNeXt's 2-channel groups: 8x in 16-channel blocks);
-#: smaller groups run as vector rows of the NCHW map (``few_channels``)
-MAX_GROUP_MERGE = 8
-
-
 def _conv_bias(node, b) -> Optional[np.ndarray]:
     """A Conv's constant bias as float32, None without one (a computed one is refused by name)."""
     name = optional_input(node, 2)
     if name is not None and name not in b.consts:
         raise b.unsupported("a Conv whose bias is computed")
     return None if name is None else b.consts[name].astype(np.float32)
-
-
-def _merged_groups(weight: np.ndarray, groups: int, block: int):
-    """(weight, groups) of a grouped conv as groups of whole ``block``-channel blocks on both sides, or
-    None where that takes more than ``MAX_GROUP_MERGE`` times the multiplies.  ``k`` consecutive groups
-    (the fewest whose input and output channels are both whole blocks) become one, its weight
-    [OC, k * C/groups, KH, KW] zero between the small groups inside it: output channel o reads its own
-    group's channels only.  Groups already of whole blocks stay as they are (k = 1); where one merged
-    group is all the channels (or whole blocks cannot be had: 8 -> 16 in 2 groups) it is a dense
-    conv.  Each multiply is a whole vector: a conv of 4-channel groups does 4 multiply-adds per
-    output and tap, too few to keep the FMA units busy in any layout."""
-    oc, per_in, kh, kw = weight.shape
-    per_out = oc // groups
-    k = math.lcm(block // math.gcd(block, per_in), block // math.gcd(block, per_out))
-    if groups % k:
-        k = groups          # no whole-block groups: all of them one dense conv (padded to whole blocks)
-    if k > MAX_GROUP_MERGE:
-        return None
-    if k == 1:
-        return weight, groups
-    out = np.zeros((oc, k * per_in, kh, kw), weight.dtype)
-    for o in range(oc):
-        start = (o // per_out) % k * per_in         # its group's first channel within the merged group
-        out[o, start:start + per_in] = weight[o]
-    return out, groups // k
 
 
 def _zero_padded(array: np.ndarray, size: int, axis: int) -> np.ndarray:

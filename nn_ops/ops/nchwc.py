@@ -18,6 +18,8 @@ batch and the image's height and width may be symbolic sizes, as shape-polymorph
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...dsl.expr import Const, cast, const, if_then_else, logical_and
@@ -143,6 +145,36 @@ def _row_attrs(attrs: dict, row_block, whole_blocks: bool) -> dict:
     if whole_blocks:
         attrs["whole_blocks"] = True
     return attrs
+
+
+#: the most extra multiplies ``merged_groups`` accepts (ResNeXt's 2-channel groups: 8x in 16-channel blocks)
+MAX_GROUP_MERGE = 8
+
+
+def merged_groups(weight: np.ndarray, groups: int, in_block: int, out_block: int):
+    """(weight, groups) of a grouped conv as groups of whole channel blocks on both sides (``in_block``
+    input channels, ``out_block`` output channels a block), for ``conv2d_blocked(groups=...)``, or None
+    where that takes more than ``MAX_GROUP_MERGE`` times the multiplies.  ``k`` consecutive groups (the
+    fewest whose input and output channels are both whole blocks) become one, its weight
+    [OC, k * C/groups, KH, KW] zero between the small groups inside it: output channel o reads its own
+    group's channels only.  Groups already of whole blocks stay as they are (k = 1); where one merged
+    group is all the channels (or whole blocks cannot be had: 8 -> 16 in 2 groups) it is a dense
+    conv.  Each multiply is a whole vector: a conv of 4-channel groups does 4 multiply-adds per
+    output and tap, too few to keep the FMA units busy in any layout."""
+    oc, per_in, kh, kw = weight.shape
+    per_out = oc // groups
+    k = math.lcm(in_block // math.gcd(in_block, per_in), out_block // math.gcd(out_block, per_out))
+    if groups % k:
+        k = groups          # no whole-block groups: all of them one dense conv (padded to whole blocks)
+    if k > MAX_GROUP_MERGE:
+        return None
+    if k == 1:
+        return weight, groups
+    out = np.zeros((oc, k * per_in, kh, kw), weight.dtype)
+    for o in range(oc):
+        start = (o // per_out) % k * per_in         # its group's first channel within the merged group
+        out[o, start:start + per_in] = weight[o]
+    return out, groups // k
 
 
 def depthwise_blocked(X: Tensor, Wd: Tensor, bias=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),

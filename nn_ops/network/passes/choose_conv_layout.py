@@ -9,7 +9,9 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
   here, once); its input may be plain NCHW (the first layer reads the image as it is);
   a 3x3 stride-1 one on a blocked input where Winograd pays (``winograd.winograd_pays``)
   -> ``conv2d_winograd_blocked``, its weight transformed here, once;
-* depthwise conv2d with a constant weight -> ``depthwise_blocked``;
+* depthwise conv2d with a constant weight -> ``depthwise_blocked``; another grouped one on a blocked
+  input -> ``conv2d_blocked`` with groups of whole channel blocks (``nchwc.merged_groups``: RegNet's and
+  ResNeXt's groups of 8 channels merged in pairs into 16-channel blocks, their weight zero between);
 * elementwise ops whose tensor operands all come blocked (bias, residual add, relu,
   clip; an operand may be a per-channel (N, C, 1, 1) one, as squeeze-excitation's scale, or a
   per-channel constant, as an unfolded batch norm's, which is blocked here once), channel
@@ -55,7 +57,7 @@ import numpy as np
 from ...ops.conv2d import _divisor_at_most
 from ..graph import Graph, Node
 from ..op_table import SCALAR_OPS, scalar_constants
-from ...ops.nchwc import blocked_shape, pack_blocked_weight, pack_depthwise_weight
+from ...ops.nchwc import blocked_shape, merged_groups, pack_blocked_weight, pack_depthwise_weight
 from ...ops.winograd import winograd_pays, winograd_weight
 from .sink_reshapes import ELEMENTWISE
 
@@ -185,8 +187,9 @@ def _decide(g: Graph, node: Node, block, lanes, users, padded=()) -> Optional[st
             if block.get(x):
                 return "depthwise"
             return "depthwise" if channel_block(c, lanes) and _reaches_conv(node.outputs[0], users, block) else None
-        if groups != 1:
-            return None
+        if groups != 1:     # groups of whole blocks (small ones merged: ResNeXt's, RegNet's) on a blocked input
+            return "grouped_conv" if block.get(x) and x not in padded and merged_groups(
+                weight, groups, block[x], channel_block(oc, lanes)) is not None else None
         if block.get(x):
             return "conv"
         lone_nchw = weight.shape[2:] == (1, 1) and _lone_1x1_stays_plain(c, g.shape(node.outputs[0]), node.attrs)
@@ -358,6 +361,13 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
     ``made_blocked``: the plain values a to_blocked already copies (a 1x1 conv reads that copy)."""
     out = twin[node.outputs[0]]
     attrs = node.attrs
+    if how == "grouped_conv":
+        weight, groups = merged_groups(g.initializers[node.inputs[1]], int(attrs["groups"]), block[node.inputs[0]], b)
+        w_name = g.fresh_name(node.inputs[1] + ".blocked")
+        g.add_initializer(w_name, pack_blocked_weight(weight, b, block[node.inputs[0]]))
+        return Node("conv2d_blocked", [twin[node.inputs[0]], w_name] + list(node.inputs[2:]), [out],
+                    {"stride": tuple(attrs["stride"]), "padding": tuple(attrs["padding"]),
+                     "dilation": tuple(attrs["dilation"]), "groups": groups}, node.name)
     if how in ("conv", "conv_plain_input", "depthwise"):
         weight = g.initializers[node.inputs[1]]
         extra = list(node.inputs[2:])
