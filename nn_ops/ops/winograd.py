@@ -173,12 +173,12 @@ def conv2d_winograd_blocked(X: Tensor, U: Tensor, bias=None, padding=(1, 1, 1, 1
         return input_transform(lambda a, bb: Xp[nn, cbi, ty * 2 + a, tx * 2 + bb, ci], e)
 
     V = compute((n, cbn, tiles, 16, cb), transform_in, name=name + ".wino_in", tag="conv2d_winograd.input",
-                attrs=dict(tile_width=tw, out_blocks=obn))
+                attrs=dict(tile_width=tw))
     rco = reduce_axis((0, cbn), name="rco")
     rci = reduce_axis((0, cb), name="rci")
     M = compute((n, obn, tiles, 16, b),
                 lambda nn, ob, t, e, oi: lw_sum(V[nn, rco, t, e, rci] * U[e, ob, rco, rci, oi], axis=[rco, rci]),
-                name=name + ".wino_gemm", tag="conv2d_winograd.gemm", attrs=dict(tile_width=tw, out_blocks=obn))
+                name=name + ".wino_gemm", tag="conv2d_winograd.gemm", attrs=dict(tile_width=tw))
 
     def transform_out(nn, ob, yy, xx, oi):
         t = (yy // 2) * tw + xx // 2
@@ -213,35 +213,29 @@ def takes_rows_form(X: Tensor, U: Tensor, padding) -> bool:
 FUSED_ROWS_PER_THREAD = 4
 
 
-def fused_parts(images: int, tile_rows: int, channel_blocks: int, threads: int) -> int:
-    """In how many parts the default schedule splits the output channels when it computes the
-    three stages per row of 2x2 tiles; 0: each stage at root instead.
+def fuses_rows(images: int, tile_rows: int, threads: int) -> bool:
+    """Whether the default schedule computes the three stages per row of 2x2 tiles (else each stage
+    at root).
 
     Fused, each row's transformed input (C x tiles x 16 values) and its 16 matmul results stay
     in the cache between the stages: at 56x56 and 64 channels the unfused stages write and read
     back two 3.2 MB arrays.  Measured on ResNet-18's layers (Zen 4 VM, 2 threads, interleaved
     against the unfused schedule): 1.25-1.37x at 56x56, 1.06-1.19x at 28x28.  With fewer than
-    ``FUSED_ROWS_PER_THREAD`` rows per thread (14x14: 7 rows for 2 threads, a tie fused whole) the
-    channel blocks are split into the fewest equal parts (of whole register tiles) that give each
-    thread enough (row, part) iterations; each part transforms its row's input again, which costs
-    little next to its matmuls."""
-    need = FUSED_ROWS_PER_THREAD * max(1, threads)
-    rows = images * tile_rows
-    if rows >= need:
-        return 1
-    tile = 2 if channel_blocks % 2 == 0 else 1
-    for parts in range(2, channel_blocks // tile + 1):
-        if channel_blocks % (parts * tile) == 0 and rows * parts >= need:
-            return parts
-    return 0
+    ``FUSED_ROWS_PER_THREAD`` rows per thread (14x14: 7 rows for 2 threads) the stages run at root:
+    each row of the fused form read the whole transformed weight (256 -> 256: 4.2 MB, more than
+    the L2), from memory in a network, where the weights of the layers before have evicted it; at
+    root each position's matmul reads its weight once for all tiles.  ResNet-18 ran 1.04-1.05x
+    faster than with each row split into two channel parts, as they ran before (three interleaved runs in one process,
+    ``benchmarks.against_saved``, Zen 5); the layer alone (``benchmarks.conv2d``) is unchanged
+    (0.395 / 0.401 ms)."""
+    return images * tile_rows >= FUSED_ROWS_PER_THREAD * max(1, threads)
 
 
-def _parts(op, target) -> int:
-    """``fused_parts`` for the input-transform or the gemm stage ``op``: both carry the layer's
-    tile width and output channel blocks, so the three stages' schedules decide alike (the input
-    transform's own second axis counts input channel blocks)."""
+def _fused(op, target) -> bool:
+    """``fuses_rows`` for the input-transform or the gemm stage ``op`` (both carry the layer's tile
+    width), so the three stages' schedules decide alike."""
     n, _, tiles = (int(d.value) for d in op.outputs[0].shape[:3])
-    return fused_parts(n, tiles // int(op.attrs["tile_width"]), int(op.attrs["out_blocks"]), target.num_threads)
+    return fuses_rows(n, tiles // int(op.attrs["tile_width"]), target.num_threads)
 
 
 @register_schedule("conv2d_winograd.input", "llvm")
@@ -250,7 +244,7 @@ def schedule_winograd_input(s, op, target):
     unrolled (so the select on ``e`` folds), the channel vector innermost.  In the fused form
     the output transform's schedule places it (``schedule_winograd_output``)."""
     _schedule_blocked_padding(s, op.input_tensors[0], target.lanes(op.outputs[0].dtype))
-    if _parts(op, target):
+    if _fused(op, target):
         return
     V = s[op]
     nn, cbi, t, e, ci = V.op.axis
@@ -266,7 +260,7 @@ def schedule_winograd_gemm(s, op, target):
     """16 matmuls, each register-blocked as ``tb`` tiles x ``nv`` output-channel vectors
     accumulated over the input channels; (position, channel-block pair) in parallel.  In the
     fused form the output transform's schedule places it (``schedule_winograd_output``)."""
-    if _parts(op, target):
+    if _fused(op, target):
         return
     nn, e, obo, _ = _register_blocked_gemm(s, op, int(op.outputs[0].shape[2].value))
     s[op].parallel(s[op].fuse(nn, e, obo))
@@ -297,9 +291,8 @@ def schedule_winograd_output(s, op, target):
     """The output transform runs inside its fused epilogue (if any): output rows in
     parallel, 2x2 tiles unrolled (the selects on the tile position fold), channels vectorized.
 
-    Fused form (``fused_parts``): per pair of output rows (and part of the output channels), the
-    input transform of that row of tiles and its 16 matmuls are computed first, inside the same
-    parallel iteration."""
+    Fused form (``fuses_rows``): per pair of output rows, the input transform of that row of tiles
+    and its 16 matmuls are computed first, inside the same parallel iteration."""
     final = fused_output(s, op)
     if final is not s[op]:
         s[op].compute_inline()
@@ -307,12 +300,9 @@ def schedule_winograd_output(s, op, target):
     yo, yi = final.split(y, factor=2)
     xo, xi = final.split(x, factor=2)
     M = op.input_tensors[0].op
-    parts = _parts(M, target)
-    if parts:
+    fused = _fused(M, target)
+    if fused:
         lead = [n, yo]
-        if parts > 1:
-            part, ob = final.split(ob, nparts=parts)
-            lead.append(part)
         final.reorder(*lead, ob, xo, yi, xi, oi)
     else:
         lead = [n, ob, yo]
@@ -322,7 +312,7 @@ def schedule_winograd_output(s, op, target):
     final.unroll(yi)
     final.unroll(xi)
     final.vectorize(oi)
-    if parts:
+    if fused:
         _register_blocked_gemm(s, M, int(M.attrs["tile_width"]))
         s[M].compute_at(final, rows)
         V = M.input_tensors[0].op

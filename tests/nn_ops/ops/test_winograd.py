@@ -37,13 +37,10 @@ def _run(x, w, bias=None, pad=1, block=16, in_block=16, residual=None):
     return _plain(y)
 
 
-@pytest.fixture(params=["fused", "fused, channels in two parts", "per stage"])
+@pytest.fixture(params=["fused", "per stage"])
 def form(request, monkeypatch):
-    """Every default schedule: the stages computed per row of tiles (and part of the output
-    channels, where there are at least two blocks), and each stage at root."""
+    """Every default schedule: the stages computed per row of tiles, and each stage at root."""
     monkeypatch.setattr(winograd, "FUSED_ROWS_PER_THREAD", 10 ** 6 if request.param == "per stage" else 0)
-    if request.param == "fused, channels in two parts":
-        monkeypatch.setattr(winograd, "_parts", lambda op, target: 2 if op.attrs["out_blocks"] >= 2 else 1)
     return request.param
 
 
@@ -85,15 +82,14 @@ def test_the_fused_form_computes_the_transform_and_matmuls_inside_the_output_row
     Y = winograd.conv2d_winograd_blocked(X, U)
     s = nn_ops.schedule(Y, dataclasses.replace(host_target(), num_threads=2))
     attach = {st.op.name: st.attach_type for st in s.stages}
-    assert winograd.fused_parts(1, 28, 4, 2) == 1                   # 56x56: whole rows
-    assert winograd.fused_parts(1, 7, 16, 2) == 2                   # 14x14, 256 channels: rows x 2 channel halves
-    assert winograd.fused_parts(1, 3, 2, 2) == 0                    # too few of either: per stage
+    assert winograd.fuses_rows(1, 28, 2)                            # 56x56: whole rows
+    assert not winograd.fuses_rows(1, 7, 2)                         # 14x14: per stage, each weight read once
     assert attach["conv2d.wino_in"] == "scope" and attach["conv2d.wino_gemm"] == "scope", attach
 
 
 def test_the_three_stages_agree_on_the_form_when_input_and_output_channels_differ():
-    """DenseNet's 128 -> 32 channel 3x3 at 14x14 (2 threads): the output's 2 channel blocks cannot be
-    split, so every stage runs per stage, the input transform in parallel.  (The input transform
+    """DenseNet's 128 -> 32 channel 3x3 at 14x14 (2 threads): 7 rows of tiles are too few to share, so
+    every stage runs at root, the input transform in parallel.  (The input transform
     once counted its own 8 input channel blocks, chose the fused form alone and was left
     unscheduled: DenseNet ran 1.25x slower.)"""
     X = lw.placeholder((1, 8, 14, 14, 16), name="X")
