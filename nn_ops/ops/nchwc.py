@@ -290,6 +290,7 @@ def schedule_conv2d_blocked(s, op, target):
     n, ob, y, x, oi = Y.op.axis
     obo, obi = Y.split(ob, factor=nv)
     xo, xi = Y.split(x, factor=owb, tail=tail)
+    rows_inside = False
     if depthwise is not None:
         # the input row of every channel block is computed inside the row: rows in parallel
         Y.reorder(n, y, obo, xo, obi, xi, oi)
@@ -302,8 +303,8 @@ def schedule_conv2d_blocked(s, op, target):
         if symbolic:
             fused = obo
         else:
-            blocks = n_ * (obn // nv)
-            fused = Y.fuse(n, obo) if blocks >= 4 * max(1, target.num_threads) else Y.fuse(n, obo, y)
+            rows_inside = n_ * (obn // nv) >= 4 * max(1, target.num_threads)
+            fused = Y.fuse(n, obo) if rows_inside else Y.fuse(n, obo, y)
     Y.vectorize(oi)
     unroll_long_epilogue(s, op, Y, [obi, xi])
     Y.parallel(fused)
@@ -311,11 +312,33 @@ def schedule_conv2d_blocked(s, op, target):
         Y.pragma(xo, "pad_tails")                           # (lowering/passes/pad_tail_tiles.py)
     cn, cob, cy, cx, coi = s[acc].op.axis
     rco, ry, rx, rci = s[acc].op.reduce_axis
-    accumulate_in_registers(s, acc, Y, xo, (cn, cy, rco, ry, rx, rci, cx, cob, coi), (cob, cx))
+    if rows_inside and owb == ow_ and int(out.shape[2].value) * ow_ <= STREAMED_WEIGHT_PIXELS:
+        # the whole map's accumulators per channel-block pair (in memory, 6 KB at 7x7), each weight
+        # vector read once for all rows as it streams in
+        A = s[acc]
+        A.compute_at(Y, fused)
+        A.reorder(cn, rco, ry, rx, cy, rci, cx, cob, coi)
+        A.unroll(cx)
+        A.unroll(cob)
+        A.vectorize(coi)
+    else:
+        accumulate_in_registers(s, acc, Y, xo, (cn, cy, rco, ry, rx, rci, cx, cob, coi), (cob, cx))
     if depthwise is not None:
         _schedule_depthwise_rows(s, depthwise, op.input_tensors[0], Y, fused)
     for t in op.input_tensors:
         _schedule_blocked_padding(s, t, target.lanes(op.outputs[0].dtype))
+
+
+#: a map of at most this many output pixels (7x7), each row one register block, with the channel-block
+#: pairs shared by the threads (rows inside) computes the whole map per pair, the reduction outermost:
+#: each weight vector is read once, in order, and used for every row while it is in L1.  Row by row,
+#: the first row read the pair's weights (590 KB for ResNet-18's 512 -> 512 3x3) from memory in a
+#: burst the others then found in L2; a network's weights never stay cached from one run to the next.
+#: ResNet-18's three 512 -> 512 convs in a network run (``exe.profile`` one call each, medians): 593-600
+#: -> 492-507 us (alone, weights cached: 440 -> 450); the network 1.03-1.06x on top of the Winograd
+#: change of the same session (``benchmarks.against_saved``, interleaved); MobileNetV2, DenseNet,
+#: EfficientNet-Lite and ConvNeXt within noise (0.98-1.02).
+STREAMED_WEIGHT_PIXELS = 49
 
 
 #: output pixels of a register block on a row of symbolic width, at most (a row's partial last block

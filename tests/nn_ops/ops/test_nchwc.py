@@ -156,6 +156,27 @@ def test_blocked_average_pools_match_onnxruntime(kernel, stride, pad, ceil_mode,
     np.testing.assert_allclose(_plain(got), want, rtol=1e-5, atol=1e-6)
 
 
+def test_a_7x7_map_streams_each_weight_once_for_all_rows():
+    """ResNet-18's last stage (here 256 -> 256 channels at 7x7, 2 threads): the accumulators of the
+    whole map per channel-block pair, the reduction outermost, so each weight vector is loaded once
+    (row by row, the first row fetched the pair's weights from memory in a burst)."""
+    import dataclasses
+    from loopweave.target import host_target
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 256, 7, 7)).astype("float32")
+    w = (rng.standard_normal((256, 256, 3, 3)) * 0.05).astype("float32")
+    wp = nchwc.pack_blocked_weight(w, 16, 16)
+    X, W = lw.placeholder(_blocked(x, 16).shape, name="X"), lw.placeholder(wp.shape, name="W")
+    Y = ew.relu(nchwc.conv2d_blocked(X, W, None, (1, 1), (1,) * 4))
+    f = lw.build(nn_ops.schedule(Y, dataclasses.replace(host_target(), num_threads=2)), [X, W, Y])
+    lowered = f.get_source("lowered")
+    reduction, rows = lowered.index("for rco in range(16)"), lowered.index("for yy in range(7)")
+    assert reduction < rows, lowered[:3000]
+    y = np.empty(_shape(Y), "float32")
+    f(_blocked(x, 16), wp, y)
+    np.testing.assert_allclose(_plain(y), np.maximum(conv2d_ref(x, w, padding=1), 0), rtol=1e-4, atol=1e-4)
+
+
 def test_resnet18_is_blocked_end_to_end():
     from loopweave.nn_ops.ops.winograd import FULL_RATE_AVX512
     from loopweave.target import resolve_target
