@@ -12,15 +12,20 @@ from loopweave.nn_ops.network.passes import collapse_reshapes, optimize
 ort = pytest.importorskip("onnxruntime")
 
 
-def _conv1d_stack(channels=32, length=256, layers=3):
+def _conv1d_stack(channels=32, length=256, layers=3, instance_norm=False):
     rng = np.random.default_rng(0)
     nodes, inits, x, cin = [], [], "input", 1
     for i in range(layers):
         w = (rng.standard_normal((channels, cin, 3)) / np.sqrt(cin * 3)).astype(np.float32)
         inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(rng.standard_normal(channels)
                                                                                .astype(np.float32), f"b{i}")]
-        nodes += [helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], kernel_shape=[3], pads=[1, 1]),
-                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        nodes.append(helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], kernel_shape=[3], pads=[1, 1]))
+        if instance_norm:       # wav2vec2's first layer: a norm over the signal, per channel
+            inits += [numpy_helper.from_array((1 + 0.1 * rng.standard_normal(channels)).astype(np.float32), f"g{i}"),
+                      numpy_helper.from_array((0.1 * rng.standard_normal(channels)).astype(np.float32), f"s{i}")]
+            nodes.append(helper.make_node("InstanceNormalization", [f"c{i}", f"g{i}", f"s{i}"], [f"n{i}"]))
+            nodes[-2].output[0], nodes[-1].input[0], nodes[-1].output[0] = f"p{i}", f"p{i}", f"c{i}"
+        nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"]))
         x, cin = f"r{i}", channels
     x_info = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 1, length])
     graph = helper.make_graph(nodes, "conv1d", [x_info],
@@ -30,8 +35,10 @@ def _conv1d_stack(channels=32, length=256, layers=3):
     return model
 
 
-def test_a_stack_of_1d_convs_stays_blocked_between_its_layers():
-    model = _conv1d_stack()
+@pytest.mark.parametrize("instance_norm", [False, True])
+def test_a_stack_of_1d_convs_stays_blocked_between_its_layers(instance_norm):
+    """With instance norms after the convs too (normalised as rows of height 1, as the convs run)."""
+    model = _conv1d_stack(instance_norm=instance_norm)
     exe = lw.compile(lw.from_onnx(model), progress=False)
     layouts = [c for c in exe.calls if "from_blocked" in c.ops or "to_blocked" in c.ops]
     assert len(layouts) == 1, [c.ops for c in exe.calls]          # one from_blocked, at the end
