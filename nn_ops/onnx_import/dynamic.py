@@ -29,7 +29,9 @@ from .importer import import_static, node_label, np_dtype, shape_inputs_behind, 
 from .symbolic_shapes import infer_symbolic_shapes
 
 TRIAL_SIZE = 1
-TRIAL_LIMIT = 64       # the largest common size tried when size 1 breaks a recorded check
+#: the common sizes tried, in order, when size 1 breaks a recorded check: every size up to 64, then
+#: a few larger ones (Inception-v3's unpadded stem and grid reductions need an input of at least 75)
+TRIAL_SIZES = tuple(range(TRIAL_SIZE, 65)) + (96, 128, 192, 256, 384, 512, 1024, 2048, 4096)
 
 
 class DynamicGraph:
@@ -68,7 +70,7 @@ class DynamicGraph:
     def trial_binding(self) -> Dict[str, int]:
         """The sizes of the import that reports unsupported ops: every symbol = 1, unless the run-time
         checks refuse that (a 3x3 pool needs H >= 3): then the smallest common size they accept."""
-        for size in range(TRIAL_SIZE, TRIAL_LIMIT + 1):
+        for size in TRIAL_SIZES:
             binding = {s: size for s in self.signature.symbols}
             if all(c.holds(binding) for c in self.signature.checks):
                 return binding

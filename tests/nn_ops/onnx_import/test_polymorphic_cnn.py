@@ -410,6 +410,20 @@ def test_a_down_scaling_resize_imports_checks_its_smallest_input_and_compiles_on
         exe.run({"input": np.zeros((1, 3, 8, 3), np.float32)})
 
 
+def test_a_model_whose_smallest_input_is_over_64_imports_at_a_larger_trial_size():
+    """Inception-v3 needs an input of at least 75 pixels (unpadded strided convs); its symbolic import
+    tried sizes up to 64 only, fell back to 1 and reported the model as unimportable.  Here an 80x80
+    pool: the trial import takes the first listed size that holds, and the model compiles once."""
+    b = OnnxBuilder(2)
+    y = b.node("AveragePool", ["input"], kernel_shape=[80, 80], strides=[8, 8])
+    model = b.model(("N", 3, "H", "W"), y, ("N", 3, "H2", "W2"), name="wide_pool")
+    graph = lw.from_onnx(model)
+    assert graph.trial == {"H": 96, "N": 96, "W": 96}, graph.trial      # the common size, as above
+    exe = lw.compile(graph, polymorphic=True)
+    for shape in ((1, 3, 80, 80), (2, 3, 97, 120)):
+        _check(model, exe, shape)
+
+
 def test_unet_resized_to_its_skips_sizes_runs_odd_sizes(tmp_path):
     """``F.interpolate(x, size=skip.shape[2:])``: Resize's sizes come from Shape -> Slice -> Concat,
     so an input whose halvings are odd (37 -> 18 -> 9) still lines up with its skips; saved and
