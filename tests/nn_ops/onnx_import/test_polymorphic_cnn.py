@@ -1,6 +1,5 @@
 """Shape-polymorphic CNNs (``onnx_import/polymorphic_cnn.py``): one compile, any batch, height and
 width, blocked activations, results checked against onnxruntime."""
-import re
 
 import numpy as np
 import pytest
