@@ -306,8 +306,9 @@ def schedule_winograd_output(s, op, target):
         # an odd height's last row of tiles computes fewer positions: with the images outside the
         # parallel rows, loop_partition splits that row off; fused with them, every row's
         # positions became a run-time count (Inception-v3's 35x35 convs at batch 2: 2x the time)
-        lead = [yo] if height % 2 and images > 1 and fuses_rows(1, (height + 1) // 2, target.num_threads) else [n, yo]
-        final.reorder(*([n] if lead == [yo] else []), *lead, ob, xo, yi, xi, oi)
+        apart = height % 2 and images > 1 and fuses_rows(1, (height + 1) // 2, target.num_threads)
+        lead = [yo] if apart else [n, yo]
+        final.reorder(*([n] if apart else []), *lead, ob, xo, yi, xi, oi)
     else:
         lead = [n, ob, yo]
         final.reorder(*lead, xo, yi, xi, oi)
