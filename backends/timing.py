@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -36,6 +36,32 @@ def _per_call(fn: Callable[[], object], inner: int) -> float:
     for _ in range(inner):
         fn()
     return (time.perf_counter() - t0) / inner
+
+
+def _wall_seconds(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def per_call_medians(calls: Sequence[Tuple[str, Callable[[], object]]], repeat: int, in_order: bool = False,
+                     clock: Optional[Callable[[Callable[[], object]], float]] = None) -> List[Tuple[str, float]]:
+    """(name, median seconds) of each of ``calls`` (an executable's kernel calls), timed by ``clock``
+    (wall time by default).  Each call ``repeat`` times in a row (``in_order=False``: the data it
+    reads cached, the hot spots of its own code), or the whole sequence ``repeat`` times, each call
+    once per pass (``in_order=True``: as a network run sees them, weights read from memory: ResNet-18's
+    kernels sum to 5.0 ms the first way and 6.4-6.8 ms the second, its run's time)."""
+    clock = clock or _wall_seconds
+    repeat = max(1, repeat)
+    samples: List[List[float]] = [[] for _ in calls]
+    if in_order:
+        for _ in range(repeat):
+            for k, (_, fn) in enumerate(calls):
+                samples[k].append(clock(fn))
+    else:
+        for k, (_, fn) in enumerate(calls):
+            samples[k] = [clock(fn) for _ in range(repeat)]
+    return [(name, float(np.median(s))) for (name, _), s in zip(calls, samples)]
 
 
 def calls_per_sample(fn: Callable[[], object], min_seconds: float) -> int:

@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ...backends.cuda.ndarray import DeviceArray, as_device_array
+from ...backends.timing import per_call_medians
 from ...errors import ArgumentError, InternalError
 from .feed import check_static_feed
 
@@ -193,15 +194,15 @@ class CudaExecutable:
         dev = self._setup()
         return self._median_seconds(dev["drv"], lambda: self._launch_all(dev), repeat)
 
-    def profile(self, feed, repeat: int = 10) -> List[Tuple[str, float]]:
+    def profile(self, feed, repeat: int = 10, in_order: bool = False) -> List[Tuple[str, float]]:
         """Median seconds of each kernel call on the GPU (CUDA events around each launch), in call
-        order, as ``Executable.profile`` gives on the CPU: for finding hot spots."""
+        order, as ``Executable.profile`` gives on the CPU (``in_order`` too): for finding hot spots."""
         self.run(feed)
         dev = self._setup()
         drv = dev["drv"]
-        result = [(call.name, self._median_seconds(drv, lambda k=k: [drv.launch_prepared(p) for p in dev["prepared"][k]],
-                                                   repeat))
-                  for k, call in enumerate(self.calls)]
+        launches = [(call.name, lambda k=k: [drv.launch_prepared(p) for p in dev["prepared"][k]])
+                    for k, call in enumerate(self.calls)]
+        result = per_call_medians(launches, repeat, in_order, clock=lambda fn: self._median_seconds(drv, fn, 1))
         self.last_profile = result
         return result
 

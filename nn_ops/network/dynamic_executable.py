@@ -92,9 +92,9 @@ class DynamicExecutable:
 
     __call__ = run
 
-    def profile(self, feed, repeat: int = 10) -> List[Tuple[str, float]]:
+    def profile(self, feed, repeat: int = 10, in_order: bool = False) -> List[Tuple[str, float]]:
         feed = check_names_and_dtypes(self.graph.inputs, feed)
-        return self._specialization(feed).profile(self._tensor_feed(feed), repeat)
+        return self._specialization(feed).profile(self._tensor_feed(feed), repeat, in_order)
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}: {d}{show_shape(s)}" for n, s, d in self.graph.inputs)

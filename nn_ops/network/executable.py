@@ -43,6 +43,7 @@ from ...backends.build import build, build_many, cannot_run_here
 from ...backends.runtime import (KERNEL_ENTRY, clear_error_slot, data_pointer, index_error_text, new_error_slot,
                                  read_index_error)
 from ...backends.llvm import jit
+from ...backends.timing import per_call_medians
 from ...dsl.tensor import placeholder
 from ...errors import ArgumentError, DamagedFileError, IndexOutOfRangeError, InternalError
 from ...target import compiling_for, host_target, resolve_target
@@ -616,6 +617,14 @@ def _runner_ir(calls: List[KernelCall], symbol: str) -> str:
 _loaded_runners: Dict[str, int] = {}
 
 
+def _checked_call(fn, ptrs, sizes, err, name: str) -> None:
+    """One call of a kernel entry outside ``run`` (``profile``); its index check is a compiler bug here."""
+    fn(ctypes.addressof(ptrs), ctypes.addressof(sizes), ctypes.addressof(err))
+    if err[0]:
+        clear_error_slot(err)
+        raise InternalError(f"kernel {name} failed an index check in profile() after run() passed")
+
+
 def _load_kernel(symbol: str, obj: bytes) -> int:
     entry = build_mod._loaded.get(symbol)
     if entry is not None:
@@ -782,15 +791,18 @@ class Executable:
 
     __call__ = run
 
-    def profile(self, feed, repeat: int = 10) -> List[Tuple[str, float]]:
-        """Median seconds of each kernel call, run one by one from Python (for finding hot spots)."""
+    def profile(self, feed, repeat: int = 10, in_order: bool = False) -> List[Tuple[str, float]]:
+        """Median seconds of each kernel call, run one by one from Python (for finding hot spots):
+        each call ``repeat`` times in a row, or with ``in_order`` the calls in run order ``repeat``
+        times, each once per pass, so each reads what a run leaves in the caches (a network's weights
+        come from memory; ``backends.timing.per_call_medians``)."""
         arrays = self._check_feed(feed)
         outs = [np.empty(shape, dtype) for _, shape, dtype in self.outputs]
         self.run(feed)
         bases = {"input": [a.ctypes.data for a in arrays], "output": [o.ctypes.data for o in outs]}
         sizes = (ctypes.c_int64 * 1)()
         err = new_error_slot()
-        result = []
+        runs = []
         for call in self.calls:
             ptrs = (ctypes.c_void_p * max(1, len(call.args)))()
             for j, (space, where) in enumerate(call.args):
@@ -800,16 +812,9 @@ class Executable:
                     ptrs[j] = self._arena.ctypes.data + where
                 else:
                     ptrs[j] = self.weights.ctypes.data + where
-            fn = KERNEL_ENTRY(self._addresses[call.symbol])
-            samples = []
-            for _ in range(repeat):
-                t0 = time.perf_counter()
-                fn(ctypes.addressof(ptrs), ctypes.addressof(sizes), ctypes.addressof(err))
-                samples.append(time.perf_counter() - t0)
-            if err[0]:
-                clear_error_slot(err)
-                raise InternalError(f"kernel {call.name} failed an index check in profile() after run() passed")
-            result.append((call.name, float(np.median(samples))))
+            runs.append((call.name, functools.partial(_checked_call, KERNEL_ENTRY(self._addresses[call.symbol]),
+                                                      ptrs, sizes, err, call.name)))
+        result = per_call_medians(runs, repeat, in_order)
         self.last_profile = result
         return result
 

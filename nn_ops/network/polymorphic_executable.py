@@ -17,13 +17,13 @@ compiled).  Shapes that are views of others (Reshape and friends) cost nothing.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
 from ...backends.runtime import clear_error_slot
+from ...backends.timing import per_call_medians
 from ...errors import ArgumentError, InternalError
 from ...target import resolve_target
 from .archive import ArchiveReader, ArchiveWriter, MetaChecker
@@ -280,27 +280,20 @@ class PolymorphicExecutable:
 
     __call__ = run
 
-    def profile(self, feed, repeat: int = 10) -> List[Tuple[str, float]]:
-        """(node, median seconds) of each kernel call at ``feed``'s binding, each call run ``repeat``
-        times on its own through the call table (for finding hot spots)."""
+    def profile(self, feed, repeat: int = 10, in_order: bool = False) -> List[Tuple[str, float]]:
+        """(node, median seconds) of each kernel call at ``feed``'s binding, run on its own through the
+        call table (for finding hot spots): ``repeat`` times in a row, or with ``in_order`` once per
+        pass over the calls in run order, as a run sees the caches (``Executable.profile``)."""
         with self._lock:
-            return self._profile(feed, repeat)
+            return self._profile(feed, repeat, in_order)
 
-    def _profile(self, feed, repeat: int) -> List[Tuple[str, float]]:
+    def _profile(self, feed, repeat: int, in_order: bool) -> List[Tuple[str, float]]:
         self.run(feed)                                    # fills the table of this binding
         feed = {n: np.ascontiguousarray(a) for n, a in check_names_and_dtypes(self.signature.inputs, feed).items()}
         table = self._tables[self._shapes_key(feed)][0]
         for ptrs, j, name in table.patches:
             ptrs[j] = feed[name].ctypes.data
-        result = []
-        for k, call in enumerate(self.calls):
-            run_alone, samples = table.entry(k), []
-            for _ in range(max(1, repeat)):
-                start = time.perf_counter()
-                run_alone()
-                samples.append(time.perf_counter() - start)
-            result.append((call.node, float(np.median(samples))))
-        return result
+        return per_call_medians([(call.node, table.entry(k)) for k, call in enumerate(self.calls)], repeat, in_order)
 
     def _input_views(self, binding) -> List[Tuple[str, str, tuple]]:
         """(view, source, concrete shape) of the views outside the arena (of inputs), per binding."""

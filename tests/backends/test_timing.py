@@ -1,7 +1,8 @@
-"""backends/timing.py: samples are sized from warm calls, not from the one cold call after a peer's."""
+"""backends/timing.py: samples are sized from warm calls, not from the one cold call after a peer's; the two
+orders an executable's ``profile`` times its calls in."""
 import time
 
-from loopweave.backends.timing import calls_per_sample, interleaved
+from loopweave.backends.timing import calls_per_sample, interleaved, per_call_medians
 
 
 def test_calls_per_sample_ignores_a_cold_first_call():
@@ -19,3 +20,15 @@ def test_interleaved_ratio_of_a_slower_peer():
     c = interleaved(lambda: time.sleep(0.001), lambda: time.sleep(0.003), pairs=3, min_seconds=0.01, pause=0.0)
     assert c.ratio > 1.5
     assert c.theirs_s > c.ours_s
+
+
+def test_each_call_repeated_or_the_sequence_in_order():
+    seen = []
+    calls = [(name, lambda name=name: seen.append(name)) for name in "abc"]
+    ticks = iter(range(1, 100))
+    clock = lambda fn: (fn(), next(ticks))[1]       # noqa: E731 - a fake clock: 1, 2, 3, ... per call
+    rows = per_call_medians(calls, 3, clock=clock)
+    assert seen == list("aaabbbccc") and rows == [("a", 2.0), ("b", 5.0), ("c", 8.0)]
+    seen.clear()
+    rows = per_call_medians(calls, 3, in_order=True, clock=clock)
+    assert seen == list("abcabcabc") and rows == [("a", 13.0), ("b", 14.0), ("c", 15.0)]

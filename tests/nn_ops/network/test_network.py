@@ -238,10 +238,12 @@ def test_progress_goes_to_stderr(capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_profile_lists_every_kernel(small):
+@pytest.mark.parametrize("in_order", [False, True])
+def test_profile_lists_every_kernel(small, in_order):
+    """Each call repeated, or the calls in run order once per pass (as a run sees the caches)."""
     _, exe = small
-    rows = exe.profile({"input": np.zeros((2, 3, 16, 16), np.float32)}, repeat=2)
-    assert len(rows) == len(exe.calls) and all(t >= 0 for _, t in rows)
+    rows = exe.profile({"input": np.zeros((2, 3, 16, 16), np.float32)}, repeat=2, in_order=in_order)
+    assert [name for name, _ in rows] == [c.name for c in exe.calls] and all(t > 0 for _, t in rows)
 
 
 def test_same_value_twice_two_inputs_and_a_constant_output():
