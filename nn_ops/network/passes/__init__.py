@@ -18,6 +18,7 @@ from .fold_pad_into_conv import fold_pad_into_conv
 from .fuse_gelu import fuse_gelu
 from .fuse_silu import fuse_silu
 from .fuse_operators import FusedGroup, fuse_operators
+from .rejoin_slices import rejoin_slices
 from .sink_reshapes import sink_reshapes
 
 
@@ -36,6 +37,7 @@ def optimize(graph: Graph, target_kind: str = "llvm") -> Graph:
     g = fold_pad_into_conv(g)
     g = fold_batch_norm(g)
     g = fold_constants(g)
+    g = rejoin_slices(g)
     if target_kind == "llvm":
         g = choose_conv_layout(g)
     if target_kind == "cuda":
@@ -53,4 +55,4 @@ def _host_lanes() -> int:
 
 
 __all__ = ["optimize", "choose_conv_layout", "choose_cuda_conv", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "choose_dense_layout", "pack_conv_weights",
-           "eliminate_dead_code", "fuse_gelu", "fuse_silu", "sink_reshapes", "collapse_reshapes", "fuse_operators", "FusedGroup"]
+           "eliminate_dead_code", "fuse_gelu", "fuse_silu", "sink_reshapes", "collapse_reshapes", "rejoin_slices", "fuse_operators", "FusedGroup"]

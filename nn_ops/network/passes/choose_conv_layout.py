@@ -17,7 +17,7 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
   per-channel constant, as an unfolded batch norm's, which is blocked here once), channel
   concatenations of values blocked alike (DenseNet's, SqueezeNet's: a concat of the 5-d twins on
   their channel-block axis; a plain input among them, as U-Net's up-sampled half, gets a
-  to_blocked), max and average pools, global average pools and
+  to_blocked), slices of whole channel blocks (YOLO's C2f Split), max and average pools, global average pools and
   resizes of height and width (a U-Net's or an FPN's up-sampling: the same index and weight
   tables, on axes 2 and 3 of the blocked twin), pads of height and width (a style-transfer net's
   reflection padding before each conv), and means or maxima over height and width kept as
@@ -169,6 +169,18 @@ def _per_channel(shape, out_shape) -> bool:
     return len(shape) == 4 and tuple(shape[:2]) == tuple(out_shape[:2]) and tuple(shape[2:]) == (1, 1)
 
 
+def _channel_slice(g: Graph, node: Node, b: int, lanes: int) -> bool:
+    """Whether ``slice`` ``node`` cuts whole ``b``-channel blocks of a 4-d value and nothing else (the
+    halves of YOLO's C2f Split), its result blocked alike: it is then the slice of the blocked twin's
+    channel-block axis (a view of one image's, ``executable._slices_as_views``)."""
+    shape, attrs = g.shape(node.inputs[0]), node.attrs
+    if len(shape) != 4 or tuple(attrs["step"]) != (1, 1, 1, 1):
+        return False
+    begin, end = tuple(attrs["begin"]), tuple(attrs["end"])
+    whole = all(begin[k] == 0 and end[k] == shape[k] for k in (0, 2, 3))
+    return whole and begin[1] % b == 0 and end[1] % b == 0 and channel_block(end[1] - begin[1], lanes) == b
+
+
 def _decide(g: Graph, node: Node, block, lanes, users, padded=()) -> Optional[str]:
     """How ``node`` is rewritten to the blocked layout, or None; ``padded``: the values whose twins
     carry padding channels."""
@@ -213,6 +225,9 @@ def _decide(g: Graph, node: Node, block, lanes, users, padded=()) -> Optional[st
         if blocks == {b} and all(block.get(i) or (_is_float4d(g, i) and g.shape(i)[1] % b == 0)
                                  for i in node.inputs):
             return "concat"
+    if op == "slice" and block.get(node.inputs[0]) and node.inputs[0] not in padded and \
+            _channel_slice(g, node, block[node.inputs[0]], lanes):
+        return "channel_slice"
     if op in ELEMENTWISE:
         out_shape = g.shape(node.outputs[0])
         scalars = scalar_constants(g, op, node.inputs) if op in SCALAR_OPS else {}
@@ -419,6 +434,11 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
                     dict(attrs, pool_type="max" if node.op_type == "max_pool2d" else "avg"), node.name)
     if how == "concat":
         return Node("concat", [blocked_input(i, b) for i in node.inputs], [out], {"axis": 1}, node.name)
+    if how == "channel_slice":
+        (n0, c0, h0, w0), (n1, c1, h1, w1) = attrs["begin"], attrs["end"]
+        return Node("slice", [twin[node.inputs[0]]], [out], {"begin": (n0, c0 // b, h0, w0, 0),
+                                                            "end": (n1, c1 // b, h1, w1, b), "step": (1,) * 5},
+                    node.name)
     # elementwise: blocked operands; scalar constants stay as they are, per-channel ones are blocked
     scalars = scalar_constants(g, node.op_type, node.inputs) if node.op_type in SCALAR_OPS else {}
     out_shape = g.shape(node.outputs[0])
