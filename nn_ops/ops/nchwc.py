@@ -151,6 +151,16 @@ def _row_attrs(attrs: dict, row_block, whole_blocks: bool) -> dict:
 MAX_GROUP_MERGE = 8
 
 
+def group_merge(weight_shape, groups: int, in_block: int, out_block: int):
+    """How many consecutive groups ``merged_groups`` makes one (1: they are whole blocks already), or
+    None where that takes more than ``MAX_GROUP_MERGE`` times the multiplies; from the shape alone."""
+    oc, per_in = weight_shape[:2]
+    k = math.lcm(in_block // math.gcd(in_block, per_in), out_block // math.gcd(out_block, oc // groups))
+    if groups % k:
+        k = groups          # no whole-block groups: all of them one dense conv (padded to whole blocks)
+    return None if k > MAX_GROUP_MERGE else k
+
+
 def merged_groups(weight: np.ndarray, groups: int, in_block: int, out_block: int):
     """(weight, groups) of a grouped conv as groups of whole channel blocks on both sides (``in_block``
     input channels, ``out_block`` output channels a block), for ``conv2d_blocked(groups=...)``, or None
@@ -161,15 +171,13 @@ def merged_groups(weight: np.ndarray, groups: int, in_block: int, out_block: int
     group is all the channels (or whole blocks cannot be had: 8 -> 16 in 2 groups) it is a dense
     conv.  Each multiply is a whole vector: a conv of 4-channel groups does 4 multiply-adds per
     output and tap, too few to keep the FMA units busy in any layout."""
-    oc, per_in, kh, kw = weight.shape
-    per_out = oc // groups
-    k = math.lcm(in_block // math.gcd(in_block, per_in), out_block // math.gcd(out_block, per_out))
-    if groups % k:
-        k = groups          # no whole-block groups: all of them one dense conv (padded to whole blocks)
-    if k > MAX_GROUP_MERGE:
+    k = group_merge(weight.shape, groups, in_block, out_block)
+    if k is None:
         return None
     if k == 1:
         return weight, groups
+    oc, per_in, kh, kw = weight.shape
+    per_out = oc // groups
     out = np.zeros((oc, k * per_in, kh, kw), weight.dtype)
     for o in range(oc):
         start = (o // per_out) % k * per_in         # its group's first channel within the merged group
@@ -276,7 +284,7 @@ def schedule_conv2d_blocked(s, op, target):
         wshape = static_shape(next(t for t in op.input_tensors if len(t.shape) == 6))
         nv = _symbolic_channel_vectors(wshape, bool(op.attrs.get("blocked_input")))
     else:
-        n_, _, _, ow_, _ = [int(d.value) for d in out.shape]
+        n_, _, oh_, ow_, _ = [int(d.value) for d in out.shape]
         nv = _channel_vectors(op, obn, ow_) if depthwise is None else (2 if obn % 2 == 0 else 1)
     if int(op.attrs.get("groups", 1)) == obn:
         # each output block its own group: two vectors of a block would read different inputs, a
@@ -312,7 +320,7 @@ def schedule_conv2d_blocked(s, op, target):
         Y.pragma(xo, "pad_tails")                           # (lowering/passes/pad_tail_tiles.py)
     cn, cob, cy, cx, coi = s[acc].op.axis
     rco, ry, rx, rci = s[acc].op.reduce_axis
-    if rows_inside and owb == ow_ and int(out.shape[2].value) * ow_ <= STREAMED_WEIGHT_PIXELS:
+    if rows_inside and owb == ow_ and oh_ * ow_ <= STREAMED_WEIGHT_PIXELS:
         # the whole map's accumulators per channel-block pair (in memory, 6 KB at 7x7), each weight
         # vector read once for all rows as it streams in
         A = s[acc]

@@ -57,7 +57,7 @@ import numpy as np
 from ...ops.conv2d import _divisor_at_most
 from ..graph import Graph, Node
 from ..op_table import SCALAR_OPS, scalar_constants
-from ...ops.nchwc import blocked_shape, merged_groups, pack_blocked_weight, pack_depthwise_weight
+from ...ops.nchwc import blocked_shape, group_merge, merged_groups, pack_blocked_weight, pack_depthwise_weight
 from ...ops.winograd import winograd_pays, winograd_weight
 from .sink_reshapes import ELEMENTWISE
 
@@ -200,8 +200,8 @@ def _decide(g: Graph, node: Node, block, lanes, users, padded=()) -> Optional[st
                 return "depthwise"
             return "depthwise" if channel_block(c, lanes) and _reaches_conv(node.outputs[0], users, block) else None
         if groups != 1:     # groups of whole blocks (small ones merged: ResNeXt's, RegNet's) on a blocked input
-            return "grouped_conv" if block.get(x) and x not in padded and merged_groups(
-                weight, groups, block[x], channel_block(oc, lanes)) is not None else None
+            return "grouped_conv" if block.get(x) and x not in padded and group_merge(
+                weight.shape, groups, block[x], channel_block(oc, lanes)) is not None else None
         if block.get(x):
             return "conv"
         lone_nchw = weight.shape[2:] == (1, 1) and _lone_1x1_stays_plain(c, g.shape(node.outputs[0]), node.attrs)
@@ -436,9 +436,8 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
         return Node("concat", [blocked_input(i, b) for i in node.inputs], [out], {"axis": 1}, node.name)
     if how == "channel_slice":
         (n0, c0, h0, w0), (n1, c1, h1, w1) = attrs["begin"], attrs["end"]
-        return Node("slice", [twin[node.inputs[0]]], [out], {"begin": (n0, c0 // b, h0, w0, 0),
-                                                            "end": (n1, c1 // b, h1, w1, b), "step": (1,) * 5},
-                    node.name)
+        cut = {"begin": (n0, c0 // b, h0, w0, 0), "end": (n1, c1 // b, h1, w1, b), "step": (1,) * 5}
+        return Node("slice", [twin[node.inputs[0]]], [out], cut, node.name)
     # elementwise: blocked operands; scalar constants stay as they are, per-channel ones are blocked
     scalars = scalar_constants(g, node.op_type, node.inputs) if node.op_type in SCALAR_OPS else {}
     out_shape = g.shape(node.outputs[0])
