@@ -301,6 +301,14 @@ def _schedule_to_blocked(stage, axes, lanes: int) -> None:
     n, cb, y, x, ci = axes
     width = x.extent.value if isinstance(x.extent, Const) else 0
     block = ci.extent.value if isinstance(ci.extent, Const) else 0
+    tiles = _plane_tiles(stage, y, x, block) if block == lanes else None
+    if tiles:
+        po, pi = tiles
+        stage.reorder(n, cb, po, pi, ci)
+        stage.parallel(stage.fuse(n, cb, po))
+        stage.vectorize(ci)
+        stage.pragma(pi, "transpose")
+        return
     if block == lanes and width >= block:
         x, xi = stage.split(x, factor=block, tail="shift")
         parallel_planes_and_rows(stage, n, cb, y, [x, xi, ci])
@@ -320,6 +328,20 @@ def _schedule_to_blocked(stage, axes, lanes: int) -> None:
         stage.unroll(axis)
 
 
+def _plane_tiles(stage, y, x, tile: int):
+    """Where a row of ``x`` does not split into whole tiles of ``tile`` pixels (14 or 17 wide) but a
+    plane does hold one (constant height and width): the plane's rows fused into one axis of pixels
+    (contiguous in both layouts; the simplifier takes the fused index apart again), split into tiles
+    with the last one shifted back.  Returns (tile loop, pixel loop), or None (nothing done).  By
+    rows, a 14-pixel row took two tiles of 8 (to_blocked) or four of 4 (from_blocked)."""
+    if not (isinstance(x.extent, Const) and isinstance(y.extent, Const)):
+        return None
+    width, height = x.extent.value, y.extent.value
+    if not width % tile or width * height < tile:
+        return None
+    return stage.split(stage.fuse(y, x), factor=tile, tail="shift" if width * height % tile else "guard")
+
+
 #: pixels of one ``from_blocked`` tile: 4, or 8 on rows at least ``FROM_BLOCKED_WIDE`` wide
 FROM_BLOCKED_PIXELS, FROM_BLOCKED_WIDE = 4, 64
 
@@ -337,6 +359,15 @@ def _schedule_from_blocked(stage, axes, block: int, lanes: int) -> None:
     n, c, y, x = axes
     co, ci = stage.split(c, factor=block)
     width = x.extent.value if isinstance(x.extent, Const) else 0
+    pixels = _transpose_tile(lanes, lanes, block)
+    tiles = _plane_tiles(stage, y, x, pixels) if pixels else None
+    if tiles:
+        po, pi = tiles
+        stage.reorder(n, co, po, ci, pi)
+        stage.parallel(stage.fuse(n, co, po))
+        stage.vectorize(pi)
+        stage.pragma(ci, "transpose")
+        return
     pixels = _transpose_tile(lanes, width or lanes, block)
     if pixels:
         x, xi = stage.split(x, factor=pixels, tail="shift" if width % pixels else "guard")

@@ -32,7 +32,8 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
 * a conv larger than 1x1 reading an NCHW value with at least ``TO_BLOCKED_MIN_CHANNELS``
   channels (whole vectors of them) gets one ``to_blocked`` of it; others (a first layer's image,
   1x1 convs) read the value as it lies;
-* a conv (depthwise, or a stride-1 1x1 that ``_lone_1x1_stays_plain``) whose input is NCHW
+* a conv (depthwise with output rows of 8 pixels or more, or a stride-1 1x1 that
+  ``_lone_1x1_stays_plain``) whose input is NCHW
   stays NCHW unless its result reaches a convolution or an NHWC transpose (through elementwise
   ops, pools and concats) or joins a blocked value in an elementwise op: a lone one would pay a
   from_blocked (and a depthwise a to_blocked) around one kernel (depthwise 144 channels at
@@ -198,7 +199,9 @@ def _decide(g: Graph, node: Node, block, lanes, users, padded=()) -> Optional[st
         if groups == c == oc and cg == 1:
             if block.get(x):
                 return "depthwise"
-            return "depthwise" if channel_block(c, lanes) and _reaches_conv(node.outputs[0], users, block) else None
+            lone_nchw = g.shape(node.outputs[0])[3] >= LONE_DEPTHWISE_BLOCKED_WIDTH
+            return "depthwise" if channel_block(c, lanes) and (
+                not lone_nchw or _reaches_conv(node.outputs[0], users, block)) else None
         if groups != 1:     # groups of whole blocks (small ones merged: ResNeXt's, RegNet's) on a blocked input
             return "grouped_conv" if block.get(x) and x not in padded and group_merge(
                 weight.shape, groups, block[x], channel_block(oc, lanes)) is not None else None
@@ -238,6 +241,14 @@ def _decide(g: Graph, node: Node, block, lanes, users, padded=()) -> Optional[st
             return "elementwise"
     return None
 
+
+#: a lone depthwise conv on an NCHW value whose output rows are narrower than this goes blocked all the
+#: same: in NCHW its rows are a vector of 4 and one of 3 (strided loads and shuffles at stride 2),
+#: blocked each tap is one whole vector; the transforms take a plane's rows together (one-node models,
+#: Zen 5, 2 threads, interleaved, NCHW time / blocked time with both transforms): 576 channels 14x14
+#: stride 2 1.40, 960 at 7x7 1.59; on 14-wide output rows NCHW wins (384 and 576 at 14x14 0.74-0.80,
+#: 192 at 28x28 stride 2 0.85)
+LONE_DEPTHWISE_BLOCKED_WIDTH = 8
 
 #: a lone stride-1 1x1 conv on an NCHW value (its result reaching no other conv) stays NCHW with up
 #: to this many input channels, or with more on maps of more than ``LONE_NCHW_PIXELS`` output pixels

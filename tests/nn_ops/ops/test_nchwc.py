@@ -316,14 +316,18 @@ def test_depthwise_on_a_plain_value_that_feeds_a_conv_gets_one_to_blocked():
     _check_against_onnxruntime(model, (1, 16, 10, 10))
 
 
-def test_a_lone_depthwise_on_a_plain_value_stays_nchw():
-    """Blocked, it would pay a to_blocked and a from_blocked around one cheap kernel."""
+@pytest.mark.parametrize("hw, stride, blocked", [(10, 1, False), (14, 2, True), (7, 1, True)])
+def test_a_lone_depthwise_on_a_plain_value_stays_nchw_unless_its_rows_are_narrow(hw, stride, blocked):
+    """Blocked, it pays a to_blocked and a from_blocked around one cheap kernel; worth it where its
+    output rows are under 8 pixels (NCHW computes them in a vector of 4 and one of 3)."""
     b = OnnxBuilder()
-    z = b.relu6(b.conv("input", 16, 16, 3, groups=16, bias=True))
-    model = b.model((1, 16, 10, 10), z, (1, 16, 10, 10))
+    z = b.relu6(b.conv("input", 16, 16, 3, stride=stride, groups=16, bias=True))
+    out = (hw - 1) // stride + 1
+    model = b.model((1, 16, hw, hw), z, (1, 16, out, out))
     counts = optimize(lw.from_onnx(model)).op_counts()
-    assert "to_blocked" not in counts and "from_blocked" not in counts and "depthwise_blocked" not in counts
-    _check_against_onnxruntime(model, (1, 16, 10, 10))
+    assert ("depthwise_blocked" in counts) == blocked and ("to_blocked" in counts) == blocked \
+        and ("from_blocked" in counts) == blocked, counts
+    _check_against_onnxruntime(model, (1, 16, hw, hw))
 
 
 def test_a_lone_conv_on_a_plain_value_stays_nchw_and_one_that_reaches_a_conv_is_blocked():
@@ -436,32 +440,38 @@ def test_depthwise_read_by_another_stage_too_stays_at_root():
     assert nchwc.fused_depthwise(s, Y.op) is None and s[D.op].attach_type == "root"
 
 
-@pytest.mark.parametrize("epilogue,width,pixels", [(False, 7, 4), (True, 7, 4), (False, 14, 8), (True, 70, 16),
-                                                    (False, 3, 0)])
-def test_from_blocked_reads_whole_blocks_in_order(epilogue, width, pixels):
-    """NCHW[16]c -> NCHW runs (image, channel block, row) in parallel, then tiles of a few pixels
-    with the block's channels outside them: no division of a flat index per element (it was 287 us
-    at 576x14x14).  Rows of 4 pixels or more: each channel's pixels are one vector, read as rows of
-    channels transposed in registers (no gathers); narrower rows: both loops unrolled."""
+@pytest.mark.parametrize("epilogue,height,width,how", [(False, 5, 7, "plane"), (True, 5, 7, "plane"),
+                                                           (False, 5, 14, "plane"), (True, 5, 70, "plane"),
+                                                           (False, 2, 32, "rows"), (True, 3, 16, "rows"),
+                                                           (False, 5, 3, "unrolled"), (False, 1, 7, "rows")])
+def test_from_blocked_reads_whole_blocks_in_order(epilogue, height, width, how):
+    """NCHW[16]c -> NCHW runs tiles of pixels with the block's channels outside them: no division of
+    a flat index per element (it was 287 us at 576x14x14).  Each channel's pixels are one vector,
+    read as rows of channels transposed in registers (no gathers): tiles of a row where rows split
+    into whole tiles of 16 (or the plane is a row), else tiles of the plane (its rows fused: a 7-wide
+    row took two tiles of 4); a plane of fewer than 16 pixels in rows, both loops unrolled."""
     from loopweave.nn_ops.ops.nchwc import from_blocked
-    X = lw.placeholder((1, 3, 5, width, 16), name="X")
+    X = lw.placeholder((1, 3, height, width, 16), name="X")
     Y = from_blocked(X)
     if epilogue:
         Y = lw.compute(Y.shape, lambda n, c, y, x: Y[n, c, y, x] * 2.0, name="scaled", tag="elemwise")
     s = nn_ops.schedule(Y)
     code = str(s.trace)
-    if pixels:
-        shifted = f"split(x, factor={pixels}, tail='shift')"
-        assert (shifted in code) == bool(width % pixels) and "c_outer, y, x_outer, c_inner, x_inner)" in code \
-            and f"split(x, factor={pixels}" in code and ".vectorize(x_inner)" in code and ".pragma(c_inner, 'transpose'" in code, code
+    if how == "plane":
+        shifted = "split(y_x_fused, factor=16, tail='shift')"
+        assert (shifted in code) == bool(height * width % 16) and ".fuse(y, x)" in code \
+            and "c_outer, y_x_fused_outer, c_inner, y_x_fused_inner)" in code \
+            and ".vectorize(y_x_fused_inner)" in code and ".pragma(c_inner, 'transpose'" in code, code
+    elif how == "rows":
+        assert "fuse(y, x)" not in code and ".vectorize(x_inner)" in code and ".pragma(c_inner, 'transpose'" in code, code
     else:
         assert ".unroll(c_inner)" in code and "transpose" not in code, code
-    x = np.random.rand(1, 3, 5, width, 16).astype("float32")
-    out = np.empty((1, 48, 5, width), "float32")
+    x = np.random.rand(1, 3, height, width, 16).astype("float32")
+    out = np.empty((1, 48, height, width), "float32")
     f = lw.build(s, [X, Y])
     f(x, out)
-    np.testing.assert_array_equal(out, x.transpose(0, 1, 4, 2, 3).reshape(1, 48, 5, width) * (2 if epilogue else 1))
-    if pixels:
+    np.testing.assert_array_equal(out, x.transpose(0, 1, 4, 2, 3).reshape(1, 48, height, width) * (2 if epilogue else 1))
+    if how != "unrolled":
         assert "masked.gather" not in f.get_source("ll")
 
 
@@ -484,22 +494,26 @@ def test_from_blocked_of_symbolic_width_transposes_tiles_and_masks_the_last():
         np.testing.assert_array_equal(out, x.transpose(0, 1, 4, 2, 3).reshape(1, 48, h, width))
 
 
-@pytest.mark.parametrize("width", [16, 21, 9])
-def test_to_blocked_transposes_rows_of_pixels(width):
-    """NCHW -> NCHW[16]c: rows of at least 16 pixels in tiles of 16 pixels x 16 channels, read as
-    16 rows of pixels and transposed in registers (no gathers); narrower rows keep SLP's tiles."""
+@pytest.mark.parametrize("height,width,how", [(3, 16, "rows"), (3, 21, "plane"), (3, 9, "plane"), (2, 7, "slp"),
+                                              (1, 9, "slp")])
+def test_to_blocked_transposes_tiles_of_pixels(height, width, how):
+    """NCHW -> NCHW[16]c: tiles of 16 pixels x 16 channels, read as 16 rows of pixels and transposed
+    in registers (no gathers): tiles of a row where rows split into whole tiles, else tiles of the
+    plane, its rows fused (a 14-wide row took two SLP tiles of 8: 576 channels at 14x14 18 -> 9 us);
+    a plane of fewer than 16 pixels keeps SLP's tiles."""
     from loopweave.nn_ops.ops.nchwc import to_blocked
-    X = lw.placeholder((1, 32, 3, width), name="X")
+    X = lw.placeholder((1, 32, height, width), name="X")
     Y = to_blocked(X, 16)
     s = nn_ops.schedule(Y)
     code = str(s.trace)
-    assert ("pragma(x_inner, 'transpose'" in code) == (width >= 16), code
-    x = np.random.rand(1, 32, 3, width).astype("float32")
-    out = np.empty((1, 2, 3, width, 16), "float32")
+    assert ("pragma(x_inner, 'transpose'" in code) == (how == "rows"), code
+    assert ("pragma(y_x_fused_inner, 'transpose'" in code) == (how == "plane"), code
+    x = np.random.rand(1, 32, height, width).astype("float32")
+    out = np.empty((1, 2, height, width, 16), "float32")
     f = lw.build(s, [X, Y])
     f(x, out)
-    np.testing.assert_array_equal(out, x.reshape(1, 2, 16, 3, width).transpose(0, 1, 3, 4, 2))
-    if width >= 16:
+    np.testing.assert_array_equal(out, x.reshape(1, 2, 16, height, width).transpose(0, 1, 3, 4, 2))
+    if how != "slp":
         assert "masked.gather" not in f.get_source("ll")
 
 
