@@ -26,7 +26,7 @@ def _input_shapes(specs):
 # the names of nn_ops.testing.model_zoo.NAMES (kept here so that the CLI starts without importing it)
 ZOO_MODELS = ("resnet18", "mobilenet_v2", "small_cnn", "transformer_encoder", "squeezenet1_1", "vit_tiny",
               "efficientnet_lite", "convnext", "densenet", "unet", "gpt2", "mlp_mixer", "style_transfer",
-              "lstm_lm", "shufflenet_v2", "inception_v3")
+              "lstm_lm", "shufflenet_v2", "inception_v3", "resnet50")
 
 
 def _model_source(path: str):

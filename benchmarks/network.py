@@ -65,7 +65,7 @@ def compile_times(model_name: str):
 
 MODELS = ("resnet18", "mobilenet_v2", "transformer_encoder", "squeezenet1_1", "vit_tiny", "efficientnet_lite",
           "convnext", "densenet", "unet", "gpt2", "mlp_mixer", "style_transfer", "lstm_lm", "shufflenet_v2",
-          "inception_v3")
+          "inception_v3", "resnet50")
 #: the token models: their embedding table's name prefix
 TOKEN_MODELS = {"gpt2": "wte", "lstm_lm": "embedding"}
 

@@ -10,8 +10,8 @@ shape chain, scaled Softmax attention, erf-form GELU, LayerNormalization), input
 ``symbolic_sizes(model)`` makes any model's batch (and an image's height and width) symbolic.
 
 The wider zoo (issue 21), each a full-size network at batch 1 by default: ``squeezenet1_1``,
-``efficientnet_lite``, ``convnext``, ``densenet``, ``unet``, ``style_transfer``, ``shufflenet_v2`` and
-``inception_v3`` (``zoo_cnn.py``); ``vit_tiny``,
+``efficientnet_lite``, ``convnext``, ``densenet``, ``unet``, ``style_transfer``, ``shufflenet_v2``,
+``inception_v3`` and ``resnet50`` (``zoo_cnn.py``); ``vit_tiny``,
 ``gpt2`` and ``mlp_mixer`` (``zoo_transformers.py``); ``lstm_lm``, a word-level LSTM language model
 (``zoo_recurrent.py``).  ``NAMES`` lists every model (the CLI's
 ``zoo:NAME``), ``SMALL`` the keyword arguments of each one's small test variant.
@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from .onnx_builder import OnnxBuilder  # noqa: F401 - re-exported: tests build graphs with it
-from .zoo_cnn import (convnext, densenet, efficientnet_lite, inception_v3, shufflenet_v2, squeezenet1_1, style_transfer,
-                      unet)
+from .zoo_cnn import (convnext, densenet, efficientnet_lite, inception_v3, resnet50, shufflenet_v2, squeezenet1_1,
+                      style_transfer, unet)
 from .zoo_recurrent import lstm_lm
 from .zoo_transformers import gpt2, mlp_mixer, vit_tiny
 
@@ -147,7 +147,7 @@ def transformer_encoder(batch=1, seq: int = 128, hidden: int = 256, heads: int =
 
 NAMES = ("resnet18", "mobilenet_v2", "small_cnn", "transformer_encoder", "squeezenet1_1", "vit_tiny",
          "efficientnet_lite", "convnext", "densenet", "unet", "gpt2", "mlp_mixer", "style_transfer", "lstm_lm",
-         "shufflenet_v2", "inception_v3")
+         "shufflenet_v2", "inception_v3", "resnet50")
 
 # the small test variant of each wider-zoo model: builder keyword arguments
 SMALL = {
@@ -164,4 +164,5 @@ SMALL = {
     "lstm_lm": dict(seq=8, batch=2, vocab=100, hidden=32),
     "shufflenet_v2": dict(size=64, classes=100, stages=((116, 2), (232, 2)), head=256),
     "inception_v3": dict(size=139, classes=100, width=0.25, blocks_c=1),
+    "resnet50": dict(size=64, classes=100, blocks=(1, 2, 1, 1), width=16),
 }

@@ -1,7 +1,7 @@
 """The convolutional networks of the wider zoo (``model_zoo`` re-exports them): SqueezeNet 1.1,
 an EfficientNet-style CNN with squeeze-excitation, a ConvNeXt-style stack, a DenseNet, a U-Net, the
-fast neural style network (instance norms, reflection padding), ShuffleNetV2 (channel shuffles) and
-Inception-v3 (factorized 1x7 / 7x1 convolutions, average-pool branches).
+fast neural style network (instance norms, reflection padding), ShuffleNetV2 (channel shuffles),
+Inception-v3 (factorized 1x7 / 7x1 convolutions, average-pool branches) and ResNet-50 (bottlenecks).
 
 Each builder's defaults are the full-size network at batch 1 (the benchmark); smaller keyword
 arguments give the test variants (``model_zoo.SMALL``).  Input ``"input"`` is (batch, 3, size, size).
@@ -203,6 +203,30 @@ def style_transfer(batch: int = 1, size: int = 256, base: int = 32, residuals: i
     x = b.relu(norm(conv(up(x), 2 * base, base, 3), base))
     out = conv(x, base, 3, 9)
     return b.model((batch, 3, size, size), out, (batch, 3, size, size), name="style_transfer")
+
+
+def resnet50(batch: int = 1, size: int = 224, classes: int = 1000, blocks=(3, 4, 6, 3), width: int = 64,
+             groups: int = 1, seed: int = 0):
+    """torchvision's ``resnet50`` (the defaults; v1.5: a stage's stride on its first 3x3): bottlenecks of
+    1x1 down to the stage's width, 3x3, 1x1 up to four times the stage's planes, and a 1x1 projection
+    on the first block's shortcut.  ``groups=32, width=4`` is ``resnext50_32x4d``, ``width=128``
+    ``wide_resnet50_2``: the 3x3's width is ``planes * width / 64 * groups``."""
+    b = OnnxBuilder(seed)
+    x = b.relu(b.bn(b.conv("input", 3, 64, 7, stride=2, pad=3), 64))
+    x = b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, (repeats, planes) in enumerate(zip(blocks, (64, 128, 256, 512))):
+        mid, cout = planes * width // 64 * groups, planes * 4
+        for unit in range(repeats):
+            stride = 2 if unit == 0 and stage > 0 else 1
+            y = b.relu(b.bn(b.conv(x, cin, mid, 1), mid))
+            y = b.relu(b.bn(b.conv(y, mid, mid, 3, stride=stride, groups=groups), mid))
+            y = b.bn(b.conv(y, mid, cout, 1), cout)
+            short = x if stride == 1 and cin == cout else b.bn(b.conv(x, cin, cout, 1, stride=stride), cout)
+            x = b.relu(b.node("Add", [y, short]))
+            cin = cout
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
+    return b.model((batch, 3, size, size), b.gemm(x, cin, classes), (batch, classes), name="resnet50")
 
 
 def shufflenet_v2(batch: int = 1, size: int = 224, classes: int = 1000, stages=((116, 4), (232, 8), (464, 4)),

@@ -65,7 +65,17 @@ FULL = [
     # means and variances (torch's buffers), and ShuffleNet's Split and Reshape sizes
     ("shufflenet_v2", 2_294_954, (1, 1000)),
     ("inception_v3", 23_869_000, (1, 1000)),
+    ("resnet50", 25_610_152, (1, 1000)),        # torchvision's 25,557,032 and the running statistics
 ]
+
+
+@pytest.mark.parametrize("kwargs,params", [(dict(groups=32, width=4), 25_028_904 + 68_224),
+                                           (dict(width=128), 68_883_240 + 68_224)])
+def test_resnet50_builder_makes_resnext_and_wide_resnet(kwargs, params):
+    """torchvision's resnext50_32x4d and wide_resnet50_2 (their parameters and the batch norms' running
+    statistics, 68,224 values) from the same builder."""
+    model = model_zoo.resnet50(**kwargs)
+    assert sum(int(np.prod(t.dims)) for t in model.graph.initializer) == params
 
 
 @pytest.mark.parametrize("name,params,out_shape", FULL, ids=[f[0] for f in FULL])
