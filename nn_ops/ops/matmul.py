@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...dsl.expr import Const, cast
+from ...dsl.expr import Const, cast, const
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
@@ -200,8 +200,64 @@ def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
     s[CC].vectorize(cj)
     if BB is not None:
         s[BB].compute_at(C, jo)
-        if not b_is_transposed:
+        if not b_is_transposed and not _pack_transposed(s, BB, B_t, lanes):
             s[BB].vectorize(s[BB].op.axis[-1])
+
+
+def _pack_transposed(s, BB, B_t, lanes: int) -> bool:
+    """Where B is an inlined prologue (a fused attention head split, ``fuse_operators``) that reads its
+    source along the reduction axis (K^T of Q K^T: B[b, k, j] = K[b, j, k]), the panel is packed in
+    tiles of ``lanes`` x ``lanes`` read as rows of the source and transposed in registers (the pragma
+    ``"transpose"``) instead of one gather per vector.  False (nothing done) otherwise."""
+    if s[B_t.op].attach_type != "inline" or not _contiguous_along(B_t, -2):
+        return False
+    depth = B_t.shape[-2]
+    if not isinstance(depth, Const) or depth.value % lanes:
+        return False
+    stage = s[BB]
+    k, j = stage.op.axis[-2], stage.op.axis[-1]
+    ko, ki = stage.split(k, factor=lanes)
+    jo, ji = stage.split(j, factor=lanes)
+    stage.reorder(ko, jo, ki, ji)
+    stage.vectorize(ji)
+    stage.pragma(ki, "transpose")
+    return True
+
+
+def _contiguous_along(t: Tensor, axis: int) -> bool:
+    """Whether consecutive elements along ``axis`` of ``t``, a chain of single-read computations
+    (transposes, reshapes) of a static tensor, lie next to each other in that tensor's memory:
+    the chain's index is evaluated at the origin and one step along ``axis`` and along the last."""
+    from ...dsl.arith import simplify_expr
+    from ...dsl.expr import TensorLoad
+    from ...dsl.tensor import ComputeOp
+    from ...dsl.visitor import post_order_visit, substitute
+
+    def flat(point):
+        tensor, index = t, [const(v) for v in point]
+        while isinstance(tensor.op, ComputeOp):
+            loads = []
+            post_order_visit(tensor.op.body[0], lambda n: loads.append(n) if isinstance(n, TensorLoad) else None)
+            if len({id(n.tensor) for n in loads}) != 1:
+                return None
+            mapping = {iv.var: e for iv, e in zip(tensor.op.axis, index)}
+            index = [simplify_expr(substitute(e, mapping)) for e in loads[0].indices]
+            tensor = loads[0].tensor
+        if not all(isinstance(e, Const) for e in index) or not all(isinstance(d, Const) for d in tensor.shape):
+            return None
+        address = 0
+        for e, d in zip(index, tensor.shape):
+            address = address * d.value + e.value
+        return address
+
+    if not all(isinstance(d, Const) for d in t.shape) or any(d.value < 2 for d in t.shape[-2:]):
+        return False
+    origin = [0] * len(t.shape)
+    step, across = list(origin), list(origin)
+    step[axis] = 1
+    across[-1] = 1
+    base, along, last = flat(origin), flat(step), flat(across)
+    return None not in (base, along, last) and along - base == 1 and last - base != 1
 
 
 @register_schedule("matmul", "llvm")

@@ -28,32 +28,59 @@ def _strides(shape: Sequence[int]):
 
 
 def reshape(X: Tensor, shape: Sequence[int], name: str = "reshape") -> Tensor:
-    """Row-major reshape to a static ``shape`` (same number of elements)."""
+    """Row-major reshape to a static ``shape`` (same number of elements).
+
+    The axes are matched in runs of equal size (``_axis_runs``): an axis of the same extent on both
+    sides is read by its own index, and only a run that merges or splits axes takes a flat index
+    apart with divisions, so that a reshape which adds or drops unit axes (an attention head
+    split's [1, H, S, D] -> [H, S, D]) stays plain index arithmetic however its index is bound."""
     src = static_shape(X)
     shape = tuple(int(d) for d in shape)
     if math.prod(src) != math.prod(shape):
         raise ExprError(f"cannot reshape {src} ({math.prod(src)} elements) to {shape} ({math.prod(shape)})")
-    out_strides, in_strides = _strides(shape), _strides(src)
+    runs = _axis_runs(src, shape)
 
     def fcompute(*idx):
-        flat = None
-        for i, st, d in zip(idx, out_strides, shape):
-            if d == 1:
+        index = [const(0)] * len(src)
+        for out_axes, in_axes in runs:
+            if len(out_axes) == 1 and len(in_axes) == 1:
+                index[in_axes[0]] = idx[out_axes[0]]
                 continue
-            term = i * st if st != 1 else i
-            flat = term if flat is None else flat + term
-        if flat is None:
-            return X[(0,) * len(src)]
-        index = []
-        for st, d in zip(in_strides, src):
-            if d == 1:
-                index.append(0)
-            else:
+            flat = None
+            for a, st in zip(out_axes, _strides([shape[a] for a in out_axes])):
+                term = idx[a] * st if st != 1 else idx[a]
+                flat = term if flat is None else flat + term
+            for k, (a, st) in enumerate(zip(in_axes, _strides([src[a] for a in in_axes]))):
                 q = flat // st if st != 1 else flat
-                index.append(q % d if st * d < math.prod(src) else q)
+                index[a] = q % src[a] if k else q
         return X[tuple(index)]
 
     return compute(shape, fcompute, name=name, tag="injective")
+
+
+def _axis_runs(src: Sequence[int], dst: Sequence[int]):
+    """The axes of a reshape from ``src`` to ``dst`` (same size) in runs ``(dst axes, src axes)`` of
+    equal products, as short as they can be, unit axes left out (a src unit axis is read at 0)."""
+    outs = [a for a, d in enumerate(dst) if d != 1]
+    ins = [a for a, d in enumerate(src) if d != 1]
+    if 0 in src:            # no elements: one run (its body is never evaluated)
+        return [(outs, ins)] if outs and ins else []
+    runs, o, i = [], 0, 0
+    while o < len(outs):
+        run_out, run_in = [outs[o]], [ins[i]]
+        po, pi = dst[outs[o]], src[ins[i]]
+        o, i = o + 1, i + 1
+        while po != pi:
+            if po < pi:
+                run_out.append(outs[o])
+                po *= dst[outs[o]]
+                o += 1
+            else:
+                run_in.append(ins[i])
+                pi *= src[ins[i]]
+                i += 1
+        runs.append((run_out, run_in))
+    return runs
 
 
 def transpose(X: Tensor, perm: Sequence[int], name: str = "transpose") -> Tensor:

@@ -139,3 +139,30 @@ def test_a_batch_matmul_short_of_whole_panels_takes_one_vector_panels(n):
     c = np.empty((3, 9, n), np.float32)
     lw.build(s, [A, B, C])(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("transposed", [True, False])
+def test_a_transposed_operand_read_through_its_prologue_is_packed_by_register_transposes(transposed):
+    """Q K^T with K's head split fused into the kernel (fuse_operators): B[h, d, s] = K[s, h * 64 + d]
+    reads along the reduction axis, so each panel is packed from rows of K transposed in registers
+    (pragma "transpose"), not one gather per vector; a B read along its columns keeps the plain pack."""
+    from loopweave.nn_ops.ops.shape import reshape, transpose
+    heads, seq, depth = 2, 40, 32
+    Q = lw.placeholder((heads, seq, depth), name="Q")
+    K2 = lw.placeholder((seq, heads * depth), name="K")
+    K4 = reshape(K2, (1, seq, heads, depth))
+    B = reshape(transpose(K4, (0, 2, 3, 1)), (heads, depth, seq)) if transposed else \
+        reshape(transpose(reshape(K2, (1, heads, depth, seq)), (0, 1, 2, 3)), (heads, depth, seq))
+    Y = nn_ops.batch_matmul(Q, B)
+    s = nn_ops.schedule(Y)
+    assert ("'transpose'" in str(s.trace)) == transposed, s.trace
+    f = lw.build(s, [Q, K2, Y])
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((heads, seq, depth), dtype=np.float32)
+    k = rng.standard_normal((seq, heads * depth), dtype=np.float32)
+    y = np.empty((heads, seq, seq), np.float32)
+    f(q, k, y)
+    b = k.reshape(seq, heads, depth).transpose(1, 2, 0) if transposed else k.reshape(heads, depth, seq)
+    np.testing.assert_allclose(y, q @ b, rtol=1e-4, atol=1e-4)
+    if transposed:
+        assert "masked.gather" not in f.get_source("ll")

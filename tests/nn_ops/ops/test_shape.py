@@ -75,3 +75,33 @@ def test_a_medium_whole_tensor_reduction_to_a_scalar(shape):
     out = np.zeros((), np.float32)
     f(x, out)
     assert out == x.min()
+
+
+@pytest.mark.parametrize("src,dst,runs", [((1, 3, 64, 197), (3, 64, 197), [([0], [1]), ([1], [2]), ([2], [3])]),
+                                          ((128, 256), (1, 128, 4, 64), [([1], [0]), ([2, 3], [1])]),
+                                          ((6, 4), (4, 6), [([0, 1], [0, 1])]),
+                                          ((2, 3, 4), (24,), [([0], [0, 1, 2])]), ((1,), (1, 1), [])])
+def test_reshape_matches_axes_in_runs_of_equal_size(src, dst, runs):
+    """Only a run that splits a source axis's index takes a flat index apart: a reshape that adds or drops
+    unit axes is plain indexing (no division), whatever its index (a packed panel's shifted start)."""
+    from loopweave.dsl.expr import Binary
+    from loopweave.dsl.visitor import post_order_visit
+    from loopweave.nn_ops.ops.shape import _axis_runs, reshape
+    assert _axis_runs(src, dst) == runs
+    X = lw.placeholder(src, name="X")
+    Y = reshape(X, dst)
+    divisions = []
+    post_order_visit(Y.op.body[0], lambda n: divisions.append(n)
+                     if isinstance(n, Binary) and n.op in ("floordiv", "floormod") else None)
+    assert bool(divisions) == any(len(i) > 1 for _, i in runs)      # (merged axes need no division)
+    x = np.random.rand(*src).astype("float32")
+    y = np.empty(dst, "float32")
+    lw.build(nn_ops.schedule(Y), [X, Y])(x, y)
+    np.testing.assert_array_equal(y, x.reshape(dst))
+
+
+def test_an_empty_reshape_is_one_run():
+    """No elements: no runs of equal products to find (ONNX's reshape_allowzero case, [0, 3, 4] -> [3, 4, 0])."""
+    from loopweave.nn_ops.ops.shape import _axis_runs, reshape
+    assert _axis_runs((0, 3, 4), (3, 4, 0)) == [([0, 1, 2], [0, 1, 2])]
+    assert tuple(int(d.value) for d in reshape(lw.placeholder((0, 3, 4), name="X"), (3, 4, 0)).shape) == (3, 4, 0)
