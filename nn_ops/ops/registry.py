@@ -301,13 +301,7 @@ def _schedule_to_blocked(stage, axes, lanes: int) -> None:
     n, cb, y, x, ci = axes
     width = x.extent.value if isinstance(x.extent, Const) else 0
     block = ci.extent.value if isinstance(ci.extent, Const) else 0
-    tiles = _plane_tiles(stage, y, x, block) if block == lanes else None
-    if tiles:
-        po, pi = tiles
-        stage.reorder(n, cb, po, pi, ci)
-        stage.parallel(stage.fuse(n, cb, po))
-        stage.vectorize(ci)
-        stage.pragma(pi, "transpose")
+    if block == lanes and _plane_tiles(stage, n, cb, y, x, ci, block, channels_outer=False):
         return
     if block == lanes and width >= block:
         x, xi = stage.split(x, factor=block, tail="shift")
@@ -328,18 +322,27 @@ def _schedule_to_blocked(stage, axes, lanes: int) -> None:
         stage.unroll(axis)
 
 
-def _plane_tiles(stage, y, x, tile: int):
+def _plane_tiles(stage, n, cb, y, x, channels, tile: int, channels_outer: bool) -> bool:
     """Where a row of ``x`` does not split into whole tiles of ``tile`` pixels (14 or 17 wide) but a
     plane does hold one (constant height and width): the plane's rows fused into one axis of pixels
     (contiguous in both layouts; the simplifier takes the fused index apart again), split into tiles
-    with the last one shifted back.  Returns (tile loop, pixel loop), or None (nothing done).  By
-    rows, a 14-pixel row took two tiles of 8 (to_blocked) or four of 4 (from_blocked)."""
+    with the last one shifted back; (image, channel block, tile) fused in parallel, then the tile's
+    pixels and ``channels`` (``channels_outer``: channels first, as ``from_blocked`` stores a vector
+    of pixels per channel), the inner one vectorized and the outer transposed in registers (the
+    pragma ``"transpose"``).  By rows, a 14-pixel row took two tiles of 8 (to_blocked) or four of 4
+    (from_blocked).  False (nothing done) where a row splits into whole tiles or a plane is smaller."""
     if not (isinstance(x.extent, Const) and isinstance(y.extent, Const)):
-        return None
+        return False
     width, height = x.extent.value, y.extent.value
     if not width % tile or width * height < tile:
-        return None
-    return stage.split(stage.fuse(y, x), factor=tile, tail="shift" if width * height % tile else "guard")
+        return False
+    po, pi = stage.split(stage.fuse(y, x), factor=tile, tail="shift" if width * height % tile else "guard")
+    outer, inner = (channels, pi) if channels_outer else (pi, channels)
+    stage.reorder(n, cb, po, outer, inner)
+    stage.parallel(stage.fuse(n, cb, po))
+    stage.vectorize(inner)
+    stage.pragma(outer, "transpose")
+    return True
 
 
 #: pixels of one ``from_blocked`` tile: 4, or 8 on rows at least ``FROM_BLOCKED_WIDE`` wide
@@ -360,13 +363,7 @@ def _schedule_from_blocked(stage, axes, block: int, lanes: int) -> None:
     co, ci = stage.split(c, factor=block)
     width = x.extent.value if isinstance(x.extent, Const) else 0
     pixels = _transpose_tile(lanes, lanes, block)
-    tiles = _plane_tiles(stage, y, x, pixels) if pixels else None
-    if tiles:
-        po, pi = tiles
-        stage.reorder(n, co, po, ci, pi)
-        stage.parallel(stage.fuse(n, co, po))
-        stage.vectorize(pi)
-        stage.pragma(ci, "transpose")
+    if pixels and _plane_tiles(stage, n, co, y, x, ci, pixels, channels_outer=True):
         return
     pixels = _transpose_tile(lanes, width or lanes, block)
     if pixels:
