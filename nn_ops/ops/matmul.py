@@ -209,7 +209,7 @@ def _pack_transposed(s, BB, B_t, lanes: int) -> bool:
     source along the reduction axis (K^T of Q K^T: B[b, k, j] = K[b, j, k]), the panel is packed in
     tiles of ``lanes`` x ``lanes`` read as rows of the source and transposed in registers (the pragma
     ``"transpose"``) instead of one gather per vector.  False (nothing done) otherwise."""
-    if s[B_t.op].attach_type != "inline" or not _contiguous_along(B_t, -2):
+    if s[B_t.op].attach_type != "inline" or not _contiguous_along(s, B_t, -2):
         return False
     depth = B_t.shape[-2]
     if not isinstance(depth, Const) or depth.value % lanes:
@@ -224,10 +224,10 @@ def _pack_transposed(s, BB, B_t, lanes: int) -> bool:
     return True
 
 
-def _contiguous_along(t: Tensor, axis: int) -> bool:
-    """Whether consecutive elements along ``axis`` of ``t``, a chain of single-read computations
-    (transposes, reshapes) of a static tensor, lie next to each other in that tensor's memory:
-    the chain's index is evaluated at the origin and one step along ``axis`` and along the last."""
+def _contiguous_along(s, t: Tensor, axis: int) -> bool:
+    """Whether consecutive elements along ``axis`` of ``t``, a chain of inlined single-read computations
+    (transposes, reshapes) of a static tensor in memory, lie next to each other there: the chain's
+    index is evaluated at the origin and one step along ``axis`` and along the last."""
     from ...dsl.arith import simplify_expr
     from ...dsl.expr import TensorLoad
     from ...dsl.tensor import ComputeOp
@@ -235,7 +235,7 @@ def _contiguous_along(t: Tensor, axis: int) -> bool:
 
     def flat(point):
         tensor, index = t, [const(v) for v in point]
-        while isinstance(tensor.op, ComputeOp):
+        while isinstance(tensor.op, ComputeOp) and s[tensor.op].attach_type == "inline":
             loads = []
             post_order_visit(tensor.op.body[0], lambda n: loads.append(n) if isinstance(n, TensorLoad) else None)
             if len({id(n.tensor) for n in loads}) != 1:
