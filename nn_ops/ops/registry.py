@@ -297,7 +297,8 @@ def _schedule_to_blocked(stage, axes, lanes: int) -> None:
     x the block's channels, both unrolled, which LLVM's SLP vectorizer turns into row loads and
     shuffles.  The generic schedule vectorized the channel axis, a gather from ``b`` planes per
     vector: 144 channels at 56x56 took 160-195 us, SLP tiles 78-97 (Zen 4, 2 threads,
-    interleaved; a plain copy of the same bytes, one thread: 40 us)."""
+    interleaved; a plain copy of the same bytes, one thread: 40 us).  A row that does not split
+    into whole tiles takes tiles of its plane instead (``_plane_tiles``)."""
     n, cb, y, x, ci = axes
     width = x.extent.value if isinstance(x.extent, Const) else 0
     block = ci.extent.value if isinstance(ci.extent, Const) else 0
@@ -358,7 +359,8 @@ def _schedule_from_blocked(stage, axes, block: int, lanes: int) -> None:
     channel's pixels are stored as one short vector (SLP makes the loads gathers of one lane from
     each pixel's vector); against one pixel at a time, its ``b`` channels stored one by one (Zen 5,
     2 threads, interleaved): 16 blocks at 13x13 1.14-1.41x, 4 at 56x56 1.07-1.29x, 8 at 28x28
-    1.2x, 4 at 112x112 1.25x."""
+    1.2x, 4 at 112x112 1.25x.  A row that does not split into whole tiles of the vector width (or of
+    the block) takes tiles of its plane instead (``_plane_tiles``)."""
     n, c, y, x = axes
     co, ci = stage.split(c, factor=block)
     width = x.extent.value if isinstance(x.extent, Const) else 0
@@ -420,7 +422,8 @@ def schedule_injective(s: Schedule, op: ComputeOp, target) -> None:
         # a row that ends in a partial vector keeps its vectors in a serial loop of its own, where the
         # rows give the threads enough to share: the last one is then split off whole (loop_partition);
         # fused into the parallel loop, every element would test a guard and none would be vectorized
-        axes = axes[:-1] + ([] if ragged and _rows(axes[:-1]) >= 4 * max(1, target.num_threads) else [outer])
+        rows = const_product(a.extent for a in axes[:-1]) or 0
+        axes = axes[:-1] + ([] if ragged and rows >= 4 * max(1, target.num_threads) else [outer])
     axes = axes[:constant_divisor_prefix(axes)]
     if too_little_to_share(op.outputs[0].shape, ELEMENT_WORK):
         return
@@ -429,16 +432,6 @@ def schedule_injective(s: Schedule, op: ComputeOp, target) -> None:
         stage.parallel(fused)
     elif axes:
         stage.parallel(axes[0])
-
-
-def _rows(axes) -> int:
-    """The iterations of ``axes`` together (0 if any has a symbolic extent)."""
-    total = 1
-    for a in axes:
-        if not isinstance(a.extent, Const):
-            return 0
-        total *= a.extent.value
-    return total
 
 
 def _merge_short_trailing_axes(stage, axes, lanes: int) -> list:
@@ -463,15 +456,21 @@ SERIAL_WORK = 32768
 ELEMENT_WORK = 16
 
 
+def const_product(extents):
+    """The product of ``extents``, or None if one of them is symbolic."""
+    total = 1
+    for e in extents:
+        if not isinstance(e, Const):
+            return None
+        total *= e.value
+    return total
+
+
 def too_little_to_share(shape, per_element: int) -> bool:
     """Whether a kernel of ``shape`` with ``per_element`` multiply-adds per value is too small to split
     across threads (``SERIAL_WORK``); symbolic sizes never are."""
-    total = per_element
-    for d in shape:
-        if not isinstance(d, Const):
-            return False
-        total *= d.value
-    return total < SERIAL_WORK
+    total = const_product(shape)
+    return total is not None and total * per_element < SERIAL_WORK
 
 
 def constant_divisor_prefix(axes) -> int:

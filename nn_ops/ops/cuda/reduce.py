@@ -10,24 +10,14 @@ since the schedule language cannot yet say "thread 0 only".
 """
 from __future__ import annotations
 
-from ....dsl.expr import Const
 from ....dsl.tensor import thread_axis
-from ..registry import register_schedule
+from ..registry import const_product, register_schedule
 from .injective import bind_fused
 
 THREADS = 128
 BLOCK_THREADS = 256
 LONG_REDUCTION = 2048     # elements per output from which a block per output pays
 FEW_OUTPUTS = 4096        # at most this many outputs (blocks) for the block-per-output form
-
-
-def _const_product(extents):
-    total = 1
-    for e in extents:
-        if not isinstance(e, Const):
-            return None
-        total *= e.value
-    return total
 
 
 def _block_per_output(s, op) -> None:
@@ -53,8 +43,8 @@ def schedule_reduce(s, op, target) -> None:
     spatial = [iv for iv in stage.leaf_iter_vars if iv.kind != "reduce"]
     if not spatial:
         return   # a full reduction to a scalar has no axis to bind; check_gpu_schedule explains
-    length = _const_product([iv.extent for iv in op.reduce_axis])
-    outputs = _const_product([iv.extent for iv in op.axis])
+    length = const_product([iv.extent for iv in op.reduce_axis])
+    outputs = const_product([iv.extent for iv in op.axis])
     if op.num_outputs == 1 and length is not None and outputs is not None and length >= LONG_REDUCTION \
             and outputs <= FEW_OUTPUTS:
         _block_per_output(s, op)

@@ -9,7 +9,9 @@ from loopweave.nn_ops.network.graph import Graph
 from loopweave.nn_ops.network.passes import rejoin_slices
 from loopweave.nn_ops.testing.model_zoo import OnnxBuilder
 
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime")
+
+from loopweave.nn_ops.testing.onnxruntime_peer import onnxruntime_session  # noqa: E402
 
 
 def _c2f(channels=32, size=12):
@@ -29,7 +31,7 @@ def test_a_c2f_block_runs_without_copies_or_transforms():
     assert not [n for n in names if n in ("slice", "concat", "to_blocked")], names
     assert names.count("from_blocked") == 1, names                    # the graph output
     x = np.random.default_rng(0).standard_normal((1, 8, 12, 12)).astype(np.float32)
-    want, = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    want, = onnxruntime_session(model, threads=2).run(None, {"input": x})
     np.testing.assert_allclose(exe.run({"input": x})[0], want, rtol=1e-4, atol=1e-4)
 
 
