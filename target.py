@@ -39,6 +39,9 @@ class Target:
     max_shared_memory_per_block: int = 48 * 1024   # static __shared__ limit without opt-in
     # LLVM target triple; "" is this process's own (the host's)
     triple: str = ""
+    # target "cuda": the float32 arithmetic matmuls and convolutions may use; "tf32" lets them run on
+    # the tensor cores (inputs rounded to 10 mantissa bits, fp32 accumulation), "fp32" keeps them exact
+    precision: str = "fp32"
 
     @property
     def has_fma(self) -> bool:
@@ -70,14 +73,16 @@ class Target:
         return max(1, self.vector_bits // (8 * np.dtype(dtype).itemsize))
 
     def key(self) -> str:
-        return f"{self.kind}|{self.cpu}|{self.features}" + (f"|{self.triple}" if self.triple else "")
+        return f"{self.kind}|{self.cpu}|{self.features}" + (f"|{self.triple}" if self.triple else "") \
+            + (f"|{self.precision}" if self.precision != "fp32" else "")
 
     def __str__(self) -> str:
         if self.kind == "llvm":
             where = f"{self.triple}, " if self.triple else ""
             return f"llvm ({where}cpu={self.cpu}, {self.vector_bits}-bit vectors, {self.num_threads} threads)"
         if self.kind == "cuda":
-            return f"cuda ({self.cpu or 'arch of the GPU present, else sm_90'})"
+            extra = f", {self.precision} matmuls" if self.precision != "fp32" else ""
+            return f"cuda ({self.cpu or 'arch of the GPU present, else sm_90'}{extra})"
         return self.kind
 
 

@@ -23,7 +23,7 @@ from .trace import Trace
 from .visitor import Mutator, collect_vars, substitute
 
 ANNOTATIONS = ("vectorize", "parallel", "unroll", "bind")
-SCOPES = ("global", "shared", "local")
+SCOPES = ("global", "shared", "local", "warp")
 
 
 class Stage:
@@ -363,7 +363,9 @@ class Stage:
         self._trace("compute_root")
 
     def set_scope(self, scope: str):
-        """Keep this stage's buffer in ``scope``: "global", or on a GPU "shared" (per block) or "local" (per thread)."""
+        """Keep this stage's buffer in ``scope``: "global", or on a GPU "shared" (per block), "local" (per
+        thread) or "warp" (a tile the 32 lanes of a warp compute on the tensor cores: a matmul-like
+        stage split into 16 x 8 x 8 steps, ``lowering/passes/distribute_warp_tiles.py``)."""
         self._check_not_placeholder("set_scope")
         if scope not in SCOPES:
             raise self._error("set_scope", f"unknown scope {scope!r}; use one of {', '.join(SCOPES)}")

@@ -86,10 +86,11 @@ def _check_placement(stage: Stage, tags) -> None:
                                 f"'{stage.attach_stage.name}', which is already running inside a kernel",
                          "bind only threadIdx.* axes in stages computed inside a kernel (cooperative loading), "
                          "or compute_root the stage and make it its own kernel")
-        if stage.scope == "local" and thread_bound:
+        if stage.scope in ("local", "warp") and thread_bound:
             iv, tag = thread_bound[0]
-            raise _error(stage, f"axis '{iv.name}' is bound to {tag}, but the stage lives in 'local' (per-thread) "
-                                "memory: each thread would fill only its own part of its private copy",
+            owner = "per-thread" if stage.scope == "local" else "per-warp: its lanes compute the tile together"
+            raise _error(stage, f"axis '{iv.name}' is bound to {tag}, but the stage lives in '{stage.scope}' "
+                                f"({owner}) memory: each thread would fill only its own part of its private copy",
                          "use cache_read(..., 'shared', ...) for data threads compute together, or leave the "
                          "axes of a 'local' stage unbound")
 

@@ -26,6 +26,7 @@ from .passes.pad_register_loops import pad_register_loops
 from .passes.hoist_allocations import hoist_allocations
 from .passes.pad_tail_tiles import pad_tail_tiles
 from .passes.remove_noops import remove_noops
+from .passes.distribute_warp_tiles import distribute_warp_tiles
 from .passes.double_buffer import double_buffer
 from .passes.insert_syncs import insert_syncs
 from .passes.simplify import simplify
@@ -113,6 +114,8 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
         check_gpu_schedule(schedule)
         at = [n for n, _ in passes].index("vectorize")
         passes = passes[:at] + (("pad_register_loops", pad_register_loops),) + passes[at:] + GPU_PASSES
+        at = [n for n, _ in passes].index("simplify_flat") + 1
+        passes = passes[:at] + (("distribute_warp_tiles", distribute_warp_tiles),) + passes[at:]
     start = time.perf_counter()
     body, params, size_vars = schedule_to_loops(schedule, args)
     ctx = PassContext(size_vars, {s.name: dict(s.storage_aligns) for s in schedule.stages if s.storage_aligns},

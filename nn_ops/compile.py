@@ -8,6 +8,7 @@ DynamicExecutable that compiles one static specialisation per input binding.
 """
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Optional
 
@@ -25,7 +26,7 @@ from .onnx_import.polymorphic import build_polymorphic
 
 
 def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=None,  # noqa: A001 - lw.compile
-            checks: Optional[str] = None, polymorphic: Optional[bool] = None):
+            checks: Optional[str] = None, polymorphic: Optional[bool] = None, precision: str = "fp32"):
     """Compile a network graph (from ``from_onnx``) into an executable.
 
     A DynamicGraph (symbolic input sizes) is compiled once for every binding of its sizes: a
@@ -39,12 +40,15 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
     (from ``autoschedule.tune_network`` or ``loopweave tune``): kernels with a record for this
     target use the best recorded schedule, the others their default schedule.  Index checks of
     gathers and scatters are always on; ``checks="bounds"`` also checks every other load whose
-    index depends on data (``lw.build``'s ``checks``).
+    index depends on data (``lw.build``'s ``checks``).  ``precision="tf32"`` (target cuda, sm_80 or
+    newer) lets matmuls and dense layers whose shapes make whole warp tiles run on the tensor cores:
+    inputs rounded to tf32 (10 mantissa bits), float32 accumulation; the default ``"fp32"`` is exact.
     """
     check_checks_argument(checks, BuildError)
     tgt = resolve_target(target)
     if tgt.kind not in ("llvm", "cuda"):
         raise BuildError(f"networks compile for targets 'llvm' and 'cuda', not {tgt.kind!r}")
+    tgt = with_precision(tgt, precision)
     if isinstance(graph, DynamicGraph):
         if tgt.kind != "llvm":
             raise BuildError("models with dynamic shapes compile for target 'llvm' only for now; fix the input "
@@ -125,3 +129,25 @@ def _load_polymorphic(reader):
         raise DamagedFileError(f"{reader.where}: member 'model.onnx' is not a model this loopweave can load "
                                f"({type(exc).__name__}: {exc})", "model.onnx") from None
     return build_polymorphic(graph, "llvm", prebuilt=kernels, runner_object=reader.read("runner.o"))
+
+
+PRECISIONS = ("fp32", "tf32")
+
+
+def with_precision(tgt, precision):
+    """``tgt`` allowed ``precision`` for its float32 matmuls; an error where it cannot have it."""
+    if precision == "fp16":
+        raise BuildError("precision='fp16' is not implemented yet: the tensor cores are used for tf32 only "
+                         "(precision='tf32'); fp16 needs half-precision buffers and conversions at the layers' "
+                         "edges, which loopweave does not have")
+    if precision not in PRECISIONS:
+        raise ArgumentError(f"precision={precision!r}: use 'fp32' (exact, the default) or 'tf32' (tensor cores, "
+                            f"target cuda)")
+    if precision == "fp32":
+        return tgt
+    if tgt.kind != "cuda":
+        raise BuildError(f"precision={precision!r} is for target 'cuda' (the tensor cores); the CPU computes "
+                         f"float32 exactly: drop precision= or compile with target='cuda'")
+    from ..backends.cuda.build import check_tensor_core_arch, cuda_arch
+    check_tensor_core_arch(cuda_arch(tgt), f"precision={precision!r}")
+    return dataclasses.replace(tgt, precision=precision)

@@ -11,6 +11,7 @@ import hashlib
 
 from ...errors import BuildError
 from ...lowering.ir import PrimFunc
+from ...lowering.passes.distribute_warp_tiles import MMA_TF32
 from ..runtime import ParamSpec, _shape_spec
 from . import codegen, compiler
 from .driver import get_driver, gpu_available
@@ -25,12 +26,25 @@ def cuda_arch(target) -> str:
     return get_driver().arch if gpu_available() else compiler.DEFAULT_ARCH
 
 
+TENSOR_CORE_ARCH = 80   # mma.sync on tf32: Ampere (sm_80) and newer
+
+
+def check_tensor_core_arch(arch: str, what: str) -> None:
+    """Raise BuildError unless ``arch`` (``"sm_90"``) has the tf32 tensor-core instructions ``what`` needs."""
+    number = int(arch[3:]) if arch.startswith("sm_") and arch[3:].isdigit() else 0
+    if number < TENSOR_CORE_ARCH:
+        raise BuildError(f"{what} needs tf32 tensor cores (sm_{TENSOR_CORE_ARCH} or newer), but the code is "
+                         f"compiled for {arch}: use precision='fp32' (or no warp stage) on this GPU")
+
+
 def build_cuda(func: PrimFunc, target, written) -> CudaModule:
     if not codegen.kernels_of(func):
         raise BuildError(f"'{func.name}' has no GPU kernel: lower it with lw.lower(..., target='cuda') (or pass "
                          f"the schedule to lw.build) after binding its loops to GPU axes")
     source, kernels = codegen.generate(func)
     arch = cuda_arch(target)
+    if f"lw_{MMA_TF32}(" in source:
+        check_tensor_core_arch(arch, f"'{func.name}' (a warp stage)")
     compiled = {}
 
     def ptx() -> str:

@@ -121,6 +121,10 @@ def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None, a_p
     No block swizzle: launching row tiles in groups per column tile needs a fused block index,
     and bound inference through its division gives the register block run-time extents
     (piecewise selects, not vectorized): seen in the lowered IR of a 128 x 64 output."""
+    if target.precision == "tf32" and tiles is None and k_tile is None:
+        from .matmul_tensor_cores import schedule_gemm_tensor_cores   # (it builds on this file's copies)
+        if schedule_gemm_tensor_cores(s, op, target, batch):
+            return
     out = op.outputs[0]
     final = fused_output(s, op)
     if final is s[op]:

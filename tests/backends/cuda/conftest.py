@@ -24,7 +24,9 @@ SHIM = r"""
 #include <cmath>
 #include <cstring>
 #include <barrier>
+#include <algorithm>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 struct lw_dim3 { unsigned int x, y, z; };
@@ -51,6 +53,35 @@ static inline float __int_as_float(unsigned int v) { float f; std::memcpy(&f, &v
 static inline double __longlong_as_double(unsigned long long v) { double d; std::memcpy(&d, &v, 8); return d; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+// a warp: 32 consecutive threads of the block, with a barrier of its own and a place to
+// swap registers, for the warp-collective mma.sync (each lane holds a fragment)
+struct lw_warp { std::barrier<>* bar; float a[32][4], b[32][2]; };
+static thread_local lw_warp* lw_my_warp;
+static thread_local unsigned lw_lane;
+#define LW_MMA_EMULATED
+static inline float lw_tf32(float x) {   // cvt.rna.tf32.f32: 10 mantissa bits, ties away from zero
+  unsigned u; std::memcpy(&u, &x, 4); u = (u + 0x1000u) & 0xffffe000u; std::memcpy(&x, &u, 4); return x;
+}
+// mma.sync.m16n8k8 tf32 as PTX lays out its fragments: lane 4g + t holds A[g(+8)][t(+4)],
+// B[t(+4)][g] and D[g(+8)][2t(+1)]
+static void lw_mma_m16n8k8_tf32(float& d0, float& d1, float& d2, float& d3, float a0, float a1, float a2,
+                                float a3, float b0, float b1) {
+  lw_warp& w = *lw_my_warp;
+  unsigned l = lw_lane;
+  w.a[l][0] = lw_tf32(a0); w.a[l][1] = lw_tf32(a1); w.a[l][2] = lw_tf32(a2); w.a[l][3] = lw_tf32(a3);
+  w.b[l][0] = lw_tf32(b0); w.b[l][1] = lw_tf32(b1);
+  w.bar->arrive_and_wait();
+  float* d[4] = {&d0, &d1, &d2, &d3};
+  unsigned g = l >> 2, t = l & 3;
+  for (unsigned q = 0; q < 4; ++q) {
+    unsigned row = g + 8 * (q >> 1), col = 2 * t + (q & 1);
+    float sum = *d[q];
+    for (unsigned k = 0; k < 8; ++k)
+      sum += w.a[(row % 8) * 4 + k % 4][(row >= 8) + 2 * (k >= 4)] * w.b[col * 4 + k % 4][k >= 4];
+    *d[q] = sum;
+  }
+  w.bar->arrive_and_wait();
+}
 static void lw_run_grid(lw_dim3 grid, lw_dim3 block, const std::function<void()>& kernel) {
   gridDim = grid; blockDim = block;
   unsigned n = block.x * block.y * block.z;
@@ -59,11 +90,19 @@ static void lw_run_grid(lw_dim3 grid, lw_dim3 block, const std::function<void()>
       for (unsigned bx = 0; bx < grid.x; ++bx) {
         std::barrier<> bar(n);
         lw_block_barrier = &bar;
+        std::vector<lw_warp> warps((n + 31) / 32);
+        std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
+        for (unsigned w = 0; w < warps.size(); ++w) {
+          warp_bars.emplace_back(new std::barrier<>(std::min(32u, n - 32 * w)));
+          warps[w].bar = warp_bars.back().get();
+        }
         std::vector<std::thread> threads;
         for (unsigned t = 0; t < n; ++t)
           threads.emplace_back([&, t, bx, by, bz] {
             blockIdx = {bx, by, bz};
             threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+            lw_my_warp = &warps[t / 32];
+            lw_lane = t % 32;
             kernel();
           });
         for (auto& th : threads) th.join();

@@ -186,3 +186,26 @@ def test_cuda_convolutions_become_implicit_gemms_where_measured_faster():
                 kernel = tuple(node.attrs.get("kernel") or g.shape(node.inputs[1])[2:])
                 kinds.setdefault(kernel, set()).add(node.op_type)
         assert kinds[(3, 3)] == {"conv2d_gemm"} and kinds[(1, 1)] == {pointwise}, kinds
+
+
+def test_tf32_network_runs_its_gemms_on_tensor_cores():
+    """``precision="tf32"``: every dense/batch-matmul kernel of the encoder is a warp-tile (mma.sync)
+    kernel, the others are as in fp32.  (The values of those schedules: emulated and run on CPU
+    threads kernel by kernel in tests/backends/cuda/test_tensor_cores.py.)"""
+    exe = lw.compile(lw.from_onnx(transformer_encoder(layers=1)), target="cuda", progress=False, precision="tf32")
+    sources = {c.name: exe.sources("cuda")[c.symbol] for c in exe.calls}
+    gemms = [name for name in sources if "matmul" in name or "dense" in name]
+    assert len(gemms) == 5 and all("lw_mma_m16n8k8_tf32(" in sources[name] for name in gemms)   # by name
+    assert not any("mma" in src for name, src in sources.items() if name not in gemms)
+    assert exe.target.precision == "tf32" and "tf32 matmuls" in str(exe.target)
+
+
+def test_precision_is_checked_before_compiling():
+    graph = lw.from_onnx(small_cnn(batch=1, size=8))
+    for target, precision, error, match in (
+            ("cuda", "fp16", lw.BuildError, "fp16' is not implemented yet"),
+            ("cuda", "bf16", lw.ArgumentError, "use 'fp32'"),
+            ("llvm", "tf32", lw.BuildError, "is for target 'cuda'"),
+            ("cuda:sm_75", "tf32", lw.BuildError, r"sm_80 or newer\), but the code is compiled for sm_75")):
+        with pytest.raises(error, match=match):
+            lw.compile(graph, target=target, precision=precision, progress=False)

@@ -1,0 +1,111 @@
+"""matmul, dense and batch_matmul on the tensor cores (``precision="tf32"``): warp tiles of mma.sync.
+
+Each block of warps computes a ``rows x columns`` tile of the output (128 x 128 where the
+output allows), each warp a 64 x 32 part of it held as tensor-core fragments: a stage in
+scope ``"warp"`` (``lowering/passes/distribute_warp_tiles.py`` turns its nests into
+``mma.sync.m16n8k8`` steps and per-lane epilogues).  The reduction runs in steps staged
+through shared memory, double-buffered, each step's rows padded so that the 32 lanes'
+fragment loads fall in 32 different banks (A's rows by 4 floats mod 16, B's by 8 mod 32).
+A fused epilogue (bias, activation) runs on each lane's elements on the way out.
+
+Only whole tiles: rows and columns multiples of 32, the reduction a multiple of 8, float32.
+Other shapes keep the fp32 schedule (``matmul.py``), which is exact where tf32 is not:
+``precision="tf32"`` permits rounding, it does not demand it.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+from ....dsl.expr import Const
+from ....dsl.tensor import thread_axis
+from ..registry import fused_output
+from .matmul import _cooperative_copy
+
+MMA_M, MMA_N, MMA_K = 16, 8, 8
+TILES = (128, 64, 32)        # block tile sides, the largest that divides the output's side
+WARP_ROWS, WARP_COLUMNS = 64, 32
+STEPS = (32, 16, 8)          # reduction steps through shared memory: the deepest that fits double-buffered
+A_ALIGN, B_ALIGN = (16, 4), (32, 8)   # (factor, offset) of the panels' row strides: conflict-free fragments
+
+
+def _padded(width: int, align) -> int:
+    factor, offset = align
+    return width + (offset - width) % factor
+
+
+def tensor_core_tiles(rows, columns, depth, shared_bytes: int) -> Optional[Tuple[int, int, int, int, int]]:
+    """(block rows, block columns, warp rows, warp columns, step) for a ``rows x columns`` output
+    with a reduction of ``depth``, or None where the tensor-core schedule does not apply."""
+    if not all(isinstance(e, Const) for e in (rows, columns, depth)):
+        return None
+    rows, columns, depth = rows.value, columns.value, depth.value
+    bm = next((t for t in TILES if rows % t == 0), None)
+    bn = next((t for t in TILES if columns % t == 0), None)
+    if bm is None or bn is None or depth % MMA_K:
+        return None
+    for step in STEPS:
+        panels = bm * _padded(step, A_ALIGN) + step * _padded(bn, B_ALIGN)
+        if depth % step == 0 and 2 * 4 * panels <= shared_bytes:
+            return bm, bn, min(WARP_ROWS, bm), WARP_COLUMNS, step
+    return None
+
+
+def schedule_gemm_tensor_cores(s, op, target, batch: bool) -> bool:
+    """Schedule ``op`` (matmul/dense/batch_matmul) on the tensor cores; False (nothing changed)
+    where its shape or dtype does not make whole warp tiles."""
+    out = op.outputs[0]
+    if out.dtype != "float32" or len(op.reduce_axis) != 1:
+        return False
+    *_, i_ext, j_ext = (a.extent for a in op.axis)
+    tiles = tensor_core_tiles(i_ext, j_ext, op.reduce_axis[0].extent, target.max_shared_memory_per_block)
+    if tiles is None:
+        return False
+    bm, bn, wm, wn, step = tiles
+    final = fused_output(s, op)
+    if final is s[op]:
+        C = s[op]
+        CW = s.cache_write(out, "warp")
+    else:   # fused epilogue: tile the output, accumulate op per warp inside the tile
+        C, CW = final, out
+        s[CW].set_scope("warp")
+    A_t, B_t = s[CW].op.input_tensors[:2]
+    if getattr(B_t.op, "tag", "") == "pack":   # dense: B is W transposed by a stage of its own
+        s[B_t].compute_inline()
+    AA = s.cache_read(A_t, "shared", [CW])
+    BB = s.cache_read(B_t, "shared", [CW])
+
+    axes = list(C.op.axis)
+    bi, ii = C.split(axes[-2], factor=bm)
+    bj, jj = C.split(axes[-1], factor=bn)
+    wi, ii = C.split(ii, factor=wm)
+    wj, jj = C.split(jj, factor=wn)
+    ti, i16 = C.split(ii, factor=MMA_M)
+    tj, j8 = C.split(jj, factor=MMA_N)
+    C.reorder(*axes[:-2], bi, bj, wi, wj, ti, tj, i16, j8)
+    warp = C.fuse(wi, wj)
+    if batch:
+        C.bind(axes[0], thread_axis("blockIdx.z"))
+    C.bind(bi, thread_axis("blockIdx.y"))
+    C.bind(bj, thread_axis("blockIdx.x"))
+    C.bind(warp, thread_axis("threadIdx.y"))
+    C.unroll(ti)                       # the fragments are read back with constant indices
+    C.unroll(tj)
+
+    L = s[CW]
+    L.compute_at(C, warp)
+    *lead, ci, cj = L.op.axis
+    ko, ki = L.split(L.op.reduce_axis[0], factor=step)
+    kio, k8 = L.split(ki, factor=MMA_K)
+    cti, ci16 = L.split(ci, factor=MMA_M)
+    ctj, cj8 = L.split(cj, factor=MMA_N)
+    L.reorder(ko, kio, *lead, cti, ctj, ci16, cj8, k8)
+    for loop in (kio, cti, ctj):
+        L.unroll(loop)
+
+    warps = (bm // wm) * (bn // wn)
+    for cache, align in ((AA, A_ALIGN), (BB, B_ALIGN)):
+        s[cache].compute_at(L, ko)
+        _cooperative_copy(s, cache, warps, 32)
+        s[cache].storage_align(s[cache].op.axis[-2], *align)
+        s[cache].double_buffer()
+    return True
