@@ -1,10 +1,11 @@
 """Matmul on the GPU: loopweave's default CUDA schedule vs torch.matmul (cuBLAS, TF32 off).
 
-``python -m benchmarks.cuda_matmul [--sizes 4096] [--pairs 15]`` checks the result
+``python -m benchmarks.cuda_matmul [--sizes 4096] [--pairs 15] [--precision tf32]`` checks the result
 against torch, then times both alternately on the same device arrays (both calls
 synchronise, so each sample is one whole kernel) and prints GFLOPS and the ratio
 (median of per-pair torch-time / loopweave-time; > 1 means loopweave is faster).
-Exits with a message when there is no GPU or no PyTorch.
+Exits with a message when there is no GPU or no PyTorch.  ``--precision tf32``: loopweave's
+tensor-core schedule against cuBLAS with TF32 on (the same rounding on both sides).
 """
 from __future__ import annotations
 
@@ -19,14 +20,16 @@ from loopweave import nn_ops
 from .compare import interleaved
 
 
-def build(m: int, n: int, k: int, tiles=None, k_tile=None, a_panel=None, threads=None):
-    """The default CUDA schedule, or with ``tiles`` = (rows, columns) per thread, the
+def build(m: int, n: int, k: int, tiles=None, k_tile=None, a_panel=None, threads=None, precision="fp32"):
+    """The default CUDA schedule (for ``precision``), or with ``tiles`` = (rows, columns) per thread, the
     reduction step ``k_tile`` forced, or A's shared panel laid out as ``a_panel`` (``matmul.A_PANELS``)."""
     A = lw.placeholder((m, k), name="A")
     B = lw.placeholder((k, n), name="B")
     C = nn_ops.matmul(A, B)
     if tiles is None and k_tile is None and a_panel is None and threads is None:
-        return lw.build(nn_ops.schedule(C, "cuda"), [A, B, C], target="cuda")
+        from loopweave.nn_ops.compile import with_precision
+        target = with_precision(lw.target.resolve_target("cuda"), precision)
+        return lw.build(nn_ops.schedule(C, target), [A, B, C], target=target)
     from loopweave.nn_ops.ops.cuda.matmul import THREADS, _schedule_gemm_cuda
     s = lw.create_schedule(C)
     _schedule_gemm_cuda(s, C.op, lw.target.resolve_target("cuda"), batch=False, tiles=tiles, k_tile=k_tile,
@@ -99,6 +102,8 @@ def main(argv=None) -> int:
     parser.add_argument("--host", action="store_true",
                         help="also time the host path of a call: device arrays and torch tensors, "
                              "launches replayed or marshalled per call")
+    parser.add_argument("--precision", choices=["fp32", "tf32"], default="fp32",
+                        help="tf32: our tensor-core schedule against cuBLAS with TF32 on")
     args = parser.parse_args(argv)
     from loopweave.backends.cuda.driver import get_driver
     try:
@@ -114,19 +119,21 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("cuda_matmul: torch sees no CUDA device", file=sys.stderr)
         return 2
-    torch.backends.cuda.matmul.allow_tf32 = False      # compare fp32 with fp32
-    torch.backends.cudnn.allow_tf32 = False
-    print(f"device: {drv.name()} ({drv.arch})")
+    tf32 = args.precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32      # compare like with like
+    torch.backends.cudnn.allow_tf32 = tf32
+    rtol = 1e-2 if tf32 else 1e-3
+    print(f"device: {drv.name()} ({drv.arch}), {args.precision}")
     print(f"{'shape (M x N x K)':<34} {'ours GF':>9} {'torch GF':>9} {'ratio':>7}")
     for size in args.sizes:
-        f = build(size, size, size)
+        f = build(size, size, size, precision=args.precision)
         a = torch.rand(size, size, device="cuda")
         b = torch.rand(size, size, device="cuda")
         c = torch.empty(size, size, device="cuda")
         ref = torch.empty_like(c)
         f(a, b, c)
         torch.matmul(a, b, out=ref)
-        np.testing.assert_allclose(c.cpu().numpy(), ref.cpu().numpy(), rtol=1e-3, atol=1e-2)
+        np.testing.assert_allclose(c.cpu().numpy(), ref.cpu().numpy(), rtol=rtol, atol=1e-2)
 
         def theirs():
             torch.matmul(a, b, out=ref)

@@ -48,8 +48,9 @@ def compile_times(name: str, batch: int):
 ENCODER = dict(seq=128, hidden=256, heads=4, layers=4, ffn=1024)   # model_zoo.transformer_encoder's defaults
 
 
-def torch_model(name: str, batch: int):
-    """(module, input) of ``name`` in PyTorch eager on the GPU, or None without torch/GPU."""
+def torch_model(name: str, batch: int, tf32: bool = False):
+    """(module, input) of ``name`` in PyTorch eager on the GPU (TF32 on where ``tf32``), or None
+    without torch/GPU."""
     try:
         import torch
         import torchvision
@@ -57,8 +58,8 @@ def torch_model(name: str, batch: int):
         return None
     if not torch.cuda.is_available():
         return None
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
     if name == "transformer_encoder":
         layer = torch.nn.TransformerEncoderLayer(ENCODER["hidden"], ENCODER["heads"], ENCODER["ffn"], dropout=0.0,
                                                  activation="gelu", batch_first=True, norm_first=False)
@@ -70,9 +71,9 @@ def torch_model(name: str, batch: int):
     return net.cuda().eval(), x
 
 
-def torch_runner(name: str, batch: int):
+def torch_runner(name: str, batch: int, tf32: bool = False):
     """A call of ``name`` in PyTorch eager, synchronised, or None without torch/GPU."""
-    made = torch_model(name, batch)
+    made = torch_model(name, batch, tf32)
     if made is None:
         return None
     import torch
@@ -94,6 +95,8 @@ def main(argv=None) -> int:
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="print the N slowest kernel calls")
     parser.add_argument("--compile-times", action="store_true",
                         help="only time compiles: cold (empty cache) and cached, fresh processes, per model and batch")
+    parser.add_argument("--precision", choices=["fp32", "tf32"], default="fp32",
+                        help="tf32: lw.compile(..., precision='tf32') against PyTorch with TF32 on")
     args = parser.parse_args(argv)
     from loopweave.backends.cuda.driver import get_driver
     try:
@@ -113,21 +116,22 @@ def main(argv=None) -> int:
         for batch in args.batches:
             model = getattr(model_zoo, name)(batch=batch)
             t0 = time.perf_counter()
-            exe = lw.compile(lw.from_onnx(model), target="cuda", progress=False)
+            exe = lw.compile(lw.from_onnx(model), target="cuda", progress=False, precision=args.precision)
             compile_s = time.perf_counter() - t0
             feed = {n: np.random.default_rng(0).standard_normal(s).astype(d) for n, s, d in exe.inputs}
             import onnxruntime as ort
             want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
             try:
+                tol = 2e-2 if args.precision == "tf32" else 1e-3    # tf32: 10 mantissa bits per product
                 for a, b in zip(exe.run(feed), want):
-                    np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3)
+                    np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
             except AssertionError as exc:      # report it, not timed, and go on with the other models
                 print(f"{name} batch {batch}: WRONG RESULT against onnxruntime, not timed\n{str(exc)[:400]}")
                 failures += 1
                 continue
             from loopweave.backends.timing import interleaved
             on_device = {n: lw.device_array(a) for n, a in feed.items()}
-            theirs = torch_runner(name, batch)
+            theirs = torch_runner(name, batch, tf32=args.precision == "tf32")
             if theirs is None:
                 cmp = None
             else:

@@ -158,12 +158,12 @@ class KernelPlan:
                           target=tgt, graph=self.graph, kernel_ir=self.kernel_ir)
 
 
-def plan_kernel_groups(graph: Graph, target_kind: str):
+def plan_kernel_groups(graph: Graph, target_kind: str, precision: str = "fp32"):
     """The graph after the passes for ``target_kind`` and its fused groups: ``(graph, kernel groups in
     run order, {alias output: the value it views}, {concat part: (concat, byte offset)})``; the
     concats computed in place by their parts' kernels are not among the groups.  Shared by the
     compiler and the tuning tasks (which so never tune a copy the network does not run)."""
-    g = optimize(graph, target_kind)
+    g = optimize(graph, target_kind, precision)
     _materialize_output_copies(g)
     groups = fuse_operators(g)
     kernel_groups = [grp for grp in groups if grp.kind != "alias"]
@@ -181,7 +181,7 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
     Each kernel is scheduled with its best record in ``tuning_log`` if it has one, else with the
     op library's schedules for ``tgt``, and built by ``build_fn(schedule, args, name)`` (default
     ``lw.build`` for ``tgt``; the CUDA network tests pass a CPU emulation of the GPU schedules)."""
-    g, kernel_groups, alias_of, slice_of = plan_kernel_groups(graph, tgt.kind)
+    g, kernel_groups, alias_of, slice_of = plan_kernel_groups(graph, tgt.kind, tgt.precision)
     progress = sys.stderr.isatty() or len(kernel_groups) > 8 if progress is None else progress
     # a bar where someone watches (terminal, Jupyter); in a log, only the summary line below
     watched = sys.stderr.isatty() or "ipykernel" in sys.modules

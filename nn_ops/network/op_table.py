@@ -63,7 +63,8 @@ def _conv2d_gemm(inputs, attrs):
     """conv2d with its weight reshaped to [OC, C*KH*KW] (passes.choose_cuda_conv, GPU only)."""
     from ..ops.conv2d_gemm import conv2d_implicit_gemm
     Y = conv2d_implicit_gemm(inputs[0], inputs[1], tuple(attrs["kernel"]), tuple(attrs["stride"]),
-                             tuple(attrs["padding"]), tuple(attrs["dilation"]))
+                             tuple(attrs["padding"]), tuple(attrs["dilation"]),
+                             columns_multiple=int(attrs.get("columns_multiple", 1)))
     if len(inputs) > 2 and inputs[2] is not None:
         B = inputs[2]
         Y = ew.add(Y, shape_ops.reshape(B, (static_shape(B)[0], 1, 1), name="bias.r"), name="bias")

@@ -41,7 +41,7 @@ class KernelTask:
 def kernel_tasks(graph: Graph, target="llvm") -> List[KernelTask]:
     """The kernels ``graph`` compiles to for ``target``, one task per distinct kernel, in first-use order."""
     tgt = resolve_target(target)
-    g, kernel_groups, _, _ = plan_kernel_groups(graph, tgt.kind)
+    g, kernel_groups, _, _ = plan_kernel_groups(graph, tgt.kind, tgt.precision)
     tasks: Dict[str, KernelTask] = {}
     for grp in kernel_groups:
         signature, params = group_signature(g, grp)

@@ -11,15 +11,18 @@ the images are part of the columns: batch 1 and batch 32 tile the same way.  Use
 """
 from __future__ import annotations
 
-from ...dsl.expr import if_then_else
+from ...dsl.expr import binary, const, if_then_else
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
 
 
 def conv2d_implicit_gemm(X: Tensor, W2: Tensor, kernel, stride, padding, dilation,
-                         name: str = "conv2d") -> Tensor:
-    """``X [N, C, H, W]`` convolved with ``W2 [OC, C*KH*KW]`` (the weight reshaped); Y [N, OC, OH, OW]."""
+                         name: str = "conv2d", columns_multiple: int = 1) -> Tensor:
+    """``X [N, C, H, W]`` convolved with ``W2 [OC, C*KH*KW]`` (the weight reshaped); Y [N, OC, OH, OW].
+
+    ``columns_multiple``: the product's columns padded with zero columns to a multiple of it (the
+    tensor-core schedule takes whole tiles only); Y reads the first ``N*OH*OW``."""
     if X.ndim != 4 or W2.ndim != 2:
         raise ExprError(f"conv2d_implicit_gemm takes X [N, C, H, W] and W2 [OC, C*KH*KW], got ranks "
                         f"{X.ndim} and {W2.ndim}")
@@ -34,16 +37,21 @@ def conv2d_implicit_gemm(X: Tensor, W2: Tensor, kernel, stride, padding, dilatio
     oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
     ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
     pixels = oh * ow
+    columns = -(-n * pixels // columns_multiple) * columns_multiple
 
     def tap(q, r):
         nn, p = q // pixels, q % pixels
+        if columns != n * pixels:     # a padding column reads image n - 1's pixel, masked to 0
+            nn = binary("min", nn, const(n - 1))
         yy = (p // ow) * sh + (r // kw % kh) * dh - pt
         xx = (p % ow) * sw + (r % kw) * dw - pl
         inside = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
+        if columns != n * pixels:
+            inside = inside & (q < n * pixels)
         return if_then_else(inside, X[nn, r // (kh * kw), yy, xx], 0.0)
-    cols = compute((k, n * pixels), lambda r, q: tap(q, r), name=name + ".cols", tag="conv2d.im2col")
+    cols = compute((k, columns), lambda r, q: tap(q, r), name=name + ".cols", tag="conv2d.im2col")
     rk = reduce_axis((0, k), name="rk")
-    Yf = compute((oc, n * pixels), lambda o, q: lw_sum(W2[o, rk] * cols[rk, q], axis=rk),
+    Yf = compute((oc, columns), lambda o, q: lw_sum(W2[o, rk] * cols[rk, q], axis=rk),
                  name=name + ".gemm", tag="conv2d.gemm")
     # fused (n, y, x) in this order, so that (q // P) * P + (q % P) // OW * OW + (q % P) % OW folds to q
     return compute((n, oc, oh, ow), lambda nn, o, yy, xx: Yf[o, nn * pixels + (yy * ow + xx)], name=name,

@@ -35,6 +35,8 @@ def schedule_conv2d_gemm(s, op, target) -> None:
     oc, pixels = gemm.outputs[0].shape
     pm, pn = gemm_tiles(oc, pixels)
     k = gemm.reduce_axis[0]
+    if target.precision == "tf32" and _on_tensor_cores(s, final, gemm, target):
+        return
     splits = split_k(_blocks(oc, pixels, pm, pn), int(k.extent.value))
     if splits > 1:
         _split_k(s, final, gemm, splits, (pm, pn), target)
@@ -72,6 +74,32 @@ def schedule_conv2d_gemm(s, op, target) -> None:
         if double:
             s[cache].double_buffer()
         matmul.store_a_panel(s, cache, gemm.outputs[0], ki, panel)
+
+
+def _on_tensor_cores(s, final, gemm, target) -> bool:
+    """The product in warp tiles on the tensor cores (``matmul_tensor_cores.py``), rows the output
+    channels and columns the pixels as above; False (nothing changed) where they make no whole tiles."""
+    from .matmul_tensor_cores import accumulate_in_warps, tensor_core_tiles, tile_output
+    oc, pixels = gemm.outputs[0].shape
+    tiles = tensor_core_tiles(oc, pixels, gemm.reduce_axis[0].extent, target.max_shared_memory_per_block)
+    if tiles is None or gemm.outputs[0].dtype != "float32":
+        return False
+    n, o, y, x = final.op.axis
+    if int(pixels.value) != int(n.extent.value * y.extent.value * x.extent.value):
+        # padded columns (``columns_multiple``): the output's last tile would cut the warp tiles, so
+        # the product is a kernel of its own over whole tiles, and the epilogue another that reads it
+        C = s[gemm]
+        CW = s.cache_write(gemm.outputs[0], "warp")
+        warp = tile_output(C, *C.op.axis, tiles)
+        accumulate_in_warps(s, C, warp, CW, s[CW].op.input_tensors[:2], tiles)
+        _, tx = bind_fused(final, list(final.op.axis), EPILOGUE_THREADS)
+        return True
+    s[gemm].set_scope("warp")
+    final.reorder(o, n, y, x)
+    q = final.fuse(n, final.fuse(y, x))
+    warp = tile_output(final, o, q, tiles)
+    accumulate_in_warps(s, final, warp, gemm.outputs[0], gemm.input_tensors[:2], tiles)
+    return True
 
 
 def _blocks(oc, pixels, pm: int, pn: int) -> int:

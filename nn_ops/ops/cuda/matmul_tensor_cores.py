@@ -60,7 +60,6 @@ def schedule_gemm_tensor_cores(s, op, target, batch: bool) -> bool:
     tiles = tensor_core_tiles(i_ext, j_ext, op.reduce_axis[0].extent, target.max_shared_memory_per_block)
     if tiles is None:
         return False
-    bm, bn, wm, wn, step = tiles
     final = fused_output(s, op)
     if final is s[op]:
         C = s[op]
@@ -71,26 +70,39 @@ def schedule_gemm_tensor_cores(s, op, target, batch: bool) -> bool:
     A_t, B_t = s[CW].op.input_tensors[:2]
     if getattr(B_t.op, "tag", "") == "pack":   # dense: B is W transposed by a stage of its own
         s[B_t].compute_inline()
-    AA = s.cache_read(A_t, "shared", [CW])
-    BB = s.cache_read(B_t, "shared", [CW])
+    *lead, i, j = C.op.axis
+    warp = tile_output(C, i, j, tiles, lead)
+    if batch:
+        C.bind(lead[0], thread_axis("blockIdx.z"))
+    accumulate_in_warps(s, C, warp, CW, (A_t, B_t), tiles)
+    return True
 
-    axes = list(C.op.axis)
-    bi, ii = C.split(axes[-2], factor=bm)
-    bj, jj = C.split(axes[-1], factor=bn)
+
+def tile_output(C, i, j, tiles, lead=()):
+    """Tile stage ``C`` over its rows ``i`` and columns ``j`` (after ``lead`` loops): blocks on
+    blockIdx.y/x, warps on threadIdx.y, then 16 x 8 sub-tiles; returns the warp loop."""
+    bm, bn, wm, wn, _ = tiles
+    bi, ii = C.split(i, factor=bm)
+    bj, jj = C.split(j, factor=bn)
     wi, ii = C.split(ii, factor=wm)
     wj, jj = C.split(jj, factor=wn)
     ti, i16 = C.split(ii, factor=MMA_M)
     tj, j8 = C.split(jj, factor=MMA_N)
-    C.reorder(*axes[:-2], bi, bj, wi, wj, ti, tj, i16, j8)
+    C.reorder(*lead, bi, bj, wi, wj, ti, tj, i16, j8)
     warp = C.fuse(wi, wj)
-    if batch:
-        C.bind(axes[0], thread_axis("blockIdx.z"))
     C.bind(bi, thread_axis("blockIdx.y"))
     C.bind(bj, thread_axis("blockIdx.x"))
     C.bind(warp, thread_axis("threadIdx.y"))
     C.unroll(ti)                       # the fragments are read back with constant indices
     C.unroll(tj)
+    return warp
 
+
+def accumulate_in_warps(s, C, warp, CW, operands, tiles) -> None:
+    """Compute the product ``CW`` (a "warp" stage) at ``C``'s warp loop in 16 x 8 x 8 steps, its two
+    ``operands`` (rows x reduction, reduction x columns) staged through padded, double-buffered
+    shared panels that all threads of the block copy."""
+    bm, bn, wm, wn, step = tiles
     L = s[CW]
     L.compute_at(C, warp)
     *lead, ci, cj = L.op.axis
@@ -101,11 +113,10 @@ def schedule_gemm_tensor_cores(s, op, target, batch: bool) -> bool:
     L.reorder(ko, kio, *lead, cti, ctj, ci16, cj8, k8)
     for loop in (kio, cti, ctj):
         L.unroll(loop)
-
     warps = (bm // wm) * (bn // wn)
-    for cache, align in ((AA, A_ALIGN), (BB, B_ALIGN)):
+    for tensor, align in zip(operands, (A_ALIGN, B_ALIGN)):
+        cache = s.cache_read(tensor, "shared", [CW])
         s[cache].compute_at(L, ko)
         _cooperative_copy(s, cache, warps, 32)
         s[cache].storage_align(s[cache].op.axis[-2], *align)
         s[cache].double_buffer()
-    return True

@@ -36,12 +36,25 @@ def _case(kind, rng):
         x, w, bb = (rng.standard_normal(sh).astype("f4") for sh in ((64, 40), (160, 40), (160,)))
         return (nn_ops.relu(nn_ops.dense(X, W, bias)), [X, W, bias], [x, w, bb],
                 np.maximum(tf32(x).astype("f8") @ tf32(w).T + bb, 0))
+    if kind.startswith("conv"):       # implicit GEMM: rows the output channels, columns the pixels
+        from loopweave.nn_ops.ops.conv2d_gemm import conv2d_implicit_gemm
+        size = 8 if kind == "conv_bias_relu" else 6     # 36 pixels: columns padded to 64, two kernels
+        X, W2, bias = lw.placeholder((1, 8, size, size), name="X"), lw.placeholder((32, 72), name="W2"), \
+            lw.placeholder((32,), name="bias")
+        Y = conv2d_implicit_gemm(X, W2, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), columns_multiple=32)
+        Z = nn_ops.relu(lw.compute(Y.shape, lambda n, o, y, x: Y[n, o, y, x] + bias[o], name="Z", tag="broadcast"))
+        x, w, bb = (rng.standard_normal(sh).astype("f4") for sh in ((1, 8, size, size), (32, 8, 3, 3), (32,)))
+        windows = np.lib.stride_tricks.sliding_window_view(np.pad(tf32(x), ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3),
+                                                           axis=(2, 3))
+        expected = np.einsum("ncyxij,ocij->noyx", windows.astype("f8"), tf32(w)) + bb[None, :, None, None]
+        return Z, [X, W2, bias], [x, w.reshape(32, 72), bb], np.maximum(expected, 0)
     A, B = lw.placeholder((2, 32, 24), name="A"), lw.placeholder((2, 24, 64), name="B")
     a, b = rng.standard_normal((2, 32, 24)).astype("f4"), rng.standard_normal((2, 24, 64)).astype("f4")
     return nn_ops.batch_matmul(A, B), [A, B], [a, b], tf32(a).astype("f8") @ tf32(b)
 
 
-@pytest.mark.parametrize("kind", ["matmul", "dense_bias_relu", "batch_matmul"])
+@pytest.mark.parametrize("kind", ["matmul", "dense_bias_relu", "batch_matmul", "conv_bias_relu",
+                                  "conv_padded_columns"])
 def test_tensor_core_kernels_run_on_cpu_threads(kind, simt):
     rng = np.random.default_rng(0)
     out, args, feeds, expected = _case(kind, rng)

@@ -16,7 +16,21 @@ from loopweave.nn_ops.network.executable import build_kernels  # noqa: E402
 from loopweave.nn_ops.testing.model_zoo import small_cnn, transformer_encoder  # noqa: E402
 from loopweave.target import resolve_target  # noqa: E402
 
-MODELS = {"small_cnn": lambda: small_cnn(batch=2, size=16), "encoder": lambda: transformer_encoder(layers=1)}
+def _tensor_core_cnn():
+    """Convolutions the tensor cores take at batch 1: a 3x3 32->32 with a residual add over 36 pixels
+    (columns padded to 64: product and epilogue in two kernels), a 1x1 32->64; the 3-channel stem
+    (27-long reduction) and the classifier (one row) stay fp32."""
+    from loopweave.nn_ops.testing.onnx_builder import OnnxBuilder
+    b = OnnxBuilder(3)
+    x = b.relu(b.conv("input", 3, 32, 3, bias=True))
+    x = b.relu(b.node("Add", [b.conv(x, 32, 32, 3, bias=True), x]))
+    x = b.node("GlobalAveragePool", [b.relu(b.conv(x, 32, 64, 1, bias=True))])
+    out = b.gemm(b.node("Flatten", [x], axis=1), 64, 10)
+    return b.model((1, 3, 6, 6), out, (1, 10), name="tensor_core_cnn")
+
+
+MODELS = {"small_cnn": lambda: small_cnn(batch=2, size=16), "encoder": lambda: transformer_encoder(layers=1),
+          "tensor_core_cnn": _tensor_core_cnn}
 
 
 def _feed(exe, seed=0):
@@ -28,7 +42,7 @@ def _ort(model, feed):
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
 
 
-@pytest.fixture(scope="module", params=sorted(MODELS))
+@pytest.fixture(scope="module", params=["encoder", "small_cnn"])
 def compiled(request):
     model = MODELS[request.param]()
     return model, lw.compile(lw.from_onnx(model), target="cuda", progress=False)
@@ -55,12 +69,14 @@ def test_running_without_a_gpu_is_a_clean_error(compiled):
         exe.run({n: np.zeros((1,) * len(s), d) for n, s, d in exe.inputs})
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_gpu_schedules_of_the_network_emulated_on_the_cpu(name, emulate):
+@pytest.mark.parametrize("name, precision", [("small_cnn", "fp32"), ("encoder", "fp32"), ("tensor_core_cnn", "tf32")])
+def test_gpu_schedules_of_the_network_emulated_on_the_cpu(name, precision, emulate):
     """Each kernel: the op library's CUDA schedule, lowered for cuda (so it is legal there), its
-    thread loops run serially on the CPU; the network's outputs must match onnxruntime."""
+    thread loops run serially on the CPU; the network's outputs must match onnxruntime.  With
+    tf32, the tensor-core schedules (padded pixel columns included) emulated: exact fp32."""
+    from loopweave.nn_ops.compile import with_precision
     model = MODELS[name]()
-    plan = build_kernels(lw.from_onnx(model), resolve_target("cuda"), False,
+    plan = build_kernels(lw.from_onnx(model), with_precision(resolve_target("cuda"), precision), False,
                          build_fn=lambda s, args, _name: emulate(s, args))
     exe = plan.cpu_executable(resolve_target("llvm"))
     feed = _feed(exe)
@@ -198,6 +214,11 @@ def test_tf32_network_runs_its_gemms_on_tensor_cores():
     assert len(gemms) == 5 and all("lw_mma_m16n8k8_tf32(" in sources[name] for name in gemms)   # by name
     assert not any("mma" in src for name, src in sources.items() if name not in gemms)
     assert exe.target.precision == "tf32" and "tf32 matmuls" in str(exe.target)
+    exe = lw.compile(lw.from_onnx(_tensor_core_cnn()), target="cuda", progress=False, precision="tf32")
+    on_tensor_cores = [c for c in exe.calls if "lw_mma_m16n8k8_tf32(" in exe.sources("cuda")[c.symbol]]
+    # the padded 3x3 (its epilogue a kernel of its own) and the 1x1; not the stem, not the classifier
+    assert [c.name for c in on_tensor_cores] == ["conv2d_gemm_add_relu", "conv2d_gemm_relu"]
+    assert [len(exe.modules[c.symbol]._kernels) for c in on_tensor_cores] == [2, 2]
 
 
 def test_precision_is_checked_before_compiling():
