@@ -7,10 +7,11 @@ latency of a loopweave run (input already on the device, ``exe.run(feed, device_
 the captured graph and the copies on the device, synchronised) and of the same architecture in
 PyTorch eager (torchvision's resnet18 / mobilenet_v2; ``nn.TransformerEncoder`` with the zoo
 encoder's sizes, post-LayerNorm, GELU; input on the device, synchronised), same shapes, random
-weights, cudnn/cuBLAS with TF32 off, timed alternately (``backends.timing.interleaved``: each
+weights, cudnn/cuBLAS with TF32 off (on with ``--precision tf32``, against
+``lw.compile(..., precision="tf32")``), timed alternately (``backends.timing.interleaved``: each
 sample ~50 ms of back-to-back calls, which also keeps the GPU's clocks up), with the ratio the
-median of per-pair ratios (> 1: loopweave faster); then loopweave's kernels alone (CUDA events).  ``--profile N`` also prints each
-network's N slowest kernel calls.  Exits with a message when there is no GPU.
+median of per-pair ratios (> 1: loopweave faster); then loopweave's kernels alone (CUDA events).
+``--profile N`` also prints each network's N slowest kernel calls.  Exits with a message when there is no GPU.
 """
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ from loopweave.nn_ops.network.executable import build_kernels  # noqa: E402
 from loopweave.nn_ops.testing.model_zoo import small_cnn, transformer_encoder  # noqa: E402
 from loopweave.target import resolve_target  # noqa: E402
 
+
 def _tensor_core_cnn():
     """Convolutions the tensor cores take at batch 1: a 3x3 32->32 with a residual add over 36 pixels
     (columns padded to 64: product and epilogue in two kernels), a 1x1 32->64; the 3-channel stem
@@ -230,3 +231,13 @@ def test_precision_is_checked_before_compiling():
             ("cuda:sm_75", "tf32", lw.BuildError, r"sm_80 or newer\), but the code is compiled for sm_75")):
         with pytest.raises(error, match=match):
             lw.compile(graph, target=target, precision=precision, progress=False)
+
+
+@pytest.mark.gpu
+def test_tf32_network_on_the_gpu_matches_onnxruntime():
+    """The tensor cores for real: tf32 products (10 mantissa bits) against onnxruntime's fp32."""
+    model = _tensor_core_cnn()
+    exe = lw.compile(lw.from_onnx(model), target="cuda", progress=False, precision="tf32")
+    feed = _feed(exe, seed=5)
+    for a, b in zip(exe.run(feed), _ort(model, feed)):
+        np.testing.assert_allclose(a, b, rtol=2e-2, atol=2e-2)
