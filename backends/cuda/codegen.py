@@ -29,7 +29,7 @@ from ...dsl.visitor import Mutator, post_order_visit
 from ...errors import BuildError, InternalError
 from ...lowering.ir import (SYNC_THREADS, Allocate, Broadcast, BufferLoad, BufferStore, Evaluate, For, IfThenElse,
                             KernelLaunch, LetStmt, PrimFunc, Ramp, Seq)
-from ...lowering.passes.distribute_warp_tiles import MMA_TF32
+from ...lowering.passes.distribute_warp_tiles import MMA_TF32, ROUND_TF32
 from .index_width import fits_int32
 
 C_TYPE = {"float32": "float", "float64": "double", "int8": "signed char", "int16": "short", "int32": "int",
@@ -82,16 +82,17 @@ __device__ __forceinline__ int lw_dot4_u8s8(int a, int b) {
 # (a CPU harness running this C++ defines LW_MMA_EMULATED and its own warp-collective version)
 MMA_PRELUDE = """\
 #ifndef LW_MMA_EMULATED
-__device__ __forceinline__ unsigned lw_tf32(float x) {
-  unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r;
+__device__ __forceinline__ float lw_round_tf32(float x) {
+  unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r);
 }
+// the operands are tf32 values already (lw_round_tf32): their low 13 bits are zero
 __device__ __forceinline__ void lw_mma_m16n8k8_tf32(float& d0, float& d1, float& d2, float& d3,
     float a0, float a1, float a2, float a3, float b0, float b1) {
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-               "{%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
-               : "r"(lw_tf32(a0)), "r"(lw_tf32(a1)), "r"(lw_tf32(a2)), "r"(lw_tf32(a3)),
-                 "r"(lw_tf32(b0)), "r"(lw_tf32(b1)));
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+      : "r"(__float_as_uint(a0)), "r"(__float_as_uint(a1)), "r"(__float_as_uint(a2)), "r"(__float_as_uint(a3)),
+        "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
 }
 #endif
 """
@@ -481,8 +482,8 @@ class KernelEmitter:
             return self._bitwise(e)
         if e.name == "dot4_u8s8":
             return f"lw_dot4_u8s8({args[0]}, {args[1]})", _PRIMARY
-        if e.name == MMA_TF32:
-            return f"lw_{MMA_TF32}({', '.join(args)})", _PRIMARY
+        if e.name in (MMA_TF32, ROUND_TF32):
+            return f"lw_{e.name}({', '.join(args)})", _PRIMARY
         if not dtypes.is_float(dt):
             raise InternalError(f"intrinsic {e.name} on {dt}")
         if e.name == "sigmoid":
@@ -562,6 +563,6 @@ def generate(func: PrimFunc):
         parts[0] += SHIFT_PRELUDE
     if any("lw_dot4_u8s8" in part for part in parts[1:]):
         parts[0] += DOT_PRELUDE
-    if any(f"lw_{MMA_TF32}" in part for part in parts[1:]):
+    if any(f"lw_{MMA_TF32}" in part or f"lw_{ROUND_TF32}" in part for part in parts[1:]):
         parts[0] += MMA_PRELUDE
     return "\n\n".join(parts) + "\n", infos

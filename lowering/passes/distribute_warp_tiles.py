@@ -14,7 +14,8 @@ and the loop nests over the tile become:
 - a nest of three loops of 16, 8 and 8 (rows, columns, reduction) whose body is
   ``W[base + width * row + column] += A[..row..k..] * B[..k..column..]`` (float32): one
   ``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``, each lane loading its four
-  elements of A's 16 x 8 step and its two of B's 8 x 8 step (rounded to tf32).
+  elements of A's 16 x 8 step and its two of B's 8 x 8 step, rounded to tf32 (where a shared
+  buffer is read only as such operands, its values are rounded once, as they are stored).
 
 Both are wrapped in a loop bound to ``threadIdx.x`` of 32: the lane (so the block's x
 extent must be 32: a warp is one row of threads).  ``base`` must step whole sub-tiles:
@@ -38,6 +39,7 @@ from ..ir import Allocate, Buffer, BufferLoad, BufferStore, Evaluate, For
 M, N, K = 16, 8, 8          # the mma.sync shape: rows, columns, reduction
 PER_LANE = M * N // 32       # accumulator elements per lane and sub-tile
 MMA_TF32 = "mma_m16n8k8_tf32"   # Evaluate(Call(MMA_TF32, (d0..d3 loads, a0..a3, b0, b1), "float32"))
+ROUND_TF32 = "round_tf32"        # Call(ROUND_TF32, (x,), "float32"): x rounded to tf32 (cvt.rna), an mma operand
 LANE_TAG = "threadIdx.x"
 
 
@@ -252,11 +254,44 @@ class _Distribute(Mutator):
         frag = where[id(store)][1]
         lane = Var("lane", "int64")
         g, t = _split_lane(lane)
-        a = [substitute(x, {row: Binary("add", g, const(8 * (q & 1))), k: Binary("add", t, const(4 * (q >> 1)))})
-             for q in range(4)]
-        b = [substitute(y, {k: Binary("add", t, const(4 * q)), column: g}) for q in range(2)]
+        a = [_rounded(substitute(x, {row: Binary("add", g, const(8 * (q & 1))),
+                                     k: Binary("add", t, const(4 * (q >> 1)))})) for q in range(4)]
+        b = [_rounded(substitute(y, {k: Binary("add", t, const(4 * q)), column: g})) for q in range(2)]
         d = [BufferLoad(tile.fragments, (Binary("add", frag, const(q)),)) for q in range(PER_LANE)]
         return _lane_loop(Evaluate(Call(MMA_TF32, tuple(d + a + b), "float32")), lane)
+
+
+def _rounded(x):
+    return Call(ROUND_TF32, (x,), "float32")
+
+
+def _round_at_stores(stmt):
+    """Where every load of a shared buffer is rounded to tf32 (a fragment operand), round the values
+    once as they are stored instead: each is read by many warps' fragments, stored once per block."""
+    loads, rounded = {}, set()
+
+    def visit(n):
+        if isinstance(n, BufferLoad) and n.buffer.scope == "shared":
+            loads.setdefault(id(n.buffer), []).append(id(n))
+        elif isinstance(n, Call) and n.name == ROUND_TF32 and isinstance(n.args[0], BufferLoad):
+            rounded.add(id(n.args[0]))
+    post_order_visit(stmt, visit)
+    buffers = {b for b, ids in loads.items() if all(i in rounded for i in ids)}
+    if not buffers:
+        return stmt
+
+    class _Move(Mutator):
+        def visit_Call(self, n):
+            if n.name == ROUND_TF32 and isinstance(n.args[0], BufferLoad) and id(n.args[0].buffer) in buffers:
+                return n.args[0]
+            return self.generic_visit(n)
+
+        def visit_BufferStore(self, n):
+            n = self.generic_visit(n)
+            if id(n.buffer) in buffers:
+                return BufferStore(n.buffer, _rounded(n.value), n.indices)
+            return n
+    return _Move().visit(stmt)
 
 
 def distribute_warp_tiles(stmt, ctx):
@@ -276,4 +311,4 @@ def distribute_warp_tiles(stmt, ctx):
                             f"multiply-accumulate, one of {K} over the reduction), neither vectorized nor bound, "
                             f"with the tile indexed as [row, column]; split the stage's axes by {M}, {N} and {K} "
                             f"and keep those loops innermost")
-    return result
+    return _round_at_stores(result)

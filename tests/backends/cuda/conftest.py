@@ -59,8 +59,12 @@ struct lw_warp { std::barrier<>* bar; float a[32][4], b[32][2]; };
 static thread_local lw_warp* lw_my_warp;
 static thread_local unsigned lw_lane;
 #define LW_MMA_EMULATED
-static inline float lw_tf32(float x) {   // cvt.rna.tf32.f32: 10 mantissa bits, ties away from zero
+static inline float lw_round_tf32(float x) {   // cvt.rna.tf32.f32: 10 mantissa bits, ties away from zero
   unsigned u; std::memcpy(&u, &x, 4); u = (u + 0x1000u) & 0xffffe000u; std::memcpy(&x, &u, 4); return x;
+}
+// the hardware reads a .tf32 operand's top 19 bits: what reaches it unrounded is truncated
+static inline float lw_tf32(float x) {
+  unsigned u; std::memcpy(&u, &x, 4); u &= 0xffffe000u; std::memcpy(&x, &u, 4); return x;
 }
 // mma.sync.m16n8k8 tf32 as PTX lays out its fragments: lane 4g + t holds A[g(+8)][t(+4)],
 // B[t(+4)][g] and D[g(+8)][2t(+1)]
