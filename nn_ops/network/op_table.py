@@ -64,7 +64,8 @@ def _conv2d_gemm(inputs, attrs):
     from ..ops.conv2d_gemm import conv2d_implicit_gemm
     Y = conv2d_implicit_gemm(inputs[0], inputs[1], tuple(attrs["kernel"]), tuple(attrs["stride"]),
                              tuple(attrs["padding"]), tuple(attrs["dilation"]),
-                             columns_multiple=int(attrs.get("columns_multiple", 1)))
+                             columns_multiple=int(attrs.get("columns_multiple", 1)),
+                             out_channels=attrs.get("out_channels"))
     if len(inputs) > 2 and inputs[2] is not None:
         B = inputs[2]
         Y = ew.add(Y, shape_ops.reshape(B, (static_shape(B)[0], 1, 1), name="bias.r"), name="bias")

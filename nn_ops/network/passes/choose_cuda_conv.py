@@ -8,9 +8,9 @@ H100 (kernels by CUDA events), MobileNetV2 at batch 1 took 0.83 ms with its 1x1 
 implicit GEMMs (few output channels, short reductions, few tiles) and 0.49 ms direct, while at
 batch 32 the implicit GEMMs won, 2.09 against 4.31 ms (ResNet-18: 5.0 against 5.4). Batches
 between were not compared.  With ``tensor_cores`` (``precision="tf32"``) every such convolution,
-1x1 ones of a single image too, becomes an implicit GEMM whose pixel columns are padded to a
-multiple of 32 (``columns_multiple``) so that it makes whole warp tiles (not measured on a GPU
-yet).  Accepts any graph; guarantees the same values.  Run for
+1x1 ones of a single image too, becomes an implicit GEMM padded to whole warp tiles: its pixel
+columns to a multiple of 32 (``columns_multiple``), the rows (output channels) of W2 to a
+multiple of 32 and its columns (taps) to a multiple of 8 with zeros (not measured on a GPU yet).  Accepts any graph; guarantees the same values.  Run for
 target cuda only, after fold_batch_norm (which rewrites conv weights) and instead of
 pack_conv_weights for these nodes.
 """
@@ -21,7 +21,8 @@ import numpy as np
 from ..graph import Graph
 
 
-TENSOR_CORE_COLUMNS = 32   # the pixel columns of a tensor-core conv, padded to a multiple of this
+TENSOR_CORE_COLUMNS = 32   # a tensor-core conv's pixel columns and output-channel rows: multiples of this
+TENSOR_CORE_DEPTH = 8      # ... and its reduction (C*KH*KW, zero taps added to W2)
 
 
 def choose_cuda_conv(g: Graph, tensor_cores: bool = False) -> Graph:
@@ -32,10 +33,12 @@ def choose_cuda_conv(g: Graph, tensor_cores: bool = False) -> Graph:
         if weight.ndim != 4 or (weight.shape[2:] == (1, 1) and g.shape(node.inputs[0])[0] == 1 and not tensor_cores):
             continue
         name = g.fresh_name(node.inputs[1] + ".gemm")
-        g.add_initializer(name, np.ascontiguousarray(weight.reshape(weight.shape[0], -1)))
-        node.op_type = "conv2d_gemm"
+        w2 = weight.reshape(weight.shape[0], -1)
         node.attrs = dict(node.attrs, kernel=tuple(int(d) for d in weight.shape[2:]))
         if tensor_cores:
-            node.attrs["columns_multiple"] = TENSOR_CORE_COLUMNS
+            w2 = np.pad(w2, ((0, -w2.shape[0] % TENSOR_CORE_COLUMNS), (0, -w2.shape[1] % TENSOR_CORE_DEPTH)))
+            node.attrs.update(columns_multiple=TENSOR_CORE_COLUMNS, out_channels=int(weight.shape[0]))
+        g.add_initializer(name, np.ascontiguousarray(w2))
+        node.op_type = "conv2d_gemm"
         node.inputs = [node.inputs[0], name] + node.inputs[2:]
     return g

@@ -85,9 +85,10 @@ def _on_tensor_cores(s, final, gemm, target) -> bool:
     if tiles is None or gemm.outputs[0].dtype != "float32":
         return False
     n, o, y, x = final.op.axis
-    if int(pixels.value) != int(n.extent.value * y.extent.value * x.extent.value):
-        # padded columns (``columns_multiple``): the output's last tile would cut the warp tiles, so
-        # the product is a kernel of its own over whole tiles, and the epilogue another that reads it
+    if (int(oc.value), int(pixels.value)) != (int(o.extent.value), int(n.extent.value * y.extent.value
+                                                                        * x.extent.value)):
+        # padded rows or columns (``conv2d_implicit_gemm``): the output's last tile would cut the warp
+        # tiles, so the product is a kernel of its own over whole tiles, and the epilogue another
         C = s[gemm]
         CW = s.cache_write(gemm.outputs[0], "warp")
         warp = tile_output(C, *C.op.axis, tiles)

@@ -36,6 +36,16 @@ def _case(kind, rng):
         x, w, bb = (rng.standard_normal(sh).astype("f4") for sh in ((64, 40), (160, 40), (160,)))
         return (nn_ops.relu(nn_ops.dense(X, W, bias)), [X, W, bias], [x, w, bb],
                 np.maximum(tf32(x).astype("f8") @ tf32(w).T + bb, 0))
+    if kind == "conv_padded_rows_and_taps":   # 24 channels (rows padded to 32), 27 taps (padded to 32)
+        from loopweave.nn_ops.ops.conv2d_gemm import conv2d_implicit_gemm
+        X, W2 = lw.placeholder((1, 3, 8, 8), name="X"), lw.placeholder((32, 32), name="W2")
+        Y = conv2d_implicit_gemm(X, W2, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), columns_multiple=32, out_channels=24)
+        x, w = rng.standard_normal((1, 3, 8, 8)).astype("f4"), rng.standard_normal((24, 3, 3, 3)).astype("f4")
+        w2 = np.zeros((32, 32), "f4")
+        w2[:24, :27] = w.reshape(24, 27)
+        windows = np.lib.stride_tricks.sliding_window_view(np.pad(tf32(x), ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3),
+                                                           axis=(2, 3))
+        return Y, [X, W2], [x, w2], np.einsum("ncyxij,ocij->noyx", windows.astype("f8"), tf32(w))
     if kind.startswith("conv"):       # implicit GEMM: rows the output channels, columns the pixels
         from loopweave.nn_ops.ops.conv2d_gemm import conv2d_implicit_gemm
         size = 8 if kind == "conv_bias_relu" else 6     # 36 pixels: columns padded to 64, two kernels
@@ -54,7 +64,7 @@ def _case(kind, rng):
 
 
 @pytest.mark.parametrize("kind", ["matmul", "dense_bias_relu", "batch_matmul", "conv_bias_relu",
-                                  "conv_padded_columns"])
+                                  "conv_padded_columns", "conv_padded_rows_and_taps"])
 def test_tensor_core_kernels_run_on_cpu_threads(kind, simt):
     rng = np.random.default_rng(0)
     out, args, feeds, expected = _case(kind, rng)

@@ -18,14 +18,16 @@ from loopweave.target import resolve_target  # noqa: E402
 
 
 def _tensor_core_cnn():
-    """Convolutions the tensor cores take at batch 1: a 3x3 32->32 with a residual add over 36 pixels
-    (columns padded to 64: product and epilogue in two kernels), a 1x1 32->64; the 3-channel stem
-    (27-long reduction) and the classifier (one row) stay fp32."""
+    """Convolutions on the tensor cores at batch 1, each padded to whole warp tiles (so product and
+    epilogue are two kernels): a 3-channel stem (27 taps padded to 32), a 3x3 32->32 with a residual
+    add over 36 pixels (padded to 64 columns), a 1x1 32->24 (rows padded to 32), a 1x1 24->64 (24
+    taps); the classifier (one row) stays fp32."""
     from loopweave.nn_ops.testing.onnx_builder import OnnxBuilder
     b = OnnxBuilder(3)
     x = b.relu(b.conv("input", 3, 32, 3, bias=True))
     x = b.relu(b.node("Add", [b.conv(x, 32, 32, 3, bias=True), x]))
-    x = b.node("GlobalAveragePool", [b.relu(b.conv(x, 32, 64, 1, bias=True))])
+    x = b.relu(b.conv(b.conv(x, 32, 24, 1, bias=True), 24, 64, 1, bias=True))
+    x = b.node("GlobalAveragePool", [x])
     out = b.gemm(b.node("Flatten", [x], axis=1), 64, 10)
     return b.model((1, 3, 6, 6), out, (1, 10), name="tensor_core_cnn")
 
@@ -217,9 +219,10 @@ def test_tf32_network_runs_its_gemms_on_tensor_cores():
     assert exe.target.precision == "tf32" and "tf32 matmuls" in str(exe.target)
     exe = lw.compile(lw.from_onnx(_tensor_core_cnn()), target="cuda", progress=False, precision="tf32")
     on_tensor_cores = [c for c in exe.calls if "lw_mma_m16n8k8_tf32(" in exe.sources("cuda")[c.symbol]]
-    # the padded 3x3 (its epilogue a kernel of its own) and the 1x1; not the stem, not the classifier
-    assert [c.name for c in on_tensor_cores] == ["conv2d_gemm_add_relu", "conv2d_gemm_relu"]
-    assert [len(exe.modules[c.symbol]._kernels) for c in on_tensor_cores] == [2, 2]
+    # every conv, each padded (its epilogue a kernel of its own); not the classifier
+    assert [c.name for c in on_tensor_cores] == ["conv2d_gemm_relu", "conv2d_gemm_add_relu", "conv2d_gemm",
+                                                 "conv2d_gemm_relu"], [c.name for c in exe.calls]
+    assert all(len(exe.modules[c.symbol]._kernels) == 2 for c in on_tensor_cores)
 
 
 def test_precision_is_checked_before_compiling():
