@@ -10,9 +10,9 @@ batch 32 the implicit GEMMs won, 2.09 against 4.31 ms (ResNet-18: 5.0 against 5.
 between were not compared.  With ``tensor_cores`` (``precision="tf32"``) every such convolution,
 1x1 ones of a single image too, becomes an implicit GEMM padded to whole warp tiles: its pixel
 columns to a multiple of 32 (``columns_multiple``), the rows (output channels) of W2 to a
-multiple of 32 and its columns (taps) to a multiple of 8 with zeros (not measured on a GPU yet).  Accepts any graph; guarantees the same values.  Run for
-target cuda only, after fold_batch_norm (which rewrites conv weights) and instead of
-pack_conv_weights for these nodes.
+multiple of 32 and its columns (taps) to a multiple of 8 with zeros (not measured on a GPU yet).
+Accepts any graph; guarantees the same values.  Run for target cuda only, after
+fold_batch_norm (which rewrites conv weights) and instead of pack_conv_weights for these nodes.
 """
 from __future__ import annotations
 

@@ -85,8 +85,8 @@ def _on_tensor_cores(s, final, gemm, target) -> bool:
     if tiles is None or gemm.outputs[0].dtype != "float32":
         return False
     n, o, y, x = final.op.axis
-    if (int(oc.value), int(pixels.value)) != (int(o.extent.value), int(n.extent.value * y.extent.value
-                                                                        * x.extent.value)):
+    outputs = int(n.extent.value) * int(y.extent.value) * int(x.extent.value)
+    if (int(oc.value), int(pixels.value)) != (int(o.extent.value), outputs):
         # padded rows or columns (``conv2d_implicit_gemm``): the output's last tile would cut the warp
         # tiles, so the product is a kernel of its own over whole tiles, and the epilogue another
         C = s[gemm]
