@@ -20,16 +20,24 @@ from loopweave import nn_ops
 from .compare import interleaved
 
 
-def build(m: int, n: int, k: int, tiles=None, k_tile=None, a_panel=None, threads=None, precision="fp32"):
-    """The default CUDA schedule (for ``precision``), or with ``tiles`` = (rows, columns) per thread, the
-    reduction step ``k_tile`` forced, or A's shared panel laid out as ``a_panel`` (``matmul.A_PANELS``)."""
+def build(m: int, n: int, k: int, tiles=None, k_tile=None, a_panel=None, threads=None, precision="fp32",
+          asynchronous=False):
+    """The default CUDA schedule (for ``precision``; its panels filled by cp.async with
+    ``asynchronous``), or with ``tiles`` = (rows, columns) per thread, the reduction step ``k_tile``
+    forced, or A's shared panel laid out as ``a_panel`` (``matmul.A_PANELS``)."""
     A = lw.placeholder((m, k), name="A")
     B = lw.placeholder((k, n), name="B")
     C = nn_ops.matmul(A, B)
     if tiles is None and k_tile is None and a_panel is None and threads is None:
         from loopweave.nn_ops.compile import with_precision
+        from loopweave.nn_ops.ops.cuda import matmul as simt, matmul_tensor_cores as tensor_cores
         target = with_precision(lw.target.resolve_target("cuda"), precision)
-        return lw.build(nn_ops.schedule(C, target), [A, B, C], target=target)
+        saved = simt.ASYNC_COPIES, tensor_cores.ASYNC_COPIES
+        simt.ASYNC_COPIES = tensor_cores.ASYNC_COPIES = asynchronous
+        try:
+            return lw.build(nn_ops.schedule(C, target), [A, B, C], target=target)
+        finally:
+            simt.ASYNC_COPIES, tensor_cores.ASYNC_COPIES = saved
     from loopweave.nn_ops.ops.cuda.matmul import THREADS, _schedule_gemm_cuda
     s = lw.create_schedule(C)
     _schedule_gemm_cuda(s, C.op, lw.target.resolve_target("cuda"), batch=False, tiles=tiles, k_tile=k_tile,
@@ -104,6 +112,8 @@ def main(argv=None) -> int:
                              "launches replayed or marshalled per call")
     parser.add_argument("--precision", choices=["fp32", "tf32"], default="fp32",
                         help="tf32: our tensor-core schedule against cuBLAS with TF32 on")
+    parser.add_argument("--async-copies", action="store_true",
+                        help="also time the default schedule with its panels filled by cp.async, kernel alone")
     args = parser.parse_args(argv)
     from loopweave.backends.cuda.driver import get_driver
     try:
@@ -143,6 +153,11 @@ def main(argv=None) -> int:
         print(f"{'':<34} loopweave kernel alone (CUDA events): {2.0 * size ** 3 / f.time(a, b, c) / 1e9:.1f} GF")
         if args.host:
             print(host_path(f, a, b, c, args.pairs))
+        if args.async_copies:
+            g = build(size, size, size, precision=args.precision, asynchronous=True)
+            g(a, b, c)
+            np.testing.assert_allclose(c.cpu().numpy(), ref.cpu().numpy(), rtol=rtol, atol=1e-2)
+            print(f"{'':<34} cp.async panels, kernel alone: {2.0 * size ** 3 / g.time(a, b, c) / 1e9:.1f} GF")
         for spec in args.tiles:
             g = build(size, size, size, *parse_variant(spec))
             g(a, b, c)

@@ -299,18 +299,20 @@ class Stage:
         self.storage_order = tuple(dims)
         self._trace("reorder_storage", axes=[a.name for a in axes])
 
-    def double_buffer(self):
+    def double_buffer(self, asynchronous: bool = False):
         """On a GPU, fill this shared stage for the next iteration of the loop it is computed in
         while the current one is used: two copies of the buffer, the next tile's global loads
         issued into registers before the arithmetic and stored after it, one barrier per
-        iteration (``lowering/passes/double_buffer.py``).  Ignored on the CPU."""
+        iteration (``lowering/passes/double_buffer.py``).  ``asynchronous``: the next tile goes
+        from global to shared memory without registers (``cp.async``, sm_80 and newer; the copy
+        must be a plain copy of global memory), two barriers per iteration.  Ignored on the CPU."""
         self._check_not_placeholder("double_buffer")
         if self.scope != "shared":
             raise self._error("double_buffer", f"the stage lives in {self.scope!r} memory; only a shared-memory "
                               f"stage has a copy to overlap with its readers",
                               "call it on the stage made by s.cache_read(T, 'shared', readers)")
-        self.double_buffered = True
-        self._trace("double_buffer")
+        self.double_buffered = "async" if asynchronous else True
+        self._trace("double_buffer", **({"asynchronous": True} if asynchronous else {}))
 
     def compute_at(self, parent: "Stage", scope_ivar: IterVar):
         """Compute this stage inside loop ``scope_ivar`` of ``parent``, only the region it needs.

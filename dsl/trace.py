@@ -107,6 +107,8 @@ class Trace:
                 lines.append(f"{S}.storage_align({axis(st.stage, a['axis'])}, {a['factor']}, {a['offset']})")
             elif p == "compute_at":
                 lines.append(f"{S}.compute_at(s[{_ident(a['parent'])}], {axis(a['parent'], a['axis'])})")
+            elif p == "double_buffer" and a.get("asynchronous"):
+                lines.append(f"{S}.double_buffer(asynchronous=True)")
             elif p in ("compute_inline", "compute_root", "double_buffer"):
                 lines.append(f"{S}.{p}()")
             elif p == "set_scope":
@@ -159,7 +161,9 @@ class Trace:
                 elif p == "compute_at":
                     parent = schedule.stage_by_name(a["parent"])
                     stage.compute_at(parent, parent.axis_by_name(a["axis"]))
-                elif p in ("compute_inline", "compute_root", "double_buffer"):
+                elif p == "double_buffer":
+                    stage.double_buffer(asynchronous=bool(a.get("asynchronous", False)))
+                elif p in ("compute_inline", "compute_root"):
                     getattr(stage, p)()
                 elif p == "set_scope":
                     stage.set_scope(a["scope"])

@@ -26,15 +26,17 @@ def cuda_arch(target) -> str:
     return get_driver().arch if gpu_available() else compiler.DEFAULT_ARCH
 
 
-TENSOR_CORE_ARCH = 80   # mma.sync on tf32: Ampere (sm_80) and newer
+TENSOR_CORE_ARCH = 80   # mma.sync on tf32 and cp.async: Ampere (sm_80) and newer
 
 
 def check_tensor_core_arch(arch: str, what: str) -> None:
-    """Raise BuildError unless ``arch`` (``"sm_90"``) has the tf32 tensor-core instructions ``what`` needs."""
+    """Raise BuildError unless ``arch`` (``"sm_90"``) has the tf32 tensor-core and cp.async instructions
+    ``what`` needs."""
     number = int(arch[3:]) if arch.startswith("sm_") and arch[3:].isdigit() else 0
     if number < TENSOR_CORE_ARCH:
-        raise BuildError(f"{what} needs tf32 tensor cores (sm_{TENSOR_CORE_ARCH} or newer), but the code is "
-                         f"compiled for {arch}: use precision='fp32' (or no warp stage) on this GPU")
+        raise BuildError(f"{what} needs tf32 tensor cores and cp.async (sm_{TENSOR_CORE_ARCH} or newer), but "
+                         f"the code is compiled for {arch}: use precision='fp32' and no warp stage or "
+                         f"asynchronous double buffering on this GPU")
 
 
 def build_cuda(func: PrimFunc, target, written) -> CudaModule:
@@ -43,8 +45,8 @@ def build_cuda(func: PrimFunc, target, written) -> CudaModule:
                          f"the schedule to lw.build) after binding its loops to GPU axes")
     source, kernels = codegen.generate(func)
     arch = cuda_arch(target)
-    if f"lw_{MMA_TF32}(" in source:
-        check_tensor_core_arch(arch, f"'{func.name}' (a warp stage)")
+    if f"lw_{MMA_TF32}(" in source or "lw_cp_async_commit()" in source:
+        check_tensor_core_arch(arch, f"'{func.name}' (a warp stage or an asynchronous copy)")
     compiled = {}
 
     def ptx() -> str:

@@ -30,6 +30,7 @@ from ...errors import BuildError, InternalError
 from ...lowering.ir import (SYNC_THREADS, Allocate, Broadcast, BufferLoad, BufferStore, Evaluate, For, IfThenElse,
                             KernelLaunch, LetStmt, PrimFunc, Ramp, Seq)
 from ...lowering.passes.distribute_warp_tiles import MMA_TF32, ROUND_TF32
+from ...lowering.passes.double_buffer import CP_ASYNC, CP_ASYNC_COMMIT, CP_ASYNC_WAIT
 from .index_width import fits_int32
 
 C_TYPE = {"float32": "float", "float64": "double", "int8": "signed char", "int16": "short", "int32": "int",
@@ -76,6 +77,28 @@ __device__ __forceinline__ int lw_dot4_u8s8(int a, int b) {
   return d;
 #endif
 }
+"""
+# added where a kernel fills shared memory with cp.async (``double_buffer(asynchronous=True)``), sm_80 on
+# (a CPU harness defines LW_ASYNC_EMULATED and copies at once)
+ASYNC_PRELUDE = """\
+#ifndef LW_ASYNC_EMULATED
+__device__ __forceinline__ void lw_cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+               :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void lw_cp_async8(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;"
+               :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void lw_cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;"
+               :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void lw_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void lw_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+#endif
 """
 # added where a kernel runs a warp's tensor-core step (``distribute_warp_tiles``): D += A * B on a
 # 16 x 8 x 8 tile, A and B rounded to tf32 (round to nearest, ties away: cvt.rna), from sm_80 on
@@ -279,6 +302,15 @@ class KernelEmitter:
     def stmt_Evaluate(self, s: Evaluate):
         if isinstance(s.value, Call) and s.value.name == SYNC_THREADS:
             self.line("__syncthreads();")
+        elif isinstance(s.value, Call) and s.value.name == CP_ASYNC:
+            dst, src, nbytes = s.value.args
+            self._note_alignment(src.buffer, nbytes.value // dtypes.itemsize(src.buffer.dtype))
+            self.line(f"lw_cp_async{nbytes.value}(&{self.names[dst.buffer]}[{self.expr(dst.indices[0])}], "
+                      f"&{self.names[src.buffer]}[{self.expr(src.indices[0])}]);")
+        elif isinstance(s.value, Call) and s.value.name == CP_ASYNC_COMMIT:
+            self.line("lw_cp_async_commit();")
+        elif isinstance(s.value, Call) and s.value.name == CP_ASYNC_WAIT:
+            self.line(f"lw_cp_async_wait<{s.value.args[0].value}>();")
         elif isinstance(s.value, Const):
             return
         else:
@@ -563,6 +595,8 @@ def generate(func: PrimFunc):
         parts[0] += SHIFT_PRELUDE
     if any("lw_dot4_u8s8" in part for part in parts[1:]):
         parts[0] += DOT_PRELUDE
+    if any("lw_cp_async" in part for part in parts[1:]):
+        parts[0] += ASYNC_PRELUDE
     if any(f"lw_{MMA_TF32}" in part or f"lw_{ROUND_TF32}" in part for part in parts[1:]):
         parts[0] += MMA_PRELUDE
     return "\n\n".join(parts) + "\n", infos

@@ -265,9 +265,10 @@ def _rounded(x):
     return Call(ROUND_TF32, (x,), "float32")
 
 
-def _round_at_stores(stmt):
+def _round_at_stores(stmt, asynchronous=frozenset()):
     """Where every load of a shared buffer is rounded to tf32 (a fragment operand), round the values
-    once as they are stored instead: each is read by many warps' fragments, stored once per block."""
+    once as they are stored instead: each is read by many warps' fragments, stored once per block.
+    Not for buffers filled by cp.async (named in ``asynchronous``), which stores what it loads."""
     loads, rounded = {}, set()
 
     def visit(n):
@@ -276,7 +277,8 @@ def _round_at_stores(stmt):
         elif isinstance(n, Call) and n.name == ROUND_TF32 and isinstance(n.args[0], BufferLoad):
             rounded.add(id(n.args[0]))
     post_order_visit(stmt, visit)
-    buffers = {b for b, ids in loads.items() if all(i in rounded for i in ids)}
+    buffers = {b for b, ids in loads.items() if all(i in rounded for i in ids)} - {
+        id(n.buffer) for n in _all_loads(stmt) if n.buffer.name in asynchronous}
     if not buffers:
         return stmt
 
@@ -292,6 +294,12 @@ def _round_at_stores(stmt):
                 return BufferStore(n.buffer, _rounded(n.value), n.indices)
             return n
     return _Move().visit(stmt)
+
+
+def _all_loads(stmt):
+    found = []
+    post_order_visit(stmt, lambda n: found.append(n) if isinstance(n, BufferLoad) else None)
+    return found
 
 
 def distribute_warp_tiles(stmt, ctx):
@@ -311,4 +319,4 @@ def distribute_warp_tiles(stmt, ctx):
                             f"multiply-accumulate, one of {K} over the reduction), neither vectorized nor bound, "
                             f"with the tile indexed as [row, column]; split the stage's axes by {M}, {N} and {K} "
                             f"and keep those loops innermost")
-    return _round_at_stores(result)
+    return _round_at_stores(result, getattr(ctx, "async_copies", frozenset()))

@@ -24,19 +24,46 @@ iteration k - 1, which every thread finished before that iteration's barrier, an
 barrier ending iteration k publishes it to iteration k + 1.  insert_syncs leaves the
 annotated loop alone.  A marked buffer in any other shape raises LoweringError naming it
 and what to change.
+
+A buffer marked asynchronous (``ctx.async_copies``) is filled by ``cp.async`` instead, from
+global to shared memory without registers (its copy must store a plain global load)::
+
+    buf[slot 0] <- async copy for k = min; commit
+    for k in ...:
+        if k + 1 < end: buf[slot (k + 1 - min) % 2] <- async copy for k + 1
+        commit; wait until all but the newest group landed; __syncthreads()
+        <the statements>, reading slot (k - min) % 2
+        __syncthreads()        # before the next iteration refills the slot just read
+
+Contiguous 16-byte pieces (a float4 copy whose addresses are provably multiples of 16
+bytes) go in one instruction, anything else element by element (4 or 8 bytes).
 """
 from __future__ import annotations
 
 import math
 from typing import Dict, List, Optional, Tuple
 
-from ...dsl.expr import Const, Var, binary, compare, const
+from ...dsl import dtypes
+from ...dsl.arith import linear_form
+from ...dsl.expr import Call, Const, Var, binary, compare, const
 from ...dsl.visitor import Mutator, post_order_visit, substitute
 from ...errors import LoweringError
-from ..ir import Allocate, Buffer, BufferLoad, BufferStore, For, IfThenElse, LetStmt, Ramp, Seq, seq
+from ..ir import Allocate, Buffer, BufferLoad, BufferStore, Evaluate, For, IfThenElse, LetStmt, Ramp, Seq, seq
 from .insert_syncs import reads_shared, sync_threads, writes_shared
 
 ANNOTATION = ("double_buffered", True)
+CP_ASYNC = "cp_async"                 # Evaluate(Call(CP_ASYNC, (dst load, src load, bytes))): the loads are addresses
+CP_ASYNC_COMMIT = "cp_async_commit"   # Evaluate(Call(CP_ASYNC_COMMIT, ())): close a group of copies
+CP_ASYNC_WAIT = "cp_async_wait"       # Evaluate(Call(CP_ASYNC_WAIT, (n,))): all but the newest n groups landed
+
+
+def _multiple_of(index, n: int) -> bool:
+    form = linear_form(index)
+    return form is not None and form[1] % n == 0 and all(c % n == 0 for c in form[0].values())
+
+
+def async_op(name: str, *args) -> Evaluate:
+    return Evaluate(Call(name, tuple(args), "int32"))
 
 
 def _fail(buffer_name: str, message: str, fix: str) -> LoweringError:
@@ -125,6 +152,32 @@ class _Copy:
         return self._rebuild(lambda m: BufferStore(registers, substitute(st.value, m), (self._register_index(m),)),
                              k, k_value)
 
+    def async_copy(self, shared: Buffer, k: Var, k_value, slot_offset):
+        """The copy as cp.async instructions (16 bytes where provably aligned, else per element)."""
+        st = self.store
+        src = st.value
+        if not (isinstance(src, BufferLoad) and src.buffer.scope == "global"
+                and _lanes(src.indices[0]) == self.lanes and dtypes.itemsize(src.dtype) in (4, 8)
+                and all(not isinstance(i, Ramp) or (isinstance(i.stride, Const) and i.stride.value == 1)
+                        for i in (src.indices[0], st.indices[0]))):
+            raise _fail(self.buffer.name, "an asynchronous copy must store a plain, contiguous load of global "
+                                          "memory (4- or 8-byte elements), not a computed value",
+                        "use double_buffer() without asynchronous=True for this stage")
+        size = dtypes.itemsize(src.dtype)
+
+        def leaf(m):
+            dst_index = _shifted(substitute(st.indices[0], m), slot_offset)
+            src_index = substitute(src.indices[0], m)
+            dst_base = dst_index.base if isinstance(dst_index, Ramp) else dst_index
+            src_base = src_index.base if isinstance(src_index, Ramp) else src_index
+            whole = self.lanes * size == 16 and _multiple_of(dst_base, self.lanes) \
+                and _multiple_of(src_base, self.lanes)
+            pieces = [(0, 16)] if whole else [(lane, size) for lane in range(self.lanes)]
+            return seq(*[async_op(CP_ASYNC, BufferLoad(shared, (binary("add", dst_base, const(lane)),)),
+                                  BufferLoad(src.buffer, (binary("add", src_base, const(lane)),)), const(nbytes))
+                         for lane, nbytes in pieces])
+        return self._rebuild(leaf, k, k_value)
+
     def store_registers(self, registers: Buffer, shared: Buffer, k: Var, k_value, slot_offset):
         st = self.store
         return self._rebuild(lambda m: BufferStore(shared, BufferLoad(registers, (self._register_index(m),)),
@@ -176,8 +229,9 @@ def _stored_buffer(s):
 
 
 class _DoubleBuffer(Mutator):
-    def __init__(self, names):
+    def __init__(self, names, asynchronous=frozenset()):
         self.names = names
+        self.asynchronous = asynchronous
         self.done = set()
         self.doubled = set()     # ids of the buffers this pass made (their loops are done)
 
@@ -235,6 +289,12 @@ class _DoubleBuffer(Mutator):
                            size))
         reslot = _Reslot({id(old): new for old, _, new, _, _ in staged},
                          {id(old): binary("mul", slot(kv), const(size)) for old, _, _, _, size in staged})
+        kinds = {a.buffer.name in self.asynchronous for a in allocs}
+        if len(kinds) > 1:
+            raise _fail(names, f"the shared stages computed at loop '{loop.var.name}' mix asynchronous and "
+                               f"register double buffering", "mark all of them the same way")
+        if kinds == {True}:
+            return self._pipeline_async(loop, staged, reslot, rest, slot, has_next, nxt)
         prologue = seq(*[copy.direct(new, kv, loop.min, const(0)) for _, copy, new, _, _ in staged])
         prefetch = seq(*[copy.load_registers(regs, kv, nxt) for _, copy, _, regs, _ in staged])
         publish = seq(*[copy.store_registers(regs, new, kv, nxt, binary("mul", slot(nxt), const(size)))
@@ -248,12 +308,27 @@ class _DoubleBuffer(Mutator):
             self.doubled.add(id(new))
         return result
 
+    def _pipeline_async(self, loop: For, staged, reslot, rest, slot, has_next, nxt):
+        kv = loop.var
+        prologue = seq(*[copy.async_copy(new, kv, loop.min, const(0)) for _, copy, new, _, _ in staged],
+                       async_op(CP_ASYNC_COMMIT))
+        fetch = seq(*[copy.async_copy(new, kv, nxt, binary("mul", slot(nxt), const(size)))
+                      for _, copy, new, _, size in staged])
+        body = seq(IfThenElse(has_next, fetch), async_op(CP_ASYNC_COMMIT), async_op(CP_ASYNC_WAIT, const(1)),
+                   sync_threads(), *[reslot.visit(s) for s in rest], sync_threads())
+        result = seq(prologue, For(kv, loop.min, loop.extent, loop.kind, body, loop.annotations + (ANNOTATION,)))
+        for old, _, new, _, _ in reversed(staged):
+            result = Allocate(new, new.shape[0], result)
+            self.done.add(old.name)
+            self.doubled.add(id(new))
+        return result
+
 
 def double_buffer(stmt, ctx):
     names = ctx.double_buffers
     if not names:
         return stmt
-    pass_ = _DoubleBuffer(names)
+    pass_ = _DoubleBuffer(names, getattr(ctx, "async_copies", frozenset()))
     result = pass_.visit(stmt)
     never = sorted(set(names) - pass_.done)
     if never:

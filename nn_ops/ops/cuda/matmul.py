@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ....dsl import dtypes
 from ....dsl.expr import Const
-from ....dsl.tensor import thread_axis
+from ....dsl.tensor import PlaceholderOp, thread_axis
 from ..registry import fused_output, register_schedule
 
 TILE = 128          # the largest output tile per block (rows and columns)
@@ -34,6 +34,7 @@ K_TILE_SINGLE = 8   # ... when partial tiles rule double buffering out
 VEC = 4             # float4 copies into shared memory
 A_PANELS = ("rows", "steps", "padded_steps")   # layouts of the row operand's shared panel (``store_a_panel``)
 A_PANEL = "rows"    # the default: measured fastest on an H200 (benchmarks/RESULTS.md, fifteenth session)
+ASYNC_COPIES = False   # double-buffer the panels by cp.async where they copy an input as it is (not measured yet)
 
 
 def _cooperative_copy(s, cache, threads_y: int, threads_x: int, rows_fastest: bool = False) -> None:
@@ -111,12 +112,13 @@ def reduction_step(extents, k, tiles, dtype_bytes: int = 4, steps=K_TILES, share
 
 
 def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None, a_panel=None,
-                        threads=(THREADS, THREADS)) -> None:
+                        threads=(THREADS, THREADS), asynchronous=None) -> None:
     """``tiles``: (rows, columns) per thread, to override :func:`gemm_tiles`; ``k_tile``: the
     reduction step, to override ``K_TILE``; ``a_panel``: the layout of A's shared panel, one of
     ``A_PANELS`` (None: ``A_PANEL``); ``threads``: (rows, columns) of threads per block, whose
     shape also sets a warp's (32 / columns rows of threads) (benchmarks compare variants:
-    ``cuda_matmul --tiles``).
+    ``cuda_matmul --tiles``); ``asynchronous``: fill the double-buffered panels by cp.async (None:
+    ``ASYNC_COPIES``), where both operands are inputs copied as they are.
 
     No block swizzle: launching row tiles in groups per column tile needs a fused block index,
     and bound inference through its division gives the register block run-time extents
@@ -176,11 +178,13 @@ def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None, a_p
     # (whole tiles only: with a partial step, bound inference through the register copy of a
     # step-major panel gives up and sizes it as the whole operand)
     panel = (A_PANEL if a_panel is None else a_panel) if double else "rows"
+    asynchronous = (ASYNC_COPIES if asynchronous is None else asynchronous) \
+        and all(isinstance(t.op, PlaceholderOp) for t in (A_t, B_t))
     for cache in (AA, BB):
         s[cache].compute_at(L, ko)
         _cooperative_copy(s, cache, rows, cols, rows_fastest=panel == "steps" and cache is AA)
         if double:
-            s[cache].double_buffer()
+            s[cache].double_buffer(asynchronous=asynchronous)
     store_a_panel(s, AA, CL, ki, panel)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 from ....dsl.expr import Const
-from ....dsl.tensor import thread_axis
+from ....dsl.tensor import PlaceholderOp, thread_axis
 from ..registry import fused_output
 from .matmul import _cooperative_copy
 
@@ -26,6 +26,7 @@ TILES = (128, 64, 32)        # block tile sides, the largest that divides the ou
 WARP_ROWS, WARP_COLUMNS = 64, 32
 STEPS = (32, 16, 8)          # reduction steps through shared memory: the deepest that fits double-buffered
 A_ALIGN, B_ALIGN = (16, 4), (32, 8)   # (factor, offset) of the panels' row strides: conflict-free fragments
+ASYNC_COPIES = False   # fill the panels by cp.async where they copy an input as it is (not measured on a GPU yet)
 
 
 def _padded(width: int, align) -> int:
@@ -74,7 +75,7 @@ def schedule_gemm_tensor_cores(s, op, target, batch: bool) -> bool:
     warp = tile_output(C, i, j, tiles, lead)
     if batch:
         C.bind(lead[0], thread_axis("blockIdx.z"))
-    accumulate_in_warps(s, C, warp, CW, (A_t, B_t), tiles)
+    accumulate_in_warps(s, C, warp, CW, (A_t, B_t), tiles, asynchronous=ASYNC_COPIES)
     return True
 
 
@@ -98,10 +99,11 @@ def tile_output(C, i, j, tiles, lead=()):
     return warp
 
 
-def accumulate_in_warps(s, C, warp, CW, operands, tiles) -> None:
+def accumulate_in_warps(s, C, warp, CW, operands, tiles, asynchronous: bool = False) -> None:
     """Compute the product ``CW`` (a "warp" stage) at ``C``'s warp loop in 16 x 8 x 8 steps, its two
     ``operands`` (rows x reduction, reduction x columns) staged through padded, double-buffered
-    shared panels that all threads of the block copy."""
+    shared panels that all threads of the block copy (by cp.async with ``asynchronous``, where both
+    operands are inputs copied as they are)."""
     bm, bn, wm, wn, step = tiles
     L = s[CW]
     L.compute_at(C, warp)
@@ -114,9 +116,10 @@ def accumulate_in_warps(s, C, warp, CW, operands, tiles) -> None:
     for loop in (kio, cti, ctj):
         L.unroll(loop)
     warps = (bm // wm) * (bn // wn)
+    asynchronous = asynchronous and all(isinstance(t.op, PlaceholderOp) for t in operands)
     for tensor, align in zip(operands, (A_ALIGN, B_ALIGN)):
         cache = s.cache_read(tensor, "shared", [CW])
         s[cache].compute_at(L, ko)
         _cooperative_copy(s, cache, warps, 32)
         s[cache].storage_align(s[cache].op.axis[-2], *align)
-        s[cache].double_buffer()
+        s[cache].double_buffer(asynchronous=asynchronous)

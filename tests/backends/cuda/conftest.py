@@ -59,6 +59,12 @@ struct lw_warp { std::barrier<>* bar; float a[32][4], b[32][2]; };
 static thread_local lw_warp* lw_my_warp;
 static thread_local unsigned lw_lane;
 #define LW_MMA_EMULATED
+#define LW_ASYNC_EMULATED   // cp.async copies at once: the wait and the barriers after it change nothing
+static inline void lw_cp_async16(void* d, const void* s) { std::memcpy(d, s, 16); }
+static inline void lw_cp_async8(void* d, const void* s) { std::memcpy(d, s, 8); }
+static inline void lw_cp_async4(void* d, const void* s) { std::memcpy(d, s, 4); }
+static inline void lw_cp_async_commit() {}
+template <int N> static inline void lw_cp_async_wait() {}
 static inline float lw_round_tf32(float x) {   // cvt.rna.tf32.f32: 10 mantissa bits, ties away from zero
   unsigned u; std::memcpy(&u, &x, 4); u = (u + 0x1000u) & 0xffffe000u; std::memcpy(&x, &u, 4); return x;
 }
