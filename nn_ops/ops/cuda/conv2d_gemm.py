@@ -37,7 +37,7 @@ def schedule_conv2d_gemm(s, op, target) -> None:
     k = gemm.reduce_axis[0]
     if target.precision == "tf32" and _on_tensor_cores(s, final, gemm, target):
         return
-    splits = split_k(_blocks(oc, pixels, pm, pn), int(k.extent.value))
+    splits = split_k(_blocks(oc, pixels, THREADS * pm, THREADS * pn), int(k.extent.value))
     if splits > 1:
         _split_k(s, final, gemm, splits, (pm, pn), target)
         return
@@ -78,12 +78,18 @@ def schedule_conv2d_gemm(s, op, target) -> None:
 
 def _on_tensor_cores(s, final, gemm, target) -> bool:
     """The product in warp tiles on the tensor cores (``matmul_tensor_cores.py``), rows the output
-    channels and columns the pixels as above; False (nothing changed) where they make no whole tiles."""
+    channels and columns the pixels as above, split over the reduction where the tiles are too few
+    (``split_k``); False (nothing changed) where they make no whole tiles."""
     from .matmul_tensor_cores import accumulate_in_warps, tensor_core_tiles, tile_output
     oc, pixels = gemm.outputs[0].shape
-    tiles = tensor_core_tiles(oc, pixels, gemm.reduce_axis[0].extent, target.max_shared_memory_per_block)
+    k = gemm.reduce_axis[0]
+    tiles = tensor_core_tiles(oc, pixels, k.extent, target.max_shared_memory_per_block)
     if tiles is None or gemm.outputs[0].dtype != "float32":
         return False
+    splits = split_k(_blocks(oc, pixels, tiles[0], tiles[1]), int(k.extent.value))
+    if splits > 1:
+        _split_k(s, final, gemm, splits, None, target)
+        return True
     n, o, y, x = final.op.axis
     outputs = int(n.extent.value) * int(y.extent.value) * int(x.extent.value)
     if (int(oc.value), int(pixels.value)) != (int(o.extent.value), outputs):
@@ -103,8 +109,9 @@ def _on_tensor_cores(s, final, gemm, target) -> bool:
     return True
 
 
-def _blocks(oc, pixels, pm: int, pn: int) -> int:
-    return -(-int(oc.value) // (THREADS * pm)) * -(-int(pixels.value) // (THREADS * pn))
+def _blocks(oc, pixels, rows: int, columns: int) -> int:
+    """Blocks of ``rows x columns`` output tiles."""
+    return -(-int(oc.value) // rows) * -(-int(pixels.value) // columns)
 
 
 def split_k(blocks: int, length: int) -> int:
@@ -126,12 +133,14 @@ def split_k(blocks: int, length: int) -> int:
 
 def _split_k(s, final, gemm, splits: int, tiles, target) -> None:
     """Partial products of ``splits`` reduction slices (``rfactor``), each tiled as a batch of
-    matmuls (the slice on blockIdx.z), then one thread per output adds the slices and applies
-    the epilogue."""
+    matmuls (the slice on blockIdx.z; ``tiles`` per thread, or None: on the tensor cores), then
+    one thread per output adds the slices and applies the epilogue."""
     from .matmul import _schedule_gemm_cuda
+    from .matmul_tensor_cores import schedule_gemm_tensor_cores
     L = s[gemm]
     part, _ = L.split(gemm.reduce_axis[0], nparts=splits)
     partial = s.rfactor(gemm.outputs[0], part)
-    _schedule_gemm_cuda(s, partial.op, target, batch=True, tiles=tiles)
+    if tiles is not None or not schedule_gemm_tensor_cores(s, partial.op, target, batch=True):
+        _schedule_gemm_cuda(s, partial.op, target, batch=True, tiles=tiles)
     _, tx = bind_fused(final, list(final.op.axis), EPILOGUE_THREADS)
     L.compute_at(final, tx)

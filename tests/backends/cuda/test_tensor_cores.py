@@ -46,6 +46,15 @@ def _case(kind, rng):
         windows = np.lib.stride_tricks.sliding_window_view(np.pad(tf32(x), ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3),
                                                            axis=(2, 3))
         return Y, [X, W2], [x, w2], np.einsum("ncyxij,ocij->noyx", windows.astype("f8"), tf32(w))
+    if kind == "conv_split_k":        # 1 tile of 32 x 32 (16 pixels padded) over 576 taps: 4 slices, then their sum
+        from loopweave.nn_ops.ops.conv2d_gemm import conv2d_implicit_gemm
+        X, W2 = lw.placeholder((1, 64, 4, 4), name="X"), lw.placeholder((32, 576), name="W2")
+        Y = nn_ops.relu(conv2d_implicit_gemm(X, W2, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), columns_multiple=32))
+        x, w = rng.standard_normal((1, 64, 4, 4)).astype("f4"), rng.standard_normal((32, 64, 3, 3)).astype("f4")
+        windows = np.lib.stride_tricks.sliding_window_view(np.pad(tf32(x), ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3),
+                                                           axis=(2, 3))
+        expected = np.einsum("ncyxij,ocij->noyx", windows.astype("f8"), tf32(w))
+        return Y, [X, W2], [x, w.reshape(32, 576)], np.maximum(expected, 0)
     if kind.startswith("conv"):       # implicit GEMM: rows the output channels, columns the pixels
         from loopweave.nn_ops.ops.conv2d_gemm import conv2d_implicit_gemm
         size = 8 if kind == "conv_bias_relu" else 6     # 36 pixels: columns padded to 64, two kernels
@@ -64,12 +73,14 @@ def _case(kind, rng):
 
 
 @pytest.mark.parametrize("kind", ["matmul", "dense_bias_relu", "batch_matmul", "conv_bias_relu",
-                                  "conv_padded_columns", "conv_padded_rows_and_taps"])
+                                  "conv_padded_columns", "conv_padded_rows_and_taps", "conv_split_k"])
 def test_tensor_core_kernels_run_on_cpu_threads(kind, simt):
     rng = np.random.default_rng(0)
     out, args, feeds, expected = _case(kind, rng)
     f = lw.build(nn_ops.schedule(out, TF32), args + [out], target=TF32)
     assert "lw_mma_m16n8k8_tf32(" in f.get_source("cuda")
+    if kind == "conv_split_k":
+        assert "launch main_kernel0[grid=(1, 1, 4)" in f.get_source("lowered")
     got = np.full(expected.shape, np.nan, "f4")
     simt(f)(*feeds, got)
     # inputs rounded as the tensor cores round them: only the fp32 accumulation differs
