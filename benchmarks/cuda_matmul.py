@@ -1,11 +1,12 @@
 """Matmul on the GPU: loopweave's default CUDA schedule vs torch.matmul (cuBLAS, TF32 off).
 
-``python -m benchmarks.cuda_matmul [--sizes 4096] [--pairs 15] [--precision tf32]`` checks the result
+``python -m benchmarks.cuda_matmul [--sizes 4096] [--pairs 15] [--precision tf32|fp16]`` checks the result
 against torch, then times both alternately on the same device arrays (both calls
 synchronise, so each sample is one whole kernel) and prints GFLOPS and the ratio
 (median of per-pair torch-time / loopweave-time; > 1 means loopweave is faster).
 Exits with a message when there is no GPU or no PyTorch.  ``--precision tf32``: loopweave's
-tensor-core schedule against cuBLAS with TF32 on (the same rounding on both sides).
+tensor-core schedule against cuBLAS with TF32 on (the same rounding on both sides); ``fp16``: against
+torch.matmul under ``torch.autocast`` to float16 (float32 in, float16 products; its output float16).
 """
 from __future__ import annotations
 
@@ -110,8 +111,9 @@ def main(argv=None) -> int:
     parser.add_argument("--host", action="store_true",
                         help="also time the host path of a call: device arrays and torch tensors, "
                              "launches replayed or marshalled per call")
-    parser.add_argument("--precision", choices=["fp32", "tf32"], default="fp32",
-                        help="tf32: our tensor-core schedule against cuBLAS with TF32 on")
+    parser.add_argument("--precision", choices=["fp32", "tf32", "fp16"], default="fp32",
+                        help="tf32: our tensor-core schedule against cuBLAS with TF32 on; fp16: against "
+                             "torch.autocast(float16)")
     parser.add_argument("--async-copies", action="store_true",
                         help="also time the default schedule with its panels filled by cp.async, kernel alone")
     args = parser.parse_args(argv)
@@ -132,7 +134,8 @@ def main(argv=None) -> int:
     tf32 = args.precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32      # compare like with like
     torch.backends.cudnn.allow_tf32 = tf32
-    rtol = 1e-2 if tf32 else 1e-3
+    rtol = 1e-3 if args.precision == "fp32" else 1e-2
+    autocast = torch.autocast("cuda", dtype=torch.float16, enabled=args.precision == "fp16")
     print(f"device: {drv.name()} ({drv.arch}), {args.precision}")
     print(f"{'shape (M x N x K)':<34} {'ours GF':>9} {'torch GF':>9} {'ratio':>7}")
     for size in args.sizes:
@@ -142,11 +145,13 @@ def main(argv=None) -> int:
         c = torch.empty(size, size, device="cuda")
         ref = torch.empty_like(c)
         f(a, b, c)
-        torch.matmul(a, b, out=ref)
+        with autocast:
+            ref.copy_(torch.matmul(a, b))
         np.testing.assert_allclose(c.cpu().numpy(), ref.cpu().numpy(), rtol=rtol, atol=1e-2)
 
         def theirs():
-            torch.matmul(a, b, out=ref)
+            with autocast:
+                torch.matmul(a, b)
             torch.cuda.synchronize()
         cmp = interleaved(lambda: f(a, b, c), theirs, pairs=args.pairs, pause=0.05)
         print(cmp.row(f"{size} x {size} x {size}", 2.0 * size ** 3))

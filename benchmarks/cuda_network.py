@@ -8,7 +8,8 @@ the captured graph and the copies on the device, synchronised) and of the same a
 PyTorch eager (torchvision's resnet18 / mobilenet_v2; ``nn.TransformerEncoder`` with the zoo
 encoder's sizes, post-LayerNorm, GELU; input on the device, synchronised), same shapes, random
 weights, cudnn/cuBLAS with TF32 off (on with ``--precision tf32``, against
-``lw.compile(..., precision="tf32")``), timed alternately (``backends.timing.interleaved``: each
+``lw.compile(..., precision="tf32")``; ``--precision fp16``: under ``torch.autocast`` to float16),
+timed alternately (``backends.timing.interleaved``: each
 sample ~50 ms of back-to-back calls, which also keeps the GPU's clocks up), with the ratio the
 median of per-pair ratios (> 1: loopweave faster); then loopweave's kernels alone (CUDA events).
 ``--profile N`` also prints each network's N slowest kernel calls.  Exits with a message when there is no GPU.
@@ -49,9 +50,9 @@ def compile_times(name: str, batch: int):
 ENCODER = dict(seq=128, hidden=256, heads=4, layers=4, ffn=1024)   # model_zoo.transformer_encoder's defaults
 
 
-def torch_model(name: str, batch: int, tf32: bool = False):
-    """(module, input) of ``name`` in PyTorch eager on the GPU (TF32 on where ``tf32``), or None
-    without torch/GPU."""
+def torch_model(name: str, batch: int, precision: str = "fp32"):
+    """(module, input) of ``name`` in PyTorch eager on the GPU (TF32 on where ``precision`` is "tf32"),
+    or None without torch/GPU."""
     try:
         import torch
         import torchvision
@@ -59,8 +60,8 @@ def torch_model(name: str, batch: int, tf32: bool = False):
         return None
     if not torch.cuda.is_available():
         return None
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
     if name == "transformer_encoder":
         layer = torch.nn.TransformerEncoderLayer(ENCODER["hidden"], ENCODER["heads"], ENCODER["ffn"], dropout=0.0,
                                                  activation="gelu", batch_first=True, norm_first=False)
@@ -72,16 +73,17 @@ def torch_model(name: str, batch: int, tf32: bool = False):
     return net.cuda().eval(), x
 
 
-def torch_runner(name: str, batch: int, tf32: bool = False):
-    """A call of ``name`` in PyTorch eager, synchronised, or None without torch/GPU."""
-    made = torch_model(name, batch, tf32)
+def torch_runner(name: str, batch: int, precision: str = "fp32"):
+    """A call of ``name`` in PyTorch eager, synchronised (under autocast to float16 for "fp16"), or
+    None without torch/GPU."""
+    made = torch_model(name, batch, precision)
     if made is None:
         return None
     import torch
     net, x = made
 
     def run():
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16, enabled=precision == "fp16"):
             net(x)
         torch.cuda.synchronize()
     return run
@@ -96,8 +98,9 @@ def main(argv=None) -> int:
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="print the N slowest kernel calls")
     parser.add_argument("--compile-times", action="store_true",
                         help="only time compiles: cold (empty cache) and cached, fresh processes, per model and batch")
-    parser.add_argument("--precision", choices=["fp32", "tf32"], default="fp32",
-                        help="tf32: lw.compile(..., precision='tf32') against PyTorch with TF32 on")
+    parser.add_argument("--precision", choices=["fp32", "tf32", "fp16"], default="fp32",
+                        help="lw.compile(..., precision=P) against PyTorch with TF32 on (tf32) or under "
+                             "autocast to float16 (fp16)")
     args = parser.parse_args(argv)
     from loopweave.backends.cuda.driver import get_driver
     try:
@@ -123,7 +126,7 @@ def main(argv=None) -> int:
             import onnxruntime as ort
             want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
             try:
-                tol = 2e-2 if args.precision == "tf32" else 1e-3    # tf32: 10 mantissa bits per product
+                tol = 1e-3 if args.precision == "fp32" else 2e-2    # tf32 / fp16: 10 mantissa bits per product
                 for a, b in zip(exe.run(feed), want):
                     np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
             except AssertionError as exc:      # report it, not timed, and go on with the other models
@@ -132,7 +135,7 @@ def main(argv=None) -> int:
                 continue
             from loopweave.backends.timing import interleaved
             on_device = {n: lw.device_array(a) for n, a in feed.items()}
-            theirs = torch_runner(name, batch, tf32=args.precision == "tf32")
+            theirs = torch_runner(name, batch, precision=args.precision)
             if theirs is None:
                 cmp = None
             else:

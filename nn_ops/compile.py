@@ -41,8 +41,10 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
     target use the best recorded schedule, the others their default schedule.  Index checks of
     gathers and scatters are always on; ``checks="bounds"`` also checks every other load whose
     index depends on data (``lw.build``'s ``checks``).  ``precision="tf32"`` (target cuda, sm_80 or
-    newer) lets matmuls and dense layers whose shapes make whole warp tiles run on the tensor cores:
-    inputs rounded to tf32 (10 mantissa bits), float32 accumulation; the default ``"fp32"`` is exact.
+    newer) lets matmuls, dense layers and convolutions whose shapes make whole warp tiles run on the
+    tensor cores: inputs rounded to tf32 (10 mantissa bits), float32 accumulation; ``"fp16"`` rounds
+    them to float16 (10 mantissa bits, 5 exponent bits: magnitudes over 65504 overflow), float32
+    accumulation and storage; the default ``"fp32"`` is exact.
     """
     check_checks_argument(checks, BuildError)
     tgt = resolve_target(target)
@@ -131,18 +133,14 @@ def _load_polymorphic(reader):
     return build_polymorphic(graph, "llvm", prebuilt=kernels, runner_object=reader.read("runner.o"))
 
 
-PRECISIONS = ("fp32", "tf32")
+PRECISIONS = ("fp32", "tf32", "fp16")
 
 
 def with_precision(tgt, precision):
     """``tgt`` allowed ``precision`` for its float32 matmuls; an error where it cannot have it."""
-    if precision == "fp16":
-        raise BuildError("precision='fp16' is not implemented yet: the tensor cores are used for tf32 only "
-                         "(precision='tf32'); fp16 needs half-precision buffers and conversions at the layers' "
-                         "edges, which loopweave does not have")
     if precision not in PRECISIONS:
-        raise ArgumentError(f"precision={precision!r}: use 'fp32' (exact, the default) or 'tf32' (tensor cores, "
-                            f"target cuda)")
+        raise ArgumentError(f"precision={precision!r}: use 'fp32' (exact, the default), 'tf32' or 'fp16' (tensor "
+                            f"cores, target cuda)")
     if precision == "fp32":
         return tgt
     if tgt.kind != "cuda":

@@ -29,7 +29,7 @@ from ...dsl.visitor import Mutator, post_order_visit
 from ...errors import BuildError, InternalError
 from ...lowering.ir import (SYNC_THREADS, Allocate, Broadcast, BufferLoad, BufferStore, Evaluate, For, IfThenElse,
                             KernelLaunch, LetStmt, PrimFunc, Ramp, Seq)
-from ...lowering.passes.distribute_warp_tiles import MMA_TF32, ROUND_TF32
+from ...lowering.passes.distribute_warp_tiles import MMA_F16, MMA_TF32, ROUND_F16, ROUND_TF32
 from ...lowering.passes.double_buffer import CP_ASYNC, CP_ASYNC_COMMIT, CP_ASYNC_WAIT
 from .index_width import fits_int32
 
@@ -116,6 +116,27 @@ __device__ __forceinline__ void lw_mma_m16n8k8_tf32(float& d0, float& d1, float&
       : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
       : "r"(__float_as_uint(a0)), "r"(__float_as_uint(a1)), "r"(__float_as_uint(a2)), "r"(__float_as_uint(a3)),
         "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
+}
+#endif
+"""
+# ... and its fp16 step (precision "fp16"): D += A * B on a 16 x 8 x 16 tile, A and B rounded to
+# float16 (cvt.rn) and packed two to a register, the lower k in the lower half
+MMA_F16_PRELUDE = """\
+#ifndef LW_MMA_EMULATED
+__device__ __forceinline__ float lw_round_f16(float x) {
+  float y; asm("{ .reg .b16 h; cvt.rn.f16.f32 h, %1; cvt.f32.f16 %0, h; }" : "=f"(y) : "f"(x)); return y;
+}
+__device__ __forceinline__ unsigned lw_f16x2(float lo, float hi) {
+  unsigned r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
+}
+__device__ __forceinline__ void lw_mma_m16n8k16_f16(float& d0, float& d1, float& d2, float& d3,
+    float a0, float a1, float a2, float a3, float a4, float a5, float a6, float a7,
+    float b0, float b1, float b2, float b3) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+      : "r"(lw_f16x2(a0, a1)), "r"(lw_f16x2(a2, a3)), "r"(lw_f16x2(a4, a5)), "r"(lw_f16x2(a6, a7)),
+        "r"(lw_f16x2(b0, b1)), "r"(lw_f16x2(b2, b3)));
 }
 #endif
 """
@@ -514,7 +535,7 @@ class KernelEmitter:
             return self._bitwise(e)
         if e.name == "dot4_u8s8":
             return f"lw_dot4_u8s8({args[0]}, {args[1]})", _PRIMARY
-        if e.name in (MMA_TF32, ROUND_TF32):
+        if e.name in (MMA_TF32, ROUND_TF32, MMA_F16, ROUND_F16):
             return f"lw_{e.name}({', '.join(args)})", _PRIMARY
         if not dtypes.is_float(dt):
             raise InternalError(f"intrinsic {e.name} on {dt}")
@@ -599,4 +620,6 @@ def generate(func: PrimFunc):
         parts[0] += ASYNC_PRELUDE
     if any(f"lw_{MMA_TF32}" in part or f"lw_{ROUND_TF32}" in part for part in parts[1:]):
         parts[0] += MMA_PRELUDE
+    if any(f"lw_{MMA_F16}" in part or f"lw_{ROUND_F16}" in part for part in parts[1:]):
+        parts[0] += MMA_F16_PRELUDE
     return "\n\n".join(parts) + "\n", infos

@@ -15,7 +15,10 @@ and the loop nests over the tile become:
   ``W[base + width * row + column] += A[..row..k..] * B[..k..column..]`` (float32): one
   ``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``, each lane loading its four
   elements of A's 16 x 8 step and its two of B's 8 x 8 step, rounded to tf32 (where a shared
-  buffer is read only as such operands, its values are rounded once, as they are stored).
+  buffer is read only as such operands, its values are rounded once, as they are stored);
+  for a target of precision "fp16" the reduction loop is 16 deep and the instruction
+  ``mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`` (eight A and four B elements per
+  lane, rounded to float16, packed in pairs; accumulation stays float32).
 
 Both are wrapped in a loop bound to ``threadIdx.x`` of 32: the lane (so the block's x
 extent must be 32: a warp is one row of threads).  ``base`` must step whole sub-tiles:
@@ -28,6 +31,7 @@ access that fits neither nest raises LoweringError naming the buffer.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from ...dsl.expr import Binary, Call, Const, Var, const
@@ -36,10 +40,46 @@ from ...dsl.visitor import Mutator, post_order_visit, substitute, uses_var
 from ...errors import LoweringError
 from ..ir import Allocate, Buffer, BufferLoad, BufferStore, Evaluate, For
 
-M, N, K = 16, 8, 8          # the mma.sync shape: rows, columns, reduction
+M, N = 16, 8                 # the mma.sync tile: rows, columns (the reduction depends on the inputs' type)
 PER_LANE = M * N // 32       # accumulator elements per lane and sub-tile
 MMA_TF32 = "mma_m16n8k8_tf32"   # Evaluate(Call(MMA_TF32, (d0..d3 loads, a0..a3, b0, b1), "float32"))
 ROUND_TF32 = "round_tf32"        # Call(ROUND_TF32, (x,), "float32"): x rounded to tf32 (cvt.rna), an mma operand
+MMA_F16 = "mma_m16n8k16_f16"     # Evaluate(Call(MMA_F16, (d0..d3 loads, a0..a7, b0..b3), "float32"))
+ROUND_F16 = "round_f16"          # Call(ROUND_F16, (x,), "float32"): x rounded to float16 (cvt.rn), an mma operand
+
+
+@dataclass(frozen=True)
+class MmaKind:
+    """One mma.sync shape: its reduction depth, intrinsic, operand rounding and where lane ``4g + t``'s
+    operand elements lie (q-th element of A: row, k; of B: k, column), from PTX's fragment layouts."""
+
+    depth: int
+    call: str
+    rounding: str
+    a_elements: int
+    b_elements: int
+
+    def a_at(self, q: int, g, t):
+        if self.depth == 8:      # a0..a3: rows g, g + 8; k t, t + 4
+            return Binary("add", g, const(8 * (q & 1))), Binary("add", t, const(4 * (q >> 1)))
+        r, h = divmod(q, 2)      # a0..a7 in pairs: rows g, g + 8; k 2t (+1), 2t + 8 (+1)
+        return Binary("add", g, const(8 * (r & 1))), Binary("add", Binary("mul", const(2), t), const(h + 8 * (r >> 1)))
+
+    def b_at(self, q: int, g, t):
+        if self.depth == 8:      # b0, b1: k t, t + 4; column g
+            return Binary("add", t, const(4 * q)), g
+        r, h = divmod(q, 2)      # b0..b3 in pairs: k 2t (+1), 2t + 8 (+1); column g
+        return Binary("add", Binary("mul", const(2), t), const(h + 8 * r)), g
+
+
+MMA_KINDS = {"tf32": MmaKind(8, MMA_TF32, ROUND_TF32, 4, 2), "fp16": MmaKind(16, MMA_F16, ROUND_F16, 8, 4)}
+
+
+def mma_kind(target) -> MmaKind:
+    """The warp tiles' instruction for ``target``: fp16 inputs where its precision is "fp16", else tf32."""
+    return MMA_KINDS["fp16" if getattr(target, "precision", "fp32") == "fp16" else "tf32"]
+
+
 LANE_TAG = "threadIdx.x"
 
 
@@ -111,8 +151,9 @@ def _chain(node, depth: int) -> Optional[List[For]]:
 
 
 class _Distribute(Mutator):
-    def __init__(self, tiles: Dict[int, _Tile]):
+    def __init__(self, tiles: Dict[int, _Tile], kind: MmaKind):
         self.tiles = tiles
+        self.kind = kind
         self.extents: Dict[Var, int] = {}
         self.lanes: List[str] = []   # thread tags of the enclosing loops
 
@@ -214,7 +255,7 @@ class _Distribute(Mutator):
 
     def _mma(self, node):
         loops = _chain(node, 3)
-        if loops is None or sorted(lp.extent.value for lp in loops) != sorted((M, N, K)):
+        if loops is None or sorted(lp.extent.value for lp in loops) != sorted((M, N, self.kind.depth)):
             return None
         store = loops[2].body
         if not (isinstance(store, BufferStore) and id(store.buffer) in self.tiles):
@@ -254,19 +295,20 @@ class _Distribute(Mutator):
         frag = where[id(store)][1]
         lane = Var("lane", "int64")
         g, t = _split_lane(lane)
-        a = [_rounded(substitute(x, {row: Binary("add", g, const(8 * (q & 1))),
-                                     k: Binary("add", t, const(4 * (q >> 1)))})) for q in range(4)]
-        b = [_rounded(substitute(y, {k: Binary("add", t, const(4 * q)), column: g})) for q in range(2)]
+        kind = self.kind
+        a = [_rounded(substitute(x, dict(zip((row, k), kind.a_at(q, g, t)))), kind) for q in range(kind.a_elements)]
+        b = [_rounded(substitute(y, dict(zip((k, column), kind.b_at(q, g, t)))), kind)
+             for q in range(kind.b_elements)]
         d = [BufferLoad(tile.fragments, (Binary("add", frag, const(q)),)) for q in range(PER_LANE)]
-        return _lane_loop(Evaluate(Call(MMA_TF32, tuple(d + a + b), "float32")), lane)
+        return _lane_loop(Evaluate(Call(kind.call, tuple(d + a + b), "float32")), lane)
 
 
-def _rounded(x):
-    return Call(ROUND_TF32, (x,), "float32")
+def _rounded(x, kind: MmaKind):
+    return Call(kind.rounding, (x,), "float32")
 
 
-def _round_at_stores(stmt, asynchronous=frozenset()):
-    """Where every load of a shared buffer is rounded to tf32 (a fragment operand), round the values
+def _round_at_stores(stmt, kind: MmaKind, asynchronous=frozenset()):
+    """Where every load of a shared buffer is rounded for the mma (a fragment operand), round the values
     once as they are stored instead: each is read by many warps' fragments, stored once per block.
     Not for buffers filled by cp.async (named in ``asynchronous``), which stores what it loads."""
     loads, rounded = {}, set()
@@ -274,7 +316,7 @@ def _round_at_stores(stmt, asynchronous=frozenset()):
     def visit(n):
         if isinstance(n, BufferLoad) and n.buffer.scope == "shared":
             loads.setdefault(id(n.buffer), []).append(id(n))
-        elif isinstance(n, Call) and n.name == ROUND_TF32 and isinstance(n.args[0], BufferLoad):
+        elif isinstance(n, Call) and n.name == kind.rounding and isinstance(n.args[0], BufferLoad):
             rounded.add(id(n.args[0]))
     post_order_visit(stmt, visit)
     buffers = {b for b, ids in loads.items() if all(i in rounded for i in ids)} - {
@@ -284,14 +326,14 @@ def _round_at_stores(stmt, asynchronous=frozenset()):
 
     class _Move(Mutator):
         def visit_Call(self, n):
-            if n.name == ROUND_TF32 and isinstance(n.args[0], BufferLoad) and id(n.args[0].buffer) in buffers:
+            if n.name == kind.rounding and isinstance(n.args[0], BufferLoad) and id(n.args[0].buffer) in buffers:
                 return n.args[0]
             return self.generic_visit(n)
 
         def visit_BufferStore(self, n):
             n = self.generic_visit(n)
             if id(n.buffer) in buffers:
-                return BufferStore(n.buffer, _rounded(n.value), n.indices)
+                return BufferStore(n.buffer, _rounded(n.value, kind), n.indices)
             return n
     return _Move().visit(stmt)
 
@@ -308,7 +350,8 @@ def distribute_warp_tiles(stmt, ctx):
                      if isinstance(n, Allocate) and n.buffer.scope == "warp" else None)
     if not tiles:
         return stmt
-    result = _Distribute(tiles).visit(stmt)
+    kind = mma_kind(ctx.target)
+    result = _Distribute(tiles, kind).visit(stmt)
     left = []
     post_order_visit(result, lambda n: left.append(n) if isinstance(n, (BufferLoad, BufferStore))
                      and id(n.buffer) in tiles else None)
@@ -316,7 +359,7 @@ def distribute_warp_tiles(stmt, ctx):
         name = left[0].buffer.name
         raise LoweringError(f"warp buffer '{name}' is accessed outside a warp tile nest: every loop nest over a "
                             f"warp tile must end in a loop of {M} rows and one of {N} columns (plus, for the "
-                            f"multiply-accumulate, one of {K} over the reduction), neither vectorized nor bound, "
-                            f"with the tile indexed as [row, column]; split the stage's axes by {M}, {N} and {K} "
-                            f"and keep those loops innermost")
-    return _round_at_stores(result, getattr(ctx, "async_copies", frozenset()))
+                            f"multiply-accumulate, one of {kind.depth} over the reduction), neither vectorized nor "
+                            f"bound, with the tile indexed as [row, column]; split the stage's axes by {M}, {N} and "
+                            f"{kind.depth} and keep those loops innermost")
+    return _round_at_stores(result, kind, getattr(ctx, "async_copies", frozenset()))

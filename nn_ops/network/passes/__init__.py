@@ -26,7 +26,7 @@ def optimize(graph: Graph, target_kind: str = "llvm", precision: str = "fp32") -
     """The standard graph pipeline, on a copy: fold constants, zero pads and BN into convs,
     recognise GELU and SiLU, move reshapes below elementwise ops and collapse chains of them, keep CPU convolution networks in
     the blocked layout (on the GPU: convolutions as implicit GEMMs), pre-transpose constant dense weights, pre-pack constant conv
-    weights, drop dead code.  ``precision="tf32"`` (cuda): convolutions shaped for the tensor cores."""
+    weights, drop dead code.  ``precision`` "tf32" or "fp16" (cuda): convolutions shaped for the tensor cores."""
     g = graph.copy()
     g = fold_constants(g)
     g = fuse_gelu(g)
@@ -41,7 +41,7 @@ def optimize(graph: Graph, target_kind: str = "llvm", precision: str = "fp32") -
     if target_kind == "llvm":
         g = choose_conv_layout(g)
     if target_kind == "cuda":
-        g = choose_cuda_conv(g, tensor_cores=precision == "tf32")
+        g = choose_cuda_conv(g, precision)
     g = choose_dense_layout(g, _host_lanes() if target_kind == "llvm" else None)
     g = pack_conv_weights(g)
     g = eliminate_dead_code(g)

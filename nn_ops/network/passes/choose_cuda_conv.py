@@ -7,10 +7,11 @@ convolutions keep the direct form, and so do 1x1 convolutions of a single image:
 H100 (kernels by CUDA events), MobileNetV2 at batch 1 took 0.83 ms with its 1x1 convolutions as
 implicit GEMMs (few output channels, short reductions, few tiles) and 0.49 ms direct, while at
 batch 32 the implicit GEMMs won, 2.09 against 4.31 ms (ResNet-18: 5.0 against 5.4). Batches
-between were not compared.  With ``tensor_cores`` (``precision="tf32"``) every such convolution,
+between were not compared.  With ``precision`` "tf32" or "fp16" (tensor cores) every such convolution,
 1x1 ones of a single image too, becomes an implicit GEMM padded to whole warp tiles: its pixel
 columns to a multiple of 32 (``columns_multiple``), the rows (output channels) of W2 to a
-multiple of 32 and its columns (taps) to a multiple of 8 with zeros (not measured on a GPU yet).
+multiple of 32 and its columns (taps) to a multiple of the mma's depth (8, fp16: 16) with zeros
+(not measured on a GPU yet).
 Accepts any graph; guarantees the same values.  Run for target cuda only, after
 fold_batch_norm (which rewrites conv weights) and instead of pack_conv_weights for these nodes.
 """
@@ -22,10 +23,12 @@ from ..graph import Graph
 
 
 TENSOR_CORE_COLUMNS = 32   # a tensor-core conv's pixel columns and output-channel rows: multiples of this
-TENSOR_CORE_DEPTH = 8      # ... and its reduction (C*KH*KW, zero taps added to W2)
+TENSOR_CORE_DEPTH = {"tf32": 8, "fp16": 16}   # ... and its reduction (C*KH*KW, zero taps added to W2)
 
 
-def choose_cuda_conv(g: Graph, tensor_cores: bool = False) -> Graph:
+def choose_cuda_conv(g: Graph, precision: str = "fp32") -> Graph:
+    depth = TENSOR_CORE_DEPTH.get(precision)
+    tensor_cores = depth is not None
     for node in g.nodes:
         if node.op_type != "conv2d" or node.inputs[1] not in g.initializers or int(node.attrs["groups"]) != 1:
             continue
@@ -36,7 +39,7 @@ def choose_cuda_conv(g: Graph, tensor_cores: bool = False) -> Graph:
         w2 = weight.reshape(weight.shape[0], -1)
         node.attrs = dict(node.attrs, kernel=tuple(int(d) for d in weight.shape[2:]))
         if tensor_cores:
-            w2 = np.pad(w2, ((0, -w2.shape[0] % TENSOR_CORE_COLUMNS), (0, -w2.shape[1] % TENSOR_CORE_DEPTH)))
+            w2 = np.pad(w2, ((0, -w2.shape[0] % TENSOR_CORE_COLUMNS), (0, -w2.shape[1] % depth)))
             node.attrs.update(columns_multiple=TENSOR_CORE_COLUMNS, out_channels=int(weight.shape[0]))
         g.add_initializer(name, np.ascontiguousarray(w2))
         node.op_type = "conv2d_gemm"

@@ -18,7 +18,8 @@ from ..registry import fused_output, register_schedule
 from .conv2d import _inline_helpers
 from .injective import bind_fused
 from . import matmul
-from .matmul import K_TILE, K_TILE_SINGLE, MULTIPROCESSORS, THREADS, _cooperative_copy, _whole_tiles, gemm_tiles
+from .matmul import (K_TILE, K_TILE_SINGLE, MULTIPROCESSORS, TENSOR_CORE_PRECISIONS, THREADS, _cooperative_copy,
+                     _whole_tiles, gemm_tiles)
 
 MAX_SPLITS = 32
 MIN_SLICE = 128          # reduction elements per slice at least
@@ -35,7 +36,7 @@ def schedule_conv2d_gemm(s, op, target) -> None:
     oc, pixels = gemm.outputs[0].shape
     pm, pn = gemm_tiles(oc, pixels)
     k = gemm.reduce_axis[0]
-    if target.precision == "tf32" and _on_tensor_cores(s, final, gemm, target):
+    if target.precision in TENSOR_CORE_PRECISIONS and _on_tensor_cores(s, final, gemm, target):
         return
     splits = split_k(_blocks(oc, pixels, THREADS * pm, THREADS * pn), int(k.extent.value))
     if splits > 1:
@@ -80,10 +81,12 @@ def _on_tensor_cores(s, final, gemm, target) -> bool:
     """The product in warp tiles on the tensor cores (``matmul_tensor_cores.py``), rows the output
     channels and columns the pixels as above, split over the reduction where the tiles are too few
     (``split_k``); False (nothing changed) where they make no whole tiles."""
+    from ....lowering.passes.distribute_warp_tiles import mma_kind
     from .matmul_tensor_cores import accumulate_in_warps, tensor_core_tiles, tile_output
     oc, pixels = gemm.outputs[0].shape
     k = gemm.reduce_axis[0]
-    tiles = tensor_core_tiles(oc, pixels, k.extent, target.max_shared_memory_per_block)
+    depth = mma_kind(target).depth
+    tiles = tensor_core_tiles(oc, pixels, k.extent, target.max_shared_memory_per_block, depth)
     if tiles is None or gemm.outputs[0].dtype != "float32":
         return False
     splits = split_k(_blocks(oc, pixels, tiles[0], tiles[1]), int(k.extent.value))
@@ -98,14 +101,14 @@ def _on_tensor_cores(s, final, gemm, target) -> bool:
         C = s[gemm]
         CW = s.cache_write(gemm.outputs[0], "warp")
         warp = tile_output(C, *C.op.axis, tiles)
-        accumulate_in_warps(s, C, warp, CW, s[CW].op.input_tensors[:2], tiles)
+        accumulate_in_warps(s, C, warp, CW, s[CW].op.input_tensors[:2], tiles, depth)
         _, tx = bind_fused(final, list(final.op.axis), EPILOGUE_THREADS)
         return True
     s[gemm].set_scope("warp")
     final.reorder(o, n, y, x)
     q = final.fuse(n, final.fuse(y, x))
     warp = tile_output(final, o, q, tiles)
-    accumulate_in_warps(s, final, warp, gemm.outputs[0], gemm.input_tensors[:2], tiles)
+    accumulate_in_warps(s, final, warp, gemm.outputs[0], gemm.input_tensors[:2], tiles, depth)
     return True
 
 

@@ -34,6 +34,7 @@ K_TILE_SINGLE = 8   # ... when partial tiles rule double buffering out
 VEC = 4             # float4 copies into shared memory
 A_PANELS = ("rows", "steps", "padded_steps")   # layouts of the row operand's shared panel (``store_a_panel``)
 A_PANEL = "rows"    # the default: measured fastest on an H200 (benchmarks/RESULTS.md, fifteenth session)
+TENSOR_CORE_PRECISIONS = ("tf32", "fp16")   # target precisions whose GEMMs use the tensor cores
 ASYNC_COPIES = False   # double-buffer the panels by cp.async where they copy an input as it is (not measured yet)
 
 
@@ -123,7 +124,7 @@ def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None, a_p
     No block swizzle: launching row tiles in groups per column tile needs a fused block index,
     and bound inference through its division gives the register block run-time extents
     (piecewise selects, not vectorized): seen in the lowered IR of a 128 x 64 output."""
-    if target.precision == "tf32" and tiles is None and k_tile is None:
+    if target.precision in TENSOR_CORE_PRECISIONS and tiles is None and k_tile is None:
         from .matmul_tensor_cores import schedule_gemm_tensor_cores   # (it builds on this file's copies)
         if schedule_gemm_tensor_cores(s, op, target, batch):
             return

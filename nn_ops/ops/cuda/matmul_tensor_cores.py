@@ -1,16 +1,16 @@
-"""matmul, dense and batch_matmul on the tensor cores (``precision="tf32"``): warp tiles of mma.sync.
+"""matmul, dense and batch_matmul on the tensor cores (``precision="tf32"`` or ``"fp16"``): warp tiles of mma.sync.
 
 Each block of warps computes a ``rows x columns`` tile of the output (128 x 128 where the
 output allows), each warp a 64 x 32 part of it held as tensor-core fragments: a stage in
 scope ``"warp"`` (``lowering/passes/distribute_warp_tiles.py`` turns its nests into
-``mma.sync.m16n8k8`` steps and per-lane epilogues).  The reduction runs in steps staged
+``mma.sync.m16n8k8`` steps, ``m16n8k16`` for fp16, and per-lane epilogues).  The reduction runs in steps staged
 through shared memory, double-buffered, each step's rows padded so that the 32 lanes'
 fragment loads fall in 32 different banks (A's rows by 4 floats mod 16, B's by 8 mod 32).
 A fused epilogue (bias, activation) runs on each lane's elements on the way out.
 
-Only whole tiles: rows and columns multiples of 32, the reduction a multiple of 8, float32.
-Other shapes keep the fp32 schedule (``matmul.py``), which is exact where tf32 is not:
-``precision="tf32"`` permits rounding, it does not demand it.
+Only whole tiles: rows and columns multiples of 32, the reduction a multiple of the mma's depth
+(8 for tf32, 16 for fp16), float32.  Other shapes keep the fp32 schedule (``matmul.py``), which is
+exact where the tensor cores are not: ``precision=`` permits rounding, it does not demand it.
 """
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ from typing import Optional, Tuple
 
 from ....dsl.expr import Const
 from ....dsl.tensor import PlaceholderOp, thread_axis
+from ....lowering.passes.distribute_warp_tiles import mma_kind
 from ..registry import fused_output
 from .matmul import _cooperative_copy
 
-MMA_M, MMA_N, MMA_K = 16, 8, 8
+MMA_M, MMA_N = 16, 8
 TILES = (128, 64, 32)        # block tile sides, the largest that divides the output's side
 WARP_ROWS, WARP_COLUMNS = 64, 32
 STEPS = (32, 16, 8)          # reduction steps through shared memory: the deepest that fits double-buffered
@@ -34,17 +35,19 @@ def _padded(width: int, align) -> int:
     return width + (offset - width) % factor
 
 
-def tensor_core_tiles(rows, columns, depth, shared_bytes: int) -> Optional[Tuple[int, int, int, int, int]]:
+def tensor_core_tiles(rows, columns, depth, shared_bytes: int, mma_depth: int = 8
+                      ) -> Optional[Tuple[int, int, int, int, int]]:
     """(block rows, block columns, warp rows, warp columns, step) for a ``rows x columns`` output
-    with a reduction of ``depth``, or None where the tensor-core schedule does not apply."""
+    with a reduction of ``depth`` in mma steps of ``mma_depth``, or None where the tensor-core
+    schedule does not apply."""
     if not all(isinstance(e, Const) for e in (rows, columns, depth)):
         return None
     rows, columns, depth = rows.value, columns.value, depth.value
     bm = next((t for t in TILES if rows % t == 0), None)
     bn = next((t for t in TILES if columns % t == 0), None)
-    if bm is None or bn is None or depth % MMA_K:
+    if bm is None or bn is None or depth % mma_depth:
         return None
-    for step in STEPS:
+    for step in (s for s in STEPS if s % mma_depth == 0):
         panels = bm * _padded(step, A_ALIGN) + step * _padded(bn, B_ALIGN)
         if depth % step == 0 and 2 * 4 * panels <= shared_bytes:
             return bm, bn, min(WARP_ROWS, bm), WARP_COLUMNS, step
@@ -58,7 +61,8 @@ def schedule_gemm_tensor_cores(s, op, target, batch: bool) -> bool:
     if out.dtype != "float32" or len(op.reduce_axis) != 1:
         return False
     *_, i_ext, j_ext = (a.extent for a in op.axis)
-    tiles = tensor_core_tiles(i_ext, j_ext, op.reduce_axis[0].extent, target.max_shared_memory_per_block)
+    tiles = tensor_core_tiles(i_ext, j_ext, op.reduce_axis[0].extent, target.max_shared_memory_per_block,
+                              mma_kind(target).depth)
     if tiles is None:
         return False
     final = fused_output(s, op)
@@ -75,7 +79,7 @@ def schedule_gemm_tensor_cores(s, op, target, batch: bool) -> bool:
     warp = tile_output(C, i, j, tiles, lead)
     if batch:
         C.bind(lead[0], thread_axis("blockIdx.z"))
-    accumulate_in_warps(s, C, warp, CW, (A_t, B_t), tiles, asynchronous=ASYNC_COPIES)
+    accumulate_in_warps(s, C, warp, CW, (A_t, B_t), tiles, mma_kind(target).depth, asynchronous=ASYNC_COPIES)
     return True
 
 
@@ -99,8 +103,8 @@ def tile_output(C, i, j, tiles, lead=()):
     return warp
 
 
-def accumulate_in_warps(s, C, warp, CW, operands, tiles, asynchronous: bool = False) -> None:
-    """Compute the product ``CW`` (a "warp" stage) at ``C``'s warp loop in 16 x 8 x 8 steps, its two
+def accumulate_in_warps(s, C, warp, CW, operands, tiles, mma_depth: int, asynchronous: bool = False) -> None:
+    """Compute the product ``CW`` (a "warp" stage) at ``C``'s warp loop in 16 x 8 x ``mma_depth`` steps, its two
     ``operands`` (rows x reduction, reduction x columns) staged through padded, double-buffered
     shared panels that all threads of the block copy (by cp.async with ``asynchronous``, where both
     operands are inputs copied as they are)."""
@@ -109,7 +113,7 @@ def accumulate_in_warps(s, C, warp, CW, operands, tiles, asynchronous: bool = Fa
     L.compute_at(C, warp)
     *lead, ci, cj = L.op.axis
     ko, ki = L.split(L.op.reduce_axis[0], factor=step)
-    kio, k8 = L.split(ki, factor=MMA_K)
+    kio, k8 = L.split(ki, factor=mma_depth)
     cti, ci16 = L.split(ci, factor=MMA_M)
     ctj, cj8 = L.split(cj, factor=MMA_N)
     L.reorder(ko, kio, *lead, cti, ctj, ci16, cj8, k8)

@@ -55,7 +55,7 @@ static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 // a warp: 32 consecutive threads of the block, with a barrier of its own and a place to
 // swap registers, for the warp-collective mma.sync (each lane holds a fragment)
-struct lw_warp { std::barrier<>* bar; float a[32][4], b[32][2]; };
+struct lw_warp { std::barrier<>* bar; float a[32][4], b[32][2]; float* f16[32]; };
 static thread_local lw_warp* lw_my_warp;
 static thread_local unsigned lw_lane;
 #define LW_MMA_EMULATED
@@ -88,6 +88,34 @@ static void lw_mma_m16n8k8_tf32(float& d0, float& d1, float& d2, float& d3, floa
     float sum = *d[q];
     for (unsigned k = 0; k < 8; ++k)
       sum += w.a[(row % 8) * 4 + k % 4][(row >= 8) + 2 * (k >= 4)] * w.b[col * 4 + k % 4][k >= 4];
+    *d[q] = sum;
+  }
+  w.bar->arrive_and_wait();
+}
+static inline float lw_round_f16(float x) { return (float)(_Float16)x; }   // cvt.rn.f16.f32
+// mma.sync.m16n8k16 f16: lane 4g + t holds A[g(+8)][2t(+1)(+8)] in a0..a7 (pairs by k),
+// B[2t(+1)(+8)][g] in b0..b3, D as above; the packing rounds what reaches it unrounded
+static void lw_mma_m16n8k16_f16(float& d0, float& d1, float& d2, float& d3, float a0, float a1, float a2,
+                                float a3, float a4, float a5, float a6, float a7, float b0, float b1, float b2,
+                                float b3) {
+  static thread_local float mine[12];
+  lw_warp& w = *lw_my_warp;
+  unsigned l = lw_lane;
+  float in[12] = {a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3};
+  for (int i = 0; i < 12; ++i) mine[i] = lw_round_f16(in[i]);
+  w.f16[l] = mine;
+  w.bar->arrive_and_wait();
+  float* d[4] = {&d0, &d1, &d2, &d3};
+  unsigned g = l >> 2, t = l & 3;
+  for (unsigned q = 0; q < 4; ++q) {
+    unsigned row = g + 8 * (q >> 1), col = 2 * t + (q & 1);
+    float sum = *d[q];
+    for (unsigned k = 0; k < 16; ++k) {
+      unsigned kk = k % 8, hi = k >= 8;   // which lane (t = kk / 2) and register (pair, half) hold it
+      float a = w.f16[(row % 8) * 4 + kk / 2][2 * ((row >= 8) + 2 * hi) + kk % 2];
+      float b = w.f16[col * 4 + kk / 2][8 + 2 * hi + kk % 2];
+      sum += a * b;
+    }
     *d[q] = sum;
   }
   w.bar->arrive_and_wait();

@@ -19,23 +19,32 @@ from loopweave.target import Target
 TF32 = Target("cuda", cpu="sm_80", precision="tf32")
 
 
+FP16 = Target("cuda", cpu="sm_80", precision="fp16")
+
+
 def tf32(x):
     """``x`` rounded to tf32 as cvt.rna does (10 mantissa bits, ties away from zero)."""
     bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
     return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
 
 
-def _case(kind, rng):
+def fp16(x):
+    """``x`` rounded to float16 (to nearest even) and back."""
+    return np.asarray(x, np.float32).astype(np.float16).astype(np.float32)
+
+
+def _case(kind, rng, rounded=tf32):
+    """(output, arguments, inputs, the expected output from inputs ``rounded`` as the tensor cores round them)."""
     if kind == "matmul":
         A, B = lw.placeholder((128, 64), name="A"), lw.placeholder((64, 96), name="B")
         a, b = rng.standard_normal((128, 64)).astype("f4"), rng.standard_normal((64, 96)).astype("f4")
-        return nn_ops.matmul(A, B), [A, B], [a, b], tf32(a).astype("f8") @ tf32(b)
+        return nn_ops.matmul(A, B), [A, B], [a, b], rounded(a).astype("f8") @ rounded(b)
     if kind == "dense_bias_relu":     # the epilogue runs on each lane's fragment elements
         X, W, bias = lw.placeholder((64, 40), name="X"), lw.placeholder((160, 40), name="W"), lw.placeholder(
             (160,), name="bias")
         x, w, bb = (rng.standard_normal(sh).astype("f4") for sh in ((64, 40), (160, 40), (160,)))
         return (nn_ops.relu(nn_ops.dense(X, W, bias)), [X, W, bias], [x, w, bb],
-                np.maximum(tf32(x).astype("f8") @ tf32(w).T + bb, 0))
+                np.maximum(rounded(x).astype("f8") @ rounded(w).T + bb, 0))
     if kind == "conv_padded_rows_and_taps":   # 24 channels (rows padded to 32), 27 taps (padded to 32)
         from loopweave.nn_ops.ops.conv2d_gemm import conv2d_implicit_gemm
         X, W2 = lw.placeholder((1, 3, 8, 8), name="X"), lw.placeholder((32, 32), name="W2")
@@ -43,17 +52,17 @@ def _case(kind, rng):
         x, w = rng.standard_normal((1, 3, 8, 8)).astype("f4"), rng.standard_normal((24, 3, 3, 3)).astype("f4")
         w2 = np.zeros((32, 32), "f4")
         w2[:24, :27] = w.reshape(24, 27)
-        windows = np.lib.stride_tricks.sliding_window_view(np.pad(tf32(x), ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3),
+        windows = np.lib.stride_tricks.sliding_window_view(np.pad(rounded(x), ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3),
                                                            axis=(2, 3))
-        return Y, [X, W2], [x, w2], np.einsum("ncyxij,ocij->noyx", windows.astype("f8"), tf32(w))
+        return Y, [X, W2], [x, w2], np.einsum("ncyxij,ocij->noyx", windows.astype("f8"), rounded(w))
     if kind == "conv_split_k":        # 1 tile of 32 x 32 (16 pixels padded) over 576 taps: 4 slices, then their sum
         from loopweave.nn_ops.ops.conv2d_gemm import conv2d_implicit_gemm
         X, W2 = lw.placeholder((1, 64, 4, 4), name="X"), lw.placeholder((32, 576), name="W2")
         Y = nn_ops.relu(conv2d_implicit_gemm(X, W2, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), columns_multiple=32))
         x, w = rng.standard_normal((1, 64, 4, 4)).astype("f4"), rng.standard_normal((32, 64, 3, 3)).astype("f4")
-        windows = np.lib.stride_tricks.sliding_window_view(np.pad(tf32(x), ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3),
+        windows = np.lib.stride_tricks.sliding_window_view(np.pad(rounded(x), ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3),
                                                            axis=(2, 3))
-        expected = np.einsum("ncyxij,ocij->noyx", windows.astype("f8"), tf32(w))
+        expected = np.einsum("ncyxij,ocij->noyx", windows.astype("f8"), rounded(w))
         return Y, [X, W2], [x, w.reshape(32, 576)], np.maximum(expected, 0)
     if kind.startswith("conv"):       # implicit GEMM: rows the output channels, columns the pixels
         from loopweave.nn_ops.ops.conv2d_gemm import conv2d_implicit_gemm
@@ -63,28 +72,32 @@ def _case(kind, rng):
         Y = conv2d_implicit_gemm(X, W2, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), columns_multiple=32)
         Z = nn_ops.relu(lw.compute(Y.shape, lambda n, o, y, x: Y[n, o, y, x] + bias[o], name="Z", tag="broadcast"))
         x, w, bb = (rng.standard_normal(sh).astype("f4") for sh in ((1, 8, size, size), (32, 8, 3, 3), (32,)))
-        windows = np.lib.stride_tricks.sliding_window_view(np.pad(tf32(x), ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3),
+        windows = np.lib.stride_tricks.sliding_window_view(np.pad(rounded(x), ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3),
                                                            axis=(2, 3))
-        expected = np.einsum("ncyxij,ocij->noyx", windows.astype("f8"), tf32(w)) + bb[None, :, None, None]
+        expected = np.einsum("ncyxij,ocij->noyx", windows.astype("f8"), rounded(w)) + bb[None, :, None, None]
         return Z, [X, W2, bias], [x, w.reshape(32, 72), bb], np.maximum(expected, 0)
     A, B = lw.placeholder((2, 32, 24), name="A"), lw.placeholder((2, 24, 64), name="B")
     a, b = rng.standard_normal((2, 32, 24)).astype("f4"), rng.standard_normal((2, 24, 64)).astype("f4")
-    return nn_ops.batch_matmul(A, B), [A, B], [a, b], tf32(a).astype("f8") @ tf32(b)
+    return nn_ops.batch_matmul(A, B), [A, B], [a, b], rounded(a).astype("f8") @ rounded(b)
 
 
-@pytest.mark.parametrize("kind", ["matmul", "dense_bias_relu", "batch_matmul", "conv_bias_relu",
-                                  "conv_padded_columns", "conv_padded_rows_and_taps", "conv_split_k"])
-def test_tensor_core_kernels_run_on_cpu_threads(kind, simt):
+@pytest.mark.parametrize("kind, precision", [
+    (kind, "tf32") for kind in ("matmul", "dense_bias_relu", "batch_matmul", "conv_bias_relu", "conv_padded_columns",
+                                "conv_padded_rows_and_taps", "conv_split_k")] + [
+    (kind, "fp16") for kind in ("matmul", "conv_padded_rows_and_taps", "conv_split_k")])   # (reductions of 16)
+def test_tensor_core_kernels_run_on_cpu_threads(kind, precision, simt):
     rng = np.random.default_rng(0)
-    out, args, feeds, expected = _case(kind, rng)
-    f = lw.build(nn_ops.schedule(out, TF32), args + [out], target=TF32)
-    assert "lw_mma_m16n8k8_tf32(" in f.get_source("cuda")
+    target, rounded, mma = (TF32, tf32, "lw_mma_m16n8k8_tf32(") if precision == "tf32" else \
+        (FP16, fp16, "lw_mma_m16n8k16_f16(")
+    out, args, feeds, expected = _case(kind, rng, rounded)
+    f = lw.build(nn_ops.schedule(out, target), args + [out], target=target)
+    assert mma in f.get_source("cuda")
     if kind == "conv_split_k":
         assert "launch main_kernel0[grid=(1, 1, 4)" in f.get_source("lowered")
     got = np.full(expected.shape, np.nan, "f4")
     simt(f)(*feeds, got)
     # inputs rounded as the tensor cores round them: only the fp32 accumulation differs
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=2e-4)
 
 
 def test_warp_tiles_compute_the_same_on_the_cpu(emulate):
@@ -97,14 +110,20 @@ def test_warp_tiles_compute_the_same_on_the_cpu(emulate):
     np.testing.assert_allclose(got, np.maximum(x @ w.T + bb, 0), rtol=1e-5, atol=1e-5)
 
 
-def test_tensor_core_ptx_assembles_without_spills(cuda_compilers):
+@pytest.mark.parametrize("precision", ["tf32", "fp16"])
+def test_tensor_core_ptx_assembles_without_spills(precision, cuda_compilers):
     A, B = lw.placeholder((256, 512), name="A"), lw.placeholder((512, 256), name="B")
     C = nn_ops.matmul(A, B)
-    f = lw.build(nn_ops.schedule(C, TF32), [A, B, C], target=TF32)
+    target = TF32 if precision == "tf32" else FP16
+    f = lw.build(nn_ops.schedule(C, target), [A, B, C], target=target)
     ptx = f.get_source("ptx")
-    # 128 x 128 blocks, 64 x 32 warps: 4 x 4 sub-tiles, two 8-deep steps in each 16-deep shared step
-    assert ptx.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 32
-    assert "cvt.rna.tf32.f32" in ptx
+    # 128 x 128 blocks, 64 x 32 warps: 4 x 4 sub-tiles, two 8-deep steps (or one 16-deep) per shared step
+    if precision == "tf32":
+        assert ptx.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 32
+        assert "cvt.rna.tf32.f32" in ptx
+    else:
+        assert ptx.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 16
+        assert "cvt.rn.f16x2.f32" in ptx and "cvt.rn.f16.f32" in ptx
     ptxas = shutil.which("ptxas")
     if ptxas is None:
         pytest.skip("no ptxas to assemble the PTX")

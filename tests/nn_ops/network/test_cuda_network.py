@@ -72,11 +72,12 @@ def test_running_without_a_gpu_is_a_clean_error(compiled):
         exe.run({n: np.zeros((1,) * len(s), d) for n, s, d in exe.inputs})
 
 
-@pytest.mark.parametrize("name, precision", [("small_cnn", "fp32"), ("encoder", "fp32"), ("tensor_core_cnn", "tf32")])
+@pytest.mark.parametrize("name, precision", [("small_cnn", "fp32"), ("encoder", "fp32"), ("tensor_core_cnn", "tf32"),
+                                             ("tensor_core_cnn", "fp16")])
 def test_gpu_schedules_of_the_network_emulated_on_the_cpu(name, precision, emulate):
     """Each kernel: the op library's CUDA schedule, lowered for cuda (so it is legal there), its
     thread loops run serially on the CPU; the network's outputs must match onnxruntime.  With
-    tf32, the tensor-core schedules (padded pixel columns included) emulated: exact fp32."""
+    tf32 or fp16, the tensor-core schedules (padding and split reductions included) emulated: exact fp32."""
     from loopweave.nn_ops.compile import with_precision
     model = MODELS[name]()
     plan = build_kernels(lw.from_onnx(model), with_precision(resolve_target("cuda"), precision), False,
@@ -223,13 +224,15 @@ def test_tf32_network_runs_its_gemms_on_tensor_cores():
     assert [c.name for c in on_tensor_cores] == ["conv2d_gemm_relu", "conv2d_gemm_add_relu", "conv2d_gemm",
                                                  "conv2d_gemm_relu"], [c.name for c in exe.calls]
     assert all(len(exe.modules[c.symbol]._kernels) == 2 for c in on_tensor_cores)
+    exe = lw.compile(lw.from_onnx(_tensor_core_cnn()), target="cuda", progress=False, precision="fp16")
+    assert sum("lw_mma_m16n8k16_f16(" in exe.sources("cuda")[c.symbol] for c in exe.calls) == 4
 
 
 def test_precision_is_checked_before_compiling():
     graph = lw.from_onnx(small_cnn(batch=1, size=8))
     for target, precision, error, match in (
-            ("cuda", "fp16", lw.BuildError, "fp16' is not implemented yet"),
             ("cuda", "bf16", lw.ArgumentError, "use 'fp32'"),
+            ("llvm", "fp16", lw.BuildError, "is for target 'cuda'"),
             ("llvm", "tf32", lw.BuildError, "is for target 'cuda'"),
             ("cuda:sm_75", "tf32", lw.BuildError, r"sm_80 or newer\), but the code is compiled for sm_75")):
         with pytest.raises(error, match=match):
@@ -237,10 +240,11 @@ def test_precision_is_checked_before_compiling():
 
 
 @pytest.mark.gpu
-def test_tf32_network_on_the_gpu_matches_onnxruntime():
-    """The tensor cores for real: tf32 products (10 mantissa bits) against onnxruntime's fp32."""
+@pytest.mark.parametrize("precision", ["tf32", "fp16"])
+def test_tensor_core_network_on_the_gpu_matches_onnxruntime(precision):
+    """The tensor cores for real: tf32 / fp16 products (10 mantissa bits) against onnxruntime's fp32."""
     model = _tensor_core_cnn()
-    exe = lw.compile(lw.from_onnx(model), target="cuda", progress=False, precision="tf32")
+    exe = lw.compile(lw.from_onnx(model), target="cuda", progress=False, precision=precision)
     feed = _feed(exe, seed=5)
     for a, b in zip(exe.run(feed), _ort(model, feed)):
         np.testing.assert_allclose(a, b, rtol=2e-2, atol=2e-2)
