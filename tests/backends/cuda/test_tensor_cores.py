@@ -1,4 +1,4 @@
-"""Tensor cores (``precision="tf32"``): warp tiles lowered to mma.sync, checked without a GPU.
+"""Tensor cores (``precision="tf32"`` / ``"fp16"``): warp tiles lowered to mma.sync, checked without a GPU.
 
 The generated CUDA C runs on CPU threads (``simt``) with mma.sync emulated warp by warp in
 PTX's fragment layout, so a wrong lane mapping (rows, columns, which lane holds what) gives
