@@ -14,12 +14,15 @@ and a second kernel adds them with the epilogue.
 from __future__ import annotations
 
 from ....dsl.tensor import thread_axis
+from ....lowering.passes.distribute_warp_tiles import mma_kind
 from ..registry import fused_output, register_schedule
 from .conv2d import _inline_helpers
 from .injective import bind_fused
 from . import matmul
-from .matmul import (K_TILE, K_TILE_SINGLE, MULTIPROCESSORS, TENSOR_CORE_PRECISIONS, THREADS, _cooperative_copy,
-                     _whole_tiles, gemm_tiles)
+from .gemm_stages import cooperative_copy
+from .matmul import K_TILE, K_TILE_SINGLE, MULTIPROCESSORS, THREADS, _schedule_gemm_cuda, _whole_tiles, gemm_tiles
+from .matmul_tensor_cores import (TENSOR_CORE_PRECISIONS, accumulate_in_warps, schedule_gemm_tensor_cores,
+                                  tensor_core_tiles, tile_output)
 
 MAX_SPLITS = 32
 MIN_SLICE = 128          # reduction elements per slice at least
@@ -71,7 +74,7 @@ def schedule_conv2d_gemm(s, op, target) -> None:
         cache = s.cache_read(tensor, "shared", [gemm.outputs[0]])
         s[cache].compute_at(L, ko)
         panel = matmul.A_PANEL if double and tensor is W2 else "rows"   # (whole tiles only: matmul.py)
-        _cooperative_copy(s, cache, THREADS, THREADS, rows_fastest=panel == "steps")
+        cooperative_copy(s, cache, THREADS, THREADS, rows_fastest=panel == "steps")
         if double:
             s[cache].double_buffer()
         matmul.store_a_panel(s, cache, gemm.outputs[0], ki, panel)
@@ -81,8 +84,6 @@ def _on_tensor_cores(s, final, gemm, target) -> bool:
     """The product in warp tiles on the tensor cores (``matmul_tensor_cores.py``), rows the output
     channels and columns the pixels as above, split over the reduction where the tiles are too few
     (``split_k``); False (nothing changed) where they make no whole tiles."""
-    from ....lowering.passes.distribute_warp_tiles import mma_kind
-    from .matmul_tensor_cores import accumulate_in_warps, tensor_core_tiles, tile_output
     oc, pixels = gemm.outputs[0].shape
     k = gemm.reduce_axis[0]
     depth = mma_kind(target).depth
@@ -138,8 +139,6 @@ def _split_k(s, final, gemm, splits: int, tiles, target) -> None:
     """Partial products of ``splits`` reduction slices (``rfactor``), each tiled as a batch of
     matmuls (the slice on blockIdx.z; ``tiles`` per thread, or None: on the tensor cores), then
     one thread per output adds the slices and applies the epilogue."""
-    from .matmul import _schedule_gemm_cuda
-    from .matmul_tensor_cores import schedule_gemm_tensor_cores
     L = s[gemm]
     part, _ = L.split(gemm.reduce_axis[0], nparts=splits)
     partial = s.rfactor(gemm.outputs[0], part)

@@ -22,7 +22,9 @@ from __future__ import annotations
 from ....dsl import dtypes
 from ....dsl.expr import Const
 from ....dsl.tensor import PlaceholderOp, thread_axis
-from ..registry import fused_output, register_schedule
+from ..registry import register_schedule
+from .gemm_stages import VEC, cooperative_copy, gemm_stages
+from .matmul_tensor_cores import TENSOR_CORE_PRECISIONS, schedule_gemm_tensor_cores
 
 TILE = 128          # the largest output tile per block (rows and columns)
 PER_THREAD = 8      # the largest output block per thread (rows and columns): 16 x 16 threads
@@ -31,31 +33,9 @@ MULTIPROCESSORS = 132   # an H100's; fewer blocks than this leave multiprocessor
 K_TILES = (32, 16)  # reduction steps staged through shared memory, double-buffered: the deepest that fits
 K_TILE = 16         # the step other GEMM-shaped schedules (implicit-GEMM convs) use
 K_TILE_SINGLE = 8   # ... when partial tiles rule double buffering out
-VEC = 4             # float4 copies into shared memory
 A_PANELS = ("rows", "steps", "padded_steps")   # layouts of the row operand's shared panel (``store_a_panel``)
 A_PANEL = "rows"    # the default: measured fastest on an H200 (benchmarks/RESULTS.md, fifteenth session)
-TENSOR_CORE_PRECISIONS = ("tf32", "fp16")   # target precisions whose GEMMs use the tensor cores
 ASYNC_COPIES = False   # double-buffer the panels by cp.async where they copy an input as it is (not measured yet)
-
-
-def _cooperative_copy(s, cache, threads_y: int, threads_x: int, rows_fastest: bool = False) -> None:
-    """All threads of the block copy ``cache``'s region: float4 per thread, thread axes like the consumer's.
-
-    ``rows_fastest``: neighbouring threads take neighbouring rows (the same float4 column of
-    each), for a copy stored transposed: their scalar stores then fall in different banks."""
-    stage = s[cache]
-    *outer, inner = stage.op.axis
-    inner, vec = stage.split(inner, factor=VEC)    # the lanes stay outside any index division: one float4
-    if rows_fastest:
-        *lead, rows = outer
-        stage.reorder(*lead, inner, rows, vec)
-        outer, inner = [*lead, inner], rows
-    rest = stage.fuse(*outer, inner) if outer else inner
-    rest, tx = stage.split(rest, factor=threads_x)
-    rest, ty = stage.split(rest, factor=threads_y)
-    stage.bind(ty, thread_axis("threadIdx.y"))
-    stage.bind(tx, thread_axis("threadIdx.x"))
-    stage.vectorize(vec)
 
 
 def _whole_tiles(extents, k, tiles, k_tile: int) -> bool:
@@ -125,19 +105,9 @@ def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None, a_p
     and bound inference through its division gives the register block run-time extents
     (piecewise selects, not vectorized): seen in the lowered IR of a 128 x 64 output."""
     if target.precision in TENSOR_CORE_PRECISIONS and tiles is None and k_tile is None:
-        from .matmul_tensor_cores import schedule_gemm_tensor_cores   # (it builds on this file's copies)
         if schedule_gemm_tensor_cores(s, op, target, batch):
             return
-    out = op.outputs[0]
-    final = fused_output(s, op)
-    if final is s[op]:
-        C = s[op]
-        CL = s.cache_write(out, "local")
-    else:   # fused epilogue: tile the output, accumulate op per thread inside the tile
-        C, CL = final, out
-    A_t, B_t = s[CL].op.input_tensors[:2] if len(s[CL].op.input_tensors) >= 2 else (None, None)
-    if getattr(B_t.op, "tag", "") == "pack":   # dense: B is W transposed by a stage of its own
-        s[B_t].compute_inline()
+    C, CL, A_t, B_t = gemm_stages(s, op, "local")
     AA = s.cache_read(A_t, "shared", [CL])
     BB = s.cache_read(B_t, "shared", [CL])
 
@@ -183,7 +153,7 @@ def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None, a_p
         and all(isinstance(t.op, PlaceholderOp) for t in (A_t, B_t))
     for cache in (AA, BB):
         s[cache].compute_at(L, ko)
-        _cooperative_copy(s, cache, rows, cols, rows_fastest=panel == "steps" and cache is AA)
+        cooperative_copy(s, cache, rows, cols, rows_fastest=panel == "steps" and cache is AA)
         if double:
             s[cache].double_buffer(asynchronous=asynchronous)
     store_a_panel(s, AA, CL, ki, panel)
@@ -196,7 +166,7 @@ def store_a_panel(s, AA, CL, ki, panel: str) -> None:
     Row-major, the rows one thread reads at a step lie a step apart: the two rows of threads
     in a warp hit the same bank.  Step-major, they are contiguous and conflict-free, but the
     copy stores scalars a row apart: ``"steps"`` has neighbouring threads copy neighbouring rows
-    (``_cooperative_copy(rows_fastest=True)``: conflict-free stores, each warp's float4 global
+    (``cooperative_copy(rows_fastest=True)``: conflict-free stores, each warp's float4 global
     loads 32 rows apart), ``"padded_steps"`` keeps the copy's coalesced order and pads each
     step's row by 4 floats (stores over 8 banks).  On an H200, 4096^3: 33.7 TFLOPS for
     ``"steps"`` against 42.3 for ``"rows"`` (benchmarks/RESULTS.md, fifteenth session)."""

@@ -19,14 +19,14 @@ from typing import Optional, Tuple
 from ....dsl.expr import Const
 from ....dsl.tensor import PlaceholderOp, thread_axis
 from ....lowering.passes.distribute_warp_tiles import mma_kind
-from ..registry import fused_output
-from .matmul import _cooperative_copy
+from .gemm_stages import cooperative_copy, gemm_stages
 
 MMA_M, MMA_N = 16, 8
 TILES = (128, 64, 32)        # block tile sides, the largest that divides the output's side
 WARP_ROWS, WARP_COLUMNS = 64, 32
 STEPS = (32, 16, 8)          # reduction steps through shared memory: the deepest that fits double-buffered
 A_ALIGN, B_ALIGN = (16, 4), (32, 8)   # (factor, offset) of the panels' row strides: conflict-free fragments
+TENSOR_CORE_PRECISIONS = ("tf32", "fp16")   # target precisions whose GEMMs use the tensor cores
 ASYNC_COPIES = False   # fill the panels by cp.async where they copy an input as it is (not measured on a GPU yet)
 
 
@@ -57,24 +57,14 @@ def tensor_core_tiles(rows, columns, depth, shared_bytes: int, mma_depth: int = 
 def schedule_gemm_tensor_cores(s, op, target, batch: bool) -> bool:
     """Schedule ``op`` (matmul/dense/batch_matmul) on the tensor cores; False (nothing changed)
     where its shape or dtype does not make whole warp tiles."""
-    out = op.outputs[0]
-    if out.dtype != "float32" or len(op.reduce_axis) != 1:
+    if op.outputs[0].dtype != "float32" or len(op.reduce_axis) != 1:
         return False
     *_, i_ext, j_ext = (a.extent for a in op.axis)
     tiles = tensor_core_tiles(i_ext, j_ext, op.reduce_axis[0].extent, target.max_shared_memory_per_block,
                               mma_kind(target).depth)
     if tiles is None:
         return False
-    final = fused_output(s, op)
-    if final is s[op]:
-        C = s[op]
-        CW = s.cache_write(out, "warp")
-    else:   # fused epilogue: tile the output, accumulate op per warp inside the tile
-        C, CW = final, out
-        s[CW].set_scope("warp")
-    A_t, B_t = s[CW].op.input_tensors[:2]
-    if getattr(B_t.op, "tag", "") == "pack":   # dense: B is W transposed by a stage of its own
-        s[B_t].compute_inline()
+    C, CW, A_t, B_t = gemm_stages(s, op, "warp")
     *lead, i, j = C.op.axis
     warp = tile_output(C, i, j, tiles, lead)
     if batch:
@@ -124,6 +114,6 @@ def accumulate_in_warps(s, C, warp, CW, operands, tiles, mma_depth: int, asynchr
     for tensor, align in zip(operands, (A_ALIGN, B_ALIGN)):
         cache = s.cache_read(tensor, "shared", [CW])
         s[cache].compute_at(L, ko)
-        _cooperative_copy(s, cache, warps, 32)
+        cooperative_copy(s, cache, warps, 32)
         s[cache].storage_align(s[cache].op.axis[-2], *align)
         s[cache].double_buffer(asynchronous=asynchronous)

@@ -55,7 +55,7 @@ static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 // a warp: 32 consecutive threads of the block, with a barrier of its own and a place to
 // swap registers, for the warp-collective mma.sync (each lane holds a fragment)
-struct lw_warp { std::barrier<>* bar; float a[32][4], b[32][2]; float* f16[32]; };
+struct lw_warp { std::barrier<>* bar; float a[32][8], b[32][4]; };
 static thread_local lw_warp* lw_my_warp;
 static thread_local unsigned lw_lane;
 #define LW_MMA_EMULATED
@@ -72,53 +72,47 @@ static inline float lw_round_tf32(float x) {   // cvt.rna.tf32.f32: 10 mantissa 
 static inline float lw_tf32(float x) {
   unsigned u; std::memcpy(&u, &x, 4); u &= 0xffffe000u; std::memcpy(&x, &u, 4); return x;
 }
-// mma.sync.m16n8k8 tf32 as PTX lays out its fragments: lane 4g + t holds A[g(+8)][t(+4)],
-// B[t(+4)][g] and D[g(+8)][2t(+1)]
-static void lw_mma_m16n8k8_tf32(float& d0, float& d1, float& d2, float& d3, float a0, float a1, float a2,
-                                float a3, float b0, float b1) {
+// mma.sync as PTX lays out its fragments: each lane puts its A and B elements (rounded as the
+// hardware reads them) in the warp's slots, the warp meets, each lane sums its four D elements
+// (lane 4g + t: D[g(+8)][2t(+1)]), the warp meets again before the slots are reused.
+//   m16n8k8 tf32: a0..a3 = A[g(+8)][t(+4)], b0, b1 = B[t(+4)][g]
+//   m16n8k16 f16: a0..a7 = A[g(+8)][2t(+1)(+8)] (pairs by k), b0..b3 = B[2t(+1)(+8)][g]
+static void lw_mma_emulated(float* d[4], const float* a, int na, const float* b, int nb, unsigned depth) {
   lw_warp& w = *lw_my_warp;
   unsigned l = lw_lane;
-  w.a[l][0] = lw_tf32(a0); w.a[l][1] = lw_tf32(a1); w.a[l][2] = lw_tf32(a2); w.a[l][3] = lw_tf32(a3);
-  w.b[l][0] = lw_tf32(b0); w.b[l][1] = lw_tf32(b1);
+  for (int i = 0; i < na; ++i) w.a[l][i] = a[i];
+  for (int i = 0; i < nb; ++i) w.b[l][i] = b[i];
   w.bar->arrive_and_wait();
-  float* d[4] = {&d0, &d1, &d2, &d3};
   unsigned g = l >> 2, t = l & 3;
   for (unsigned q = 0; q < 4; ++q) {
     unsigned row = g + 8 * (q >> 1), col = 2 * t + (q & 1);
     float sum = *d[q];
-    for (unsigned k = 0; k < 8; ++k)
-      sum += w.a[(row % 8) * 4 + k % 4][(row >= 8) + 2 * (k >= 4)] * w.b[col * 4 + k % 4][k >= 4];
-    *d[q] = sum;
-  }
-  w.bar->arrive_and_wait();
-}
-static inline float lw_round_f16(float x) { return (float)(_Float16)x; }   // cvt.rn.f16.f32
-// mma.sync.m16n8k16 f16: lane 4g + t holds A[g(+8)][2t(+1)(+8)] in a0..a7 (pairs by k),
-// B[2t(+1)(+8)][g] in b0..b3, D as above; the packing rounds what reaches it unrounded
-static void lw_mma_m16n8k16_f16(float& d0, float& d1, float& d2, float& d3, float a0, float a1, float a2,
-                                float a3, float a4, float a5, float a6, float a7, float b0, float b1, float b2,
-                                float b3) {
-  static thread_local float mine[12];
-  lw_warp& w = *lw_my_warp;
-  unsigned l = lw_lane;
-  float in[12] = {a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3};
-  for (int i = 0; i < 12; ++i) mine[i] = lw_round_f16(in[i]);
-  w.f16[l] = mine;
-  w.bar->arrive_and_wait();
-  float* d[4] = {&d0, &d1, &d2, &d3};
-  unsigned g = l >> 2, t = l & 3;
-  for (unsigned q = 0; q < 4; ++q) {
-    unsigned row = g + 8 * (q >> 1), col = 2 * t + (q & 1);
-    float sum = *d[q];
-    for (unsigned k = 0; k < 16; ++k) {
-      unsigned kk = k % 8, hi = k >= 8;   // which lane (t = kk / 2) and register (pair, half) hold it
-      float a = w.f16[(row % 8) * 4 + kk / 2][2 * ((row >= 8) + 2 * hi) + kk % 2];
-      float b = w.f16[col * 4 + kk / 2][8 + 2 * hi + kk % 2];
-      sum += a * b;
+    for (unsigned k = 0; k < depth; ++k) {
+      unsigned hi = row >= 8;
+      float x = depth == 8 ? w.a[(row % 8) * 4 + k % 4][hi + 2 * (k >= 4)]
+                           : w.a[(row % 8) * 4 + k % 8 / 2][2 * (hi + 2 * (k >= 8)) + k % 2];
+      float y = depth == 8 ? w.b[col * 4 + k % 4][k >= 4] : w.b[col * 4 + k % 8 / 2][2 * (k >= 8) + k % 2];
+      sum += x * y;
     }
     *d[q] = sum;
   }
   w.bar->arrive_and_wait();
+}
+static void lw_mma_m16n8k8_tf32(float& d0, float& d1, float& d2, float& d3, float a0, float a1, float a2,
+                                float a3, float b0, float b1) {
+  float* d[4] = {&d0, &d1, &d2, &d3};
+  float a[4] = {lw_tf32(a0), lw_tf32(a1), lw_tf32(a2), lw_tf32(a3)}, b[2] = {lw_tf32(b0), lw_tf32(b1)};
+  lw_mma_emulated(d, a, 4, b, 2, 8);
+}
+static inline float lw_round_f16(float x) { return (float)(_Float16)x; }   // cvt.rn.f16.f32
+static void lw_mma_m16n8k16_f16(float& d0, float& d1, float& d2, float& d3, float a0, float a1, float a2,
+                                float a3, float a4, float a5, float a6, float a7, float b0, float b1, float b2,
+                                float b3) {   // the packing (cvt.rn.f16x2) rounds what reaches it unrounded
+  float* d[4] = {&d0, &d1, &d2, &d3};
+  float a[8] = {lw_round_f16(a0), lw_round_f16(a1), lw_round_f16(a2), lw_round_f16(a3), lw_round_f16(a4),
+                lw_round_f16(a5), lw_round_f16(a6), lw_round_f16(a7)};
+  float b[4] = {lw_round_f16(b0), lw_round_f16(b1), lw_round_f16(b2), lw_round_f16(b3)};
+  lw_mma_emulated(d, a, 8, b, 4, 16);
 }
 static void lw_run_grid(lw_dim3 grid, lw_dim3 block, const std::function<void()>& kernel) {
   gridDim = grid; blockDim = block;

@@ -72,12 +72,12 @@ def test_running_without_a_gpu_is_a_clean_error(compiled):
         exe.run({n: np.zeros((1,) * len(s), d) for n, s, d in exe.inputs})
 
 
-@pytest.mark.parametrize("name, precision", [("small_cnn", "fp32"), ("encoder", "fp32"), ("tensor_core_cnn", "tf32"),
-                                             ("tensor_core_cnn", "fp16")])
+@pytest.mark.parametrize("name, precision", [("small_cnn", "fp32"), ("encoder", "fp32"), ("tensor_core_cnn", "tf32")])
 def test_gpu_schedules_of_the_network_emulated_on_the_cpu(name, precision, emulate):
     """Each kernel: the op library's CUDA schedule, lowered for cuda (so it is legal there), its
     thread loops run serially on the CPU; the network's outputs must match onnxruntime.  With
-    tf32 or fp16, the tensor-core schedules (padding and split reductions included) emulated: exact fp32."""
+    tf32, the tensor-core schedules (padding included) emulated: exact fp32 (fp16's differ in the
+    reduction's split only: tests/backends/cuda/test_tensor_cores.py runs them kernel by kernel)."""
     from loopweave.nn_ops.compile import with_precision
     model = MODELS[name]()
     plan = build_kernels(lw.from_onnx(model), with_precision(resolve_target("cuda"), precision), False,
