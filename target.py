@@ -39,8 +39,8 @@ class Target:
     max_shared_memory_per_block: int = 48 * 1024   # static __shared__ limit without opt-in
     # LLVM target triple; "" is this process's own (the host's)
     triple: str = ""
-    # target "cuda": the float32 arithmetic matmuls and convolutions may use; "tf32" lets them run on
-    # the tensor cores (inputs rounded to 10 mantissa bits, fp32 accumulation), "fp32" keeps them exact
+    # target "cuda": the float32 arithmetic matmuls and convolutions may use; "tf32" or "fp16" lets them
+    # run on the tensor cores (inputs rounded to 10 mantissa bits, fp32 accumulation), "fp32" keeps them exact
     precision: str = "fp32"
 
     @property

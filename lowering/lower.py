@@ -70,8 +70,7 @@ class PassContext:
     storage_aligns: Dict[str, dict]
     storage_orders: Dict[str, tuple] = field(default_factory=dict)
     timings: Dict[str, float] = field(default_factory=dict)
-    double_buffers: frozenset = frozenset()
-    async_copies: frozenset = frozenset()   # the double-buffered stages filled by cp.async
+    double_buffers: Dict[str, bool] = field(default_factory=dict)   # stage name -> filled by cp.async
     func_name: str = "main"
     target: object = None
 
@@ -122,8 +121,8 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
     ctx = PassContext(size_vars, {s.name: dict(s.storage_aligns) for s in schedule.stages if s.storage_aligns},
                       storage_orders={s.name: s.storage_order for s in schedule.stages if s.storage_order},
                       func_name=name, target=tgt,
-                      double_buffers=frozenset(s.name for s in schedule.stages if s.double_buffered),
-                      async_copies=frozenset(s.name for s in schedule.stages if s.double_buffered == "async"))
+                      double_buffers={s.name: s.double_buffered == "async" for s in schedule.stages
+                                      if s.double_buffered})
     ctx.timings["schedule_to_loops"] = time.perf_counter() - start
     func = PrimFunc(name, params, size_vars, body, param_tensors=args)
     func.dumps["schedule_to_loops"] = body

@@ -16,6 +16,7 @@ from ..errors import (ArgumentError, BuildError, DamagedFileError, InternalError
                       PerShapeCompileWarning)
 from ..lowering.lower import check_checks_argument
 from ..target import resolve_target
+from .ops.cuda.matmul_tensor_cores import TENSOR_CORE_PRECISIONS
 from .network.archive import ArchiveReader, MetaChecker
 from .network.dynamic_executable import FORMAT as DYNAMIC_FORMAT, DynamicExecutable, check_dynamic_meta, load_dynamic
 from .network.executable import compile_graph, load_static_from
@@ -133,7 +134,7 @@ def _load_polymorphic(reader):
     return build_polymorphic(graph, "llvm", prebuilt=kernels, runner_object=reader.read("runner.o"))
 
 
-PRECISIONS = ("fp32", "tf32", "fp16")
+PRECISIONS = ("fp32",) + TENSOR_CORE_PRECISIONS
 
 
 def with_precision(tgt, precision):

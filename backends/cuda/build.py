@@ -11,7 +11,6 @@ import hashlib
 
 from ...errors import BuildError
 from ...lowering.ir import PrimFunc
-from ...lowering.passes.distribute_warp_tiles import MMA_F16, MMA_TF32
 from ..runtime import ParamSpec, _shape_spec
 from . import codegen, compiler
 from .driver import get_driver, gpu_available
@@ -45,7 +44,7 @@ def build_cuda(func: PrimFunc, target, written) -> CudaModule:
                          f"the schedule to lw.build) after binding its loops to GPU axes")
     source, kernels = codegen.generate(func)
     arch = cuda_arch(target)
-    if f"lw_{MMA_TF32}(" in source or f"lw_{MMA_F16}(" in source or "lw_cp_async_commit()" in source:
+    if codegen.needs_sm80(source):
         check_tensor_core_arch(arch, f"'{func.name}' (a warp stage or an asynchronous copy)")
     compiled = {}
 

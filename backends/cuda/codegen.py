@@ -604,6 +604,11 @@ def kernels_of(func: PrimFunc) -> List[KernelLaunch]:
     return found
 
 
+def needs_sm80(source: str) -> bool:
+    """Whether CUDA C from ``generate`` uses sm_80's instructions (tensor-core mma, cp.async)."""
+    return any(prelude in source for prelude in (ASYNC_PRELUDE, MMA_PRELUDE, MMA_F16_PRELUDE))
+
+
 def generate(func: PrimFunc):
     """(CUDA C source, [KernelInfo]) for a PrimFunc lowered for target cuda."""
     infos = []

@@ -166,10 +166,10 @@ class _Distribute(Mutator):
         return Allocate(tile.fragments, const(tile.fragments.shape[0]), body)
 
     def visit_For(self, node):
-        if self._touches_tile(node):
-            rewritten = self._mma(node) or self._elementwise(node)
-            if rewritten is not None:
-                return rewritten
+        # (each tries its loops' shape first, a few attribute reads, before it walks the body)
+        rewritten = self._mma(node) or self._elementwise(node)
+        if rewritten is not None:
+            return rewritten
         if isinstance(node.extent, Const):
             self.extents[node.var] = node.extent.value
         tag = dict(node.annotations).get("thread") if node.kind == "thread" else None
@@ -179,19 +179,13 @@ class _Distribute(Mutator):
         finally:
             self.lanes.pop()
 
-    def _touches_tile(self, node) -> bool:
-        found = []
-        post_order_visit(node, lambda n: found.append(1) if isinstance(n, (BufferLoad, BufferStore))
-                         and id(n.buffer) in self.tiles else None)
-        return bool(found)
-
     def _in_lanes(self, what: str):
         if LANE_TAG in self.lanes:
             raise LoweringError(f"{what} is inside a loop bound to {LANE_TAG}: a warp tile is computed by the "
                                 f"32 threads of a warp together; compute it at a loop outside {LANE_TAG} "
                                 f"(the warps: threadIdx.y/z)")
 
-    def _tile_access(self, nodes, row: Var, column: Var, extents):
+    def _tile_access(self, nodes, row: Var, column: Var):
         """{id(access): (tile, fragment base)} for every tile access among ``nodes``, or None unless each
         is at ``base + width * row + column``."""
         found = {}
@@ -207,16 +201,10 @@ class _Distribute(Mutator):
             rest = {t: c for t, c in terms.items() if t.expr is not row and t.expr is not column}
             if any(uses_var(t.expr, row) or uses_var(t.expr, column) for t in rest):
                 return None
-            frag = tile.fragment_base(from_linear(rest, constant), extents)
+            frag = tile.fragment_base(from_linear(rest, constant), self.extents)
             if frag is None:
                 return None
             found[id(n)] = (tile, frag)
-        return found
-
-    def _accesses(self, node):
-        found = []
-        post_order_visit(node, lambda n: found.append(n) if isinstance(n, (BufferLoad, BufferStore))
-                         and id(n.buffer) in self.tiles else None)
         return found
 
     # ------------------------------------------------------------------ the two nests
@@ -226,8 +214,8 @@ class _Distribute(Mutator):
             return None
         row, column = (lp.var for lp in (loops if loops[0].extent.value == M else loops[::-1]))
         body = loops[1].body
-        accesses = self._accesses(body)
-        where = self._tile_access(accesses, row, column, self.extents)
+        accesses = _tile_accesses(body, self.tiles)
+        where = self._tile_access(accesses, row, column) if accesses else None
         if where is None:
             return None
         self._in_lanes(f"the loop nest over '{accesses[0].buffer.name}'")
@@ -282,13 +270,13 @@ class _Distribute(Mutator):
                 and isinstance(product, Binary) and product.op == "mul"):
             return None
         x, y = product.a, product.b
-        if self._accesses(product):
+        if _tile_accesses(product, self.tiles):
             return None
         if uses_var(x, column) and not uses_var(x, row):
             x, y = y, x
         if uses_var(x, column) or uses_var(y, row) or x.dtype != "float32" or y.dtype != "float32":
             return None
-        where = self._tile_access([store], row, column, self.extents)
+        where = self._tile_access([store], row, column)
         if where is None:
             return None
         self._in_lanes(f"the multiply-accumulate into '{tile.buffer.name}'")
@@ -307,20 +295,27 @@ def _rounded(x, kind: MmaKind):
     return Call(kind.rounding, (x,), "float32")
 
 
-def _round_at_stores(stmt, kind: MmaKind, asynchronous=frozenset()):
+def _tile_accesses(node, tiles) -> list:
+    """The loads and stores of the warp buffers ``tiles`` under ``node``."""
+    found = []
+    post_order_visit(node, lambda n: found.append(n) if isinstance(n, (BufferLoad, BufferStore))
+                     and id(n.buffer) in tiles else None)
+    return found
+
+
+def _round_at_stores(stmt, kind: MmaKind, double_buffers):
     """Where every load of a shared buffer is rounded for the mma (a fragment operand), round the values
     once as they are stored instead: each is read by many warps' fragments, stored once per block.
-    Not for buffers filled by cp.async (named in ``asynchronous``), which stores what it loads."""
+    Not for buffers filled by cp.async (``double_buffers[name]`` true), which stores what it loads."""
     loads, rounded = {}, set()
 
     def visit(n):
-        if isinstance(n, BufferLoad) and n.buffer.scope == "shared":
+        if isinstance(n, BufferLoad) and n.buffer.scope == "shared" and not double_buffers.get(n.buffer.name):
             loads.setdefault(id(n.buffer), []).append(id(n))
         elif isinstance(n, Call) and n.name == kind.rounding and isinstance(n.args[0], BufferLoad):
             rounded.add(id(n.args[0]))
     post_order_visit(stmt, visit)
-    buffers = {b for b, ids in loads.items() if all(i in rounded for i in ids)} - {
-        id(n.buffer) for n in _all_loads(stmt) if n.buffer.name in asynchronous}
+    buffers = {b for b, ids in loads.items() if all(i in rounded for i in ids)}
     if not buffers:
         return stmt
 
@@ -338,12 +333,6 @@ def _round_at_stores(stmt, kind: MmaKind, asynchronous=frozenset()):
     return _Move().visit(stmt)
 
 
-def _all_loads(stmt):
-    found = []
-    post_order_visit(stmt, lambda n: found.append(n) if isinstance(n, BufferLoad) else None)
-    return found
-
-
 def distribute_warp_tiles(stmt, ctx):
     tiles: Dict[int, _Tile] = {}
     post_order_visit(stmt, lambda n: tiles.__setitem__(id(n.buffer), _Tile(n))
@@ -352,9 +341,7 @@ def distribute_warp_tiles(stmt, ctx):
         return stmt
     kind = mma_kind(ctx.target)
     result = _Distribute(tiles, kind).visit(stmt)
-    left = []
-    post_order_visit(result, lambda n: left.append(n) if isinstance(n, (BufferLoad, BufferStore))
-                     and id(n.buffer) in tiles else None)
+    left = _tile_accesses(result, tiles)
     if left:
         name = left[0].buffer.name
         raise LoweringError(f"warp buffer '{name}' is accessed outside a warp tile nest: every loop nest over a "
@@ -362,4 +349,4 @@ def distribute_warp_tiles(stmt, ctx):
                             f"multiply-accumulate, one of {kind.depth} over the reduction), neither vectorized nor "
                             f"bound, with the tile indexed as [row, column]; split the stage's axes by {M}, {N} and "
                             f"{kind.depth} and keep those loops innermost")
-    return _round_at_stores(result, kind, getattr(ctx, "async_copies", frozenset()))
+    return _round_at_stores(result, kind, ctx.double_buffers)

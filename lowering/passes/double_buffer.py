@@ -25,7 +25,7 @@ barrier ending iteration k publishes it to iteration k + 1.  insert_syncs leaves
 annotated loop alone.  A marked buffer in any other shape raises LoweringError naming it
 and what to change.
 
-A buffer marked asynchronous (``ctx.async_copies``) is filled by ``cp.async`` instead, from
+A buffer marked asynchronous (``ctx.double_buffers[name]`` true) is filled by ``cp.async`` instead, from
 global to shared memory without registers (its copy must store a plain global load)::
 
     buf[slot 0] <- async copy for k = min; commit
@@ -229,9 +229,8 @@ def _stored_buffer(s):
 
 
 class _DoubleBuffer(Mutator):
-    def __init__(self, names, asynchronous=frozenset()):
-        self.names = names
-        self.asynchronous = asynchronous
+    def __init__(self, names):
+        self.names = names      # stage name -> filled by cp.async
         self.done = set()
         self.doubled = set()     # ids of the buffers this pass made (their loops are done)
 
@@ -289,7 +288,7 @@ class _DoubleBuffer(Mutator):
                            size))
         reslot = _Reslot({id(old): new for old, _, new, _, _ in staged},
                          {id(old): binary("mul", slot(kv), const(size)) for old, _, _, _, size in staged})
-        kinds = {a.buffer.name in self.asynchronous for a in allocs}
+        kinds = {self.names[a.buffer.name] for a in allocs}
         if len(kinds) > 1:
             raise _fail(names, f"the shared stages computed at loop '{loop.var.name}' mix asynchronous and "
                                f"register double buffering", "mark all of them the same way")
@@ -328,7 +327,7 @@ def double_buffer(stmt, ctx):
     names = ctx.double_buffers
     if not names:
         return stmt
-    pass_ = _DoubleBuffer(names, getattr(ctx, "async_copies", frozenset()))
+    pass_ = _DoubleBuffer(names)
     result = pass_.visit(stmt)
     never = sorted(set(names) - pass_.done)
     if never:

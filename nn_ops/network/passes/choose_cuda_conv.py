@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from ....lowering.passes.distribute_warp_tiles import MMA_KINDS
+from ...ops.cuda.matmul_tensor_cores import TILES
 from ..graph import Graph
 
-
-TENSOR_CORE_COLUMNS = 32   # a tensor-core conv's pixel columns and output-channel rows: multiples of this
-TENSOR_CORE_DEPTH = {"tf32": 8, "fp16": 16}   # ... and its reduction (C*KH*KW, zero taps added to W2)
+TENSOR_CORE_COLUMNS = min(TILES)   # a tensor-core conv's pixel columns and output-channel rows: whole tiles
 
 
 def choose_cuda_conv(g: Graph, precision: str = "fp32") -> Graph:
-    depth = TENSOR_CORE_DEPTH.get(precision)
-    tensor_cores = depth is not None
+    tensor_cores = precision in MMA_KINDS
+    depth = MMA_KINDS[precision].depth if tensor_cores else 1   # its reduction: whole mma steps
     for node in g.nodes:
         if node.op_type != "conv2d" or node.inputs[1] not in g.initializers or int(node.attrs["groups"]) != 1:
             continue

@@ -36,11 +36,11 @@ def schedule_conv2d_gemm(s, op, target) -> None:
     final = fused_output(s, op)
     if final is not s[op]:
         s[op].compute_inline()         # the epilogue reads the product directly
+    if target.precision in TENSOR_CORE_PRECISIONS and _on_tensor_cores(s, final, gemm, target):
+        return
     oc, pixels = gemm.outputs[0].shape
     pm, pn = gemm_tiles(oc, pixels)
     k = gemm.reduce_axis[0]
-    if target.precision in TENSOR_CORE_PRECISIONS and _on_tensor_cores(s, final, gemm, target):
-        return
     splits = split_k(_blocks(oc, pixels, THREADS * pm, THREADS * pn), int(k.extent.value))
     if splits > 1:
         _split_k(s, final, gemm, splits, (pm, pn), target)

@@ -3,7 +3,7 @@ block's cooperative copies of its operands into shared memory (``matmul.py``: th
 blocks; ``matmul_tensor_cores.py``: warps; ``conv2d_gemm.py``: the implicit-GEMM convolution)."""
 from __future__ import annotations
 
-from ....dsl.tensor import thread_axis
+from ....dsl.tensor import PlaceholderOp, thread_axis
 from ..registry import fused_output
 
 VEC = 4             # float4 copies into shared memory
@@ -44,3 +44,9 @@ def gemm_stages(s, op, scope: str):
     if getattr(B_t.op, "tag", "") == "pack":
         s[B_t].compute_inline()
     return C, acc, A_t, B_t
+
+
+def copied_as_is(operands) -> bool:
+    """Whether shared copies of ``operands`` copy inputs as they lie, so cp.async can fill them
+    (a computed operand, such as dense's transposed weight or im2col, cannot)."""
+    return all(isinstance(t.op, PlaceholderOp) for t in operands)

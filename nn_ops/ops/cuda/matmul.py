@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from ....dsl import dtypes
 from ....dsl.expr import Const
-from ....dsl.tensor import PlaceholderOp, thread_axis
+from ....dsl.tensor import thread_axis
 from ..registry import register_schedule
-from .gemm_stages import VEC, cooperative_copy, gemm_stages
+from .gemm_stages import VEC, cooperative_copy, copied_as_is, gemm_stages
 from .matmul_tensor_cores import TENSOR_CORE_PRECISIONS, schedule_gemm_tensor_cores
 
 TILE = 128          # the largest output tile per block (rows and columns)
@@ -149,8 +149,7 @@ def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None, a_p
     # (whole tiles only: with a partial step, bound inference through the register copy of a
     # step-major panel gives up and sizes it as the whole operand)
     panel = (A_PANEL if a_panel is None else a_panel) if double else "rows"
-    asynchronous = (ASYNC_COPIES if asynchronous is None else asynchronous) \
-        and all(isinstance(t.op, PlaceholderOp) for t in (A_t, B_t))
+    asynchronous = (ASYNC_COPIES if asynchronous is None else asynchronous) and copied_as_is((A_t, B_t))
     for cache in (AA, BB):
         s[cache].compute_at(L, ko)
         cooperative_copy(s, cache, rows, cols, rows_fastest=panel == "steps" and cache is AA)

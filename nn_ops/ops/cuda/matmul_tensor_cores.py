@@ -17,16 +17,15 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 from ....dsl.expr import Const
-from ....dsl.tensor import PlaceholderOp, thread_axis
-from ....lowering.passes.distribute_warp_tiles import mma_kind
-from .gemm_stages import cooperative_copy, gemm_stages
+from ....dsl.tensor import thread_axis
+from ....lowering.passes.distribute_warp_tiles import M as MMA_M, MMA_KINDS, N as MMA_N, mma_kind
+from .gemm_stages import cooperative_copy, copied_as_is, gemm_stages
 
-MMA_M, MMA_N = 16, 8
 TILES = (128, 64, 32)        # block tile sides, the largest that divides the output's side
 WARP_ROWS, WARP_COLUMNS = 64, 32
 STEPS = (32, 16, 8)          # reduction steps through shared memory: the deepest that fits double-buffered
 A_ALIGN, B_ALIGN = (16, 4), (32, 8)   # (factor, offset) of the panels' row strides: conflict-free fragments
-TENSOR_CORE_PRECISIONS = ("tf32", "fp16")   # target precisions whose GEMMs use the tensor cores
+TENSOR_CORE_PRECISIONS = tuple(MMA_KINDS)   # target precisions whose GEMMs use the tensor cores
 ASYNC_COPIES = False   # fill the panels by cp.async where they copy an input as it is (not measured on a GPU yet)
 
 
@@ -35,7 +34,7 @@ def _padded(width: int, align) -> int:
     return width + (offset - width) % factor
 
 
-def tensor_core_tiles(rows, columns, depth, shared_bytes: int, mma_depth: int = 8
+def tensor_core_tiles(rows, columns, depth, shared_bytes: int, mma_depth: int
                       ) -> Optional[Tuple[int, int, int, int, int]]:
     """(block rows, block columns, warp rows, warp columns, step) for a ``rows x columns`` output
     with a reduction of ``depth`` in mma steps of ``mma_depth``, or None where the tensor-core
@@ -60,8 +59,8 @@ def schedule_gemm_tensor_cores(s, op, target, batch: bool) -> bool:
     if op.outputs[0].dtype != "float32" or len(op.reduce_axis) != 1:
         return False
     *_, i_ext, j_ext = (a.extent for a in op.axis)
-    tiles = tensor_core_tiles(i_ext, j_ext, op.reduce_axis[0].extent, target.max_shared_memory_per_block,
-                              mma_kind(target).depth)
+    depth = mma_kind(target).depth
+    tiles = tensor_core_tiles(i_ext, j_ext, op.reduce_axis[0].extent, target.max_shared_memory_per_block, depth)
     if tiles is None:
         return False
     C, CW, A_t, B_t = gemm_stages(s, op, "warp")
@@ -69,7 +68,7 @@ def schedule_gemm_tensor_cores(s, op, target, batch: bool) -> bool:
     warp = tile_output(C, i, j, tiles, lead)
     if batch:
         C.bind(lead[0], thread_axis("blockIdx.z"))
-    accumulate_in_warps(s, C, warp, CW, (A_t, B_t), tiles, mma_kind(target).depth, asynchronous=ASYNC_COPIES)
+    accumulate_in_warps(s, C, warp, CW, (A_t, B_t), tiles, depth, asynchronous=ASYNC_COPIES)
     return True
 
 
@@ -110,7 +109,7 @@ def accumulate_in_warps(s, C, warp, CW, operands, tiles, mma_depth: int, asynchr
     for loop in (kio, cti, ctj):
         L.unroll(loop)
     warps = (bm // wm) * (bn // wn)
-    asynchronous = asynchronous and all(isinstance(t.op, PlaceholderOp) for t in operands)
+    asynchronous = asynchronous and copied_as_is(operands)
     for tensor, align in zip(operands, (A_ALIGN, B_ALIGN)):
         cache = s.cache_read(tensor, "shared", [CW])
         s[cache].compute_at(L, ko)
