@@ -86,8 +86,40 @@ class Target:
         return self.kind
 
 
+HOST_TARGET_VARIABLE = "LOOPWEAVE_HOST_TARGET"
+
+
 @lru_cache(maxsize=None)
 def host_target() -> Target:
+    """The CPU that ``"llvm"`` means: this machine's, or the one ``LOOPWEAVE_HOST_TARGET`` names.
+
+    The variable holds a target string this machine can run (``"llvm -mcpu=x86-64-v3"`` on an
+    AVX-512 machine), and then loopweave behaves as on a CPU of that kind: its vector width drives
+    the default schedules, its features the generated code, and code for a wider CPU does not run
+    (``runs_here``).  It lets one machine test what the suite does on another x86 level."""
+    native = native_target()
+    text = os.environ.get(HOST_TARGET_VARIABLE, "").strip()
+    if not text:
+        return native
+    from .errors import BuildError
+    if text.split()[:1] != ["llvm"]:
+        raise BuildError(f"{HOST_TARGET_VARIABLE}={text!r}: give an LLVM CPU target such as "
+                         f"'llvm -mcpu=x86-64-v3', or unset it to use this machine's CPU")
+    try:
+        forced = _parse_target_against(" ".join(text.split()), native)
+    except BuildError as exc:
+        raise BuildError(f"{HOST_TARGET_VARIABLE}: {exc}") from None
+    if forced.triple or not forced.enabled_features() <= native.enabled_features():
+        missing = sorted(forced.enabled_features() - native.enabled_features())
+        raise BuildError(f"{HOST_TARGET_VARIABLE}={text!r}: this machine ({native.cpu}) cannot run code for it"
+                         + (f" (it lacks {', '.join(missing)})" if missing else " (it names another triple)")
+                         + "; name a CPU level this machine reaches, e.g. 'llvm -mcpu=x86-64-v3', or unset it")
+    return forced
+
+
+@lru_cache(maxsize=None)
+def native_target() -> Target:
+    """This machine's own CPU, whatever ``LOOPWEAVE_HOST_TARGET`` says."""
     from llvmlite import binding as llvm
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
@@ -127,14 +159,23 @@ _X86_BASE = frozenset("64bit cmov cx8 fxsr mmx sse sse2".split())
 _X86_V2 = _X86_BASE | frozenset("cx16 sahf popcnt sse3 sse4.1 sse4.2 ssse3 crc32".split())
 _X86_V3 = _X86_V2 | frozenset("avx avx2 bmi bmi2 f16c fma lzcnt movbe xsave".split())
 _X86_V4 = _X86_V3 | frozenset("avx512f avx512bw avx512cd avx512dq avx512vl".split())
+# The vector extensions named CPUs add to their level (the ones code generation can use: dot products
+# for int8 (VNNI), bf16, byte permutes, carry-less and AES arithmetic in vectors), so code for a named
+# CPU uses them whatever machine compiles it.
+_X86_VECTOR_CRYPTO = frozenset("aes pclmul gfni vaes vpclmulqdq".split())
+_X86_ICELAKE = _X86_V4 | _X86_VECTOR_CRYPTO | frozenset(
+    "avx512vnni avx512vbmi avx512vbmi2 avx512bitalg avx512vpopcntdq avx512ifma".split())
+_X86_ZEN4 = _X86_ICELAKE | {"avx512bf16"}
 X86_CPUS: Dict[str, FrozenSet[str]] = {
     "x86-64": _X86_BASE, "x86-64-v2": _X86_V2, "x86-64-v3": _X86_V3, "x86-64-v4": _X86_V4,
     "nehalem": _X86_V2, "westmere": _X86_V2,
     "sandybridge": _X86_V2 | {"avx", "xsave"}, "ivybridge": _X86_V2 | {"avx", "xsave", "f16c"},
-    "haswell": _X86_V3, "broadwell": _X86_V3, "skylake": _X86_V3, "alderlake": _X86_V3,
-    "znver1": _X86_V3, "znver2": _X86_V3, "znver3": _X86_V3,
-    "skylake-avx512": _X86_V4, "cascadelake": _X86_V4, "icelake-server": _X86_V4, "sapphirerapids": _X86_V4,
-    "znver4": _X86_V4, "znver5": _X86_V4,
+    "haswell": _X86_V3, "broadwell": _X86_V3, "skylake": _X86_V3,
+    "alderlake": _X86_V3 | _X86_VECTOR_CRYPTO | {"avxvnni"},
+    "znver1": _X86_V3, "znver2": _X86_V3, "znver3": _X86_V3 | {"aes", "pclmul", "vaes", "vpclmulqdq"},
+    "skylake-avx512": _X86_V4, "cascadelake": _X86_V4 | {"avx512vnni"}, "icelake-server": _X86_ICELAKE,
+    "sapphirerapids": _X86_ICELAKE | {"avx512bf16", "avx512fp16", "avxvnni"},
+    "znver4": _X86_ZEN4, "znver5": _X86_ZEN4 | {"avxvnni", "avx512vp2intersect"},
 }
 CROSS_ARCHS = ("x86_64", "aarch64")   # the thread pool's futex call is written for these (Linux)
 _OPTIONS = ("mtriple", "mcpu", "mattr")
@@ -189,6 +230,11 @@ def parse_target(text: str) -> Target:
 
 @lru_cache(maxsize=64)
 def _parse_target(text: str) -> Target:
+    return _parse_target_against(text, host_target())
+
+
+def _parse_target_against(text: str, host: Target) -> Target:
+    """``parse_target`` where ``host`` is the CPU that an unnamed or ``native`` CPU means."""
     from .errors import BuildError
     words = text.split()
     opts: Dict[str, str] = {}
@@ -199,7 +245,6 @@ def _parse_target(text: str) -> Target:
                              f"(e.g. aarch64-linux-gnu), -mcpu=<cpu> (e.g. neoverse-n1, x86-64-v2, haswell) and "
                              f"-mattr=<+feature,-feature,...>, each at most once")
         opts[name] = value
-    host = host_target()
     triple = opts.get("mtriple", "")
     arch = _arch_of(triple) if triple else host.arch
     if arch not in CROSS_ARCHS or (triple and "linux" not in triple):

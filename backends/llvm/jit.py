@@ -19,7 +19,7 @@ import llvmlite
 from llvmlite import binding as llvm
 
 from ...errors import BuildError, InternalError
-from ...target import Target
+from ...target import Target, host_target
 from ..disk_cache import cache_dir, read_verified, writable_cache_dir, write_checksummed
 from . import thread_pool
 
@@ -51,8 +51,8 @@ def target_machine_for(target: Target | None):
     with _machines_lock:
         tm = _target_machines.get(key)
         if tm is None:
-            cpu = llvm.get_host_cpu_name() if target is None else target.cpu
-            features = llvm.get_host_cpu_features().flatten() if target is None else target.features
+            machine = target or host_target()
+            cpu, features = machine.cpu, machine.features
             if target is None or target.runs_here():
                 tm = llvm.Target.from_default_triple().create_target_machine(
                     cpu=cpu, features=features, opt=3, reloc="static", codemodel="jitdefault")

@@ -98,6 +98,7 @@ import threading
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
+from ...target import host_target
 from ..disk_cache import read_verified, writable_cache_dir, write_checksummed
 
 __all__ = [
@@ -634,8 +635,8 @@ def host_target_machine(opt=3):
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_triple(llvm.get_process_triple())
     return target.create_target_machine(
-        cpu=llvm.get_host_cpu_name(),
-        features=llvm.get_host_cpu_features().flatten(),
+        cpu=host_target().cpu,
+        features=host_target().features,
         opt=opt,
         codemodel="jitdefault",
     )
@@ -648,7 +649,7 @@ def _optimize(module_ref, target_machine):
 
 
 def _cached_object_path(ir_text: str):
-    key = hashlib.sha256("\0".join([ir_text, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
+    key = hashlib.sha256("\0".join([ir_text, host_target().cpu, host_target().features,
                                       "pool-v2"]).encode()).hexdigest()[:32]
     folder = writable_cache_dir()
     return None if folder is None else folder / f"pool-{key}.o"
