@@ -1,7 +1,8 @@
 """The cost model learns; a Dask cluster measures unchanged; the task scheduler shares trials."""
 from __future__ import annotations
 
-import random
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,31 +30,23 @@ def test_ranking_quality_metric():
 
 
 def test_cost_model_ranks_held_out_candidates_better_than_random():
-    args = matmul(96)
+    """Trained on 40 recorded timings of a 96^3 matmul's schedules, it orders the other 20 better
+    than chance.  The times were measured once (``data/record_matmul_timings.py``, the machine named
+    in the file), so the test does not hang on this host's timing noise or its CPU; the features
+    are extracted from each schedule as lowered today."""
+    recording = json.loads((Path(__file__).parent / "data" / "matmul96_timings.json").read_text())
+    args = matmul(recording["size"])
     space = Space(Task(args, "llvm"))
-    rng = random.Random(0)
-    a, b = np.random.rand(2, 96, 96).astype("float32")
-    c = np.empty((96, 96), "float32")
-    X, t, seen = [], [], set()
-    while len(X) < 60:
-        choice = space.sample(rng)
-        key = str(sorted(choice.items(), key=str))
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            s = space.apply(choice)
-            func = lw.lower(s, args)
-            mod = lw.build(s, args)
-        except lw.ScheduleError:
-            continue
-        X.append(np.concatenate([extract(func), encode_choice(space, choice)]))
-        t.append(mod.time(a, b, c, repeat=3, min_seconds=0.01))
+    X, t = [], []
+    for candidate in recording["candidates"]:
+        func = lw.lower(space.apply(candidate["choice"]), args)
+        X.append(np.concatenate([extract(func), encode_choice(space, candidate["choice"])]))
+        t.append(candidate["seconds"])
     X, t = np.array(X), np.array(t)
     model = CostModel(seed=0)
     model.fit(X[:40], t[:40])
     q = ranking_quality(model.predict(X[40:]), t[40:], k=3)
-    # random ranking: 0.5; 20 held-out candidates (190 pairs) keep timing noise from deciding
+    # random ranking: 0.5
     assert q["pairwise_accuracy"] > 0.6, q
 
 

@@ -6,7 +6,7 @@ import pytest
 
 import loopweave as lw
 from loopweave import nn_ops
-from loopweave.nn_ops.ops.conv2d import _channel_rows
+from loopweave.nn_ops.ops.conv2d import _channel_rows, conv2d_weight_blocks
 
 
 def _pair(v):
@@ -127,7 +127,8 @@ def test_few_pixels_with_run_time_weights_take_the_im2col_path():
     assert Y.op.tag == "conv2d_im2col"
     cols = Y.op.input_tensors[0].op.input_tensors[0]
     assert cols.op.tag == "conv2d.im2col" and [int(d.value) for d in cols.shape] == [1, 512, 3, 3, 49]
-    packed = lw.placeholder((32, 64, 3, 3, 8, 16), name="Wp")
+    bn, cb = conv2d_weight_blocks((1, 512, 7, 7), (512, 512, 3, 3), (1, 1), (1, 1, 1, 1), 1)  # the host's width
+    packed = lw.placeholder((512 // bn, 512 // cb, 3, 3, cb, bn), name="Wp")
     assert nn_ops.conv2d(X, packed, padding=1).op.tag == "conv2d"
     wide = nn_ops.conv2d(lw.placeholder((1, 256, 14, 14), name="X"), lw.placeholder((256, 256, 3, 3), name="W"),
                          padding=1)
