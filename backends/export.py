@@ -243,19 +243,29 @@ def version_script(exported: Iterable[str]) -> str:
 
 def link_shared(output: Path, sources: Sequence[Path], objects: Sequence[Path], exported: Sequence[str],
                 workdir: Path, cc: Optional[str] = None, compiler: Optional[Sequence[str]] = None,
-                pic: bool = False) -> None:
+                pic: bool = False, soname: Optional[str] = None) -> None:
     """Compile ``sources`` (C / assembler) and link them with ``objects`` into the shared library
     ``output``, exporting only ``exported``; needs nothing at run time but libc, libm and pthread.
+
+    The compiler runs in ``workdir``, so ``output`` (and every path given) is made absolute first: a
+    relative one names a file under the caller's working directory.  The library's SONAME is
+    ``soname``, by default ``output``'s file name less a trailing ``.partial`` (the callers link to
+    ``NAME.partial`` and rename it): a program linked against it records ``NEEDED NAME``, found
+    through its rpath (``-Wl,-rpath,'$ORIGIN'``) or ``LD_LIBRARY_PATH``, not the path it was linked with.
 
     The kernels' objects are JIT code (absolute addresses, not position-independent), so the
     library has text relocations, resolved once when it is loaded (``-z notext``); with ``pic``
     (every object position-independent: a cross-compile) a text relocation is a link error
     (``-z text``).  ``compiler`` (words of a command) overrides ``cc`` / ``$CC``."""
     compiler = list(compiler) if compiler else find_c_compiler(cc)
+    output = Path(output).absolute()
+    workdir = Path(workdir).absolute()
+    soname = soname or output.name.removesuffix(".partial")
     script = workdir / "exports.map"
     script.write_text(version_script(exported))
     cmd: List[str] = [*compiler, "-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-o", str(output),
-                      *map(str, sources), *map(str, objects), f"-Wl,--version-script={script}",
+                      *(str(Path(p).absolute()) for p in sources), *(str(Path(p).absolute()) for p in objects),
+                      f"-Wl,--version-script={script}", "-Xlinker", "-soname", "-Xlinker", soname,
                       "-Wl,-z,text" if pic else "-Wl,-z,notext", "-Wl,-z,defs", "-Wl,-z,noexecstack", "-lm",
                       "-lpthread"]
     try:
