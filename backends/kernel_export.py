@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..errors import ArgumentError, BuildError
+from .c_text import c_comment, c_identifier, c_include_name
 from .export import (C_FAIL_AND_CORES, POOL_SET_THREADS, check_exported_names, check_output_kind, cross_compiler,
                      link_shared, linked_object, target_description)
 from .llvm.thread_pool import MAX_THREADS
@@ -147,8 +148,8 @@ def kernel_c_parts(module, prefix: str, header_name: str, library_name: str):
     args = [f"{'' if p.is_output else 'const '}{C_TYPES[p.dtype]} *{ident}" for p, ident in params]
     args += [f"int64_t {ident}" for _, ident in sizes]
     signature = ", ".join(args) or "void"
-    doc = "".join(f" *   {ident}: {p.dtype}[{', '.join(map(str, p.shape))}]{' (output)' if p.is_output else ''}\n"
-                  for p, ident in params)
+    doc = "".join(f" *   {ident}: {p.dtype}[{c_comment(', '.join(map(str, p.shape)))}]"
+                  f"{' (output)' if p.is_output else ''}\n" for p, ident in params)
     if sizes:
         doc += (f" *   sizes: {', '.join(ident for _, ident in sizes)} (int64_t, >= 0; the arrays must have the shapes "
             f"above for them: only NULL and negative sizes are checked)\n")
@@ -164,10 +165,12 @@ def kernel_c_parts(module, prefix: str, header_name: str, library_name: str):
         checks.append("    buffers[0] = NULL;")
     if not sizes:
         checks.append("    sizes[0] = 0;")
-    values = {"HEADER_NAME": header_name, "LIBRARY_NAME": library_name, "KERNEL_NAME": module.name,
-              "CPU_NAME": target_description(module.target), "SHAPES_DOC": doc, "SIGNATURE": signature, "FUNCTION": function,
-              "MAX_THREADS_VALUE": str(MAX_THREADS), "GUARD": re.sub(r"\W", "_", header_name).upper(),
-              "HEADER_FILE": header_name, "KERNEL_SYMBOL": module.symbol,
+    values = {"HEADER_NAME": c_comment(header_name), "LIBRARY_NAME": c_comment(library_name),
+              "KERNEL_NAME": c_comment(module.name), "CPU_NAME": c_comment(target_description(module.target)),
+              "SHAPES_DOC": doc, "SIGNATURE": signature, "FUNCTION": function,
+              "MAX_THREADS_VALUE": str(MAX_THREADS), "GUARD": re.sub(r"\W", "_", header_name, flags=re.ASCII).upper(),
+              "HEADER_FILE": c_include_name(header_name, "export_library"),
+              "KERNEL_SYMBOL": c_identifier(module.symbol, "export_library: the kernel's symbol"),
               "NUM_BUFFERS": str(max(1, len(params))), "NUM_SIZES": str(max(1, len(sizes))),
               "POOL_SET_THREADS": POOL_SET_THREADS}
     values["CHECKS"] = _fill("\n".join(checks), prefix, values)

@@ -152,7 +152,7 @@ class KernelInfo:
 
 
 def _c_name(raw: str) -> str:
-    name = re.sub(r"\W", "_", raw)
+    name = re.sub(r"\W", "_", raw, flags=re.ASCII)
     return name if name and not name[0].isdigit() else "v_" + name
 
 

@@ -356,7 +356,9 @@ def _build_group(g: Graph, grp, params: List[str], target, build_fn=None, tuning
 
 
 def kernel_name(grp) -> str:
-    return "".join(ch if ch.isalnum() else "_" for ch in grp.name)
+    """The group's name as an ASCII identifier (a symbol and a CUDA C function name: any other
+    character of a model's node names becomes '_')."""
+    return "".join(ch if ch.isascii() and ch.isalnum() else "_" for ch in grp.name)
 
 
 def _static(t):

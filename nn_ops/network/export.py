@@ -43,6 +43,7 @@ import numpy as np
 from ...backends.export import (C_FAIL_AND_CORES, POOL_SET_THREADS, check_exported_names, check_output_kind,
                                cross_compiler, link_shared, linked_object, target_description, thread_pool_object,
                                weights_assembly)
+from ...backends.c_text import c_comment, c_identifier, c_include_name, c_string
 from ...errors import ArgumentError, BuildError
 from ...backends.llvm.thread_pool import MAX_THREADS
 
@@ -379,20 +380,6 @@ EXPORT int LWPmodel_run(LWPmodel *m, const void *const *inputs, void *const *out
 """
 
 
-def c_string(text: str) -> str:
-    """A C string literal of ``text`` (UTF-8; anything but printable ASCII as octal escapes)."""
-    out = []
-    for byte in text.encode("utf-8"):
-        ch = chr(byte)
-        if ch in '"\\?':
-            out.append("\\" + ch)
-        elif 32 <= byte < 127:
-            out.append(ch)
-        else:
-            out.append(f"\\{byte:03o}")
-    return '"' + "".join(out) + '"'
-
-
 def _array(ctype: str, name: str, values: Sequence[str]) -> str:
     """A static const array; one filler element keeps C happy when ``values`` is empty."""
     body = ", ".join(values) if values else "0"
@@ -426,7 +413,8 @@ def _call_input_tables(calls) -> List[str]:
 
 
 def _signature_doc(tensors) -> str:
-    return ", ".join(f"{n}: {np.dtype(d)}{list(s)}" for n, s, d in tensors) or "(none)"
+    """The inputs or outputs for the header's comment (names as ``c_comment`` writes them)."""
+    return ", ".join(f"{c_comment(n)}: {np.dtype(d)}{list(s)}" for n, s, d in tensors) or "(none)"
 
 
 def _fill(template: str, prefix: str, values: dict) -> str:
@@ -473,10 +461,13 @@ def header_text(exe, prefix: str, header_name: str, library_name: str, params: s
     params_doc = Path(library_name).with_suffix(".params").name
     weights_doc = (f"in {params_doc} ({exe.weights.nbytes} bytes), mapped by create from the library's folder"
                    if params == "side" else f"embedded, read-only ({exe.weights.nbytes} bytes)")
+    # every value but the thread count stands inside a comment
     return _fill(_HEADER, prefix, {
-        "HEADER_NAME": header_name, "LIBRARY_NAME": library_name, "INPUTS_DOC": _signature_doc(exe.inputs),
-        "OUTPUTS_DOC": _signature_doc(exe.outputs), "CPU_NAME": target_description(exe.target), "WEIGHTS_DOC": weights_doc,
-        "PARAMS_DOC": params_doc if params == "side" else "params='side' only", "MAX_THREADS_VALUE": str(MAX_THREADS)})
+        "HEADER_NAME": c_comment(header_name), "LIBRARY_NAME": c_comment(library_name),
+        "INPUTS_DOC": _signature_doc(exe.inputs), "OUTPUTS_DOC": _signature_doc(exe.outputs),
+        "CPU_NAME": c_comment(target_description(exe.target)), "WEIGHTS_DOC": c_comment(weights_doc),
+        "PARAMS_DOC": c_comment(params_doc) if params == "side" else "params='side' only",
+        "MAX_THREADS_VALUE": str(MAX_THREADS)})
 
 
 def source_text(exe, prefix: str, header_file: str, params: str = "embed") -> str:
@@ -487,9 +478,10 @@ def source_text(exe, prefix: str, header_file: str, params: str = "embed") -> st
               + [f"#define NUM_CALLS {len(exe.calls)}", _array("char *const", "call_names", call_names or ['""'])]
               + _call_input_tables(exe.calls))
     return _fill(_SOURCE, prefix, {
-        "HEADER_FILE": header_file, "NUM_INPUTS_VALUE": str(len(exe.inputs)),
+        "HEADER_FILE": c_include_name(header_file, "export_library"), "NUM_INPUTS_VALUE": str(len(exe.inputs)),
         "NUM_OUTPUTS_VALUE": str(len(exe.outputs)), "MAX_THREADS_VALUE": str(MAX_THREADS),
-        "ARENA_VALUE": str(int(exe.arena_size)), "TABLES": "\n".join(tables), "RUNNER_SYMBOL": exe.runner_symbol,
+        "ARENA_VALUE": str(int(exe.arena_size)), "TABLES": "\n".join(tables),
+        "RUNNER_SYMBOL": c_identifier(exe.runner_symbol, "export_library: the runner's symbol"),
         "POOL_THREADS_SYMBOL": POOL_SET_THREADS, "WEIGHTS_SYMBOL": _WEIGHTS_SYMBOL,
         "SIDE_PARAMS_VALUE": "1" if params == "side" else "0", "PARAMS_BYTES_VALUE": str(int(exe.weights.nbytes)),
         "PARAMS_HEADER_VALUE": ", ".join(str(b) for b in params_header(exe)) if params == "side" else "0"})
@@ -515,6 +507,7 @@ def export_library(exe, path, prefix: str = "lw_", params: str = "embed", cc: Op
     exported = [prefix + name for name in API_FUNCTIONS]
     check_exported_names(exported, [*exe.kernels, exe.runner_symbol, _WEIGHTS_SYMBOL])
     header = path.with_suffix(".h")
+    c_include_name(header.name, "export_library")
     # an object is linked with the API's C beside it: the header's "cc app.c ./LIBRARY" names both
     linked_as = f"{path.with_suffix('.c').name} ./{path.name}" if as_object else path.name
     header_body = header_text(exe, prefix, header.name, linked_as, params)
