@@ -57,3 +57,14 @@ def emulate():
     """
     from loopweave.backends.cuda.emulate import emulating_build
     return emulating_build
+
+
+@pytest.fixture(params=["x86-64-v3", "x86-64-v4"])
+def x86_level(request):
+    """An x86 target of each vector width (AVX2: 8 float lanes, AVX-512: 16), made current for the
+    test (``compiling_for``), for tests of schedules that depend on the width: each width's
+    structure is checked on every host, and its code run where ``target.runs_here()``."""
+    from loopweave.target import compiling_for, parse_target
+    target = parse_target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={request.param}")
+    with compiling_for(target):
+        yield target

@@ -10,6 +10,7 @@ import loopweave as lw  # noqa: E402
 from loopweave.errors import OnnxImportError  # noqa: E402
 from loopweave.nn_ops.network.polymorphic_executable import PolymorphicExecutable  # noqa: E402
 from loopweave.nn_ops.testing.model_zoo import OnnxBuilder, transformer_encoder  # noqa: E402
+from loopweave.target import resolve_target  # noqa: E402
 
 
 def _ort(model, feed):
@@ -330,15 +331,16 @@ def test_a_value_read_outside_its_group_ends_the_group_there():
 
 def test_softmax_over_a_symbolic_sequence_runs_full_vectors_plus_a_tail(encoder):
     """The attention softmax's rows are seq long: the main loops are whole vectors (ramps), the tail
-    is one masked vector of the row's remaining elements (``if ramp(0, 1, 16) < x16(...)``: a lane
-    mask, no guard per element), and every length from 1 up is right (the encoder tests check the
-    values)."""
+    is one masked vector of the row's remaining elements (``if ramp(0, 1, 16) < x16(...)`` on 16
+    lanes: a lane mask, no guard per element), and every length from 1 up is right (the encoder
+    tests check the values)."""
     model, exe = encoder
+    lanes = resolve_target("llvm").lanes("float32")     # the encoder is compiled for the host
     op_of = {n.name: n.op_type for n in model.graph.node}
     kernel = next(c.module for c in exe.calls if op_of[c.node] == "Softmax")
     lowered = kernel.get_source("lowered")
-    assert "ramp(" in lowered and "* -16 + v1)" in lowered and "its extent is not a constant" not in lowered
-    assert all(line.strip().startswith("if ramp(0, 1, 16) < x16(") for line in lowered.splitlines()
+    assert "ramp(" in lowered and f"* -{lanes} + v1)" in lowered and "its extent is not a constant" not in lowered
+    assert all(line.strip().startswith(f"if ramp(0, 1, {lanes}) < x{lanes}(") for line in lowered.splitlines()
                if line.strip().startswith("if ")), lowered
     assert all(isinstance(d, str) for d in kernel.params[0].shape[-1:])      # the row length is a size argument
 
@@ -407,7 +409,14 @@ def test_an_input_given_back_as_an_output_and_through_a_view():
     np.testing.assert_array_equal(view, x)
 
 
-def test_what_the_polymorphic_path_refuses_is_said_clearly():
+def _empty_log(folder) -> str:
+    """A tuning log without records (a missing one is an error of its own)."""
+    log = folder / "x.jsonl"
+    log.write_text("")
+    return str(log)
+
+
+def test_what_the_polymorphic_path_refuses_is_said_clearly(tmp_path):
     from onnx import TensorProto, helper
     graph = helper.make_graph([helper.make_node("Add", ["x", "y"], ["z"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "seq"]),
@@ -418,7 +427,7 @@ def test_what_the_polymorphic_path_refuses_is_said_clearly():
                                               r"\[N, max\(seq, seq_k\)\]"):
         lw.compile(g, polymorphic=True)
     with pytest.raises(lw.BuildError, match="does not take tuning_log"):
-        lw.compile(g, polymorphic=True, tuning_log="x.jsonl")
+        lw.compile(g, polymorphic=True, tuning_log=_empty_log(tmp_path))
 
 
 @pytest.fixture(scope="module")
@@ -555,7 +564,7 @@ def test_one_row_of_a_dense_layer_with_a_partial_last_panel_runs_whole_vectors()
         np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-4, atol=1e-4)
 
 
-def test_lw_compile_compiles_a_covered_model_once_and_warns_where_it_cannot():
+def test_lw_compile_compiles_a_covered_model_once_and_warns_where_it_cannot(tmp_path):
     """The default for a model of symbolic sizes: compiled once where the polymorphic path covers it;
     else per shape, with a PerShapeCompileWarning saying why; shape inputs per shape, by design."""
     import warnings
@@ -576,7 +585,7 @@ def test_lw_compile_compiles_a_covered_model_once_and_warns_where_it_cannot():
         warnings.simplefilter("error")
         assert isinstance(lw.compile(lw.from_onnx(covered), checks="bounds"), PolymorphicExecutable)
     with pytest.warns(lw.PerShapeCompileWarning, match="tuning_log is not taken"):
-        lw.compile(lw.from_onnx(covered), tuning_log="x.jsonl")
+        lw.compile(lw.from_onnx(covered), tuning_log=_empty_log(tmp_path))
     with pytest.raises(OnnxImportError, match="Compress"):
         lw.compile(lw.from_onnx(model), polymorphic=True)
 

@@ -188,11 +188,11 @@ def _divided_net(channels: int):
 
 
 def test_padded_channels_end_an_epilogue_before_a_division_by_a_computed_value():
-    """Zero channels pad 8 output channels to a block; a division by a computed value could turn
-    them into NaN (0 / 0), which the next conv's zero weights would carry into real channels
-    (0 * NaN). So after a padded conv the division runs in a kernel of its own; with 16 channels
-    (no padding) it joins the conv's epilogue."""
-    for channels, calls in ((16, 3), (8, 5)):      # + the output's from_blocked; padded: + from_blocked, the rest
+    """Zero channels pad 12 output channels to whole vectors (of 8 or 16 lanes); a division by a
+    computed value could turn them into NaN (0 / 0), which the next conv's zero weights would carry
+    into real channels (0 * NaN). So after a padded conv the division runs in a kernel of its own;
+    with 16 channels (no padding at either width) it joins the conv's epilogue."""
+    for channels, calls in ((16, 3), (12, 5)):      # + the output's from_blocked; padded: + from_blocked, the rest
         model = _divided_net(channels)
         exe = lw.compile(lw.from_onnx(model), polymorphic=True)
         assert len(exe.calls) == calls, [c.module.name for c in exe.calls]

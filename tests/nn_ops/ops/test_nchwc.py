@@ -364,13 +364,15 @@ def test_a_lone_3x3_conv_on_a_plain_value_is_blocked_after_one_to_blocked():
     NCHW, 0.29 ms blocked with both); its NCHW input of whole vectors is blocked once, not read as
     it lies (a plain-input conv cannot take the Winograd form), while a 3-channel image is read as
     it lies."""
+    from loopweave.nn_ops.network.passes.choose_conv_layout import TO_BLOCKED_MIN_CHANNELS
     lanes = resolve_target("llvm").lanes("float32")
+    c = -(-TO_BLOCKED_MIN_CHANNELS // lanes) * lanes      # whole vectors, enough to be worth blocking
     b = OnnxBuilder()
-    z = b.relu(b.conv("input", lanes, 32, 3, bias=True))
-    model = b.model((1, lanes, 12, 12), z, (1, 32, 12, 12))
+    z = b.relu(b.conv("input", c, 32, 3, bias=True))
+    model = b.model((1, c, 12, 12), z, (1, 32, 12, 12))
     counts = optimize(lw.from_onnx(model)).op_counts()
     assert counts.get("to_blocked") == 1 and counts.get("from_blocked") == 1 and "conv2d" not in counts, counts
-    _check_against_onnxruntime(model, (1, lanes, 12, 12))
+    _check_against_onnxruntime(model, (1, c, 12, 12))
     b = OnnxBuilder()
     model = b.model((1, 3, 12, 12), b.relu(b.conv("input", 3, 32, 3, bias=True)), (1, 32, 12, 12))
     counts = optimize(lw.from_onnx(model)).op_counts()
@@ -440,25 +442,28 @@ def test_depthwise_read_by_another_stage_too_stays_at_root():
     assert nchwc.fused_depthwise(s, Y.op) is None and s[D.op].attach_type == "root"
 
 
-@pytest.mark.parametrize("epilogue,height,width,how", [
-    (False, 5, 7, "plane"), (True, 5, 7, "plane"), (False, 5, 14, "plane"), (True, 5, 70, "plane"),
-    (False, 2, 32, "rows"), (True, 3, 16, "rows"), (False, 5, 3, "unrolled"), (False, 1, 7, "rows")])
-def test_from_blocked_reads_whole_blocks_in_order(epilogue, height, width, how):
-    """NCHW[16]c -> NCHW runs tiles of pixels with the block's channels outside them: no division of
-    a flat index per element (it was 287 us at 576x14x14).  Each channel's pixels are one vector,
-    read as rows of channels transposed in registers (no gathers): tiles of a row where rows split
-    into whole tiles of 16 (or the plane is a row), else tiles of the plane (its rows fused: a 7-wide
-    row took two tiles of 4); a plane of fewer than 16 pixels in rows, both loops unrolled."""
+@pytest.mark.parametrize("epilogue,height,width", [
+    (False, 5, 7), (True, 5, 7), (False, 5, 14), (True, 5, 70), (False, 2, 32), (True, 3, 16), (False, 5, 3),
+    (False, 1, 7), (True, 2, 3)])
+def test_from_blocked_reads_whole_blocks_in_order(epilogue, height, width, x86_level):
+    """NCHW[L]c -> NCHW (L the vector width) runs tiles of L pixels with the block's channels
+    outside them: no division of a flat index per element (it was 287 us at 576x14x14 on 16 lanes).
+    Each channel's pixels are one vector, read as rows of channels transposed in registers (no
+    gathers): tiles of a row where rows split into whole tiles (or the plane is a row), else tiles
+    of the plane (its rows fused: a 7-wide row took two tiles of 4); a plane of fewer than L pixels
+    in rows, both loops unrolled."""
     from loopweave.nn_ops.ops.nchwc import from_blocked
-    X = lw.placeholder((1, 3, height, width, 16), name="X")
+    lanes = x86_level.lanes("float32")
+    how = "rows" if height == 1 or width % lanes == 0 else "plane" if height * width >= lanes else "unrolled"
+    X = lw.placeholder((1, 3, height, width, lanes), name="X")
     Y = from_blocked(X)
     if epilogue:
         Y = lw.compute(Y.shape, lambda n, c, y, x: Y[n, c, y, x] * 2.0, name="scaled", tag="elemwise")
-    s = nn_ops.schedule(Y)
+    s = nn_ops.schedule(Y, x86_level)
     code = str(s.trace)
     if how == "plane":
-        shifted = "split(y_x_fused, factor=16, tail='shift')"
-        assert (shifted in code) == bool(height * width % 16) and ".fuse(y, x)" in code \
+        shifted = f"split(y_x_fused, factor={lanes}, tail='shift')"
+        assert (shifted in code) == bool(height * width % lanes) and ".fuse(y, x)" in code \
             and "c_outer, y_x_fused_outer, c_inner, y_x_fused_inner)" in code \
             and ".vectorize(y_x_fused_inner)" in code and ".pragma(c_inner, 'transpose'" in code, code
     elif how == "rows":
@@ -466,56 +471,62 @@ def test_from_blocked_reads_whole_blocks_in_order(epilogue, height, width, how):
         assert ".pragma(c_inner, 'transpose'" in code, code
     else:
         assert ".unroll(c_inner)" in code and "transpose" not in code, code
-    x = np.random.rand(1, 3, height, width, 16).astype("float32")
-    out = np.empty((1, 48, height, width), "float32")
-    f = lw.build(s, [X, Y])
-    f(x, out)
-    want = x.transpose(0, 1, 4, 2, 3).reshape(1, 48, height, width) * (2 if epilogue else 1)
-    np.testing.assert_array_equal(out, want)
+    f = lw.build(s, [X, Y], target=x86_level)
     if how != "unrolled":
         assert "masked.gather" not in f.get_source("ll")
-
-
-def test_from_blocked_of_symbolic_width_transposes_tiles_and_masks_the_last():
-    """A shape-polymorphic network's last layout transform: rows of run-time width in tiles of 16
-    pixels transposed in registers, the last one a masked vector (it was one pixel at a time, its
-    16 channels stored one by one: 34 against 11 us static at 64x56x56; now 22-27)."""
-    from loopweave.nn_ops.ops.nchwc import from_blocked
-    X = lw.placeholder((1, 3, lw.var("H"), lw.var("W"), 16), name="X")
-    Y = from_blocked(X)
-    s = nn_ops.schedule(Y)
-    code = str(s.trace)
-    assert "split(x, factor=16)" in code and ".pragma(c_inner, 'transpose'" in code \
-        and ".pragma(x_outer, 'pad_tails'" in code, code
-    f = lw.build(s, [X, Y])
-    for h, width in ((2, 5), (3, 16), (2, 37)):
-        x = np.random.rand(1, 3, h, width, 16).astype("float32")
-        out = np.full((1, 48, h, width), np.nan, "float32")
+    if x86_level.runs_here():
+        x = np.random.rand(1, 3, height, width, lanes).astype("float32")
+        out = np.empty((1, 3 * lanes, height, width), "float32")
         f(x, out)
-        np.testing.assert_array_equal(out, x.transpose(0, 1, 4, 2, 3).reshape(1, 48, h, width))
+        want = x.transpose(0, 1, 4, 2, 3).reshape(1, 3 * lanes, height, width) * (2 if epilogue else 1)
+        np.testing.assert_array_equal(out, want)
 
 
-@pytest.mark.parametrize("height,width,how", [(3, 16, "rows"), (3, 21, "plane"), (3, 9, "plane"), (2, 7, "slp"),
-                                              (1, 9, "slp")])
-def test_to_blocked_transposes_tiles_of_pixels(height, width, how):
-    """NCHW -> NCHW[16]c: tiles of 16 pixels x 16 channels, read as 16 rows of pixels and transposed
+def test_from_blocked_of_symbolic_width_transposes_tiles_and_masks_the_last(x86_level):
+    """A shape-polymorphic network's last layout transform: rows of run-time width in tiles of L
+    pixels transposed in registers, the last one a masked vector (it was one pixel at a time, its
+    16 channels stored one by one: 34 against 11 us static at 64x56x56 on 16 lanes; now 22-27)."""
+    from loopweave.nn_ops.ops.nchwc import from_blocked
+    lanes = x86_level.lanes("float32")
+    X = lw.placeholder((1, 3, lw.var("H"), lw.var("W"), lanes), name="X")
+    Y = from_blocked(X)
+    s = nn_ops.schedule(Y, x86_level)
+    code = str(s.trace)
+    assert f"split(x, factor={lanes})" in code and ".pragma(c_inner, 'transpose'" in code \
+        and ".pragma(x_outer, 'pad_tails'" in code, code
+    f = lw.build(s, [X, Y], target=x86_level)
+    if not x86_level.runs_here():
+        return
+    for h, width in ((2, 5), (3, 16), (2, 37)):
+        x = np.random.rand(1, 3, h, width, lanes).astype("float32")
+        out = np.full((1, 3 * lanes, h, width), np.nan, "float32")
+        f(x, out)
+        np.testing.assert_array_equal(out, x.transpose(0, 1, 4, 2, 3).reshape(1, 3 * lanes, h, width))
+
+
+@pytest.mark.parametrize("height,width", [(3, 16), (3, 21), (3, 9), (2, 7), (1, 9), (2, 3)])
+def test_to_blocked_transposes_tiles_of_pixels(height, width, x86_level):
+    """NCHW -> NCHW[L]c: tiles of L pixels x L channels, read as L rows of pixels and transposed
     in registers (no gathers): tiles of a row where rows split into whole tiles, else tiles of the
-    plane, its rows fused (a 14-wide row took two SLP tiles of 8: 576 channels at 14x14 18 -> 9 us);
-    a plane of fewer than 16 pixels keeps SLP's tiles."""
+    plane, its rows fused (a 14-wide row took two SLP tiles of 8 on 16 lanes: 576 channels at 14x14
+    18 -> 9 us); a plane of fewer than L pixels keeps SLP's tiles."""
     from loopweave.nn_ops.ops.nchwc import to_blocked
-    X = lw.placeholder((1, 32, height, width), name="X")
-    Y = to_blocked(X, 16)
-    s = nn_ops.schedule(Y)
+    lanes = x86_level.lanes("float32")
+    how = "rows" if width % lanes == 0 else "plane" if height * width >= lanes else "slp"
+    X = lw.placeholder((1, 2 * lanes, height, width), name="X")
+    Y = to_blocked(X, lanes)
+    s = nn_ops.schedule(Y, x86_level)
     code = str(s.trace)
     assert ("pragma(x_inner, 'transpose'" in code) == (how == "rows"), code
     assert ("pragma(y_x_fused_inner, 'transpose'" in code) == (how == "plane"), code
-    x = np.random.rand(1, 32, height, width).astype("float32")
-    out = np.empty((1, 2, height, width, 16), "float32")
-    f = lw.build(s, [X, Y])
-    f(x, out)
-    np.testing.assert_array_equal(out, x.reshape(1, 2, 16, height, width).transpose(0, 1, 3, 4, 2))
+    f = lw.build(s, [X, Y], target=x86_level)
     if how != "slp":
         assert "masked.gather" not in f.get_source("ll")
+    if x86_level.runs_here():
+        x = np.random.rand(1, 2 * lanes, height, width).astype("float32")
+        out = np.empty((1, 2, height, width, lanes), "float32")
+        f(x, out)
+        np.testing.assert_array_equal(out, x.reshape(1, 2, lanes, height, width).transpose(0, 1, 3, 4, 2))
 
 
 def test_a_register_block_fits_the_vector_registers():
