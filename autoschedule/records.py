@@ -74,6 +74,14 @@ def read(path, target: Optional[Target] = None, task_key: Optional[str] = None) 
 _PARSED: Dict[str, tuple] = {}     # path -> (mtime_ns, size, records of this version)
 
 
+def check_exists(path, who: str) -> None:
+    """An ``ArgumentError`` naming ``who`` when the log ``path`` to read records from does not exist
+    (a mistyped name would otherwise read as a log without a matching record)."""
+    if not os.path.exists(path):
+        raise ArgumentError(f"{who}: the tuning log {str(path)!r} does not exist (working directory "
+                            f"{os.getcwd()!r}); give the path of a log written by tune / 'loopweave tune'")
+
+
 def _parsed(path) -> List[dict]:
     """The file's records of this version, parsed once per change of the file: a network compile asks
     for every kernel's best record, and a log of thousands of lines should be read once, with each

@@ -47,6 +47,14 @@ class Task:
             raise ArgumentError(f"tune: {exc}") from None
         if self.target.kind != "llvm":
             raise ArgumentError(f"tune: target {self.target.kind!r} is not supported by the autoscheduler yet; use 'llvm'")
+        symbols = symbolic_sizes(self.args)
+        if symbols:
+            names = ", ".join(symbols)
+            example = symbols[0]
+            raise ArgumentError(
+                f"tune: the kernel's sizes are symbolic ({names}); tuning times real runs, so every size must be a "
+                f"number: declare the tensors with integer sizes for tuning (for example {example} = 1024 in place "
+                f"of {example} = lw.var({example!r})); the records then apply to kernels of those sizes")
         text = str(lower(create_schedule(self.outputs), self.args))
         self.key = hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -77,6 +85,28 @@ class Task:
     def __repr__(self):
         outs = ", ".join(f"{t.name}{[str(d) for d in t.shape]}" for t in self.outputs)
         return f"Task({outs}, key={self.key[:10]}, target={self.target.cpu})"
+
+
+def symbolic_sizes(args) -> List[str]:
+    """The names of the size variables (``lw.var``) in the shapes and reduction extents of ``args``
+    and of every stage computing them, in first-seen order."""
+    from ..dsl.expr import Expr, Var
+    from ..dsl.visitor import collect_vars
+    names: List[str] = []
+
+    def note(extent):
+        if isinstance(extent, Expr):
+            for v in collect_vars(extent):
+                if isinstance(v, Var) and v.name not in names:
+                    names.append(v.name)
+    stages = [*args, *_all_compute(_outputs(args))]
+    for t in stages:
+        for d in t.shape:
+            note(d)
+        for ax in getattr(t.op, "reduce_axis", ()):
+            note(ax.min)
+            note(ax.extent)
+    return names
 
 
 def const_int(x):

@@ -9,7 +9,7 @@ from typing import List, Optional
 from ..backends.build import build as _build
 from ..dsl.schedule import create_schedule
 from ..dsl.trace import Trace
-from ..errors import ArgumentError
+from ..errors import ArgumentError, BuildError
 from ..target import resolve_target
 from . import records
 from .search import TaskTuner, default_measurer
@@ -35,13 +35,18 @@ class TuneResult:
 
     @property
     def schedule(self):
-        """A Schedule over the task's own tensors (the untuned one if nothing was measured)."""
+        """A Schedule over the task's own tensors, with the best schedule found applied; an
+        ``ArgumentError`` if no candidate was measured (``trials=0``, or the time budget ran out first)."""
+        if self.trace is None:
+            raise ArgumentError(f"tune: no schedule was found for {self.task!r} ({self._summary()}); tune with "
+                                f"trials >= 1 (or a longer time_budget), or build the untuned kernel with "
+                                f"lw.build(lw.create_schedule(outputs), args)")
         s = create_schedule(self.task.outputs)
-        if self.trace is not None:
-            self.trace.apply(s)
+        self.trace.apply(s)
         return s
 
     def build(self):
+        """The kernel built with the best schedule found (see ``schedule``)."""
         return _build(self.schedule, self.task.args, target=self.task.target)
 
     @property
@@ -148,11 +153,26 @@ def tune(args, target="llvm", trials: int = 256, time_budget: Optional[float] = 
     finally:
         bar.close()
         measurer.close()
+    check_some_succeeded(task, tuner, log)
     return TuneResult(task, tuner, time.perf_counter() - t0)
 
 
+def check_some_succeeded(task: Task, tuner: TaskTuner, log=None) -> None:
+    """A ``BuildError`` when candidates were measured and every one of them failed: such a run found
+    nothing, and its result must not pass for one (its ``build()`` would have nothing to apply)."""
+    failed = [h["error"] for h in tuner.history if h["error"]]
+    if tuner.best is not None or not failed or len(failed) < len(tuner.history):
+        return
+    first = str(failed[0]).strip().splitlines()
+    where = f"; every error is in the log {log}" if log else ""
+    raise BuildError(f"tune: all {len(failed)} measured candidates of {task!r} failed; the first: "
+                     f"{' / '.join(first[-3:])}{where}")
+
+
 def apply_best(log, args, target="llvm"):
-    """The best recorded schedule for the kernel of ``args`` on ``target``, or None."""
+    """The best recorded schedule for the kernel of ``args`` on ``target``, or None when the log has
+    no record for it; a log that does not exist is an ``ArgumentError``."""
+    records.check_exists(log, "apply_best")
     task = Task(list(args), resolve_target(target) if not isinstance(target, str) else target)
     r = records.best(log, task.target, task.key)
     if r is None:

@@ -14,6 +14,7 @@ from typing import Optional
 
 from ..errors import (ArgumentError, BuildError, DamagedFileError, InternalError, LoopweaveError, OnnxImportError,
                       PerShapeCompileWarning)
+from ..autoschedule.records import check_exists
 from ..lowering.lower import check_checks_argument
 from ..target import resolve_target
 from .ops.cuda.matmul_tensor_cores import TENSOR_CORE_PRECISIONS
@@ -48,6 +49,8 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
     accumulation and storage; the default ``"fp32"`` is exact.
     """
     check_checks_argument(checks, BuildError)
+    if tuning_log is not None:
+        check_exists(tuning_log, "compile")
     tgt = resolve_target(target)
     if tgt.kind not in ("llvm", "cuda"):
         raise BuildError(f"networks compile for targets 'llvm' and 'cuda', not {tgt.kind!r}")

@@ -32,6 +32,7 @@ def test_tune_network_measures_the_defaults_first_and_compile_applies_the_log(tm
     assert exe.tuned_kernels == len(exe.kernels)
     x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
     np.testing.assert_allclose(exe.run({"input": x})[0], _reference(model, x), rtol=1e-4, atol=1e-4)
+    (tmp_path / "empty.jsonl").write_text("")
     untouched = lw.compile(graph, tuning_log=str(tmp_path / "empty.jsonl"), progress=False)
     assert untouched.tuned_kernels == 0
 
