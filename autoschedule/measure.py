@@ -15,7 +15,6 @@ import concurrent.futures as cf
 import pickle
 import select
 import subprocess
-import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..backends.python_command import python_module_command
 from ..backends.wire import recv, send
 
 _TASKS: dict = {}       # per worker process: task key -> (args, inputs, reference output)
@@ -195,7 +195,7 @@ class LocalMeasurer:
 
     def _start(self):
         if self._proc is None or self._proc.poll() is not None:
-            self._proc = subprocess.Popen([sys.executable, "-m", "loopweave.autoschedule.worker"],
+            self._proc = subprocess.Popen(python_module_command("loopweave.autoschedule.worker"),
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         return self._proc
 

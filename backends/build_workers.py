@@ -19,10 +19,10 @@ import atexit
 import collections
 import os
 import subprocess
-import sys
 import threading
 from typing import Callable, List, Optional, Sequence
 
+from .python_command import python_module_command
 from .wire import recv, send
 
 # fewer cold kernels than this are built in the calling process: a worker's start costs ~1 s
@@ -47,7 +47,7 @@ class _Worker:
     """One worker process and the pipe to it; used by one thread at a time."""
 
     def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, "-m", __package__ + ".build_worker"],
+        self.proc = subprocess.Popen(python_module_command(__package__ + ".build_worker"),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
     def alive(self) -> bool:

@@ -2,7 +2,8 @@
 
 NVRTC is found in the pip wheel (``pip install loopweave[cuda]`` brings
 ``nvidia-cuda-nvrtc-cu12``), then in a CUDA toolkit (``$CUDA_HOME``, /usr/local/cuda*),
-then by the loader's search path.  It compiles a kernel in tens of milliseconds;
+then by the loader's search path; nvcc on the PATH.  Only absolute folders are searched (an empty
+or relative ``sys.path`` / ``PATH`` entry is the current folder, which may be a stranger's).  It compiles a kernel in tens of milliseconds;
 nvcc takes about a second, so it is only the fallback.  Neither needs a GPU.
 The PTX is keyed by a hash of the source, the architecture and the compiler, in
 loopweave's cache folder, so a second build of the same kernel compiles nothing.
@@ -28,7 +29,11 @@ DEFAULT_ARCH = "sm_90"
 
 
 def _wheel_dirs():
+    """The pip wheels' library folders under ``sys.path``; an empty or relative entry (the current
+    folder) is never searched: a ``libnvrtc.so`` lying there is not loaded."""
     for entry in sys.path:
+        if not entry or not os.path.isabs(entry):
+            continue
         for pattern in ("nvidia/cuda_nvrtc/lib", "nvidia/cu1*/lib", "nvidia/nvrtc/lib"):
             yield from glob.glob(os.path.join(entry, pattern))
 
@@ -36,7 +41,7 @@ def _wheel_dirs():
 def _toolkit_dirs():
     roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")] + sorted(glob.glob("/usr/local/cuda*"))
     for root in roots:
-        if root:
+        if root and os.path.isabs(root):
             for sub in ("lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"):
                 yield os.path.join(root, sub)
 
@@ -64,7 +69,8 @@ def find_nvrtc() -> Optional[str]:
 
 @lru_cache(maxsize=None)
 def find_nvcc() -> Optional[str]:
-    found = shutil.which("nvcc")
+    path = os.pathsep.join(d for d in os.environ.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(d))
+    found = shutil.which("nvcc", path=path)
     if found:
         return found
     for root in [os.environ.get("CUDA_HOME")] + sorted(glob.glob("/usr/local/cuda*")):

@@ -32,6 +32,8 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from ...backends.python_command import python_code_command
+
 EXTREME_INTS = [-1, 0, 1, 2, 3, 7, 2 ** 31 - 1, -2 ** 31, 10 ** 6, 2 ** 40]
 FAILURES = ("foreign", "crash", "hang")
 
@@ -90,7 +92,7 @@ class FuzzWorker:
 
     def _start(self):
         env = dict(os.environ, LOOPWEAVE_CACHE_DIR=self.cache_dir, PYTHONFAULTHANDLER="1")
-        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen(python_code_command(_WORKER), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=env)
 
     def run(self, model_bytes: bytes, feeds: dict, raw: bool = False) -> Tuple[str, str]:

@@ -1,0 +1,75 @@
+"""Worker processes and library look-ups never take code from the current folder: a ``numpy.py``
+or a ``libnvrtc.so`` in the folder loopweave runs in (an unpacked model's, say) is not loaded."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from loopweave.autoschedule.measure import LocalMeasurer
+from loopweave.backends import build_workers
+from loopweave.backends.cuda import compiler
+from loopweave.nn_ops.testing.fuzz import FuzzWorker
+
+CC = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
+
+
+@pytest.fixture
+def hostile_folder(tmp_path, monkeypatch):
+    """A current folder whose numpy.py leaves a mark when imported (and then fails)."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    mark = tmp_path / "numpy-ran"
+    (folder / "numpy.py").write_text(f"open({str(mark)!r}, 'w').write('ran')\nraise SystemExit(3)\n")
+    monkeypatch.chdir(folder)
+    return mark
+
+
+def _started_and_done(proc) -> int:
+    """Close the worker's input once it has imported what it imports at start; its exit status."""
+    proc.stdin.close()
+    return proc.wait(timeout=120)
+
+
+def test_build_worker_does_not_import_from_the_current_folder(hostile_folder):
+    worker = build_workers._Worker()
+    assert _started_and_done(worker.proc) == 0
+    assert not hostile_folder.exists()
+
+
+def test_measure_worker_does_not_import_from_the_current_folder(hostile_folder):
+    measurer = LocalMeasurer()
+    assert _started_and_done(measurer._start()) == 0
+    assert not hostile_folder.exists()
+
+
+def test_fuzz_worker_does_not_import_from_the_current_folder(hostile_folder):
+    worker = FuzzWorker()
+    worker._start()
+    assert _started_and_done(worker.proc) == 0
+    assert not hostile_folder.exists()
+
+
+@pytest.mark.skipif(CC is None, reason="no C compiler (cc) to build a library")
+def test_nvrtc_is_never_looked_up_in_the_current_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "model"
+    libdir = folder / "nvidia" / "cuda_nvrtc" / "lib"
+    libdir.mkdir(parents=True)
+    mark = tmp_path / "nvrtc-ran"
+    src = tmp_path / "fake.c"
+    src.write_text('#include <stdio.h>\n__attribute__((constructor)) static void f(void) '
+                   f'{{ FILE *m = fopen("{mark}", "w"); if (m) fclose(m); }}\n')
+    subprocess.run([CC, "-shared", "-fPIC", "-o", str(libdir / "libnvrtc.so.99"), str(src)], check=True)
+    (folder / "bin").mkdir()
+    (folder / "bin" / "nvcc").write_text("#!/bin/sh\nexit 0\n")
+    (folder / "bin" / "nvcc").chmod(0o755)
+    monkeypatch.chdir(folder)
+    monkeypatch.setattr(sys, "path", ["", ".", *sys.path])
+    monkeypatch.setenv("PATH", os.pathsep.join(["", "bin", os.environ.get("PATH", "")]))
+    monkeypatch.setenv("CUDA_HOME", ".")
+    found = compiler.find_nvrtc.__wrapped__()
+    assert found is None or os.path.isabs(found) and not found.startswith(str(folder)), found
+    assert not mark.exists()
+    nvcc = compiler.find_nvcc.__wrapped__()
+    assert nvcc is None or not os.path.realpath(nvcc).startswith(str(folder)), nvcc
