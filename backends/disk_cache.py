@@ -1,12 +1,15 @@
 """Where compiled code is cached on disk: ``$LOOPWEAVE_CACHE_DIR``, default ``~/.cache/loopweave``.
 
 One folder for every code generator's cache (LLVM objects, the thread pool's object,
-CUDA PTX, network kernels), so clearing it clears them all.
+CUDA PTX, network kernels), so clearing it clears them all.  The folder holds code that later
+compiles load, so it is created ``0700`` and used only while it is this user's and no one else can
+write it; otherwise compiles keep their code in memory (one ``CacheWarning`` per folder).
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 import warnings
 from pathlib import Path
@@ -16,32 +19,49 @@ from ..errors import CacheWarning
 
 
 def cache_dir() -> Path:
-    """The cache folder, created if missing (read from the environment at each call, so tests can move it)."""
-    path = Path(os.environ.get("LOOPWEAVE_CACHE_DIR", Path.home() / ".cache" / "loopweave"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """The cache folder's path, ``$LOOPWEAVE_CACHE_DIR`` or ``~/.cache/loopweave`` (read from the
+    environment at each call, so tests can move it).  Use ``writable_cache_dir`` to use it."""
+    return Path(os.environ.get("LOOPWEAVE_CACHE_DIR", Path.home() / ".cache" / "loopweave"))
 
 
 _MAGIC = b"LWC1"          # checksummed entry: magic, sha256 of the payload (32 bytes), payload
 _HEADER = len(_MAGIC) + 32
-_warned_unwritable = set()
+_warned_unusable = set()
+
+
+def untrusted_reason(path: Path) -> Optional[str]:
+    """Why the folder ``path`` cannot hold code this process will run, or None: it must be a folder
+    owned by this user that neither its group nor others can write (whoever can write it could put
+    object code there that the next compile loads)."""
+    st = path.stat()
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is not a folder"
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"it belongs to another user (uid {st.st_uid}, this process runs as {os.getuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"its group or other users can write it (mode {stat.S_IMODE(st.st_mode):o}; chmod 700 it)"
+    return None
 
 
 def writable_cache_dir() -> Optional[Path]:
-    """``cache_dir()``, or None (with one CacheWarning per folder) when it cannot be created or written:
-    callers then build in memory."""
-    path = Path(os.environ.get("LOOPWEAVE_CACHE_DIR", Path.home() / ".cache" / "loopweave"))
+    """``cache_dir()``, created ``0700`` if missing, or None (with one CacheWarning per folder) when
+    it cannot be created or written, or cannot be trusted (``untrusted_reason``): callers then build
+    in memory."""
+    path = cache_dir()
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        if os.access(path, os.W_OK | os.X_OK):
-            return path
-        problem = "it is not writable"
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        problem = untrusted_reason(path)
+        if problem is None:
+            if os.access(path, os.W_OK | os.X_OK):
+                return path
+            problem = "it is not writable"
     except OSError as exc:
         problem = str(exc)
-    if str(path) not in _warned_unwritable:
-        _warned_unwritable.add(str(path))
+    if str(path) not in _warned_unusable:
+        _warned_unusable.add(str(path))
         warnings.warn(f"loopweave cache directory {str(path)!r} cannot be used ({problem}); compiled code is kept "
-                      "in memory only (set LOOPWEAVE_CACHE_DIR to a writable folder)", CacheWarning, stacklevel=3)
+                      "in memory only (set LOOPWEAVE_CACHE_DIR to a folder of your own that only you can write)",
+                      CacheWarning, stacklevel=3)
     return None
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Optional, Tuple
 
 from ...errors import BuildError
-from ..disk_cache import cache_dir
+from ..disk_cache import writable_cache_dir
 
 DEFAULT_ARCH = "sm_90"
 
@@ -130,10 +130,14 @@ def _nvcc_compile(nvcc: str, source: str, arch: str) -> str:
         return Path(out).read_text()
 
 
-def _cache_path(source: str, arch: str, compiler: str) -> Path:
+def _cache_path(source: str, arch: str, compiler: str) -> Optional[Path]:
+    """Where the PTX of ``source`` is cached, or None (no usable cache folder: ``writable_cache_dir``)."""
     key = hashlib.sha256(f"{compiler}|{arch}|{source}".encode()).hexdigest()[:32]
-    path = cache_dir() / "cuda"
-    path.mkdir(parents=True, exist_ok=True)
+    folder = writable_cache_dir()
+    if folder is None:
+        return None
+    path = folder / "cuda"
+    path.mkdir(exist_ok=True, mode=0o700)
     return path / f"{key}.ptx"
 
 
@@ -146,7 +150,7 @@ def compile_ptx(source: str, arch: str = DEFAULT_ARCH, compiler: Optional[str] =
         raise BuildError("no CUDA compiler found: install NVRTC (pip install 'loopweave[cuda]') or a CUDA toolkit "
                          "with nvcc (set CUDA_HOME if it is not in /usr/local/cuda)")
     path = _cache_path(source, arch, compiler)
-    if path.exists():
+    if path is not None and path.exists():
         return path.read_text(), compiler
     if compiler == "nvrtc":
         lib = find_nvrtc()
@@ -160,6 +164,8 @@ def compile_ptx(source: str, arch: str = DEFAULT_ARCH, compiler: Optional[str] =
         ptx = _nvcc_compile(nvcc, source, arch)
     else:
         raise BuildError(f"unknown CUDA compiler {compiler!r}; use 'nvrtc' or 'nvcc'")
+    if path is None:
+        return ptx, compiler
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         f.write(ptx)

@@ -16,7 +16,7 @@ A shape-polymorphic kernel (``onnx_import/polymorphic.py``) is remembered by its
 the one a saved ``.lwx`` names it by (``lookup_polymorphic``): a cached polymorphic compile of
 ResNet-18 lowered every kernel again (20 s of its 35 s cold).
 
-For the GPU the entry is the lowered function itself (``lookup_lowered``): a CUDA module is
+For the GPU the entry is the lowered function itself, as JSON (``lookup_lowered``): a CUDA module is
 made from it without scheduling or lowering (before, a second compile of ResNet-18 for cuda took
 8.8 s on the GPU machine, its PTX already cached: scheduling and lowering every kernel again).
 """
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -124,20 +123,28 @@ def _keep_object(module, target) -> None:
 def lookup_lowered(signature: str, target):
     """For the GPU, whose modules are made from the lowered function (CUDA C generated from it, the
     PTX found in the compiler's disk cache): the function ``signature`` was lowered to before, or
-    None.  It is stored pickled and checksummed (a damaged entry is deleted and the group lowered
-    again); the source fingerprint in the key keeps a stale one from being used."""
-    data = _read(signature, target, ".lowered")
+    None.  It is stored as data (``lowering/ir_json.py``: JSON read back into a fixed set of IR nodes,
+    never pickle) and checksummed (a damaged entry is deleted and the group lowered again); the source
+    fingerprint in the key keeps a stale one from being used."""
+    from ...lowering.ir_json import primfunc_from_json
+    data = _read(signature, target, ".lowered.json")
     if data is None:
         return None
     try:
-        return pickle.loads(data)
-    except Exception:       # noqa: BLE001 - an unreadable entry is a miss
+        return primfunc_from_json(data)
+    except ValueError:       # an unreadable entry is a miss
         return None
 
 
 def store_lowered(signature: str, target, func) -> None:
-    if applies():
-        _write(signature, target, ".lowered", pickle.dumps(func))
+    from ...lowering.ir_json import primfunc_to_json
+    if not applies():
+        return
+    try:
+        text = primfunc_to_json(func)
+    except ValueError:       # a node the JSON form cannot hold: this kernel is not remembered
+        return
+    _write(signature, target, ".lowered.json", text.encode())
 
 
 def kernel_entry(module) -> dict:

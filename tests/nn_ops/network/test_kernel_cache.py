@@ -120,14 +120,14 @@ def test_a_second_cuda_compile_lowers_nothing(fresh_cache, monkeypatch):
     Building for cuda needs no GPU."""
     model = small_cnn()
     first = lw.compile(lw.from_onnx(model), target="cuda", progress=False)
-    assert len(list(fresh_cache.glob("*.lowered"))) == len(first.modules) > 0
+    assert len(list(fresh_cache.glob("*.lowered.json"))) == len(first.modules) > 0
     builds = _count_builds(monkeypatch)
     second = lw.compile(lw.from_onnx(model), target="cuda", progress=False)
     assert builds == []
     assert sorted(second.modules) == sorted(first.modules)
     assert second.sources("cuda") == first.sources("cuda")
     # a damaged entry is a miss: that group is lowered again, the rest still come from the cache
-    victim = sorted(fresh_cache.glob("*.lowered"))[0]
+    victim = sorted(fresh_cache.glob("*.lowered.json"))[0]
     victim.write_bytes(victim.read_bytes()[:-7] + b"damaged")
     with pytest.warns(UserWarning):
         third = lw.compile(lw.from_onnx(model), target="cuda", progress=False)
