@@ -5,7 +5,7 @@ schedule; ``lower`` shows the loops; ``build`` returns a checked, native callabl
 """
 from .errors import (ArgumentError, BoundsError, BuildError, CacheWarning, DamagedFileError, DTypeError, ExprError,
                      IndexOutOfRangeError, InternalError, LoopweaveError, LoopweaveWarning, LoweringError,
-                     OnnxImportError, PerShapeCompileWarning, ScheduleError)
+                     MissingExtraError, OnnxImportError, PerShapeCompileWarning, ScheduleError)
 from .target import Target
 from .dsl.expr import Expr, Var, cast, const, if_then_else, select, var
 from .dsl.intrinsics import abs, ceil, erf, exp, floor, fmod, log, pow, round, rsqrt, sigmoid, sqrt, tanh
@@ -18,7 +18,7 @@ from .lowering.lower import lower
 from .backends.build import build
 from .backends.runtime import Module
 from .backends.cuda.ndarray import DeviceArray, device_array, from_dlpack
-from .nn_ops.onnx_import import from_onnx
+from .nn_ops.models import from_onnx
 from .nn_ops.compile import compile, load
 from .nn_ops.network.limits import memory_limit, set_memory_limit
 
@@ -26,7 +26,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArgumentError", "BoundsError", "BuildError", "CacheWarning", "DamagedFileError", "DTypeError", "ExprError",
-    "IndexOutOfRangeError", "InternalError", "LoopweaveError", "LoopweaveWarning", "LoweringError", "OnnxImportError",
+    "IndexOutOfRangeError", "InternalError", "LoopweaveError", "LoopweaveWarning", "LoweringError", "MissingExtraError",
+    "OnnxImportError",
     "PerShapeCompileWarning", "ScheduleError",
     "Target", "Expr", "Var", "cast", "const", "if_then_else", "select", "var",
     "abs", "ceil", "erf", "exp", "floor", "fmod", "log", "pow", "round", "rsqrt", "sigmoid", "sqrt", "tanh",

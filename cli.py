@@ -1,4 +1,6 @@
-"""The ``loopweave`` command line: ``demo``, and for ONNX networks ``tune``, ``compile``, ``run``, ``bench``."""
+"""The ``loopweave`` command line: ``demo``, ``zoo`` (the bundled models), and for ONNX networks ``tune``,
+``compile``, ``run``, ``bench``.  Models load through ``nn_ops/models.py`` (a path or ``zoo:NAME``), so
+every subcommand words a missing or malformed model alike."""
 from __future__ import annotations
 
 import argparse
@@ -23,23 +25,6 @@ def _input_shapes(specs):
     return shapes
 
 
-# the names of nn_ops.testing.model_zoo.NAMES (kept here so that the CLI starts without importing it)
-ZOO_MODELS = ("resnet18", "mobilenet_v2", "small_cnn", "transformer_encoder", "squeezenet1_1", "vit_tiny",
-              "efficientnet_lite", "convnext", "densenet", "unet", "gpt2", "mlp_mixer", "style_transfer",
-              "lstm_lm", "shufflenet_v2", "inception_v3", "resnet50")
-
-
-def _model_source(path: str):
-    """A path to an .onnx file, or ``zoo:NAME`` for a model built in memory (``ZOO_MODELS``)."""
-    if path.startswith("zoo:"):
-        from .nn_ops.testing import model_zoo
-        name = path[4:]
-        if name not in ZOO_MODELS:
-            raise UsageError(f"unknown zoo model {name!r} ({', '.join(ZOO_MODELS)})")
-        return getattr(model_zoo, name)()
-    return path
-
-
 def _duration(text: str) -> float:
     """``90``, ``90s``, ``20m`` or ``1.5h`` to seconds."""
     units = {"s": 1, "m": 60, "h": 3600}
@@ -55,10 +40,12 @@ def _duration(text: str) -> float:
 
 def _cmd_tune(args) -> int:
     from . import autoschedule as auto, from_onnx
-    graph = from_onnx(_model_source(args.model), input_shapes=_input_shapes(args.input_shape))
+    from .backends.extras import require_extra
     budget = _duration(args.time_budget) if args.time_budget else None
     if args.trials is None and budget is None:
         raise UsageError("give --trials N, --time-budget DURATION, or both")
+    require_extra("lightgbm", "loopweave tune (the autoscheduler's cost model)")
+    graph = from_onnx(args.model, input_shapes=_input_shapes(args.input_shape))
     result = auto.tune_network(graph, target=args.target, trials=args.trials, time_budget=budget, log=args.log,
                                progress=not args.quiet)
     print(result)
@@ -69,11 +56,16 @@ def _cmd_tune(args) -> int:
 def _cmd_compile(args) -> int:
     import time
     from . import compile as lw_compile, from_onnx
-    t0 = time.perf_counter()
-    graph = from_onnx(_model_source(args.model), input_shapes=_input_shapes(args.input_shape))
-    t1 = time.perf_counter()
+    from .target import resolve_target
     if not args.output and not args.export:
         raise UsageError("give -o model.lwx, --export model.so, or both")
+    if resolve_target(args.target).kind == "cuda":
+        raise UsageError("a network compiled for cuda cannot be saved (-o) or exported (--export) yet: compile "
+                         "and run it in Python, lw.compile(lw.from_onnx(path), target='cuda').run(feed); -o and "
+                         "--export take CPU targets (llvm ...)")
+    t0 = time.perf_counter()
+    graph = from_onnx(args.model, input_shapes=_input_shapes(args.input_shape))
+    t1 = time.perf_counter()
     exe = lw_compile(graph, target=args.target, progress=not args.quiet, tuning_log=args.tuning_log)
     t2 = time.perf_counter()
     wrote = []
@@ -132,30 +124,60 @@ def _cmd_run(args) -> int:
 
 def _cmd_bench(args) -> int:
     import time
-    import onnx
     from . import compile as lw_compile, from_onnx
+    from .backends.extras import require_extra
+    from .nn_ops.models import load_onnx_model
+    require_extra("onnxruntime", "loopweave bench (the peer it compares with)")
     from .nn_ops.testing.onnxruntime_peer import compare_with_onnxruntime
-    source = _model_source(args.model)
-    model = source if isinstance(source, onnx.ModelProto) else onnx.load(source)
+    model = load_onnx_model(args.model)
     t0 = time.perf_counter()
     exe = lw_compile(from_onnx(model, input_shapes=_input_shapes(args.input_shape)), progress=not args.quiet)
     compile_s = time.perf_counter() - t0
     c = compare_with_onnxruntime(model, exe, threads=args.threads, pairs=args.pairs)
-    print(f"{args.model}: loopweave {c.ours_s * 1e3:.2f} ms, onnxruntime {c.theirs_s * 1e3:.2f} ms, "
-          f"speed-up {c.ratio:.2f}x (median of {args.pairs} interleaved pairs, {args.threads} threads; "
-          f"> 1 means loopweave is faster); compile {compile_s:.1f} s")
+    print(bench_report(args.model, c, args.pairs, args.threads, compile_s))
     return 0
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="loopweave", description="loopweave tensor compiler")
-    sub = parser.add_subparsers(dest="command", required=True)
+def bench_report(model: str, c, pairs: int, threads: int, compile_s: float) -> str:
+    """What ``bench`` measured, each number named: the two medians are each system's own; the
+    speed-up is the median of the per-pair ratios, which need not equal the ratio of the medians
+    (a machine whose speed drifts between pairs moves both medians, not each pair's ratio)."""
+    return (f"{model} ({threads} threads, {pairs} interleaved pairs of runs: loopweave, onnxruntime, ...)\n"
+            f"  loopweave    median {c.ours_s * 1e3:.2f} ms per run\n"
+            f"  onnxruntime  median {c.theirs_s * 1e3:.2f} ms per run\n"
+            f"  speed-up     {c.ratio:.2f}x: the median over the pairs of onnxruntime's time / loopweave's "
+            f"(> 1: loopweave is faster); the ratio of the two medians above is {c.theirs_s / c.ours_s:.2f}x\n"
+            f"  compile      {compile_s:.1f} s")
+
+
+def _cmd_zoo(args) -> int:
+    from .nn_ops.models import zoo_names
+    print("bundled models (seeded weights, built in memory); give one as zoo:NAME to compile, run, tune, bench "
+          "or lw.from_onnx:")
+    for name in zoo_names():
+        print(f"  zoo:{name}")
+    return 0
+
+
+MODEL_HELP = "model.onnx, or zoo:NAME for a bundled model (list them with 'loopweave zoo')"
+SHAPE_HELP = "fix a symbolic input size: NAME=AxBxC (repeat per input), e.g. input=1x3x224x224"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser: every subcommand and option with its help text."""
+    from . import __version__
+    parser = argparse.ArgumentParser(prog="loopweave", description="loopweave tensor compiler: compile, run, tune "
+                                     "and benchmark ONNX models; 'loopweave demo' for a first look")
+    parser.add_argument("--version", action="version", version=f"loopweave {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = sub.add_parser("demo", help="compile bundled kernels, check them against numpy, print timings")
     demo.add_argument("--size", type=int, default=1024, help="matmul size N (default 1024)")
     demo.add_argument("--quick", action="store_true", help="small sizes, for a fast smoke test")
 
+    sub.add_parser("zoo", help="list the bundled models (zoo:NAME)")
+
     comp = sub.add_parser("compile", help="compile an ONNX model into an executable file (.lwx) or a C library (.so)")
-    comp.add_argument("model", help="model.onnx (or zoo:NAME: resnet18, squeezenet1_1, vit_tiny, gpt2, ... see ZOO_MODELS)")
+    comp.add_argument("model", help=MODEL_HELP)
     comp.add_argument("-o", "--output", help="where to write the executable (e.g. model.lwx)")
     comp.add_argument("--export", metavar="MODEL.so",
                       help="also (or instead) write a shared library with a C API and its header MODEL.h beside it")
@@ -168,42 +190,49 @@ def main(argv=None) -> int:
     comp.add_argument("--cc", metavar="COMPILER",
                       help="with --export MODEL.so: the C compiler that links it (default $CC or cc; a cross "
                            "compiler such as aarch64-linux-gnu-gcc for another CPU)")
-    comp.add_argument("--input-shape", action="append", metavar="NAME=AxBxC",
-                      help="fix a dynamic input's shape (static shapes only)")
+    comp.add_argument("--input-shape", action="append", metavar="NAME=AxBxC", help=SHAPE_HELP)
     comp.add_argument("--tuning-log", metavar="LOG.jsonl",
                       help="apply the best tuning records of this log (from 'loopweave tune'); other kernels keep "
                            "their default schedules")
     comp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
     tune = sub.add_parser("tune", help="search schedules for every kernel of an ONNX model; records go to a log")
-    tune.add_argument("model", help="model.onnx (or zoo:resnet18, zoo:mobilenet_v2, zoo:transformer_encoder, ...)")
+    tune.add_argument("model", help=MODEL_HELP)
     tune.add_argument("--log", required=True, metavar="LOG.jsonl",
                       help="the tuning log (JSON lines): appended to, and read back to resume")
     tune.add_argument("--trials", type=int, help="measured candidates in all (across the network's kernels)")
     tune.add_argument("--time-budget", metavar="DURATION", help="wall time for the whole search: 90s, 20m, 1h")
-    tune.add_argument("--target", default="llvm")
-    tune.add_argument("--input-shape", action="append", metavar="NAME=AxBxC")
+    tune.add_argument("--target", default="llvm", help="the CPU to tune for (default llvm: this machine)")
+    tune.add_argument("--input-shape", action="append", metavar="NAME=AxBxC", help=SHAPE_HELP)
     tune.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
-    run = sub.add_parser("run", help="run a compiled executable on inputs from .npy files")
-    run.add_argument("model", help="an executable written by 'loopweave compile'")
+    run = sub.add_parser("run", help="run a compiled executable (.lwx) on inputs from .npy files")
+    run.add_argument("model", help="an executable written by 'loopweave compile -o' (an .onnx model is compiled first)")
     run.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input array (repeat per input)")
     run.add_argument("--random", action="store_true", help="feed random inputs (when no --input is given)")
     run.add_argument("--output-dir", help="save each output as <name>.npy there instead of printing a summary")
 
     bench = sub.add_parser("bench", help="latency of loopweave vs onnxruntime on an ONNX model, interleaved")
-    bench.add_argument("model", help="model.onnx (or zoo:NAME: resnet18, squeezenet1_1, vit_tiny, gpt2, ... see ZOO_MODELS)")
-    bench.add_argument("--threads", type=int, default=2)
-    bench.add_argument("--pairs", type=int, default=15)
-    bench.add_argument("--input-shape", action="append", metavar="NAME=AxBxC")
-    bench.add_argument("-q", "--quiet", action="store_true")
+    bench.add_argument("model", help=MODEL_HELP)
+    bench.add_argument("--threads", type=int, default=2, help="threads for each system (default 2)")
+    bench.add_argument("--pairs", type=int, default=15,
+                       help="timed pairs of runs, loopweave then onnxruntime (default 15)")
+    bench.add_argument("--input-shape", action="append", metavar="NAME=AxBxC", help=SHAPE_HELP)
+    bench.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    return parser
 
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     if args.command == "demo":
         from .demo import run_demo
         return run_demo(size=256 if args.quick else args.size)
     from .errors import LoopweaveError
-    handlers = {"compile": _cmd_compile, "run": _cmd_run, "bench": _cmd_bench, "tune": _cmd_tune}
+    handlers = {"compile": _cmd_compile, "run": _cmd_run, "bench": _cmd_bench, "tune": _cmd_tune, "zoo": _cmd_zoo}
     try:
         return handlers[args.command](args)
     except (LoopweaveError, UsageError) as exc:

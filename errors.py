@@ -51,6 +51,11 @@ class BuildError(LoopweaveError):
     """Code generation or native compilation failed for a user-visible reason."""
 
 
+class MissingExtraError(LoopweaveError, ImportError):
+    """An optional dependency a feature needs is not installed; the message names the pip extra
+    (``pip install "loopweave[autoschedule]"``) that installs it."""
+
+
 class ImportError_(LoopweaveError):  # noqa: N801 - avoid shadowing the builtin
     """A model file is malformed or uses something the importer does not support."""
 

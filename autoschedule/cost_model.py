@@ -12,9 +12,13 @@ from typing import Sequence
 
 import numpy as np
 
+from ..backends.extras import require_extra
+
 
 class CostModel:
     def __init__(self, seed: int = 0, min_samples: int = 8):
+        # checked here, when a search starts: LightGBM is first used after a round of measurements
+        require_extra("lightgbm", "the autoscheduler's cost model")
         self.seed, self.min_samples = seed, min_samples
         self._model = None
         self.fit_seconds = 0.0

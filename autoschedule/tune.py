@@ -7,6 +7,7 @@ import time
 from typing import List, Optional
 
 from ..backends.build import build as _build
+from ..backends.extras import require_extra
 from ..dsl.schedule import create_schedule
 from ..dsl.trace import Trace
 from ..errors import ArgumentError, BuildError
@@ -56,6 +57,8 @@ class TuneResult:
         return None
 
     def plot(self, ax=None):
+        """The best time after each trial (and each measured time) on ``ax``, or a new figure's axes."""
+        require_extra("matplotlib", "TuneResult.plot")
         import matplotlib.pyplot as plt
         if ax is None:
             _, ax = plt.subplots(figsize=(6, 3.5))

@@ -60,6 +60,15 @@ def _read_raw(z: zipfile.ZipFile, name: str, where: str) -> bytes:
         raise DamagedFileError(f"{where} is damaged: member {name!r} cannot be read ({exc})", name) from None
 
 
+def not_an_executable(where: str, path) -> str:
+    """The message for a file that is no ``.lwx`` at all, with the step a user most likely skipped
+    (an ONNX model handed to ``load`` or ``loopweave run`` instead of its compiled executable)."""
+    name = os.fspath(path) if isinstance(path, (str, os.PathLike)) else "MODEL.onnx"
+    lead = "it looks like an ONNX model" if name.endswith(".onnx") else "if it is an ONNX model"
+    return (f"{where} is not a loopweave executable (a .lwx file, written by exe.save or 'loopweave compile -o'); "
+            f"{lead}: compile it first (loopweave compile {name} -o model.lwx, or lw.compile(lw.from_onnx(...)))")
+
+
 class ArchiveReader:
     """An opened ``.lwx``: ``meta`` (verified and parsed) and ``read(member)`` (verified)."""
 
@@ -67,9 +76,13 @@ class ArchiveReader:
         self.where = where or repr(str(path))
         if not (isinstance(path, (str, os.PathLike)) or (hasattr(path, "read") and hasattr(path, "seek"))):
             raise ArgumentError(f"load takes a file path (or a binary file object), got {type(path).__name__}")
+        if isinstance(path, (str, os.PathLike)) and not os.path.exists(path):
+            raise ArgumentError(f"the executable file {self.where} does not exist")
         try:
             self._zip = zipfile.ZipFile(path)
-        except (OSError, zipfile.BadZipFile, zlib.error, EOFError, ValueError) as exc:
+        except zipfile.BadZipFile:
+            raise ArgumentError(not_an_executable(self.where, path)) from None
+        except (OSError, zlib.error, EOFError, ValueError) as exc:
             raise ArgumentError(f"cannot open {self.where} as a loopweave executable: {exc}") from None
         try:
             self.meta = self._read_meta()

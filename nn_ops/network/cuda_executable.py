@@ -206,6 +206,17 @@ class CudaExecutable:
         self.last_profile = result
         return result
 
+    def save(self, path) -> None:
+        """Refused: a CUDA network is not written to a file yet (an ``ArgumentError`` saying what works)."""
+        raise ArgumentError(f"save: a network compiled for cuda cannot be saved to {str(path)!r} yet; compile it "
+                            f"in the process that runs it (lw.compile(graph, target='cuda')), or compile for the "
+                            f"CPU (target='llvm') to save an .lwx")
+
+    def export_library(self, path, *args, **kwargs):
+        """Refused: the C library holds CPU code only (an ``ArgumentError`` saying so)."""
+        raise ArgumentError(f"export_library: {str(path)!r} would be a CPU library, and this network is compiled "
+                            f"for cuda; compile it with target='llvm' to export it")
+
     def __del__(self):
         dev = self._device
         if dev is None:

@@ -309,7 +309,7 @@ class PolymorphicExecutable:
 
     def export_library(self, path, prefix: str = "lw_", params: str = "embed", cc=None):
         """Not for symbolic sizes yet: the C API has fixed shapes (an ArgumentError that says what to do)."""
-        raise export_needs_fixed_shapes()
+        raise export_needs_fixed_shapes(self.inputs)
 
     def save(self, path) -> None:
         """A checksummed zip (``archive.py``): meta.json, model.onnx and each distinct kernel's object

@@ -13,6 +13,7 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 
+from ...backends.extras import install_hint
 from ...errors import InternalError, LoopweaveError, OnnxImportError
 from ..network.graph import Graph
 from . import converters as _converters  # noqa: F401 - importing it registers every converter
@@ -27,7 +28,8 @@ def _require_onnx():
     try:
         import onnx  # noqa: F401
     except ImportError as exc:
-        raise OnnxImportError("from_onnx needs the 'onnx' package (pip install onnx)") from exc
+        raise OnnxImportError(f"from_onnx needs the optional package 'onnx', which is not installed: "
+                              f"{install_hint('onnx')}") from exc
 
 
 def load_model(model):

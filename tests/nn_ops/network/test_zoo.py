@@ -7,7 +7,6 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import loopweave as lw  # noqa: E402
-from loopweave import cli  # noqa: E402
 from loopweave.nn_ops.testing import model_zoo  # noqa: E402
 from loopweave.nn_ops.testing.onnxruntime_peer import onnxruntime_session, random_feed  # noqa: E402
 
@@ -87,11 +86,12 @@ def test_full_size_builders(name, params, out_shape):
     assert tuple(dims) == out_shape
 
 
-def test_every_zoo_model_is_a_cli_zoo_name():
-    assert set(cli.ZOO_MODELS) == set(model_zoo.NAMES)
+def test_every_zoo_model_is_a_zoo_name():
+    from loopweave.nn_ops.models import load_onnx_model, zoo_names
+    assert zoo_names() == model_zoo.NAMES
     assert set(model_zoo.SMALL) <= set(model_zoo.NAMES)
     assert all(callable(getattr(model_zoo, name)) for name in model_zoo.NAMES)
-    assert cli._model_source("zoo:squeezenet1_1").graph.name == "squeezenet1_1"
+    assert load_onnx_model("zoo:squeezenet1_1").graph.name == "squeezenet1_1"
 
 
 @pytest.mark.parametrize("kernel,bias", [((2, 2), True), ((3, 2), False)])
