@@ -5,7 +5,8 @@ intermediate's size only as a sympy expression over the input symbols (``4*batch
 so the plan is made of *slots*: values whose lifetimes do not overlap share a slot, whose size
 is the ``Max`` of theirs.  A call evaluates the slot sizes at its binding (a few small
 expressions), lays the slots out one after another (64-byte aligned), and takes views of one
-arena, which grows when a larger binding arrives and is reused after (never shrinks).
+arena, which grows when a larger binding arrives and is reused after (never shrinks); an arena
+larger than ``lw.memory_limit`` is refused before it is allocated (``ArgumentError``).
 
 Views (a Reshape of a contiguous value) share their source's slot: the plan extends the
 source's lifetime to the view's last use.
@@ -17,7 +18,9 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 import sympy
 
+from ...errors import ArgumentError
 from . import symbolic as S
+from .limits import memory_limit_bytes
 
 ALIGN = 64
 CACHED_BINDINGS = 8
@@ -98,6 +101,13 @@ class SymbolicPlan:
             return cached
         offsets, total = self.layout(binding)
         if self._arena.nbytes < total + ALIGN:      # (room to align its start, wherever numpy puts it)
+            limit = memory_limit_bytes()
+            if total + ALIGN > limit:
+                sizes = ", ".join(f"{k}={v}" for k, v in sorted(binding.items()))
+                raise ArgumentError(f"the inputs' sizes ({sizes}) need {total + ALIGN} bytes for the network's "
+                                    f"intermediate values, more than the memory limit of {limit} bytes (raise it "
+                                    f"with lw.memory_limit(nbytes), lw.set_memory_limit or "
+                                    f"LOOPWEAVE_MAX_TENSOR_BYTES)")
             self._arena = np.empty(total + ALIGN, np.uint8)
             self.grown += 1
             self._views.clear()

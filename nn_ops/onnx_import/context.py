@@ -96,7 +96,8 @@ def _over_empty(op_type: str, attrs: dict, shape, dtype: str, empty) -> np.ndarr
     """The constant value of an op's result when the result or an input has no elements."""
     if 0 in shape:
         return np.zeros(shape, dtype)
-    if op_type == "reduce":
+    if op_type == "reduce":      # over no elements: the input, empty, was never checked for size
+        check_size(shape, dtype, "the result of a reduction over no elements")
         return np.full(shape, _reduction_identity(attrs["kind"], dtype), dtype)
     raise Unsupported(f"{op_type} reads {empty[0]!r}, which has no elements, and its result {tuple(shape)} is "
                       f"not empty; only reductions (to their identity) and ops with empty results take empty "
@@ -165,11 +166,16 @@ class ImportContext:
 
     def add_constant(self, base: str, array: np.ndarray) -> str:
         name = self.graph.fresh_name(base)
-        self.graph.add_initializer(name, array)
+        self.set_constant(name, array)
         return name
 
     def set_constant(self, name: str, array: np.ndarray) -> None:
-        self.graph.add_initializer(name, np.asarray(array))
+        """Make ``name`` a constant of the graph.  Whoever computes ``array`` checks its size before
+        making it (``check_size``; folds: ``fold_size.py``); this check keeps one that was not from
+        becoming a weight of the network."""
+        array = np.asarray(array)
+        check_size(array.shape, str(array.dtype), f"the constant {name!r}")
+        self.graph.add_initializer(name, array)
 
     def emit(self, op_type: str, inputs, output: str, attrs=None, name: str = "") -> str:
         """Add a graph node; its output's shape and dtype come from building the op."""

@@ -2,7 +2,8 @@
 
 This is what turns shape subgraphs (``Shape -> Gather -> Unsqueeze -> Concat -> Reshape``)
 into constants when the shapes are static.  ``Shape`` only needs its input's (static)
-shape, not its value.
+shape, not its value.  A result's size is checked against the memory limit before it is made
+(``fold_size.py``).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Callable, Dict, List
 import numpy as np
 
 from .context import ImportContext, onnx_attrs
+from .fold_size import check_folded_size
 
 FOLDERS: Dict[str, Callable] = {}
 
@@ -202,7 +204,9 @@ def try_fold(ctx: ImportContext, node) -> bool:
         if v is None:
             return False
         values.append(v)
-    outs = fn(values, onnx_attrs(node))
+    attrs = onnx_attrs(node)
+    check_folded_size(node.op_type, values, attrs, node.output[0] if node.output else node.op_type)
+    outs = fn(values, attrs)
     if outs is None:        # the folder declined (a case numpy would not compute as the op does)
         return False
     for name, value in zip(node.output, outs):

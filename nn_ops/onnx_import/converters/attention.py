@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..context import ImportContext, Unsupported, converter, optional_input, optional_output
+from ..context import ImportContext, Unsupported, check_size, converter, optional_input, optional_output
 
 _FLOATS = ("float16", "float32", "float64")
 _PRECISIONS = {1: "float32", 10: "float16", 11: "float64"}     # softmax_precision (TensorProto codes)
@@ -201,6 +201,7 @@ def _window(att: _Attention):
 
 def _static_allowed(sq: int, skv: int, offset: int, causal: bool, left: int, right: int) -> np.ndarray:
     """[Sq, Skv]: which keys each query may attend under causal and window with a scalar offset."""
+    check_size((sq, skv), "int64", "the attention mask")
     diff = (np.arange(sq)[:, None] + offset) - np.arange(skv)[None, :]      # i + offset - j
     allowed = np.ones((sq, skv), bool)
     if causal:

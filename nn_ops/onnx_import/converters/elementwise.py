@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..context import ImportContext, Unsupported, converter
+from ..context import ImportContext, Unsupported, check_size, converter
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
 _UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "HardSwish": "hard_swish", "Exp": "exp",
@@ -100,5 +100,6 @@ def dropout(ctx: ImportContext, node):
             raise Unsupported("training_mode=True with a nonzero ratio (random dropout)")
     ctx.emit("identity", [node.input[0]], node.output[0], name=node.name)
     if len(node.output) > 1 and node.output[1]:
+        check_size(ctx.shape(node.input[0]), "bool", f"the mask {node.output[1]!r}")
         everywhere = ctx.add_constant(node.output[1] + ".kept", np.ones(ctx.shape(node.input[0]), bool))
         ctx.emit("identity", [everywhere], node.output[1], name=node.name + ".mask")

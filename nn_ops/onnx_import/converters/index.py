@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ops.resize import axis_taps, coefficient_fn, source_coordinates
-from ..context import ImportContext, NeedsConstant, Unsupported, converter
+from ..context import ImportContext, NeedsConstant, Unsupported, check_size, converter
 
 
 @converter("Gather", since=1)
@@ -129,6 +129,8 @@ def resize(ctx: ImportContext, node):
     coeffs = coefficient_fn(mode, ctx.attr(node, "nearest_mode", "round_prefer_floor"),
                             float(ctx.attr(node, "cubic_coeff_a", -0.75)), antialias)
     exclude = bool(ctx.attr(node, "exclude_outside", 0))
+    # the result, and the masks of an extrapolating crop (of its shape and dtype), before any is made
+    check_size(out_shape, ctx.dtype(x), f"the result {out_name!r}")
     axes, tables = [], []
     outside = np.zeros(out_shape, bool)            # tf_crop_and_resize: samples beyond the input
     for a, (d, o, s) in enumerate(zip(in_shape, out_shape, scales)):
@@ -213,6 +215,7 @@ def eye_like(ctx: ImportContext, node):
     if ctx.attr(node, "dtype") is not None:
         from .math import _onnx_dtype
         dtype = _onnx_dtype(ctx.attr(node, "dtype"))
+    check_size(shape, dtype, f"the result {node.output[0]!r}")
     ctx.set_constant(node.output[0], np.eye(shape[0], shape[1], k=int(ctx.attr(node, "k", 0)), dtype=dtype))
 
 
@@ -371,6 +374,7 @@ def affine_grid(ctx: ImportContext, node):
         raise Unsupported(f"size {size} (2-d or 3-d)")
     if ctx.dtype(node.input[0]) != "float32":
         raise Unsupported(f"theta of dtype {ctx.dtype(node.input[0])}")
+    check_size([*spatial, len(spatial) + 1], "float64", f"the base grid of {node.output[0]!r}")
     base = ctx.add_constant(node.output[0] + ".base", _affine_base_grid(spatial, bool(ctx.attr(node, "align_corners", 0))))
     letters = "dhw"[-len(spatial):]
     ctx.emit("einsum", [node.input[0], base], node.output[0], {"equation": f"njk,{letters}k->n{letters}j"},
