@@ -7,6 +7,9 @@ from loopweave.dsl.intrinsics import dot4_u8s8
 from loopweave.errors import DTypeError
 from loopweave.target import host_target
 
+# instructions follow the host CPU (VNNI or not): .ci/run runs these again as an AVX2 host
+pytestmark = pytest.mark.vector_width
+
 N = 64
 
 

@@ -329,6 +329,7 @@ def test_a_value_read_outside_its_group_ends_the_group_there():
     np.testing.assert_allclose(got_out, np.maximum(x * 2, 0) + np.linspace(-1, 1, 8).astype(np.float32), rtol=1e-6)
 
 
+@pytest.mark.vector_width
 def test_softmax_over_a_symbolic_sequence_runs_full_vectors_plus_a_tail(encoder):
     """The attention softmax's rows are seq long: the main loops are whole vectors (ramps), the tail
     is one masked vector of the row's remaining elements (``if ramp(0, 1, 16) < x16(...)`` on 16

@@ -187,6 +187,7 @@ def _divided_net(channels: int):
     return b.model(("N", 3, "H", "W"), out, ("N", 16, "H", "W"), name=f"divided{channels}")
 
 
+@pytest.mark.vector_width
 def test_padded_channels_end_an_epilogue_before_a_division_by_a_computed_value():
     """Zero channels pad 12 output channels to whole vectors (of 8 or 16 lanes); a division by a
     computed value could turn them into NaN (0 / 0), which the next conv's zero weights would carry

@@ -153,6 +153,7 @@ def test_swiglu_joins_a_dense_layer_s_epilogue():
     _matches(exe, [{"x": _rand(rng, n, s, 6)} for n, s in ((1, 1), (2, 5))], lw.compile(lw.from_onnx(model)).run)
 
 
+@pytest.mark.vector_width
 def test_a_dynamically_quantized_dense_layer_and_qlinear_matmul_compile_once():
     """What onnxruntime's ``quantize_dynamic`` writes for a MatMul (DynamicQuantizeLinear, then
     MatMulInteger by the int8 weight, Cast, Mul by the scales' product): exactly ONNX's reference

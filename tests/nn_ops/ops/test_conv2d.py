@@ -119,6 +119,7 @@ def test_strided_1x1_takes_the_pixels_path():
     assert sub.op.tag == "conv2d.subsample" and [int(d.value) for d in sub.shape] == [1, 64, 28, 28]
 
 
+@pytest.mark.vector_width
 def test_few_pixels_with_run_time_weights_take_the_im2col_path():
     """7x7 outputs read W as it is (patches copied instead); a prepacked W keeps the blocked path,
     and so do larger outputs."""

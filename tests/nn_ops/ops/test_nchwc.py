@@ -19,6 +19,9 @@ from loopweave.nn_ops.network.passes import fuse_operators, optimize  # noqa: E4
 from loopweave.nn_ops.testing.model_zoo import OnnxBuilder, mobilenet_v2, resnet18  # noqa: E402
 from loopweave.target import resolve_target  # noqa: E402
 
+# schedules, layouts and instructions follow the host CPU: .ci/run runs these again as an AVX2 host
+pytestmark = pytest.mark.vector_width
+
 
 def _blocked(x, b):
     n, c, h, w = x.shape
