@@ -159,9 +159,18 @@ struct LWPmodel {
 };
 
 static __thread char last_error[1024];
+/* the compiler checks every message's arguments against its format */
+static int fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 """ + C_FAIL_AND_CORES + r"""
 #if SIDE_PARAMS
+/* strerror_r returns the text (GNU, glibc with _GNU_SOURCE) or a status with the text in buf (POSIX:
+   musl, the BSDs): _Generic takes whichever this libc declares, calling it once */
+static const char *text_of_status(int status, char *buf) { return status == 0 ? buf : "unknown error"; }
+static const char *text_of_pointer(const char *text, char *buf) { (void)buf; return text; }
+#define error_text(code, buf, cap) \
+    _Generic(strerror_r(code, buf, cap), int: text_of_status, default: text_of_pointer)(strerror_r(code, buf, cap), buf)
+
 /* the weights against the checksum in the header (export.py's weights_checksum: two 64-bit sums over
    little-endian 8-byte words, the last one zero-padded) */
 static int weights_intact(const unsigned char *data) {
@@ -203,7 +212,7 @@ static int map_params(LWPmodel *m) {
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return fail(LWPU_ERR_PARAMS, "LWPmodel_create: cannot open the weights file %s: %s", path,
-                    strerror_r(errno, why, sizeof why));
+                    error_text(errno, why, sizeof why));
     if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != PARAMS_HEADER_BYTES + PARAMS_BYTES) {
         close(fd);
         return fail(LWPU_ERR_PARAMS, "LWPmodel_create: %s has %lld bytes, this library expects %zu: it belongs to "
@@ -212,7 +221,7 @@ static int map_params(LWPmodel *m) {
     base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (base == MAP_FAILED)
-        return fail(LWPU_ERR_PARAMS, "LWPmodel_create: cannot map %s: %s", path, strerror_r(errno, why, sizeof why));
+        return fail(LWPU_ERR_PARAMS, "LWPmodel_create: cannot map %s: %s", path, error_text(errno, why, sizeof why));
     if (memcmp(base, params_header, PARAMS_HEADER_BYTES) != 0) {
         munmap(base, (size_t)st.st_size);
         return fail(LWPU_ERR_PARAMS, "LWPmodel_create: %s was not written with this library (its header differs): "
