@@ -22,6 +22,7 @@ from .network.archive import ArchiveReader, MetaChecker
 from .network.dynamic_executable import FORMAT as DYNAMIC_FORMAT, DynamicExecutable, check_dynamic_meta, load_dynamic
 from .network.executable import compile_graph, load_static_from
 from .network.graph import Graph
+from .network.signature import fixed_shapes_hint
 from .network.polymorphic_executable import FORMAT as POLYMORPHIC_FORMAT, load_polymorphic_kernels
 from .onnx_import.dynamic import DynamicGraph
 from .onnx_import.polymorphic import build_polymorphic
@@ -59,6 +60,10 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
         if tgt.kind != "llvm":
             raise BuildError("models with dynamic shapes compile for target 'llvm' only for now; fix the input "
                              "shapes with from_onnx(..., input_shapes=...) to compile for cuda")
+        if not tgt.runs_here():
+            raise BuildError(f"a model with symbolic sizes compiles only for a CPU this machine runs, not for "
+                             f"{tgt.triple or tgt.cpu} (cpu {tgt.cpu}): code for another CPU is for export_library, "
+                             f"whose C API has fixed shapes; {fixed_shapes_hint(graph.inputs)}, then compile")
         if polymorphic:
             if tuning_log is not None:
                 raise BuildError("polymorphic=True does not take tuning_log yet (records are of static shapes)")

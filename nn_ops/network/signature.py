@@ -121,22 +121,27 @@ def _show(shape) -> str:
     return "[" + ", ".join(S.show(d) for d in shape) + "]"
 
 
-def export_needs_fixed_shapes(inputs):
-    """The error of ``export_library`` on an executable of symbolic sizes (the C API has fixed shapes),
-    naming the model's own ``inputs`` (name, shape, dtype) and their symbolic dimensions, with the
-    import that fixes them (each symbolic dimension shown as 1)."""
+def fixed_shapes_hint(inputs) -> str:
+    """What to do about symbolic sizes where fixed ones are needed: the model's own ``inputs`` (name,
+    shape, dtype), its symbolic dimensions, and the import that fixes them."""
     def symbolic(d) -> bool:
         return not isinstance(d, int) and not (hasattr(d, "is_Integer") and d.is_Integer)
 
-    shown, fixed = [], []
+    shown, fixed, symbols = [], [], []
     for name, shape, dtype in inputs:
         dims = [str(d) if d is not None else "?" for d in shape]
         shown.append(f"{name}: {dtype}[{', '.join(dims)}]")
         if any(symbolic(d) for d in shape):
-            fixed.append((name, [1 if symbolic(d) else int(d) for d in shape]))
-    python = ", ".join(f"{name!r}: ({', '.join(map(str, dims))}{',' if len(dims) == 1 else ''})"
-                       for name, dims in fixed)
-    cli = " ".join(f"--input-shape {name}={'x'.join(map(str, dims))}" for name, dims in fixed)
-    return ArgumentError(f"export_library needs fixed input shapes (the C library's shapes are static); this "
-                         f"model's inputs are {'; '.join(shown)}: import it with the symbolic sizes given, e.g. "
-                         f"lw.from_onnx(model, input_shapes={{{python}}}) (CLI: {cli}), compile, then export")
+            fixed.append((name, dims))
+            symbols += [str(d) for d in shape if symbolic(d) and str(d) not in symbols]
+    python = ", ".join(f"{name!r}: ({', '.join(dims)}{',' if len(dims) == 1 else ''})" for name, dims in fixed)
+    cli = " ".join(f"--input-shape {name}={'x'.join(dims)}" for name, dims in fixed)
+    return (f"this model's inputs are {'; '.join(shown)}: import it with numbers for {', '.join(symbols)}: "
+            f"lw.from_onnx(model, input_shapes={{{python}}}) (CLI: {cli})")
+
+
+def export_needs_fixed_shapes(inputs):
+    """The error of ``export_library`` on an executable of symbolic sizes (the C API has fixed shapes),
+    naming the model's ``inputs`` and how to fix them (``fixed_shapes_hint``)."""
+    return ArgumentError(f"export_library needs fixed input shapes (the C library's shapes are static); "
+                         f"{fixed_shapes_hint(inputs)}, compile, then export")

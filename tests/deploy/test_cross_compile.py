@@ -211,6 +211,16 @@ def test_cross_export_errors_name_what_to_do(arm_network, tmp_path, monkeypatch)
         here.export_library(tmp_path / "model.o")
 
 
+def test_a_model_of_symbolic_sizes_is_refused_for_another_cpu_before_compiling():
+    """Kernels of symbolic sizes are for this machine (the C API has fixed shapes): a cross target is
+    refused at lw.compile, naming the inputs and their symbols (it crashed the process before)."""
+    net = lw.from_onnx(model_zoo.symbolic_sizes(model_zoo.small_cnn()))
+    with pytest.raises(BuildError, match=r"symbolic sizes compiles only for a CPU this machine runs, not for "
+                                         r"aarch64-linux-gnu .* input: float32\[N, 3, H, W\]: import it with "
+                                         r"numbers for N, H, W"):
+        lw.compile(net, target=AARCH64)
+
+
 def test_aarch64_kernel_builds_refuses_to_run_and_exports(tmp_path):
     n = lw.var("n")
     A = lw.placeholder((n,), name="A")
