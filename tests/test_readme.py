@@ -197,3 +197,14 @@ def test_skips_name_only_what_the_readme_has():
     commands = [c for lang, code, _ in BLOCKS if lang == "bash" for c in shell_commands(code)]
     for pattern, _ in SKIPPED:
         assert any(re.search(pattern, c) for c in commands), f"no README command matches the skip rule {pattern!r}"
+
+
+def test_readme_names_every_extra_and_missing_packages_name_real_ones():
+    import tomllib
+    from loopweave.backends.extras import EXTRA_OF
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    text = README.read_text()
+    assert [name for name in extras if f"| `{name}` |" not in text] == []
+    assert set(EXTRA_OF.values()) <= set(extras)
+    for module, extra in EXTRA_OF.items():
+        assert any(req.startswith(module) for req in extras[extra]), f"the {extra} extra does not install {module}"
