@@ -21,8 +21,9 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ..errors import ArgumentError, BuildError
+from ..errors import ArgumentError
 from .c_text import c_comment, c_identifier, c_include_name
+from .output_file import replacing, write_bytes, write_text
 from .export import (C_FAIL_AND_CORES, POOL_SET_THREADS, check_exported_names, check_output_kind, cross_compiler,
                      link_shared, linked_object, target_description)
 from .llvm.thread_pool import MAX_THREADS
@@ -212,16 +213,12 @@ def export_kernel_library(module, path, prefix: str = "lw_", cc: Optional[str] =
         objects = [work / "kernel.o"]
         objects[0].write_bytes(linked_object(module.target, lambda: [module.get_source("ll-opt")],
                                              cache_key=module.symbol))
-        partial = path.with_name(path.name + ".partial")
-        try:
-            if as_object:
-                partial.write_bytes(objects[0].read_bytes())
-                path.with_suffix(".c").write_text(source)
-            else:
-                link_shared(partial, [work / "api.c"], objects, exported, work, cc, compiler=compiler, pic=True)
-            partial.replace(path)
-        except BuildError:
-            partial.unlink(missing_ok=True)
-            raise
-    header.write_text(header_body)
+        if as_object:
+            write_bytes(path, objects[0].read_bytes())
+            write_text(path.with_suffix(".c"), source)
+        else:
+            with replacing(path) as partial:
+                link_shared(partial, [work / "api.c"], objects, exported, work, cc, compiler=compiler, pic=True,
+                            soname=path.name)
+    write_text(header, header_body)
     return path

@@ -6,6 +6,11 @@ its sha256 in the member ``meta.sha256``.  ``ArchiveReader`` verifies ``meta.jso
 before parsing it and every other member before returning a byte of it, so a damaged
 file gives a ``DamagedFileError`` naming the member instead of reaching LLVM or numpy.
 
+Every member is stored uncompressed (``ZIP_STORED``), and a member's declared size is checked
+before a byte of it is read: it must be stored, no larger than the file that holds it and within
+``lw.memory_limit``.  A compressed member (which could inflate to gigabytes before its checksum is
+checked) is a ``DamagedFileError`` naming it.
+
 Checksums guard against damage (a truncated download, a full disk, bit rot), not against
 a malicious file: a ``.lwx`` contains native code, and loading one runs it.
 """
@@ -14,11 +19,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import zipfile
 import zlib
 from typing import Dict
 
 from ...errors import ArgumentError, DamagedFileError
+from ...backends.output_file import replacing
+from .limits import memory_limit_bytes
 
 META = "meta.json"
 META_DIGEST = "meta.sha256"
@@ -29,9 +37,15 @@ def sha256(data: bytes) -> str:
 
 
 class ArchiveWriter:
-    """``with ArchiveWriter(path) as w: w.add(name, data); ...; w.finish(meta)``."""
+    """``with ArchiveWriter(path) as w: w.add(name, data); ...; w.finish(meta)``.  A path is written
+    through a temporary file beside it, moved onto it when the block ends without an error
+    (``backends/output_file.py``); a binary file object is written in place."""
 
     def __init__(self, path):
+        self._replacing = None
+        if isinstance(path, (str, os.PathLike)):
+            self._replacing = replacing(path)
+            path = self._replacing.__enter__()
         self._zip = zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED)
         self.checksums: Dict[str, str] = {}
 
@@ -48,16 +62,45 @@ class ArchiveWriter:
         return self
 
     def __exit__(self, *exc):
-        self._zip.close()
+        try:
+            self._zip.close()
+        except BaseException:
+            if self._replacing is not None:
+                self._replacing.__exit__(*sys.exc_info())
+            raise
+        if self._replacing is not None:
+            self._replacing.__exit__(*exc)
 
 
-def _read_raw(z: zipfile.ZipFile, name: str, where: str) -> bytes:
+def _read_raw(z: zipfile.ZipFile, name: str, where: str, archive_bytes: int) -> bytes:
+    """Member ``name``'s bytes, its declared size checked first (see the module docstring)."""
+    try:
+        info = z.getinfo(name)
+    except KeyError:
+        raise DamagedFileError(f"{where} is damaged: member {name!r} is missing", name) from None
+    if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
+        raise DamagedFileError(f"{where} is damaged: member {name!r} is compressed ({info.file_size} bytes declared "
+                               f"from {info.compress_size}); loopweave stores every member uncompressed", name)
+    if info.file_size > archive_bytes or info.file_size > memory_limit_bytes():
+        raise DamagedFileError(f"{where} is damaged: member {name!r} declares {info.file_size} bytes, more than the "
+                               f"file's {archive_bytes} bytes or the memory limit of {memory_limit_bytes()}", name)
     try:
         return z.read(name)
     except KeyError:
         raise DamagedFileError(f"{where} is damaged: member {name!r} is missing", name) from None
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as exc:
         raise DamagedFileError(f"{where} is damaged: member {name!r} cannot be read ({exc})", name) from None
+
+
+def _size_of(path) -> int:
+    """The size of the file (a path, or a seekable binary file object, left where it was)."""
+    if isinstance(path, (str, os.PathLike)):
+        return os.path.getsize(path)
+    here = path.tell()
+    try:
+        return path.seek(0, os.SEEK_END)
+    finally:
+        path.seek(here)
 
 
 def not_an_executable(where: str, path) -> str:
@@ -80,6 +123,7 @@ class ArchiveReader:
             raise ArgumentError(f"the executable file {self.where} does not exist")
         try:
             self._zip = zipfile.ZipFile(path)
+            self._bytes = _size_of(path)
         except zipfile.BadZipFile:
             raise ArgumentError(not_an_executable(self.where, path)) from None
         except (OSError, zlib.error, EOFError, ValueError) as exc:
@@ -94,11 +138,11 @@ class ArchiveReader:
         names = set(self._zip.namelist())
         if META not in names:
             raise ArgumentError(f"{self.where} is not a loopweave executable (no meta.json)")
-        text = _read_raw(self._zip, META, self.where)
+        text = _read_raw(self._zip, META, self.where, self._bytes)
         if META_DIGEST not in names:
             raise ArgumentError(f"{self.where} was saved by an older loopweave (format without checksums), which "
                                 "this version does not load; compile the model and save it again")
-        recorded = _read_raw(self._zip, META_DIGEST, self.where).decode("ascii", "replace").strip()
+        recorded = _read_raw(self._zip, META_DIGEST, self.where, self._bytes).decode("ascii", "replace").strip()
         if recorded != sha256(text):
             raise DamagedFileError(f"{self.where} is damaged: meta.json does not match its checksum", META)
         try:
@@ -117,7 +161,7 @@ class ArchiveReader:
         expected = self.meta["checksums"].get(name)
         if expected is None:
             raise DamagedFileError(f"{self.where} is damaged: member {name!r} has no recorded checksum", name)
-        data = _read_raw(self._zip, name, self.where)
+        data = _read_raw(self._zip, name, self.where, self._bytes)
         if sha256(data) != expected:
             raise DamagedFileError(f"{self.where} is damaged: member {name!r} does not match its checksum "
                                    f"({len(data)} bytes)", name)

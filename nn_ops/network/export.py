@@ -44,7 +44,8 @@ from ...backends.export import (C_FAIL_AND_CORES, POOL_SET_THREADS, check_export
                                cross_compiler, link_shared, linked_object, target_description, thread_pool_object,
                                weights_assembly)
 from ...backends.c_text import c_comment, c_identifier, c_include_name, c_string
-from ...errors import ArgumentError, BuildError
+from ...backends.output_file import replacing, replacing_file, write_bytes, write_text
+from ...errors import ArgumentError
 from ...backends.llvm.thread_pool import MAX_THREADS
 
 API_FUNCTIONS = ("model_create", "model_num_inputs", "model_num_outputs", "model_input_name", "model_output_name",
@@ -537,26 +538,18 @@ def export_library(exe, path, prefix: str = "lw_", params: str = "embed", cc: Op
                 sources.append(_weights_source(exe, work))
         else:   # a loaded .lwx: its JIT objects, linked with text relocations
             objects = _host_objects(exe, work, params, sources)
-        partial = path.with_name(path.name + ".partial")
-        try:
-            if as_object:
-                partial.write_bytes(objects[0].read_bytes())
-                path.with_suffix(".c").write_text((work / "api.c").read_text())
-            else:
-                link_shared(partial, sources, objects, exported, work, cc, compiler=compiler,
-                            pic=pic)
-            partial.replace(path)
-        except BuildError:
-            partial.unlink(missing_ok=True)
-            raise
+        if as_object:
+            write_bytes(path, objects[0].read_bytes())
+            write_text(path.with_suffix(".c"), (work / "api.c").read_text())
+        else:
+            with replacing(path) as partial:
+                link_shared(partial, sources, objects, exported, work, cc, compiler=compiler, pic=pic,
+                            soname=path.name)
     if params == "side":
-        side = path.with_suffix(".params")
-        partial = side.with_name(side.name + ".partial")
-        with open(partial, "wb") as f:
+        with replacing_file(path.with_suffix(".params")) as f:
             f.write(params_header(exe))
             np.ascontiguousarray(exe.weights).view(np.uint8).tofile(f)
-        partial.replace(side)
-    header.write_text(header_body)
+    write_text(header, header_body)
     return path
 
 
