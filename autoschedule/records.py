@@ -2,8 +2,10 @@
 
 A line holds the task key, the target (CPU name and features), the decisions, the
 trace (as its JSON text), the measured seconds (null on error), the error, and the
-loopweave version.  Reading skips a corrupt line with a warning naming its number, and
-ignores lines of another target or another loopweave version.
+loopweave version.  Reading skips a corrupt line (not JSON, or a field of the wrong type: a target
+that is not ``{"cpu": str, "features": str}``, a trace that is not a list of steps, seconds that are
+not a number, ...) with a warning naming its number, and ignores lines of another target or another
+loopweave version.
 """
 from __future__ import annotations
 
@@ -106,8 +108,9 @@ def _parsed(path) -> List[dict]:
                 continue
             try:
                 r = json.loads(line)
-                if not isinstance(r, dict) or "task" not in r or "trace" not in r or "target" not in r:
-                    raise ValueError("not a tuning record")
+                problem = record_problem(r)
+                if problem is not None:
+                    raise ValueError(problem)
             except ValueError as exc:
                 warnings.warn(f"{path}:{lineno}: skipped a corrupt tuning record ({exc})", RecordWarning, stacklevel=3)
                 continue
@@ -115,6 +118,52 @@ def _parsed(path) -> List[dict]:
                 found.append(r)
     _PARSED[str(path)] = (stat.st_mtime_ns, stat.st_size, found)
     return found
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _trace_problem(text) -> Optional[str]:
+    """What is wrong with a record's trace (its JSON text: ``{"version", "steps": [{"primitive",
+    "stage", "args"}, ...]}``), or None."""
+    if not isinstance(text, str):
+        return f"a trace of type {type(text).__name__}, not the trace's JSON text"
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return "a trace that is not JSON"
+    steps = data.get("steps") if isinstance(data, dict) else None
+    if not isinstance(steps, list):
+        return "a trace without a list of steps"
+    for k, step in enumerate(steps):
+        if not (isinstance(step, dict) and isinstance(step.get("primitive"), str) and isinstance(step.get("stage"), str)
+                and isinstance(step.get("args", {}), dict)):
+            return f"a trace whose step {k} is not {{'primitive': str, 'stage': str, 'args': dict}}"
+    return None
+
+
+def record_problem(r) -> Optional[str]:
+    """Why ``r`` (a parsed line) is not a usable tuning record, or None."""
+    if not isinstance(r, dict):
+        return f"not a tuning record (a JSON {type(r).__name__})"
+    missing = [k for k in ("task", "trace", "target") if k not in r]
+    if missing:
+        return f"not a tuning record (no {', '.join(repr(k) for k in missing)})"
+    target = r["target"]
+    if not (isinstance(target, dict) and isinstance(target.get("cpu"), str) and isinstance(target.get("features"), str)):
+        return f"a target that is not {{'cpu': str, 'features': str}}: {target!r:.60}"
+    if not isinstance(r["task"], str):
+        return f"a task key of type {type(r['task']).__name__}"
+    if r.get("seconds") is not None and not (_number(r["seconds"]) and r["seconds"] >= 0):
+        return f"seconds that are not a non-negative number: {r['seconds']!r:.40}"
+    if r.get("ratio_to_default") is not None and not _number(r["ratio_to_default"]):
+        return f"a ratio_to_default that is not a number: {r['ratio_to_default']!r:.40}"
+    if r.get("error") is not None and not isinstance(r["error"], str):
+        return f"an error of type {type(r['error']).__name__}"
+    if "choice" in r and not isinstance(r["choice"], dict):
+        return f"a choice of type {type(r['choice']).__name__}"
+    return _trace_problem(r["trace"])
 
 
 def best(path, target: Target, task_key: str) -> Optional[dict]:

@@ -1,0 +1,55 @@
+"""A tuning-log line whose fields have the wrong types is skipped with a warning naming its line,
+never an AttributeError or KeyError from deep inside the tuner or the compiler."""
+import json
+import warnings
+
+import pytest
+
+from loopweave.autoschedule import records
+from loopweave.autoschedule.records import RecordWarning
+from loopweave.dsl.trace import TRACE_VERSION
+from loopweave.target import host_target
+
+GOOD_TRACE = json.dumps({"version": TRACE_VERSION, "steps": [{"primitive": "parallel", "stage": "C",
+                                                               "args": {"axis": "i"}}]})
+
+
+def _good(seconds=1e-3):
+    return records.make_record("task-1", host_target(), {"tile": 8}, GOOD_TRACE, seconds, None, 1)
+
+
+BAD = {
+    "target_a_number": lambda r: dict(r, target=1),
+    "target_without_cpu": lambda r: dict(r, target={"features": ""}),
+    "trace_a_list": lambda r: dict(r, trace=[1, 2]),
+    "trace_steps_not_a_list": lambda r: dict(r, trace=json.dumps({"version": TRACE_VERSION, "steps": 5})),
+    "trace_step_not_a_step": lambda r: dict(r, trace=json.dumps({"version": TRACE_VERSION, "steps": [3]})),
+    "trace_not_json": lambda r: dict(r, trace="{nope"),
+    "seconds_a_string": lambda r: dict(r, seconds="fast"),
+    "seconds_negative": lambda r: dict(r, seconds=-1.0),
+    "task_a_list": lambda r: dict(r, task=["task-1"]),
+    "choice_a_string": lambda r: dict(r, choice="tile"),
+    "error_a_number": lambda r: dict(r, error=7),
+    "a_list": lambda r: [r],
+}
+
+
+def test_wrongly_typed_lines_are_skipped_with_their_line_named(tmp_path):
+    log = tmp_path / "tune.jsonl"
+    lines = [json.dumps(_good(2e-3))] + [json.dumps(change(_good(1e-6))) for change in BAD.values()]
+    log.write_text("\n".join(lines) + "\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RecordWarning)
+        found = records.best(str(log), host_target(), "task-1")
+    assert found is not None and found["seconds"] == 2e-3
+    messages = [str(w.message) for w in caught if issubclass(w.category, RecordWarning)]
+    assert len(messages) == len(BAD), messages
+    for lineno, (name, message) in enumerate(zip(BAD, messages), 2):
+        assert message.startswith(f"{log}:{lineno}: skipped a corrupt tuning record"), (name, message)
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_each_problem_is_said(name):
+    problem = records.record_problem(BAD[name](_good()))
+    assert problem is not None
+    assert records.record_problem(_good()) is None
