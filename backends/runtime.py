@@ -298,14 +298,44 @@ class Module:
 _MULTIPLE = re.compile(r"(\d+) \* ([A-Za-z_]\w*)|([A-Za-z_]\w*) \* (\d+)")
 
 
+_SHAPE_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+              ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
+_SHAPE_EXPR_CHARS = 400
+
+
 def _eval_shape_expr(text: str, sizes: Dict[str, int]) -> int:
-    """Evaluate a printed shape expression such as ``n + 2`` or ``n // 2`` with known sizes."""
-    tree = ast.parse(text, mode="eval")
-    allowed = (ast.Expression, ast.BinOp, ast.Name, ast.Constant, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv,
-               ast.Mod, ast.Load, ast.UnaryOp, ast.USub, ast.Call)
-    for node in ast.walk(tree):
-        if not isinstance(node, allowed):
-            raise ArgumentError(f"cannot check the shape expression {text!r}")
-        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in ("min", "max")):
-            raise ArgumentError(f"cannot check the shape expression {text!r}")
-    return int(eval(compile(tree, "<shape>", "eval"), {"__builtins__": {}, "min": min, "max": max}, dict(sizes)))
+    """Evaluate a printed shape expression such as ``n + 2``, ``n // 2`` or ``max(n, 1)`` with known
+    sizes.  Only integer constants, the sizes' names, ``+ - * // %``, negation and ``min`` / ``max``
+    are taken (a saved kernel's shapes come from a file): anything else or a division by zero is an
+    ``ArgumentError``, a name without a size a ``NameError``.  Nothing is handed to ``eval``."""
+    def refuse(why: str):
+        raise ArgumentError(f"cannot check the shape expression {text[:80]!r}: {why}")
+
+    def value(node) -> int:
+        if isinstance(node, ast.Constant):
+            if type(node.value) is not int:
+                refuse(f"the constant {node.value!r:.20} is not an integer")
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in sizes:
+                raise NameError(node.id)        # the caller says which size is missing
+            return int(sizes[node.id])
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -value(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _SHAPE_OPS:
+            a, b = value(node.left), value(node.right)
+            if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and b == 0:
+                refuse("it divides by zero")
+            return _SHAPE_OPS[type(node.op)](a, b)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max") \
+                and node.args and not node.keywords:
+            return (min if node.func.id == "min" else max)(value(a) for a in node.args)
+        refuse(f"{type(node).__name__} is not allowed")
+
+    if not isinstance(text, str) or len(text) > _SHAPE_EXPR_CHARS:
+        raise ArgumentError(f"cannot check the shape expression {str(text)[:80]!r}: not a short text")
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError) as exc:
+        raise ArgumentError(f"cannot check the shape expression {text[:80]!r}: {exc}") from None
+    return value(tree.body)
