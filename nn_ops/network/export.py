@@ -20,8 +20,11 @@ else is exported)::
     void lw_model_destroy(lw_model *m);
     const char *lw_last_error(void);
 
-Every entry point checks its arguments: a null pointer, an index out of range, a bad thread count,
-a ``dims`` array too short is a negative status (or NULL) and a thread-local message, never an abort.
+Every entry point checks what it can see: a null pointer, an index out of range, a bad thread count,
+a ``dims`` array too short is a negative status (or NULL) and a thread-local message, never an abort;
+so is an index read from the data out of range.  ``model_run`` takes bare pointers and cannot check
+a buffer's size: each input and output buffer must hold its tensor whole (its shape's elements times
+its dtype's size, as the query functions say); a shorter one is read or written past its end.
 
 ``params="side"`` leaves the weights out of the library: they go to ``model.params`` beside it (a
 64-byte header: magic, version, size, a fingerprint of the weights; then the packed weights), and
@@ -68,7 +71,9 @@ _HEADER = r"""/* HEADER_NAME: C API of a network compiled by loopweave (generate
  *
  * Status: 0 is success; a negative LWPU_ERR_* code is a failure, and LWPlast_error() then returns
  * its message (thread-local, valid until this thread's next failing call).  No function aborts.
- * Tensors are dense, C order (row-major), of the dtype and shape queried below.
+ * Tensors are dense, C order (row-major), of the dtype and shape queried below.  LWPmodel_run takes
+ * bare pointers and cannot check a buffer's size: each must hold its whole tensor (the product of its
+ * dims times its dtype's size); a shorter buffer is read or written past its end.
  * One handle runs one inference at a time (a second concurrent run on it is LWPU_ERR_BUSY); use one
  * handle per thread to run concurrently.
  */
@@ -105,7 +110,8 @@ const char *LWPmodel_output_dtype(const LWPmodel *m, int i);
 int LWPmodel_input_shape(const LWPmodel *m, int i, int64_t *dims, int max_rank);
 int LWPmodel_output_shape(const LWPmodel *m, int i, int64_t *dims, int max_rank);
 /* Run the network: inputs[k] / outputs[k] point to caller-owned buffers of input / output k
- * (read / written in place, nothing is copied).  0, or < 0 with a message. */
+ * (read / written in place, nothing is copied), each holding the whole tensor (not checked: the
+ * library cannot see a buffer's size).  0, or < 0 with a message. */
 int LWPmodel_run(LWPmodel *m, const void *const *inputs, void *const *outputs);
 void LWPmodel_destroy(LWPmodel *m);                    /* NULL is a no-op */
 const char *LWPlast_error(void);                       /* "" when this thread had no failure */
