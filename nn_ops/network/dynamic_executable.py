@@ -10,12 +10,18 @@ symbolic signature, giving the symbols' values), ``specialize_to(feed)``,
 first use (kernels come from the object cache when another specialisation or an
 earlier process built them).  ``save`` stores the model and every specialisation
 compiled so far; ``load`` brings them back without compiling.
+
+At most ``max_specializations`` (default ``MAX_SPECIALIZATIONS``, 16) are kept, least recently used
+first out: a server whose clients send ever new shapes compiles one per new shape but never holds
+more than that many (each holds its kernels, weights and arena).  ``load`` of a file that holds
+more brings back the most recently used ``MAX_SPECIALIZATIONS`` (``save`` writes them oldest first).
 """
 from __future__ import annotations
 
+import collections
 import io
 import threading
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
 import numpy as np
 
@@ -27,16 +33,21 @@ from .executable import compile_graph, load_static
 from .signature import export_needs_fixed_shapes
 from .feed import show_shape
 
+MAX_SPECIALIZATIONS = 16
 FORMAT = "loopweave-dynamic-executable"
 VERSION = 2      # 2: checksummed members (archive.py); version 1 files are refused
 
 
 class DynamicExecutable:
-    def __init__(self, graph, target="llvm", progress=None, tuning_log=None, checks=None):
+    def __init__(self, graph, target="llvm", progress=None, tuning_log=None, checks=None,
+                 max_specializations: int = MAX_SPECIALIZATIONS):
+        if not isinstance(max_specializations, int) or isinstance(max_specializations, bool) or max_specializations < 1:
+            raise ArgumentError(f"max_specializations must be a whole number >= 1, got {max_specializations!r}")
         self.graph = graph
         self.target, self.progress, self.tuning_log = target, progress, tuning_log
         self.checks = checks
-        self.specializations: Dict[tuple, object] = {}
+        self.max_specializations = max_specializations
+        self.specializations: "collections.OrderedDict[tuple, object]" = collections.OrderedDict()   # oldest use first
         self.outputs = list(graph.outputs)       # (name, shape with symbols, dtype)
         # one thread at a time compiles a specialisation (specialize_to may widen the graph's shape
         # inputs and void the keys); two threads meeting a new binding compiled it twice before.
@@ -59,8 +70,13 @@ class DynamicExecutable:
 
     def _specialization(self, feed):
         self.graph.symbol_values(feed)       # the symbolic signature's checks, before anything runs
-        exe = self.specializations.get(self._key(feed))     # compiled before: no lock on a run's path
+        key = self._key(feed)
+        exe = self.specializations.get(key)     # compiled before: no lock on a run's path
         if exe is not None:
+            try:
+                self.specializations.move_to_end(key)
+            except KeyError:        # evicted by another thread meanwhile: it still runs this once
+                pass
             return exe
         with self._compiling:
             return self._found_or_compiled(feed)
@@ -76,6 +92,8 @@ class DynamicExecutable:
             exe = compile_graph(graph, resolve_target(self.target), progress=self.progress,
                                 tuning_log=self.tuning_log, checks=self.checks)
             self.specializations[key] = exe
+            while len(self.specializations) > self.max_specializations:
+                self.specializations.popitem(last=False)       # the least recently used
         return exe
 
     def _tensor_feed(self, feed) -> dict:
@@ -150,7 +168,7 @@ def load_dynamic(reader: ArchiveReader, graph) -> DynamicExecutable:
     check_dynamic_meta(reader)
     check = MetaChecker(reader.where)
     exe = DynamicExecutable(graph)
-    for entry in reader.meta["specializations"]:
+    for entry in reader.meta["specializations"][-exe.max_specializations:]:
         member = check.get(entry, "file", str, "specializations.")
         try:
             key = tuple((n, tuple(check.shape(s, n))) for n, s in entry["shapes"])
