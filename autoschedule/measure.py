@@ -3,15 +3,20 @@
 The native thread pool is not fork-safe, so workers are *spawned*.  By default one
 persistent worker (a fresh interpreter started by exec) is reused across candidates (its compile cache and the task's
 reference output stay warm); a crash or a hang costs one candidate: the pool is
-replaced and the candidate logged with its error.  Any ``concurrent.futures.Executor``
-works instead (a Dask ``Client.get_executor()`` included): what travels is the task
-(pickled expression data, no code) and the trace as JSON; the worker rebuilds the
-schedule from the trace, builds, times, and checks a new best against the untuned
-build's output on random inputs.
+replaced and the candidate logged with its error.  A process executor works instead
+(``concurrent.futures.ProcessPoolExecutor``, a Dask ``Client.get_executor()``): what travels is the
+task (pickled expression data, no code) and the trace as JSON, and each executor task
+(``isolated_measure_job``) runs its candidate in a child process of its own with the timeout, and
+returns plain JSON data: a candidate that hangs is killed and frees the executor's worker, one that
+crashes takes only its child down.  A thread executor is refused (it would run candidates' native
+code in the tuner's own process), and a ``ProcessPoolExecutor`` broken by a dead worker is replaced.
+A Dask cluster ships pickles between its scheduler, workers and client: run it on a trusted network
+or with TLS (``distributed.security.Security``).
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
 import pickle
 import select
 import subprocess
@@ -23,6 +28,7 @@ from typing import Optional
 import numpy as np
 
 from ..backends.python_command import python_module_command
+from ..errors import ArgumentError
 from ..backends.wire import recv, send
 
 _TASKS: dict = {}       # per worker process: task key -> (args, inputs, reference output)
@@ -240,19 +246,65 @@ class LocalMeasurer:
                 proc.wait()
 
 
+_ISOLATED: dict = {}     # per executor worker process: timeout -> its LocalMeasurer
+
+
+def isolated_measure_job(job: dict, timeout: float) -> dict:
+    """In an executor's worker: ``measure_one(**job)`` run in a child process of this one (a
+    ``LocalMeasurer``, kept warm between jobs), killed after ``timeout`` seconds; the reply as plain
+    JSON data (``seconds``, ``error``, ...), never an object of the candidate's making."""
+    measurer = _ISOLATED.get(timeout)
+    if measurer is None:
+        measurer = _ISOLATED[timeout] = LocalMeasurer(timeout)
+    r = measurer.run_one(job)
+    return json.loads(json.dumps({"seconds": r.seconds, "error": r.error, "build_seconds": r.build_seconds,
+                                  "versus_seconds": r.versus_seconds, "ratio": r.ratio}))
+
+
+def _startup_grace(timeout: float) -> float:
+    """How much longer than a candidate's timeout the tuner waits for an executor task (the child's
+    start, the executor's own latency)."""
+    return timeout + 60.0
+
+
 class ExecutorMeasurer:
-    """Measure through a user's Executor (e.g. ``distributed.Client(...).get_executor()``).
+    """Measure through a user's process Executor (e.g. ``distributed.Client(...).get_executor()``),
+    each candidate in a child process of the executor's worker (``isolated_measure_job``).
 
     Jobs are submitted one at a time so two timings never overlap on one machine."""
 
     def __init__(self, executor: cf.Executor, timeout: float = 120.0):
+        if isinstance(executor, cf.ThreadPoolExecutor):
+            raise ArgumentError("tune(executor=...): a ThreadPoolExecutor would build and run candidate schedules' "
+                                "native code inside the tuner's own process; give a process executor "
+                                "(concurrent.futures.ProcessPoolExecutor, a Dask client's get_executor()), or "
+                                "no executor for the tuner's own isolated worker")
+        if not callable(getattr(executor, "submit", None)):
+            raise ArgumentError(f"tune(executor=...) takes a concurrent.futures Executor, got {type(executor).__name__}")
         self.executor, self.timeout = executor, timeout
+        self._owned = None          # a ProcessPoolExecutor made here to replace a broken one
+
+    def _replace_broken_pool(self) -> None:
+        """A ProcessPoolExecutor whose worker died refuses every later job: make a new one like it."""
+        old = self.executor
+        if not (isinstance(old, cf.ProcessPoolExecutor) and getattr(old, "_broken", False)):
+            return
+        old.shutdown(wait=False, cancel_futures=True)
+        self.executor = self._owned = cf.ProcessPoolExecutor(max_workers=getattr(old, "_max_workers", None),
+                                                             mp_context=getattr(old, "_mp_context", None))
 
     def run(self, jobs):
-        return [_wait(self.executor.submit(measure_job, job), self.timeout, None) for job in jobs]
+        results = []
+        for job in jobs:
+            self._replace_broken_pool()
+            fut = self.executor.submit(isolated_measure_job, job, self.timeout)
+            results.append(_wait(fut, _startup_grace(self.timeout), self._replace_broken_pool))
+        return results
 
     def close(self):
-        pass
+        if self._owned is not None:
+            self._owned.shutdown(wait=False, cancel_futures=True)
+            self._owned = None
 
 
 def _wait(fut, timeout, reset) -> MeasureResult:
