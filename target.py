@@ -52,6 +52,15 @@ class Target:
         """``x86_64`` or ``aarch64`` (or the triple's first word), from the triple or the host."""
         return _arch_of(self.triple or _process_triple())
 
+    @property
+    def vector_registers(self) -> int:
+        """Architectural vector registers: 32 with AVX-512 (zmm0-31; AVX2 code reaches only ymm0-15,
+        even on an AVX-512 CPU) and on AArch64 (v0-v31), else 16.  Register tiles are sized by it
+        (a GPU target: 32, the bound the CPU's tile shapes were made for; its own limits are per thread)."""
+        if self.kind == "llvm" and self.arch == "x86_64":
+            return 32 if "avx512f" in self.enabled_features() else 16
+        return 32
+
     def enabled_features(self) -> FrozenSet[str]:
         return frozenset(f[1:] for f in self.features.split(",") if f.startswith("+"))
 

@@ -53,10 +53,6 @@ Choice = Dict[str, object]
 #: share of fresh samples drawn with the anchor register-tiled (the rest: every decision uniform)
 REGISTER_SKETCH_SHARE = 0.6
 
-#: vector registers a register tile may use (AVX-512 and AArch64 SVE/NEON have 32; AVX2 16)
-_REGISTERS = 32
-
-
 def _divisor_like(extent: int, options) -> list:
     return [o for o in options if o <= extent] or [extent]
 
@@ -231,10 +227,11 @@ class Space:
         return n
 
     def _fits(self, choice: Choice) -> bool:
-        if any(choice.get(f"regtile:{t.name}") and self.producer_tile_vectors(t, choice) > _REGISTERS
+        registers = self.task.target.vector_registers     # AVX-512 and AArch64: 32; AVX2: 16
+        if any(choice.get(f"regtile:{t.name}") and self.producer_tile_vectors(t, choice) > registers
                for t in self.regtiled):
             return False
-        return not self.register_tiled(choice) or self.tile_vectors(choice) <= _REGISTERS
+        return not self.register_tiled(choice) or self.tile_vectors(choice) <= registers
 
     def sample(self, rng: random.Random) -> Choice:
         for _ in range(32):

@@ -368,7 +368,12 @@ def _row_block(ow: int, limit: int) -> int:
 ROW_BLOCK_OVERHEAD = 2
 
 
-def static_row_block(width: int, limit: int):
+#: accumulators a register block needs to keep the FMA units busy: an FMA's latency (4 cycles on
+#: the x86 cores of the last decade) times the FMAs issued per cycle (2)
+MIN_ACCUMULATORS = 8
+
+
+def static_row_block(width: int, limit: int, vectors: int = 0):
     """(pixels, tail) of the register blocks on a row of ``width`` pixels (at most ``limit``): a
     divisor of the row (``"guard"``: no tail), unless blocks of another size with the last one
     shifted inwards to end at the row's end (``"shift"``: it recomputes a few pixels of the block
@@ -377,9 +382,13 @@ def static_row_block(width: int, limit: int):
     344 (the 1x1 256->256 there 143 -> 474, at 29x29 145 -> 336; 2 threads, one process). Not for
     less: with a margin of a tenth SqueezeNet's stem (111 wide, 4 channel vectors) went from blocks
     of 3 to shifted blocks of 6 and ran 1.17x slower (the cost does not see register pressure).  Both
-    the blocked convs (``nchwc.py``) and the NCHW one (``schedule_conv2d``) take their blocks here."""
+    the blocked convs (``nchwc.py``) and the NCHW one (``schedule_conv2d``) take their blocks here.
+    ``vectors``: accumulator vectors per pixel, where known; a block with fewer than
+    ``MIN_ACCUMULATORS`` leaves FMA units idle, and costs that much more (AVX2's 16 registers
+    allow 2 x 6 pixels: a row of 14 took blocks of 2 at 64 GFLOPS, shifted blocks of 5 ran at 113)."""
     def cost(pixels):
-        return -(-width // pixels) * (pixels + ROW_BLOCK_OVERHEAD)
+        idle = max(1.0, MIN_ACCUMULATORS / (vectors * pixels)) if vectors else 1.0
+        return -(-width // pixels) * (pixels + ROW_BLOCK_OVERHEAD) * idle
     divisor = _row_block(width, limit)
     shifted = min(range(1, min(limit, width) + 1), key=lambda p: (cost(p), -p))
     if cost(shifted) < 0.75 * cost(divisor):

@@ -19,6 +19,7 @@ batch and the image's height and width may be symbolic sizes, as shape-polymorph
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from ...dsl.expr import Const, cast, const, if_then_else, logical_and
 from ...dsl.reduction import max as lw_max, sum as lw_sum
 from ...dsl.tensor import ComputeOp, Tensor, compute, reduce_axis
 from ...errors import ExprError
+from ...target import resolve_target
 from .conv2d import _divisor_at_most, _output_hw, _padded, _schedule_input_copy, static_row_block
 from .elementwise import extents, static_shape
 from .pooling import ceil_mode_is_plain, pool_output_size, window_reciprocal
@@ -290,15 +292,21 @@ def schedule_conv2d_blocked(s, op, target):
         # each output block its own group: two vectors of a block would read different inputs, a
         # broadcast each; one vector and more pixels share each broadcast and weight load instead
         nv = 1
+    registers = target.vector_registers
+    rows_inside = False         # (image, channel block) pairs in parallel, the rows inside each
     if symbolic:
-        owb, tail = op.attrs.get("row_block") or symbolic_row_block_for(nv), "guard"
+        owb, tail = op.attrs.get("row_block") or symbolic_row_block_for(nv, registers), "guard"
     else:
-        owb, tail = static_row_block(ow_, _pixels_per_block(nv))
+        nv = _register_limited_vectors(nv, registers)
+        rows_inside = depthwise is None and n_ * (obn // nv) >= 4 * max(1, target.num_threads)
+        if rows_inside and oh_ * ow_ <= STREAMED_WEIGHT_PIXELS and ow_ <= _pixels_per_block(nv, registers=32):
+            owb, tail = ow_, "guard"    # streams its weights (below): the map's accumulators live in memory
+        else:
+            owb, tail = static_row_block(ow_, _pixels_per_block(nv, registers), vectors=nv)
     acc, Y = accumulator_and_tile(s, op)
     n, ob, y, x, oi = Y.op.axis
     obo, obi = Y.split(ob, factor=nv)
     xo, xi = Y.split(x, factor=owb, tail=tail)
-    rows_inside = False
     if depthwise is not None:
         # the input row of every channel block is computed inside the row: rows in parallel
         Y.reorder(n, y, obo, xo, obi, xi, oi)
@@ -311,7 +319,6 @@ def schedule_conv2d_blocked(s, op, target):
         if symbolic:
             fused = obo
         else:
-            rows_inside = n_ * (obn // nv) >= 4 * max(1, target.num_threads)
             fused = Y.fuse(n, obo) if rows_inside else Y.fuse(n, obo, y)
     Y.vectorize(oi)
     unroll_long_epilogue(s, op, Y, [obi, xi])
@@ -360,9 +367,9 @@ def symbolic_row_block(weight_shape, blocked_input: bool) -> int:
     return symbolic_row_block_for(_symbolic_channel_vectors(weight_shape, blocked_input))
 
 
-def symbolic_row_block_for(nv: int) -> int:
+def symbolic_row_block_for(nv: int, registers: Optional[int] = None) -> int:
     """``symbolic_row_block`` for a register block of ``nv`` channel vectors."""
-    limit = min(SYMBOLIC_ROW_BLOCK, _pixels_per_block(nv))
+    limit = min(SYMBOLIC_ROW_BLOCK, _pixels_per_block(nv, registers))
     return 1 << (limit.bit_length() - 1)
 
 
@@ -378,18 +385,25 @@ def _symbolic_channel_vectors(weight_shape, blocked_input: bool) -> int:
     return _vectors_for(obn, cob * kh * kw * cb, WIDE_ROW if blocked_input else STEM_ROW)
 
 
-#: vector registers of the CPUs the blocked conv is tuned for (AVX-512: 32)
-VECTOR_REGISTERS = 32
-
-
-def _pixels_per_block(nv: int) -> int:
+def _pixels_per_block(nv: int, registers: Optional[int] = None) -> int:
     """At most this many output pixels in a register block of ``nv`` channel vectors: 28
     accumulators in all (14 pixels for one vector), and the block's accumulators, its ``nv``
-    weight vectors and one broadcast input must fit the registers.  4 x 7 did not: ResNet-18's
+    weight vectors and one broadcast input must fit the ``registers`` (the target's vector
+    registers; by default those of the CPU being compiled for).  4 x 7 did not fit 32: ResNet-18's
     stem (3 -> 64 channels at 112x112, 4 vectors) spilled, and 4 x 4 ran 1.19x faster (Zen 5,
-    interleaved; the autoscheduler found it first, 1.13x side by side)."""
+    interleaved; the autoscheduler found it first, 1.13x side by side).  With AVX2's 16 registers
+    blocks of 2 x 14 kept their accumulators in memory: 2 x 4 ran 1.5x faster on 3x3 and 1x1
+    layers at 28-56 pixels (AVX2 code on a Zen 5, one thread)."""
+    if registers is None:
+        registers = resolve_target("llvm").vector_registers
     limit = 28 // nv if nv > 1 else 14
-    return min(limit, (VECTOR_REGISTERS - 1 - nv) // nv)
+    return min(limit, (registers - 1 - nv) // nv)
+
+
+def _register_limited_vectors(nv: int, registers: int) -> int:
+    """Channel vectors per block where the registers allow them: with 16, four vectors leave two
+    pixels a block (eight weight and broadcast loads for eight FMAs), so two vectors take six."""
+    return 2 if nv == 4 and _pixels_per_block(nv, registers) < 4 else nv
 
 
 #: a reduction (input channels x kernel taps) at most this long is short: see ``_channel_vectors``
