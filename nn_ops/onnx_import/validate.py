@@ -9,7 +9,8 @@ pathological attribute cannot reach a division, an index or an allocation.
 
 One table for every converter: windowed ops (Conv, pools), ``axis``/``axes`` in range,
 flags that are 0 or 1, Split sizes, sizes that must be positive.  ``context.check_size``
-refuses a value whose inferred size exceeds the memory limit (``network/limits.py``).
+refuses a value whose inferred size exceeds the memory limit (``network/limits.py``), and
+``work_bound.check_work`` a node whose compute exceeds ``MAX_NODE_WORK``.
 """
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ import numpy as np
 
 from ..network.limits import memory_limit_bytes
 from .context import ImportContext, Unsupported, check_size
+from .work_bound import MAX_NODE_WORK, check_work
 
 MAX_DIM = 2 ** 31 - 1
-# multiply-adds one windowed node may cost (output elements x window elements): about a minute on
-# one core; the largest layers of common models are 10-100x below it
-MAX_WINDOW_WORK = 2 ** 42
+# multiply-adds one windowed node may cost (output elements x window elements); other ops whose
+# cost grows faster than their output are bounded by work_bound.py
+MAX_WINDOW_WORK = MAX_NODE_WORK
 
 
 class BadAttribute(Unsupported):
@@ -278,6 +280,7 @@ def check_attributes(ctx: ImportContext, node) -> None:
         perm, rank = _ints(node, "perm"), _rank(ctx, node, 0)
         if perm is not None and rank is not None and sorted(perm) != list(range(rank)):
             _bad("perm", perm, f"must be a permutation of 0..{rank - 1}")
+    check_work(ctx, node)
 
 
 # constant operands: (op, input index) -> the rank they must have ("0-or-1": a scalar or one element)
