@@ -5,7 +5,8 @@ schedule; ``lower`` shows the loops; ``build`` returns a checked, native callabl
 """
 from .errors import (ArgumentError, BoundsError, BuildError, CacheWarning, DamagedFileError, DTypeError, ExprError,
                      IndexOutOfRangeError, InternalError, LoopweaveError, LoopweaveWarning, LoweringError,
-                     MissingExtraError, OnnxImportError, PerShapeCompileWarning, ScheduleError)
+                     MissingExtraError, OnnxImportError, PerShapeCompileWarning, ScheduleError,
+                     ScheduleWarning)
 from .target import Target
 from .dsl.expr import Expr, Var, cast, const, if_then_else, select, var
 from .dsl.intrinsics import abs, ceil, erf, exp, floor, fmod, log, pow, round, rsqrt, sigmoid, sqrt, tanh
@@ -28,7 +29,7 @@ __all__ = [
     "ArgumentError", "BoundsError", "BuildError", "CacheWarning", "DamagedFileError", "DTypeError", "ExprError",
     "IndexOutOfRangeError", "InternalError", "LoopweaveError", "LoopweaveWarning", "LoweringError", "MissingExtraError",
     "OnnxImportError",
-    "PerShapeCompileWarning", "ScheduleError",
+    "PerShapeCompileWarning", "ScheduleError", "ScheduleWarning",
     "Target", "Expr", "Var", "cast", "const", "if_then_else", "select", "var",
     "abs", "ceil", "erf", "exp", "floor", "fmod", "log", "pow", "round", "rsqrt", "sigmoid", "sqrt", "tanh",
     "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "shift_left", "shift_right", "argmax",

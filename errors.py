@@ -80,6 +80,11 @@ class PerShapeCompileWarning(LoopweaveWarning):
     shape on first use instead (the message says why)."""
 
 
+class ScheduleWarning(LoopweaveWarning):
+    """A schedule primitive that will not do what it asks (``vectorize`` or ``unroll`` of an axis whose
+    extent is symbolic); the message says how to get it."""
+
+
 class CacheWarning(LoopweaveWarning):
     """The on-disk cache was damaged (the entry was deleted and rebuilt) or is not writable."""
 

@@ -25,10 +25,21 @@ _BITS = {"float16": 16, "float32": 32, "float64": 64, "int8": 8, "int16": 16, "i
 _KNOWN = frozenset(ALL_DTYPES)
 
 
+#: names whose width numpy and C read differently (numpy: "float" is float64, "int" int64; loopweave's
+#: default is float32): refused, with the explicit names to choose from
+_AMBIGUOUS = {"float": "'float32' (loopweave's default) or 'float64'", "int": "'int32' or 'int64'",
+              "uint": "'uint8', 'uint16', 'uint32' or 'uint64'"}
+
+
 def normalize(dtype) -> str:
-    """Return the canonical name of ``dtype`` (a string or numpy dtype), or raise DTypeError."""
+    """Return the canonical name of ``dtype`` (a string or numpy dtype), or raise DTypeError; the
+    ambiguous ``"float"`` / ``"int"`` / ``"uint"`` (and Python's ``float`` and ``int``) are refused."""
     if dtype.__class__ is str and dtype in _KNOWN:
         return dtype  # the common case, on every constant built during lowering
+    ambiguous = dtype.__name__ if dtype is float or dtype is int else dtype if isinstance(dtype, str) else None
+    if ambiguous in _AMBIGUOUS:
+        raise DTypeError(f"dtype {dtype!r} is ambiguous (numpy reads it as {np.dtype(ambiguous).name}, C as "
+                         f"a narrower type); write {_AMBIGUOUS[ambiguous]}")
     try:
         name = np.dtype(dtype).name
     except (TypeError, ValueError) as exc:  # ValueError: an object whose .dtype numpy cannot read

@@ -65,7 +65,14 @@ class ExprOps:
     def __bool__(self):
         raise ExprError(
             f"the symbolic expression {self} has no truth value; use lw.if_then_else / "
-            f"lw.select for conditions, and &, |, ~ instead of and, or, not")
+            f"lw.select for conditions, and &, |, ~ instead of and, or, not; Python's max(a, b) and "
+            f"min(a, b) compare their arguments this way: use lw.max(a, b) / lw.min(a, b)")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """numpy's functions on expressions (``numpy_ufuncs.py``): numpy scalars' operators work,
+        ``np.exp`` and the like name loopweave's function."""
+        from .numpy_ufuncs import apply_ufunc
+        return apply_ufunc(ExprOps, ufunc, method, inputs, kwargs)
 
     __hash__ = object.__hash__
 

@@ -32,6 +32,7 @@ from .passes.insert_syncs import insert_syncs
 from .passes.simplify import simplify
 from .passes.split_host_device import split_host_device
 from .passes.storage_flatten import storage_flatten
+from .symbolic_annotations import warn_symbolic_annotations
 from .passes.unroll import unroll
 from .passes.vectorize import vectorize
 from .schedule_to_loops import schedule_to_loops
@@ -75,6 +76,22 @@ class PassContext:
     target: object = None
 
 
+def _check_argument_names(args: Sequence[Tensor]) -> None:
+    """A LoweringError when one tensor is listed twice, or two tensors share a name: the compiled
+    function's parameters (and an exported C signature) are named after them."""
+    seen = {}
+    for k, a in enumerate(args):
+        if a.name in seen:
+            first = seen[a.name]
+            if args[first] is a:
+                raise LoweringError(f"the tensor '{a.name}' is listed twice in the arguments (positions {first} "
+                                    f"and {k}); list each tensor once")
+            raise LoweringError(f"arguments {first} and {k} are two different tensors both named '{a.name}'; give "
+                                f"each placeholder its own name (lw.placeholder(shape, name=...)): the compiled "
+                                f"function's parameters are named after them")
+        seen[a.name] = k
+
+
 def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_after: Optional[str] = None,
           target=None, checks: Optional[str] = None) -> PrimFunc:
     """Lower ``schedule`` to loop IR for a function taking ``args`` (inputs and outputs).
@@ -92,12 +109,14 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
     args = list(args)
     if not args or not all(isinstance(a, Tensor) for a in args):
         raise LoweringError("lower takes the list of argument tensors (inputs and outputs) after the schedule")
+    _check_argument_names(args)
     for out in schedule.outputs:
         if all(schedule.current_tensor(a).op is not out for a in args):
             raise LoweringError(f"the output '{out.name}' of the schedule is not in the argument list")
     if not name.isidentifier():
         raise LoweringError(f"function name {name!r} is not an identifier")
     validate_schedule(schedule)
+    warn_symbolic_annotations(schedule)
     _check_free_vars(schedule, args)
     tgt = None
     if target is not None:

@@ -34,7 +34,7 @@ def _targets():
 def test_dot4_u8s8_matches_numpy(target, lanes, accumulate):
     """With an accumulator (``c + dot``: one vpdpbusd on VNNI targets) and without, scalar and in
     vectors of every width; 48 lanes split into pieces no vpdpbusd width makes a power of two of."""
-    A, B, C0 = (lw.placeholder((N,), name=n, dtype="int32") for n in "ABC")
+    A, B, C0 = (lw.placeholder((N,), name=n, dtype="int32") for n in ("A", "B", "C0"))
     if accumulate:
         C = lw.compute((N,), lambda i: C0[i] + dot4_u8s8(A[i], B[i]), name="C")
     else:
@@ -55,7 +55,7 @@ def test_dot4_u8s8_matches_numpy(target, lanes, accumulate):
 
 @pytest.mark.skipif(host_target().arch != "x86_64", reason="vpdpbusd is an x86 instruction")
 def test_dot4_u8s8_is_one_vpdpbusd_where_the_target_has_vnni():
-    A, B, C0 = (lw.placeholder((N,), name=n, dtype="int32") for n in "ABC")
+    A, B, C0 = (lw.placeholder((N,), name=n, dtype="int32") for n in ("A", "B", "C0"))
     C = lw.compute((N,), lambda i: C0[i] + dot4_u8s8(A[i], B[i]), name="C")
     s = lw.create_schedule(C)
     _, inner = s[C].split(C.op.axis[0], factor=16)
