@@ -137,14 +137,22 @@ class ArchiveReader:
     def _read_meta(self) -> dict:
         names = set(self._zip.namelist())
         if META not in names:
+            if META_DIGEST in names:        # a file of this format that lost its meta.json
+                raise DamagedFileError(f"{self.where} is damaged: member {META!r} is missing", META)
             raise ArgumentError(f"{self.where} is not a loopweave executable (no meta.json)")
         text = _read_raw(self._zip, META, self.where, self._bytes)
         if META_DIGEST not in names:
+            if b'"checksums"' in text:      # this format (its meta lists checksums): the digest was lost
+                raise DamagedFileError(f"{self.where} is damaged: member {META_DIGEST!r} is missing", META_DIGEST)
             raise ArgumentError(f"{self.where} was saved by an older loopweave (format without checksums), which "
                                 "this version does not load; compile the model and save it again")
         recorded = _read_raw(self._zip, META_DIGEST, self.where, self._bytes).decode("ascii", "replace").strip()
+        if len(recorded) != 64 or any(c not in "0123456789abcdef" for c in recorded):
+            raise DamagedFileError(f"{self.where} is damaged: member {META_DIGEST!r} is not a sha256 digest",
+                                   META_DIGEST)
         if recorded != sha256(text):
-            raise DamagedFileError(f"{self.where} is damaged: meta.json does not match its checksum", META)
+            raise DamagedFileError(f"{self.where} is damaged: member {META!r} does not match its checksum in "
+                                   f"{META_DIGEST!r} (one of the two is damaged)", META)
         try:
             meta = json.loads(text.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
