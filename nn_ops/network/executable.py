@@ -199,7 +199,7 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
                   and tgt.runs_here())
     # the GPU's modules are made from the lowered function: a cached one skips scheduling and lowering
     lowered_cache = (tgt.kind == "cuda" and build_fn is None and tuning_log is None and checks is None)
-    tuned = 0
+    tuned = cached = 0
     jobs, job_signatures = [], []
     group_params = []
     kernel_ir: Dict[str, Callable[[], str]] = {}
@@ -213,9 +213,11 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
         module = kernel_cache.lookup(signature, tgt) if remembered else None
         if module is not None:      # object code only: its IR, if export asks, comes from lowering the group again
             kernel_ir[module.symbol] = _group_ir_function(g, grp, params, tgt, module.symbol)
+            cached += 1
         elif lowered_cache:
             func = kernel_cache.lookup_lowered(signature, tgt)
             module = None if func is None else build(func, (), tgt)
+            cached += module is not None
         if module is None and build_fn is not None:
             module, from_record = _build_group(g, grp, params, tgt, build_fn, tuning_log, checks)
             tuned += from_record
@@ -243,8 +245,9 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
         calls_params.append((module, params, name))
     bar.close()
     if progress and kernel_groups:
-        print(f"loopweave: compiled {len(kernel_groups)} kernels ({reused} reused) in "
-              f"{time.perf_counter() - start:.1f}s", file=sys.stderr)
+        compiled = len(kernel_groups) - reused - cached
+        print(kernel_count_line(len(kernel_groups), compiled, cached, reused, time.perf_counter() - start),
+              file=sys.stderr)
     weights, weight_offsets = _pack_weights(g, {p for _, params, _ in calls_params for p in params})
     steps = [(params, grp.output) for (_, params, _), grp in zip(calls_params, kernel_groups)]
     locations, arena_size = _plan_memory(g, steps, alias_of, weight_offsets, slice_of)
@@ -353,6 +356,14 @@ def _build_group(g: Graph, grp, params: List[str], target, build_fn=None, tuning
     if build_fn is not None:
         return build_fn(s, args, name), from_record
     return build(s, args, target=target, name=name, checks=checks), from_record
+
+
+def kernel_count_line(calls: int, compiled: int, cached: int, reused: int, seconds: float) -> str:
+    """The compile's status line: how many kernel calls the network makes, and of its distinct kernels
+    how many were compiled now and how many came from the disk cache (``reused``: calls of a kernel
+    another call already has)."""
+    return (f"loopweave: {calls} kernel calls: {compiled} kernels compiled, {cached} from the cache, {reused} "
+            f"calls reuse one of them; {seconds:.1f}s")
 
 
 def kernel_name(grp) -> str:

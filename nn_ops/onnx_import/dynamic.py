@@ -142,7 +142,8 @@ class DynamicGraph:
         extra = f"; shape inputs (compiled per value): {', '.join(self.value_inputs)}" if self.value_inputs else ""
         outs = ", ".join(n if shape is None else f"{n}: {d}{show_shape([S.show(x) for x in shape])}"
                          for n, shape, d in self.signature.outputs)
-        return f"<loopweave DynamicGraph {self.name!r} ({ins}) -> ({outs}); compiled per input shape{extra}>"
+        sizes = f"; symbolic sizes {', '.join(self.symbols)}" if self.symbols else ""
+        return f"<loopweave DynamicGraph {self.name!r} ({ins}) -> ({outs}){sizes}{extra}>"
 
     def _repr_html_(self) -> str:
         import html
