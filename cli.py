@@ -86,7 +86,7 @@ def _load_array(name: str, path: str):
     try:
         return np.load(path, allow_pickle=False)
     except FileNotFoundError:
-        raise UsageError(f"input {name!r}: no such file {path!r}") from None
+        raise UsageError(f"input {name!r}: the file {path!r} does not exist") from None
     except (OSError, ValueError) as exc:   # unreadable, not .npy, or a pickled object array
         raise UsageError(f"input {name!r}: cannot read {path!r} as a .npy array ({exc})") from None
 

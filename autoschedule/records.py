@@ -79,6 +79,9 @@ _PARSED: Dict[str, tuple] = {}     # path -> (mtime_ns, size, records of this ve
 def check_exists(path, who: str) -> None:
     """An ``ArgumentError`` naming ``who`` when the log ``path`` to read records from does not exist
     (a mistyped name would otherwise read as a log without a matching record)."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ArgumentError(f"{who}: give the path of a tuning log (written by tune / 'loopweave tune'), "
+                            f"got {path!r}")
     if not os.path.exists(path):
         raise ArgumentError(f"{who}: the tuning log {str(path)!r} does not exist (working directory "
                             f"{os.getcwd()!r}); give the path of a log written by tune / 'loopweave tune'")

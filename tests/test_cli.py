@@ -50,7 +50,7 @@ def small_exe(tmp_path_factory):
 
 
 @pytest.mark.parametrize("case, expected", [
-    ("missing", "input 'input': no such file"),
+    ("missing", "input 'input': the file"),
     ("not_npy", "input 'input': cannot read"),
     ("pickled", "input 'input': cannot read"),
     ("no_equals", "--input takes name=file.npy"),

@@ -61,6 +61,8 @@ def test_a_result_without_a_schedule_does_not_build_the_untuned_kernel():
 def test_apply_best_on_a_missing_log_is_an_error(tmp_path):
     with pytest.raises(lw.ArgumentError, match=r"apply_best: the tuning log .*nope.jsonl' does not exist"):
         auto.apply_best(str(tmp_path / "nope.jsonl"), matmul(), target="llvm")
+    with pytest.raises(lw.ArgumentError, match="apply_best: give the path of a tuning log"):
+        auto.apply_best(None, matmul(), target="llvm")
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     assert auto.apply_best(str(empty), matmul(), target="llvm") is None
