@@ -47,8 +47,8 @@ def test_tuned_matmul_is_correct_and_prints_as_code(tmp_path):
     res = auto.tune(args, trials=8, log=str(tmp_path / "mm.jsonl"), progress=False)
     assert len(res.history) == 8 and res.best_seconds > 0
     assert "s[C" in str(res.trace)
-    a = np.random.rand(64, 32).astype("float32")
-    b = np.random.rand(32, 48).astype("float32")
+    a = np.random.default_rng(501).random((64, 32)).astype("float32")
+    b = np.random.default_rng(511).random((32, 48)).astype("float32")
     np.testing.assert_allclose(run(res.build(), args, a, b), a @ b, rtol=1e-4)
     np.testing.assert_allclose(run(lw.build(res.schedule, args), args, a, b), a @ b, rtol=1e-4)
     assert "TuneResult" in repr(res) and "GFLOPS" in repr(res)
@@ -58,7 +58,7 @@ def test_tuned_matmul_is_correct_and_prints_as_code(tmp_path):
 def test_tuned_blur_is_correct():
     args = blur()
     res = auto.tune(args, trials=6, progress=False, seed=3)
-    img = np.random.rand(40, 72).astype("float32")
+    img = np.random.default_rng(611).random((40, 72)).astype("float32")
     np.testing.assert_allclose(run(res.build(), args, img), blur_ref(img), rtol=1e-5)
 
 
@@ -84,8 +84,8 @@ def test_apply_best_on_a_fresh_copy_of_the_dag(tmp_path):
     fresh = matmul()                     # new tensor objects, same computation
     s = auto.apply_best(log, fresh, target="llvm")
     assert s is not None
-    a = np.random.rand(64, 32).astype("float32")
-    b = np.random.rand(32, 48).astype("float32")
+    a = np.random.default_rng(871).random((64, 32)).astype("float32")
+    b = np.random.default_rng(881).random((32, 48)).astype("float32")
     np.testing.assert_allclose(run(lw.build(s, fresh), fresh, a, b), a @ b, rtol=1e-4)
     assert auto.apply_best(log, matmul(64, 48, 16), target="llvm") is None   # other shapes: other task
 
@@ -165,8 +165,8 @@ def test_mutants_of_a_legal_schedule_build_correct_code():
     args = matmul(24, 40, 12)
     space = Space(Task(args, "llvm"))
     rng = random.Random(1)
-    a = np.random.rand(24, 12).astype("float32")
-    b = np.random.rand(12, 40).astype("float32")
+    a = np.random.default_rng(1681).random((24, 12)).astype("float32")
+    b = np.random.default_rng(1691).random((12, 40)).astype("float32")
     built = 0
     for _ in range(6):
         c = space.mutate(space.sample(rng), rng)
@@ -287,7 +287,7 @@ def test_row_reductions_may_be_factored_into_vector_partials():
     text = str(s.trace)
     assert "s.rfactor(mx," in text and "s.rfactor(sm," in text
     assert "s[mx_rf].vectorize(k1_inner_rf)" in text and "s[e].vectorize(j_inner)" in text
-    x = np.random.rand(6, 200).astype("float32")
+    x = np.random.default_rng(2901).random((6, 200)).astype("float32")
     np.testing.assert_allclose(run(lw.build(s, args), args, x), softmax_ref(x), rtol=1e-5, atol=1e-7)
 
 
@@ -295,7 +295,7 @@ def test_every_sampled_softmax_schedule_is_correct_or_refused():
     args = softmax(5, 131)
     space = Space(Task(args, "llvm"))
     rng = random.Random(2)
-    x = np.random.rand(5, 131).astype("float32")
+    x = np.random.default_rng(2981).random((5, 131)).astype("float32")
     built = 0
     for _ in range(12):
         try:
@@ -332,8 +332,9 @@ def test_reduction_under_an_elementwise_epilogue_is_the_register_tile_anchor():
     assert dict(space.decisions)["pack"] == [None, 0, 1]       # A or B packed per panel
     packed = str(space.apply(dict(choice, pack=1)).trace)
     assert "B_local = s.cache_read(B, 'local', [C])" in packed and "s[B_local].compute_at(s[D], " in packed
-    a, b = np.random.rand(24, 20).astype("float32"), np.random.rand(20, 40).astype("float32")
-    bias = np.random.randn(40).astype("float32")
+    rng = np.random.default_rng(3351)
+    a, b = rng.random((24, 20)).astype("float32"), rng.random((20, 40)).astype("float32")
+    bias = np.random.default_rng(3361).standard_normal((40,)).astype("float32")
     want = np.maximum(a @ b + bias, 0)
     rng = random.Random(4)
     built = 0
@@ -506,7 +507,8 @@ def test_sampled_producer_register_tiles_are_correct_or_refused():
     space = Space(Task(args, "llvm"))
     assert "regtile:AB" in dict(space.decisions)
     rng = random.Random(3)
-    a, b, c = (np.random.rand(*sh).astype("float32") for sh in ((24, 16), (16, 32), (32, 48)))
+    rng = np.random.default_rng(5091)
+    a, b, c = (rng.random(sh).astype("float32") for sh in ((24, 16), (16, 32), (32, 48)))
     built = tiled = 0
     for _ in range(16):
         choice = space.sample(rng)

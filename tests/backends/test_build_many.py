@@ -32,7 +32,7 @@ def test_build_many_matches_build_and_compiles_off_the_calling_thread(monkeypatc
     assert len(modules) == 3 and len(ticks) == 3
     assert threads and all(t.startswith("loopweave-llvm") for t in threads), threads
     for k, (m, (_, args, _)) in enumerate(zip(modules, jobs)):
-        a = np.random.rand(37 + k).astype("float32")
+        a = np.random.default_rng(351).random((37 + k,)).astype("float32")
         out = np.empty_like(a)
         m(a, out)
         np.testing.assert_allclose(out, a * (3.25 + k) + 1.0, rtol=1e-6)
@@ -50,7 +50,7 @@ def _worker_jobs(count, base):
 def _check(modules, jobs):
     for m, (s, args, _) in zip(modules, jobs):
         n = int(args[0].shape[0].value)
-        a = np.random.rand(n).astype("float32")
+        a = np.random.default_rng(531).random((n,)).astype("float32")
         out = np.empty_like(a)
         m(a, out)
         scale = next(iter(args[1].op.body)).a.b.value     # A[i] * scale + 1.0

@@ -94,7 +94,7 @@ def test_reshape_matches_axes_in_runs_of_equal_size(src, dst, runs):
     post_order_visit(Y.op.body[0], lambda n: divisions.append(n)
                      if isinstance(n, Binary) and n.op in ("floordiv", "floormod") else None)
     assert bool(divisions) == any(len(i) > 1 for _, i in runs)      # (merged axes need no division)
-    x = np.random.rand(*src).astype("float32")
+    x = np.random.default_rng(971).random(src).astype("float32")
     y = np.empty(dst, "float32")
     lw.build(nn_ops.schedule(Y), [X, Y])(x, y)
     np.testing.assert_array_equal(y, x.reshape(dst))
