@@ -152,7 +152,7 @@ def bench_report(model: str, c, pairs: int, threads: int, compile_s: float) -> s
 
 def _cmd_zoo(args) -> int:
     from .nn_ops.models import zoo_names
-    print("bundled models (seeded weights, built in memory); give one as zoo:NAME to compile, run, tune, bench "
+    print("bundled models (seeded weights, built in memory); give one as zoo:NAME to compile, tune, bench "
           "or lw.from_onnx:")
     for name in zoo_names():
         print(f"  zoo:{name}")
