@@ -226,7 +226,7 @@ REDUCE_OPS = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
               "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}
 FLAGS = ("keepdims", "transA", "transB", "ceil_mode", "count_include_pad", "storage_order", "select_last_index",
          "exclusive", "reverse", "upper", "largest", "sorted", "noop_with_empty_axes", "training_mode",
-         "detect_positive", "detect_negative", "align_corners", "interleaved")
+         "detect_positive", "detect_negative", "align_corners", "interleaved", "is_causal")
 POSITIVE = {"DepthToSpace": ("blocksize",), "SpaceToDepth": ("blocksize",), "LRN": ("size",),
             "GroupNormalization": ("num_groups",), "Attention": ("q_num_heads", "kv_num_heads"),
             "RotaryEmbedding": ("num_heads",), "LpPool": ("p",)}

@@ -10,7 +10,15 @@ replaced.  Outcomes:
 * ``ok`` - it ran; ``clean`` - a ``LoopweaveError`` (a typed user error);
 * ``internal`` - an ``InternalError`` (a loopweave bug, reported as one);
 * ``foreign`` - any other Python exception escaping ``from_onnx``/``compile``/``run``;
-* ``crash`` - the child died; ``hang`` - it took longer than the time limit.
+* ``crash`` - the child died; ``hang`` - it took longer than the time limit;
+* ``wrong`` - it ran, onnxruntime ran it too, and the outputs differ (shape, dtype or values beyond
+  float32 rounding);
+* ``accepts_invalid`` - an attribute mutant that onnxruntime refuses naming that attribute, and
+  loopweave ran.
+
+Where loopweave ran a mutant, the same child then runs it in onnxruntime (if installed) and answers
+on a second line; onnxruntime crashing or hanging on a mutant is its own affair (``peer``), not
+loopweave's.
 
 ``tests/nn_ops/onnx_import/test_fuzz_models.py`` runs a fixed budget with hypothesis;
 ``python -m loopweave.nn_ops.testing.fuzz --cases N`` is the long run.
@@ -35,7 +43,7 @@ import numpy as np
 from ...backends.python_command import python_code_command
 
 EXTREME_INTS = [-1, 0, 1, 2, 3, 7, 2 ** 31 - 1, -2 ** 31, 10 ** 6, 2 ** 40]
-FAILURES = ("foreign", "crash", "hang")
+FAILURES = ("foreign", "crash", "hang", "wrong", "accepts_invalid")
 
 _WORKER = r"""
 import json, os, pickle, struct, sys, tempfile, warnings
@@ -43,6 +51,7 @@ warnings.simplefilter("ignore")
 import numpy as np
 import loopweave as lw
 from loopweave.errors import InternalError, LoopweaveError
+PEER_CODE
 out = sys.stdout
 sys.stdout = sys.stderr          # nothing else may write to the result channel
 stdin = sys.stdin.buffer
@@ -50,7 +59,8 @@ while True:
     header = stdin.read(4)
     if len(header) < 4:
         break
-    model_bytes, feeds, raw = pickle.loads(stdin.read(struct.unpack("<I", header)[0]))
+    model_bytes, feeds, raw, attribute = pickle.loads(stdin.read(struct.unpack("<I", header)[0]))
+    outputs = None
     try:
         if raw:
             with tempfile.NamedTemporaryFile(suffix=".onnx", delete=False) as f:
@@ -63,7 +73,7 @@ while True:
             import onnx
             g = lw.from_onnx(onnx.ModelProto.FromString(model_bytes))
         exe = lw.compile(g, progress=False)
-        exe.run(feeds)
+        outputs = exe.run(feeds)
         result = ("ok", "")
     except InternalError as exc:
         import traceback
@@ -77,8 +87,44 @@ while True:
         import traceback
         tb = traceback.extract_tb(exc.__traceback__)[-1]
         result = ("foreign", f"{type(exc).__name__}: {str(exc)[:200]} at {tb.filename}:{tb.lineno}")
-    out.write(json.dumps(result) + "\n")
+    compare = outputs is not None and PEER
+    out.write(json.dumps(list(result) + [compare]) + "\n")
     out.flush()
+    if compare:
+        out.write(json.dumps(peer_verdict(model_bytes, feeds, outputs, attribute)) + "\n")
+        out.flush()
+"""
+
+_PEER = r"""
+try:
+    import onnxruntime
+    PEER = True
+except ImportError:
+    PEER = False
+
+
+def peer_verdict(model_bytes, feeds, outputs, attribute):
+    try:
+        session = onnxruntime.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+        want = session.run(None, feeds)
+    except Exception as exc:
+        text = str(exc)
+        if attribute and attribute in text:
+            return ["accepts_invalid", f"onnxruntime refuses it: {text.splitlines()[0][:300]}"]
+        return ["ok", ""]
+    for k, (got, ref) in enumerate(zip(outputs, want)):
+        got, ref = np.asarray(got), np.asarray(ref)
+        if got.shape != ref.shape or got.dtype != ref.dtype:
+            return ["wrong", f"output {k}: {got.dtype}{list(got.shape)}, onnxruntime {ref.dtype}{list(ref.shape)}"]
+        if ref.dtype.kind in "fc":
+            scale = float(np.nanmax(np.abs(ref[np.isfinite(ref)]), initial=1.0))
+            tolerance = 1e-3 if ref.dtype == np.float16 else 1e-4
+            ok = np.allclose(got, ref, rtol=tolerance, atol=tolerance * scale, equal_nan=True)
+        else:
+            ok = np.array_equal(got, ref)
+        if not ok:
+            return ["wrong", f"output {k} differs from onnxruntime's"]
+    return ["ok", ""]
 """
 
 
@@ -92,13 +138,15 @@ class FuzzWorker:
 
     def _start(self):
         env = dict(os.environ, LOOPWEAVE_CACHE_DIR=self.cache_dir, PYTHONFAULTHANDLER="1")
-        self.proc = subprocess.Popen(python_code_command(_WORKER), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen(python_code_command(_WORKER.replace("PEER_CODE", _PEER)), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=env)
 
-    def run(self, model_bytes: bytes, feeds: dict, raw: bool = False) -> Tuple[str, str]:
+    def run(self, model_bytes: bytes, feeds: dict, raw: bool = False, attribute: str = "") -> Tuple[str, str]:
+        """The outcome of one mutant (see the module docstring); ``attribute``: the attribute an
+        attribute mutant changed (its name in onnxruntime's refusal makes a run ``accepts_invalid``)."""
         if self.proc is None or self.proc.poll() is not None:
             self._start()
-        blob = pickle.dumps((model_bytes, feeds, raw))
+        blob = pickle.dumps((model_bytes, feeds, raw, attribute))
         try:
             self.proc.stdin.write(struct.pack("<I", len(blob)) + blob)
             self.proc.stdin.flush()
@@ -111,8 +159,15 @@ class FuzzWorker:
         line = self.proc.stdout.readline()
         if not line:
             return self._died()
-        status, detail = json.loads(line)
-        return status, detail
+        status, detail, compare = json.loads(line)
+        if not compare:
+            return status, detail
+        ready, _, _ = select.select([self.proc.stdout], [], [], self.timeout)
+        line = self.proc.stdout.readline() if ready else b""
+        if not line:            # onnxruntime crashed or hung on it: not loopweave's outcome
+            self.close()
+            return "ok", "onnxruntime failed on it"
+        return tuple(json.loads(line))
 
     def _died(self) -> Tuple[str, str]:
         code = self.proc.wait()
@@ -164,14 +219,15 @@ def _feeds(case) -> dict:
 MUTATIONS = ("attribute", "declared_shape", "fed_shape", "fed_dtype", "wiring", "bytes")
 
 
-def mutate(case, kind: str, draw) -> Tuple[bytes, dict, bool, str]:
-    """(model bytes, feeds, bytes are raw, description) for one mutant; ``draw(n)`` picks in range(n)."""
+def mutate(case, kind: str, draw) -> Tuple[bytes, dict, bool, str, str]:
+    """(model bytes, feeds, bytes are raw, description, the attribute changed or "") for one mutant;
+    ``draw(n)`` picks in range(n)."""
     import onnx
     from onnx import helper
     model = onnx.ModelProto.FromString(case.model.SerializeToString())
     feeds = _feeds(case)
     graph = model.graph
-    what = kind
+    what, attribute = kind, ""
     if kind == "attribute":
         ints = [(node, a) for node in graph.node for a in node.attribute
                 if a.type in (onnx.AttributeProto.INT, onnx.AttributeProto.INTS)]
@@ -184,14 +240,14 @@ def mutate(case, kind: str, draw) -> Tuple[bytes, dict, bool, str]:
                 a.ints[draw(len(a.ints))] = value
             else:
                 a.ints.append(value)
-            what = f"{node.op_type}.{a.name} <- {value}"
+            what, attribute = f"{node.op_type}.{a.name} <- {value}", a.name
         else:       # add a common attribute the node may not expect
             node = graph.node[draw(len(graph.node))]
             name = ["axis", "strides", "pads", "kernel_shape", "group", "keepdims"][draw(6)]
             value = EXTREME_INTS[draw(len(EXTREME_INTS))]
             node.attribute.append(helper.make_attribute(name, value if name in ("axis", "group", "keepdims")
                                                         else [value]))
-            what = f"{node.op_type}.{name} added = {value}"
+            what, attribute = f"{node.op_type}.{name} added = {value}", name
     elif kind == "declared_shape":
         inputs = [i for i in graph.input if i.type.tensor_type.shape.dim]
         if inputs:
@@ -234,7 +290,7 @@ def mutate(case, kind: str, draw) -> Tuple[bytes, dict, bool, str]:
             data[draw(len(data))] ^= 1 << draw(8)
         data, raw = bytes(data), True
         what = "bytes flipped"
-    return data, feeds, raw, f"{case.name}: {what}"
+    return data, feeds, raw, f"{case.name}: {what}", attribute
 
 
 def main(argv=None) -> int:
@@ -257,8 +313,8 @@ def main(argv=None) -> int:
         for _ in range(args.cases):
             kind = MUTATIONS[int(rng.integers(len(MUTATIONS)))]
             case = by_kind[kind][int(rng.integers(len(by_kind[kind])))]
-            data, feeds, raw, what = mutate(case, kind, lambda n: int(rng.integers(n)))
-            status, detail = worker.run(data, feeds, raw)
+            data, feeds, raw, what, attribute = mutate(case, kind, lambda n: int(rng.integers(n)))
+            status, detail = worker.run(data, feeds, raw, attribute)
             counts[status] += 1
             counts_by_kind[(kind, status)] += 1
             if status in FAILURES or status == "internal":

@@ -25,6 +25,10 @@ def _window(ctx: ImportContext, node, in_sizes, kernel):
     strides = _per_axis(ctx, node, "strides", 1, rank)
     dilations = _per_axis(ctx, node, "dilations", 1, rank)
     extra = _per_axis(ctx, node, "output_padding", 0, rank)
+    for k, (e, s, d) in enumerate(zip(extra, strides, dilations)):
+        if not 0 <= e < max(s, d):      # onnxruntime's and PyTorch's rule (a larger one adds only zeros)
+            raise Unsupported(f"attribute output_padding={list(extra)}: output_padding[{k}] = {e} must be >= 0 and "
+                              f"less than max(stride, dilation) = {max(s, d)} on spatial axis {k}")
     auto_pad = ctx.attr(node, "auto_pad", "NOTSET") or "NOTSET"
     if auto_pad not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
         raise Unsupported(f"auto_pad={auto_pad!r}")

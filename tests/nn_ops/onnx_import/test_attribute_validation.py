@@ -52,6 +52,9 @@ BAD = [
     ("Transpose", dict(perm=[0, 1, 1, 3]), "perm", "permutation"),
     ("DepthToSpace", dict(blocksize=0), "blocksize", r"\[1, "),
     ("ReduceSum", dict(keepdims=2), "keepdims", "0 or 1"),
+    # found by the fuzzer's comparison with onnxruntime, which refuses it
+    ("ConvTranspose", dict(strides=[2, 2], output_padding=[2, 0]), "output_padding",
+     r"less than max\(stride, dilation\) = 2"),
 ]
 
 
@@ -60,6 +63,8 @@ def test_out_of_range_attributes_name_node_attribute_and_range(op, attrs, attrib
     inputs, inits = ("x",), ()
     if op == "Conv":
         inputs, inits = ("x", "w"), (("w", W),)
+    if op == "ConvTranspose":
+        inputs, inits = ("x", "w"), (("w", W.transpose(1, 0, 2, 3).copy()),)
     model = _one_node(op, [1, 3, 8, 8], attrs, inputs, inits)
     with pytest.raises(OnnxImportError) as info:
         lw.from_onnx(model)

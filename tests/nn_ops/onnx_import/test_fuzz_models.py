@@ -1,6 +1,8 @@
 """Mutation fuzzing of ONNX backend test models (nn_ops/testing/fuzz.py): a mutated model must
 import, compile and run, or fail with a typed loopweave error; never crash, hang, leak another
-Python exception, or hit an InternalError (a bug).
+Python exception, or hit an InternalError (a bug).  Where it runs and onnxruntime runs it too, the
+outputs must agree; where onnxruntime refuses an attribute mutant naming the attribute, loopweave
+must refuse it too.
 
 hypothesis picks the mutation (an integer attribute set to -1, 0, 2**31-1, 10**6...; a declared
 input shape; a fed array's shape or dtype; a node input rewired; bytes of the model flipped),
@@ -47,8 +49,9 @@ def _fuzz(by_kind, worker, examples: int):
         kind = data.draw(st.sampled_from(MUTATIONS), label="mutation")
         cases = by_kind[kind]
         case = cases[data.draw(st.integers(0, len(cases) - 1), label="case")]
-        model, feeds, raw, what = mutate(case, kind, lambda n: data.draw(st.integers(0, max(n - 1, 0))))
-        status, detail = worker.run(model, feeds, raw)
+        model, feeds, raw, what, attribute = mutate(case, kind,
+                                                    lambda n: data.draw(st.integers(0, max(n - 1, 0))))
+        status, detail = worker.run(model, feeds, raw, attribute)
         counts[status] += 1
         if status in REFUSED:
             bad.append(f"{status}: {what}: {detail}")
