@@ -7,7 +7,7 @@ Sizes are made small by the substitutions in ``SMALLER``: each must match the RE
 often as listed, so an edited README cannot silently escape them.  A statement whose line says
 ``# SomeError`` must raise ``lw.SomeError``.  Not run, each for a stated reason (``SKIPPED``): the
 fresh install and the full test suite (``.ci/run`` does both), JupyterLab, commands that need a
-cross compiler that is not installed; the benchmarks take minutes each, so their commands are
+cross compiler or C compiler that is not installed; the benchmarks take minutes each, so their commands are
 checked, not run: the module exists and takes every option the README gives it.
 """
 from __future__ import annotations
@@ -57,6 +57,8 @@ SKIPPED = [
     (r"-m pytest", "runs the whole test suite, which holds this test"),
 ]
 CROSS_CC = "aarch64-linux-gnu-gcc"
+#: what links with the system C compiler: a library export, the README's app and its run
+NEEDS_CC = re.compile(r'--export \S+\.so|export_library\("[^"]+\.so"|^cc |^\./app')
 
 
 def readme_text() -> str:
@@ -101,6 +103,8 @@ def skip_reason(command: str):
             return reason
     if CROSS_CC in command and shutil.which(CROSS_CC) is None:
         return f"needs the cross compiler {CROSS_CC}, not installed here"
+    if NEEDS_CC.search(command) and not any(shutil.which(cc) for cc in ("cc", "gcc", "clang")):
+        return "links a shared library or a program: needs a C compiler (cc), not installed here"
     if "jupyter execute" in command:
         for module in ("nbclient", "ipykernel"):
             try:
@@ -148,7 +152,7 @@ def run_python(code: str, start: int, namespace: dict) -> list:
     lines = code.splitlines()
     for stmt in ast.parse(code).body:
         source = "\n".join(lines[stmt.lineno - 1:stmt.end_lineno])
-        reason = skip_reason(source) if CROSS_CC in source else None
+        reason = skip_reason(source)
         if reason:
             skipped.append(f"line {start + stmt.lineno}: {reason}")
             continue
