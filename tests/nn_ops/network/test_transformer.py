@@ -118,7 +118,7 @@ def test_encoder_matches_onnxruntime(encoder):
     x = np.random.default_rng(3).standard_normal((1, 128, 256)).astype(np.float32)
     got, = exe.run({"input": x})
     want, = _ort(model, {"input": x})
-    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_encoder_kernels_are_fused():
