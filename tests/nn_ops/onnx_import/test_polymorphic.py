@@ -47,7 +47,7 @@ def test_encoder_matches_onnxruntime_at_every_shape(encoder, batch, seq):
     got, = exe.run({"input": x})
     want, = _ort(model, {"input": x})
     assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_no_compilation_at_run_time(encoder, forbid_compilation):
@@ -55,7 +55,7 @@ def test_no_compilation_at_run_time(encoder, forbid_compilation):
     model, exe = encoder
     for batch, seq in ((3, 13), (1, 129), (5, 2), (2, 2), (1, 3)):      # the last two: few-rows variants
         x = np.random.default_rng(seq).standard_normal((batch, seq, 64)).astype(np.float32)
-        np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(exe.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-4, atol=1e-4)
 
 
 def _dense_calls(model, exe):
@@ -71,7 +71,7 @@ def _check_bindings(model, exe, dense, few_rows):
     for batch, seq in ((1, 1), (4, 1), (1, 7), (2, 8), (1, 16), (1, 17), (3, 7), (1, 64)):
         x = np.random.default_rng(batch * 100 + seq).standard_normal((batch, seq, 64)).astype(np.float32)
         got, = exe.run({"input": x})
-        np.testing.assert_allclose(got, _ort(model, {"input": x})[0], rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(got, _ort(model, {"input": x})[0], rtol=1e-4, atol=1e-4)
         np.testing.assert_array_equal(got, exe.run_each({"input": x})[0])
         binding = {"batch": batch, "seq": seq}
         table, _ = exe._tables[(x.shape,)]           # the call table of this binding, by input shapes
@@ -143,7 +143,7 @@ def test_attention_kernels_have_a_constant_kernel_for_one_token(encoder):
     for batch, seq in ((3, 1), (1, 1), (3, 2)):
         x = np.random.default_rng(seq).standard_normal((batch, seq, 64)).astype(np.float32)
         got = exe.run({"input": x})[0]
-        np.testing.assert_allclose(got, _ort(model, {"input": x})[0], rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(got, _ort(model, {"input": x})[0], rtol=1e-4, atol=1e-4)
         np.testing.assert_array_equal(got, exe.run_each({"input": x})[0])
 
 
@@ -271,7 +271,7 @@ def test_save_and_load_keep_the_polymorphic_executable_without_compiling(encoder
     assert all(c.module_at(few).name.endswith(("few_rows", "one_row", "seq_1")) for c in loaded.calls if c.variants)
     for batch, seq in ((1, 1), (3, 11), (2, 8)):           # few-rows variants, blocked kernels, few again
         x = np.random.default_rng(seq).standard_normal((batch, seq, 64)).astype(np.float32)
-        np.testing.assert_allclose(loaded.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(loaded.run({"input": x})[0], _ort(model, {"input": x})[0], rtol=1e-4, atol=1e-4)
     again = tmp_path / "again.lwx"
     loaded.save(again)                      # a loaded executable saves as well
     assert isinstance(lw.load(again), PolymorphicExecutable)
@@ -365,9 +365,9 @@ np.save({str(y_path)!r}, exe.run({{"input": x}})[0])
 np.save({str(y_path)!r} + ".1.npy", exe.run({{"input": np.ascontiguousarray(x[:1, :1])}})[0])
 """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
-    np.testing.assert_allclose(np.load(y_path), _ort(model, {"input": x})[0], rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(np.load(y_path), _ort(model, {"input": x})[0], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(np.load(str(y_path) + ".1.npy"), _ort(model, {"input": np.ascontiguousarray(x1)})[0],
-                               rtol=1e-3, atol=1e-3)
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_no_kernel_fuses_loops_of_symbolic_extents(encoder):
@@ -444,7 +444,7 @@ def test_zoo_encoder_over_the_issue_grid_matches_onnxruntime(zoo_encoder, batch)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for seq in (1, 7, 64, 128, 200, 384):
         x = np.random.default_rng(seq).standard_normal((batch, seq, 256)).astype(np.float32)
-        np.testing.assert_allclose(exe.run({"input": x})[0], session.run(None, {"input": x})[0], rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(exe.run({"input": x})[0], session.run(None, {"input": x})[0], rtol=1e-4, atol=1e-4)
 
 
 def test_displays_show_symbolic_shapes(encoder):
@@ -628,7 +628,7 @@ def test_gpt2_causal_mask_and_stacked_qkv_compile_once_over_the_batch():
         ids[0, 0] = 999
         got, = exe.run({"input": ids})
         want, = _ort(model, {"input": ids})
-        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("name", ["vit_tiny", "mlp_mixer"])
@@ -664,7 +664,7 @@ def test_gpt2_with_dynamic_batch_and_length_compiles_once(gpt2_dynamic, batch, s
     ids = np.random.default_rng(seq).integers(0, 1000, (batch, seq)).astype(np.int64)
     got, = exe.run({"input": ids})
     want, = _ort(model, {"input": ids})
-    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_gpt2_longer_than_its_position_table_is_refused_by_name(gpt2_dynamic):
