@@ -249,8 +249,8 @@ def link_shared(output: Path, sources: Sequence[Path], objects: Sequence[Path], 
 
     The compiler runs in ``workdir``, so ``output`` (and every path given) is made absolute first: a
     relative one names a file under the caller's working directory.  The library's SONAME is
-    ``soname``, by default ``output``'s file name less a trailing ``.partial`` (the callers link to
-    ``NAME.partial`` and rename it): a program linked against it records ``NEEDED NAME``, found
+    ``soname``, by default ``output``'s file name (callers that link to a temporary file and move it
+    into place pass the final name): a program linked against it records ``NEEDED NAME``, found
     through its rpath (``-Wl,-rpath,'$ORIGIN'``) or ``LD_LIBRARY_PATH``, not the path it was linked with.
 
     The kernels' objects are JIT code (absolute addresses, not position-independent), so the
@@ -260,7 +260,7 @@ def link_shared(output: Path, sources: Sequence[Path], objects: Sequence[Path], 
     compiler = list(compiler) if compiler else find_c_compiler(cc)
     output = Path(output).absolute()
     workdir = Path(workdir).absolute()
-    soname = soname or output.name.removesuffix(".partial")
+    soname = soname or output.name
     script = workdir / "exports.map"
     script.write_text(version_script(exported))
     cmd: List[str] = [*compiler, "-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-o", str(output),
