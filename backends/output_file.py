@@ -32,7 +32,10 @@ def _umask() -> int:
 
 
 def _temporary(path: Path) -> Tuple[int, Path]:
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:     # name the file the user asked for, not the temporary one
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from None
     os.fchmod(fd, 0o666 & ~_umask())
     return fd, Path(name)
 
