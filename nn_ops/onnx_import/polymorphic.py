@@ -52,9 +52,10 @@ from ..ops.norm import layer_norm
 from ..ops.registry import schedule
 from ..ops.shape import concat, reduce, softmax, transpose
 from ..ops.topk import topk_indices
-from .context import onnx_attrs
+from .context import Unsupported, onnx_attrs
 from .converters.math import REDUCE_BETWEEN
 from .fold import FOLDERS, WINDOW_TERMS
+from .fold_size import check_folded_size
 from .importer import node_label
 from .polymorphic_cnn import CnnWalk
 from .polymorphic_common import (BINARY, FLOAT_ONLY, INTEGER, PREDICATES, TERNARY, UNARY, VARIADIC, WITH_ATTRS,
@@ -223,8 +224,13 @@ class _Builder:
             self.consts[node.output[0]] = self.consts[node.input[0]].astype(self.dtype(node.input[1]))
             return
         if op in FOLDERS and all(i in self.consts for i in node.input if i):
-            # constants in, constants out (a position table read at constant ids): evaluated here
+            # constants in, constants out (a position table read at constant ids): evaluated here, its
+            # size checked against the memory limit first
             values = [self.consts[i] if i else None for i in node.input]
+            try:
+                check_folded_size(op, values, onnx_attrs(node), node.output[0])
+            except Unsupported as exc:
+                raise _Unsupported(str(exc)) from None
             for name, value in zip(node.output, FOLDERS[op](values, onnx_attrs(node))):
                 self.consts[name] = np.asarray(value)
             return

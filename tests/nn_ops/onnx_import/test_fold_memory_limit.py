@@ -115,3 +115,26 @@ def test_a_dynamic_arena_past_the_limit_is_refused_before_it_grows():
         with pytest.raises(ArgumentError, match=r"sizes \(n=4096\) need \d+ bytes .* memory limit of 1048576"):
             plan.arrays({"n": 4096})
     assert plan.arena_bytes < LIMIT
+
+
+def test_a_symbolic_model_is_checked_too():
+    """A model with a symbolic size is specialised to a probe binding at import (and compiled once for
+    every shape by the same folders): the fold is refused there, before it is made."""
+    inits, nodes = _hidden("shape", [BIG, BIG])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    long = helper.make_tensor_value_info("long", TensorProto.FLOAT, [5000])     # data propagation off
+    nodes += [helper.make_node("Expand", ["one", "shape"], ["big"]), helper.make_node("Relu", ["x"], ["y"])]
+    graph = helper.make_graph(nodes, "fold", [x, long],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4]),
+                               helper.make_tensor_value_info("big", TensorProto.FLOAT, [None, None])],
+                              initializer=inits + [_const("one", np.ones(1, np.float32))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    tracemalloc.start()
+    try:
+        with lw.memory_limit(LIMIT), pytest.raises(OnnxImportError, match="memory limit of 1048576 bytes"):
+            lw.compile(lw.from_onnx(model), polymorphic=True, progress=False)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * LIMIT + (16 << 20), f"{peak} bytes were allocated"
