@@ -29,6 +29,8 @@ two pixel vectors, last pixel tile shifted inwards instead of guarded).
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from ...dsl.expr import Const, const, if_then_else, logical_and
@@ -363,6 +365,21 @@ def _row_block(ow: int, limit: int) -> int:
     return _divisor_at_most(ow, limit)
 
 
+def pixels_per_block(nv: int, registers: Optional[int] = None) -> int:
+    """At most this many output pixels in a register block of ``nv`` channel vectors: 28
+    accumulators in all (14 pixels for one vector), and the block's accumulators, its ``nv``
+    weight vectors and one broadcast input must fit the ``registers`` (the target's vector
+    registers; by default those of the CPU being compiled for).  4 x 7 did not fit 32: ResNet-18's
+    stem (3 -> 64 channels at 112x112, 4 vectors) spilled, and 4 x 4 ran 1.19x faster (Zen 5,
+    interleaved; the autoscheduler found it first, 1.13x side by side).  With AVX2's 16 registers
+    blocks of 2 x 14 kept their accumulators in memory: 2 x 4 ran 1.5x faster on 3x3 and 1x1
+    layers at 28-56 pixels (AVX2 code on a Zen 5, one thread)."""
+    if registers is None:
+        registers = resolve_target("llvm").vector_registers
+    limit = 28 // nv if nv > 1 else 14
+    return min(limit, (registers - 1 - nv) // nv)
+
+
 #: a register block's fixed cost per row segment, in pixels' worth of work (the weight vectors it
 #: loads per input channel and tap); ``static_row_block`` weighs blocks with it
 ROW_BLOCK_OVERHEAD = 2
@@ -416,7 +433,7 @@ def schedule_conv2d(s, op, target):
     lanes = target.lanes(out.dtype)
     # register block: owb pixels x nv channel vectors
     nv = 2 if (oc_ // bn) % 2 == 0 and bn == lanes else 1
-    owb, tail = static_row_block(ow_, 28 // nv if nv > 1 else 14)
+    owb, tail = static_row_block(ow_, pixels_per_block(nv, target.vector_registers), vectors=nv)
     Y = _epilogue_or_self(s, op)
     n, o, y, x = Y.op.axis
     oo, oi = Y.split(o, factor=bn * nv)

@@ -28,7 +28,7 @@ from ...dsl.reduction import max as lw_max, sum as lw_sum
 from ...dsl.tensor import ComputeOp, Tensor, compute, reduce_axis
 from ...errors import ExprError
 from ...target import resolve_target
-from .conv2d import _divisor_at_most, _output_hw, _padded, _schedule_input_copy, static_row_block
+from .conv2d import _divisor_at_most, _output_hw, _padded, _schedule_input_copy, pixels_per_block, static_row_block
 from .elementwise import extents, static_shape
 from .pooling import ceil_mode_is_plain, pool_output_size, window_reciprocal
 from .registry import (INJECTIVE_TAGS, accumulate_in_registers, accumulator_and_tile, parallel_planes_and_rows,
@@ -299,10 +299,10 @@ def schedule_conv2d_blocked(s, op, target):
     else:
         nv = _register_limited_vectors(nv, registers)
         rows_inside = depthwise is None and n_ * (obn // nv) >= 4 * max(1, target.num_threads)
-        if rows_inside and oh_ * ow_ <= STREAMED_WEIGHT_PIXELS and ow_ <= _pixels_per_block(nv, registers=32):
+        if rows_inside and oh_ * ow_ <= STREAMED_WEIGHT_PIXELS and ow_ <= pixels_per_block(nv, registers=32):
             owb, tail = ow_, "guard"    # streams its weights (below): the map's accumulators live in memory
         else:
-            owb, tail = static_row_block(ow_, _pixels_per_block(nv, registers), vectors=nv)
+            owb, tail = static_row_block(ow_, pixels_per_block(nv, registers), vectors=nv)
     acc, Y = accumulator_and_tile(s, op)
     n, ob, y, x, oi = Y.op.axis
     obo, obi = Y.split(ob, factor=nv)
@@ -363,47 +363,33 @@ SYMBOLIC_ROW_BLOCK = 8
 
 def symbolic_row_block(weight_shape, blocked_input: bool) -> int:
     """The row block of a conv on rows of symbolic width where no variant applies: the largest power
-    of two up to ``SYMBOLIC_ROW_BLOCK`` that fits the registers (``_pixels_per_block``)."""
+    of two up to ``SYMBOLIC_ROW_BLOCK`` that fits the registers (``pixels_per_block``)."""
     return symbolic_row_block_for(_symbolic_channel_vectors(weight_shape, blocked_input))
 
 
 def symbolic_row_block_for(nv: int, registers: Optional[int] = None) -> int:
     """``symbolic_row_block`` for a register block of ``nv`` channel vectors."""
-    limit = min(SYMBOLIC_ROW_BLOCK, _pixels_per_block(nv, registers))
+    limit = min(SYMBOLIC_ROW_BLOCK, pixels_per_block(nv, registers))
     return 1 << (limit.bit_length() - 1)
 
 
 def row_block_fits(weight_shape, blocked_input: bool, pixels: int) -> bool:
     """Whether a register block of ``pixels`` fits the registers of this conv's symbolic schedule."""
-    return pixels <= _pixels_per_block(_symbolic_channel_vectors(weight_shape, blocked_input))
+    return pixels <= pixels_per_block(_symbolic_channel_vectors(weight_shape, blocked_input))
 
 
 def _symbolic_channel_vectors(weight_shape, blocked_input: bool) -> int:
     """``_channel_vectors`` for a row of unknown width: a first layer's (plain input) taken as wide
-    as a stem's, any other as a wide row."""
+    as a stem's, any other as a wide row; as many as the registers of the CPU compiled for allow."""
     obn, cob, kh, kw, cb, _ = weight_shape
-    return _vectors_for(obn, cob * kh * kw * cb, WIDE_ROW if blocked_input else STEM_ROW)
-
-
-def _pixels_per_block(nv: int, registers: Optional[int] = None) -> int:
-    """At most this many output pixels in a register block of ``nv`` channel vectors: 28
-    accumulators in all (14 pixels for one vector), and the block's accumulators, its ``nv``
-    weight vectors and one broadcast input must fit the ``registers`` (the target's vector
-    registers; by default those of the CPU being compiled for).  4 x 7 did not fit 32: ResNet-18's
-    stem (3 -> 64 channels at 112x112, 4 vectors) spilled, and 4 x 4 ran 1.19x faster (Zen 5,
-    interleaved; the autoscheduler found it first, 1.13x side by side).  With AVX2's 16 registers
-    blocks of 2 x 14 kept their accumulators in memory: 2 x 4 ran 1.5x faster on 3x3 and 1x1
-    layers at 28-56 pixels (AVX2 code on a Zen 5, one thread)."""
-    if registers is None:
-        registers = resolve_target("llvm").vector_registers
-    limit = 28 // nv if nv > 1 else 14
-    return min(limit, (registers - 1 - nv) // nv)
+    nv = _vectors_for(obn, cob * kh * kw * cb, WIDE_ROW if blocked_input else STEM_ROW)
+    return _register_limited_vectors(nv, resolve_target("llvm").vector_registers)
 
 
 def _register_limited_vectors(nv: int, registers: int) -> int:
     """Channel vectors per block where the registers allow them: with 16, four vectors leave two
     pixels a block (eight weight and broadcast loads for eight FMAs), so two vectors take six."""
-    return 2 if nv == 4 and _pixels_per_block(nv, registers) < 4 else nv
+    return 2 if nv == 4 and pixels_per_block(nv, registers) < 4 else nv
 
 
 #: a reduction (input channels x kernel taps) at most this long is short: see ``_channel_vectors``

@@ -538,11 +538,11 @@ def test_a_register_block_fits_the_vector_registers(x86_level):
     target's registers (32 with AVX-512, 16 with AVX2): ResNet-18's stem (4 channel vectors on
     112-pixel rows) took blocks of 7 pixels, spilled, and ran 1.19x slower than blocks of 4; with
     16 registers it takes 2 vectors of 4 pixels (4 vectors would leave blocks of 2)."""
-    from loopweave.nn_ops.ops.nchwc import _pixels_per_block
+    from loopweave.nn_ops.ops.conv2d import pixels_per_block
     registers = x86_level.vector_registers
     assert registers == (32 if x86_level.lanes("float32") == 16 else 16)
     for nv in (1, 2, 3, 4):
-        assert nv * _pixels_per_block(nv, registers) + nv + 1 <= registers
+        assert nv * pixels_per_block(nv, registers) + nv + 1 <= registers
     b = OnnxBuilder()
     model = b.model((1, 3, 224, 224), b.relu(b.conv("input", 3, 64, 7, stride=2, pad=3)), (1, 64, 112, 112))
     from loopweave.nn_ops.network.tasks import kernel_tasks
