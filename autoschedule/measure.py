@@ -20,6 +20,7 @@ import json
 import pickle
 import select
 import subprocess
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -247,16 +248,18 @@ class LocalMeasurer:
 
 
 _ISOLATED: dict = {}     # per executor worker process: timeout -> its LocalMeasurer
+_ISOLATED_LOCK = threading.Lock()     # a worker with several threads: one timing at a time
 
 
 def isolated_measure_job(job: dict, timeout: float) -> dict:
     """In an executor's worker: ``measure_one(**job)`` run in a child process of this one (a
     ``LocalMeasurer``, kept warm between jobs), killed after ``timeout`` seconds; the reply as plain
     JSON data (``seconds``, ``error``, ...), never an object of the candidate's making."""
-    measurer = _ISOLATED.get(timeout)
-    if measurer is None:
-        measurer = _ISOLATED[timeout] = LocalMeasurer(timeout)
-    r = measurer.run_one(job)
+    with _ISOLATED_LOCK:
+        measurer = _ISOLATED.get(timeout)
+        if measurer is None:
+            measurer = _ISOLATED[timeout] = LocalMeasurer(timeout)
+        r = measurer.run_one(job)
     return json.loads(json.dumps({"seconds": r.seconds, "error": r.error, "build_seconds": r.build_seconds,
                                   "versus_seconds": r.versus_seconds, "ratio": r.ratio}))
 
