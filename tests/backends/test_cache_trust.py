@@ -92,3 +92,8 @@ def test_a_cached_gpu_lowering_is_data_not_a_pickle(tmp_path, monkeypatch):
     assert second.sources("cuda") == first.sources("cuda")
     rewritten = sorted(cache.glob("*.lowered.json"))      # each group lowered again, stored as JSON
     assert len(rewritten) == len(entries) and all(disk_cache.read_verified(p).startswith(b"{") for p in rewritten)
+    # a third compile builds its modules from those entries: the same functions, host programs included
+    third = lw.compile(lw.from_onnx(small_cnn()), target="cuda", progress=False)
+    assert sorted(third.modules) == sorted(first.modules)
+    for symbol, module in first.modules.items():
+        assert third.modules[symbol].lowered_function.structural_key() == module.lowered_function.structural_key()
