@@ -27,12 +27,15 @@ layers where it pays (see ``winograd_pays``).
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from ...dsl.expr import if_then_else
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
+from ...target import resolve_target
 from .conv2d import _divisor_at_most, _output_hw, _padded
 from .elementwise import static_shape
 from .nchwc import _schedule_blocked_padding, _with_bias
@@ -194,10 +197,15 @@ def conv2d_winograd_blocked(X: Tensor, U: Tensor, bias=None, padding=(1, 1, 1, 1
 ROW_TILES_FORM_BELOW = 4
 
 
-def flat_tile_block(tiles: int, out_blocks: int) -> int:
+def flat_tile_block(tiles: int, out_blocks: int, registers: Optional[int] = None) -> int:
     """The flat form's register block in tiles: a divisor of ``tiles`` (one row's, or all of them)
-    that fits with the channel vectors of ``out_blocks`` output blocks."""
-    return _divisor_at_most(tiles, 14 if out_blocks % 2 == 0 else 28)
+    that fits with the channel vectors of ``out_blocks`` output blocks (28 accumulators at most,
+    and with the weight vectors and a broadcast, the target's ``registers``; by default those of
+    the CPU compiled for)."""
+    nv = 2 if out_blocks % 2 == 0 else 1
+    if registers is None:
+        registers = resolve_target("llvm").vector_registers
+    return _divisor_at_most(tiles, min(28 // nv, (registers - 1 - nv) // nv))
 
 
 def takes_rows_form(X: Tensor, U: Tensor, padding) -> bool:
@@ -262,17 +270,17 @@ def schedule_winograd_gemm(s, op, target):
     fused form the output transform's schedule places it (``schedule_winograd_output``)."""
     if _fused(op, target):
         return
-    nn, e, obo, _ = _register_blocked_gemm(s, op, int(op.outputs[0].shape[2].value))
+    nn, e, obo, _ = _register_blocked_gemm(s, op, int(op.outputs[0].shape[2].value), target)
     s[op].parallel(s[op].fuse(nn, e, obo))
 
 
-def _register_blocked_gemm(s, op, tiles: int):
+def _register_blocked_gemm(s, op, tiles: int, target):
     """The gemm stage's loops (n, position, channel-block pair, tile block) around a register
     block of ``tb`` tiles x ``nv`` channel vectors, ``tb`` a divisor of ``tiles`` (all of them,
     or one row's); returns those four loops (the accumulator is computed in the last)."""
     obn = int(op.outputs[0].shape[1].value)
     nv = 2 if obn % 2 == 0 else 1
-    tb = flat_tile_block(tiles, obn)
+    tb = flat_tile_block(tiles, obn, target.vector_registers)
     M = s[op]
     acc = s.cache_write(op.outputs[0], "local")
     nn, ob, t, e, oi = M.op.axis
@@ -318,7 +326,7 @@ def schedule_winograd_output(s, op, target):
     final.unroll(xi)
     final.vectorize(oi)
     if fused:
-        _register_blocked_gemm(s, M, int(M.attrs["tile_width"]))
+        _register_blocked_gemm(s, M, int(M.attrs["tile_width"]), target)
         s[M].compute_at(final, rows)
         V = M.input_tensors[0].op
         Vs = s[V]

@@ -105,7 +105,9 @@ def schedule_winograd_rows_output(s, op, target):
     M = op.input_tensors[0].op
     V = M.input_tensors[0].op
     obn, tb = int(M.attrs["out_blocks"]), int(M.attrs["tile_block"])
-    nv = 2 if obn % 2 == 0 else 1
+    # two channel vectors where their block fits the registers with its weights and a broadcast
+    # (AVX2's 16 do not hold 2 x 7 tiles: one vector then, 7 accumulators in registers)
+    nv = 2 if obn % 2 == 0 and 2 * tb + 3 <= target.vector_registers else 1
     parts = _channel_parts(obn, nv)
     n, ob, y, x, oi = final.op.axis
     yo, yi = final.split(y, factor=2)
