@@ -73,3 +73,17 @@ def test_nvrtc_is_never_looked_up_in_the_current_folder(tmp_path, monkeypatch):
     assert not mark.exists()
     nvcc = compiler.find_nvcc.__wrapped__()
     assert nvcc is None or not os.path.realpath(nvcc).startswith(str(folder)), nvcc
+
+
+def test_the_python_3_10_command_drops_the_current_folder_too(hostile_folder, monkeypatch):
+    """Without -P (Python 3.10), ``-c`` deletes the entry it prepended before importing anything."""
+    from loopweave.backends import python_command
+    monkeypatch.setattr(python_command.sys, "version_info", (3, 10, 13))
+    command = python_command.python_module_command("loopweave.autoschedule.worker")
+    assert "-P" not in command
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert _started_and_done(proc) == 0
+    assert not hostile_folder.exists()
+    code = python_command.python_code_command("import sys, numpy; print(sys.path[0] != '', numpy.__file__)")
+    out = subprocess.run(code, capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == "True" and not hostile_folder.exists() and str(hostile_folder.parent) not in out[1]
