@@ -8,6 +8,7 @@ from .errors import (ArgumentError, BoundsError, BuildError, CacheWarning, Damag
                      MissingExtraError, OnnxImportError, PerShapeCompileWarning, ScheduleError,
                      ScheduleWarning)
 from .target import Target
+from .target_info import TargetInfo, target_info
 from .dsl.expr import Expr, Var, cast, const, if_then_else, select, var
 from .dsl.intrinsics import abs, ceil, erf, exp, floor, fmod, log, pow, round, rsqrt, sigmoid, sqrt, tanh
 from .dsl.bitwise import bitwise_and, bitwise_not, bitwise_or, bitwise_xor, shift_left, shift_right
@@ -30,7 +31,7 @@ __all__ = [
     "IndexOutOfRangeError", "InternalError", "LoopweaveError", "LoopweaveWarning", "LoweringError", "MissingExtraError",
     "OnnxImportError",
     "PerShapeCompileWarning", "ScheduleError", "ScheduleWarning",
-    "Target", "Expr", "Var", "cast", "const", "if_then_else", "select", "var",
+    "Target", "TargetInfo", "target_info", "Expr", "Var", "cast", "const", "if_then_else", "select", "var",
     "abs", "ceil", "erf", "exp", "floor", "fmod", "log", "pow", "round", "rsqrt", "sigmoid", "sqrt", "tanh",
     "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "shift_left", "shift_right", "argmax",
     "argmin", "comm_reducer", "max", "min", "prod", "sum", "Schedule", "Stage", "create_schedule", "IterVar",

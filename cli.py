@@ -150,6 +150,12 @@ def bench_report(model: str, c, pairs: int, threads: int, compile_s: float) -> s
             f"  compile      {compile_s:.1f} s")
 
 
+def _cmd_info(args) -> int:
+    from .target_info import target_info
+    print(target_info(args.target))
+    return 0
+
+
 def _cmd_zoo(args) -> int:
     from .nn_ops.models import zoo_names
     print("bundled models (seeded weights, built in memory); give one as zoo:NAME to compile, tune, bench "
@@ -175,6 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--quick", action="store_true", help="small sizes, for a fast smoke test")
 
     sub.add_parser("zoo", help="list the bundled models (zoo:NAME)")
+
+    info = sub.add_parser("info", help="what the code generator knows of this CPU (or --target's): vector width, "
+                                       "registers, extensions, threads, caches")
+    info.add_argument("--target", default="llvm",
+                      help="the CPU to describe (default llvm: this machine, or LOOPWEAVE_HOST_TARGET's), e.g. "
+                           "'llvm -mcpu=x86-64-v3'")
 
     comp = sub.add_parser("compile", help="compile an ONNX model into an executable file (.lwx) or a C library (.so)")
     comp.add_argument("model", help=MODEL_HELP)
@@ -232,7 +244,8 @@ def main(argv=None) -> int:
         from .demo import run_demo
         return run_demo(size=256 if args.quick else args.size)
     from .errors import LoopweaveError
-    handlers = {"compile": _cmd_compile, "run": _cmd_run, "bench": _cmd_bench, "tune": _cmd_tune, "zoo": _cmd_zoo}
+    handlers = {"compile": _cmd_compile, "run": _cmd_run, "bench": _cmd_bench, "tune": _cmd_tune, "zoo": _cmd_zoo,
+                "info": _cmd_info}
     try:
         return handlers[args.command](args)
     except (LoopweaveError, UsageError) as exc:
