@@ -23,7 +23,7 @@ def _check(model, exe, shape, seed=0):
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
     got = exe.run({"input": x})
     for g, w in zip(got, _ort(model, {"input": x})):
-        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(w).max())))
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(w).max())))
 
 
 @pytest.fixture(scope="module")
