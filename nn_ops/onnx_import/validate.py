@@ -302,6 +302,15 @@ ZERO_POINTS = {"QuantizeLinear": (2,), "DequantizeLinear": (2,), "QLinearMatMul"
                "QLinearConv": (2, 5, 7), "ConvInteger": (2, 3), "MatMulInteger": (2, 3)}
 
 
+def _tensor_dtype(tensor) -> str:
+    """The numpy dtype of an ONNX TensorProto attribute (uint8, the smallest, when it names none)."""
+    from onnx import helper
+    try:
+        return str(np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)))
+    except (KeyError, TypeError, ValueError):
+        return "uint8"
+
+
 def _dtype(ctx: ImportContext, name: str) -> Optional[str]:
     value = ctx.graph.values.get(name)
     if value is not None:
@@ -344,4 +353,7 @@ def check_operands(ctx: ImportContext, node, memory_limit: int) -> None:
             raise BadAttribute(f"Range({start}, {limit}, {delta}) has {count if count >= 0 else 'unbounded'} "
                                f"elements, more than the memory limit of {memory_limit} bytes allows")
     if node.op_type == "ConstantOfShape" and consts and consts[0] is not None:
-        check_size([int(d) for d in np.asarray(consts[0]).reshape(-1)], "uint8", "the ConstantOfShape result")
+        value = _attr(node, "value")
+        dtype = "float32" if value is None else _tensor_dtype(value)
+        check_size([int(d) for d in np.asarray(consts[0]).reshape(-1)], dtype,
+                   f"the ConstantOfShape result {node.output[0] if node.output else ''!r}")

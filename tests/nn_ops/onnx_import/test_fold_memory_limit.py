@@ -78,6 +78,14 @@ def _window():
     return _model(nodes, inits, rank=1)
 
 
+def _constant_of_shape():
+    """int64 values: 8 bytes an element (the size check counted one)."""
+    inits, nodes = _hidden("shape", [LIMIT // 2])
+    value = numpy_helper.from_array(np.array([7], np.int64))
+    nodes += [helper.make_node("ConstantOfShape", ["shape"], ["y"], value=value)]
+    return _model(nodes, inits, rank=1)
+
+
 def _resize():
     inits, nodes = _hidden("sizes", [1, 1, BIG, BIG])
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2])
@@ -85,7 +93,8 @@ def _resize():
     return _model(nodes, inits, rank=4, inputs=[x])
 
 
-@pytest.mark.parametrize("make", [_expand, _tile, _pad, _broadcast_add, _gather, _window, _resize])
+@pytest.mark.parametrize("make", [_expand, _tile, _pad, _broadcast_add, _gather, _window, _constant_of_shape,
+                                  _resize])
 def test_a_fold_past_the_limit_is_refused_before_it_is_made(make):
     model = make()
     tracemalloc.start()
