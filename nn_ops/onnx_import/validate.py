@@ -221,12 +221,12 @@ def _check_split(ctx: ImportContext, node) -> None:
 
 AXIS_OPS = {"Softmax", "LogSoftmax", "Hardmax", "Gather", "GatherElements", "ArgMax", "ArgMin", "LayerNormalization",
             "ScatterElements", "Compress", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "TopK",
-            "CumSum", "ReverseSequence"}
+            "CumSum", "ReverseSequence", "RMSNormalization"}
 REDUCE_OPS = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
               "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}
 FLAGS = ("keepdims", "transA", "transB", "ceil_mode", "count_include_pad", "storage_order", "select_last_index",
          "exclusive", "reverse", "upper", "largest", "sorted", "noop_with_empty_axes", "training_mode",
-         "detect_positive", "detect_negative", "align_corners", "interleaved", "is_causal")
+         "detect_positive", "detect_negative", "align_corners", "interleaved", "is_causal", "fmod")
 POSITIVE = {"DepthToSpace": ("blocksize",), "SpaceToDepth": ("blocksize",), "LRN": ("size",),
             "GroupNormalization": ("num_groups",), "Attention": ("q_num_heads", "kv_num_heads"),
             "RotaryEmbedding": ("num_heads",), "LpPool": ("p",)}

@@ -56,6 +56,14 @@ def slice_(ctx: ImportContext, node):
     ends = ctx.require_const(node, 2, "ends")
     axes = ctx.require_const(node, 3, "axes") if len(node.input) > 3 and node.input[3] else range(len(starts))
     steps = ctx.require_const(node, 4, "steps") if len(node.input) > 4 and node.input[4] else [1] * len(starts)
+    if any(int(st) == 0 for st in steps):
+        raise Unsupported(f"input 4 (steps) is {[int(st) for st in steps]}: a step of 0 is not allowed")
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise Unsupported(f"starts, ends, axes and steps have {len(starts)}, {len(ends)}, {len(axes)} and "
+                          f"{len(steps)} values; they must have as many each")
+    for a in axes:
+        if not -len(shape) <= int(a) < len(shape):
+            raise Unsupported(f"axes {[int(v) for v in axes]}: {int(a)} is out of range for rank {len(shape)}")
     begin, end, step = _static_slice(shape, starts, ends, axes, steps)
     ctx.emit("slice", [node.input[0]], node.output[0], {"begin": tuple(begin), "end": tuple(end), "step": tuple(step)},
              name=node.name)

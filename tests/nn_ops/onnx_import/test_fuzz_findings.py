@@ -1,0 +1,38 @@
+"""Mutants the fuzzer's comparison with onnxruntime found: attributes and operands onnxruntime refuses
+(Mod.fmod not 0/1, RMSNormalization.axis out of range) are refused by loopweave too, naming them; a
+Slice with a step of 0 is a clean import error, not an internal one."""
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import loopweave as lw
+from loopweave.errors import OnnxImportError
+
+
+def _model(node, inputs, inits=(), opset=23):
+    values = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs]
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * len(inputs[0][1]))
+    graph = helper.make_graph([node], "g", values, [out], initializer=list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    return model
+
+
+CASES = [
+    (lambda: _model(helper.make_node("Mod", ["a", "b"], ["y"], fmod=2, name="the_node"), [("a", [4]), ("b", [4])]),
+     r"attribute fmod=2.*0 or 1"),
+    (lambda: _model(helper.make_node("RMSNormalization", ["x", "s"], ["y"], axis=1000000, name="the_node"),
+                    [("x", [2, 3])], [numpy_helper.from_array(np.ones(3, np.float32), "s")]),
+     r"attribute axis=1000000"),
+    (lambda: _model(helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"], name="the_node"), [("x", [4, 4])],
+                    [numpy_helper.from_array(np.array([0], np.int64), n) for n in ("st", "ax", "sp")]
+                    + [numpy_helper.from_array(np.array([4], np.int64), "en")], opset=17),
+     r"a step of 0 is not allowed"),
+]
+
+
+@pytest.mark.parametrize("make, message", CASES, ids=["mod-fmod", "rms-axis", "slice-step-0"])
+def test_refused_with_a_clean_error(make, message):
+    with pytest.raises(OnnxImportError, match=message) as info:
+        lw.from_onnx(make())
+    assert "the_node" in str(info.value) or "#0" in str(info.value)
