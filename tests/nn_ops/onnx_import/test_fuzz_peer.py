@@ -53,3 +53,19 @@ def test_a_refused_attribute_that_loopweave_ran_is_flagged(peer_verdict):
     assert verdict == "accepts_invalid" and "output_padding" in detail
     # refused for another reason than the mutated attribute: not loopweave's fault
     assert peer_verdict(model.SerializeToString(), feeds, [np.zeros((1, 1, 9, 9), np.float32)], "group")[0] == "ok"
+
+
+def test_where_onnxruntime_departs_from_the_reference_the_reference_decides(peer_verdict):
+    """A causal mask: onnxruntime writes -FLT_MAX into the masked scores, ONNX's reference -inf."""
+    from loopweave.nn_ops.testing.conformance import as_array, collect_cases
+    case = next((c for c in collect_cases()
+                 if c.name == "test_attention_4d_with_past_and_present_qk_matmul_bias_4d_mask_causal"), None)
+    if case is None:
+        pytest.skip("this onnx has no such backend case")
+    inits = {t.name for t in case.model.graph.initializer}
+    names = [i.name for i in case.model.graph.input if i.name not in inits]
+    feeds = {n: as_array(a) for n, a in zip(names, case.data_sets[0][0])}
+    reference = [as_array(a) for a in case.data_sets[0][1]]
+    assert peer_verdict(case.model.SerializeToString(), feeds, reference, "")[0] == "ok"
+    off = [reference[0] + 1.0] + reference[1:]
+    assert peer_verdict(case.model.SerializeToString(), feeds, off, "")[0] == "wrong"
