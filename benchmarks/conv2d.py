@@ -27,7 +27,10 @@ import numpy as np
 import loopweave as lw
 from loopweave import nn_ops
 
+from loopweave.target import resolve_target
+
 from .compare import interleaved, set_threads
+from .peak import fma_peak
 
 # (label, C, OC, H(=W), kernel, stride, pad, groups)
 RESNET18 = [
@@ -140,17 +143,20 @@ def main(argv=None) -> None:
     set_threads(args.threads)
     rng = np.random.default_rng(0)
     pairs = 5 if args.quick else 11
-    print(f"conv2d, batch 1, {args.threads} thread(s), weights {args.weights}; ratio = onnxruntime time / "
-          f"loopweave time (> 1: loopweave faster)")
-    print(f"{'layer':<34} {'lw ms':>9} {'ort ms':>9} {'ratio':>7}")
+    peak = fma_peak(args.threads)
+    print(f"conv2d, batch 1, {args.threads} thread(s), weights {args.weights}, {resolve_target('llvm')}; ratio = "
+          f"onnxruntime time / loopweave time (> 1: loopweave faster); peak = share of this machine's fp32 FMA "
+          f"peak at that width ({peak / 1e9:.0f} GFLOPS, benchmarks.peak), Winograd layers counted as direct")
+    print(f"{'layer':<34} {'lw ms':>9} {'ort ms':>9} {'ratio':>7} {'peak':>6}")
     ratios = []
     for layer in LAYERS:
         label, c, oc, hw, k, stride, pad, groups = layer
         if args.only and args.only not in label:
             continue
+        flops = 2 * oc * (c // groups) * k * k * ((hw + 2 * pad - k) // stride + 1) ** 2
         if args.weights == "constant":
             cmp = constant_weight_row(layer, args.threads, pairs)
-            print(cmp.row(label), flush=True)
+            print(cmp.row(label) + f" {flops / cmp.ours_s / peak:6.0%}", flush=True)
             ratios.append(cmp.ratio)
             continue
         f, y_shape = build_conv(c, oc, hw, k, stride, pad, groups)
@@ -165,7 +171,7 @@ def main(argv=None) -> None:
         np.testing.assert_allclose(y, expected, rtol=1e-3, atol=1e-4 * scale, err_msg=label)
         time.sleep(0.2)
         cmp = interleaved(lambda: f(x, w, y), lambda: sess.run(None, feeds), pairs=pairs)
-        print(cmp.row(label), flush=True)
+        print(cmp.row(label) + f" {flops / cmp.ours_s / peak:6.0%}", flush=True)
         ratios.append(cmp.ratio)
     if ratios:
         geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))

@@ -133,6 +133,14 @@ def _rate(kernel, work_per_iteration: float, threads: int, seconds: float) -> fl
     return best
 
 
+def fma_peak(threads: int, target: Target = None, seconds: float = 0.2) -> float:
+    """FLOP/s of fp32 FMAs at ``target``'s full vector width (default: the host's), ``threads`` at once."""
+    target = target or resolve_target("llvm")
+    bits, count = target.vector_bits, _accumulators(target)
+    kernel = _loaded(fma_ir(bits, count), f"lw_peak_fma{bits}", target)
+    return _rate(kernel, 2 * bits // 32 * count, threads, seconds)
+
+
 def bandwidth(threads: int, mib: int = 128) -> float:
     """Bytes per second of ``C = A + B`` (two reads, one write) over ``mib`` MiB each."""
     n = mib * (1 << 20) // 4
