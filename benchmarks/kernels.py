@@ -12,8 +12,10 @@ import numpy as np
 
 import loopweave as lw
 from loopweave import nn_ops
+from loopweave.target import resolve_target
 
 from .compare import interleaved, set_threads
+from .peak import fma_peak
 
 MATMUL_SHAPES = [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048),
                  (1000, 1000, 1000), (127, 511, 255), (128, 3072, 768), (128, 768, 3072)]
@@ -34,8 +36,9 @@ def build_batch_matmul(b: int, m: int, n: int, k: int):
     return lw.build(nn_ops.schedule(C), [A, B, C])
 
 
-def compare_with_numpy(f, a_shape, b_shape, label: str, pairs: int, rng=None) -> str:
-    """Check ``f(a, b, c)`` against ``a @ b`` and time both interleaved; a printed row."""
+def compare_with_numpy(f, a_shape, b_shape, label: str, pairs: int, rng=None, peak: float = None) -> str:
+    """Check ``f(a, b, c)`` against ``a @ b`` and time both interleaved; a printed row (with
+    ``peak``, FLOP/s: our share of it)."""
     rng = rng if rng is not None else np.random.default_rng(0)
     a = rng.random(a_shape, dtype=np.float32)
     b = rng.random(b_shape, dtype=np.float32)
@@ -44,7 +47,8 @@ def compare_with_numpy(f, a_shape, b_shape, label: str, pairs: int, rng=None) ->
     np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3)
     out = np.empty_like(c)
     cmp = interleaved(lambda: f(a, b, c), lambda: np.matmul(a, b, out=out), pairs=pairs)
-    return cmp.row(label, 2.0 * c.size * a_shape[-1])
+    flops = 2.0 * c.size * a_shape[-1]
+    return cmp.row(label, flops) + (f" {flops / cmp.ours_s / peak:6.0%}" if peak else "")
 
 
 def main(argv=None) -> None:
@@ -54,17 +58,20 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
     pairs = 5 if args.quick else 15
-    print(f"{'shape (M x N x K)':<34} {'ours GF':>9} {'numpy GF':>9} {'ratio':>7}")
+    print(f"{resolve_target('llvm')}; peak = share of this machine's fp32 FMA peak at that width (benchmarks.peak)")
+    print(f"{'shape (M x N x K)':<34} {'ours GF':>9} {'numpy GF':>9} {'ratio':>7} {'peak':>6}")
     for threads in args.threads:
         set_threads(threads)
-        print(f"-- {threads} thread(s)")
+        peak = fma_peak(threads)
+        print(f"-- {threads} thread(s), peak {peak / 1e9:.0f} GFLOPS")
         for (m, n, k) in MATMUL_SHAPES:
             if args.quick and m >= 2048:
                 continue
-            print(compare_with_numpy(build_matmul(m, n, k), (m, k), (k, n), f"matmul {m}x{n}x{k}", pairs, rng))
+            print(compare_with_numpy(build_matmul(m, n, k), (m, k), (k, n), f"matmul {m}x{n}x{k}", pairs, rng,
+                                     peak))
         for (bt, m, n, k) in BATCH_SHAPES:
             print(compare_with_numpy(build_batch_matmul(bt, m, n, k), (bt, m, k), (bt, k, n),
-                                     f"batch_matmul {bt}x{m}x{n}x{k}", pairs, rng))
+                                     f"batch_matmul {bt}x{m}x{n}x{k}", pairs, rng, peak))
 
 if __name__ == "__main__":
     main()
