@@ -271,6 +271,10 @@ def check_attributes(ctx: ImportContext, node) -> None:
         _check_axis(node, "axes", _rank(ctx, node, 0))
     elif op in ("MatMul", "MatMulInteger"):
         _check_matmul_shapes(_shape(ctx, node, 0), _shape(ctx, node, 1))
+    elif op == "LRN":
+        size = _ints(node, "size")
+        if size is not None and size[0] % 2 == 0:       # onnxruntime's limit (the spec's formula takes any)
+            _bad("size", size[0], "must be odd (a window centred on its channel)")
     elif op == "LpNormalization":
         _check_axis(node, "axis", _rank(ctx, node, 0))
         p = _ints(node, "p")

@@ -1,5 +1,5 @@
 """Mutants the fuzzer's comparison with onnxruntime found: attributes and operands onnxruntime refuses
-(Mod.fmod not 0/1, RMSNormalization.axis out of range) are refused by loopweave too, naming them; a
+(Mod.fmod not 0/1, RMSNormalization.axis out of range, an even LRN size) are refused by loopweave too, naming them; a
 Slice with a step of 0 is a clean import error, not an internal one."""
 import numpy as np
 import pytest
@@ -31,7 +31,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("make, message", CASES, ids=["mod-fmod", "rms-axis", "slice-step-0"])
+CASES.append((lambda: _model(helper.make_node("LRN", ["x"], ["y"], size=2, name="the_node"), [("x", [1, 4, 3, 3])],
+                             opset=17),
+              r"attribute size=2.*must be odd"))
+
+
+@pytest.mark.parametrize("make, message", CASES, ids=["mod-fmod", "rms-axis", "slice-step-0", "lrn-even-size"])
 def test_refused_with_a_clean_error(make, message):
     with pytest.raises(OnnxImportError, match=message) as info:
         lw.from_onnx(make())
