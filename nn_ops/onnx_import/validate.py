@@ -122,6 +122,11 @@ def _check_window(ctx: ImportContext, node) -> None:
             _bad(name, values, f"needs {factor * spatial} values for an input of rank {spatial + 2}")
     for name in ("kernel_shape", "strides", "dilations"):
         _check_positive(node, name)
+    if op not in POOLS and _ints(node, "kernel_shape") is not None:
+        w = _shape(ctx, node, weight_index)
+        if w is not None and all(isinstance(d, (int, np.integer)) for d in w[2:]) and list(w[2:]) != kernel:
+            _bad("kernel_shape", kernel, f"must be the weight's spatial shape {list(w[2:])} (W is "
+                                         f"{list(w)}), as onnxruntime requires")
     if pads is not None and any(p < 0 for p in pads):
         _bad("pads", pads, "each pad must be >= 0")
     auto_pad = _attr(node, "auto_pad")

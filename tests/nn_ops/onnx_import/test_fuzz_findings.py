@@ -1,5 +1,6 @@
 """Mutants the fuzzer's comparison with onnxruntime found: attributes and operands onnxruntime refuses
-(Mod.fmod not 0/1, RMSNormalization.axis out of range, an even LRN size) are refused by loopweave too, naming them; a
+(Mod.fmod not 0/1, RMSNormalization.axis out of range, an even LRN size, a Conv kernel_shape that is
+not its weight's) are refused by loopweave too, naming them; a
 Slice with a step of 0 is a clean import error, not an internal one."""
 import numpy as np
 import pytest
@@ -36,7 +37,14 @@ CASES.append((lambda: _model(helper.make_node("LRN", ["x"], ["y"], size=2, name=
               r"attribute size=2.*must be odd"))
 
 
-@pytest.mark.parametrize("make, message", CASES, ids=["mod-fmod", "rms-axis", "slice-step-0", "lrn-even-size"])
+CASES.append((lambda: _model(helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[1, 3], name="the_node"),
+                             [("x", [1, 1, 5, 5])], [numpy_helper.from_array(np.ones((1, 1, 3, 3), np.float32), "w")],
+                             opset=17),
+              r"attribute kernel_shape=\[1, 3\].*weight's spatial shape \[3, 3\]"))
+
+
+@pytest.mark.parametrize("make, message", CASES, ids=["mod-fmod", "rms-axis", "slice-step-0", "lrn-even-size",
+                                                      "conv-kernel-shape"])
 def test_refused_with_a_clean_error(make, message):
     with pytest.raises(OnnxImportError, match=message) as info:
         lw.from_onnx(make())
