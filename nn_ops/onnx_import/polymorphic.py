@@ -173,6 +173,7 @@ class _Builder:
         outputs = [o.name for o in self.model.graph.output]
         for o in outputs:
             self.cnn.plain(o)
+        self._check_outputs(outputs)
         self._build_pending()
         view_sources = {v.name: v.source for v in self.views if v.source in self.values}
         plan = SymbolicPlan(self.values, self.steps, view_sources, keep=outputs)
@@ -181,6 +182,20 @@ class _Builder:
         return PolymorphicExecutable(self.shapes.signature, self.calls, self.views, plan, consts, outputs,
                                      self.name, kernels=self.kernels, target=self.target,
                                      tables={n: t for n, t in self.tables.items() if n in used})
+
+    def _check_outputs(self, outputs) -> None:
+        """Every graph output must be computed by a kernel (planned) or be an input (or a view of one):
+        the executable has nothing else to give back (a shape value computed at import, a constant)."""
+        sources = {v.name: v.source for v in self.views}
+        inputs = {i.name for i in self.model.graph.input}
+        for name in outputs:
+            root = name
+            while root in sources:
+                root = sources[root]
+            if name not in self.values and root not in self.values and root not in inputs:
+                raise OnnxImportError(f"{self.name!r} cannot compile shape-polymorphically yet: its output {name!r} "
+                                      f"is computed at import (a shape value or a constant), not by a kernel; "
+                                      f"lw.compile(..., polymorphic=False) specialises per shape")
 
     def _build_pending(self) -> None:
         """Build the walk's new kernels in one ``build_many`` and put them in their calls."""

@@ -49,3 +49,20 @@ def test_refused_with_a_clean_error(make, message):
     with pytest.raises(OnnxImportError, match=message) as info:
         lw.from_onnx(make())
     assert "the_node" in str(info.value) or "#0" in str(info.value)
+
+
+def test_an_output_computed_at_import_compiles_per_shape():
+    """A graph output that is a shape value (Shape of a symbolic input) has no kernel in the compile-once
+    path: it compiles per shape (before, the run raised a KeyError), and polymorphic=True says why."""
+    import warnings
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, [2])
+    graph = helper.make_graph([helper.make_node("Shape", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", lw.PerShapeCompileWarning)
+        exe = lw.compile(lw.from_onnx(model), progress=False)
+    np.testing.assert_array_equal(exe.run({"x": np.zeros((5, 3), np.float32)})[0], [5, 3])
+    with pytest.raises(OnnxImportError, match="its output 'y' is computed at import"):
+        lw.compile(lw.from_onnx(model), polymorphic=True, progress=False)
