@@ -23,7 +23,9 @@ def lrn(x: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: flo
         raise ExprError(f"lrn needs an input of rank >= 3 with a static channel count, got {shape}")
     channels = shape[1]
     before = math.floor((size - 1) / 2)
-    j = reduce_axis((0, size), name="j")
+    # window positions that can fall on a channel for some output channel: a window far wider than the
+    # channels (a size of 2^31 - 1) costs no more than one twice as wide as them
+    j = reduce_axis((max(0, before - channels + 1), min(size, before + channels)), name="j")
 
     def window_sum(*p):
         c = p[1] - before + j

@@ -66,3 +66,17 @@ def test_an_output_computed_at_import_compiles_per_shape():
     np.testing.assert_array_equal(exe.run({"x": np.zeros((5, 3), np.float32)})[0], [5, 3])
     with pytest.raises(OnnxImportError, match="its output 'y' is computed at import"):
         lw.compile(lw.from_onnx(model), polymorphic=True, progress=False)
+
+
+@pytest.mark.parametrize("size", [3, 9, 2 ** 31 - 1])
+def test_an_lrn_window_wider_than_the_channels_costs_no_more(size):
+    """LRN's window far wider than the channels (2^31 - 1: the fuzzer's hang) sums the channels there
+    are, in a loop no longer than twice the channels."""
+    x = np.random.default_rng(size % 97).standard_normal((1, 4, 2, 3)).astype(np.float32)
+    model = _model(helper.make_node("LRN", ["x"], ["y"], size=size, alpha=1e-2, beta=0.75, bias=2.0),
+                   [("x", list(x.shape))], opset=17)
+    got = lw.compile(lw.from_onnx(model), progress=False).run({"x": x})[0]
+    before, after = (size - 1) // 2, -(-(size - 1) // 2)
+    sums = np.stack([(x[:, max(0, c - before):min(4, c + after + 1)] ** 2).sum(axis=1) for c in range(4)], axis=1)
+    want = x / (2.0 + 1e-2 / size * sums) ** 0.75
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
