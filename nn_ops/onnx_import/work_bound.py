@@ -3,7 +3,7 @@
 A node whose cost grows faster than its output (a matrix product: output x the reduced length; an
 einsum: the product of all its index sizes; CumSum / CumProd and TopK: each line's length squared,
 as loopweave computes them data-parallel; a recurrent layer: steps x gates x hidden x (input +
-hidden); LRN: output x window) can ask for hours of work from inputs of a modest size.  Past
+hidden); LRN: output x window, at most twice the channels) can ask for hours of work from inputs of a modest size.  Past
 ``MAX_NODE_WORK`` operations (about a minute on one core; the windowed ops' bound too,
 ``validate.MAX_WINDOW_WORK``) it is refused with an ``Unsupported`` naming the shapes, which
 ``validate.check_attributes`` raises before anything is built.  Symbolic sizes are not bounded here
@@ -114,9 +114,9 @@ def node_work(ctx: ImportContext, node) -> Optional[int]:
         directions, gates_hidden, _ = shapes[1]
         hidden = gates_hidden // {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
         return steps * batch * directions * gates_hidden * (inputs + hidden)
-    if op == "LRN" and first:
-        size = _int_attr(attrs, "size", 1)
-        return _product(first) * max(1, size)
+    if op == "LRN" and first and len(first) >= 2:
+        size = _int_attr(attrs, "size", 1)       # the kernel's window stops at twice the channels
+        return _product(first) * max(1, min(size, 2 * first[1]))
     return None
 
 
