@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Callable, Iterable, List, Optional, Sequence
 
 from ..errors import ArgumentError, BuildError, InternalError
+from .search_path import absolute_path
 
 COMPILER_HINT = ("export_library links with the system C compiler and found none: install one (Debian/Ubuntu: "
                  "'apt-get install gcc', Fedora: 'dnf install gcc', Alpine: 'apk add build-base') or set CC "
@@ -60,11 +61,12 @@ static int all_cores(void) {
 
 def find_c_compiler(cc: Optional[str] = None) -> List[str]:
     """The C compiler command to link with (program path, then any words given with it, as in
-    ``CC="ccache gcc"``): ``cc`` if given, else ``$CC``, else cc / gcc / clang on the PATH."""
+    ``CC="ccache gcc"``): ``cc`` if given, else ``$CC``, else cc / gcc / clang on the PATH's absolute
+    folders (``search_path``); a path with a folder in it is taken as given."""
     given = cc or os.environ.get("CC")
     candidates = [shlex.split(given)] if given else [["cc"], ["gcc"], ["clang"]]
     for words in candidates:
-        found = shutil.which(words[0]) if words else None
+        found = shutil.which(words[0], path=absolute_path()) if words else None
         if found:
             return [found, *words[1:]]
     if given:

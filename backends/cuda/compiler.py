@@ -24,6 +24,7 @@ from typing import Optional, Tuple
 
 from ...errors import BuildError
 from ..disk_cache import writable_cache_dir
+from ..search_path import absolute_path
 
 DEFAULT_ARCH = "sm_90"
 
@@ -69,8 +70,7 @@ def find_nvrtc() -> Optional[str]:
 
 @lru_cache(maxsize=None)
 def find_nvcc() -> Optional[str]:
-    path = os.pathsep.join(d for d in os.environ.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(d))
-    found = shutil.which("nvcc", path=path)
+    found = shutil.which("nvcc", path=absolute_path())
     if found:
         return found
     for root in [os.environ.get("CUDA_HOME")] + sorted(glob.glob("/usr/local/cuda*")):

@@ -10,6 +10,7 @@ import pytest
 from loopweave.autoschedule.measure import LocalMeasurer
 from loopweave.backends import build_workers
 from loopweave.backends.cuda import compiler
+from loopweave.errors import BuildError
 from loopweave.nn_ops.testing.fuzz import FuzzWorker
 
 CC = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
@@ -87,3 +88,23 @@ def test_the_python_3_10_command_drops_the_current_folder_too(hostile_folder, mo
     code = python_command.python_code_command("import sys, numpy; print(sys.path[0] != '', numpy.__file__)")
     out = subprocess.run(code, capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == "True" and not hostile_folder.exists() and str(hostile_folder.parent) not in out[1]
+
+
+def test_the_c_compiler_is_never_looked_up_in_the_current_folder(tmp_path, monkeypatch):
+    """A ``cc`` (or gcc, clang) planted in an unpacked model's folder, reached through an empty or
+    relative PATH entry, is not the compiler export_library runs."""
+    from loopweave.backends.export import find_c_compiler
+    folder = tmp_path / "model"
+    (folder / "bin").mkdir(parents=True)
+    for name in ("cc", "gcc", "clang"):
+        for where in (folder, folder / "bin"):
+            (where / name).write_text("#!/bin/sh\nexit 0\n")
+            (where / name).chmod(0o755)
+    monkeypatch.chdir(folder)
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", os.pathsep.join(["", ".", "bin", os.environ.get("PATH", "")]))
+    try:
+        found = find_c_compiler()[0]
+    except BuildError:
+        return                                    # no compiler elsewhere: none is found, not the planted one
+    assert os.path.isabs(found) and not os.path.realpath(found).startswith(str(folder)), found
