@@ -5,7 +5,7 @@ describes the host CPU: its LLVM name *and* its feature string (a VM may hide fe
 the name implies, so both are needed, and both key the compile cache), its vector width
 and thread count.
 
-Another CPU is named by a target string (cross-compilation, issue 17)::
+Another CPU is named by a target string (cross-compilation)::
 
     "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"   # an Arm server
     "llvm -mcpu=x86-64-v2"                               # x86-64 without AVX (SSE4.2)

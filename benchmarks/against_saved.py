@@ -7,7 +7,7 @@ saved / now (> 1: today's build is faster).  How to get an old build: unpack a c
 ``git archive <commit> | tar -x -C /tmp/old/loopweave`` and save from it (``PYTHONPATH=/tmp/old``,
 another ``LOOPWEAVE_CACHE_DIR``); the .lwx must come from this machine (its CPU is checked at load).
 Across processes and runs this VM's noise was several percent; in one process, unchanged code read
-1.002 (ResNet-18, twelfth session).
+1.002 (ResNet-18).
 
 ``--shapes BxS ...`` (with ``--model transformer_encoder``): the encoder with symbolic batch and
 sequence, compiled once (``polymorphic=True``; save the old one the same way, ``model_zoo.

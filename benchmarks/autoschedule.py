@@ -1,4 +1,4 @@
-"""The autoscheduler's bars (issue 16: 1, 2 and 5), ratios measured interleaved in one run.
+"""The autoscheduler against the default schedules, ratios measured interleaved in one run.
 
 ``python -m benchmarks.autoschedule [--trials 256] [--budget 240] [--only sgemm blur ...]``
 

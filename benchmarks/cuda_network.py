@@ -38,7 +38,7 @@ print(f"{time.perf_counter() - t0:.3f}")
 
 def compile_times(name: str, batch: int):
     """(cold, cached) seconds of ``lw.compile(..., target="cuda")``, each in a fresh process: an
-    empty kernel cache, then the cache the first one filled (issue 19's bar 4)."""
+    empty kernel cache, then the cache the first one filled."""
     import tempfile
     from .network import _subprocess_seconds
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,4 +1,4 @@
-"""The exported library called from C against ``exe.run`` in Python (issue 17).
+"""The exported library called from C against ``exe.run`` in Python.
 
 ``python -m benchmarks.deploy [--models resnet18 ...] [--threads 2] [--pairs 7] [--runs 20]``
 

@@ -1,4 +1,4 @@
-"""Compile once for every batch size and sequence length (issue 18, bars 1 and 3).
+"""Compile once for every batch size and sequence length.
 
 ``python -m benchmarks.dynamic [--threads 2] [--pairs 15] [--quick] [--no-compile-times]``
 

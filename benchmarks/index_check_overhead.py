@@ -1,4 +1,4 @@
-"""Cost of the run-time index check of a Gather (issue 22): the op library's checked gather
+"""Cost of the run-time index check of a Gather: the op library's checked gather
 against the same kernel with the index clamped (the old behaviour) and with no check at all
 (only the negative wrap; unsafe), same default schedule, timed alternately.
 

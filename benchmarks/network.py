@@ -1,5 +1,5 @@
 """Whole networks (ResNet-18, MobileNetV2 at batch 1, 224x224; the BERT-style encoder at batch 1,
-sequence 128; the wider zoo of issue 21: SqueezeNet 1.1, ViT-Tiny/16, an EfficientNet-B0-style CNN,
+sequence 128; the wider zoo: SqueezeNet 1.1, ViT-Tiny/16, an EfficientNet-B0-style CNN,
 ConvNeXt-T, DenseNet-121 and MLP-Mixer S/16 at 224, a U-Net at 256, a GPT-2-style decoder with
 distilgpt2's sizes at sequence 128) vs onnxruntime, interleaved.
 

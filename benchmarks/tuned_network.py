@@ -1,4 +1,4 @@
-"""A network tuned by the autoscheduler against its untuned compile and onnxruntime (issue 16, bars 3 and 4).
+"""A network tuned by the autoscheduler against its untuned compile and onnxruntime.
 
 ``python -m benchmarks.tuned_network --model resnet18 --log r18.jsonl [--tune 20m] [--pairs 15] [--threads 2]``
 

@@ -1,4 +1,4 @@
-"""Architectures nobody tuned for, against onnxruntime: the probe of issue 21's theme.
+"""Architectures nobody tuned for, against onnxruntime: how well the defaults carry to new architectures.
 
 ``python -m benchmarks.untuned [--threads 2] [--pairs 7] [--models regnet_y llama ...] [--small]``
 

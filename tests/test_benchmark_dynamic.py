@@ -1,4 +1,4 @@
-"""``python -m benchmarks.dynamic`` (issue 18's bars 1 and 3) runs end to end at its smallest settings,
+"""``python -m benchmarks.dynamic`` runs end to end at its smallest settings,
 so the benchmark cannot rot between the sessions that time it.  Run in a subprocess, as users run it:
 the benchmark sets the thread pool's size, which must not leak into other tests."""
 import os

@@ -402,7 +402,7 @@ def _concats_in_place(g: Graph, kernel_groups, alias_of: Dict[str, str]):
     after another, so where every input is a kernel's own result (not a graph input or output, a
     weight, a view, or another concat's part) and sits at an offset the arena's alignment keeps,
     each producer writes straight into its part of the concat's buffer and the copy is not run
-    (SqueezeNet's fire modules: 6 % of its run; issue 21 asks for it).
+    (SqueezeNet's fire modules: 6 % of its run).
 
     A concat whose inputs begin another concat's (a dense block's: each layer concatenates the
     features so far, the block's last concat all of them) is a view of that one's first bytes, so

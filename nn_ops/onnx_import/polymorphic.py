@@ -1,6 +1,6 @@
 """``build_polymorphic(graph)``: a DynamicGraph compiled once, its kernels taking symbolic extents.
 
-The first slice of issue 18's compile-once executables (``lw.compile(graph, polymorphic=True)``).
+The compile-once executables (``lw.compile(graph, polymorphic=True)``).
 It walks the ONNX model with the symbolic shapes of ``symbolic_shapes.py`` and builds each kernel
 once with ``lw.build`` over placeholders whose symbolic sizes are ``lw.var`` s: one var per
 distinct symbolic extent of the kernel's arguments, so a kernel over ``(batch*seq, 256)`` takes

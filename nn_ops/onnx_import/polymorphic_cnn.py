@@ -54,7 +54,7 @@ from .polymorphic_common import (BINARY, UNARY, WITH_ATTRS, KernelVariant, _appl
 #: a conv on rows of symbolic width also gets kernels with register blocks of these many pixels, the
 #: first that divides the row run at a binding (the general kernel's blocks of 8 leave a tail: with
 #: its accumulators in memory ResNet-18's 7x7 layers ran 2.6x slower than the static compile; padded
-#: in registers since the nineteenth session, the network still ran 0.90-0.98x without these; 7
+#: in registers, the network still ran 0.90-0.98x without these; 7
 #: divides its rows at 224, 5 those at 320: 160 ... 10)
 DIVIDING_ROW_BLOCKS = (7, 5)
 #: register blocks (in 2x2 tiles) of the Winograd kernels of a conv on maps of symbolic size, the

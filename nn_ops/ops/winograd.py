@@ -59,7 +59,7 @@ FULL_RATE_AVX512 = frozenset({"skylake-avx512", "cascadelake", "cooperlake", "ca
 #: the largest map (pixels) where Winograd pays on those CPUs
 MAX_WINOGRAD_PIXELS_FULL_RATE = 16 * 16
 #: CPUs where the fused Winograd pays up to ``MAX_WINOGRAD_PIXELS_LARGE`` (U-Net's 256x256 level):
-#: measured on a Zen 5 VM (twelfth session, interleaved in one process against the 56x56 limit):
+#: measured on a Zen 5 VM (interleaved in one process against the 56x56 limit):
 #: U-Net 1.08x with 64x64 maps, 1.23x with 128x128, 1.29x with 256x256; ResNet-18 and DenseNet
 #: stay at 56x56 and below (the full-rate rule's 16x16 ran them 0.85x / 0.88x).  Zen 4 was not
 #: measured at maps above 56x56 with the fused form and keeps the 56x56 limit.

@@ -9,7 +9,7 @@ shape chain, scaled Softmax attention, erf-form GELU, LayerNormalization), input
 ``"input"`` of shape (batch, seq, hidden).  ``batch=None`` / ``seq=None`` leave them symbolic;
 ``symbolic_sizes(model)`` makes any model's batch (and an image's height and width) symbolic.
 
-The wider zoo (issue 21), each a full-size network at batch 1 by default: ``squeezenet1_1``,
+The wider zoo, each a full-size network at batch 1 by default: ``squeezenet1_1``,
 ``efficientnet_lite``, ``convnext``, ``densenet``, ``unet``, ``style_transfer``, ``shufflenet_v2``,
 ``inception_v3`` and ``resnet50`` (``zoo_cnn.py``); ``vit_tiny``,
 ``gpt2`` and ``mlp_mixer`` (``zoo_transformers.py``); ``lstm_lm``, a word-level LSTM language model

@@ -1,4 +1,4 @@
-"""Run-time index checks in generated kernels (issue 22): ``dsl.expr.checked_index`` and
+"""Run-time index checks in generated kernels: ``dsl.expr.checked_index`` and
 ``lw.build(..., checks="bounds")``.  A bad index raises ArgumentError naming the tensor and the
 index, after the call, whatever the schedule (scalar, vectorized, parallel); it never reads
 outside the buffer and is never clamped."""

@@ -1,4 +1,4 @@
-"""Cross-compilation (issue 17): a target string names another CPU; its code follows that CPU's
+"""Cross-compilation: a target string names another CPU; its code follows that CPU's
 vector width and features, refuses to run here when this machine cannot run it, and exports as one
 object (or a library linked by a cross compiler)."""
 import os

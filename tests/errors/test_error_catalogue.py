@@ -497,7 +497,7 @@ def test_every_user_error_is_a_loopweave_error():
     assert "This is a bug in loopweave" in str(lw.InternalError("x"))
 
 
-# ------------------------------------------------------------------ run-time index checks (issue 22)
+# ------------------------------------------------------------------ run-time index checks
 
 def _indexed_read():
     A = lw.placeholder((5,), name="A")

@@ -94,7 +94,7 @@ def test_symbolic_tile_main_part_has_constant_extents_and_vector_code():
     """In the main part of a loop of symbolic extent, min/max and selects are decided over that
     part's range: the block (``min(n - 16*jo, 16)`` wide in general) is 16 wide there, so its
     accumulator updates and copy-out are vector code; only the tail keeps the ``min``
-    (issue 18: the attention's Q @ K^T)."""
+    (the attention's Q @ K^T)."""
     s, A, B, D = _symbolic_register_block()
     f = lw.lower(s, [A, B, D], target="llvm")
     main, tail = f.body.body.stmts

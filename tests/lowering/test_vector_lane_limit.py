@@ -1,4 +1,4 @@
-"""A vectorized loop of enormous extent never reaches LLVM as one vector (issue 22: an Attention
+"""A vectorized loop of enormous extent never reaches LLVM as one vector (an Attention
 with a dimension of 2**31-1 made LLVM abort the process from a 2**31-lane vector): loops wider
 than MAX_VECTOR_LANES are split into SPLIT_LANES-lane vectors and a tail, and say so in the IR."""
 import numpy as np

@@ -259,7 +259,7 @@ def _lone_1x1_stays_plain(channels: int, out_shape, attrs) -> bool:
     """Whether a lone 1x1 conv reading NCHW is cheaper as it lies than blocked with a from_blocked
     after it: the blocked kernel is faster, by more the more input channels each output sums, and
     the transform costs one pass over the output.  With the transforms as register transposes
-    (seventeenth session; Zen 5, 2 threads, one-node models, default against blocked, interleaved,
+    (Zen 5, 2 threads, one-node models, default against blocked, interleaved,
     time ratios > 1 where blocked is faster): stride 2, ResNet-18's downsamples 64->128 at 56x56
     1.13, 128->256 at 28x28 1.17 (NCHW reads every other pixel); stride 1 on maps up to 28x28
     with 96+ input channels 1.03-1.11 (144->32 and 192->32 at 28x28, 96->576 at 14x14, 160->960 at

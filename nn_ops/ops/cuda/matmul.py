@@ -34,7 +34,7 @@ K_TILES = (32, 16)  # reduction steps staged through shared memory, double-buffe
 K_TILE = 16         # the step other GEMM-shaped schedules (implicit-GEMM convs) use
 K_TILE_SINGLE = 8   # ... when partial tiles rule double buffering out
 A_PANELS = ("rows", "steps", "padded_steps")   # layouts of the row operand's shared panel (``store_a_panel``)
-A_PANEL = "rows"    # the default: measured fastest on an H200 (benchmarks/RESULTS.md, fifteenth session)
+A_PANEL = "rows"    # the default: measured fastest on an H200 (benchmarks/RESULTS.md)
 ASYNC_COPIES = False   # double-buffer the panels by cp.async where they copy an input as it is (not measured yet)
 
 
@@ -84,7 +84,7 @@ def reduction_step(extents, k, tiles, dtype_bytes: int = 4, steps=K_TILES, share
     ``K_TILE_SINGLE`` single-buffered (at most the last of ``steps``).
 
     On an H100, 8 x 4 blocks (128 x 64 tiles): 36.5 TFLOPS at 1024^3 with 32-deep steps against
-    33.7 with 16-deep ones, 42.5 against 41.6 at 4096^3 (benchmarks/RESULTS.md, twelfth session)."""
+    33.7 with 16-deep ones, 42.5 against 41.6 at 4096^3 (benchmarks/RESULTS.md)."""
     for step in steps:
         fits = shared_bytes is None or 2 * (tiles[0] + tiles[1]) * step * dtype_bytes <= shared_bytes
         if fits and _whole_tiles(extents, k, tiles, step):
@@ -168,7 +168,7 @@ def store_a_panel(s, AA, CL, ki, panel: str) -> None:
     (``cooperative_copy(rows_fastest=True)``: conflict-free stores, each warp's float4 global
     loads 32 rows apart), ``"padded_steps"`` keeps the copy's coalesced order and pads each
     step's row by 4 floats (stores over 8 banks).  On an H200, 4096^3: 33.7 TFLOPS for
-    ``"steps"`` against 42.3 for ``"rows"`` (benchmarks/RESULTS.md, fifteenth session)."""
+    ``"steps"`` against 42.3 for ``"rows"`` (benchmarks/RESULTS.md)."""
     if panel not in A_PANELS:
         raise ValueError(f"a_panel={panel!r}: use one of {', '.join(A_PANELS)}")
     if panel == "rows":

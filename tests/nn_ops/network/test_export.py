@@ -358,7 +358,7 @@ def test_side_params_are_mapped_at_create(tmp_path):
     (tmp_path / "other.params").replace(side)
     proc = run_app()
     assert proc.returncode == 2 and "it belongs to another model or export" in proc.stderr
-    side.write_bytes(good[:64 + 8] + bytes([good[72] ^ 1]) + good[73:])   # one weight bit flipped (issue 22)
+    side.write_bytes(good[:64 + 8] + bytes([good[72] ^ 1]) + good[73:])   # one weight bit flipped
     proc = run_app()
     assert proc.returncode == 2 and "is damaged" in proc.stderr
     side.write_bytes(good[:-1] + bytes([good[-1] ^ 128]))                 # the last, zero-padded word

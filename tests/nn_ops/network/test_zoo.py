@@ -1,4 +1,4 @@
-"""The wider model zoo (issue 21): each architecture's small variant compiled and checked against
+"""The wider model zoo: each architecture's small variant compiled and checked against
 onnxruntime; the full-size builders checked for the shapes and sizes of the networks they copy."""
 import numpy as np
 import pytest

@@ -133,8 +133,8 @@ def test_valid_attributes_still_import_and_run():
     ("MaxPool", [1, 8, 4000, 4000], dict(kernel_shape=[1000, 1000], auto_pad="SAME_UPPER")),
 ])
 def test_a_window_asking_for_hours_of_compute_is_refused(op, x_shape, attrs):
-    """Each attribute passes its own rule; together they ask for > 2**42 multiply-adds (issue 22:
-    pathological attributes cannot make a kernel run for minutes)."""
+    """Each attribute passes its own rule; together they ask for > 2**42 multiply-adds
+    (pathological attributes cannot make a kernel run for minutes)."""
     with pytest.raises(OnnxImportError, match=r"node 'the_node'.*multiply-adds .*more than the limit .*use a "
                                               r"smaller window, smaller pads or larger strides"):
         lw.from_onnx(_one_node(op, x_shape, attrs))

@@ -1,4 +1,4 @@
-"""Index tensors are checked where they are used (issue 22): Gather, GatherElements, GatherND,
+"""Index tensors are checked where they are used: Gather, GatherElements, GatherND,
 ScatterElements and ScatterND raise ArgumentError at run time naming the node, the input and
 the first bad index; negative indices wrap as ONNX says; nothing is clamped.  Each runs with
 the default checks and with ``lw.compile(..., checks="bounds")``."""

@@ -439,7 +439,7 @@ def zoo_encoder():
 
 @pytest.mark.parametrize("batch", [1, 4])
 def test_zoo_encoder_over_the_issue_grid_matches_onnxruntime(zoo_encoder, batch):
-    """Issue 18's bar 1 shapes (correctness only): batch {1, 4} x seq {1, 7, 64, 128, 200, 384}."""
+    """The dynamic benchmark's shapes (correctness only): batch {1, 4} x seq {1, 7, 64, 128, 200, 384}."""
     model, exe = zoo_encoder
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for seq in (1, 7, 64, 128, 200, 384):
