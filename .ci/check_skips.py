@@ -8,10 +8,11 @@ Allowed reasons (each a regular expression over the reason text):
 
 * no GPU, no CUDA driver, no CUDA toolkit (ptxas, a CUDA compiler), or a GPU present where a test
   checks the behaviour without one;
-* no cross compiler, qemu or C compiler for another machine; a check that needs another kind of host
+* no cross compiler, qemu or C compiler (for another machine, or at all); a check that needs another kind of host
   CPU than this one (x86 only, two CPUs, FMA, AVX2, AMX, an x86 instruction, a CPU level);
 * an optional extra not installed: ``pytest.importorskip`` of a package an extra brings (its
-  message "could not import 'NAME'"), or a reason naming ``pip install 'loopweave[EXTRA]'``;
+  message "could not import 'NAME'"), or a reason naming ``pip install 'loopweave[EXTRA]'`` or the
+  extra it needs;
 * an opt-in long run (an environment variable it names).
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ import sys
 
 ALLOWED = [
     r"\bGPU\b", r"NVIDIA driver|CUDA driver|libcuda|cuInit", r"\bptxas\b", r"no CUDA compiler",
-    r"cross compiler", r"\bqemu\b",
+    r"cross compiler", r"\bqemu\b", r"needs a C compiler", r"needs the \w+ extra",
     r"x86|AVX|\bAMX\b|\bFMA\b|vpdpbusd|two CPUs|host CPU|this CPU|this machine has no",
     r"could not import '(onnx|onnxruntime|lightgbm|distributed|hypothesis|nbformat|nbclient|ipykernel|matplotlib|"
     r"torch|threadpoolctl)'",
