@@ -56,6 +56,17 @@ def _loop_ir(name: str, vector: str, init: str, step: Callable[[str, str], str],
         "  ret void", "}"])
 
 
+def _folded_into_out(vector: str, op: str) -> Callable[[List[str]], List[str]]:
+    """The accumulators combined by ``op`` and stored to ``out`` (so none of them is dead code)."""
+    def reduce(names):
+        lines, last = [], names[0]
+        for k, name in enumerate(names[1:]):
+            lines.append(f"  %s{k} = {op} {vector} {last}, {name}")
+            last = f"%s{k}"
+        return lines + [f"  store {vector} {last}, ptr %out, align 4"]
+    return reduce
+
+
 def fma_ir(bits: int, count: int) -> str:
     lanes = bits // 32
     vector = f"<{lanes} x float>"
@@ -65,14 +76,8 @@ def fma_ir(bits: int, count: int) -> str:
     def step(acc, new):
         return f"  {new} = call {vector} @{intrinsic}({vector} {acc}, {vector} %x, {vector} %y)"
 
-    def reduce(names):
-        lines, last = [], names[0]
-        for k, name in enumerate(names[1:]):
-            lines.append(f"  %s{k} = fadd {vector} {last}, {name}")
-            last = f"%s{k}"
-        return lines + [f"  store {vector} {last}, ptr %out, align 4"]
     return _loop_ir(f"lw_peak_fma{bits}", vector, splat("1.0"), step, count,
-                    f"declare {vector} @{intrinsic}({vector}, {vector}, {vector})", reduce)
+                    f"declare {vector} @{intrinsic}({vector}, {vector}, {vector})", _folded_into_out(vector, "fadd"))
 
 
 def int8_ir(bits: int, count: int, vnni: bool) -> str:
@@ -94,14 +99,8 @@ def int8_ir(bits: int, count: int, vnni: bool) -> str:
                    f"  {new}.p = call {vector} @{intrinsic}({halves} {new}.h, {halves} %y.h)\n" \
                    f"  {new} = add {vector} {new}.p, %x"
 
-    def reduce(names):
-        lines, last = [], names[0]
-        for k, name in enumerate(names[1:]):
-            lines.append(f"  %s{k} = xor {vector} {last}, {name}")
-            last = f"%s{k}"
-        return lines + [f"  store {vector} {last}, ptr %out, align 4"]
     prologue = () if vnni else (f"  %y.h = bitcast {vector} %y to <{2 * lanes} x i16>",)
-    return _loop_ir(f"lw_peak_int8_{bits}", vector, "zeroinitializer", step, count, declare, reduce, prologue)
+    return _loop_ir(f"lw_peak_int8_{bits}", vector, "zeroinitializer", step, count, declare, _folded_into_out(vector, "xor"), prologue)
 
 
 def _loaded(ir: str, name: str, target: Target):

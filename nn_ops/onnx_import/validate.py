@@ -20,7 +20,7 @@ import numpy as np
 
 from ..network.limits import memory_limit_bytes
 from .context import ImportContext, Unsupported, check_size
-from .work_bound import MAX_NODE_WORK, check_work
+from .work_bound import MAX_NODE_WORK, check_work, input_shape
 
 MAX_DIM = 2 ** 31 - 1
 # multiply-adds one windowed node may cost (output elements x window elements); other ops whose
@@ -42,18 +42,10 @@ def _attr(node, name):
 
 
 def _rank(ctx: ImportContext, node, k: int = 0) -> Optional[int]:
-    shape = _shape(ctx, node, k)
+    shape = input_shape(ctx, node, k)
     return None if shape is None else len(shape)
 
 
-def _shape(ctx: ImportContext, node, k: int = 0):
-    if len(node.input) <= k or not node.input[k]:
-        return None
-    value = ctx.graph.values.get(node.input[k])
-    if value is not None:
-        return tuple(value.shape)
-    const = ctx.const(node.input[k])
-    return None if const is None else tuple(const.shape)
 
 
 def _bad(name, value, allowed):
@@ -104,14 +96,14 @@ POOLS = {"MaxPool", "AveragePool", "LpPool"}
 def _check_window(ctx: ImportContext, node) -> None:
     """kernel_shape, strides, dilations, pads, auto_pad, group of convolutions and pools."""
     op = node.op_type
-    shape = _shape(ctx, node, 0)
+    shape = input_shape(ctx, node, 0)
     spatial = None if shape is None else len(shape) - 2
     if spatial is not None and spatial < 1:
         raise BadAttribute(f"input of rank {len(shape)}: {op} needs (N, C, spatial...) with at least one spatial axis")
     weight_index = 3 if op == "QLinearConv" else 1
     kernel = _ints(node, "kernel_shape")
     if kernel is None and op not in POOLS:
-        w = _shape(ctx, node, weight_index)
+        w = input_shape(ctx, node, weight_index)
         kernel = None if w is None else list(w[2:])
     if kernel is None and op in POOLS:
         raise BadAttribute("attribute 'kernel_shape' is required")
@@ -123,7 +115,7 @@ def _check_window(ctx: ImportContext, node) -> None:
     for name in ("kernel_shape", "strides", "dilations"):
         _check_positive(node, name)
     if op not in POOLS and _ints(node, "kernel_shape") is not None:
-        w = _shape(ctx, node, weight_index)
+        w = input_shape(ctx, node, weight_index)
         if w is not None and all(isinstance(d, (int, np.integer)) for d in w[2:]) and list(w[2:]) != kernel:
             _bad("kernel_shape", kernel, f"must be the weight's spatial shape {list(w[2:])} (W is "
                                          f"{list(w)}), as onnxruntime requires")
@@ -139,7 +131,7 @@ def _check_window(ctx: ImportContext, node) -> None:
         if shape is not None and op != "ConvTranspose" and shape[1] % group[0]:
             _bad("group", group[0], f"must divide the {shape[1]} input channels")
     if op in ("ConvInteger", "QLinearConv"):    # (Conv's conv2d op names the mismatch itself)
-        w, groups = _shape(ctx, node, weight_index), (group or [1])[0]
+        w, groups = input_shape(ctx, node, weight_index), (group or [1])[0]
         if shape is not None and w is not None and len(w) == len(shape) and w[1] * groups != shape[1]:
             raise BadAttribute(f"weight of shape {tuple(w)} with group={groups}: its {w[1]} channels per group "
                                f"do not make the input's {shape[1]} (W is [M, C/group, kernel...])")
@@ -175,7 +167,7 @@ def _check_window_work(ctx: ImportContext, node, shape, kernel, strides, dilatio
     ``MAX_WINDOW_WORK``: attributes that each pass their own rule (a pool window as large as a
     big input, padded by nearly the window) can still ask for hours of compute."""
     spatial = len(kernel)
-    weight = None if node.op_type in POOLS else _shape(ctx, node, 3 if node.op_type == "QLinearConv" else 1)
+    weight = None if node.op_type in POOLS else input_shape(ctx, node, 3 if node.op_type == "QLinearConv" else 1)
     dims = list(shape) + (list(weight) if weight is not None else [])
     if not all(isinstance(d, (int, np.integer)) for d in dims) or (weight is not None and len(weight) < 2):
         return
@@ -201,7 +193,7 @@ def _check_window_work(ctx: ImportContext, node, shape, kernel, strides, dilatio
 
 
 def _check_split(ctx: ImportContext, node) -> None:
-    shape = _shape(ctx, node, 0)
+    shape = input_shape(ctx, node, 0)
     axis = _ints(node, "axis")
     axis = 0 if axis is None else axis[0]
     num = _ints(node, "num_outputs")
@@ -275,7 +267,7 @@ def check_attributes(ctx: ImportContext, node) -> None:
     elif op in REDUCE_OPS:
         _check_axis(node, "axes", _rank(ctx, node, 0))
     elif op in ("MatMul", "MatMulInteger"):
-        _check_matmul_shapes(_shape(ctx, node, 0), _shape(ctx, node, 1))
+        _check_matmul_shapes(input_shape(ctx, node, 0), input_shape(ctx, node, 1))
     elif op == "LRN":
         size = _ints(node, "size")
         if size is not None and size[0] % 2 == 0:       # onnxruntime's limit (the spec's formula takes any)
@@ -345,7 +337,7 @@ def check_operands(ctx: ImportContext, node, memory_limit: int) -> None:
                            f"(N, C, ...)")
     for k in range(len(node.input)):
         want = OPERAND_RANKS.get((node.op_type, k))
-        shape = _shape(ctx, node, k) if want is not None else None
+        shape = input_shape(ctx, node, k) if want is not None else None
         if shape is None:
             continue
         ok = (len(shape) <= 1 and int(np.prod(shape)) == 1) if want == "0-or-1" else len(shape) == want

@@ -22,7 +22,8 @@ from .context import ImportContext, Unsupported, onnx_attrs
 MAX_NODE_WORK = 2 ** 42
 
 
-def _shape(ctx: ImportContext, node, k: int):
+def input_shape(ctx: ImportContext, node, k: int = 0):
+    """The shape of ``node``'s input ``k`` where the graph or a constant knows it, else None."""
     if len(node.input) <= k or not node.input[k]:
         return None
     value = ctx.graph.values.get(node.input[k])
@@ -83,7 +84,7 @@ def node_work(ctx: ImportContext, node) -> Optional[int]:
     shapes are static; None when unknown or not bounded here."""
     op = node.op_type
     attrs = onnx_attrs(node)
-    shapes = [_static(_shape(ctx, node, k)) for k in range(len(node.input))]
+    shapes = [_static(input_shape(ctx, node, k)) for k in range(len(node.input))]
     first = shapes[0] if shapes else None
     if op in ("MatMul", "MatMulInteger") and len(shapes) >= 2:
         return _matmul_work(shapes[0], shapes[1])
@@ -124,7 +125,7 @@ def check_work(ctx: ImportContext, node) -> None:
     """Refuse (``Unsupported``) a node whose ``node_work`` exceeds ``MAX_NODE_WORK``."""
     work = node_work(ctx, node)
     if work is not None and work > MAX_NODE_WORK:
-        shapes = [_shape(ctx, node, k) for k in range(len(node.input))]
+        shapes = [input_shape(ctx, node, k) for k in range(len(node.input))]
         described = ", ".join(f"{name!r} {list(s)}" for name, s in zip(node.input, shapes) if s is not None)
         raise Unsupported(f"over inputs {described} it asks for {work:.3g} operations, more than the limit of "
                            f"{MAX_NODE_WORK:.3g} (about a minute of compute); such sizes are almost certainly a "
