@@ -20,15 +20,11 @@ def exact_reference(model, feed: dict) -> list:
     return ReferenceEvaluator(model).run(None, feed)
 
 
-def onnxruntime_integer_product_is_exact(weight_dtype: str, weight_range=None) -> bool:
-    """Whether onnxruntime's int8 product by a weight of ``weight_dtype`` is exact on this machine.
-
-    It is with a dot-product instruction (VNNI: 32-bit sums), for a uint8 weight (its u8 x u8
-    kernel widens before it adds), on a CPU that is not x86, and where every weight
-    lies in [-64, 63] (two products of 255 and 64 fit 16 bits).  ``weight_range``: the
-    (min, max) of the weights, where known.  Asks the real CPU (onnxruntime knows nothing of
-    ``LOOPWEAVE_HOST_TARGET``)."""
+def onnxruntime_integer_product_is_exact(weight_dtype: str) -> bool:
+    """Whether onnxruntime's int8 product by a full-range weight of ``weight_dtype`` is exact on
+    this machine: with a dot-product instruction (VNNI: 32-bit sums), for a uint8 weight (its
+    u8 x u8 kernel widens before it adds), and on a CPU that is not x86.  (Weights within
+    [-64, 63] would be exact everywhere: two products of 255 and 64 fit 16 bits.)  Asks the real
+    CPU: onnxruntime knows nothing of ``LOOPWEAVE_HOST_TARGET``."""
     cpu = native_target()
-    if weight_dtype == "uint8" or cpu.arch != "x86_64" or VNNI_FEATURES & cpu.enabled_features():
-        return True
-    return weight_range is not None and -64 <= weight_range[0] and weight_range[1] <= 63
+    return weight_dtype == "uint8" or cpu.arch != "x86_64" or bool(VNNI_FEATURES & cpu.enabled_features())
