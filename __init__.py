@@ -23,6 +23,7 @@ from .backends.cuda.ndarray import DeviceArray, device_array, from_dlpack
 from .nn_ops.models import from_onnx
 from .nn_ops.compile import compile, load
 from .nn_ops.network.limits import memory_limit, set_memory_limit
+from .nn_ops.network.tasks import extract_tasks
 
 __version__ = "0.1.0"
 
@@ -37,5 +38,5 @@ __all__ = [
     "argmin", "comm_reducer", "max", "min", "prod", "sum", "Schedule", "Stage", "create_schedule", "IterVar",
     "Tensor", "compute", "placeholder", "reduce_axis", "thread_axis", "Trace", "lower", "build", "Module",
     "from_onnx", "compile", "load", "DeviceArray", "device_array", "from_dlpack",
-    "memory_limit", "set_memory_limit",
+    "memory_limit", "set_memory_limit", "extract_tasks",
 ]

@@ -39,15 +39,15 @@ def _duration(text: str) -> float:
 
 
 def _cmd_tune(args) -> int:
-    from . import autoschedule as auto, from_onnx
+    from . import autoschedule as auto, extract_tasks, from_onnx
     from .backends.extras import require_extra
     budget = _duration(args.time_budget) if args.time_budget else None
     if args.trials is None and budget is None:
         raise UsageError("give --trials N, --time-budget DURATION, or both")
     require_extra("lightgbm", "loopweave tune (the autoscheduler's cost model)")
     graph = from_onnx(args.model, input_shapes=_input_shapes(args.input_shape))
-    result = auto.tune_network(graph, target=args.target, trials=args.trials, time_budget=budget, log=args.log,
-                               progress=not args.quiet)
+    result = auto.tune_network(extract_tasks(graph, args.target), trials=args.trials, time_budget=budget,
+                               log=args.log, progress=not args.quiet)
     print(result)
     print(f"wrote {args.log}; compile with: loopweave compile {args.model} -o model.lwx --tuning-log {args.log}")
     return 0

@@ -1,8 +1,9 @@
 """Tuning a whole network: its distinct kernels as tasks, trials shared by expected gain.
 
-``tune_network(graph, ...)`` asks the graph it is given for its kernels
-(``graph.tuning_tasks(target)``: compute DAG, default schedule, how often one run calls
-it) and never imports the network compiler.  Each kernel's default schedule is measured
+``tune_network(lw.extract_tasks(graph, target), ...)``: the network compiler, a layer above,
+lists a network's distinct kernels (each with its compute DAG, its target, its default
+schedule and how often one run calls it, as TVM's ``auto_scheduler.extract_tasks`` does), so
+the tuner takes plain tasks and never imports it.  Each kernel's default schedule is measured
 first as one candidate, so a tuned network is never slower than an untuned one; then
 ``tune_tasks`` spends the remaining trials where the end-to-end latency gains most.
 ``lw.compile(graph, tuning_log=log)`` applies the best record of each kernel.
@@ -67,25 +68,30 @@ def _ms(seconds) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.3f}"
 
 
-def tune_network(graph, target="llvm", trials: Optional[int] = 256, time_budget: Optional[float] = None, log=None,
+def tune_network(tasks, trials: Optional[int] = 256, time_budget: Optional[float] = None, log=None,
                  executor=None, seed: int = 0, progress=None, timeout: float = 60.0) -> NetworkTuneResult:
-    """Tune every distinct kernel of ``graph`` (from ``lw.from_onnx``); records go to ``log``.
+    """Tune a network's kernels, ``tasks`` from ``lw.extract_tasks(graph, target)``; records go to ``log``.
 
-    ``trials`` counts measured candidates over the whole network (the default schedules
-    included); ``time_budget`` (seconds) stops the search earlier; ``trials=None`` with a
-    ``time_budget`` searches until the budget is spent.  Tuning again with the same
-    log resumes without measuring again what it holds.
+    Each task has ``args`` (the kernel's placeholders, then its output), ``target``, ``weight``
+    (calls per run), ``name`` and ``default_schedule()``.  ``trials`` counts measured candidates
+    over the whole network (the default schedules included); ``time_budget`` (seconds) stops the
+    search earlier; ``trials=None`` with a ``time_budget`` searches until the budget is spent.
+    Tuning again with the same log resumes without measuring again what it holds.
     """
     if log is None:
         raise ArgumentError("tune_network: give log='net.jsonl' (the records are what lw.compile(..., "
                             "tuning_log=...) applies)")
-    if not hasattr(graph, "tuning_tasks"):
-        raise ArgumentError(f"tune_network takes a static network graph (lw.from_onnx(...)), got "
-                            f"{type(graph).__name__}; a model with dynamic shapes needs fixed input shapes "
-                            f"(from_onnx(..., input_shapes=...))")
-    kernels = graph.tuning_tasks(target)
-    tasks = [Task(k.args, target, weight=float(k.weight), name=k.name) for k in kernels]
-    baselines = [k.default_schedule().trace.to_json() for k in kernels]
-    results = tune_tasks(tasks, target=target, trials=trials, time_budget=time_budget, log=log, executor=executor,
-                         seed=seed, progress=progress, timeout=timeout, baselines=baselines)
-    return NetworkTuneResult([k.name for k in kernels], [k.weight for k in kernels], results, log)
+    if not isinstance(tasks, (list, tuple)):
+        raise ArgumentError(f"tune_network takes a network's kernels as tasks, got {type(tasks).__name__}: "
+                            f"auto.tune_network(lw.extract_tasks(net, target), ...)")
+    if not tasks:
+        raise ArgumentError("tune_network: no tasks (the network has no kernel to tune)")
+    targets = {k.target.key() for k in tasks}
+    if len(targets) != 1:
+        raise ArgumentError(f"tune_network tunes one target at a time; the tasks are for {len(targets)} targets")
+    target = tasks[0].target
+    searched = [Task(k.args, target, weight=float(k.weight), name=k.name) for k in tasks]
+    baselines = [k.default_schedule().trace.to_json() for k in tasks]
+    results = tune_tasks(searched, target=target, trials=trials, time_budget=time_budget, log=log,
+                         executor=executor, seed=seed, progress=progress, timeout=timeout, baselines=baselines)
+    return NetworkTuneResult([k.name for k in tasks], [k.weight for k in tasks], results, log)

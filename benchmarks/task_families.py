@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.task_families [--model resnet18] [--tasks 4,8,12,15,5,9,13] [--trials 224] [--seed 0]``
 
-Takes the given kernels of the model (indices into ``graph.tuning_tasks("llvm")``; the default
+Takes the given kernels of the model (indices into ``lw.extract_tasks(graph, "llvm")``; the default
 is ResNet-18's direct 3x3 convs with a ReLU and its 1x1 downsample convs), tunes them together
 with ``tune_tasks`` twice with the same seed and trials, once with family sharing switched off
 (``TaskTuner.offer`` does nothing) and once as shipped, and prints, per task, the best searched
@@ -66,7 +66,7 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     set_threads(args.threads)
-    kernels = lw.from_onnx(getattr(model_zoo, args.model)()).tuning_tasks("llvm")
+    kernels = lw.extract_tasks(lw.from_onnx(getattr(model_zoo, args.model)()), "llvm")
     indices = [int(i) for i in args.tasks.split(",")]
     off = _run(kernels, indices, args.trials, args.seed, share=False)
     on = _run(kernels, indices, args.trials, args.seed, share=True)

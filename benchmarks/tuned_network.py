@@ -43,7 +43,7 @@ def kernel_ratios(graph, log: str, pairs: int):
     """(name, default ms, tuned ms, ratio) for every kernel that has a record in ``log``."""
     rows = []
     rng = np.random.default_rng(0)
-    for k in graph.tuning_tasks("llvm"):
+    for k in lw.extract_tasks(graph, "llvm"):
         tuned_s = auto.apply_best(log, k.args)
         if tuned_s is None:
             continue
@@ -71,7 +71,7 @@ def main(argv=None) -> None:
     graph = lw.from_onnx(model)
     if a.tune:
         t0 = time.perf_counter()
-        res = auto.tune_network(graph, trials=100000, time_budget=_seconds(a.tune), log=a.log, progress=True)
+        res = auto.tune_network(lw.extract_tasks(graph, "llvm"), trials=100000, time_budget=_seconds(a.tune), log=a.log, progress=True)
         print(f"tuned in {time.perf_counter() - t0:.0f} s: {res}")
     set_threads(a.threads)
     rows = kernel_ratios(graph, a.log, pairs=max(5, a.pairs // 2))

@@ -2,8 +2,7 @@
 computation from the op library (``op_table.py``), graph passes (``passes/``), and the
 executables a graph compiles to (``executable.py`` for the CPU, ``cuda_executable.py``,
 ``dynamic_executable.py`` for shapes known at run time), with the kernel cache and the
-network's kernels as tuning tasks (``tasks.py``).
+network's kernels as tuning tasks (``tasks.py``: ``extract_tasks``).
 
 It imports the op library, never the ONNX importer: importers build graphs for it.
 """
-from . import tasks as _tasks  # noqa: F401  (lets Graph.tuning_tasks find the task extractor)

@@ -55,11 +55,6 @@ def _short(v) -> str:
 class Graph:
     """A network: inputs, outputs, nodes (topologically ordered), values, initializers."""
 
-    # Set by ``tasks.py``: the function that lists a graph's kernels as tuning tasks.  It needs the
-    # passes and the op table, which import this module, so it registers itself here instead of
-    # being imported (``nn_ops/network/__init__.py`` imports it, so it is always set).
-    task_extractor = None
-
     def __init__(self, name: str = "graph"):
         self.name = name
         self.inputs: List[str] = []
@@ -117,12 +112,6 @@ class Graph:
         g.values = {k: Value(v.name, v.shape, v.dtype) for k, v in self.values.items()}
         g.initializers = dict(self.initializers)
         return g
-
-    def tuning_tasks(self, target="llvm") -> list:
-        """The distinct kernels this graph compiles to for ``target``, each with its compute DAG, its
-        default schedule and how often one run calls it (``tasks.KernelTask``): what
-        ``autoschedule.tune_network`` tunes."""
-        return Graph.task_extractor(self, target)
 
     def op_counts(self) -> Dict[str, int]:
         counts: Dict[str, int] = {}

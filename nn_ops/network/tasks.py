@@ -4,14 +4,17 @@ A task is one fused group's compute DAG (placeholders ``in0, in1, ...`` and the 
 built from the op table exactly as the compiler builds it), keyed by the group's structural
 signature, weighted by how many times one run of the network calls it, with the op
 library's default schedule as the yardstick (and first candidate) the tuner must beat.
-``Graph.tuning_tasks(target)`` calls ``kernel_tasks``; the autoscheduler never imports
-the network compiler.
+
+``extract_tasks(graph, target)`` (``lw.extract_tasks``, TVM's ``auto_scheduler.extract_tasks``)
+lists them, and ``autoschedule.tune_network`` takes that list: the network compiler sits above
+the autoscheduler, so it hands the tuner plain tasks and the tuner never imports it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Dict, List
 
+from ...errors import ArgumentError
 from ...target import Target, resolve_target
 from ..ops.registry import schedule
 from .executable import group_signature, group_computation, kernel_name, plan_kernel_groups
@@ -38,8 +41,13 @@ class KernelTask:
                 f"weight {self.weight}, {len(self.args) - 1} inputs)")
 
 
-def kernel_tasks(graph: Graph, target="llvm") -> List[KernelTask]:
-    """The kernels ``graph`` compiles to for ``target``, one task per distinct kernel, in first-use order."""
+def extract_tasks(graph: Graph, target="llvm") -> List[KernelTask]:
+    """The kernels ``graph`` compiles to for ``target``, one task per distinct kernel, in first-use
+    order: what ``autoschedule.tune_network`` tunes."""
+    if not isinstance(graph, Graph):
+        raise ArgumentError(f"extract_tasks takes a static network graph (lw.from_onnx(...)), got "
+                            f"{type(graph).__name__}; a model with dynamic shapes needs fixed input shapes "
+                            f"(from_onnx(..., input_shapes=...))")
     tgt = resolve_target(target)
     g, kernel_groups, _, _ = plan_kernel_groups(graph, tgt.kind, tgt.precision)
     tasks: Dict[str, KernelTask] = {}
@@ -53,5 +61,3 @@ def kernel_tasks(graph: Graph, target="llvm") -> List[KernelTask]:
         task.groups.append(grp.name)
     return list(tasks.values())
 
-
-Graph.task_extractor = kernel_tasks

@@ -22,8 +22,8 @@ def test_tune_network_measures_the_defaults_first_and_compile_applies_the_log(tm
     model = small_cnn()
     graph = lw.from_onnx(model)
     log = tmp_path / "net.jsonl"
-    result = auto.tune_network(graph, trials=14, log=str(log), progress=False)
-    kernels = graph.tuning_tasks("llvm")
+    kernels = lw.extract_tasks(graph, "llvm")
+    result = auto.tune_network(kernels, trials=14, log=str(log), progress=False)
     assert len(result.results) == len(kernels) == 9
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert sum(r["choice"] == {"given": "default schedule"} and not r.get("verified") for r in records) == 9
@@ -39,14 +39,19 @@ def test_tune_network_measures_the_defaults_first_and_compile_applies_the_log(tm
 
 def test_tune_network_errors(tmp_path):
     graph = lw.from_onnx(small_cnn())
+    tasks = lw.extract_tasks(graph)
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     with pytest.raises(lw.ArgumentError, match="cannot be written"):
-        auto.tune_network(graph, trials=1, log=str(blocker / "net.jsonl"), progress=False)
+        auto.tune_network(tasks, trials=1, log=str(blocker / "net.jsonl"), progress=False)
     with pytest.raises(lw.ArgumentError, match="log="):
-        auto.tune_network(graph, trials=1)
+        auto.tune_network(tasks, trials=1)
+    with pytest.raises(lw.ArgumentError, match=r"tune_network\(lw.extract_tasks\(net, target\)"):
+        auto.tune_network(graph, trials=1, log="x.jsonl")
+    with pytest.raises(lw.ArgumentError, match="no tasks"):
+        auto.tune_network([], trials=1, log="x.jsonl")
     with pytest.raises(lw.ArgumentError, match="static network graph"):
-        auto.tune_network(object(), trials=1, log="x.jsonl")
+        lw.extract_tasks(object())
 
 
 def test_cli_tune_then_compile_with_the_log(tmp_path, capsys):
@@ -70,7 +75,7 @@ def test_sampled_schedules_of_every_kernel_of_a_network_compute_the_same():
     graph = lw.from_onnx(small_cnn())
     rng = random.Random(0)
     built = 0
-    for k in graph.tuning_tasks("llvm"):
+    for k in lw.extract_tasks(graph, "llvm"):
         space = Space(Task(k.args, "llvm"))
         arrays = _random_inputs(k.args)
         lw.build(k.default_schedule(), k.args)(*arrays)
@@ -97,7 +102,7 @@ def test_cli_tune_with_only_a_time_budget_runs_until_it_is_spent(tmp_path, capsy
     lines = open(log).read().splitlines()
     assert len(lines) > 9        # more than the default schedules alone
     with pytest.raises(lw.ArgumentError, match="trials, time_budget"):
-        auto.tune_network(lw.from_onnx(small_cnn()), trials=None, log=log)
+        auto.tune_network(lw.extract_tasks(lw.from_onnx(small_cnn())), trials=None, log=log)
 
 
 def test_a_search_still_above_the_default_schedule_is_not_starved():

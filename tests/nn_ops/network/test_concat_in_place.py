@@ -55,12 +55,11 @@ def test_concats_that_cannot_be_computed_in_place_keep_their_copy(batch, parts):
 
 
 def test_tuning_tasks_do_not_include_a_copy_the_network_does_not_run():
-    from loopweave.nn_ops.network.tasks import kernel_tasks
     model, _, _ = _fire()
-    names = [t.name for t in kernel_tasks(lw.from_onnx(model))]
+    names = [t.name for t in lw.extract_tasks(lw.from_onnx(model))]
     assert names and not any("concat" in n for n in names)
     model, _, _ = _fire(2)                  # a batch of two keeps its copy, and so its task
-    assert any("concat" in t.name for t in kernel_tasks(lw.from_onnx(model)))
+    assert any("concat" in t.name for t in lw.extract_tasks(lw.from_onnx(model)))
 
 
 def test_a_dense_blocks_growing_concats_are_views_of_its_last_one():

@@ -1,4 +1,4 @@
-"""A network's kernels as tuning tasks (nn_ops/network/tasks.py): what the autoscheduler tunes."""
+"""A network's kernels as tuning tasks (nn_ops/network/tasks.py, ``lw.extract_tasks``): what the autoscheduler tunes."""
 import numpy as np
 import pytest
 
@@ -14,7 +14,7 @@ from loopweave.nn_ops.testing.model_zoo import small_cnn, transformer_encoder  #
 def test_tasks_cover_every_kernel_call_once_per_distinct_kernel(make):
     graph = lw.from_onnx(make())
     exe = lw.compile(graph, progress=False)
-    tasks = graph.tuning_tasks("llvm")
+    tasks = lw.extract_tasks(graph, "llvm")
     assert sum(t.weight for t in tasks) == len(exe.calls)
     assert len(tasks) == len({c.symbol for c in exe.calls}) == len({t.signature for t in tasks})
     assert sorted(g for t in tasks for g in t.groups) == sorted(c.name for c in exe.calls)
@@ -23,12 +23,12 @@ def test_tasks_cover_every_kernel_call_once_per_distinct_kernel(make):
 def test_a_task_builds_and_its_default_trace_replays_on_a_fresh_schedule():
     """The tuner gets the compute DAG alone; the default schedule is a trace it can replay as a candidate."""
     graph = lw.from_onnx(small_cnn())
-    for task in graph.tuning_tasks("llvm"):
+    for task in lw.extract_tasks(graph, "llvm"):
         default = task.default_schedule()
         fresh = lw.create_schedule([task.args[-1]])
         Trace.from_json(default.trace.to_json()).apply(fresh)
         assert str(lw.lower(fresh, task.args)) == str(lw.lower(default, task.args)), task.name
-    task = graph.tuning_tasks("llvm")[0]
+    task = lw.extract_tasks(graph, "llvm")[0]
     f = lw.build(lw.create_schedule([task.args[-1]]), task.args)           # untuned: every stage at root
     g = lw.build(task.default_schedule(), task.args)
     rng = np.random.default_rng(0)

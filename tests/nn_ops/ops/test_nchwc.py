@@ -545,8 +545,7 @@ def test_a_register_block_fits_the_vector_registers(x86_level):
         assert nv * pixels_per_block(nv, registers) + nv + 1 <= registers
     b = OnnxBuilder()
     model = b.model((1, 3, 224, 224), b.relu(b.conv("input", 3, 64, 7, stride=2, pad=3)), (1, 64, 112, 112))
-    from loopweave.nn_ops.network.tasks import kernel_tasks
-    (task,) = [t for t in kernel_tasks(lw.from_onnx(model), x86_level) if t.name.startswith("conv2d_blocked")]
+    (task,) = [t for t in lw.extract_tasks(lw.from_onnx(model), x86_level) if t.name.startswith("conv2d_blocked")]
     trace = str(task.default_schedule().trace)
     vectors = 4 if registers == 32 else 2
     assert f"split(ax1, factor={vectors})" in trace and "split(ax3, factor=4)" in trace, trace
