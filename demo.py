@@ -32,7 +32,7 @@ def run_demo(size: int = 1024) -> int:
     ours = f.time(a, b, c)
     theirs = _median_time(lambda: a @ b)
     flops = 2.0 * size ** 3
-    print(f"  matmul   (DESIGN.md schedule) built in {t_build:.2f}s, matches numpy; "
+    print(f"  matmul   (design.md schedule) built in {t_build:.2f}s, matches numpy; "
           f"loopweave {flops / ours / 1e9:7.1f} GFLOPS, numpy {flops / theirs / 1e9:7.1f} GFLOPS")
     import loopweave as lw
     from . import nn_ops

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 
 def matmul_kernel(tile: int = 32, k_split: int = 4, target="llvm"):
-    """The DESIGN.md matmul: tile 32x32, split k, vectorize inner j, parallel outer i."""
+    """The matmul of docs/design.md: tile 32x32, split k, vectorize inner j, parallel outer i."""
     import loopweave as lw
     s, args = design_matmul_schedule(tile, k_split)
     return lw.build(s, args, target=target), s
 
 
 def design_matmul_schedule(tile: int = 32, k_split: int = 4):
-    """(schedule, args) of the DESIGN.md matmul example, symbolic in n."""
+    """(schedule, args) of the matmul example in docs/design.md, symbolic in n."""
     import loopweave as lw
     n = lw.var("n")
     A = lw.placeholder((n, n), name="A", dtype="float32")

@@ -1,10 +1,10 @@
-"""Interleaved timing against a peer (DESIGN.md, last section).
+"""Interleaved timing against a peer (docs/design.md, last section).
 
 Absolute times on a shared 2-core VM drift by 1.5x between rounds, so a ratio is only
 meaningful when both sides are measured in the same run: alternate runs (ours, theirs,
 ours, ...), pause between the two systems so one's spinning threads do not steal the
 other's core (OpenBLAS's workers keep spinning for well over 50 ms after a call: with a
-50 ms pause the DESIGN.md matmul measured 41 GFLOPS, with 300 ms 89, alone 96), and
+50 ms pause the docs/design.md matmul measured 41 GFLOPS, with 300 ms 89, alone 96), and
 report the median of the per-pair ratios.
 """
 from __future__ import annotations

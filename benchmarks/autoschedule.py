@@ -11,7 +11,7 @@
 
 Ratios are median(peer time / ours) over interleaved pairs: > 1 means loopweave is faster.
 Unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE in this command when comparing with numpy
-(DESIGN.md); the kernel numpy runs is printed.
+(docs/design.md); the kernel numpy runs is printed.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Core-issue numbers: compile time (cold and from the disk cache), parallel launch
-overhead, and the DESIGN.md matmul schedule at N=1024 against numpy, interleaved.
+overhead, and the matmul schedule of docs/design.md at N=1024 against numpy, interleaved.
 
 ``python -m benchmarks.core``
 """
@@ -25,7 +25,7 @@ print(time.perf_counter() - t0)
 
 
 def compile_times() -> tuple:
-    """(cold seconds, cached seconds) for lower+build of the DESIGN.md matmul, each in a fresh process."""
+    """(cold seconds, cached seconds) for lower+build of the docs/design.md matmul, each in a fresh process."""
     env = dict(os.environ, LOOPWEAVE_CACHE_DIR=tempfile.mkdtemp())
     # warm the interpreter's imports once so both numbers measure lower + build only
     subprocess.run([sys.executable, "-c", "import loopweave, llvmlite.binding, islpy"], env=env, check=True)
@@ -41,7 +41,7 @@ def main() -> None:
     import loopweave as lw
     from loopweave.kernels import design_matmul_schedule
     cold, cached = compile_times()
-    print(f"lower + build of the DESIGN.md matmul: cold {cold:.3f} s, from the disk cache {cached:.3f} s "
+    print(f"lower + build of the docs/design.md matmul: cold {cold:.3f} s, from the disk cache {cached:.3f} s "
           f"(imports excluded)")
     from .parallel_launch import launch_overhead_us
     for threads in (2,):
@@ -49,7 +49,7 @@ def main() -> None:
     s, args = design_matmul_schedule()
     f = lw.build(s, args)
 
-    row = compare_with_numpy(f, (1024, 1024), (1024, 1024), "DESIGN.md matmul N=1024 (2 thr)", pairs=15)
+    row = compare_with_numpy(f, (1024, 1024), (1024, 1024), "design.md matmul N=1024 (2 thr)", pairs=15)
     print(f"{'':<34} {'ours GF':>9} {'numpy GF':>9} {'ratio':>7}")
     print(row)
 
