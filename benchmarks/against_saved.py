@@ -6,7 +6,7 @@ with the code as it is, checks both give the same outputs, and prints both laten
 saved / now (> 1: today's build is faster).  How to get an old build: unpack a commit with
 ``git archive <commit> | tar -x -C /tmp/old/loopweave`` and save from it (``PYTHONPATH=/tmp/old``,
 another ``LOOPWEAVE_CACHE_DIR``); the .lwx must come from this machine (its CPU is checked at load).
-Across processes and runs this VM's noise was several percent; in one process, unchanged code read
+Across processes and runs a shared 2-core machine's noise is several percent; in one process, unchanged code read
 1.002 (ResNet-18).
 
 ``--shapes BxS ...`` (with ``--model transformer_encoder``): the encoder with symbolic batch and

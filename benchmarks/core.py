@@ -1,4 +1,4 @@
-"""Core-issue numbers: compile time (cold and from the disk cache), parallel launch
+"""Core numbers: compile time (cold and from the disk cache), parallel launch
 overhead, and the matmul schedule of docs/design.md at N=1024 against numpy, interleaved.
 
 ``python -m benchmarks.core``

@@ -185,7 +185,7 @@ def main(argv=None) -> None:
     parser.add_argument("--pairs", type=int, default=None, help="rounds per shape (default 15; 3 with --quick)")
     parser.add_argument("--quick", action="store_true", help=f"shapes {QUICK_SHAPES} only, 3 rounds each")
     parser.add_argument("--shapes", nargs="+", default=None, metavar="BxS",
-                        help="batch x seq pairs to run, e.g. 1x1 4x384 (default: the issue's twelve)")
+                        help="batch x seq pairs to run, e.g. 1x1 4x384 (default: batch 1 and 4 x seq 1, 7, 64, 128, 200, 384)")
     parser.add_argument("--tiny", action="store_true", help="a 1-layer, 64-wide encoder (smoke test only)")
     parser.add_argument("--pause", type=float, default=0.3, help="seconds after each timed sample")
     parser.add_argument("--no-compile-times", action="store_true", help="skip bar 3")

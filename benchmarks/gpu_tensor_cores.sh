@@ -1,6 +1,6 @@
-# The tensor-core (precision="tf32") and cp.async checks a GPU session still owes (issue 19), in one run:
-#   pip download islpy --only-binary=:all: --no-deps -d .whl     # here first: that machine has no network
-#   run(command="bash benchmarks/gpu_tensor_cores.sh", carry=[".whl"], timeout_s=540)
+# The tensor-core (precision="tf32", "fp16") and cp.async checks and timings, in one run on a GPU machine:
+#   pip download islpy --only-binary=:all: --no-deps -d .whl     # first, where there is a network
+#   bash benchmarks/gpu_tensor_cores.sh                           # then on the GPU machine, with .whl/ copied
 # Correctness first (the gpu tests of the tf32 kernels and network), then the timings against
 # cuBLAS / PyTorch eager with TF32 on, and the fp32 default next to it for reference.
 source benchmarks/gpu_session.sh || exit 1

@@ -1,5 +1,5 @@
 """``python -m benchmarks.dynamic`` runs end to end at its smallest settings,
-so the benchmark cannot rot between the sessions that time it.  Run in a subprocess, as users run it:
+so the benchmark cannot rot between the runs that time it.  Run in a subprocess, as users run it:
 the benchmark sets the thread pool's size, which must not leak into other tests."""
 import os
 import subprocess

@@ -119,8 +119,8 @@ PIECES_PER_THREAD = 4
 
 One piece per thread makes a launch as slow as its slowest thread; more lets
 the others take over the pieces a descheduled or busy thread has not claimed,
-at the cost of one atomic claim per piece and smaller pieces. Measured on the
-2-vCPU dev VM, 2 threads: empty-body launch (benchmarks.parallel_launch,
+at the cost of one atomic claim per piece and smaller pieces. Measured on a
+2-vCPU VM, 2 threads: empty-body launch (benchmarks.parallel_launch,
 native loop) 0.13 / 0.27 / 0.40 / 0.59 / 1.37 us for 1 / 2 / 4 / 8 / 16; a
 3.3 ms (single-thread) compute loop with the worker pinned to a CPU shared
 with a busy process: median 3.33 / 3.2-3.3 / 2.9 / 2.95 / 2.9 ms, with no
@@ -130,7 +130,7 @@ and costs about what a launch did with static chunks (0.42-0.45 us)."""
 SPIN_NS = 500_000
 """How long an idle waiter polls (then polls and yields) before it sleeps.
 
-Measured on the 2-vCPU dev VM: a launch to spinning workers costs ~0.5 us, one
+Measured on a 2-vCPU VM: a launch to spinning workers costs ~0.5 us, one
 that must futex-wake a sleeping worker ~35-50 us in a micro-benchmark, but far
 more inside a network, where the woken vCPU is often descheduled by the host:
 ResNet-18 with 2 threads ran in 37 ms with a 50 us spin and 23 ms with 500 us

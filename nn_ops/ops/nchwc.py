@@ -349,10 +349,8 @@ def schedule_conv2d_blocked(s, op, target):
 #: each weight vector is read once, in order, and used for every row while it is in L1.  Row by row,
 #: the first row read the pair's weights (590 KB for ResNet-18's 512 -> 512 3x3) from memory in a
 #: burst the others then found in L2; a network's weights never stay cached from one run to the next.
-#: ResNet-18's three 512 -> 512 convs in a network run (``exe.profile`` one call each, medians): 593-600
-#: -> 492-507 us (alone, weights cached: 440 -> 450); with the Winograd change of the same session the
-#: network ran 1.05-1.11x the session's start build (six runs of ``benchmarks.against_saved``; that
-#: change alone 1.04-1.05x); MobileNetV2, DenseNet, EfficientNet-Lite and ConvNeXt within noise (0.98-1.02).
+#: ResNet-18's three 512 -> 512 convs in a network run: 593-600 -> 492-507 us (``exe.profile``, one call
+#: each); measure in a network, not alone: ``python -m benchmarks.against_saved --model resnet18 ...``.
 STREAMED_WEIGHT_PIXELS = 49
 
 

@@ -96,7 +96,7 @@ def unroll_long_epilogue(s: Schedule, op: ComputeOp, tile, axes) -> None:
     long body as a loop; the accumulator, then indexed by a variable, lived in memory through the
     whole reduction (GPT-2's dense + tanh GELU took 2.2x the dense's time).  Cheap epilogues
     (bias, ReLU, clip, a residual add) are left to LLVM, which unrolls them itself: unrolling them
-    here cost ~40 % more compile time per conv kernel for no speed measurable on this VM."""
+    here cost ~40 % more compile time per conv kernel for no measurable speed."""
     if tile.op is op or not _epilogue_calls_math(s, tile.op, op):
         return
     for axis in axes:

@@ -33,7 +33,7 @@ def _one_node(op, x_shape, attrs, inputs=("x",), initializers=(), name="the_node
 
 W = np.zeros((4, 3, 3, 3), np.float32)
 BAD = [
-    # the issue's findings: a ZeroDivisionError, a 24 GiB allocation, a two-minute pool, an IndexError
+    # attributes that once gave a ZeroDivisionError, a 24 GiB allocation, a two-minute pool, an IndexError
     ("AveragePool", dict(kernel_shape=[3, 3], strides=[0, 1], auto_pad="SAME_UPPER"), "strides", r"\[1, "),
     ("Conv", dict(pads=[2 ** 31 - 1, 0, 0, 0]), "pads", "larger than the input"),
     ("AveragePool", dict(kernel_shape=[10 ** 6, 10 ** 6]), "kernel_shape", "must fit the padded input"),
