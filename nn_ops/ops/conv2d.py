@@ -327,7 +327,8 @@ def _im2col_path(pixels: int) -> bool:
 
 #: fewer output channels per vector block than this (3 of an image, 21 classes of a segmentation
 #: head: blocks of 1) take the row path whatever their taps: the blocked path's vectors would hold
-#: one channel, scalar code (the fast neural style net's last 9x9 conv, 32 -> 3 at 256x256: 29.8 ms)
+#: one channel, scalar code (the fast neural style net's last 9x9 conv, 32 -> 3 at 256x256: 29.8 ms;
+#: re-measure: ``python -m benchmarks.network --models style_transfer``)
 FEW_CHANNELS = 4
 
 

@@ -390,7 +390,8 @@ def _register_limited_vectors(nv: int, registers: int) -> int:
     return 2 if nv == 4 and pixels_per_block(nv, registers) < 4 else nv
 
 
-#: a reduction (input channels x kernel taps) at most this long is short: see ``_channel_vectors``
+#: a reduction (input channels x kernel taps) at most this long is short: see ``_channel_vectors``;
+#: re-measure: ``python -m benchmarks.conv2d``
 SHORT_REDUCTION = 32
 #: a row at least this wide takes more channel vectors per register block when its reduction is short
 WIDE_ROW = 27

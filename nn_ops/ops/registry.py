@@ -270,6 +270,7 @@ def _schedule_transposed(stage, axes, perm, lanes: int) -> bool:
 
 
 #: pixels of one ``to_blocked`` tile (times the block's channels): 8 x 16 measured fastest of 4-16
+#: (``python -m benchmarks.transposes``)
 TO_BLOCKED_PIXELS = 8
 
 
@@ -445,11 +446,9 @@ def _merge_short_trailing_axes(stage, axes, lanes: int) -> list:
     return axes
 
 
-#: a kernel of less work than this (in multiply-adds) runs on one thread: handing work to the pool's
-#: workers costs more than the work.  An LSTM of 64 units at batch 1 (20 steps, exe.profile, 2
-#: threads, Zen 5): its cell kernel (128 values with their sigmoids and tanhs) 0.95 -> 0.45 us a
-#: step, the recurrent product (64 x 256) 1.1 -> 0.7 us, the layer 1.57x onnxruntime's speed
-#: against 0.75x; the zoo's networks within +-2 % (noise) either way.
+#: a kernel of less work than this (in multiply-adds) runs on one thread: waking the pool's workers
+#: costs more than the work (an LSTM of 64 units at batch 1: 0.75x -> 1.57x onnxruntime's speed).
+#: Re-measure: ``python -m benchmarks.recurrent`` and ``python -m benchmarks.network``.
 SERIAL_WORK = 32768
 #: the work of one value of an elementwise kernel, in multiply-adds (a rough mean: a copy is less, an
 #: activation's exp or tanh more)

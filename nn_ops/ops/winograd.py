@@ -47,22 +47,16 @@ _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=n
 _AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float64)
 
 
-#: CPUs (LLVM names) that run 512-bit FMAs at full rate per instruction (Intel's AVX-512 cores).
-#: There the direct blocked kernel is fast enough that Winograd's transforms, memory traffic,
-#: cost more than the multiplies they save except on small maps: on a Rocket Lake VM (2
-#: threads, interleaved) Winograd lost at 56x56 and 28x28 and won at 14x14 and 16x16, and
-#: ResNet-18 ran 1.33x faster with direct convs there.  Zen 4 executes AVX-512 as two 256-bit
-#: halves: there Winograd was 1.6-2x faster from 14x14 to 56x56.
+#: CPUs (LLVM names) that run 512-bit FMAs at full rate per instruction (Intel's AVX-512 cores): their
+#: direct kernels beat Winograd's transforms except on small maps (ResNet-18 1.33x direct on a Rocket
+#: Lake).  Re-measure: ``python -m benchmarks.network --models resnet18`` on such a CPU.
 FULL_RATE_AVX512 = frozenset({"skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client",
                               "icelake-server", "tigerlake", "rocketlake", "alderlake-avx512", "sapphirerapids",
                               "emeraldrapids", "graniterapids", "graniterapids-d"})
 #: the largest map (pixels) where Winograd pays on those CPUs
 MAX_WINOGRAD_PIXELS_FULL_RATE = 16 * 16
-#: CPUs where the fused Winograd pays up to ``MAX_WINOGRAD_PIXELS_LARGE`` (U-Net's 256x256 level):
-#: measured on a Zen 5 VM (interleaved in one process against the 56x56 limit):
-#: U-Net 1.08x with 64x64 maps, 1.23x with 128x128, 1.29x with 256x256; ResNet-18 and DenseNet
-#: stay at 56x56 and below (the full-rate rule's 16x16 ran them 0.85x / 0.88x).  Zen 4 was not
-#: measured at maps above 56x56 with the fused form and keeps the 56x56 limit.
+#: CPUs where the fused Winograd pays up to ``MAX_WINOGRAD_PIXELS_LARGE`` (U-Net's 256x256 level: 1.29x
+#: on Zen 5 against the 56x56 limit).  Re-measure: ``python -m benchmarks.network --models unet``.
 LARGE_MAP_WINOGRAD = frozenset({"znver5"})
 MAX_WINOGRAD_PIXELS_LARGE = 256 * 256
 
@@ -70,24 +64,20 @@ MAX_WINOGRAD_PIXELS_LARGE = 256 * 256
 def winograd_pays(kernel, stride, dilation, out_hw, channels: int, out_channels: int, cpu: str = "") -> bool:
     """Whether a blocked conv runs faster as Winograd F(2x2, 3x3) on the CPU.
 
-    Only 3x3, stride 1, undilated (odd maps too: their last tiles are half outside).  Measured on ResNet-18's
-    layers (``benchmarks/RESULTS.md``): 1.6-2x faster at 56x56, 28x28 and 14x14.  Smaller
-    maps stay with the direct kernel: few tiles per matmul, and the transformed weights are 16/9
-    of the direct ones' bytes (measured on Zen 5 in networks: SqueezeNet's 13x13 layers 1.04-1.08x
-    slower, ResNet-18 with its 7x7 layers as Winograd 0.85x).  Larger maps than 56x56 stay direct too: the transformed input and
-    output (16/4 of the map's bytes each) leave the caches, and on U-Net's 64x64 to 256x256
-    levels Winograd took 1.2-3x the direct kernel's time (interleaved per-kernel profile,
-    Intel Xeon VM, 2 threads, ``MAX_WINOGRAD_PIXELS``).  On CPUs with full-rate 512-bit FMAs
-    (``cpu`` in ``FULL_RATE_AVX512``) only maps up to 16x16 pay; on Zen 5
-    (``LARGE_MAP_WINOGRAD``) maps up to 256x256 do."""
+    Only 3x3, stride 1, undilated (odd maps too: their last tiles are half outside), on maps from
+    ``MIN_WINOGRAD_PIXELS`` to ``winograd_largest_map(cpu)``.  Smaller maps have few tiles per
+    matmul and transformed weights 16/9 of the direct ones' bytes; on larger maps the transformed
+    input and output (16/4 of the map's bytes each) leave the caches, except where the fused form
+    keeps them (``LARGE_MAP_WINOGRAD``); full-rate AVX-512 cores (``FULL_RATE_AVX512``) pay only
+    on small maps.  Re-measure: ``python -m benchmarks.conv2d`` and ``python -m benchmarks.network``."""
     oh, ow = out_hw
     return (tuple(kernel) == (3, 3) and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1)
             and MIN_WINOGRAD_PIXELS <= oh * ow <= winograd_largest_map(cpu)
             and min(channels, out_channels) >= 16)
 
 
-#: the smallest map (pixels) where Winograd is used: at 13x13 (SqueezeNet's last fire modules, 49
-#: tiles of which 13 half outside) it ran faster alone but 1.04-1.08x slower within the network
+#: the smallest map (pixels) where Winograd is used: at 13x13 it was faster alone but slower in a
+#: network (SqueezeNet, ``python -m benchmarks.network --models squeezenet1_1``)
 MIN_WINOGRAD_PIXELS = 14 * 14
 
 
@@ -97,6 +87,7 @@ def winograd_largest_map(cpu: str) -> int:
         MAX_WINOGRAD_PIXELS_LARGE if cpu in LARGE_MAP_WINOGRAD else MAX_WINOGRAD_PIXELS
 
 
+#: the largest map (pixels) elsewhere: above it the transformed tensors leave the caches
 MAX_WINOGRAD_PIXELS = 56 * 56
 
 
@@ -226,16 +217,12 @@ def fuses_rows(images: int, tile_rows: int, threads: int) -> bool:
     at root).
 
     Fused, each row's transformed input (C x tiles x 16 values) and its 16 matmul results stay
-    in the cache between the stages: at 56x56 and 64 channels the unfused stages write and read
-    back two 3.2 MB arrays.  Measured on ResNet-18's layers (Zen 4 VM, 2 threads, interleaved
-    against the unfused schedule): 1.25-1.37x at 56x56, 1.06-1.19x at 28x28.  With fewer than
-    ``FUSED_ROWS_PER_THREAD`` rows per thread (14x14: 7 rows for 2 threads) the stages run at root:
-    each row of the fused form read the whole transformed weight (256 -> 256: 4.2 MB, more than
-    the L2), from memory in a network, where the weights of the layers before have evicted it; at
-    root each position's matmul reads its weight once for all tiles.  ResNet-18 ran 1.04-1.05x
-    faster than with each row split into two channel parts, as they ran before (three interleaved runs in one process,
-    ``benchmarks.against_saved``, Zen 5); the layer alone (``benchmarks.conv2d``) is unchanged
-    (0.395 / 0.401 ms)."""
+    in the cache between the stages (unfused, at 56x56 and 64 channels, they write and read back
+    two 3.2 MB arrays; fused ran 1.25-1.37x faster there).  With fewer than
+    ``FUSED_ROWS_PER_THREAD`` rows per thread (14x14: 7 rows for 2 threads) the stages run at root,
+    where each position's matmul reads its transformed weight once for all tiles (fused, each row
+    read the whole weight, more than the L2, from memory in a network).  Re-measure in a network:
+    ``python -m benchmarks.against_saved --model resnet18 ...``."""
     return images * tile_rows >= FUSED_ROWS_PER_THREAD * max(1, threads)
 
 

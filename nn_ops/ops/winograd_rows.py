@@ -67,7 +67,8 @@ def conv2d_winograd_rows(X: Tensor, U: Tensor, bias=None, padding=(1, 1, 1, 1), 
     return _with_bias(Y, bias, name)
 
 
-#: output channel blocks from which the output channels run in two parts
+#: output channel blocks from which the output channels run in two parts (below it, two parts would
+#: transform each row's input twice); re-measure: ``python -m benchmarks.dynamic --model resnet18``
 TWO_PARTS_FROM_BLOCKS = 16
 
 
