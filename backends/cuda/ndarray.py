@@ -152,7 +152,7 @@ def _torch_view(obj):
 
     What the ``__cuda_array_interface__`` path checks, without building the interface's dict in
     Python (torch's property costs tens of microseconds per tensor, measured on an H100:
-    benchmarks/RESULTS.md); ``torch._C._cuda_getCurrentRawStream`` is the stream the interface
+    ``python -m benchmarks.cuda_matmul --host``); ``torch._C._cuda_getCurrentRawStream`` is the stream the interface
     reports, read without making a Stream object."""
     torch = sys.modules.get("torch")
     if torch is None or type(obj) is not getattr(torch, "Tensor", None) or not obj.is_cuda:

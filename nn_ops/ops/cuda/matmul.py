@@ -14,7 +14,7 @@ output and the reduction are whole tiles, both panels are double-buffered
 (``Stage.double_buffer``): the next step's global loads are in flight during this
 step's arithmetic, with one barrier per step (on an H100 at 4096^3: 32.7 TFLOPS
 single-buffered with 8-deep steps, 39.4 double-buffered with 16-deep ones; 16-deep
-steps single-buffered are slower, 30.4, benchmarks/RESULTS.md).  A fused epilogue (bias, activation)
+steps single-buffered are slower, 30.4; ``python -m benchmarks.cuda_matmul``).  A fused epilogue (bias, activation)
 is computed from the registers on the way out.
 """
 from __future__ import annotations
@@ -84,7 +84,7 @@ def reduction_step(extents, k, tiles, dtype_bytes: int = 4, steps=K_TILES, share
     ``K_TILE_SINGLE`` single-buffered (at most the last of ``steps``).
 
     On an H100, 8 x 4 blocks (128 x 64 tiles): 36.5 TFLOPS at 1024^3 with 32-deep steps against
-    33.7 with 16-deep ones, 42.5 against 41.6 at 4096^3 (benchmarks/RESULTS.md)."""
+    33.7 with 16-deep ones, 42.5 against 41.6 at 4096^3 (``python -m benchmarks.cuda_matmul --tiles ...``)."""
     for step in steps:
         fits = shared_bytes is None or 2 * (tiles[0] + tiles[1]) * step * dtype_bytes <= shared_bytes
         if fits and _whole_tiles(extents, k, tiles, step):
@@ -168,7 +168,7 @@ def store_a_panel(s, AA, CL, ki, panel: str) -> None:
     (``cooperative_copy(rows_fastest=True)``: conflict-free stores, each warp's float4 global
     loads 32 rows apart), ``"padded_steps"`` keeps the copy's coalesced order and pads each
     step's row by 4 floats (stores over 8 banks).  On an H200, 4096^3: 33.7 TFLOPS for
-    ``"steps"`` against 42.3 for ``"rows"`` (benchmarks/RESULTS.md)."""
+    ``"steps"`` against 42.3 for ``"rows"`` (``python -m benchmarks.cuda_matmul --tiles ...``)."""
     if panel not in A_PANELS:
         raise ValueError(f"a_panel={panel!r}: use one of {', '.join(A_PANELS)}")
     if panel == "rows":
