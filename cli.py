@@ -40,7 +40,7 @@ def _duration(text: str) -> float:
 
 def _cmd_tune(args) -> int:
     from . import autoschedule as auto, extract_tasks, from_onnx
-    from .backends.extras import require_extra
+    from .extras import require_extra
     budget = _duration(args.time_budget) if args.time_budget else None
     if args.trials is None and budget is None:
         raise UsageError("give --trials N, --time-budget DURATION, or both")
@@ -125,7 +125,7 @@ def _cmd_run(args) -> int:
 def _cmd_bench(args) -> int:
     import time
     from . import compile as lw_compile, from_onnx
-    from .backends.extras import require_extra
+    from .extras import require_extra
     from .nn_ops.models import load_onnx_model
     require_extra("onnxruntime", "loopweave bench (the peer it compares with)")
     from .nn_ops.testing.onnxruntime_peer import compare_with_onnxruntime

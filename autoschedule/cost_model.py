@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..backends.extras import require_extra
+from ..extras import require_extra
 
 
 class CostModel:

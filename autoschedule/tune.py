@@ -7,7 +7,7 @@ import time
 from typing import List, Optional
 
 from ..backends.build import build as _build
-from ..backends.extras import require_extra
+from ..extras import require_extra
 from ..dsl.schedule import create_schedule
 from ..dsl.trace import Trace
 from ..errors import ArgumentError, BuildError

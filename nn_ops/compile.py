@@ -25,7 +25,7 @@ from .network.graph import Graph
 from .network.signature import fixed_shapes_hint
 from .network.polymorphic_executable import FORMAT as POLYMORPHIC_FORMAT, load_polymorphic_kernels
 from .onnx_import.dynamic import DynamicGraph
-from .onnx_import.polymorphic import build_polymorphic
+from .compile_once import build_polymorphic
 
 
 def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=None,  # noqa: A001 - lw.compile
@@ -33,7 +33,7 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
     """Compile a network graph (from ``from_onnx``) into an executable.
 
     A DynamicGraph (symbolic input sizes) is compiled once for every binding of its sizes: a
-    PolymorphicExecutable, kernels taking the sizes as arguments (``onnx_import/polymorphic.py``).
+    PolymorphicExecutable, kernels taking the sizes as arguments (``compile_once/builder.py``).
     A model with shape inputs (values that change the graph's structure) gives a DynamicExecutable
     that compiles one static specialisation per input binding on first use; so does one with ops
     the polymorphic path does not cover yet, or compiled with ``tuning_log``, with a

@@ -1,9 +1,10 @@
 """The package's architecture, checked: layers import only downwards, and no modules import each other.
 
-Layers, lowest first (``shared/DESIGN.md``): ``errors`` (imports nothing of the project) < ``target``
-< ``dsl`` < ``lowering`` < ``backends`` < ``autoschedule`` < ``nn_ops`` < the face
+Layers, lowest first (``docs/design.md``): ``errors`` (imports nothing of the project) < ``extras``
+(the optional packages) < ``target`` < ``dsl`` < ``lowering`` < ``backends`` < ``autoschedule`` < ``nn_ops`` < the face
 (``__init__``, ``cli``, ``demo``, ...).  Inside ``nn_ops``: ``ops`` < ``network`` < ``onnx_import`` <
-``compile``/``testing``/``nn_ops/__init__``.  Every import statement counts, also one inside a
+``compile_once`` < ``compile``/``testing``/``nn_ops/__init__``; ``onnx_import`` only imports (it builds
+no kernel: no backend, no compute or schedule of the DSL).  Every import statement counts, also one inside a
 function: hiding an import there does not change which way the dependency runs.
 """
 from __future__ import annotations
@@ -19,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "loopweave"
 NOT_PACKAGE = {"tests", "benchmarks", "notebooks", "docs", ".venv", "build", ".git"}
 
-LAYERS = ["errors", "target", "dsl", "lowering", "backends", "autoschedule", "nn_ops", "face"]
-NN_OPS_LAYERS = ["ops", "network", "onnx_import", "top"]
+LAYERS = ["errors", "extras", "target", "dsl", "lowering", "backends", "autoschedule", "nn_ops", "face"]
+NN_OPS_LAYERS = ["ops", "network", "onnx_import", "compile_once", "top"]
 
 
 def package_modules() -> Dict[str, Path]:
@@ -94,7 +95,7 @@ def test_layers_import_only_downwards(graph):
         mine = LAYERS.index(layer_of(module))
         for t in targets:
             theirs = LAYERS.index(layer_of(t))
-            if theirs > mine or (theirs == mine and layer_of(module) in ("errors", "target")):
+            if theirs > mine or (theirs == mine and layer_of(module) in ("errors", "extras", "target")):
                 wrong.append(f"{module} ({layer_of(module)}) imports {t} ({layer_of(t)})")
     assert not wrong, "imports against the layers:\n" + "\n".join(sorted(wrong))
 
@@ -108,7 +109,20 @@ def test_nn_ops_subpackages_import_one_way(graph):
         for t in targets:
             if layer_of(t) == "nn_ops" and NN_OPS_LAYERS.index(nn_ops_layer_of(t)) > mine:
                 wrong.append(f"{module} imports {t}")
-    assert not wrong, "nn_ops: ops < network < onnx_import < compile/testing, broken by:\n" + "\n".join(sorted(wrong))
+    assert not wrong, ("nn_ops: ops < network < onnx_import < compile_once < compile/testing, broken by:\n"
+                       + "\n".join(sorted(wrong)))
+
+
+#: what building a kernel takes: a backend, or a computation and its schedule in the DSL
+KERNEL_BUILDING = ("loopweave.backends", "loopweave.dsl.tensor", "loopweave.dsl.schedule", "loopweave.lowering")
+
+
+def test_the_importer_builds_no_kernel(graph):
+    """``onnx_import`` turns a model into a graph; the network compilers build the kernels."""
+    wrong = [f"{module} imports {t}" for module, targets in graph.items()
+             if module.startswith("loopweave.nn_ops.onnx_import") for t in targets
+             if t.startswith(KERNEL_BUILDING)]
+    assert not wrong, "onnx_import builds kernels (move it to nn_ops/network or compile_once):\n" + "\n".join(sorted(wrong))
 
 
 def test_no_import_cycles(graph):

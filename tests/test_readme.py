@@ -214,7 +214,7 @@ def test_skips_name_only_what_the_readme_has():
 
 def test_readme_names_every_extra_and_missing_packages_name_real_ones():
     import tomllib
-    from loopweave.backends.extras import EXTRA_OF
+    from loopweave.extras import EXTRA_OF
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     text = README.read_text()
     assert [name for name in extras if f"| `{name}` |" not in text] == []

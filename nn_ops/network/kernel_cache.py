@@ -12,7 +12,7 @@ schedule or graph op registered from outside loopweave (a notebook's own
 ``register_schedule``) is in the tables, the source fingerprint cannot vouch for the
 result, and the cache stays out of the way.
 
-A shape-polymorphic kernel (``onnx_import/polymorphic.py``) is remembered by its structural key,
+A shape-polymorphic kernel (``compile_once/builder.py``) is remembered by its structural key,
 the one a saved ``.lwx`` names it by (``lookup_polymorphic``): a cached polymorphic compile of
 ResNet-18 lowered every kernel again (20 s of its 35 s cold).
 

@@ -1,7 +1,7 @@
 """PolymorphicExecutable: a network compiled once for every binding of its symbolic sizes.
 
 Made by ``lw.compile(graph, polymorphic=True)`` from a DynamicGraph
-(``onnx_import/polymorphic.py`` builds the kernels).  Each kernel was built once with its
+(``compile_once/builder.py`` builds the kernels).  Each kernel was built once with its
 symbolic extents as ``lw.var`` sizes, which the kernel takes as arguments.  ``run`` checks the
 feed against the symbolic signature, evaluates the symbolic memory plan (``symbolic_plan.py``)
 at the binding, fills (or reuses) the call tables for that binding (``call_list.py``: argument
@@ -22,6 +22,7 @@ from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
+from ...backends.aligned_memory import aligned_empty
 from ...backends.runtime import clear_error_slot
 from ...backends.timing import per_call_medians
 from ...errors import ArgumentError, InternalError
@@ -31,7 +32,7 @@ from . import call_list, symbolic as S
 from .kernel_cache import kernel_entry, kernel_module
 from .feed import check_names_and_dtypes, show_shape
 from .signature import SymbolicSignature, export_needs_fixed_shapes
-from .executable import _aligned_empty, index_out_of_range
+from .executable import index_out_of_range
 from .symbolic_plan import ALIGN, SymbolicPlan
 
 FORMAT = "loopweave-polymorphic-executable"
@@ -72,7 +73,7 @@ class KernelCall:
 class BindingTable:
     """A kernel argument computed from the binding, once per call table: a Resize's source
     indices and weights where the output sizes, or their ratio to the input's, are known only at
-    run time (``polymorphic_cnn.resize``)."""
+    run time (``compile_once/cnn.py``'s ``resize``)."""
 
     shape: tuple                # sympy sizes
     dtype: str
@@ -103,7 +104,7 @@ def _aligned(a: np.ndarray) -> np.ndarray:
     a = np.ascontiguousarray(a)
     if a.ctypes.data % ALIGN == 0 or a.nbytes == 0:
         return a
-    out = _aligned_empty(a.nbytes).view(a.dtype).reshape(a.shape)
+    out = aligned_empty(a.nbytes).view(a.dtype).reshape(a.shape)
     out[...] = a
     return out
 

@@ -13,7 +13,7 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 
-from ...backends.extras import install_hint
+from ...extras import install_hint
 from ...errors import InternalError, LoopweaveError, OnnxImportError
 from ..network.graph import Graph
 from . import converters as _converters  # noqa: F401 - importing it registers every converter

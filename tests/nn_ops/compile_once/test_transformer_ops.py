@@ -1,4 +1,4 @@
-"""Transformer and integer-matmul ops compiled once (``onnx_import/polymorphic_transformer_ops.py``):
+"""Transformer and integer-matmul ops compiled once (``compile_once/transformer_ops.py``):
 Attention (opset 23), RotaryEmbedding, SwiGLU, DynamicQuantizeLinear, MatMulInteger and
 QLinearMatMul over symbolic batch, sequence and past lengths, against onnxruntime (or, where it
 cannot run the node, the static path), every symbol at 1 too."""
@@ -14,7 +14,7 @@ import loopweave as lw  # noqa: E402
 from loopweave.errors import OnnxImportError  # noqa: E402
 from loopweave.nn_ops.testing.integer_reference import exact_reference  # noqa: E402
 
-from .test_polymorphic import _ort  # noqa: E402
+from .test_builder import _ort  # noqa: E402
 
 
 def _value(name, shape, elem=TensorProto.FLOAT):

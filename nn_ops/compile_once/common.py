@@ -1,4 +1,4 @@
-"""What the parts of the shape-polymorphic walk share (``polymorphic.py``, ``polymorphic_cnn.py``):
+"""What the parts of the shape-polymorphic walk share (``builder.py``, ``cnn.py``):
 ONNX elementwise nodes as DSL expressions, node attributes, and symbolic shapes compared and shown."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ..ops import elementwise as ew
 from ..ops import logic as logic_ops
 from ..ops import math as math_ops
 from ..ops.norm import gelu_value
-from .converters.math import UNARY_MATH
+from ..onnx_import.converters.math import UNARY_MATH
 
 class KernelVariant(NamedTuple):
     """A second kernel of a call (``_Builder.kernel``'s ``variants``): built by ``make`` with the same

@@ -1,5 +1,5 @@
 """``lw.compile(graph, polymorphic=True)``: compiled once, run at any binding of the symbols
-(``onnx_import/polymorphic.py``, ``network/polymorphic_executable.py``)."""
+(``compile_once/builder.py``, ``network/polymorphic_executable.py``)."""
 import numpy as np
 import pytest
 
@@ -107,7 +107,7 @@ def test_dense_layers_without_panels_keep_a_few_rows_variant_picked_per_binding(
     """Where the weight is not packed (another target, another dtype, fewer columns than a panel),
     each MatMul by a constant has two kernels of the same arguments: the blocked one and, for
     batch*seq <= FEW_ROWS, the streaming one that reads the weight in place."""
-    from loopweave.nn_ops.onnx_import import polymorphic
+    from loopweave.nn_ops.compile_once import builder as polymorphic
     monkeypatch.setattr(polymorphic._Builder, "panels", lambda self, inputs: (inputs, 0))
     model = transformer_encoder(batch=None, seq=None, hidden=64, heads=2, layers=2, ffn=128)
     exe = lw.compile(lw.from_onnx(model), polymorphic=True)
@@ -247,7 +247,7 @@ def test_inputs_are_checked_before_anything_runs(encoder):
 def test_save_and_load_keep_the_polymorphic_executable_without_compiling(encoder, tmp_path, monkeypatch, dense):
     model, exe = encoder
     if dense == "few-rows variants":        # the form dense layers take without panels (see above)
-        from loopweave.nn_ops.onnx_import import polymorphic
+        from loopweave.nn_ops.compile_once import builder as polymorphic
         monkeypatch.setattr(polymorphic._Builder, "panels", lambda self, inputs: (inputs, 0))
         exe = lw.compile(lw.from_onnx(model), polymorphic=True)
     path = tmp_path / "encoder.lwx"
@@ -962,7 +962,7 @@ def test_reductions_with_a_step_before_or_after_compile_once():
 def test_every_covered_op_has_a_symbolic_shape_rule():
     """An op the walk covers but shape inference does not know is refused at its first use, whatever
     the walk can do; each covered op needs its rule."""
-    from loopweave.nn_ops.onnx_import.polymorphic import COVERED
+    from loopweave.nn_ops.compile_once.builder import COVERED
     from loopweave.nn_ops.onnx_import.symbolic_shapes import RULES
     assert sorted(COVERED - set(RULES)) == []
 

@@ -1,5 +1,5 @@
 """The shape-polymorphic walk's kernels for the ops outside its dense/elementwise groups and its
-CNN part (``polymorphic.py``, ``polymorphic_cnn.py``): layout and index ops, normalizations,
+CNN part (``builder.py``, ``cnn.py``): layout and index ops, normalizations,
 quantization, Einsum.  Each ``fn(walk, node, label)`` builds the node's kernel through
 ``walk.kernel`` (``walk``: the ``_Builder``) or raises ``walk.unsupported`` saying why not; ``OPS``
 maps op types to them.  The math is the op library's own (``nn_ops/ops``), taking symbolic sizes."""
@@ -28,10 +28,10 @@ from ..ops.quantize import dequantize, quantize
 from ..ops.scatter import scatter_elements, scatter_nd
 from ..ops.shape import pad, reduce, softmax
 from ..ops.trig import FUNCTIONS as TRIG
-from .fold import WINDOW_TERMS, dequantized
-from .context import optional_input, optional_output
-from .importer import np_dtype
-from .polymorphic_common import _attr, _show
+from ..onnx_import.fold import WINDOW_TERMS, dequantized
+from ..onnx_import.context import optional_input, optional_output
+from ..onnx_import.importer import np_dtype
+from .common import _attr, _show
 
 
 def trilu_kernel(walk, node, label: str) -> None:

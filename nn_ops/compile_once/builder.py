@@ -18,9 +18,9 @@ elementwise arithmetic, Cast and the common activations -- elementwise nodes rig
 MatMul/Gemm (or another elementwise node) join its kernel as an epilogue --, Softmax and
 LayerNormalization (over (rows, n) views), Transpose, and the shape-only ops (Reshape, Flatten,
 Squeeze, Unsqueeze as views; Shape/Gather/Concat chains on shape values computed at import); CNNs
-in ``polymorphic_cnn.py``; layout and index ops, normalizations, quantization and Einsum in
-``polymorphic_ops.py``; Attention, RotaryEmbedding and integer matmuls in
-``polymorphic_transformer_ops.py``.  Everything else is listed in one ``OnnxImportError`` (compile without
+in ``cnn.py``; layout and index ops, normalizations, quantization and Einsum in
+``general_ops.py``; Attention, RotaryEmbedding and integer matmuls in
+``transformer_ops.py``.  Everything else is listed in one ``OnnxImportError`` (compile without
 ``polymorphic=True`` to specialise per shape).
 """
 from __future__ import annotations
@@ -52,17 +52,17 @@ from ..ops.norm import layer_norm
 from ..ops.registry import schedule
 from ..ops.shape import concat, reduce, softmax, transpose
 from ..ops.topk import topk_indices
-from .context import Unsupported, onnx_attrs
-from .converters.math import REDUCE_BETWEEN
-from .fold import FOLDERS, WINDOW_TERMS
-from .fold_size import check_folded_size
-from .importer import node_label
-from .polymorphic_cnn import CnnWalk
-from .polymorphic_common import (BINARY, FLOAT_ONLY, INTEGER, PREDICATES, TERNARY, UNARY, VARIADIC, WITH_ATTRS,
+from ..onnx_import.context import Unsupported, onnx_attrs
+from ..onnx_import.converters.math import REDUCE_BETWEEN
+from ..onnx_import.fold import FOLDERS, WINDOW_TERMS
+from ..onnx_import.fold_size import check_folded_size
+from ..onnx_import.importer import node_label
+from .cnn import CnnWalk
+from .common import (BINARY, FLOAT_ONLY, INTEGER, PREDICATES, TERNARY, UNARY, VARIADIC, WITH_ATTRS,
                                  KernelVariant, _apply, _attr, _elementwise, _same, _show, conv_transpose_attrs,
                                  node_params)
-from .polymorphic_ops import OPS, pad_kernel
-from .polymorphic_transformer_ops import OPS as TRANSFORMER_OPS
+from .general_ops import OPS, pad_kernel
+from .transformer_ops import OPS as TRANSFORMER_OPS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +73,7 @@ class _Pending:
 
 
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
-CNN_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")    # polymorphic_cnn.py (and below)
+CNN_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")    # cnn.py (and below)
 REDUCES = {"ReduceMean": (None, "mean", None), "ReduceSum": (None, "sum", None), "ReduceMax": (None, "max", None),
            "ReduceMin": (None, "min", None), **REDUCE_BETWEEN}
 #: the steps around a reduction (``REDUCE_BETWEEN``'s names), per element
@@ -351,7 +351,7 @@ class _Builder:
         """The element types ONNX's shape inference gives the model's values (a value inside a group
         of elementwise nodes, before its kernel is built), computed once when first asked."""
         if self._inferred is None:
-            from .importer import inferred_types
+            from ..onnx_import.importer import inferred_types
             self._inferred = inferred_types(self.model)
         return self._inferred
 

@@ -1,4 +1,4 @@
-"""Shape-polymorphic CNNs (``onnx_import/polymorphic_cnn.py``): one compile, any batch, height and
+"""Shape-polymorphic CNNs (``compile_once/cnn.py``): one compile, any batch, height and
 width, blocked activations, results checked against onnxruntime."""
 
 import numpy as np

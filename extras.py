@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from ..errors import MissingExtraError
+from .errors import MissingExtraError
 
 #: the extra (``[project.optional-dependencies]``) that installs each optional module
 EXTRA_OF = {"lightgbm": "autoschedule", "matplotlib": "notebook", "onnx": "onnx", "onnxruntime": "bench",

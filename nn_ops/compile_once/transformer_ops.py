@@ -1,6 +1,6 @@
 """The shape-polymorphic walk's kernels for transformer ops and integer matrix products: Attention
 (opset 23), RotaryEmbedding, MatMulInteger, QLinearMatMul and DynamicQuantizeLinear (SwiGLU is an
-elementwise node of ``polymorphic_common.WITH_ATTRS``).  Each ``fn(walk, node, label)`` builds the
+elementwise node of ``common.WITH_ATTRS``).  Each ``fn(walk, node, label)`` builds the
 node's kernels through ``walk.kernel`` (``walk``: the ``_Builder``) or raises ``walk.unsupported``
 saying why not; ``OPS`` maps op types to them.  Attention is made of the walk's own pieces, as the
 static converter decomposes it: head transposes, a ``batch_matmul`` of the scores (scale, softcap,
@@ -22,9 +22,9 @@ from ..ops.matmul import batch_matmul, matmul_panels, pack_panels, panel_width
 from ..ops.quantize import quantize
 from ..ops.rotary import rotary_embedding
 from ..ops.shape import concat, reduce, softmax, transpose
-from .context import optional_input, optional_output
-from .importer import np_dtype
-from .polymorphic_common import _attr, _show
+from ..onnx_import.context import optional_input, optional_output
+from ..onnx_import.importer import np_dtype
+from .common import _attr, _show
 
 _FLOATS = ("float32", "float64")
 

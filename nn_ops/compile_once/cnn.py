@@ -45,10 +45,10 @@ from ..ops.resize import axis_taps, coefficient_fn, resize_taps, source_coordina
 from ..ops.shape import reduce
 from ..ops.winograd import MIN_WINOGRAD_PIXELS, winograd_largest_map, winograd_weight
 from ..ops.winograd_rows import conv2d_winograd_rows
-from .context import optional_input
-from .converters.nn import inference_scale_shift
+from ..onnx_import.context import optional_input
+from ..onnx_import.converters.nn import inference_scale_shift
 from ..network.polymorphic_executable import BindingTable
-from .polymorphic_common import (BINARY, UNARY, WITH_ATTRS, KernelVariant, _apply, _attr, _same, _show,
+from .common import (BINARY, UNARY, WITH_ATTRS, KernelVariant, _apply, _attr, _same, _show,
                                  conv_transpose_attrs, node_params)
 
 #: a conv on rows of symbolic width also gets kernels with register blocks of these many pixels, the

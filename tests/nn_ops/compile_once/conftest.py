@@ -1,4 +1,4 @@
-"""Fixtures shared by the importer's tests."""
+"""Fixtures shared by the compile-once tests."""
 import pytest
 
 

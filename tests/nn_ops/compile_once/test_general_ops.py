@@ -1,4 +1,4 @@
-"""Index, scatter, spatial-sampling and loss ops compiled once (``onnx_import/polymorphic_ops.py``):
+"""Index, scatter, spatial-sampling and loss ops compiled once (``compile_once/general_ops.py``):
 data, indices and maps of symbolic sizes, each at several bindings including sizes of 1, against
 onnxruntime."""
 import numpy as np
@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 import loopweave as lw  # noqa: E402
 from loopweave.errors import OnnxImportError  # noqa: E402
 
-from .test_polymorphic import _ort  # noqa: E402
+from .test_builder import _ort  # noqa: E402
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=18):
