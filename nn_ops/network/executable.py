@@ -2,7 +2,9 @@
 
 ``compile_graph(graph, target)``:
 
-1. graph passes (``passes.optimize``), then ``fuse_operators`` into kernels;
+1. graph passes (``passes.optimize``, ``materialize_output_copies``), then ``fuse_operators`` into
+   kernels, of which ``concats_in_place`` and ``slices_as_views`` (``passes/``) leave out the
+   concats and slices that read as places in other values' memory;
 2. each kernel's computation is built from the op table over placeholders named
    ``in0, in1, ...`` (so identical layers lower to identical IR), scheduled with the
    registry's default schedules, lowered and built; identical kernels are built once
@@ -39,6 +41,7 @@ from tqdm.auto import tqdm
 from ...autoschedule import apply_best
 from ...backends import build as build_mod
 from ...backends import build_workers
+from ...backends.aligned_memory import ALIGN, aligned_empty, aligned_size
 from ...backends.build import build, build_many, cannot_run_here
 from ...backends.runtime import (KERNEL_ENTRY, clear_error_slot, data_pointer, index_error_text, new_error_slot,
                                  read_index_error)
@@ -52,21 +55,18 @@ from . import kernel_cache
 from .archive import ArchiveReader, ArchiveWriter, MetaChecker
 from .cuda_executable import CudaExecutable
 from .feed import check_static_feed
-from .graph import Graph, Node
+from .graph import Graph
 from .limits import memory_limit_bytes
 from .op_table import OPS, scalar_constants
-from .passes import FusedGroup, fuse_operators, optimize
+from .memory_root import memory_root
+from .passes import (concats_in_place, fuse_operators, materialize_output_copies, optimize, pack_weights,
+                     slices_as_views)
 
 FORMAT_VERSION = 3      # 2: every member checksummed (archive.py); 3: kernels and runner take an error slot (older files are refused)
-ALIGN = 64
 _RUN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 # the graph ops whose kernels check indices read from data (an error names the node of this kind)
 INDEX_CHECKING_OPS = ("gather", "gather_elements", "gather_nd", "scatter_elements", "scatter_nd", "nll_terms",
                       "nll_weights", "rotary_embedding")
-
-
-def _align(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
 def index_out_of_range(slot, inputs, where: str, node: str) -> IndexOutOfRangeError:
@@ -80,12 +80,6 @@ def index_out_of_range(slot, inputs, where: str, node: str) -> IndexOutOfRangeEr
                                 f"  fix: check the values fed to the network (e.g. token ids against the "
                                 f"vocabulary size); ONNX leaves out-of-range indices undefined, and loopweave "
                                 f"refuses them", index, extent, what, node)
-
-
-def _aligned_empty(nbytes: int) -> np.ndarray:
-    raw = np.empty(max(1, nbytes) + ALIGN, np.uint8)
-    off = (-raw.ctypes.data) % ALIGN
-    return raw[off:off + max(1, nbytes)]
 
 
 # ---------------------------------------------------------------- storage locations
@@ -164,13 +158,13 @@ def plan_kernel_groups(graph: Graph, target_kind: str, precision: str = "fp32"):
     concats computed in place by their parts' kernels are not among the groups.  Shared by the
     compiler and the tuning tasks (which so never tune a copy the network does not run)."""
     g = optimize(graph, target_kind, precision)
-    _materialize_output_copies(g)
+    g = materialize_output_copies(g)
     groups = fuse_operators(g)
     kernel_groups = [grp for grp in groups if grp.kind != "alias"]
     alias_of = {grp.output: grp.nodes[0].inputs[0] for grp in groups if grp.kind == "alias"}
-    kernel_groups, slice_of = _concats_in_place(g, kernel_groups, alias_of)
+    kernel_groups, slice_of = concats_in_place(g, kernel_groups, alias_of, ALIGN)
     # the CPU's kernels read any element's address; the GPU's take 16-byte vectors of aligned arguments
-    kernel_groups = _slices_as_views(g, kernel_groups, alias_of, slice_of, 1 if target_kind == "llvm" else ALIGN)
+    kernel_groups = slices_as_views(g, kernel_groups, alias_of, slice_of, 1 if target_kind == "llvm" else ALIGN)
     return g, kernel_groups, alias_of, slice_of
 
 
@@ -248,7 +242,7 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
         compiled = len(kernel_groups) - reused - cached
         print(kernel_count_line(len(kernel_groups), compiled, cached, reused, time.perf_counter() - start),
               file=sys.stderr)
-    weights, weight_offsets = _pack_weights(g, {p for _, params, _ in calls_params for p in params})
+    weights, weight_offsets = pack_weights(g, {p for _, params, _ in calls_params for p in params})
     steps = [(params, grp.output) for (_, params, _), grp in zip(calls_params, kernel_groups)]
     locations, arena_size = _plan_memory(g, steps, alias_of, weight_offsets, slice_of)
     calls = [KernelCall(m.symbol, name, [locations[p] for p in params] + [locations[grp.output]],
@@ -257,26 +251,6 @@ def build_kernels(graph: Graph, tgt, progress: Optional[bool], build_fn=None, tu
              for (m, params, name), grp in zip(calls_params, kernel_groups)]
     has_ir = tgt.kind == "llvm" and all(sym in kernel_ir for sym in built)
     return KernelPlan(g, calls, built, weights, weight_offsets, arena_size, tuned, kernel_ir if has_ir else None)
-
-
-def _materialize_output_copies(g: Graph) -> None:
-    """Graph outputs must be written by a kernel: reshapes become copy kernels; inputs,
-    constants and repeated outputs get a copy node.  An empty output needs none: there
-    is nothing to write (the importer made every empty result a constant)."""
-    producers = g.producer_map()
-    seen = set()
-    for k, out in enumerate(list(g.outputs)):
-        if 0 in g.values[out].shape:
-            continue
-        node = producers.get(out)
-        if node is not None and OPS[node.op_type].kind == "alias" and out not in seen:
-            node.op_type = "reshape_copy"      # the same index arithmetic, computed into the output
-        elif node is None or out in seen:
-            new = g.fresh_name(out + ".out")
-            g.add_value(new, g.values[out].shape, g.values[out].dtype)
-            g.add_node("copy", [out], [new], name=new)
-            g.outputs[k] = new
-        seen.add(g.outputs[k])
 
 
 def group_signature(g: Graph, grp) -> Tuple[str, List[str]]:
@@ -376,150 +350,6 @@ def _static(t):
     return tuple(int(d.value) for d in t.shape)
 
 
-def _pack_weights(g: Graph, used: set):
-    """All constant parameters in one aligned blob: (blob, {name: (offset, shape, dtype)})."""
-    table = {}
-    offset = 0
-    for name in sorted(used):
-        if name in g.initializers:
-            arr = g.initializers[name]
-            table[name] = (offset, list(arr.shape), str(arr.dtype))
-            offset = _align(offset + arr.nbytes)
-    blob = _aligned_empty(offset)
-    for name, (off, shape, dtype) in table.items():
-        arr = np.ascontiguousarray(g.initializers[name])
-        blob[off:off + arr.nbytes] = arr.reshape(-1).view(np.uint8)
-        # the compiled graph keeps read-only views into the blob: no second copy of the weights
-        view = blob[off:off + arr.nbytes].view(arr.dtype).reshape(arr.shape)
-        view.flags.writeable = False
-        g.initializers[name] = view
-    return blob, table
-
-
-def _concats_in_place(g: Graph, kernel_groups, alias_of: Dict[str, str]):
-    """(the kernel groups left to run, {value: (concat output, byte offset)}): a concat along an axis
-    with only 1s before it (a channel concat of one image, NCHW or blocked) lays its inputs out one
-    after another, so where every input is a kernel's own result (not a graph input or output, a
-    weight, a view, or another concat's part) and sits at an offset the arena's alignment keeps,
-    each producer writes straight into its part of the concat's buffer and the copy is not run
-    (SqueezeNet's fire modules: 6 % of its run).
-
-    A concat whose inputs begin another concat's (a dense block's: each layer concatenates the
-    features so far, the block's last concat all of them) is a view of that one's first bytes, so
-    every feature map is written once, in place, and each layer reads its prefix as one tensor
-    (before: 58 copies-with-selects in DenseNet-121, each its own kernel).  A concat heading a
-    group (under an elementwise epilogue, as a batch norm) leaves the group, which then reads the
-    concat's memory."""
-    produced = {grp.output for grp in kernel_groups}
-    outside = set(g.inputs) | set(g.outputs)
-    slice_of: Dict[str, Tuple[str, int]] = {}
-    heads = [grp for grp in kernel_groups if grp.nodes[0].op_type == "concat"]
-    roots: List[Tuple[Node, List]] = []        # (the longest concat of a family, its members' groups)
-    for grp in sorted(heads, key=lambda grp: -len(grp.nodes[0].inputs)):
-        node = grp.nodes[0]
-        family = next((members for root, members in roots if _is_prefix(g, node, root)), None)
-        if family is None:
-            roots.append((node, [grp]))
-        else:
-            family.append(grp)
-    moved = set()                 # ids of the groups whose concat is computed in place
-    for root, members in roots:
-        parts = _concat_parts(g, root, produced, outside, alias_of, slice_of)
-        if parts is None:
-            continue
-        slice_of.update((name, (root.outputs[0], offset)) for name, offset in parts)
-        for grp in members:
-            if grp.nodes[0] is not root:
-                slice_of[grp.nodes[0].outputs[0]] = (root.outputs[0], 0)
-            moved.add(id(grp))
-    kept = []
-    for grp in kernel_groups:
-        if id(grp) not in moved:
-            kept.append(grp)
-        elif len(grp.nodes) > 1:        # the epilogue stays, reading the concat's memory
-            kept.append(FusedGroup(grp.nodes[1:], grp.kind, grp.output).find_inputs())
-    return kept, slice_of
-
-
-def _is_prefix(g: Graph, node, root) -> bool:
-    """Whether concat ``node`` joins the first inputs of concat ``root`` along the same axis."""
-    n = len(node.inputs)
-    axis = int(node.attrs["axis"]) % len(g.shape(node.outputs[0]))
-    root_axis = int(root.attrs["axis"]) % len(g.shape(root.outputs[0]))
-    return n <= len(root.inputs) and list(root.inputs[:n]) == list(node.inputs) and axis == root_axis \
-        and node.outputs[0] not in g.outputs
-
-
-def _concat_parts(g: Graph, node, produced, outside, alias_of, slice_of):
-    """[(input, byte offset)] where ``node``'s inputs can be computed in place, else None."""
-    shape = g.values[node.outputs[0]].shape
-    axis = int(node.attrs["axis"]) % len(shape)
-    inputs = list(node.inputs)
-    if np.prod(shape[:axis], dtype=np.int64) != 1 or node.outputs[0] in outside or len(set(inputs)) != len(inputs):
-        return None
-    parts, offset = [], 0
-    for name in inputs:
-        if name not in produced or name in outside or name in alias_of or name in slice_of or offset % ALIGN:
-            return None
-        v = g.values[name]
-        parts.append((name, offset))
-        offset += int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize
-    return parts
-
-
-def _slices_as_views(g: Graph, kernel_groups, alias_of: Dict[str, str], slice_of: Dict[str, Tuple[str, int]],
-                     alignment: int):
-    """The kernel groups left to run, where a lone ``slice`` that takes one contiguous block of a
-    kernel's result (the last axis it cuts is the only one cut, every axis before it is cut to one
-    element, steps of 1) became a view of that result at the block's byte offset (added to
-    ``slice_of``).  A recurrent layer unrolled over its sequence reads each step's rows of its input
-    projection, and each step's states, this way: no copy per step.  Not for slices of graph inputs,
-    outputs or weights (their places take no offset), nor for a graph output (it must be written), nor
-    at an offset that is not a multiple of ``alignment`` bytes."""
-    outside = set(g.inputs) | set(g.outputs) | set(g.initializers)
-    kept = []
-    for grp in kernel_groups:
-        node = grp.nodes[0]
-        offset = _contiguous_slice_offset(g, node) if len(grp.nodes) == 1 and node.op_type == "slice" else None
-        source, out = (node.inputs[0], node.outputs[0]) if offset is not None else (None, None)
-        if offset is None or offset % alignment or out in outside or out in slice_of \
-                or _root_at(source, alias_of, slice_of)[0] in outside:
-            kept.append(grp)
-            continue
-        slice_of[out] = (source, offset)
-    return kept
-
-
-def _root_at(v: str, alias_of: Dict[str, str], slice_of: Dict[str, Tuple[str, int]]) -> Tuple[str, int]:
-    """(the value whose memory ``v`` lies in, through views and in-place concat parts; the byte offset)."""
-    offset = 0
-    while True:
-        if v in alias_of:
-            v = alias_of[v]
-        elif v in slice_of:
-            v, part = slice_of[v]
-            offset += part
-        else:
-            return v, offset
-
-
-def _contiguous_slice_offset(g: Graph, node) -> Optional[int]:
-    """The byte offset of a slice's result in its input when that result is one contiguous block of
-    it (row-major), else None."""
-    shape = [int(d) for d in g.shape(node.inputs[0])]
-    begin, end, step = (list(node.attrs[k]) for k in ("begin", "end", "step"))
-    if any(s != 1 for s in step) or len(begin) != len(shape):
-        return None
-    cut = [k for k, (b, e, n) in enumerate(zip(begin, end, shape)) if (b, e) != (0, n)]
-    last = cut[-1] if cut else 0
-    if any(e - b != 1 for b, e in zip(begin[:last], end[:last])):
-        return None
-    flat = 0
-    for b, n in zip(begin, shape):
-        flat = flat * n + b
-    return flat * np.dtype(g.values[node.inputs[0]].dtype).itemsize
-
-
 def _plan_memory(g: Graph, steps: List[Tuple[List[str], str]], alias_of: Dict[str, str], weight_offsets,
                  slice_of: Optional[Dict[str, Tuple[str, int]]] = None):
     """Locations of every value; intermediates share one arena, reused by liveness.
@@ -531,7 +361,7 @@ def _plan_memory(g: Graph, steps: List[Tuple[List[str], str]], alias_of: Dict[st
     slice_of = slice_of or {}
 
     def root(v: str) -> str:
-        return _root_at(v, alias_of, slice_of)[0]
+        return memory_root(v, alias_of, slice_of)[0]
 
     locations: Dict[str, Tuple[str, int]] = {}
     for k, name in enumerate(g.inputs):
@@ -550,7 +380,7 @@ def _plan_memory(g: Graph, steps: List[Tuple[List[str], str]], alias_of: Dict[st
         r = root(out)
         if r not in locations:
             v = g.values[r]
-            size = _align(int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize)
+            size = aligned_size(int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize)
             offset = _first_fit(live, size)
             live.append((offset, size, r))
             live.sort()
@@ -559,7 +389,7 @@ def _plan_memory(g: Graph, steps: List[Tuple[List[str], str]], alias_of: Dict[st
         # free what dies here, after the output got its place (so it never overlaps its inputs)
         live = [blk for blk in live if last_use.get(blk[2], -1) > k]
     for v in g.values:
-        r, offset = _root_at(v, alias_of, slice_of)
+        r, offset = memory_root(v, alias_of, slice_of)
         if v not in locations and r in locations:
             space, where = locations[r]
             if offset and space != "arena":
@@ -697,7 +527,7 @@ class Executable:
         self.runner_symbol, self.runner_object = runner_symbol, runner_object
         self.runner_ir = _renamed_runner(text, runner_symbol)
         self._entry = _RUN_TYPE(_load_runner(runner_symbol, runner_object, addresses) if self.runs_here else 0)
-        self._arena = _aligned_empty(arena_size)
+        self._arena = aligned_empty(arena_size)
         self._in_ptrs = (ctypes.c_void_p * max(1, len(self.inputs)))()
         self._out_ptrs = (ctypes.c_void_p * max(1, len(self.outputs)))()
         self._lock = threading.Lock()
@@ -926,7 +756,7 @@ def load_static_from(reader: ArchiveReader) -> "Executable":
         check.fail("has a malformed 'calls' table")
     if any(call.symbol not in kernel_symbols for call in calls):
         check.fail("calls a kernel that it does not contain")
-    blob = _aligned_empty(weights_size)
+    blob = aligned_empty(weights_size)
     table = {}
     for w in check.get(meta, "weights", list):
         member, off = check.get(w, "file", str, "weights."), check.get(w, "offset", int, "weights.")

@@ -1,12 +1,15 @@
 """Graph passes, one per file: each takes a Graph and returns it (rewritten) or a partition of it.
 
-``optimize(graph)`` runs the standard pipeline in order; ``fuse_operators`` partitions the
-result into kernels for the executor.
+``optimize(graph)`` runs the standard pipeline in order; the executor then runs
+``materialize_output_copies``, partitions the result into kernels (``fuse_operators``), lets
+producers write concats in place (``concats_in_place``), reads contiguous slices as views
+(``slices_as_views``) and packs the constants the kernels read into one blob (``pack_weights``).
 """
 from __future__ import annotations
 
 from ..graph import Graph
 from .choose_conv_layout import choose_conv_layout
+from .concats_in_place import concats_in_place
 from .choose_cuda_conv import choose_cuda_conv
 from .choose_dense_layout import choose_dense_layout
 from .collapse_reshapes import collapse_reshapes
@@ -18,8 +21,11 @@ from .fold_pad_into_conv import fold_pad_into_conv
 from .fuse_gelu import fuse_gelu
 from .fuse_silu import fuse_silu
 from .fuse_operators import FusedGroup, fuse_operators
+from .materialize_output_copies import materialize_output_copies
+from .pack_weights import pack_weights
 from .rejoin_slices import rejoin_slices
 from .sink_reshapes import sink_reshapes
+from .slices_as_views import slices_as_views
 
 
 def optimize(graph: Graph, target_kind: str = "llvm", precision: str = "fp32") -> Graph:
@@ -55,4 +61,5 @@ def _host_lanes() -> int:
 
 
 __all__ = ["optimize", "choose_conv_layout", "choose_cuda_conv", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "choose_dense_layout", "pack_conv_weights",
-           "eliminate_dead_code", "fuse_gelu", "fuse_silu", "sink_reshapes", "collapse_reshapes", "rejoin_slices", "fuse_operators", "FusedGroup"]
+           "eliminate_dead_code", "fuse_gelu", "fuse_silu", "sink_reshapes", "collapse_reshapes", "rejoin_slices", "fuse_operators", "FusedGroup",
+           "materialize_output_copies", "concats_in_place", "slices_as_views", "pack_weights"]

@@ -173,7 +173,7 @@ def _per_channel(shape, out_shape) -> bool:
 def _channel_slice(g: Graph, node: Node, b: int, lanes: int) -> bool:
     """Whether ``slice`` ``node`` cuts whole ``b``-channel blocks of a 4-d value and nothing else (the
     halves of YOLO's C2f Split), its result blocked alike: it is then the slice of the blocked twin's
-    channel-block axis (a view of one image's, ``executable._slices_as_views``)."""
+    channel-block axis (a view of one image's, ``slices_as_views``)."""
     shape, attrs = g.shape(node.inputs[0]), node.attrs
     if len(shape) != 4 or tuple(attrs["step"]) != (1, 1, 1, 1):
         return False

@@ -4,7 +4,7 @@ along the concat's axis reads that value instead.
 YOLOv8's C2f block (and CSP blocks like it) Splits a conv's result in two halves, runs a bottleneck on
 the second, then concatenates both halves with the bottleneck's outputs: ``concat(y[:h], y[h:], z...)``
 is ``concat(y, z...)``.  Rejoined, the conv writes its result straight into its place in the concat
-(``executable._concats_in_place``) and the second half is a view of it; as slices, each half was
+(``concats_in_place``) and the second half is a view of it; as slices, each half was
 copied into the concat (0.4 MB at 80x80).  Accepts any graph; guarantees the same values (the slices
 stay for their other readers; dead ones go with ``eliminate_dead_code``).
 """

@@ -14,7 +14,7 @@ The sequence length is static (a symbolic one compiles per shape), so each layer
   last states.
 
 The per-step slices (a step's rows of the input projection, a cell's states, a step's mask) are
-contiguous, and the executor reads them as views of their source (``executable._slices_as_views``),
+contiguous, and the executor reads them as views of their source (``network/passes/slices_as_views.py``),
 so they cost no kernel; every step runs the same two (or four) kernels, compiled once.
 ``sequence_lens`` (a graph input or a constant) masks the steps past each sequence's end: the
 states keep their last values and ``Y`` is zero there, as onnxruntime does.  Both directions
@@ -233,7 +233,7 @@ class _Layer:
         and Y_h / Y_c from the final states ``finals[k][direction]``.
 
         A direction's cells are concatenated in time order: a concat the executor computes in place
-        (``executable._concats_in_place``: each cell kernel writes its states straight into its
+        (``network/passes/concats_in_place.py``: each cell kernel writes its states straight into its
         slot), so Y is one strided copy of those rows, not a copy per step."""
         y = optional_output(self.node, 0)
         if y is not None:

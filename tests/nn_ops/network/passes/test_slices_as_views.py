@@ -1,4 +1,4 @@
-"""Slices read as views (``executable._slices_as_views``): a lone slice taking one contiguous block of
+"""Slices read as views (``passes/slices_as_views.py``): a lone slice taking one contiguous block of
 a kernel's result runs no kernel, its readers get the block's address; any other slice keeps its
 copy.  Checked against onnxruntime."""
 import numpy as np

@@ -1,4 +1,4 @@
-"""Channel concats of one image computed in place (``executable._concats_in_place``): the kernels
+"""Channel concats of one image computed in place (``passes/concats_in_place.py``): the kernels
 producing the parts write straight into their slice of the concat's buffer and no copy runs; where
 that cannot be (a part that is a graph input, a batch of several images, a value used twice), the
 copy stays.  Every case is checked against onnxruntime."""
