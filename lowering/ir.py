@@ -196,4 +196,4 @@ class PrimFunc:
         return primfunc_html(self)
 
     def structural_key(self):
-        return primfunc_to_str(self, unique_names=True)
+        return primfunc_to_str(self, unique_names=True, flat=True)

@@ -251,6 +251,31 @@ def _as_min_or_max(pw: isl.PwAff, pieces, names: IslNames) -> Optional[Expr]:
     return None
 
 
+def one_piece(pw: isl.PwAff, nonnegative: Sequence[str]) -> isl.PwAff:
+    """``pw`` as a single quasi-affine piece where one piece's formula gives its value everywhere the
+    parameters named in ``nonnegative`` (sizes) are >= 0; else ``pw`` itself.
+
+    A non-dividing split's main range ends at ``{ -1 : n <= 7; n//8 - 1 : n >= 8 }``, which prints
+    as ``select(n <= 7, -1, n // 8 - 1)``; for every size ``n >= 0`` that is ``n // 8 - 1``.  Exact:
+    the two are proven equal by isl over every valid size, and a negative size is not a shape.
+    """
+    pieces = pw.get_pieces()
+    if len(pieces) < 2:
+        return pw
+    domain = pw.domain()
+    params = [domain.get_dim_name(isl.dim_type.param, k) for k in range(domain.dim(isl.dim_type.param))]
+    facts = " and ".join(f"{n} >= 0" for n in nonnegative if n in params)
+    valid = isl.Set(f"[{', '.join(params)}] -> {{ : {facts or '1 = 1'} }}")
+    if not valid.is_subset(domain):
+        return pw
+    expected = pw.intersect_params(valid)
+    for _, aff in pieces:
+        candidate = isl.PwAff.from_aff(aff)
+        if candidate.intersect_params(valid).is_equal(expected):
+            return candidate
+    return pw
+
+
 def pw_aff_to_expr(pw: isl.PwAff, names: IslNames) -> Expr:
     """A loopweave expression for an isl piecewise quasi-affine function (simplified)."""
     return simplify_expr(_pw_aff_to_expr(pw, names))

@@ -2,7 +2,8 @@
 
 Each pass is a function ``(stmt, ctx) -> stmt`` in its own file; ``dump_after``
 keeps the IR after the named pass (``func.dumps[name]``) and ``timings`` records how
-long each took, so any stage of lowering can be inspected.
+long each took, so any stage of lowering can be inspected.  With ``verify.set_verify(True)``
+(the test suite's setting) the IR is checked after every pass (``verify.py``).
 """
 from __future__ import annotations
 
@@ -28,11 +29,13 @@ from .passes.pad_tail_tiles import pad_tail_tiles
 from .passes.remove_noops import remove_noops
 from .passes.distribute_warp_tiles import distribute_warp_tiles
 from .passes.double_buffer import double_buffer
+from .passes.drop_unit_loops import drop_unit_loops
 from .passes.insert_syncs import insert_syncs
 from .passes.simplify import simplify
 from .passes.split_host_device import split_host_device
 from .passes.storage_flatten import storage_flatten
 from .symbolic_annotations import warn_symbolic_annotations
+from .verify import verify, verify_enabled
 from .passes.unroll import unroll
 from .passes.vectorize import vectorize
 from .schedule_to_loops import schedule_to_loops
@@ -47,6 +50,7 @@ PASSES = (
     ("unroll", unroll),
     ("simplify_unrolled", simplify),
     ("remove_noops", remove_noops),
+    ("drop_unit_loops", drop_unit_loops),
     ("hoist_allocations", hoist_allocations),
 )
 
@@ -56,10 +60,12 @@ BOUNDS_CHECK_PASSES = (("insert_bounds_checks", insert_bounds_checks),)
 # what ``checks=`` takes: None (only the checks the computation states itself) or "bounds"
 CHECKS = (None, "bounds")
 
-# target "cuda" only: after the passes above, the host/device split and GPU barriers
+# target "cuda" only: after the passes above, the host/device split and GPU barriers; loops of
+# one iteration go only after double_buffer, which pipelines the loop it finds whatever its extent
 GPU_PASSES = (
     ("clamp_checked_indices", clamp_checked_indices),
     ("double_buffer", double_buffer),
+    ("drop_unit_loops", drop_unit_loops),
     ("split_host_device", split_host_device),
     ("insert_syncs", insert_syncs),
 )
@@ -132,7 +138,8 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
                                 "there); build for target='llvm' to check indices")
         check_gpu_schedule(schedule)
         at = [n for n, _ in passes].index("vectorize")
-        passes = passes[:at] + (("pad_register_loops", pad_register_loops),) + passes[at:] + GPU_PASSES
+        passes = passes[:at] + (("pad_register_loops", pad_register_loops),) + passes[at:]
+        passes = tuple(p for p in passes if p[0] != "drop_unit_loops") + GPU_PASSES
         at = [n for n, _ in passes].index("simplify_flat") + 1
         passes = passes[:at] + (("distribute_warp_tiles", distribute_warp_tiles),) + passes[at:]
     start = time.perf_counter()
@@ -145,10 +152,17 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
     ctx.timings["schedule_to_loops"] = time.perf_counter() - start
     func = PrimFunc(name, params, size_vars, body, param_tensors=args)
     func.dumps["schedule_to_loops"] = body
+    checking = verify_enabled()
+    if checking:
+        verify(func, "schedule_to_loops")
+    done = []
     for pass_name, run in passes:
         start = time.perf_counter()
         body = run(body, ctx)
         ctx.timings[pass_name] = time.perf_counter() - start
+        done.append(pass_name)
+        if checking:
+            verify(func.with_body(body), pass_name, done)
         if dump_after in (pass_name, "all"):
             func.dumps[pass_name] = body
     result = func.with_body(body)

@@ -14,6 +14,27 @@ if "LOOPWEAVE_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["LOOPWEAVE_CACHE_DIR"], True)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite the golden printed IR under tests/lowering/golden/ instead of comparing with it")
+    parser.addoption("--no-verify-ir", action="store_true", default=False,
+                     help="do not check the loop IR after every lowering pass (lowering/verify.py)")
+
+
+def pytest_configure(config):
+    """Every lowering in the tests checks its IR after each pass: a pass that breaks an invariant
+    fails there, naming itself (production lowering skips the check)."""
+    if not config.getoption("--no-verify-ir"):
+        from loopweave.lowering.verify import set_verify
+        set_verify(True)
+
+
+@pytest.fixture
+def update_golden(request):
+    """Whether ``pytest --update-golden`` asked to rewrite golden files rather than compare with them."""
+    return request.config.getoption("--update-golden")
+
+
 def _gpu_reason():
     from loopweave.backends.cuda.driver import get_driver
     from loopweave.errors import BuildError

@@ -113,7 +113,8 @@ class _Tile:
             raise LoweringError(f"warp buffer '{buf.name}' is {self.rows} x {self.width}: a warp tile is made of "
                                 f"whole {M} x {N} sub-tiles; split its rows by {M} and its columns by {N}")
         self.buffer = buf
-        self.fragments = Buffer(buf.name, (const(self.rows * self.width // 32),), buf.dtype, "local")
+        self.fragments = Buffer(buf.name, (const(self.rows * self.width // 32),), buf.dtype, "local",
+                                (const(1),))
 
     def fragment_base(self, base, extents: Dict[Var, int]):
         """The index of the first of a sub-tile's lane elements, from its element ``base``; None

@@ -20,6 +20,10 @@ the tile's loops get constant extents and can be vectorized.  A select whose bra
 agree wherever its condition holds (a region extent, ``n - 32*jo`` exactly when that is
 32) becomes the other branch.  Variables bound inside the loop are left unconstrained in
 these questions (the answer must hold for every value of them), so the rewrite is exact.
+
+The main range's bounds are single formulas where isl proves one piece of them right for every
+size >= 0 (``n // 8`` rather than ``select(n <= 7, -1, n // 8 - 1) + 1``): the tail's bounds read
+as the split says.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ from ...dsl.visitor import Mutator, collect_vars, post_order_visit
 from ...errors import InternalError
 from ..accesses import negate
 from ..ir import NOOP, For, IfThenElse, seq
-from ..isl_adapter import (IslNames, affine, condition, make_set, negated_condition, pw_aff_to_expr,
+from ..isl_adapter import (IslNames, affine, condition, make_set, negated_condition, one_piece, pw_aff_to_expr,
                            range_constraint)
 
 
@@ -179,8 +183,9 @@ class _Decide(Mutator):
 
 
 class _Partition(Mutator):
-    def __init__(self):
+    def __init__(self, size_vars=()):
         self.outer: List[For] = []
+        self.size_ids = {id(v) for v in size_vars}
 
     def visit_For(self, node):
         if node.kind == "thread":
@@ -302,6 +307,8 @@ class _Partition(Mutator):
         lo_pw = good.dim_min(0).union_max(min_pw).gist(params_ctx).coalesce()
         hi_pw = good.dim_max(0).union_max(min_pw.add(isl.PwAff(f"[{', '.join(params)}] -> {{ [(-1)] }}")))
         hi_pw = hi_pw.gist(params_ctx).coalesce()
+        sizes = [n for n, var in names.var_of.items() if id(var) in self.size_ids]
+        lo_pw, hi_pw = one_piece(lo_pw, sizes), one_piece(hi_pw, sizes)
         lo_e, hi_e = pw_aff_to_expr(lo_pw, names), pw_aff_to_expr(hi_pw, names)
         if len(lo_pw.get_pieces()) > 2 or len(hi_pw.get_pieces()) > 2:
             return None
@@ -320,4 +327,4 @@ def _unconditional_piece(good: isl.Set, params: isl.Set):
 
 
 def loop_partition(stmt, ctx):
-    return _Partition().visit(stmt)
+    return _Partition(getattr(ctx, "size_vars", ())).visit(stmt)

@@ -18,7 +18,7 @@ def test_lowered_text_reads_like_python_loops():
     assert lines[0] == "def main(A: float32[n, n], B: float32[n, n]):"
     assert re.match(r"^    for i in range\(n\):.*# parallel", lines[1])
     assert lines[2] == "        for j in range(n):"
-    assert lines[3] == "            B[i * n + j] = A[i * n + j] + 1.0"
+    assert lines[3] == "            B[i, j] = A[i, j] + 1.0"
 
 
 def test_lowered_text_compiles_as_python_syntax():

@@ -219,7 +219,7 @@ def test_conv_epilogue_is_fused(groups, k):
     s = nn_ops.schedule(Y)
     assert getattr(s[Y], "fused_anchor", None) is not None
     func = lw.lower(s, [X, W, R, Y])
-    assert "allocate((1, 8, 10, 10,)" not in str(func)     # no full-size intermediate for the conv result
+    assert "allocate((1, 8, 10, 10)" not in str(func)     # no full-size intermediate for the conv result
 
 
 def test_memory_plan_reuses_the_arena(small):
