@@ -51,8 +51,11 @@ def _product(c: int, factors: Counter, exprs: Dict[str, object]):
     return result
 
 
-def _split_flat(index, shape, strides):
-    """The per-dimension indices whose sum along ``strides`` is ``index``, or None."""
+def _split_flat(index, shape, strides, constants_inner: bool = False):
+    """The per-dimension indices whose sum along ``strides`` is ``index``, or None.  Each term goes to
+    the dimension of the largest stride dividing it; with ``constants_inner`` a term that a stride
+    divides to a constant (``n`` of ``i * n + n - j - 1``) and the constant go to the unit-stride
+    dimension instead (``[i, n - j - 1]``, where the first way gives ``[i + 1, -j - 1]``)."""
     form = linear_form(index)
     if form is None:
         return None
@@ -71,12 +74,12 @@ def _split_flat(index, shape, strides):
         exprs = {}
         post_order_visit(term.expr, lambda n: exprs.setdefault(expr_to_str(n), n))
         for d, c, f in order:
-            if tc % c == 0 and not (f - tf):
+            if tc % c == 0 and not (f - tf) and not (constants_inner and (c > 1 or f) and tf == f):
                 parts[d] = Binary("add", parts[d], _product(tc // c, tf - f, exprs))
                 break
         else:
             return None
-    for d, c, f in order:
+    for d, c, f in (order[-1:] if constants_inner else order):
         if not f and constant:
             q = abs(constant) // c * (1 if constant > 0 else -1)
             parts[d] = Binary("add", parts[d], const(q))
@@ -107,6 +110,14 @@ class _Unflatten(Mutator):
         else:
             self.facts.ranges[id(loop.var)] = saved
 
+    @staticmethod
+    def exact(parts, buffer, flat) -> bool:
+        """Whether ``parts`` along the strides of ``buffer`` recombine to ``flat``."""
+        total = const(0)
+        for p, stride in zip(parts, buffer.strides):
+            total = Binary("add", total, Binary("mul", p, stride))
+        return structural_equal(simplify_expr(total), simplify_expr(flat))
+
     def inside(self, parts, shape) -> bool:
         for index, extent in zip(parts, shape):
             b = self.facts.bound(index) if type(index).__name__ != "Ramp" else None
@@ -119,18 +130,16 @@ class _Unflatten(Mutator):
         if len(indices) != 1 or len(buffer.shape) < 2 or buffer.strides is None:
             return indices
         split = self.split(buffer, indices[0])
-        return indices if split is None else tuple(split)
+        return indices if split is None else tuple(self.visit(p) for p in split)
 
     def split(self, buffer, index) -> Optional[list]:
         ramp = index if type(index).__name__ == "Ramp" else None
         base = ramp.base if ramp is not None else index
-        parts = _split_flat(base, buffer.shape, buffer.strides)
-        if parts is None:
-            return None
-        total = const(0)
-        for p, stride in zip(parts, buffer.strides):
-            total = Binary("add", total, Binary("mul", p, stride))
-        if not structural_equal(simplify_expr(total), simplify_expr(base)) or not self.inside(parts, buffer.shape):
+        for constants_inner in (False, True):
+            parts = _split_flat(base, buffer.shape, buffer.strides, constants_inner)
+            if parts is not None and self.exact(parts, buffer, base) and self.inside(parts, buffer.shape):
+                break
+        else:
             return None
         if ramp is not None:
             unit = [d for d, stride in enumerate(buffer.strides) if isinstance(stride, Const) and stride.value == 1]

@@ -143,3 +143,12 @@ def test_json_round_trip_prints_alike():
     back = primfunc_from_json(primfunc_to_json(f))
     assert str(back) == str(f) and back.structural_key() == f.structural_key()
     assert "B[i, ramp(0, 1, 8)] = A[i, ramp(0, 1, 8)] * 2.0" in str(f)
+
+
+def test_a_reversed_row_reads_per_dimension():
+    """``A[i * n + n - j - 1]``: the size term and the constant belong to the column, not the row."""
+    n = lw.var("n")
+    A = lw.placeholder((4, n), name="A")
+    B = lw.compute((4, n), lambda i, j: A[i, n - 1 - j], name="B")
+    text = str(lw.lower(lw.create_schedule(B), [A, B]))
+    assert text.splitlines()[-1].strip() == "B[i, j] = A[i, n - j - 1]"
