@@ -26,7 +26,7 @@ import shlex
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Callable, Iterable, List, Optional, Sequence
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import ArgumentError, BuildError, InternalError
 from .search_path import absolute_path
@@ -182,6 +182,28 @@ def check_output_kind(path: Path, cross: bool, cc) -> bool:
         raise ArgumentError(f"export_library: cc= links a shared library, but {path.name!r} names an object file; "
                             f"give a path ending in .so to link with {cc!r}")
     return True
+
+
+#: x86 features a generated library checks with ``__builtin_cpu_supports`` before it runs: the ones that
+#: tell the x86-64 levels and the vector extensions apart (the last three need gcc 10, 11 and 12: a library
+#: for a CPU with them is compiled by one at least that new)
+CHECKED_X86_FEATURES = ("sse3", "ssse3", "sse4.1", "sse4.2", "popcnt", "avx", "avx2", "fma", "bmi", "bmi2",
+                        "avx512f", "avx512cd", "avx512dq", "avx512bw", "avx512vl", "avx512vnni", "avx512vbmi",
+                        "avx512vbmi2", "avx512ifma", "avx512bitalg", "avx512vpopcntdq", "gfni", "vpclmulqdq",
+                        "avx512bf16", "avxvnni", "avx512fp16")
+
+
+def cpu_check(target) -> Tuple[str, List[str]]:
+    """The C condition that this process's CPU runs ``target``'s code (``__builtin_cpu_supports`` of
+    each checked feature it enables), and those features; ``("1", [])`` for a target with nothing to
+    check (not x86-64, or no feature beyond the base).  A library tests it at create, so code for a
+    wider CPU fails with a message instead of an illegal instruction."""
+    if target.arch != "x86_64":
+        return "1", []
+    features = [f for f in CHECKED_X86_FEATURES if f in target.enabled_features()]
+    if not features:
+        return "1", []
+    return " && ".join(f'__builtin_cpu_supports("{f}")' for f in features), features
 
 
 def target_description(target) -> str:

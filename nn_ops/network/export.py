@@ -18,7 +18,12 @@ else is exported)::
     int lw_model_output_shape(const lw_model *m, int i, int64_t *dims, int max_rank);
     int lw_model_run(lw_model *m, const void *const *inputs, void *const *outputs);
     void lw_model_destroy(lw_model *m);
+    const char *lw_model_target(const lw_model *m);           /* the CPU code this handle runs */
     const char *lw_last_error(void);
+
+``create`` checks that this CPU has the instruction sets the code uses (``LW_ERR_CPU`` otherwise,
+naming them), and ``export_library(..., levels=[...])`` puts several builds of the network in one
+library, ``create`` taking the first this CPU runs (``export_levels.py``).
 
 Every entry point checks what it can see: a null pointer, an index out of range, a bad thread count,
 a ``dims`` array too short is a negative status (or NULL) and a thread-local message, never an abort;
@@ -44,7 +49,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from ...backends.export import (C_FAIL_AND_CORES, POOL_SET_THREADS, check_exported_names, check_output_kind,
-                               cross_compiler, link_shared, linked_object, target_description, thread_pool_object,
+                               cpu_check, cross_compiler, link_shared, linked_object, target_description, thread_pool_object,
                                weights_assembly)
 from ...backends.c_text import c_comment, c_identifier, c_include_name, c_string
 from ...backends.output_file import replacing, replacing_file, write_bytes, write_text
@@ -53,7 +58,7 @@ from ...backends.llvm.thread_pool import MAX_THREADS
 
 API_FUNCTIONS = ("model_create", "model_num_inputs", "model_num_outputs", "model_input_name", "model_output_name",
                  "model_input_dtype", "model_output_dtype", "model_input_shape", "model_output_shape", "model_run",
-                 "model_destroy", "last_error")
+                 "model_destroy", "model_target", "last_error")
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _WEIGHTS_SYMBOL = "lw_export_weights"
 PARAMS_MAGIC = b"LWPARAMS"
@@ -63,7 +68,7 @@ _HEADER = r"""/* HEADER_NAME: C API of a network compiled by loopweave (generate
  *
  *   model: inputs  INPUTS_DOC
  *          outputs OUTPUTS_DOC
- *   compiled for CPU 'CPU_NAME' (the code uses this CPU's features: run it on the same kind of CPU)
+ *   compiled for CPU_NAME
  *   weights: WEIGHTS_DOC
  *
  * Link with the library (cc app.c ./LIBRARY_NAME); at run time it needs only libc, libm and pthread.
@@ -93,6 +98,7 @@ extern "C" {
 #define LWPU_ERR_DATA (-6)      /* an input value is out of range (e.g. a Gather index); see LWPlast_error() */
 #define LWPU_ERR_PARAMS (-7)    /* the weights file (PARAMS_DOC) is missing or not this library's */
 #define LWPU_ERR_BUSY (-8)      /* the handle is running on another thread (use one handle per thread) */
+#define LWPU_ERR_CPU (-9)       /* this CPU lacks an instruction set the library's code needs */
 
 typedef struct LWPmodel LWPmodel;
 
@@ -114,6 +120,7 @@ int LWPmodel_output_shape(const LWPmodel *m, int i, int64_t *dims, int max_rank)
  * library cannot see a buffer's size).  0, or < 0 with a message. */
 int LWPmodel_run(LWPmodel *m, const void *const *inputs, void *const *outputs);
 void LWPmodel_destroy(LWPmodel *m);                    /* NULL is a no-op */
+const char *LWPmodel_target(const LWPmodel *m);        /* the CPU the handle's code is for; NULL on error */
 const char *LWPlast_error(void);                       /* "" when this thread had no failure */
 
 #ifdef __cplusplus
@@ -142,6 +149,8 @@ _SOURCE = r"""#define _GNU_SOURCE
 #define NUM_OUTPUTS NUM_OUTPUTS_VALUE
 #define MAX_THREADS MAX_THREADS_VALUE
 #define ARENA_BYTES ((size_t)ARENA_VALUE)
+#define TARGET_NAME TARGET_NAME_VALUE
+#define CPU_RUNS_THE_CODE() (CPU_CHECK_VALUE)
 
 TABLES
 
@@ -253,6 +262,10 @@ EXPORT int LWPmodel_create(LWPmodel **out, int num_threads) {
     if (num_threads < 0 || num_threads > MAX_THREADS)
         return fail(LWPU_ERR_THREADS, "LWPmodel_create: num_threads must be 0 (all cores) or 1 to %d, got %d",
                     MAX_THREADS, num_threads);
+    if (!CPU_RUNS_THE_CODE())
+        return fail(LWPU_ERR_CPU, "LWPmodel_create: this library's code is for CPU %s and uses CPU_FEATURES_DOC, "
+                    "which this CPU lacks: export the model for this CPU's level (e.g. target 'llvm -mcpu=x86-64-v3') "
+                    "or with several levels", TARGET_NAME);
     m = (LWPmodel *)calloc(1, sizeof *m);
     if (m == NULL) return fail(LWPU_ERR_NOMEM, "LWPmodel_create: out of memory");
     if (posix_memalign(&m->arena, 64, ARENA_BYTES ? ARENA_BYTES : 64) != 0) {
@@ -281,6 +294,14 @@ EXPORT void LWPmodel_destroy(LWPmodel *m) {
     if (m->map != NULL) munmap(m->map, m->map_bytes);
     free(m->arena);
     free(m);
+}
+
+EXPORT const char *LWPmodel_target(const LWPmodel *m) {
+    if (m == NULL) {
+        fail(LWPU_ERR_NULL, "LWPmodel_target: m is NULL");
+        return NULL;
+    }
+    return TARGET_NAME;
 }
 
 EXPORT int LWPmodel_num_inputs(const LWPmodel *m) {
@@ -472,16 +493,21 @@ def params_header(exe) -> bytes:
     return header + bytes(64 - len(header))
 
 
-def header_text(exe, prefix: str, header_name: str, library_name: str, params: str = "embed") -> str:
-    """The generated header of ``exe``'s library."""
+def header_text(exe, prefix: str, header_name: str, library_name: str, params: str = "embed",
+                cpu_doc: Optional[str] = None, weights_doc: Optional[str] = None) -> str:
+    """The generated header of ``exe``'s library; ``cpu_doc`` says which CPUs it runs on (by default
+    ``exe``'s target's CPU), ``weights_doc`` where its weights are (by default as ``params`` says)."""
     params_doc = Path(library_name).with_suffix(".params").name
-    weights_doc = (f"in {params_doc} ({exe.weights.nbytes} bytes), mapped by create from the library's folder"
-                   if params == "side" else f"embedded, read-only ({exe.weights.nbytes} bytes)")
+    if weights_doc is None:
+        weights_doc = (f"in {params_doc} ({exe.weights.nbytes} bytes), mapped by create from the library's folder"
+                       if params == "side" else f"embedded, read-only ({exe.weights.nbytes} bytes)")
     # every value but the thread count stands inside a comment
     return _fill(_HEADER, prefix, {
         "HEADER_NAME": c_comment(header_name), "LIBRARY_NAME": c_comment(library_name),
         "INPUTS_DOC": _signature_doc(exe.inputs), "OUTPUTS_DOC": _signature_doc(exe.outputs),
-        "CPU_NAME": c_comment(target_description(exe.target)), "WEIGHTS_DOC": c_comment(weights_doc),
+        "CPU_NAME": c_comment(cpu_doc or f"CPU '{target_description(exe.target)}' (create checks that this CPU "
+                                            f"runs its code)"),
+        "WEIGHTS_DOC": c_comment(weights_doc),
         "PARAMS_DOC": c_comment(params_doc) if params == "side" else "params='side' only",
         "MAX_THREADS_VALUE": str(MAX_THREADS)})
 
@@ -493,7 +519,10 @@ def source_text(exe, prefix: str, header_file: str, params: str = "embed") -> st
     tables = (_tensor_tables("input", exe.inputs) + _tensor_tables("output", exe.outputs)
               + [f"#define NUM_CALLS {len(exe.calls)}", _array("char *const", "call_names", call_names or ['""'])]
               + _call_input_tables(exe.calls))
+    cpu_condition, features = cpu_check(exe.target)
     return _fill(_SOURCE, prefix, {
+        "TARGET_NAME_VALUE": c_string(target_description(exe.target)), "CPU_CHECK_VALUE": cpu_condition,
+        "CPU_FEATURES_DOC": ", ".join(features),
         "HEADER_FILE": c_include_name(header_file, "export_library"), "NUM_INPUTS_VALUE": str(len(exe.inputs)),
         "NUM_OUTPUTS_VALUE": str(len(exe.outputs)), "MAX_THREADS_VALUE": str(MAX_THREADS),
         "ARENA_VALUE": str(int(exe.arena_size)), "TABLES": "\n".join(tables),
@@ -541,7 +570,7 @@ def export_library(exe, path, prefix: str = "lw_", params: str = "embed", cc: Op
                                                  exe.weights if cross and params == "embed" else None,
                                                  _WEIGHTS_SYMBOL, cache_key=exe.runner_symbol))
             if not cross and params == "embed":
-                sources.append(_weights_source(exe, work))
+                sources.append(weights_source(exe, work))
         else:   # a loaded .lwx: its JIT objects, linked with text relocations
             objects = _host_objects(exe, work, params, sources)
         if as_object:
@@ -559,7 +588,7 @@ def export_library(exe, path, prefix: str = "lw_", params: str = "embed", cc: Op
     return path
 
 
-def _weights_source(exe, work: Path) -> Path:
+def weights_source(exe, work: Path) -> Path:
     """An assembler file placing the weights in ``.rodata`` (``.incbin`` of a copy of them)."""
     np.ascontiguousarray(exe.weights).view(np.uint8).tofile(work / "weights.bin")
     (work / "weights.s").write_text(weights_assembly(work / "weights.bin", _WEIGHTS_SYMBOL))
@@ -571,7 +600,7 @@ def _host_objects(exe, work: Path, params: str, sources: List[Path]) -> List[Pat
     JIT object, the runner's, the pool compiled position-independent; with embedded weights, their
     ``.incbin`` file joins ``sources``."""
     if params == "embed":
-        sources.append(_weights_source(exe, work))
+        sources.append(weights_source(exe, work))
     objects = []
     for k, (symbol, obj) in enumerate(sorted(exe.kernels.items())):
         objects.append(work / f"kernel{k}.o")

@@ -344,7 +344,7 @@ def test_cross_compiled_x86_library_is_position_independent_and_right(tmp_path):
     assert sorted(line.split()[-1] for line in out.splitlines()) == sorted(
         "lw_" + f for f in ("model_create", "model_num_inputs", "model_num_outputs", "model_input_name",
                             "model_output_name", "model_input_dtype", "model_output_dtype", "model_input_shape",
-                            "model_output_shape", "model_run", "model_destroy", "last_error"))
+                            "model_output_shape", "model_run", "model_destroy", "model_target", "last_error"))
     x = np.random.default_rng(2).standard_normal((1, 3, 16, 16)).astype(np.float32)
     y = _run_from_c(tmp_path, CC, lib, x, (1, 10))
     here = lw.compile(lw.from_onnx(model), target="llvm -mcpu=x86-64-v2", progress=False)

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler (cc) to link a
 
 API = ("model_create", "model_num_inputs", "model_num_outputs", "model_input_name", "model_output_name",
        "model_input_dtype", "model_output_dtype", "model_input_shape", "model_output_shape", "model_run",
-       "model_destroy", "last_error")
+       "model_destroy", "model_target", "last_error")
 
 # runs the model on the raw bytes of argv[1], writes argv[2]; prints the signature it queried
 MAIN_C = r"""

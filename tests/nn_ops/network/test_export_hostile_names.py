@@ -20,7 +20,7 @@ needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler (cc) to link and
 
 API = ("model_create", "model_num_inputs", "model_num_outputs", "model_input_name", "model_output_name",
        "model_input_dtype", "model_output_dtype", "model_input_shape", "model_output_shape", "model_run",
-       "model_destroy", "last_error")
+       "model_destroy", "model_target", "last_error")
 
 # each one ends a comment of the header and would put code into the library and every program
 INJECT = 'x */ __attribute__((constructor)) static void lw_injected(void) { __builtin_printf("INJECTED\\n"); } /*'
