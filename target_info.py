@@ -2,8 +2,11 @@
 
 The defaults of the op library derive from these facts (vector width per dtype, vector
 registers, FMA, a dot-product instruction), never from a CPU's name.  Cache sizes are read from
-the machine (Linux sysfs) when the target is this machine's architecture; for another CPU they
-are not known and shown as such.  ``loopweave info`` prints it.
+the machine (Linux sysfs) when the target's code runs here, else taken from ``CPU_CORES`` by the
+target's ``-mcpu``; so is the FMA rate (fp32 FLOP per cycle and core at each vector width: Zen 4 runs
+a 512-bit FMA as two 256-bit halves, Zen 5 and Intel's server cores at full width).  A CPU the table
+does not know has them "not known": ``python -m benchmarks.peak`` measures this machine's rate.
+``loopweave info`` prints it.
 """
 from __future__ import annotations
 
@@ -19,6 +22,41 @@ _EXTENSIONS = ("fma", "f16c", "avx512vnni", "avxvnni", "avx512bf16", "avx512fp16
 
 _SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 
+_K, _M = 1024, 1 << 20
+
+
+@dataclass(frozen=True)
+class CoreFacts:
+    """What one core of a CPU model does per cycle and holds: fp32 FLOP per cycle at each vector width
+    (two FMA pipes of 256 bits: 32 at 256), and its data caches (L1d and L2 per core, L3 shared)."""
+    flops: Dict[int, int]
+    caches: Tuple[Tuple[str, int], ...]
+
+
+def _core(flops, l1d, l2, l3=None) -> CoreFacts:
+    return CoreFacts(flops, (("L1d", l1d), ("L2", l2)) + ((("L3", l3),) if l3 else ()))
+
+
+_SKX = _core({128: 16, 256: 32, 512: 64}, 32 * _K, 1 * _M)
+_ICL_CLIENT = _core({128: 16, 256: 32, 512: 32}, 48 * _K, 512 * _K)
+#: facts of the CPU models loopweave knows by LLVM name (vendors' optimisation manuals); the server parts'
+#: figures where a model has several (Xeon Gold/Platinum: two 512-bit FMA pipes)
+CPU_CORES: Dict[str, CoreFacts] = {
+    "haswell": _core({128: 16, 256: 32}, 32 * _K, 256 * _K), "broadwell": _core({128: 16, 256: 32}, 32 * _K, 256 * _K),
+    "skylake": _core({128: 16, 256: 32}, 32 * _K, 256 * _K), "alderlake": _core({128: 16, 256: 32}, 48 * _K, 1280 * _K),
+    "skylake-avx512": _SKX, "cascadelake": _SKX, "cooperlake": _SKX,
+    "icelake-client": _ICL_CLIENT, "tigerlake": _ICL_CLIENT, "rocketlake": _ICL_CLIENT,
+    "icelake-server": _core({128: 16, 256: 32, 512: 64}, 48 * _K, 1280 * _K),
+    "sapphirerapids": _core({128: 16, 256: 32, 512: 64}, 48 * _K, 2 * _M),
+    "znver1": _core({128: 16, 256: 16}, 32 * _K, 512 * _K, 8 * _M),
+    "znver2": _core({128: 16, 256: 32}, 32 * _K, 512 * _K, 16 * _M),
+    "znver3": _core({128: 16, 256: 32}, 32 * _K, 512 * _K, 32 * _M),
+    "znver4": _core({128: 16, 256: 32, 512: 32}, 32 * _K, 1 * _M, 32 * _M),
+    "znver5": _core({128: 16, 256: 32, 512: 64}, 48 * _K, 1 * _M, 32 * _M),
+    "neoverse-n1": _core({128: 16}, 64 * _K, 1 * _M), "neoverse-n2": _core({128: 16}, 64 * _K, 1 * _M),
+    "neoverse-v1": _core({128: 32}, 64 * _K, 1 * _M), "apple-m1": _core({128: 32}, 128 * _K, 12 * _M),
+}
+
 
 @dataclass(frozen=True)
 class TargetInfo:
@@ -32,16 +70,27 @@ class TargetInfo:
     threads: int
     caches: Optional[Tuple[Tuple[str, int], ...]] = None   # ("L1d", bytes) ...; None: not known
     notes: Tuple[str, ...] = field(default=())
+    flops_per_cycle: Optional[int] = None   # fp32 FLOP per cycle and core with this target's vectors
+    full_width_flops: Optional[int] = None  # the same at the CPU's widest vectors, where it differs
+    core: str = ""                          # the CPU model the rate and caches are of
 
     def rows(self) -> list:
         """(label, value) pairs, as printed."""
         caches = ", ".join(f"{name} {_size(n)}" for name, n in self.caches) if self.caches else \
-            "not known (not this machine's CPU)"
+            "not known (not this machine's CPU, nor one loopweave has figures for)"
+        if self.flops_per_cycle is None:
+            rate = "not known (python -m benchmarks.peak measures this machine's)"
+        else:
+            rate = f"{self.flops_per_cycle} fp32 FLOP per cycle and core with {self.vector_bits}-bit vectors"
+            if self.full_width_flops and self.full_width_flops != self.flops_per_cycle:
+                rate += f" ({self.full_width_flops} at the CPU's widest)"
+            rate += f" on {self.core}"
         return [("target", self.target), ("architecture", f"{self.arch}, cpu {self.cpu}"),
                 ("vector width", f"{self.vector_bits} bits: " + ", ".join(f"{n} {d}" for d, n in self.lanes.items())),
                 ("vector registers", str(self.vector_registers)),
                 ("extensions", ", ".join(self.extensions) or "none beyond the vector width"),
-                ("threads", str(self.threads)), ("caches", caches)] + [("note", n) for n in self.notes]
+                ("FMA rate", rate), ("threads", str(self.threads)), ("caches", caches)] + \
+            [("note", n) for n in self.notes]
 
     def __str__(self) -> str:
         return "\n".join(f"{label:<18}{value}" for label, value in self.rows())
@@ -87,8 +136,21 @@ def target_info(target="llvm") -> TargetInfo:
         notes.append(f"this machine is a {native_target().cpu}; code for this target runs on it")
     elif not tgt.runs_here():
         notes.append("this machine cannot run code for this target (export it)")
+    # the core described: the target's CPU model where it names one, else (a level such as x86-64-v3)
+    # this machine's where the code runs here
+    core = native_target().cpu if tgt.cpu not in CPU_CORES and tgt.runs_here() else tgt.cpu
+    facts = CPU_CORES.get(core)
+    caches = _host_caches() if tgt.runs_here() and core == native_target().cpu else None
+    if caches is None and facts is not None:
+        caches = facts.caches
+    flops = widest = None
+    if facts is not None:
+        widths = [w for w in facts.flops if w <= tgt.vector_bits]
+        flops = facts.flops[max(widths)] if widths else None
+        widest = facts.flops[max(facts.flops)]
     return TargetInfo(
         target=str(tgt), arch=tgt.arch, cpu=tgt.cpu, vector_bits=tgt.vector_bits,
         lanes={d: tgt.lanes(d) for d in ("float32", "float16", "int8")}, vector_registers=tgt.vector_registers,
         extensions=tuple(e for e in _EXTENSIONS if e in enabled or (e == "fma" and tgt.has_fma)),
-        threads=tgt.num_threads, caches=_host_caches() if tgt.runs_here() else None, notes=tuple(notes))
+        threads=tgt.num_threads, caches=caches, notes=tuple(notes), flops_per_cycle=flops,
+        full_width_flops=widest, core=core if facts is not None else "")

@@ -22,12 +22,25 @@ def test_each_x86_level_is_described_by_its_features(x86_level):
     assert "avx512vnni" not in info.extensions
 
 
-def test_another_cpus_caches_are_not_known_and_it_says_it_cannot_run_here():
+def test_another_cpus_caches_and_rate_come_from_its_model_or_are_not_known():
     info = lw.target_info("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1")
-    assert info.caches is None and info.vector_registers == 32 and "neon" in info.extensions
-    text = str(info)
-    assert "not known" in text and "cannot run code for this target" in text
+    assert dict(info.caches) == {"L1d": 64 * 1024, "L2": 1 << 20} and info.flops_per_cycle == 16
+    assert info.vector_registers == 32 and "neon" in info.extensions
+    assert "cannot run code for this target" in str(info)
     assert "<table>" in info._repr_html_() and "neoverse-n1" in info._repr_html_()
+    generic = lw.target_info("llvm -mtriple=aarch64-linux-gnu")
+    assert generic.caches is None and generic.flops_per_cycle is None
+    assert str(generic).count("not known") == 2 and "benchmarks.peak" in str(generic)
+
+
+def test_the_fma_rate_follows_the_cpu_model_and_the_codes_vector_width():
+    """Zen 4 runs 512-bit FMAs as two halves (no faster than 256-bit code), Zen 5 at full width."""
+    zen4 = lw.target_info(parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver4"))
+    zen5 = lw.target_info(parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver5"))
+    assert zen4.flops_per_cycle == 32 and zen5.flops_per_cycle == 64
+    assert dict(zen4.caches)["L2"] == 1 << 20 and dict(zen5.caches)["L1d"] == 48 * 1024
+    avx2 = lw.target_info(parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=haswell"))
+    assert avx2.flops_per_cycle == 32 and avx2.vector_bits == 256 and "32 fp32 FLOP per cycle" in str(avx2)
     assert "avx512vnni" in lw.target_info(parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver5")).extensions
 
 
