@@ -1,7 +1,7 @@
 """``double_buffer(asynchronous=True)``: shared panels filled by cp.async, checked without a GPU.
 
-The generated CUDA C runs on CPU threads (``simt``, where cp.async copies at once, so the
-barriers' placement is what is checked); the PTX is assembled by ptxas where it is installed.
+The generated CUDA C runs on the CPU (``simt``, where a cp.async copy lands only at the wait that
+covers it, so the waits' and barriers' placement is what is checked); the PTX is assembled by ptxas where it is installed.
 """
 import shutil
 import subprocess

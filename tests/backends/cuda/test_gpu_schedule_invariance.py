@@ -8,8 +8,8 @@ whether A and B are staged through shared memory, and whether that staging is
 double-buffered.  A schedule the GPU checks
 reject (``ScheduleError`` / ``LoweringError``, e.g. too many threads) is skipped as
 illegal.  Every legal one is emulated on the CPU and compared with numpy (the
-lowering is what varies), its CUDA C is run on CPU threads (``simt``, with real
-barriers), compiled with NVRTC when present (fast; nvcc would take a second per
+lowering is what varies), its CUDA C is run on the CPU (``simt``, with real
+barriers, shuffled threads and poisoned shared memory), compiled with NVRTC when present (fast; nvcc would take a second per
 example), and, marker ``gpu``, run on the GPU.
 """
 import numpy as np

@@ -1,6 +1,6 @@
 """The CUDA test kernels: each is generated, compiled to PTX by every compiler present
 (NVRTC, nvcc), emulated on the CPU against numpy (the schedule's values), its CUDA C run
-on CPU threads against numpy (``simt``: the code itself, barriers included), and
+on the CPU against numpy (``simt``: the code itself, barriers included), and
 (marker ``gpu``) run on a GPU.
 
 A case is ``(schedule, args, env)`` plus a numpy reference; ``env`` binds the
@@ -467,7 +467,7 @@ def test_runs_on_gpu(name):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_generated_cuda_runs_on_cpu_threads(name, simt):
-    """The CUDA C itself, run block by block with one OS thread per GPU thread (see conftest.simt)."""
+    """The CUDA C itself, one fiber per GPU thread, two blocks at a time (see simt.py)."""
     case = CASES[name]()
     s, args, _, _ = case
     _run_and_compare(simt(lw.build(s, args, target="cuda:sm_80")), case)

@@ -1,6 +1,6 @@
 """Tensor cores (``precision="tf32"`` / ``"fp16"``): warp tiles lowered to mma.sync, checked without a GPU.
 
-The generated CUDA C runs on CPU threads (``simt``) with mma.sync emulated warp by warp in
+The generated CUDA C runs on the CPU (``simt``, one fiber per GPU thread) with mma.sync emulated warp by warp in
 PTX's fragment layout, so a wrong lane mapping (rows, columns, which lane holds what) gives
 wrong values here; the PTX is assembled by ptxas where it is installed (the instruction's
 operands, registers without spills).  On a GPU (marker ``gpu``) the same kernels run for real.
