@@ -13,13 +13,11 @@ from ..errors import BuildError
 from ..lowering.ir import PrimFunc
 from ..lowering.lower import check_checks_argument, lower
 from ..target import resolve_target
-from . import build_workers
+from . import build_workers, loaded_objects
 from .cuda.build import build_cuda, cuda_arch
 from .llvm import jit
 from .llvm.codegen import CodeGen
 from .runtime import Module, ParamSpec, _shape_spec
-
-_loaded = {}
 
 
 def build(schedule_or_func, args: Sequence = (), target="llvm", name: str = "main", checks=None) -> Module:
@@ -115,7 +113,7 @@ class _LlvmJob:
         return self.generated["ir"]
 
     def start(self, submit) -> None:
-        if self.symbol in _loaded:
+        if loaded_objects.loaded_object(self.symbol) is not None:
             return
         self.obj = jit.cached_object(self.symbol, self.target)
         if self.obj is None:
@@ -133,12 +131,8 @@ class _LlvmJob:
         if not target.runs_here():      # cross-compiled: object code for export_library, never loaded
             return _module(func, target, symbol, 0, self.object_code(), generated, self.llvm_ir,
                            CrossCompiledModule)
-        if symbol in _loaded:
-            address, obj = _loaded[symbol]
-        else:
-            obj = self.object_code()
-            address = jit.load_object(obj, symbol)
-            _loaded[symbol] = (address, obj)
+        obj = loaded_objects.loaded_object(symbol) or self.object_code()
+        address = loaded_objects.load(symbol, obj)
         return _module(func, target, symbol, address, obj, generated, self.llvm_ir)
 
 

@@ -125,6 +125,46 @@ def test_the_importer_builds_no_kernel(graph):
     assert not wrong, "onnx_import builds kernels (move it to nn_ops/network or compile_once):\n" + "\n".join(sorted(wrong))
 
 
+def backend_private_uses(path: Path, package: str, modules: Dict[str, Path]) -> Set[str]:
+    """``backends`` names starting with ``_`` that ``path`` imports or reads off an imported backends
+    module (``from ...backends import build; build._loaded``)."""
+    found, aliases = set(), {}
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            source = ".".join(base[:len(base) - (node.level - 1)] + ([node.module] if node.module else [])) \
+                if node.level else (node.module or "")
+            if not source.startswith(f"{PACKAGE}.backends"):
+                continue
+            for a in node.names:
+                if a.name.startswith("_"):
+                    found.add(f"{source}.{a.name}")
+                elif f"{source}.{a.name}" in modules:
+                    aliases[a.asname or a.name] = f"{source}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith(f"{PACKAGE}.backends") and a.asname:
+                    aliases[a.asname] = a.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases \
+                and node.attr.startswith("_"):
+            found.add(f"{aliases[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_the_network_compiler_uses_only_the_backends_public_names():
+    """The network compilers load and run code through what ``backends`` offers (``loaded_objects``,
+    ``llvm/runner.py``, ...), never through its private state: that state is the backend's to change."""
+    modules = package_modules()
+    wrong = []
+    for name, path in modules.items():
+        if name.startswith((f"{PACKAGE}.nn_ops.network", f"{PACKAGE}.nn_ops.compile_once")):
+            package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+            wrong += [f"{name} uses {use}" for use in sorted(backend_private_uses(path, package, modules))]
+    assert not wrong, "private names of backends used by the network compiler:\n" + "\n".join(wrong)
+
+
 def test_no_import_cycles(graph):
     """No module reaches itself through imports (Tarjan's strongly connected components)."""
     index, low, stack, on_stack, cycles = {}, {}, [], set(), []

@@ -32,12 +32,13 @@ import numpy as np
 import sympy
 
 from ...backends import build_workers
+from ...backends.llvm.call_list_runner import call_list_object
 from ...dsl import intrinsics as lwi
 from ...dsl.expr import binary, cast, const
 from ...dsl.tensor import compute, placeholder
 from ...errors import OnnxImportError
 from ...target import resolve_target
-from ..network import call_list, kernel_cache, symbolic as S
+from ..network import kernel_cache, symbolic as S
 from ..network.op_table import SMALL_M
 from ..network.signature import RuntimeCheck
 from ..network.polymorphic_executable import BindingTable, KernelCall, PolymorphicExecutable, Variant, View
@@ -111,7 +112,7 @@ def build_polymorphic(graph, target="llvm", prebuilt: Optional[Dict[str, object]
     builder.checks = checks
     exe = builder.build()
     exe.model_bytes, exe.opset = graph.model_bytes, graph.opset
-    exe.use_runner(runner_object if runner_object is not None else call_list.runner_object(builder.target))
+    exe.use_runner(runner_object if runner_object is not None else call_list_object(builder.target))
     return exe
 
 

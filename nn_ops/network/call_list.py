@@ -1,11 +1,7 @@
-"""A native loop over a table of kernel calls: one ctypes call runs a whole polymorphic network.
+"""The tables a native loop runs a whole polymorphic network from, in one ctypes call.
 
-``lw_call_list(n, fns, buffers, sizes, err)`` calls ``fns[k](buffers[k], sizes[k], err)`` for
-k < n, in order, and stops after a call that writes the error slot (a failed index check).  Each
-kernel has loopweave's kernel ABI (``backends/runtime.py``: its argument pointers, its size
-values, the error slot).  The function is the same for every network, so it is compiled once
-(or found in the object cache) and its object code travels in a saved executable.
-
+The loop (``backends/llvm/call_list_runner.py``) calls ``fns[k](buffers[k], sizes[k], err)`` for
+k < n, in order, and stops after a call that writes the error slot (a failed index check).
 A :class:`CallTable` holds the ctypes arrays for one binding of the symbols: pointers into the
 arena and to the constants, and each call's sizes (evaluated from their symbolic expressions
 once per binding); only the pointers of the feed's arrays change from run to run.
@@ -18,61 +14,10 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from ...backends import build as build_mod
-from ...backends.llvm import jit
+from ...backends import loaded_objects
 from ...backends.runtime import ERROR_SLOT_WORDS, KERNEL_ENTRY, data_pointer
 from ...errors import InternalError
 from . import symbolic as S
-
-SYMBOL = "lw_call_list_v1"
-_RUNNER = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
-
-
-def runner_ir() -> str:
-    from llvmlite import ir
-    i8p, i64 = ir.IntType(8).as_pointer(), ir.IntType(64)
-    kernel_ty = ir.FunctionType(ir.VoidType(), [i8p, i8p, i8p])
-    module = ir.Module(name="lw_call_list")
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i64, i8p.as_pointer(), i8p.as_pointer(),
-                                                             i8p.as_pointer(), i64.as_pointer()]), name=SYMBOL)
-    n, fns, bufs, sizes, err = fn.args
-    entry, head, body, done = (fn.append_basic_block(x) for x in ("entry", "head", "body", "done"))
-    b = ir.IRBuilder(entry)
-    b.branch(head)
-    b.position_at_end(head)
-    k = b.phi(i64, name="k")
-    k.add_incoming(ir.Constant(i64, 0), entry)
-    more = b.icmp_signed("<", k, n)
-    ok = b.icmp_signed("==", b.load(err), ir.Constant(i64, 0))
-    b.cbranch(b.and_(more, ok), body, done)
-    b.position_at_end(body)
-    target = b.bitcast(b.load(b.gep(fns, [k])), kernel_ty.as_pointer())
-    b.call(target, [b.load(b.gep(bufs, [k])), b.load(b.gep(sizes, [k])), b.bitcast(err, i8p)])
-    k.add_incoming(b.add(k, ir.Constant(i64, 1)), body)
-    b.branch(head)
-    b.position_at_end(done)
-    b.ret_void()
-    return str(module)
-
-
-def runner_object(target) -> bytes:
-    """The runner's object code: from this process, the object cache, or compiled now (one small loop)."""
-    loaded = build_mod._loaded.get(SYMBOL)
-    if loaded is not None:
-        return loaded[1]
-    obj = jit.cached_object(SYMBOL, target)
-    if obj is None:
-        obj, _ = jit.compile_ir(runner_ir(), target)
-        jit.store_object(SYMBOL, target, obj)
-    return obj
-
-
-def runner(obj: bytes):
-    """The callable runner for its object code (loaded once per process)."""
-    loaded = build_mod._loaded.get(SYMBOL)
-    if loaded is None:
-        build_mod._loaded[SYMBOL] = loaded = (jit.load_object(obj, SYMBOL), obj)
-    return _RUNNER(loaded[0])
 
 
 class CallTable:
@@ -103,7 +48,7 @@ class CallTable:
             values = (ctypes.c_int64 * max(1, len(module.size_names)))()
             for j, size_name in enumerate(module.size_names):
                 values[j] = int(S.evaluate(size_exprs[size_name], binding))
-            self.fns[k] = module._address
+            self.fns[k] = loaded_objects.load(module.symbol, module.object_code)     # loaded: its address
             self.buffers[k] = ctypes.addressof(ptrs)
             self.sizes[k] = ctypes.addressof(values)
             self._keep += [ptrs, values]

@@ -12,9 +12,10 @@
 3. a static memory plan gives every intermediate value an offset in one arena,
    reusing memory whose value is dead (a kernel's output never overlaps its inputs);
    reshape-like nodes are aliases of their input's memory;
-4. a small LLVM function ``void run(ptr inputs, ptr outputs, ptr arena, ptr weights, ptr err)``
-   calls every kernel in order with its buffer pointers; it is compiled and cached like
-   the kernels.  ``Executable.run`` checks the inputs and makes one ctypes call.  A kernel
+4. a small native function ``void run(ptr inputs, ptr outputs, ptr arena, ptr weights, ptr err)``
+   (``backends/llvm/runner.py``, given each call's kernel symbol and buffer locations) calls every
+   kernel in order with its buffer pointers; it is compiled and cached like the kernels, and
+   loaded, as they are, once per process (``backends/loaded_objects.py``).  ``Executable.run`` checks the inputs and makes one ctypes call.  A kernel
    whose index check fails (a Gather's index out of range) writes the error slot ``err``;
    the runner then stops and ``run`` raises ``IndexOutOfRangeError`` (an ``ArgumentError``)
    naming the node.
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import io
 import sys
 import threading
@@ -39,13 +39,12 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ...autoschedule import apply_best
-from ...backends import build as build_mod
-from ...backends import build_workers
+from ...backends import build_workers, loaded_objects
 from ...backends.aligned_memory import ALIGN, aligned_empty, aligned_size
-from ...backends.build import build, build_many, cannot_run_here
+from ...backends.build import build, build_many, cannot_run_here, optimized_llvm_ir
 from ...backends.runtime import (KERNEL_ENTRY, clear_error_slot, data_pointer, index_error_text, new_error_slot,
                                  read_index_error)
-from ...backends.llvm import jit
+from ...backends.llvm.runner import RUNNER_ENTRY, network_runner
 from ...backends.timing import per_call_medians
 from ...dsl.tensor import placeholder
 from ...errors import ArgumentError, DamagedFileError, IndexOutOfRangeError, InternalError
@@ -63,7 +62,6 @@ from .passes import (concats_in_place, fuse_operators, materialize_output_copies
                      slices_as_views)
 
 FORMAT_VERSION = 3      # 2: every member checksummed (archive.py); 3: kernels and runner take an error slot (older files are refused)
-_RUN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 # the graph ops whose kernels check indices read from data (an error names the node of this kind)
 INDEX_CHECKING_OPS = ("gather", "gather_elements", "gather_nd", "scatter_elements", "scatter_nd", "nll_terms",
                       "nll_weights", "rotary_embedding")
@@ -316,7 +314,7 @@ def _group_ir_function(g: Graph, grp, params: List[str], target, symbol: str) ->
     same kernel (its symbol hashes its lowered IR and the target)."""
     def llvm_ir() -> str:
         s, args, _ = _group_schedule(g, grp, params, target)
-        found, text = build_mod.optimized_llvm_ir(s, args, target, kernel_name(grp))
+        found, text = optimized_llvm_ir(s, args, target, kernel_name(grp))
         if found != symbol:
             raise InternalError(f"kernel {kernel_name(grp)!r} lowered again is {found}, not the cached {symbol}")
         return text
@@ -407,85 +405,12 @@ def _first_fit(live, size: int) -> int:
     return cursor
 
 
-# ---------------------------------------------------------------- the runner
-def _renamed_runner(text: str, symbol: str) -> str:
-    """``_runner_ir(calls, "lw_run")``'s text with the runner (and its module) named ``symbol``."""
-    return text.replace('"lw_run"', f'"{symbol}"')
-
-
-def _runner_ir(calls: List[KernelCall], symbol: str) -> str:
-    """LLVM IR of ``void symbol(ptr inputs, ptr outputs, ptr arena, ptr weights, ptr err)``.
-
-    After each kernel call one load tests the error slot: a kernel whose index check failed
-    wrote it, and the runner then records the call's position in ``err[3]`` and returns."""
-    from llvmlite import ir
-    ptr = ir.PointerType(ir.IntType(8))
-    i64 = ir.IntType(64)
-    module = ir.Module(name=symbol)
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * 5), name=symbol)
-    for arg, nm in zip(fn.args, ("inputs", "outputs", "arena", "weights", "err")):
-        arg.name = nm
-    fn.attributes.add("nounwind")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    width = max([len(c.args) for c in calls] + [1])
-    slots = b.alloca(ptr, size=width, name="buffers")
-    sizes = b.alloca(ir.ArrayType(i64, 1), name="sizes")
-    kernels: Dict[str, ir.Function] = {}
-    spaces = {"input": fn.args[0], "output": fn.args[1], "arena": fn.args[2], "weight": fn.args[3]}
-    err = fn.args[4]
-    for position, call in enumerate(calls):
-        kfn = kernels.get(call.symbol)
-        if kfn is None:
-            kfn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr, ptr, ptr]), name=call.symbol)
-            kernels[call.symbol] = kfn
-        for j, (space, where) in enumerate(call.args):
-            base = spaces[space]
-            if space in ("input", "output"):
-                slot = b.gep(base, [ir.Constant(i64, where)], inbounds=True, source_etype=ptr)
-                value = b.load(slot, typ=ptr)
-            else:
-                value = b.gep(base, [ir.Constant(i64, where)], inbounds=True, source_etype=ir.IntType(8))
-            dst = b.gep(slots, [ir.Constant(i64, j)], inbounds=True, source_etype=ptr)
-            b.store(value, dst)
-        b.call(kfn, [b.bitcast(slots, ptr), b.bitcast(sizes, ptr), err])
-        failed = b.icmp_unsigned("!=", b.load(b.bitcast(err, i64.as_pointer()), typ=i64), ir.Constant(i64, 0))
-        with b.if_then(failed, likely=False):
-            where = b.gep(err, [ir.Constant(i64, 3 * 8)], inbounds=True, source_etype=ir.IntType(8))
-            b.store(ir.Constant(i64, position), b.bitcast(where, i64.as_pointer()))
-            b.ret_void()
-    b.ret_void()
-    return str(module)
-
-
-_loaded_runners: Dict[str, int] = {}
-
-
 def _checked_call(fn, ptrs, sizes, err, name: str) -> None:
     """One call of a kernel entry outside ``run`` (``profile``); its index check is a compiler bug here."""
     fn(ctypes.addressof(ptrs), ctypes.addressof(sizes), ctypes.addressof(err))
     if err[0]:
         clear_error_slot(err)
         raise InternalError(f"kernel {name} failed an index check in profile() after run() passed")
-
-
-def _load_kernel(symbol: str, obj: bytes) -> int:
-    entry = build_mod._loaded.get(symbol)
-    if entry is not None:
-        return entry[0]
-    address = jit.load_object(obj, symbol)
-    build_mod._loaded[symbol] = (address, obj)
-    return address
-
-
-def _load_runner(symbol: str, obj: bytes, kernel_addresses: Dict[str, int]) -> int:
-    from llvmlite import binding as llvm
-    if symbol in _loaded_runners:
-        return _loaded_runners[symbol]
-    for sym, addr in kernel_addresses.items():
-        llvm.add_symbol(sym, addr)
-    address = jit.load_object(obj, symbol)
-    _loaded_runners[symbol] = address
-    return address
 
 
 class Executable:
@@ -512,21 +437,13 @@ class Executable:
         self._kernel_ir_text: Optional[Dict[str, str]] = None
         if not self.runs_here and kernel_ir is None:
             raise InternalError("a cross-compiled executable needs its kernels' LLVM IR")
-        addresses = {sym: _load_kernel(sym, obj) for sym, obj in kernels.items()} if self.runs_here else {}
+        addresses = ({sym: loaded_objects.load(sym, obj) for sym, obj in kernels.items()} if self.runs_here
+                     else {})
         self._addresses = addresses
-        # the runner's IR is built once, named "lw_run", and renamed (an LSTM unrolled over 1000
-        # steps, 2004 calls, spent 0.94-1.02 s on each of three builds)
-        text = _runner_ir(calls, "lw_run")
-        if runner_object is None:
-            digest = hashlib.sha256((text + "".join(sorted(kernels)) + target.key()).encode()).hexdigest()[:16]
-            runner_symbol = f"lw_run_{digest}"
-            runner_object = jit.cached_object(runner_symbol, target)
-            if runner_object is None:
-                runner_object, _ = jit.compile_ir(_renamed_runner(text, runner_symbol), target)
-                jit.store_object(runner_symbol, target, runner_object)
-        self.runner_symbol, self.runner_object = runner_symbol, runner_object
-        self.runner_ir = _renamed_runner(text, runner_symbol)
-        self._entry = _RUN_TYPE(_load_runner(runner_symbol, runner_object, addresses) if self.runs_here else 0)
+        runner = network_runner([(c.symbol, c.args) for c in calls], kernels, target, runner_symbol, runner_object)
+        self.runner_symbol, self.runner_object, self.runner_ir = runner.symbol, runner.object_code, runner.llvm_ir
+        self._entry = RUNNER_ENTRY(loaded_objects.load(runner.symbol, runner.object_code, addresses)
+                                   if self.runs_here else 0)
         self._arena = aligned_empty(arena_size)
         self._in_ptrs = (ctypes.c_void_p * max(1, len(self.inputs)))()
         self._out_ptrs = (ctypes.c_void_p * max(1, len(self.outputs)))()

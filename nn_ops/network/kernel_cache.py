@@ -28,6 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ...backends import loaded_objects
+from ...backends.disk_cache import read_verified, writable_cache_dir, write_checksummed
+from ...backends.llvm import jit
+from ...backends.llvm.jit import cached_object, store_object
+from ...backends.runtime import Module, ParamSpec
+from ...lowering.ir_json import primfunc_from_json, primfunc_to_json
+from ..ops.registry import _SCHEDULES
+from .op_table import OPS
+
 _fingerprint: Optional[str] = None
 _SOURCE_DIRS = ("dsl", "lowering", "backends", "autoschedule", "nn_ops")
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]      # nn_ops/network/kernel_cache.py -> the package
@@ -37,8 +46,7 @@ def source_fingerprint() -> str:
     """A hash of every Python file of the compiler (computed once per process)."""
     global _fingerprint
     if _fingerprint is None:
-        from ...backends.llvm.jit import source_hash
-        _fingerprint = source_hash(_PACKAGE_ROOT, _SOURCE_DIRS, top_level=True)
+        _fingerprint = jit.source_hash(_PACKAGE_ROOT, _SOURCE_DIRS, top_level=True)
     return _fingerprint
 
 
@@ -54,14 +62,11 @@ _PACKAGE = __name__.split(".")[0]
 
 def applies() -> bool:
     """Whether every registered schedule and graph op comes from loopweave itself."""
-    from .op_table import OPS
-    from ..ops.registry import _SCHEDULES
     functions = list(_SCHEDULES.values()) + [d.build for d in OPS.values()]
     return all((getattr(fn, "__module__", "") or "").startswith(_PACKAGE + ".") for fn in functions)
 
 
 def _entry_path(signature: str, target, suffix: str) -> Optional[Path]:
-    from ...backends.disk_cache import writable_cache_dir
     folder = writable_cache_dir()
     if folder is None:
         return None
@@ -72,7 +77,6 @@ def _entry_path(signature: str, target, suffix: str) -> Optional[Path]:
 def _read(signature: str, target, suffix: str) -> Optional[bytes]:
     """The payload of the entry for ``signature`` on ``target``, or None (the cache off, no entry, or
     a damaged one: ``disk_cache.read_verified`` deletes it with a warning)."""
-    from ...backends.disk_cache import read_verified
     if not applies():
         return None
     path = _entry_path(signature, target, suffix)
@@ -82,7 +86,6 @@ def _read(signature: str, target, suffix: str) -> Optional[bytes]:
 def _write(signature: str, target, suffix: str, payload: bytes) -> None:
     """Store ``payload`` as the entry for ``signature`` (the callers ask ``applies`` first: they keep
     the kernel's object too)."""
-    from ...backends.disk_cache import write_checksummed
     path = _entry_path(signature, target, suffix)
     if path is not None:
         write_checksummed(path, payload)
@@ -93,7 +96,6 @@ def lookup(signature: str, target) -> Optional[CachedKernel]:
 
     Entries are checksummed like objects (``disk_cache.read_verified``): a damaged one is
     deleted with a warning and the group is built again."""
-    from ...backends.llvm.jit import cached_object
     data = _read(signature, target, ".kernel")
     if data is None:
         return None
@@ -115,7 +117,6 @@ def store(signature: str, target, module) -> None:
 
 
 def _keep_object(module, target) -> None:
-    from ...backends.llvm.jit import cached_object, store_object
     if cached_object(module.symbol, target) is None:
         store_object(module.symbol, target, module.object_code)
 
@@ -126,7 +127,6 @@ def lookup_lowered(signature: str, target):
     None.  It is stored as data (``lowering/ir_json.py``: JSON read back into a fixed set of IR nodes,
     never pickle) and checksummed (a damaged entry is deleted and the group lowered again); the source
     fingerprint in the key keeps a stale one from being used."""
-    from ...lowering.ir_json import primfunc_from_json
     data = _read(signature, target, ".lowered.json")
     if data is None:
         return None
@@ -137,7 +137,6 @@ def lookup_lowered(signature: str, target):
 
 
 def store_lowered(signature: str, target, func) -> None:
-    from ...lowering.ir_json import primfunc_to_json
     if not applies():
         return
     try:
@@ -157,25 +156,19 @@ def kernel_entry(module) -> dict:
 def kernel_module(entry: dict, obj: bytes, host):
     """The Module of a ``kernel_entry`` and its object code, loaded (once per process: a symbol built
     or loaded before is reused).  A malformed entry raises KeyError or TypeError."""
-    from ...backends import build as build_mod
-    from ...backends.llvm import jit
-    from ...backends.runtime import Module, ParamSpec
     params = [ParamSpec(p["name"], p["dtype"], [d if isinstance(d, int) else d["expr"] for d in p["shape"]],
                         bool(p["is_output"])) for p in entry["params"]]
     size_names = [str(n) for n in entry["size_names"]]
     symbol, name = str(entry["symbol"]), str(entry["name"])
-    loaded = build_mod._loaded.get(symbol)
-    if loaded is None:
-        build_mod._loaded[symbol] = loaded = (jit.load_object(obj, symbol), obj)
-    module = Module(name, loaded[0], params, size_names, {}, host)
-    module.object_code, module.symbol = loaded[1], symbol
+    address = loaded_objects.load(symbol, obj)
+    module = Module(name, address, params, size_names, {}, host)
+    module.object_code, module.symbol = loaded_objects.loaded_object(symbol), symbol
     return module
 
 
 def lookup_polymorphic(key: str, target):
     """The loaded Module of the polymorphic kernel built for structural ``key`` on ``target`` before, if
     its object is still cached (an unreadable entry is a miss)."""
-    from ...backends.llvm.jit import cached_object
     data = _read(key, target, ".poly")
     if data is None:
         return None

@@ -23,6 +23,7 @@ from typing import Callable, Dict, List, Sequence, Tuple
 import numpy as np
 
 from ...backends.aligned_memory import aligned_empty
+from ...backends.llvm.call_list_runner import call_list_runner
 from ...backends.runtime import clear_error_slot
 from ...backends.timing import per_call_medians
 from ...errors import ArgumentError, InternalError
@@ -148,9 +149,9 @@ class PolymorphicExecutable:
         return binding
 
     def use_runner(self, obj: bytes) -> None:
-        """Run through the native call-list runner of object code ``obj`` (``call_list.py``)."""
+        """Run through the native call-list loop of object code ``obj`` (``backends/llvm/call_list_runner.py``)."""
         self.runner_object = obj
-        self._runner = call_list.runner(obj)
+        self._runner = call_list_runner(obj)
         self._tables.clear()
 
     def run(self, feed) -> List[np.ndarray]:

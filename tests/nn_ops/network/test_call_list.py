@@ -1,9 +1,11 @@
-"""The native call-list runner (``network/call_list.py``): kernels run in order with their sizes,
+"""The call tables (``network/call_list.py``) run by the native call-list loop
+(``backends/llvm/call_list_runner.py``): kernels run in order with their sizes,
 pointers of the feed patched per run, and the list stops after a kernel that reports an error."""
 import numpy as np
 import sympy
 
 import loopweave as lw
+from loopweave.backends.llvm.call_list_runner import call_list_object, call_list_runner
 from loopweave.nn_ops.network import call_list
 from loopweave.nn_ops.network import symbolic as S
 
@@ -27,7 +29,7 @@ def test_calls_run_in_order_with_their_sizes_and_the_feed_patched_per_run():
     arrays = {"mid": np.zeros(6, np.float32), "out": np.zeros(6, np.float32)}
     calls = [(plus_one, ("x", "mid"), {"v0": 2 * N}), (plus_one, ("mid", "out"), {"v0": 2 * N})]
     table = call_list.CallTable(calls, arrays, {"N": 3}, inputs={"x": "x"})
-    run = call_list.runner(call_list.runner_object(plus_one.target))
+    run = call_list_runner(call_list_object(plus_one.target))
     for start in (0.0, 10.0):
         x = np.arange(6, dtype=np.float32) + start
         assert table.run(run, {"x": x}) == 0
@@ -40,7 +42,7 @@ def test_the_list_stops_after_a_kernel_that_reports_an_error():
     two = {"v0": sympy.Integer(2)}
     calls = [(gather, ("idx", "src", "g"), two), (plus_one, ("g", "out"), two)]
     table = call_list.CallTable(calls, arrays, {}, inputs={"idx": "idx"})
-    run = call_list.runner(call_list.runner_object(plus_one.target))
+    run = call_list_runner(call_list_object(plus_one.target))
     assert table.run(run, {"idx": np.array([1, 3], np.int64)}) == 0
     np.testing.assert_array_equal(arrays["out"], [2.0, 4.0])
     arrays["out"][:] = -1
