@@ -717,7 +717,10 @@ class FunctionEmitter:
     def _dot4_u8s8(self, a, w, acc):
         """``acc + dot4_u8s8(a, w)``: one VNNI ``vpdpbusd`` per 16 (or 8, 4) lanes where the target
         has it (LLVM does not find it in the widened form, and aborts on the intrinsic where the
-        target lacks it), else the bytes widened to int32, multiplied and summed in groups of four."""
+        target lacks it); on other x86 vectors the bytes widened to int16 and multiplied in pairs by
+        ``pmaddwd`` (exact: a pair of uint8 x int8 products fits an int32; ``vpmaddubsw`` would
+        saturate at int16), then each word's two pair sums added; elsewhere the bytes widened to
+        int32, multiplied and summed in groups of four."""
         lanes = max(_lanes(a), _lanes(w), _lanes(acc))
         a, w, acc = (self._broadcast(v, lanes) for v in (a, w, acc))
         b = self.builder
@@ -728,6 +731,25 @@ class FunctionEmitter:
             parts = [b.call(fn, [_lanes_of(b, acc, lo, width), _lanes_of(b, a, lo, width), _lanes_of(b, w, lo, width)])
                      for lo in range(0, lanes, width)]
             return _joined(b, parts)
+        pairs = _pmaddwd(self.cg.target, 2 * lanes) if lanes > 1 else None
+        if pairs is not None:
+            name, step = pairs
+            i16 = ir.IntType(16)
+            a16 = b.zext(b.bitcast(a, ir.VectorType(I8, 4 * lanes)), ir.VectorType(i16, 4 * lanes))
+            w16 = b.sext(b.bitcast(w, ir.VectorType(I8, 4 * lanes)), ir.VectorType(i16, 4 * lanes))
+            t_in, t_out = ir.VectorType(i16, 2 * step), ir.VectorType(I32, step)
+            fn = self.cg.intrinsic(name, t_out, [t_in, t_in])
+
+            def piece(v, lo):
+                return v if v.type.count == 2 * step else b.shuffle_vector(
+                    v, ir.Constant(v.type, ir.Undefined), ir.Constant(ir.VectorType(I32, 2 * step),
+                                                                       list(range(lo, lo + 2 * step))))
+            products = [b.call(fn, [piece(a16, lo), piece(w16, lo)]) for lo in range(0, 4 * lanes, 2 * step)]
+            sums = _joined(b, products)
+            half = ir.Constant(sums.type, ir.Undefined)
+            even = b.shuffle_vector(sums, half, ir.Constant(ir.VectorType(I32, lanes), list(range(0, 2 * lanes, 2))))
+            odd = b.shuffle_vector(sums, half, ir.Constant(ir.VectorType(I32, lanes), list(range(1, 2 * lanes, 2))))
+            return b.add(acc, b.add(even, odd))
         wide = ir.VectorType(I32, 4 * lanes)
         products = b.mul(b.zext(b.bitcast(a, ir.VectorType(I8, 4 * lanes)), wide),
                          b.sext(b.bitcast(w, ir.VectorType(I8, 4 * lanes)), wide))
@@ -799,6 +821,21 @@ def _vnni_width(features, lanes: int) -> int:
         if lanes % width == 0 and pieces & (pieces - 1) == 0:
             return width
     return 0
+
+
+def _pmaddwd(target, pair_sums: int):
+    """``(intrinsic, int32 lanes per call)`` of the widest x86 ``pmaddwd`` that splits ``pair_sums``
+    int32 results into a power of two of calls, or None (not x86, or no such split)."""
+    if target.arch != "x86_64":
+        return None
+    features = target.enabled_features()
+    choices = ([("llvm.x86.avx512.pmaddw.d.512", 16)] if "avx512bw" in features else []) + \
+        ([("llvm.x86.avx2.pmadd.wd", 8)] if "avx2" in features else []) + [("llvm.x86.sse2.pmadd.wd", 4)]
+    for name, step in choices:
+        calls = pair_sums // step
+        if pair_sums % step == 0 and calls & (calls - 1) == 0:
+            return name, step
+    return None
 
 
 def _lanes_of(b, v, lo: int, width: int):

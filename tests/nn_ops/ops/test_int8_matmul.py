@@ -56,3 +56,35 @@ def test_matmul_u8s8_names_what_is_wrong_with_its_operands():
         matmul_u8s8(lw.placeholder((3, 20), name="A", dtype="uint8"), lw.placeholder((5, 8), name="W"))
     with pytest.raises(ExprError, match="2-d int8 array"):
         pack_words(np.zeros((4, 4), np.uint8))
+
+
+@pytest.mark.vector_width
+@pytest.mark.parametrize("cpu,instruction", [("x86-64-v2", "pmaddwd"), ("x86-64-v3", "vpmaddwd"),
+                                             ("x86-64-v4", "vpmaddwd"), ("icelake-server", "vpdpbusd"),
+                                             ("alderlake", "vpdpbusd")])
+def test_each_x86_level_multiplies_bytes_exactly_with_its_dot_product_instruction(cpu, instruction):
+    """Without VNNI the bytes are widened to int16 and multiplied in pairs (``pmaddwd``: a pair of
+    255 x -128 products, -65280, would saturate ``vpmaddubsw``'s int16), not widened to int32 and
+    multiplied one by one (``vpmulld``, five times slower); the extremes and random bytes are exact."""
+    from loopweave.target import compiling_for, parse_target
+    target = parse_target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}")
+    m, k, n = 13, 64, 40
+    rng = np.random.default_rng(7)
+    a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    a[:4], b[:, :8] = 255, -128         # the largest pair sums, both signs
+    b[:, 8:16] = 127
+    want = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
+    with compiling_for(target):
+        A = lw.placeholder((m, k), name="A", dtype="uint8")
+        words = pack_panels(pack_words(b), 2 * target.lanes("int32"))
+        W = lw.placeholder(words.shape, name="Wp", dtype="int32")
+        D = matmul_u8s8_panels(A, W, n)
+        f = lw.build(nn_ops.schedule(D, target), [A, W, D], target=target)
+    asm = f.get_source("asm")
+    assert instruction in asm and "pmulld" not in asm
+    if not target.runs_here():
+        pytest.skip(f"this CPU cannot run {cpu} code (its instructions were checked)")
+    out = np.zeros((m, n), np.int32)
+    f(a, words, out)
+    np.testing.assert_array_equal(out, want)
