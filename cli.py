@@ -59,6 +59,9 @@ def _cmd_compile(args) -> int:
     from .target import resolve_target
     if not args.output and not args.export:
         raise UsageError("give -o model.lwx, --export model.so, or both")
+    if args.level and (not args.export or args.params == "side" or args.export.endswith(".o")):
+        raise UsageError("--level builds more CPU levels into the one library of --export MODEL.so (weights "
+                         "embedded): give --export MODEL.so, without --params side")
     if resolve_target(args.target).kind == "cuda":
         raise UsageError("a network compiled for cuda cannot be saved (-o) or exported (--export) yet: compile "
                          "and run it in Python, lw.compile(lw.from_onnx(path), target='cuda').run(feed); -o and "
@@ -72,7 +75,13 @@ def _cmd_compile(args) -> int:
     if args.output:
         exe.save(args.output)
         wrote.append(args.output)
-    if args.export:
+    if args.export and args.level:
+        from .nn_ops.network.export_levels import export_levels
+        levels = [exe] + [lw_compile(graph, target=level, progress=not args.quiet, tuning_log=args.tuning_log)
+                          for level in args.level]
+        lib = export_levels(levels, args.export, prefix=args.prefix, cc=args.cc)
+        wrote += [str(lib), str(lib.with_suffix(".h"))]
+    elif args.export:
         lib = exe.export_library(args.export, prefix=args.prefix, params=args.params, cc=args.cc)
         wrote += [str(lib), str(lib.with_suffix(".h"))] + ([str(lib.with_suffix(".c"))] if lib.suffix == ".o" else []) \
             + ([str(lib.with_suffix(".params"))] if args.params == "side" else [])
@@ -199,6 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--target", default="llvm",
                       help="the CPU to compile for: llvm (this machine, default), or e.g. 'llvm -mtriple=aarch64-linux-gnu "
                            "-mcpu=neoverse-n1', 'llvm -mcpu=x86-64-v2' (then --export MODEL.o, or MODEL.so with --cc)")
+    comp.add_argument("--level", action="append", metavar="TARGET",
+                      help="with --export MODEL.so: also build the network for this x86-64 level and put it in the "
+                           "same library (repeatable, e.g. --target 'llvm -mcpu=x86-64-v4' --level 'llvm "
+                           "-mcpu=x86-64-v3'); the library runs the first level the CPU has")
     comp.add_argument("--cc", metavar="COMPILER",
                       help="with --export MODEL.so: the C compiler that links it (default $CC or cc; a cross "
                            "compiler such as aarch64-linux-gnu-gcc for another CPU)")

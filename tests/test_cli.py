@@ -70,6 +70,7 @@ def test_run_with_a_bad_input_file_fails_in_one_line(small_exe, tmp_path, capsys
     (["compile", "zoo:small_cnn", "-o", "x.lwx", "--input-shape", "input=1xthree", "-q"], "whole numbers"),
     (["compile", "zoo:nope", "-o", "x.lwx"], "unknown zoo model 'nope'"),
     (["run", "missing.lwx"], "missing.lwx"),
+    (["compile", "zoo:small_cnn", "-o", "x.lwx", "--level", "llvm -mcpu=x86-64-v3", "-q"], "--level builds more"),
     (["compile", "zoo:small_cnn", "-o", "no/such/folder/x.lwx", "-q"], "no/such/folder/x.lwx"),
 ])
 def test_cli_failures_are_one_line_with_exit_code_2(tmp_path, monkeypatch, capsys, argv, expected):
@@ -77,3 +78,22 @@ def test_cli_failures_are_one_line_with_exit_code_2(tmp_path, monkeypatch, capsy
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and ": error: " in err and expected in err, err
+
+
+def test_compile_exports_one_library_for_two_cpu_levels(tmp_path, capsys):
+    import ctypes
+    from loopweave.target import host_target, resolve_target
+    if host_target().arch != "x86_64":
+        pytest.skip("x86-64 CPU levels need an x86-64 machine")
+    lib_path = tmp_path / "small.so"
+    assert cli.main(["compile", "zoo:small_cnn", "--target", "llvm -mcpu=x86-64-v4", "--level", "llvm -mcpu=x86-64-v3",
+                     "--export", str(lib_path), "-q"]) == 0
+    assert str(lib_path) in capsys.readouterr().out
+    assert "x86-64-v4, x86-64-v3" in (tmp_path / "small.h").read_text()
+    lib = ctypes.CDLL(str(lib_path))
+    lib.lw_model_target.restype = ctypes.c_char_p
+    m = ctypes.c_void_p()
+    assert lib.lw_model_create(ctypes.byref(m), 1) == 0
+    best = "x86-64-v4" if resolve_target("llvm -mcpu=x86-64-v4").runs_here() else "x86-64-v3"
+    assert lib.lw_model_target(m).decode() == best
+    lib.lw_model_destroy(m)
