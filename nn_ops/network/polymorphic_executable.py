@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from ...backends.aligned_memory import aligned_empty
+from ...backends.aligned_memory import ALIGN, aligned_empty
 from ...backends.llvm.call_list_runner import call_list_runner
 from ...backends.runtime import clear_error_slot
 from ...backends.timing import per_call_medians
@@ -34,7 +34,7 @@ from .kernel_cache import kernel_entry, kernel_module
 from .feed import check_names_and_dtypes, show_shape
 from .signature import SymbolicSignature, export_needs_fixed_shapes
 from .executable import index_out_of_range
-from .symbolic_plan import ALIGN, SymbolicPlan
+from .symbolic_plan import SymbolicPlan
 
 FORMAT = "loopweave-polymorphic-executable"
 VERSION = 1

@@ -18,11 +18,11 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 import sympy
 
+from ...backends.aligned_memory import ALIGN
 from ...errors import ArgumentError
 from . import symbolic as S
 from .limits import memory_limit_bytes
 
-ALIGN = 64
 CACHED_BINDINGS = 8
 
 
