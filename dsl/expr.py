@@ -270,8 +270,7 @@ class CheckedIndex(Expr):
 
     A bad index does not read memory: the kernel records the first one (``what`` says
     which tensor and axis it indexes) in the call's error slot and uses 0 instead, and the
-    runtime raises ``ArgumentError`` after the call.  On targets without that slot (CUDA)
-    it lowers to a clamp into range.
+    runtime raises ``ArgumentError`` after the call (on CUDA too: a device error slot).
     """
 
     value: Expr

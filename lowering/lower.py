@@ -20,7 +20,6 @@ from ..errors import ExprError, LoweringError
 from ..target import resolve_target
 from .check_gpu_schedule import check_gpu_schedule
 from .ir import PrimFunc
-from .passes.clamp_checked_indices import clamp_checked_indices
 from .passes.insert_bounds_checks import insert_bounds_checks
 from .passes.loop_partition import loop_partition
 from .passes.pad_register_loops import pad_register_loops
@@ -63,7 +62,6 @@ CHECKS = (None, "bounds")
 # target "cuda" only: after the passes above, the host/device split and GPU barriers; loops of
 # one iteration go only after double_buffer, which pipelines the loop it finds whatever its extent
 GPU_PASSES = (
-    ("clamp_checked_indices", clamp_checked_indices),
     ("double_buffer", double_buffer),
     ("drop_unit_loops", drop_unit_loops),
     ("split_host_device", split_host_device),
@@ -132,10 +130,6 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
         at = [n for n, _ in passes].index("storage_flatten")
         passes = passes[:at] + BOUNDS_CHECK_PASSES + passes[at:]
     if tgt is not None and tgt.kind == "cuda":
-        if checks == "bounds":
-            raise LoweringError("checks='bounds' is not available for target 'cuda' yet: its kernels have no "
-                                "error slot to report a bad index (the op library's index checks become clamps "
-                                "there); build for target='llvm' to check indices")
         check_gpu_schedule(schedule)
         at = [n for n, _ in passes].index("vectorize")
         passes = passes[:at] + (("pad_register_loops", pad_register_loops),) + passes[at:]

@@ -12,7 +12,11 @@ pointers are 16-byte aligned: ``__align__`` for on-chip arrays, checked at call 
 for arguments).  Index arithmetic is ``long long`` as in the IR, or ``int`` in a kernel
 where ``index_width.fits_int32`` proves every such value fits (fewer registers, one
 instruction per multiply-add); floor division and modulo keep Python's semantics
-through small helpers.
+through small helpers.  A kernel with checked indices (``CheckedIndex``: gathers,
+``checks="bounds"``) takes one more argument, last, the call's error slot
+(``ERROR_SLOT_WORDS`` 64-bit words: check site, index, extent): the first failing check
+of a launch records itself there and reads element 0 instead, and the runtime raises
+after the call (``KernelInfo.checks`` names each site).
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ from typing import Dict, List
 from ...dsl import dtypes
 from ...dsl.arith import linear_form, simplify_expr
 from ...dsl.bitwise import NAMES as BITWISE_NAMES
-from ...dsl.expr import Binary, Call, Cast, Compare, Const, Let, Logical, Select, Var
+from ...dsl.expr import Binary, Call, Cast, CheckedIndex, Compare, Const, Let, Logical, Select, Var
 from ...dsl.visitor import Mutator, post_order_visit
 from ...errors import BuildError, InternalError
 from ...lowering.ir import (SYNC_THREADS, Allocate, Broadcast, BufferLoad, BufferStore, Evaluate, For, IfThenElse,
@@ -78,6 +82,24 @@ __device__ __forceinline__ int lw_dot4_u8s8(int a, int b) {
 #endif
 }
 """
+# added where a kernel checks indices: the first failing check of a launch claims the error slot
+# (site numbers start at 1: 0 means no error) and writes the index and the extent; the element
+# read instead is the first one, as on the CPU
+CHECK_PRELUDE = """\
+template <typename T> __device__ __forceinline__ T lw_checked_index(T value, T extent, bool wrap,
+    unsigned long long site, unsigned long long* __restrict__ err) {
+  const T index = wrap && value < 0 ? value + extent : value;
+  if (index >= 0 && index < extent) return index;
+  if (atomicCAS(err, 0ull, site) == 0ull) {
+    err[1] = (unsigned long long)(long long)value;
+    err[2] = (unsigned long long)(long long)extent;
+  }
+  return 0;
+}
+"""
+ERROR_SLOT = "lw_err"   # the C name of a checking kernel's last parameter
+ERROR_SLOT_WORDS = 3    # 64-bit words of a device error slot: site, index, extent
+
 # added where a kernel fills shared memory with cp.async (``double_buffer(asynchronous=True)``), sm_80 on
 # (a CPU harness defines LW_ASYNC_EMULATED and copies at once)
 ASYNC_PRELUDE = """\
@@ -149,6 +171,8 @@ class KernelInfo:
     name: str
     launch: KernelLaunch
     param_align: Dict[int, int] = field(default_factory=dict)   # id(Buffer) -> bytes its vector accesses need
+    sites: List[tuple] = field(default_factory=list)   # the module's check sites: (what, wrap), site k + 1
+    checks: bool = False                                # whether the kernel takes the error slot (last)
 
 
 def _c_name(raw: str) -> str:
@@ -238,6 +262,7 @@ class KernelEmitter:
     # ------------------------------------------------------------ kernel
     def emit(self) -> str:
         k = self.info.launch
+        self.names.taken.add(ERROR_SLOT)
         written = set()
         post_order_visit(k.body, lambda n: written.add(id(n.buffer)) if isinstance(n, BufferStore) else None)
         params = []
@@ -251,6 +276,8 @@ class KernelEmitter:
         for e in k.block:
             threads *= e.value
         self.stmt(k.body)
+        if self.info.checks:
+            params.append(f"unsigned long long* __restrict__ {ERROR_SLOT}")
         head = f'extern "C" __global__ void __launch_bounds__({threads}) {k.name}({", ".join(params)}) {{'
         return "\n".join([head] + self.lines + ["}"])
 
@@ -518,6 +545,13 @@ class KernelEmitter:
             return f"{self.operand(e.value, _PREC['!='] + 1)} != 0", _PREC["!="]
         return f"({self.c_type[e.dtype]}){self.operand(e.value, _UNARY)}", _UNARY
 
+    def expr_CheckedIndex(self, e: CheckedIndex):
+        self.info.checks = True
+        self.info.sites.append((e.what, e.wrap))
+        index_t = self.c_type["int64"]
+        return (f"lw_checked_index<{index_t}>({self.expr(e.value)}, {self.expr(e.extent)}, "
+                f"{'true' if e.wrap else 'false'}, {len(self.info.sites)}ull, {ERROR_SLOT})"), _PRIMARY
+
     def expr_Let(self, e: Let):
         value = self.expr(e.value)
         name = self.names.add(e.var, e.var.name)
@@ -613,14 +647,17 @@ def generate(func: PrimFunc):
     """(CUDA C source, [KernelInfo]) for a PrimFunc lowered for target cuda."""
     infos = []
     parts = [PRELUDE]
+    sites: List[tuple] = []   # one numbering of check sites for the module's kernels
     for launch in kernels_of(func):
-        info = KernelInfo(launch.name, launch)
+        info = KernelInfo(launch.name, launch, sites=sites)
         parts.append(KernelEmitter(info).emit())
         infos.append(info)
     if any("lw_shift_" in part for part in parts[1:]):
         parts[0] += SHIFT_PRELUDE
     if any("lw_dot4_u8s8" in part for part in parts[1:]):
         parts[0] += DOT_PRELUDE
+    if any(info.checks for info in infos):
+        parts[0] += CHECK_PRELUDE
     if any("lw_cp_async" in part for part in parts[1:]):
         parts[0] += ASYNC_PRELUDE
     if any(f"lw_{MMA_TF32}" in part or f"lw_{ROUND_TF32}" in part for part in parts[1:]):

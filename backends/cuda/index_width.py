@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Dict, Optional, Tuple
 
 from ...dsl.arith import binary_bound
-from ...dsl.expr import Binary, Call, Cast, Compare, Const, Let, Logical, Select, Var
+from ...dsl.expr import Binary, Call, Cast, CheckedIndex, Compare, Const, Let, Logical, Select, Var
 from ...lowering.ir import (Allocate, Broadcast, BufferLoad, BufferStore, Evaluate, For, IfThenElse, KernelLaunch,
                             LetStmt, Ramp, Seq)
 
@@ -126,6 +126,10 @@ class _Ranges:
             for a in e.args:
                 self.expr(a)
             return None
+        if isinstance(e, CheckedIndex):   # the value is checked as computed: it must fit as well
+            self.expr(e.value)
+            extent = self.expr(e.extent)
+            return None if extent is None else (0, max(0, extent[1] - 1))
         raise _Unknown(type(e).__name__)
 
 

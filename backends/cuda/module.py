@@ -5,7 +5,10 @@
 checks dtypes, ranks, shapes and symbolic sizes exactly like the CPU module, then
 runs the host program: allocate intermediates, launch each kernel on the legacy
 default stream with grid extents evaluated from the sizes, free.  The PTX is loaded
-into the driver on the first call, so building needs no GPU.
+into the driver on the first call, so building needs no GPU.  Kernels that check indices
+(gathers, ``checks="bounds"``) write a bad one to the module's device error slot, read
+back after the call: ``IndexOutOfRangeError`` names the tensor, the index and the extent,
+as on the CPU.
 """
 from __future__ import annotations
 
@@ -16,9 +19,10 @@ import numpy as np
 
 from ...dsl import dtypes
 from ...dsl.expr import Binary, Cast, Compare, Const, Logical, Select, Var
-from ...errors import ArgumentError, InternalError
+from ...errors import ArgumentError, IndexOutOfRangeError, InternalError
 from ...lowering.ir import Allocate, KernelLaunch, LetStmt, Seq
-from ..runtime import Module, ParamSpec
+from ..runtime import Module, ParamSpec, index_error_text
+from .codegen import ERROR_SLOT_WORDS
 from .driver import PreparedLaunch, get_driver
 from .ndarray import DeviceArray, as_device_array, overlaps
 
@@ -78,6 +82,9 @@ class CudaModule(Module):
         self._sources = sources
         self._func = func
         self._kernels = {k.name: k for k in kernels}
+        self._sites = kernels[0].sites if kernels else []   # check site k + 1: (what, wraps)
+        self.checks_indices = any(k.checks for k in kernels)
+        self._err: Optional[int] = None   # the device error slot of calls through the module
         self._ptx_of = ptx_of
         self._module = None
         self._functions = {}
@@ -147,43 +154,86 @@ class CudaModule(Module):
                                         f"accesses but its data pointer is not {need}-byte aligned; pass a copy "
                                         f"(e.g. .contiguous().clone() in PyTorch) or a loopweave DeviceArray")
 
+    def _error_slot(self, drv) -> int:
+        """The module's device error slot, zeroed (made on first use)."""
+        if self._err is None:
+            self._err = drv.alloc(ERROR_SLOT_WORDS * 8)
+            self._clear_error_slot(drv)
+        return self._err
+
+    def _clear_error_slot(self, drv) -> None:
+        zeros = (ctypes.c_uint64 * ERROR_SLOT_WORDS)()
+        drv.copy_to_device(self._err, ctypes.addressof(zeros), ERROR_SLOT_WORDS * 8)
+
+    def read_index_error(self, words) -> Optional[tuple]:
+        """``(what, index, extent, wraps)`` from an error slot holding ``words`` (site, index, extent),
+        or None where no check failed."""
+        site = int(words[0])
+        if site == 0:
+            return None
+        if not 0 < site <= len(self._sites):
+            raise InternalError(f"a kernel of '{self.name}' reported index check {site}, which it does not have")
+        what, wraps = self._sites[site - 1]
+        return what, ctypes.c_int64(words[1]).value, ctypes.c_int64(words[2]).value, wraps
+
+    def _raise_index_error(self, drv) -> None:
+        """After a finished call: raise the bad index a kernel recorded (the slot is cleared first)."""
+        if not self.checks_indices or self._err is None:
+            return
+        words = (ctypes.c_uint64 * ERROR_SLOT_WORDS)()
+        drv.copy_to_host(ctypes.addressof(words), self._err, ERROR_SLOT_WORDS * 8)
+        failed = self.read_index_error(words)
+        if failed is None:
+            return
+        self._clear_error_slot(drv)
+        what, index, extent, wraps = failed
+        raise IndexOutOfRangeError(f"{self.name}: {index_error_text(what, index, extent, wraps)}; the outputs were "
+                                   f"not fully written.\n  fix: pass indices inside the range, or make the "
+                                   f"computation clamp or wrap them", index, extent, what)
+
     def _run(self, drv, pointers, sizes):
         env = {id(v): sizes[v.name] for v in self._size_vars}
         buffers = {id(b): ptr for b, ptr in zip(self._func.params, pointers)}
-        self._exec(drv, self._func.body, env, buffers, drv.launch)
+        err = self._error_slot(drv) if self.checks_indices else None
+        self._exec(drv, self._func.body, env, buffers, drv.launch, err=err)
 
-    def prepared_launches(self, drv, pointers, sizes) -> Tuple[List[PreparedLaunch], List[int]]:
+    def prepared_launches(self, drv, pointers, sizes, err: Optional[int] = None) -> Tuple[List[PreparedLaunch],
+                                                                                           List[int]]:
         """This call's launches, marshalled once, for a caller that replays them (a network, a CUDA
         graph), and the device buffers allocated for the host program's intermediates, which the
-        caller now owns (they live as long as the launches are replayed; free them with drv.free)."""
+        caller now owns (they live as long as the launches are replayed; free them with drv.free).
+        Kernels that check indices report to the device error slot ``err`` (default: the module's)."""
         env = {id(v): sizes[v.name] for v in self._size_vars}
         buffers = {id(b): ptr for b, ptr in zip(self._func.params, pointers)}
+        if err is None and self.checks_indices:
+            err = self._error_slot(drv)
         launches: List[PreparedLaunch] = []
         owned: List[int] = []
         self._exec(drv, self._func.body, env, buffers,
                    lambda fn, grid, block, args: launches.append(PreparedLaunch(fn, grid, block, args)),
-                   owned=owned)
+                   owned=owned, err=err)
         return launches, owned
 
-    def _exec(self, drv, s, env, buffers, launch, owned: Optional[list] = None):
+    def _exec(self, drv, s, env, buffers, launch, owned: Optional[list] = None, err: Optional[int] = None):
         """Interpret the host program; with ``owned``, intermediates are allocated for good and
-        listed there (the launches are being recorded, not run)."""
+        listed there (the launches are being recorded, not run); ``err``: the device error slot
+        of kernels that check indices."""
         if isinstance(s, Seq):
             for c in s.stmts:
-                self._exec(drv, c, env, buffers, launch, owned)
+                self._exec(drv, c, env, buffers, launch, owned, err)
         elif isinstance(s, LetStmt):
             env[id(s.var)] = eval_host(s.value, env)
-            self._exec(drv, s.body, env, buffers, launch, owned)
+            self._exec(drv, s.body, env, buffers, launch, owned, err)
         elif isinstance(s, Allocate):
             nbytes = eval_host(s.extent, env) * dtypes.itemsize(s.buffer.dtype)
             ptr = drv.alloc(nbytes)
             buffers[id(s.buffer)] = ptr
             if owned is not None:
                 owned.append(ptr)
-                self._exec(drv, s.body, env, buffers, launch, owned)
+                self._exec(drv, s.body, env, buffers, launch, owned, err)
                 return
             try:
-                self._exec(drv, s.body, env, buffers, launch)
+                self._exec(drv, s.body, env, buffers, launch, err=err)
             finally:
                 drv.synchronize()   # kernels that use the buffer have finished
                 drv.free(ptr)
@@ -194,6 +244,8 @@ class CudaModule(Module):
             block = [int(b.value) for b in s.block]
             args = [ctypes.c_uint64(buffers[id(b)]) for b in s.params]
             args += [ctypes.c_int64(env[id(v)]) for v in s.scalars]
+            if self._kernels[s.name].checks:
+                args.append(ctypes.c_uint64(err))
             launch(self._functions[s.name], grid, block, args)
         else:
             raise InternalError(f"host code of a CUDA module has a {type(s).__name__}")
@@ -248,6 +300,7 @@ class CudaModule(Module):
         for launch in launches:
             drv.launch_prepared(launch)
         drv.synchronize()
+        self._raise_index_error(drv)
         return True
 
     def __call__(self, *args) -> None:
@@ -256,6 +309,7 @@ class CudaModule(Module):
         drv, pointers, sizes, back, keep = self._prepare_call(args)
         self._run(drv, pointers, sizes)
         drv.synchronize()
+        self._raise_index_error(drv)
         for host, dev in back:
             if host.nbytes:
                 drv.copy_to_host(host.ctypes.data, dev.ptr, host.nbytes)

@@ -10,18 +10,26 @@ addresses, so the launches are marshalled once and captured as one CUDA graph
 Inputs may be device arrays (``DeviceArray``, CUDA tensors with DLPack): they are copied
 on the device; ``run(feed, device_outputs=True)`` returns ``DeviceArray`` s.  Building
 needs no GPU (every kernel's CUDA C and PTX can be inspected: ``exe.sources()``);
-running does.
+running does.  Kernels that check indices (Gather and the like, every data-dependent load
+with ``checks="bounds"``) each get a device error slot of their own; after a run the slots
+come back in one copy, and a bad index raises ``IndexOutOfRangeError`` naming the node.
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ...backends.cuda.codegen import ERROR_SLOT_WORDS
 from ...backends.cuda.ndarray import DeviceArray, as_device_array
+from ...backends.runtime import index_error_text
 from ...backends.timing import per_call_medians
-from ...errors import ArgumentError, InternalError
+from ...errors import ArgumentError, IndexOutOfRangeError, InternalError
 from .feed import check_static_feed
+
+
+SLOT_BYTES = ERROR_SLOT_WORDS * 8
 
 
 def _on_device(value) -> bool:
@@ -75,6 +83,10 @@ class CudaExecutable:
             module._check_alignment(pointers)
             dev["launches"].append((module, pointers))
         dev["scratch"] = []
+        checking = any(module.checks_indices for module, _ in dev["launches"])
+        dev["errors"] = drv.alloc(len(self.calls) * SLOT_BYTES) if checking else None
+        if checking:
+            self._clear_error_slots(dev)
         dev["prepared"] = self._prepared_launches(drv, dev)
         dev["stream"] = dev["graph"] = None
         self._device = dev
@@ -85,8 +97,9 @@ class CudaExecutable:
         """Each call's kernel launches, marshalled once; intermediates a kernel's host program
         allocates are allocated here for the executable's lifetime (freed with the arena)."""
         prepared = []
-        for module, pointers in dev["launches"]:
-            steps, owned = module.prepared_launches(drv, pointers, {})
+        for k, (module, pointers) in enumerate(dev["launches"]):
+            err = dev["errors"] + k * SLOT_BYTES if module.checks_indices else None
+            steps, owned = module.prepared_launches(drv, pointers, {}, err=err)
             dev["scratch"].extend(owned)
             prepared.append(steps)
         return prepared
@@ -109,6 +122,24 @@ class CudaExecutable:
         if space in ("arena", "weight"):
             return dev["arena" if space == "arena" else "weights"] + where
         raise InternalError(f"unknown storage location {location!r}")
+
+    def _clear_error_slots(self, dev):
+        zeros = (ctypes.c_uint64 * (ERROR_SLOT_WORDS * len(self.calls)))()
+        dev["drv"].copy_to_device(dev["errors"], ctypes.addressof(zeros), ctypes.sizeof(zeros))
+
+    def _check_indices(self, dev):
+        """After a finished run: raise the first bad index a kernel recorded, in call order (every
+        slot is cleared first)."""
+        if dev["errors"] is None:
+            return
+        words = (ctypes.c_uint64 * (ERROR_SLOT_WORDS * len(self.calls)))()
+        dev["drv"].copy_to_host(ctypes.addressof(words), dev["errors"], ctypes.sizeof(words))
+        for k, (call, (module, _)) in enumerate(zip(self.calls, dev["launches"])):
+            slot = words[k * ERROR_SLOT_WORDS:(k + 1) * ERROR_SLOT_WORDS]
+            failed = module.read_index_error(slot) if module.checks_indices else None
+            if failed is not None:
+                self._clear_error_slots(dev)
+                raise _index_error(call, *failed)
 
     def _launch_all(self, dev):
         drv = dev["drv"]
@@ -139,8 +170,10 @@ class CudaExecutable:
                 if o.nbytes:
                     drv.copy_device_to_device(o.ptr, ptr, o.nbytes)
             drv.synchronize()
+            self._check_indices(dev)
             return outs
         drv.synchronize()
+        self._check_indices(dev)
         outs = [np.empty(s, d) for _, s, d in self.outputs]
         for o, ptr in zip(outs, dev["outputs"]):
             drv.copy_to_host(o.ctypes.data, ptr, o.nbytes)
@@ -229,5 +262,23 @@ class CudaExecutable:
                 drv.destroy_stream(dev["stream"])
             for ptr in [dev["arena"], dev["weights"]] + dev["inputs"] + dev["outputs"] + dev.get("scratch", []):
                 drv.free(ptr)
+            if dev.get("errors") is not None:
+                drv.free(dev["errors"])
         except Exception:  # noqa: BLE001 - interpreter shutdown: the driver may be gone already
             pass
+
+
+def _index_error(call, what: str, index: int, extent: int, wraps: bool) -> IndexOutOfRangeError:
+    """The error for a failed index check of kernel call ``call``: its ``inK`` named as the graph
+    values behind them, the node named (one of the group's nodes, where several were fused)."""
+    for k, value in enumerate(call.inputs):
+        what = what.replace(f"'in{k}'", f"'{value}'")
+    nodes = list(call.nodes)
+    node = nodes[0] if len(nodes) == 1 else ""
+    where = (f"node '{node}'" if node else f"one of the nodes {', '.join(repr(n) for n in nodes)}") if nodes \
+        else f"kernel '{call.name}'"
+    return IndexOutOfRangeError(f"{where} ({' + '.join(call.ops) or call.name}): "
+                                f"{index_error_text(what, index, extent, wraps)}.\n"
+                                f"  fix: check the values fed to the network (e.g. token ids against the "
+                                f"vocabulary size); ONNX leaves out-of-range indices undefined, and loopweave "
+                                f"refuses them", index, extent, what, node)

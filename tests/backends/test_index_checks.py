@@ -149,16 +149,17 @@ def test_a_bad_checks_value_is_refused(bad):
         lw.lower(s, [A, idx, C], checks=bad)
 
 
-def test_cuda_lowering_clamps_checked_indices():
-    """CUDA kernels have no error slot yet: a check becomes a clamp (never a read outside)."""
+def test_cuda_lowering_keeps_checked_indices_for_the_kernel():
+    """CUDA kernels check too (their device error slot: tests/backends/cuda/test_index_checks.py): the
+    check reaches the kernel, not a clamp."""
     A, idx, C = _gather()
     s = lw.create_schedule(C)
     outer, inner = s[C].split(C.op.axis[0], factor=32)
     s[C].bind(outer, lw.thread_axis("blockIdx.x"))
     s[C].bind(inner, lw.thread_axis("threadIdx.x"))
     func = lw.lower(s, [A, idx, C], target="cuda")
-    assert not _checked_nodes(func)
-    assert "min(max(" in str(func)
+    assert len(_checked_nodes(func)) == 1
+    assert "min(max(" not in str(func)
 
 
 def test_a_checked_loop_is_still_vectorized_by_llvm():
@@ -190,12 +191,12 @@ def test_a_failure_beside_an_intermediate_buffer_is_reported():
         f(a, good, c)
 
 
-def test_checks_bounds_is_refused_for_cuda_rather_than_silently_clamped():
+def test_checks_bounds_is_accepted_for_cuda():
     A, idx, C = _data_dependent()
     s = lw.create_schedule(C)
     i, j = C.op.axis
     s[C].bind(i, lw.thread_axis("blockIdx.x"))
     s[C].bind(j, lw.thread_axis("threadIdx.x"))
-    with pytest.raises(LoweringError, match="checks='bounds' is not available for target 'cuda' yet.*build for "
-                                            "target='llvm'"):
-        lw.lower(s, [A, idx, C], target="cuda", checks="bounds")
+    assert not _checked_nodes(lw.lower(s, [A, idx, C], target="cuda"))
+    checked = _checked_nodes(lw.lower(s, [A, idx, C], target="cuda", checks="bounds"))
+    assert len(checked) == 1 and "dimension 0 of 'A'" in checked[0].what

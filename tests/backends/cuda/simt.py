@@ -43,10 +43,14 @@ def launcher(name: str, args) -> str:
             f"  return lw_run_grid({{gx, gy, gz}}, {{bx, by, bz}}, [&] {{ {name}({', '.join(args)}); }});\n}}\n")
 
 
-def module_launcher(launch) -> str:
+def module_launcher(info) -> str:
+    """The launcher of a CUDA module's kernel (``KernelInfo``), arguments as the module passes them."""
     from loopweave.backends.cuda.codegen import C_TYPE, MEMORY_TYPE
+    launch = info.launch
     args = [f"({MEMORY_TYPE[b.dtype]}*)(*(unsigned long long*)args[{k}])" for k, b in enumerate(launch.params)]
     args += [f"*({C_TYPE[v.dtype]}*)args[{len(launch.params) + k}]" for k, v in enumerate(launch.scalars)]
+    if info.checks:
+        args.append(f"(unsigned long long*)(*(unsigned long long*)args[{len(args)}])")
     return launcher(launch.name, args)
 
 
@@ -74,12 +78,24 @@ def launch(lib, fn, grid, block, args) -> None:
 
 
 class HostMemoryDriver:
-    """The driver calls the CUDA module's host program makes, on host memory (fresh buffers poisoned:
-    device memory is not zeroed either)."""
+    """The driver calls of a CUDA module's host program or of a network, on host memory (fresh buffers
+    poisoned: device memory is not zeroed either), launching kernels compiled by ``load_kernels``."""
 
-    def __init__(self, lib):
-        self.lib = lib
+    def __init__(self, cxx: str, folder: Path):
+        self.cxx, self.folder = cxx, folder
         self.memory = {}
+        self.lib_of = {}   # id(launch function) -> the library it is in
+
+    def load_kernels(self, module, source=None) -> None:
+        """Compile ``module``'s kernels (or ``source``, CUDA C for them) for the CPU: the module's own
+        (its error slot, where it has one, made anew in this driver's memory)."""
+        infos = list(module._kernels.values())
+        lib = compile_source(self.cxx, self.folder, (source or module.get_source("cuda")) + "\n" +
+                             "".join(module_launcher(info) for info in infos))
+        module._functions = {info.name: getattr(lib, f"lw_launch_{info.name}") for info in infos}
+        self.lib_of.update({id(fn): lib for fn in module._functions.values()})
+        module._module = lib
+        module._err = None
 
     def alloc(self, nbytes):
         buf = np.full(max(1, nbytes) + 64, 0xFF, np.uint8)
@@ -90,27 +106,43 @@ class HostMemoryDriver:
     def free(self, ptr):
         del self.memory[ptr]
 
+    def copy_to_device(self, dst, src, nbytes):
+        ctypes.memmove(dst, src, nbytes)
+
+    def copy_to_host(self, dst, src, nbytes):
+        ctypes.memmove(dst, src, nbytes)
+
+    def copy_device_to_device(self, dst, src, nbytes):
+        ctypes.memmove(dst, src, nbytes)
+
+    def make_current(self):
+        pass
+
     def synchronize(self):
         pass
 
     def launch(self, fn, grid, block, args):
-        launch(self.lib, fn, grid, block, args)
+        launch(self.lib_of[id(fn)], fn, grid, block, args)
+
+    def launch_prepared(self, prepared, stream=None):
+        if prepared.fn(*prepared.grid, *prepared.block, prepared.params):
+            raise EmulationError(self.lib_of[id(prepared.fn)].lw_emulation_error().decode())
 
 
 def loader(cxx: str, folder: Path):
     """``load(module, source=None)``: a callable running CUDA module ``module``'s kernels on the CPU with
     numpy arrays (``source``: CUDA C to run instead of the module's, such as a mutated copy of it)."""
     def load(module, source=None):
-        launches = [info.launch for info in module._kernels.values()]
-        lib = compile_source(cxx, folder, (source or module.get_source("cuda")) + "\n" +
-                             "".join(module_launcher(k) for k in launches))
-        functions = {k.name: getattr(lib, f"lw_launch_{k.name}") for k in launches}
+        driver = HostMemoryDriver(cxx, folder)
+        driver.load_kernels(module, source)
+        functions = module._functions
 
         def call(*arrays):
             sizes = module._bind(arrays)
             pointers = [a.ctypes.data for a in arrays]
             module._check_alignment(pointers)
             module._functions = functions
-            module._run(HostMemoryDriver(lib), pointers, sizes)
+            module._run(driver, pointers, sizes)
+            module._raise_index_error(driver)
         return call
     return load
