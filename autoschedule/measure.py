@@ -111,12 +111,52 @@ def _reference(state):
     return state["reference"]
 
 
+def _differs_from_untuned(state, arrays) -> Optional[str]:
+    """Why ``mod``'s outputs on ``arrays`` (the reference inputs) are not the untuned build's, or
+    None when they agree: floats within a relative 1e-3 of the largest reference value, other
+    types exactly."""
+    ref = _reference(state)
+    args = state["args"]
+    for pos, want in zip(_output_positions(args), ref):
+        got = arrays[pos]
+        if want.dtype.kind == "f":
+            scale = max(1.0, float(np.abs(want).max(initial=0)))
+            ok = np.allclose(got, want, rtol=1e-3, atol=1e-3 * scale)
+        else:
+            ok = np.array_equal(got, want)
+        if not ok:
+            bad = int(np.argmax(~np.isclose(got, want, rtol=1e-3, atol=1e-3 * scale)
+                                if want.dtype.kind == "f" else got != want))
+            where = np.unravel_index(bad, want.shape)
+            return (f"wrong answer: differs from the untuned build ({args[pos].name}{list(map(int, where))} is "
+                    f"{got[where]!r}, the untuned build gives {want[where]!r})")
+    return None
+
+
+def _run_checked(state, mod) -> tuple:
+    """One run of ``mod`` on the reference inputs, its outputs first filled with NaN (or 0), then
+    compared with the untuned build's: (seconds that run took, why it is wrong or None)."""
+    args = state["args"]
+    arrays = state["arrays"]
+    for i in _output_positions(args):
+        arrays[i][...] = np.nan if arrays[i].dtype.kind == "f" else 0
+    t0 = time.perf_counter()
+    mod(*arrays)
+    seconds = time.perf_counter() - t0
+    return seconds, _differs_from_untuned(state, arrays)
+
+
 def measure_one(key: str, task_bytes: bytes, trace_json: str, check_below: Optional[float] = None,
                 repeat: int = 5, min_seconds: float = 0.03, crash: bool = False, hang: float = 0.0,
-                target: Optional[dict] = None, versus: Optional[str] = None, pairs: int = 15) -> dict:
-    """Rebuild the schedule from ``trace_json``, build, time; a JSON-able dict back.
+                target: Optional[dict] = None, versus: Optional[str] = None, pairs: int = 15,
+                check: bool = True) -> dict:
+    """Rebuild the schedule from ``trace_json``, build, check, time; a JSON-able dict back.
 
-    When the time beats ``check_below`` the outputs are compared with the untuned build's.
+    Every candidate's outputs are compared with the untuned build's on random inputs before it is
+    timed (``check=False`` only for the untuned schedule itself): a schedule the search, a
+    side-by-side verification or another task of its family proposes can become a record's best
+    only through this function, so a wrong one is dropped here, its error saying where it differs.
+    A candidate clearly slower than ``check_below`` (the best time so far) is placed by two runs.
     ``target`` (Target fields as a dict) is what the code is built for, the host when None.
     ``crash`` kills this process and ``hang`` sleeps that long first (the tests use them to
     check that a crash or a hang costs one candidate).  With ``versus`` (another trace, a
@@ -148,36 +188,28 @@ def measure_one(key: str, task_bytes: bytes, trace_json: str, check_below: Optio
         mod = built(trace_json)
         build_s = time.perf_counter() - t0
         if state["arrays"] is None:
-            state["arrays"] = _random_inputs(args, seed=99)
+            state["arrays"] = _random_inputs(args)
+        run = lambda: mod(*state["arrays"])     # noqa: E731
+        if check:
+            first, wrong = _run_checked(state, mod)      # also the warm-up, and a first estimate
+            if wrong:
+                return {"seconds": None, "error": wrong, "build_seconds": build_s}
+        else:
+            t1 = time.perf_counter()
+            run()
+            first = time.perf_counter() - t1
         if versus is not None:
             other = built(versus)
-            cmp = interleaved(lambda: mod(*state["arrays"]), lambda: other(*state["arrays"]), pairs=pairs,
-                              min_seconds=0.01, pause=0.0)
+            cmp = interleaved(run, lambda: other(*state["arrays"]), pairs=pairs, min_seconds=0.01, pause=0.0)
             return {"seconds": cmp.ours_s, "error": None, "build_seconds": build_s,
                     "versus_seconds": cmp.theirs_s, "ratio": cmp.ratio}
-        t1 = time.perf_counter()
-        mod(*state["arrays"])                       # warm-up, and a first estimate
-        first = time.perf_counter() - t1
         if check_below is not None and first > 3 * check_below and first > 1e-3:
             # clearly slower than the best: one more run is enough to place it
             t1 = time.perf_counter()
-            mod(*state["arrays"])
+            run()
             seconds = min(first, time.perf_counter() - t1)
         else:
             seconds = mod.time(*state["arrays"], repeat=repeat, min_seconds=min_seconds)
-        if check_below is not None and seconds < check_below:
-            ref = _reference(state)
-            arrays = _random_inputs(args)
-            for i in _output_positions(args):
-                arrays[i][...] = np.nan if arrays[i].dtype.kind == "f" else 0
-            mod(*arrays)
-            for got, want in zip([arrays[i] for i in _output_positions(args)], ref):
-                if want.dtype.kind == "f":
-                    ok = np.allclose(got, want, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(want).max(initial=0))))
-                else:
-                    ok = np.array_equal(got, want)
-                if not ok:
-                    return {"seconds": None, "error": "wrong answer: differs from the untuned build", "build_seconds": build_s}
         return {"seconds": seconds, "error": None, "build_seconds": build_s}
     except Exception as exc:  # a candidate's failure is a result, not a crash of the tuner
         return {"seconds": None, "error": f"{type(exc).__name__}: {exc}"[:2000],

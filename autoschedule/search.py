@@ -18,7 +18,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from ..errors import InternalError, LoopweaveError, LoopweaveWarning
+from ..errors import ArgumentError, InternalError, LoopweaveError, LoopweaveWarning
 from ..lowering.lower import lower
 from . import records
 from .cost_model import CostModel, ranking_quality
@@ -239,8 +239,8 @@ class TaskTuner:
         return self._measure(k, choice, trace_json)
 
     def _measure(self, k: str, choice: dict, trace_json: str, seeded: bool = False) -> dict:
-        """Build and time one candidate (checked against the untuned output if it would be the new
-        best), note it and append its record to the log."""
+        """Build, check against the untuned build's output, and time one candidate; note it and
+        append its record to the log (a wrong one with its error, so it can never be the best)."""
         check = self.best["seconds"] if self.best else float("inf")
         res = self.measurer.run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=trace_json,
                                       check_below=check, target=self.target_fields)])[0]
@@ -300,7 +300,7 @@ class TaskTuner:
     def measure_untuned(self, timeout_ok: bool = True):
         from ..dsl.trace import Trace
         res = self.measurer.run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=Trace().to_json(),
-                                      repeat=1, min_seconds=0.0, target=self.target_fields)])[0]
+                                      repeat=1, min_seconds=0.0, check=False, target=self.target_fields)])[0]
         self.untuned_seconds = res.seconds
         return res
 
@@ -308,6 +308,23 @@ class TaskTuner:
 def default_measurer(executor=None, timeout: float = 60.0):
     from .measure import ExecutorMeasurer
     return LocalMeasurer(timeout) if executor is None else ExecutorMeasurer(executor, timeout)
+
+
+def open_measurer(who: str, executor, timeout: float, measurer):
+    """The measurer a tuning entry point uses, and whether it owns it (closes it at the end).
+
+    ``measurer`` is anything with ``run(jobs) -> [MeasureResult]`` (one per job, in order; a job
+    holds ``measure_one``'s keyword arguments) and ``close()``: the seam where measurement happens,
+    so that a test can tune against a machine whose times are a known function of the schedule.
+    The caller keeps a measurer it gave (and closes it)."""
+    if measurer is None:
+        return default_measurer(executor, timeout), True
+    if executor is not None:
+        raise ArgumentError(f"{who}: give executor= or measurer=, not both (a measurer decides where it measures)")
+    if not callable(getattr(measurer, "run", None)) or not callable(getattr(measurer, "close", None)):
+        raise ArgumentError(f"{who}(measurer=...) takes an object with run(jobs) and close(), "
+                            f"got {type(measurer).__name__}")
+    return measurer, False
 
 
 def now() -> float:

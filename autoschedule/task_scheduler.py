@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence
 
 from ..errors import ArgumentError
 from . import records
-from .search import TaskTuner, default_measurer
+from .search import TaskTuner, open_measurer
 from .task import Task
 from .tune import TuneResult, _check_trials, _progress_bar
 
@@ -93,7 +93,7 @@ def _status(tuners, t0: float, time_budget: Optional[float]) -> str:
 
 def tune_tasks(tasks: Sequence, target="llvm", trials: Optional[int] = 256, time_budget: Optional[float] = None, log=None,
                executor=None, seed: int = 0, progress=None, timeout: float = 60.0, batch: int = 8,
-               baselines: Optional[Sequence[Optional[str]]] = None) -> List[TuneResult]:
+               baselines: Optional[Sequence[Optional[str]]] = None, measurer=None) -> List[TuneResult]:
     """Tune ``tasks`` with ``trials`` measurements in all (``None``: until ``time_budget`` runs
     out); one TuneResult per task, in order.
 
@@ -110,7 +110,7 @@ def tune_tasks(tasks: Sequence, target="llvm", trials: Optional[int] = 256, time
     if not tasks:
         raise ArgumentError("tune_tasks: no tasks")
     records.prepare(log)
-    measurer = default_measurer(executor, timeout)
+    measurer, owned = open_measurer("tune_tasks", executor, timeout, measurer)
     t0 = time.perf_counter()
     tuners = [TaskTuner(t, measurer, log=log, seed=seed + i, batch=batch) for i, t in enumerate(tasks)]
     spent = 0
@@ -155,6 +155,7 @@ def tune_tasks(tasks: Sequence, target="llvm", trials: Optional[int] = 256, time
                 tuner.verify_against(trace_json)
     finally:
         bar.close()
-        measurer.close()
+        if owned:
+            measurer.close()
     elapsed = time.perf_counter() - t0
     return [TuneResult(t.task, t, elapsed) for t in tuners]

@@ -13,7 +13,7 @@ from ..dsl.trace import Trace
 from ..errors import ArgumentError, BuildError
 from ..target import resolve_target
 from . import records
-from .search import TaskTuner, default_measurer
+from .search import TaskTuner, open_measurer
 from .task import Task
 
 
@@ -121,19 +121,22 @@ def _progress_bar(progress, total, desc):
 
 
 def tune(args, target="llvm", trials: int = 256, time_budget: Optional[float] = None, log=None, executor=None,
-         seed: int = 0, progress=None, timeout: float = 60.0, batch: int = 8, measure_untuned: bool = True):
+         seed: int = 0, progress=None, timeout: float = 60.0, batch: int = 8, measure_untuned: bool = True,
+         measurer=None):
     """Search a fast schedule for the kernel computing the outputs in ``args``.
 
     ``args`` is the list ``lw.build`` takes (placeholders, then outputs).  ``trials``
     candidates are measured (records already in ``log`` for this task and target count,
-    and are not measured again), or fewer if ``time_budget`` seconds run out.
+    and are not measured again), or fewer if ``time_budget`` seconds run out.  Candidates are
+    built and timed in an isolated worker process, through ``executor`` (a process executor, a Dask
+    client) when given, or by ``measurer`` (see ``search.open_measurer``).
     """
     _check_trials(trials)
     if time_budget is not None and (not isinstance(time_budget, numbers.Real) or time_budget <= 0):
         raise ArgumentError(f"tune: time_budget must be a positive number of seconds or None, got {time_budget!r}")
     task = Task(list(args), target)
     records.prepare(log)
-    measurer = default_measurer(executor, timeout)
+    measurer, owned = open_measurer("tune", executor, timeout, measurer)
     t0 = time.perf_counter()
     tuner = TaskTuner(task, measurer, log=log, seed=seed, batch=batch)
     bar = _progress_bar(progress, trials, f"tune {task.outputs[-1].name}")
@@ -155,7 +158,8 @@ def tune(args, target="llvm", trials: int = 256, time_budget: Optional[float] = 
                 break
     finally:
         bar.close()
-        measurer.close()
+        if owned:
+            measurer.close()
     check_some_succeeded(task, tuner, log)
     return TuneResult(task, tuner, time.perf_counter() - t0)
 
