@@ -1,8 +1,13 @@
-"""Dynamically quantized networks against onnxruntime: the zoo's models through onnxruntime's own
-``quantize_dynamic`` (int8 weights; DynamicQuantizeLinear, MatMulInteger and ConvInteger), interleaved.
+"""Quantized networks against onnxruntime: the zoo's models through onnxruntime's own quantizers,
+``quantize_dynamic`` (int8 weights; DynamicQuantizeLinear, MatMulInteger and ConvInteger) or, with
+``--static``, ``quantize_static`` in the QDQ format (uint8 activations, int8 weights per channel,
+calibrated on a few random inputs), interleaved.
 
-``python -m benchmarks.quantized [--threads 2] [--pairs 7] [--models resnet18 gpt2 ...] [--weights int8|uint8]
-[--small]``
+``python -m benchmarks.quantized [--static] [--threads 2] [--pairs 7] [--models resnet18 gpt2 ...]
+[--weights int8|uint8] [--small] [--target "llvm -mcpu=x86-64-v3"]``
+
+With ``--static`` it also prints loopweave's own float build of the model against the quantized one
+(``fp32 / int8``: > 1 means the quantized model runs faster).
 
 Prints per model loopweave's and onnxruntime's latency (medians), the ratio (median of per-pair
 onnxruntime / loopweave: > 1 means loopweave is faster), and how far apart the two outputs are: the
@@ -23,6 +28,8 @@ import numpy as np
 import loopweave as lw
 from loopweave.nn_ops.testing import model_zoo
 from loopweave.nn_ops.testing.onnxruntime_peer import compare_with_onnxruntime, onnxruntime_session
+from loopweave.backends.timing import interleaved
+from loopweave.nn_ops.testing.qdq_models import static_qdq
 
 from .network import _feed
 
@@ -50,26 +57,39 @@ def main(argv=None) -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=sorted(model_zoo.NAMES))
     parser.add_argument("--weights", choices=("int8", "uint8"), default="int8")
     parser.add_argument("--small", action="store_true", help="the models' test-sized variants")
+    parser.add_argument("--static", action="store_true", help="quantize_static in the QDQ format")
+    parser.add_argument("--target", default="llvm", help="loopweave's target (e.g. 'llvm -mcpu=x86-64-v3')")
     args = parser.parse_args(argv)
-    print(f"quantize_dynamic ({args.weights} weights), {args.threads} thread(s); ratio = onnxruntime / loopweave")
-    print(f"{'model':<20} {'loopweave ms':>12} {'onnxrt ms':>10} {'ratio':>6}   {'max diff / scale':>16}  top-1")
+    how = "quantize_static (QDQ, per channel)" if args.static else f"quantize_dynamic ({args.weights} weights)"
+    print(f"{how}, {args.threads} thread(s), loopweave target {args.target}; ratio = onnxruntime / loopweave")
+    print(f"{'model':<20} {'loopweave ms':>12} {'onnxrt ms':>10} {'ratio':>6}   {'max diff / scale':>16}  top-1"
+          + ("   fp32 / int8" if args.static else ""))
     for name in args.models:
         float_model = getattr(model_zoo, name)(**(model_zoo.SMALL.get(name, {}) if args.small else {}))
-        model = quantized(float_model, args.weights)
+        feed = _feed(name, float_model) or {i.name: np.random.default_rng(0).standard_normal(
+            [d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32) for i in float_model.graph.input}
+        if args.static:
+            rng = np.random.default_rng(1)
+            samples = [{k: rng.standard_normal(v.shape).astype(v.dtype) for k, v in feed.items()} for _ in range(4)]
+            model = static_qdq(float_model, samples)
+        else:
+            model = quantized(float_model, args.weights)
         try:
             graph = lw.from_onnx(model)
         except lw.OnnxImportError as exc:   # (quantize_dynamic writes an LSTM as com.microsoft.DynamicQuantizeLSTM)
             print(f"{name:<20} not imported: {str(exc).splitlines()[-1].strip()}", flush=True)
             continue
-        exe = lw.compile(graph, progress=False)
-        feed = _feed(name, float_model) or {i.name: np.random.default_rng(0).standard_normal(
-            [d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32) for i in model.graph.input}
+        exe = lw.compile(graph, target=args.target, progress=False)
         ours, theirs = exe.run(feed)[0], onnxruntime_session(model, args.threads).run(None, feed)[0]
         apart = float(np.abs(ours - theirs).max()) / max(1e-12, float(np.abs(theirs).max()))
         top1 = "agrees" if np.array_equal(ours.argmax(-1), theirs.argmax(-1)) else "DIFFERS"
         c = compare_with_onnxruntime(model, exe, threads=args.threads, pairs=args.pairs, feed=feed, check=False)
+        own = ""
+        if args.static:
+            fp32 = lw.compile(lw.from_onnx(float_model), target=args.target, progress=False)
+            own = f"   {interleaved(lambda: exe.run(feed), lambda: fp32.run(feed), pairs=args.pairs).ratio:13.2f}"
         print(f"{name:<20} {c.ours_s * 1e3:12.2f} {c.theirs_s * 1e3:10.2f} {c.ratio:6.2f}   {apart:16.4f}  "
-              f"{top1 if name in CLASSIFIERS else '-'}", flush=True)
+              f"{top1 if name in CLASSIFIERS else '-'}{own}", flush=True)
 
 
 if __name__ == "__main__":

@@ -94,10 +94,13 @@ def _dequantize(i, a):
     x, scale = i[0], i[1]
     zero = i[2] if len(i) > 2 else None
     axis, block = a.get("axis", 1), a.get("block_size", 0)
-    if scale.dtype.kind != "f" or x.dtype.kind not in "iu" or not x.ndim or not -x.ndim <= axis < x.ndim:
+    # one scale (and zero point) for the whole tensor, whatever its shape: (1,) with (), and any axis
+    one_value = not block and scale.size == 1 and (zero is None or zero.size == 1)
+    if scale.dtype.kind != "f" or x.dtype.kind not in "iu" or not x.ndim or \
+            not (one_value or -x.ndim <= axis < x.ndim):
         return None
-    fits = scale.ndim == x.ndim if block else (scale.size == 1 or scale.shape == (x.shape[axis],))
-    if not fits or (zero is not None and zero.shape != scale.shape):
+    fits = one_value or (scale.ndim == x.ndim if block else scale.shape == (x.shape[axis],))
+    if not fits or (zero is not None and zero.shape != scale.shape and not one_value):
         return None     # the op names what is wrong
     return [dequantized(x, scale, zero, axis, block)]
 

@@ -19,6 +19,7 @@ from ..network.graph import Graph
 from . import converters as _converters  # noqa: F401 - importing it registers every converter
 from .context import CONVERTERS, ImportContext, NeedsConstant, Unsupported, check_size, find_converter
 from .fold import FOLDERS, try_fold
+from .qdq import qdq_to_qlinear
 from .validate import check_attributes
 
 MIN_OPSET = 13
@@ -124,8 +125,10 @@ def precheck(model, opset: int) -> None:
 
 
 def import_static(model, opset: int, name: str) -> Graph:
-    """The import proper, for a model whose graph inputs all have static shapes."""
+    """The import proper, for a model whose graph inputs all have static shapes (its QDQ patterns as
+    integer operators: ``qdq.py``)."""
     import onnx
+    model = qdq_to_qlinear(model)
     precheck(model, opset)
     try:
         typed = onnx.shape_inference.infer_shapes(_without_weight_data(model), strict_mode=False,
