@@ -48,11 +48,12 @@ from ...backends.llvm.runner import RUNNER_ENTRY, network_runner
 from ...backends.timing import per_call_medians
 from ...dsl.tensor import placeholder
 from ...errors import ArgumentError, DamagedFileError, IndexOutOfRangeError, InternalError
-from ...target import compiling_for, host_target, resolve_target
+from ...target import Target, compiling_for, host_target, resolve_target
 from ..ops.registry import schedule
 from . import kernel_cache
 from .archive import ArchiveReader, ArchiveWriter, MetaChecker
 from .cuda_executable import CudaExecutable
+from .export_levels import export_levels
 from .feed import check_static_feed
 from .graph import Graph
 from .limits import memory_limit_bytes
@@ -116,6 +117,7 @@ def compile_graph(graph: Graph, tgt, progress: Optional[bool] = None, tuning_log
     else:
         exe = plan.cpu_executable(tgt)
     exe.compile_seconds = time.perf_counter() - t0
+    exe.source_graph = graph        # what export_library(levels=[target]) compiles again for another CPU
     exe.num_groups = len(plan.calls)
     exe.tuned_kernels = plan.tuned_kernels
     return exe
@@ -586,16 +588,37 @@ class Executable:
             self._kernel_ir_text = {sym: get() for sym, get in sorted(self.kernel_ir.items())}
         return self._kernel_ir_text
 
-    def export_library(self, path, prefix: str = "lw_", params: str = "embed", cc: Optional[str] = None):
+    def export_library(self, path, prefix: str = "lw_", params: str = "embed", cc: Optional[str] = None,
+                       levels=()):
         """Write this network as a shared library ``path`` with a C API, and its header beside it
         (``model.so`` -> ``model.h``); needs a C compiler (``cc``, ``$CC``).  See ``export.py``.
 
         Compiled for another CPU (a cross-compile), it writes ``model.o`` (every kernel, the runner, the
         pool and the weights in one position-independent object for that CPU) with ``model.h`` and the
         API's C source ``model.c``; or, given a C compiler for that CPU (``cc="aarch64-linux-gnu-gcc"``),
-        the shared library."""
+        the shared library.
+
+        ``levels``: more x86-64 CPU levels in the same library, as targets (``"llvm -mcpu=x86-64-v3"``,
+        compiled from this network's graph) or executables of the same network; the library runs the
+        first level the CPU has, most capable first (``export_levels.py``)."""
+        if levels:
+            if params != "embed":
+                raise ArgumentError("export_library: a library of several levels embeds its weights (params='embed')")
+            builds = [self] + [self._build_for(level) for level in levels]
+            return export_levels(builds, path, prefix=prefix, cc=cc)
         from .export import export_library
         return export_library(self, path, prefix=prefix, params=params, cc=cc)
+
+    def _build_for(self, level) -> "Executable":
+        """``level`` itself when it is an executable, else this network compiled for that target."""
+        if not isinstance(level, (str, Target)):
+            return level
+        graph = getattr(self, "source_graph", None)
+        if graph is None:
+            raise ArgumentError(f"export_library: this executable was loaded from a file, without its graph, so it "
+                                f"cannot be compiled for {level!r}; compile the network for it (lw.compile(net, "
+                                f"target={str(level)!r})) and pass that executable in levels=")
+        return compile_graph(graph, resolve_target(level), progress=False)
 
     def save(self, path) -> None:
         """Write a zip: meta.json (with the sha256 of every other member), meta.sha256, kernels/<symbol>.o,

@@ -115,3 +115,17 @@ def test_levels_must_be_builds_of_one_network_for_distinct_cpus(build, tmp_path)
     other = lw.compile(lw.from_onnx(model_zoo.small_cnn(size=8)), target=V4, progress=False)
     with pytest.raises(ArgumentError, match="not one network"):
         export_levels([build(V3), other], tmp_path / "a.so")
+
+
+def test_an_executable_exports_itself_with_more_levels_by_target(build, tmp_path):
+    exe = build(V3)
+    path = exe.export_library(tmp_path / "model.so", levels=[V4])
+    status, error, target, y = _run(_open(path), exe, _input(exe))
+    assert status == 0, error
+    assert target == ("x86-64-v4" if resolve_target(V4).runs_here() else "x86-64-v3")
+    with pytest.raises(ArgumentError, match="params='embed'"):
+        exe.export_library(tmp_path / "side.so", params="side", levels=[V4])
+    loaded_path = tmp_path / "model.lwx"
+    build("llvm").save(loaded_path)
+    with pytest.raises(ArgumentError, match="loaded from a file"):
+        lw.load(loaded_path).export_library(tmp_path / "again.so", levels=[V3])
