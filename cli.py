@@ -46,11 +46,29 @@ def _cmd_tune(args) -> int:
         raise UsageError("give --trials N, --time-budget DURATION, or both")
     require_extra("lightgbm", "loopweave tune (the autoscheduler's cost model)")
     graph = from_onnx(args.model, input_shapes=_input_shapes(args.input_shape))
-    result = auto.tune_network(extract_tasks(graph, args.target), trials=args.trials, time_budget=budget,
-                               log=args.log, progress=not args.quiet)
+    client = _dask_client(args.scheduler) if args.scheduler else None
+    try:
+        result = auto.tune_network(extract_tasks(graph, args.target), trials=args.trials, time_budget=budget,
+                                   log=args.log, progress=not args.quiet, executor=client)
+    finally:
+        if client is not None:
+            client.close()
     print(result)
     print(f"wrote {args.log}; compile with: loopweave compile {args.model} -o model.lwx --tuning-log {args.log}")
     return 0
+
+
+def _dask_client(address: str):
+    """A Dask client connected to the scheduler at ``address`` (its workers build and time the
+    candidates), or a UsageError saying that none answers there."""
+    from .extras import require_extra
+    distributed = require_extra("distributed", "loopweave tune --scheduler (measuring on a Dask cluster)")
+    try:
+        return distributed.Client(address, timeout="10s")
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise UsageError(f"--scheduler {address}: no Dask scheduler answers there ({exc}); start one with "
+                         f"'dask scheduler' and workers with 'dask worker {address}' on the machines to measure "
+                         f"on (loopweave installed on each)") from None
 
 
 def _cmd_compile(args) -> int:
@@ -229,6 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--time-budget", metavar="DURATION", help="wall time for the whole search: 90s, 20m, 1h")
     tune.add_argument("--target", default="llvm", help="the CPU to tune for (default llvm: this machine)")
     tune.add_argument("--input-shape", action="append", metavar="NAME=AxBxC", help=SHAPE_HELP)
+    tune.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                      help="build and time candidates on the workers of this Dask scheduler, in parallel (one timing "
+                           "at a time per machine); the workers need loopweave, and a CPU of the --target's kind")
     tune.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
     run = sub.add_parser("run", help="run a compiled executable (.lwx) on inputs from .npy files")

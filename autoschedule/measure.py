@@ -4,11 +4,13 @@ The native thread pool is not fork-safe, so workers are *spawned*.  By default o
 persistent worker (a fresh interpreter started by exec) is reused across candidates (its compile cache and the task's
 reference output stay warm); a crash or a hang costs one candidate: the pool is
 replaced and the candidate logged with its error.  A process executor works instead
-(``concurrent.futures.ProcessPoolExecutor``, a Dask ``Client.get_executor()``): what travels is the
+(``concurrent.futures.ProcessPoolExecutor``, a Dask ``Client``): what travels is the
 task (pickled expression data, no code) and the trace as JSON, and each executor task
 (``isolated_measure_job``) runs its candidate in a child process of its own with the timeout, and
 returns plain JSON data: a candidate that hangs is killed and frees the executor's worker, one that
-crashes takes only its child down.  A thread executor is refused (it would run candidates' native
+crashes takes only its child down.  A round's candidates go out together, so every worker builds at
+once; each check and timing holds its machine's lock (``host_lock``), so timings never overlap on
+one machine, and each reply names the CPU model that timed it.  A thread executor is refused (it would run candidates' native
 code in the tuner's own process), and a ``ProcessPoolExecutor`` broken by a dead worker is replaced.
 A Dask cluster ships pickles between its scheduler, workers and client: run it on a trusted network
 or with TLS (``distributed.security.Security``).
@@ -30,7 +32,9 @@ import numpy as np
 
 from ..backends.python_command import python_module_command
 from ..errors import ArgumentError
+from ..backends.timing import interleaved
 from ..backends.wire import recv, send
+from .host_lock import measuring_alone
 
 _TASKS: dict = {}       # per worker process: task key -> (args, inputs, reference output)
 
@@ -42,11 +46,14 @@ class MeasureResult:
     build_seconds: float = 0.0
     versus_seconds: Optional[float] = None   # a side-by-side job: the other schedule's median time
     ratio: Optional[float] = None            # ... and the median over pairs of its time / this one's
+    cpu: Optional[str] = None                # the CPU model that ran it (None: it did not run)
+    host: Optional[str] = None               # ... and the machine's name
 
     @classmethod
     def of(cls, r: dict) -> "MeasureResult":
         """From a worker's reply dict."""
-        return cls(r.get("seconds"), r["error"], r.get("build_seconds", 0.0), r.get("versus_seconds"), r.get("ratio"))
+        return cls(r.get("seconds"), r["error"], r.get("build_seconds", 0.0), r.get("versus_seconds"), r.get("ratio"),
+                   r.get("cpu"), r.get("host"))
 
 
 def _index_bounds(args) -> dict:
@@ -170,7 +177,6 @@ def measure_one(key: str, task_bytes: bytes, trace_json: str, check_below: Optio
     if hang:
         time.sleep(hang)
     from ..backends.build import build
-    from ..backends.timing import interleaved
     from ..dsl.schedule import create_schedule
     from ..dsl.trace import Trace
     try:
@@ -186,34 +192,48 @@ def measure_one(key: str, task_bytes: bytes, trace_json: str, check_below: Optio
             return build(s, args, target=tgt)
         t0 = time.perf_counter()
         mod = built(trace_json)
+        other = built(versus) if versus is not None else None
         build_s = time.perf_counter() - t0
         if state["arrays"] is None:
             state["arrays"] = _random_inputs(args)
-        run = lambda: mod(*state["arrays"])     # noqa: E731
         if check:
-            first, wrong = _run_checked(state, mod)      # also the warm-up, and a first estimate
-            if wrong:
-                return {"seconds": None, "error": wrong, "build_seconds": build_s}
-        else:
-            t1 = time.perf_counter()
-            run()
-            first = time.perf_counter() - t1
-        if versus is not None:
-            other = built(versus)
-            cmp = interleaved(run, lambda: other(*state["arrays"]), pairs=pairs, min_seconds=0.01, pause=0.0)
-            return {"seconds": cmp.ours_s, "error": None, "build_seconds": build_s,
-                    "versus_seconds": cmp.theirs_s, "ratio": cmp.ratio}
-        if check_below is not None and first > 3 * check_below and first > 1e-3:
-            # clearly slower than the best: one more run is enough to place it
-            t1 = time.perf_counter()
-            run()
-            seconds = min(first, time.perf_counter() - t1)
-        else:
-            seconds = mod.time(*state["arrays"], repeat=repeat, min_seconds=min_seconds)
-        return {"seconds": seconds, "error": None, "build_seconds": build_s}
+            _reference(state)         # built before the lock: building does not disturb a timing
+        with measuring_alone():
+            reply = _check_and_time(state, mod, other, check, check_below, repeat, min_seconds, pairs)
+        return dict(reply, build_seconds=build_s, **_machine())
     except Exception as exc:  # a candidate's failure is a result, not a crash of the tuner
         return {"seconds": None, "error": f"{type(exc).__name__}: {exc}"[:2000],
                 "build_seconds": 0.0, "traceback": traceback.format_exc()[-2000:]}
+
+
+def _check_and_time(state, mod, other, check: bool, check_below, repeat: int, min_seconds: float, pairs: int) -> dict:
+    """``measure_one``'s part that must run alone on the machine: the check against the untuned
+    build, then the timing (beside ``other`` when given)."""
+    run = lambda: mod(*state["arrays"])     # noqa: E731
+    if check:
+        first, wrong = _run_checked(state, mod)      # also the warm-up, and a first estimate
+        if wrong:
+            return {"seconds": None, "error": wrong}
+    else:
+        t1 = time.perf_counter()
+        run()
+        first = time.perf_counter() - t1
+    if other is not None:
+        cmp = interleaved(run, lambda: other(*state["arrays"]), pairs=pairs, min_seconds=0.01, pause=0.0)
+        return {"seconds": cmp.ours_s, "error": None, "versus_seconds": cmp.theirs_s, "ratio": cmp.ratio}
+    if check_below is not None and first > 3 * check_below and first > 1e-3:
+        # clearly slower than the best: one more run is enough to place it
+        t1 = time.perf_counter()
+        run()
+        return {"seconds": min(first, time.perf_counter() - t1), "error": None}
+    return {"seconds": mod.time(*state["arrays"], repeat=repeat, min_seconds=min_seconds), "error": None}
+
+
+def _machine() -> dict:
+    """Where a measurement ran: the CPU model (whose timings apply to targets of that CPU) and host."""
+    import socket
+    from ..target import native_target
+    return {"cpu": native_target().cpu, "host": socket.gethostname()}
 
 
 def measure_job(job: dict) -> dict:
@@ -280,7 +300,7 @@ class LocalMeasurer:
 
 
 _ISOLATED: dict = {}     # per executor worker process: timeout -> its LocalMeasurer
-_ISOLATED_LOCK = threading.Lock()     # a worker with several threads: one timing at a time
+_ISOLATED_LOCK = threading.Lock()     # a worker with several threads: its one child serves one job at a time
 
 
 def isolated_measure_job(job: dict, timeout: float) -> dict:
@@ -293,7 +313,8 @@ def isolated_measure_job(job: dict, timeout: float) -> dict:
             measurer = _ISOLATED[timeout] = LocalMeasurer(timeout)
         r = measurer.run_one(job)
     return json.loads(json.dumps({"seconds": r.seconds, "error": r.error, "build_seconds": r.build_seconds,
-                                  "versus_seconds": r.versus_seconds, "ratio": r.ratio}))
+                                  "versus_seconds": r.versus_seconds, "ratio": r.ratio, "cpu": r.cpu,
+                                  "host": r.host}))
 
 
 def _startup_grace(timeout: float) -> float:
@@ -303,19 +324,27 @@ def _startup_grace(timeout: float) -> float:
 
 
 class ExecutorMeasurer:
-    """Measure through a user's process Executor (e.g. ``distributed.Client(...).get_executor()``),
-    each candidate in a child process of the executor's worker (``isolated_measure_job``).
+    """Measure through a user's process Executor (``concurrent.futures.ProcessPoolExecutor``, a Dask
+    ``distributed.Client`` or its ``get_executor()``), each candidate in a child process of the
+    executor's worker (``isolated_measure_job``).
 
-    Jobs are submitted one at a time so two timings never overlap on one machine."""
+    A batch's jobs are all submitted at once: every worker builds candidates at the same time, and
+    the workers of one machine take turns only to check and time them (``host_lock``).  Each reply
+    names the CPU that ran it, which the tuner compares with the target's."""
 
-    def __init__(self, executor: cf.Executor, timeout: float = 120.0):
+    def __init__(self, executor, timeout: float = 120.0):
         if isinstance(executor, cf.ThreadPoolExecutor):
             raise ArgumentError("tune(executor=...): a ThreadPoolExecutor would build and run candidate schedules' "
                                 "native code inside the tuner's own process; give a process executor "
-                                "(concurrent.futures.ProcessPoolExecutor, a Dask client's get_executor()), or "
+                                "(concurrent.futures.ProcessPoolExecutor, a Dask client), or "
                                 "no executor for the tuner's own isolated worker")
+        if callable(getattr(executor, "get_executor", None)):
+            # a Dask Client: jobs that are equal (a schedule measured again) must run again, not be
+            # answered from the cluster's memory as its default (pure) tasks would be
+            executor = executor.get_executor(pure=False)
         if not callable(getattr(executor, "submit", None)):
-            raise ArgumentError(f"tune(executor=...) takes a concurrent.futures Executor, got {type(executor).__name__}")
+            raise ArgumentError(f"tune(executor=...) takes a concurrent.futures Executor or a Dask Client, "
+                                f"got {type(executor).__name__}")
         self.executor, self.timeout = executor, timeout
         self._owned = None          # a ProcessPoolExecutor made here to replace a broken one
 
@@ -329,11 +358,23 @@ class ExecutorMeasurer:
                                                              mp_context=getattr(old, "_mp_context", None))
 
     def run(self, jobs):
-        results = []
+        """All of ``jobs`` submitted at once; a MeasureResult per job, in order.  The wait for each
+        allows for the jobs queued before it on the workers (a timeout each, at worst)."""
+        self._replace_broken_pool()
+        futures = []
         for job in jobs:
-            self._replace_broken_pool()
-            fut = self.executor.submit(isolated_measure_job, job, self.timeout)
-            results.append(_wait(fut, _startup_grace(self.timeout), self._replace_broken_pool))
+            try:
+                futures.append(self.executor.submit(isolated_measure_job, job, self.timeout))
+            except Exception as exc:    # a pool broken while submitting: this job fails, the next ones retry
+                self._replace_broken_pool()
+                futures.append(exc)
+        results = []
+        for fut in futures:
+            if isinstance(fut, Exception):
+                results.append(MeasureResult(None, f"worker failed: {type(fut).__name__}: {fut}"[:2000]))
+            else:
+                results.append(_wait(fut, _startup_grace(self.timeout) + self.timeout * len(jobs),
+                                     self._replace_broken_pool))
         return results
 
     def close(self):

@@ -1,7 +1,8 @@
 """Tuning records: JSON Lines, one measured candidate a line, append-only.
 
 A line holds the task key, the target (CPU name and features), the decisions, the
-trace (as its JSON text), the measured seconds (null on error), the error, and the
+trace (as its JSON text), the measured seconds (null on error), the error, the CPU model and host
+that measured it (``measured_on``: a time counts only from a machine of the target's CPU), and the
 loopweave version.  Reading skips a corrupt line (not JSON, or a field of the wrong type: a target
 that is not ``{"cpu": str, "features": str}``, a trace that is not a list of steps, seconds that are
 not a number, ...) with a warning naming its number, and ignores lines of another target or another
@@ -29,10 +30,15 @@ class RecordWarning(LoopweaveWarning):
 
 
 def make_record(task_key: str, target: Target, choice: dict, trace_json: str, seconds: Optional[float],
-                error: Optional[str], trial: int, build_seconds: float = 0.0) -> dict:
-    return {"task": task_key, "target": {"cpu": target.cpu, "features": target.features},
-            "choice": choice, "trace": trace_json, "seconds": seconds, "error": error, "trial": trial,
-            "build_seconds": round(build_seconds, 4), "version": VERSION}
+                error: Optional[str], trial: int, build_seconds: float = 0.0,
+                measured_on: Optional[dict] = None) -> dict:
+    """One line of the log; ``measured_on``: the CPU model and host that timed it, when it ran."""
+    r = {"task": task_key, "target": {"cpu": target.cpu, "features": target.features},
+         "choice": choice, "trace": trace_json, "seconds": seconds, "error": error, "trial": trial,
+         "build_seconds": round(build_seconds, 4), "version": VERSION}
+    if measured_on:
+        r["measured_on"] = measured_on
+    return r
 
 
 def prepare(path) -> None:

@@ -25,7 +25,7 @@ from .cost_model import CostModel, ranking_quality
 from .features import encode_choice, extract
 from .measure import LocalMeasurer
 from .space import Space
-from .task import Task
+from .task import Task, timing_cpu
 
 
 def _key(choice: dict) -> str:
@@ -51,6 +51,7 @@ class TaskTuner:
         self.model_quality: List[dict] = []
         self.untuned_seconds: Optional[float] = None
         self.seeds: List[dict] = []   # other tasks' best choices, adapted to this space, to measure
+        self.timing_cpu = timing_cpu(task.target)   # a time from another CPU model does not count
         self._resume()
 
     # -- state ---------------------------------------------------------------
@@ -217,9 +218,8 @@ class TaskTuner:
             k, choice, trace_json, feats = cands[i]
             self.features[k] = feats
             chosen.append((k, choice, trace_json, scores[i]))
-        out = []
-        for j, (k, choice, trace_json, score) in enumerate(chosen):
-            out.append(self._measure(k, choice, trace_json, seeded=j < len(forced)))
+        out = self._measure_batch([(k, choice, trace_json, j < len(forced))
+                                   for j, (k, choice, trace_json, _) in enumerate(chosen)])
         if self.model.trained:
             ok = [(s, r["seconds"]) for (_, _, _, s), r in zip(chosen, out) if r["seconds"] is not None]
             if len(ok) >= 3:
@@ -239,18 +239,39 @@ class TaskTuner:
         return self._measure(k, choice, trace_json)
 
     def _measure(self, k: str, choice: dict, trace_json: str, seeded: bool = False) -> dict:
-        """Build, check against the untuned build's output, and time one candidate; note it and
-        append its record to the log (a wrong one with its error, so it can never be the best)."""
+        return self._measure_batch([(k, choice, trace_json, seeded)])[0]
+
+    def _measure_batch(self, items) -> List[dict]:
+        """Build, check against the untuned build's output, and time candidates, ``items`` of
+        (key, choice, trace JSON, seeded), in one call of the measurer (on a cluster, in parallel);
+        note each and append its record to the log (a wrong one with its error, so it can never be
+        the best)."""
         check = self.best["seconds"] if self.best else float("inf")
-        res = self.measurer.run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=trace_json,
-                                      check_below=check, target=self.target_fields)])[0]
-        r = records.make_record(self.task.key, self.task.target, choice, trace_json, res.seconds, res.error,
-                                self.n_measured + 1, res.build_seconds)
-        self.measured[k] = r
-        self._note(r)
-        self.history[-1]["seeded"] = seeded
-        records.append(self.log, [r])
-        return r
+        results = self._run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=trace_json,
+                                  check_below=check, target=self.target_fields) for _, _, trace_json, _ in items])
+        out = []
+        for (k, choice, trace_json, seeded), res in zip(items, results):
+            r = records.make_record(self.task.key, self.task.target, choice, trace_json, res.seconds, res.error,
+                                    self.n_measured + 1, res.build_seconds, _measured_on(res))
+            self.measured[k] = r
+            self._note(r)
+            self.history[-1]["seeded"] = seeded
+            out.append(r)
+        records.append(self.log, out)
+        return out
+
+    def _run(self, jobs: List[dict]) -> list:
+        """The measurer's results for ``jobs``; a time from a machine whose CPU model is not the
+        target's (a cluster's worker of another kind) becomes an error: it would rank schedules for
+        the wrong machine, and its record would pass for the target's."""
+        results = self.measurer.run(jobs)
+        for res in results:
+            cpu = getattr(res, "cpu", None)        # None: a measurer that does not say (a test's formula)
+            if cpu is not None and cpu != self.timing_cpu and res.error is None:
+                res.error = (f"measured on a {cpu} CPU ({res.host}), but the target's CPU is {self.timing_cpu}: "
+                             f"measure on machines of the target's kind, or tune for target 'llvm -mcpu={cpu}'")
+                res.seconds = res.versus_seconds = res.ratio = None
+        return results
 
     def verify_against(self, trace_json: str, pairs: int = 15, picks: int = 5, margin: float = 1.02) -> None:
         """Keep a searched schedule only if it beats ``trace_json`` (the default) side by side.
@@ -272,25 +293,25 @@ class TaskTuner:
                                 and r["trace"] != trace_json and r["seconds"] < given["seconds"]),
                                key=lambda r: r["seconds"])
         for pick in looked_faster[:picks]:
-            res = self.measurer.run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=pick["trace"],
-                                          versus=trace_json, pairs=pairs, target=self.target_fields)])[0]
+            res = self._run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=pick["trace"],
+                                  versus=trace_json, pairs=pairs, target=self.target_fields)])[0]
             if res.error or res.ratio is None:
                 verdict = (None, f"failed when measured beside the default: {res.error}")
             elif res.ratio >= margin:
                 verdict = (res.seconds, None)
             else:
                 verdict = (None, f"not faster than the default side by side ({res.ratio:.3f}x, needs {margin:g}x)")
-            fresh = [self._verified(pick, *verdict, ratio=res.ratio)]
+            fresh = [self._verified(pick, *verdict, ratio=res.ratio, measured_on=_measured_on(res))]
             if res.versus_seconds is not None:
-                fresh.append(self._verified(given, res.versus_seconds, None))
+                fresh.append(self._verified(given, res.versus_seconds, None, measured_on=_measured_on(res)))
             records.append(self.log, fresh)
             if verdict[1] is None:
                 break
         self.best = self._fastest_measured()
 
-    def _verified(self, old: dict, seconds, error, ratio=None) -> dict:
+    def _verified(self, old: dict, seconds, error, ratio=None, measured_on=None) -> dict:
         r = records.make_record(self.task.key, self.task.target, old["choice"], old["trace"], seconds, error,
-                                self.n_measured)
+                                self.n_measured, measured_on=measured_on)
         r["verified"] = True
         if ratio is not None:
             r["ratio_to_default"] = round(ratio, 4)
@@ -299,10 +320,15 @@ class TaskTuner:
 
     def measure_untuned(self, timeout_ok: bool = True):
         from ..dsl.trace import Trace
-        res = self.measurer.run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=Trace().to_json(),
-                                      repeat=1, min_seconds=0.0, check=False, target=self.target_fields)])[0]
+        res = self._run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=Trace().to_json(),
+                              repeat=1, min_seconds=0.0, check=False, target=self.target_fields)])[0]
         self.untuned_seconds = res.seconds
         return res
+
+
+def _measured_on(res) -> Optional[dict]:
+    cpu = getattr(res, "cpu", None)
+    return {"cpu": cpu, "host": res.host} if cpu else None
 
 
 def default_measurer(executor=None, timeout: float = 60.0):

@@ -87,6 +87,16 @@ class Task:
         return f"Task({outs}, key={self.key[:10]}, target={self.target.cpu})"
 
 
+def timing_cpu(target: Target) -> str:
+    """The CPU model whose timings stand for ``target``: the model it names (``znver4``,
+    ``neoverse-n1``, this machine's for ``"llvm"``), or for a level of features rather than a model
+    (``x86-64-v3``, ``generic``) this machine's own, the machine the tuner runs on."""
+    from ..target import native_target
+    if target.cpu == "generic" or target.cpu.startswith("x86-64") or not target.cpu:
+        return native_target().cpu
+    return target.cpu
+
+
 def symbolic_sizes(args) -> List[str]:
     """The names of the size variables (``lw.var``) in the shapes and reduction extents of ``args``
     and of every stage computing them, in first-seen order."""
