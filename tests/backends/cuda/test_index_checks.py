@@ -165,6 +165,8 @@ def test_a_bad_index_raises_on_the_gpu():
     f(da, dgood, dc)                                   # the replayed path checks too
     with pytest.raises(lw.IndexOutOfRangeError, match=r"index 40000 is out of range"):
         f(da, lw.device_array(bad), dc)
+    with pytest.raises(lw.IndexOutOfRangeError, match=r"index 40000 is out of range"):
+        f.time(da, lw.device_array(bad), dc)          # timing bad indices says so, once
     f(da, dgood, dc)
     np.testing.assert_array_equal(dc.numpy(), a[good])
 
