@@ -61,6 +61,17 @@ def dot4_u8s8(a, b) -> Expr:
     return Call("dot4_u8s8", (a, b), "int32")
 
 
+def dot2_i16(a, b) -> Expr:
+    """The int32 sum of two int16 products: the low halves of ``a`` and ``b`` (each read as int16)
+    multiplied, plus the high halves.  The inner step of an int8 matrix product on a CPU without a
+    byte dot product, over words of two bytes widened to int16 (exact: no int16 sum of products);
+    on x86 one ``pmaddwd`` does 4, 8 or 16 of them."""
+    a, b = as_expr(a), as_expr(b)
+    if a.dtype != "int32" or b.dtype != "int32":
+        raise DTypeError(f"lw.dot2_i16 takes two int32 words of two packed int16, got {a.dtype} and {b.dtype}")
+    return Call("dot2_i16", (a, b), "int32")
+
+
 def elementwise_min(a, b) -> Expr:
     return binary("min", a, b)
 
@@ -70,4 +81,4 @@ def elementwise_max(a, b) -> Expr:
 
 
 __all__ = ["exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil", "round",
-           "abs", "pow", "fmod", "dot4_u8s8", "elementwise_min", "elementwise_max", "select", "cast"]
+           "abs", "pow", "fmod", "dot4_u8s8", "dot2_i16", "elementwise_min", "elementwise_max", "select", "cast"]

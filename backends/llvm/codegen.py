@@ -697,6 +697,8 @@ class FunctionEmitter:
             return self._bitwise(e.name, args, dt)
         if e.name == "dot4_u8s8":
             return self._dot4_u8s8(*args, ir.Constant(args[0].type, None))
+        if e.name == "dot2_i16":
+            return self._dot2_i16(*args)
         if e.name == "fmod":      # exact; LLVM calls fmod/fmodf for it, lane by lane
             return b.frem(x, args[1])
         if e.name in VECTOR_MATH and dt == "float32":
@@ -761,6 +763,31 @@ class FunctionEmitter:
         if lanes == 1:
             total = b.extract_element(total, ir.Constant(I32, 0))
         return b.add(acc, total)
+
+    def _dot2_i16(self, a, w):
+        """``dot2_i16(a, w)``: ``pmaddwd`` on x86 vectors, else the int16 halves sign-extended,
+        multiplied and added."""
+        lanes = max(_lanes(a), _lanes(w))
+        a, w = (self._broadcast(v, lanes) for v in (a, w))
+        b = self.builder
+        i16 = ir.IntType(16)
+        pairs = _pmaddwd(self.cg.target, lanes) if lanes > 1 else None
+        if pairs is not None:
+            name, step = pairs
+            t_in, t_out = ir.VectorType(i16, 2 * step), ir.VectorType(I32, step)
+            fn = self.cg.intrinsic(name, t_out, [t_in, t_in])
+            return _joined(b, [b.call(fn, [b.bitcast(_lanes_of(b, a, lo, step), t_in),
+                                            b.bitcast(_lanes_of(b, w, lo, step), t_in)])
+                               for lo in range(0, lanes, step)])
+        halves = ir.VectorType(i16, 2 * lanes)
+        wide = ir.VectorType(I32, 2 * lanes)
+        products = b.mul(b.sext(b.bitcast(a, halves), wide), b.sext(b.bitcast(w, halves), wide))
+        low = b.shuffle_vector(products, ir.Constant(wide, ir.Undefined),
+                               ir.Constant(ir.VectorType(I32, lanes), list(range(0, 2 * lanes, 2))))
+        high = b.shuffle_vector(products, ir.Constant(wide, ir.Undefined),
+                                ir.Constant(ir.VectorType(I32, lanes), list(range(1, 2 * lanes, 2))))
+        total = b.add(low, high)
+        return b.extract_element(total, ir.Constant(I32, 0)) if lanes == 1 else total
 
     def _bitwise(self, name: str, args, dt: str):
         """Bitwise ops; shifts give numpy's answer where LLVM's ``shl``/``lshr``/``ashr`` would be

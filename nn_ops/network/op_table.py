@@ -100,8 +100,11 @@ def _dense_kn(inputs, attrs):
 @op("matmul_u8s8", "anchor")
 def _matmul_u8s8(inputs, attrs):
     """uint8 (or int8) A [M, 4 Kw] by B's int32 words [Kw, N] (``int8_matmul.pack_words``), exact in int32;
-    with ``panels``, the words are packed [N/nr, Kw, nr] (``choose_dense_layout``)."""
-    from ..ops.int8_matmul import matmul_u8s8, matmul_u8s8_panels
+    with ``panels``, the words are packed [N/nr, Kw, nr] (``choose_dense_layout``), with ``pairs`` as
+    words of two int16 rows [N/nr, 2 Kw, nr] (a CPU without a byte dot product)."""
+    from ..ops.int8_matmul import matmul_u8s8, matmul_u8s8_pair_panels, matmul_u8s8_panels
+    if attrs.get("panels") and attrs.get("pairs"):
+        return matmul_u8s8_pair_panels(inputs[0], inputs[1], attrs["columns"])
     if attrs.get("panels"):
         return matmul_u8s8_panels(inputs[0], inputs[1], attrs["columns"])
     return matmul_u8s8(inputs[0], inputs[1])

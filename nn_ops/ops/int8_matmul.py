@@ -10,6 +10,10 @@ joins the four byte loads), B is packed at compile time into words of four rows 
 where the target has it.  So the matmul schedule (register tile, packed column panels) applies as it
 is, with a quarter of the reduction steps.
 
+Where the CPU has no byte dot product (x86 without VNNI), the words are of two rows widened to int16
+instead (``pairs_of_words``, at compile time) and ``dot2_i16`` multiplies a pair of them: one
+``pmaddwd`` per vector, no widening or regrouping in the loop (``matmul_u8s8_pair_panels``).
+
 Zero points and the signedness of each side are the converter's business (``converters/quantized``):
 an int8 A is read with each byte offset by 128 (``a_signed``), a uint8 B is packed offset by -128, and
 the corrections are elementwise terms after the product.
@@ -19,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...dsl.expr import cast, const
-from ...dsl.intrinsics import dot4_u8s8
+from ...dsl.intrinsics import dot2_i16, dot4_u8s8
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
@@ -90,3 +94,43 @@ def matmul_u8s8_panels(A: Tensor, Bp: Tensor, columns: int, name: str = "matmul_
                         f"{Bp.ndim}")
     nr = int(Bp.shape[2].value)
     return _product(A, Bp.shape[1], int(columns), lambda kw, j: Bp[j // nr, kw, j % nr], name, "matmul_panels")
+
+
+def pairs_of_words(words: np.ndarray) -> np.ndarray:
+    """B's words of four int8 rows (``pack_words``, [Kw, N] int32, or panels [P, Kw, nr]) as words of
+    two rows widened to int16 ([2 Kw, N], or [P, 2 Kw, nr]): word ``[kp, j]`` holds ``B[2 kp, j]`` in its
+    low half and ``B[2 kp + 1, j]`` in its high half."""
+    if words.dtype != np.int32:
+        raise ExprError(f"pairs_of_words takes int32 words of four packed bytes, got {words.dtype}")
+    rows = np.moveaxis(words.view(np.int8).reshape(words.shape + (4,)), -1, -2)      # [..., Kw, 4, N]
+    halves = rows.astype(np.int16).reshape(words.shape[:-2] + (words.shape[-2] * 2, 2, words.shape[-1]))
+    return np.ascontiguousarray(np.moveaxis(halves, -2, -1)).view(np.int32)[..., 0]
+
+
+def _pair(A: Tensor, i, kp, a_signed: bool):
+    """Bytes ``2 kp`` and ``2 kp + 1`` of A's row ``i``, each read as uint8 (an int8 byte + 128), as
+    the two int16 halves of one int32."""
+    def half(r):
+        value = cast("int32", cast("uint8", A[i, 2 * kp + r]))
+        return value ^ const(0x80, "int32") if a_signed else value
+    return half(0) | (half(1) << 16)
+
+
+def matmul_u8s8_pair_panels(A: Tensor, Bp: Tensor, columns: int, name: str = "matmul_u8s8") -> Tensor:
+    """``matmul_u8s8_panels`` over B's words of two rows widened to int16 (``pairs_of_words`` of the
+    panels): ``D[i, j] = sum_kp dot2_i16(A's bytes 2 kp, 2 kp + 1 of row i, Bp[j // nr, kp, j % nr])``."""
+    if Bp.ndim != 3 or Bp.dtype != "int32":
+        raise ExprError(f"matmul_u8s8_pair_panels: B's panels must be a 3-d int32 tensor, got {Bp.dtype} of rank "
+                        f"{Bp.ndim}")
+    if A.ndim != 2 or A.dtype not in ("uint8", "int8"):
+        raise ExprError(f"matmul_u8s8: A must be a 2-d uint8 or int8 tensor, got {A.dtype} of rank {A.ndim}")
+    pairs, nr = Bp.shape[1], int(Bp.shape[2].value)
+    depth = A.shape[1]
+    if not hasattr(depth, "value") or depth.value != 2 * int(pairs.value):
+        raise ExprError(f"matmul_u8s8: A has {depth} columns where B's {pairs} words of two rows need "
+                        f"{2 * int(pairs.value)}")
+    a_signed = A.dtype == "int8"
+    kp = reduce_axis((0, pairs), name="kp")
+    return compute((A.shape[0], int(columns)),
+                   lambda i, j: lw_sum(dot2_i16(_pair(A, i, kp, a_signed), Bp[j // nr, kp, j % nr]), axis=kp),
+                   name=name, tag="matmul_panels")

@@ -48,7 +48,8 @@ def optimize(graph: Graph, target_kind: str = "llvm", precision: str = "fp32") -
         g = choose_conv_layout(g)
     if target_kind == "cuda":
         g = choose_cuda_conv(g, precision)
-    g = choose_dense_layout(g, _host_lanes() if target_kind == "llvm" else None)
+    g = choose_dense_layout(g, _host_lanes() if target_kind == "llvm" else None,
+                            int8_pairs=target_kind == "llvm" and _int8_pairs())
     g = pack_conv_weights(g)
     g = eliminate_dead_code(g)
     g.check()
@@ -58,6 +59,13 @@ def optimize(graph: Graph, target_kind: str = "llvm", precision: str = "fp32") -
 def _host_lanes() -> int:
     from ....target import resolve_target
     return resolve_target("llvm").lanes("float32")
+
+
+def _int8_pairs() -> bool:
+    """Whether the CPU's int8 products run over int16 pairs: x86 without a byte dot product (VNNI)."""
+    from ....target import resolve_target
+    target = resolve_target("llvm")
+    return target.arch == "x86_64" and not {"avx512vnni", "avxvnni"} & target.enabled_features()
 
 
 __all__ = ["optimize", "choose_conv_layout", "choose_cuda_conv", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "choose_dense_layout", "pack_conv_weights",

@@ -25,20 +25,24 @@ from typing import Optional
 
 import numpy as np
 
+from ...ops.int8_matmul import pairs_of_words
 from ...ops.matmul import pack_panels, panel_width
 from ..graph import Graph
 
 
-def choose_dense_layout(g: Graph, lanes: Optional[int] = None) -> Graph:
+def choose_dense_layout(g: Graph, lanes: Optional[int] = None, int8_pairs: bool = False) -> Graph:
     """``lanes``: the CPU's float32 vector lanes, to pack panels for; None (other targets, or
-    no panels wanted) keeps every weight [K, N].  Layers sharing a weight (a recurrent layer's
-    steps, tied weights) share its packed form too."""
+    no panels wanted) keeps every weight [K, N].  ``int8_pairs``: the CPU has no byte dot product
+    (x86 without VNNI), so the int8 product's panels hold words of two rows widened to int16
+    (``int8_matmul.pairs_of_words``: one ``pmaddwd`` a vector; 128 x 768 x 768 on one Zen 5 core 1.9x
+    the words' kernel as x86-64-v3 code, 1.5x as x86-64-v4).  Re-measure: ``python -m benchmarks.quantized``.
+    Layers sharing a weight (a recurrent layer's steps, tied weights) share its packed form too."""
     packed = {}                 # (weight, panel width) -> the packed weight's name
     nodes, g.nodes = g.nodes, []
     for node in nodes:
         g.nodes.append(node)
         if node.op_type == "matmul_u8s8" and node.inputs[1] in g.initializers:
-            _pack_words(g, node, lanes, packed)
+            _pack_words(g, node, lanes, packed, int8_pairs)
         if node.op_type != "dense" or node.inputs[1] not in g.initializers:
             continue
         wt = g.initializers[node.inputs[1]].T
@@ -56,7 +60,7 @@ def choose_dense_layout(g: Graph, lanes: Optional[int] = None) -> Graph:
     return g
 
 
-def _pack_words(g: Graph, node, lanes: Optional[int], packed: dict) -> None:
+def _pack_words(g: Graph, node, lanes: Optional[int], packed: dict, pairs: bool = False) -> None:
     """The int8 product's words in column panels.  Fewer columns than a vector (a conv to 3 RGB
     channels: unpacked, the product ran a scalar per column; 50 -> 9 ms for the style net's last
     conv) take one vector's panel: the product computes a whole vector of columns (the added ones
@@ -70,12 +74,13 @@ def _pack_words(g: Graph, node, lanes: Optional[int], packed: dict) -> None:
     nr = lanes if narrow else _panel_width(g, node, words, lanes, np.int32)
     if not nr:
         return
-    key = (node.inputs[1], nr)
+    key = (node.inputs[1], nr, pairs)
     if key not in packed:
-        packed[key] = g.fresh_name(node.inputs[1] + ".panels")
-        g.add_initializer(packed[key], pack_panels(words, nr))
+        packed[key] = g.fresh_name(node.inputs[1] + (".pairs" if pairs else ".panels"))
+        panels = pack_panels(words, nr)
+        g.add_initializer(packed[key], pairs_of_words(panels) if pairs else panels)
     columns = nr if narrow else n
-    node.attrs = dict(node.attrs, panels=nr, columns=columns)
+    node.attrs = dict(node.attrs, panels=nr, columns=columns, **({"pairs": True} if pairs else {}))
     node.inputs = [node.inputs[0], packed[key]]
     if columns != n:
         out = node.outputs[0]

@@ -5,7 +5,8 @@ import pytest
 import loopweave as lw
 from loopweave import nn_ops
 from loopweave.errors import ExprError
-from loopweave.nn_ops.ops.int8_matmul import matmul_u8s8, matmul_u8s8_panels, pack_words
+from loopweave.nn_ops.ops.int8_matmul import (matmul_u8s8, matmul_u8s8_pair_panels, matmul_u8s8_panels, pack_words,
+                                             pairs_of_words)
 from loopweave.nn_ops.ops.matmul import pack_panels
 
 
@@ -88,3 +89,64 @@ def test_each_x86_level_multiplies_bytes_exactly_with_its_dot_product_instructio
     out = np.zeros((m, n), np.int32)
     f(a, words, out)
     np.testing.assert_array_equal(out, want)
+
+
+def test_pairs_of_words_hold_two_rows_widened_to_int16():
+    b = np.arange(-20, 20, dtype=np.int8).reshape(8, 5)
+    halves = pairs_of_words(pack_words(b)).view(np.int16).reshape(4, 5, 2)
+    np.testing.assert_array_equal(halves[..., 0], b[0::2])
+    np.testing.assert_array_equal(halves[..., 1], b[1::2])
+    panels = pack_panels(pack_words(b), 4)
+    np.testing.assert_array_equal(pairs_of_words(panels), pack_panels(pairs_of_words(pack_words(b)), 4))
+
+
+@pytest.mark.vector_width
+@pytest.mark.parametrize("cpu", ["x86-64-v2", "x86-64-v3", "x86-64-v4"])
+@pytest.mark.parametrize("a_dtype", ["uint8", "int8"])
+def test_the_pairs_product_is_exact_with_one_pmaddwd_a_vector(cpu, a_dtype):
+    """The product over int16 pairs (x86 without VNNI): no byte widening left in the loop, exact at
+    the extremes."""
+    from loopweave.target import compiling_for, parse_target
+    target = parse_target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}")
+    m, k, n = 11, 48, 40
+    a, b, want = _operands(np.random.default_rng(11), m, k, n, a_dtype)
+    a[:3] = np.array(255, np.uint8).view(a_dtype) if a_dtype == "uint8" else np.int8(127)
+    b[:, :8] = -128
+    want = ((a.astype(np.int64) + (128 if a_dtype == "int8" else 0)) @ b.astype(np.int64)).astype(np.int32)
+    with compiling_for(target):
+        words = pairs_of_words(pack_panels(pack_words(b), 2 * target.lanes("int32")))
+        A = lw.placeholder((m, k), name="A", dtype=a_dtype)
+        W = lw.placeholder(words.shape, name="Wp", dtype="int32")
+        D = matmul_u8s8_pair_panels(A, W, n)
+        f = lw.build(nn_ops.schedule(D, target), [A, W, D], target=target)
+    asm = f.get_source("asm")
+    assert "pmaddwd" in asm and "pmovsxbw" not in asm and "pmulld" not in asm
+    if not target.runs_here():
+        pytest.skip(f"this CPU cannot run {cpu} code (its instructions were checked)")
+    out = np.zeros((m, n), np.int32)
+    f(a, words, out)
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.vector_width
+@pytest.mark.parametrize("cpu,pairs", [("x86-64-v3", True), ("x86-64-v4", True), ("icelake-server", False)])
+def test_the_network_packs_int8_weights_as_pairs_where_the_cpu_has_no_byte_dot_product(cpu, pairs):
+    from onnx import TensorProto, helper, numpy_helper
+    from loopweave.nn_ops.network.passes import optimize
+    from loopweave.target import compiling_for, parse_target
+    rng = np.random.default_rng(2)
+    w = rng.integers(-128, 128, (64, 48)).astype(np.int8)
+    graph = helper.make_graph([helper.make_node("MatMulInteger", ["a", "w"], ["y"])], "mi",
+                              [helper.make_tensor_value_info("a", TensorProto.UINT8, [16, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, [16, 48])],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    target = parse_target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}")
+    with compiling_for(target):
+        g = optimize(lw.from_onnx(model))
+    node = next(nd for nd in g.nodes if nd.op_type == "matmul_u8s8")
+    assert bool(node.attrs.get("pairs")) == pairs
+    if target.runs_here():
+        a = rng.integers(0, 256, (16, 64)).astype(np.uint8)
+        got = lw.compile(lw.from_onnx(model), target=target, progress=False).run({"a": a})[0]
+        np.testing.assert_array_equal(got, a.astype(np.int64) @ w.astype(np.int64))
