@@ -33,7 +33,7 @@ import islpy as isl
 
 from ...dsl import dtypes
 from ...dsl.expr import Compare, Const, Expr, Logical, binary, const
-from ...dsl.visitor import Mutator, collect_vars, post_order_visit
+from ...dsl.visitor import Mutator, collect_vars, post_order_visit, uses_var
 from ...errors import InternalError
 from ..accesses import negate
 from ..ir import NOOP, For, IfThenElse, seq
@@ -200,8 +200,8 @@ class _Partition(Mutator):
         main_body = decide(_ReplaceAtoms(atoms).visit(node.body))
         if always:
             return self._descend(For(node.var, node.min, node.extent, node.kind, main_body, node.annotations))
-        # outside the main range a lone guard of the loop's own variable fails at every iteration: the
-        # tail's ifs go (a symbolic tail tile then runs its n - 8*jo columns, not 8 guards)
+        # outside the main range a lone guard of the loop's own variable (and outer ones) fails at every
+        # iteration: the tail's ifs go (a symbolic tail tile then runs its n - 8*jo columns, not 8 guards)
         rest = _ReplaceAtoms(atoms, holds=False).visit(node.body) if fails_outside else node.body
         end = binary("add", node.min, node.extent)
         prefix = For(node.var, node.min, binary("sub", lo, node.min), node.kind, rest, node.annotations)
@@ -291,9 +291,11 @@ class _Partition(Mutator):
             return const(0), const(0), True, atoms, decide, False
         if good.is_empty():
             return None
-        # one guard, no loop between it and this one, and the main range all of the good set: every
-        # iteration outside it fails the guard
-        fails_outside = len(usable) == 1 and not usable[0].inner_loops and good.n_basic_set() == 1
+        # one guard that reads no variable of a loop between it and this one, and the main range all of
+        # the good set: every iteration outside it fails the guard (a symbolic reduction's last k steps
+        # past n ran their whole row loop under a guard that never held)
+        fails_outside = len(usable) == 1 and good.n_basic_set() == 1 and not any(
+            uses_var(usable[0].atom, loop.var) for loop in usable[0].inner_loops)
         params_ctx = domain.params()
         # the main range must be one interval: every v between lo and hi is good.  One convex piece
         # after coalescing is; of several, the one that holds for every size (``decide`` then works

@@ -2,7 +2,7 @@
 
 A substring test says one thing is there; a golden file shows everything a change to a pass did
 to the code it lowers: each file holds the IR after every pass that changed it (from
-``dump_after="all"``) and the final function.  After an intended change, rewrite the files with
+``dump_after="all"``; a pass that changed nothing is not listed) and the final function.  After an intended change, rewrite the files with
 ``pytest tests/lowering/test_golden.py --update-golden`` and read the diff.
 """
 from pathlib import Path
@@ -117,7 +117,8 @@ def lowered_text(make) -> str:
     previous = None
     for name, body in func.dumps.items():
         text = str(func.with_body(body))
-        sections.append(f"## after {name}" + (" (unchanged)" if text == previous else f"\n{text}"))
+        if text != previous:        # a pass that changed nothing here is left out: the file shows changes
+            sections.append(f"## after {name}\n{text}")
         previous = text
     sections.append(f"## lowered\n{func}")
     return "\n\n".join(sections) + "\n"

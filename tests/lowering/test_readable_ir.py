@@ -152,3 +152,24 @@ def test_a_reversed_row_reads_per_dimension():
     B = lw.compute((4, n), lambda i, j: A[i, n - 1 - j], name="B")
     text = str(lw.lower(lw.create_schedule(B), [A, B]))
     assert text.splitlines()[-1].strip() == "B[i, j] = A[i, n - j - 1]"
+
+
+def test_a_symbolic_reduction_tail_runs_no_step_past_its_end():
+    """The last k tile of a reduction of n split by 4 runs its n - 4*k.outer steps; the steps past n,
+    whose guard never held, are gone with their row loop."""
+    n = lw.var("n")
+    A = lw.placeholder((8, n), name="A")
+    k = lw.reduce_axis((0, n), name="k")
+    S = lw.compute((8,), lambda i: lw.sum(A[i, k], axis=k), name="S")
+    s = lw.create_schedule(S)
+    ko, ki = s[S].split(k, factor=4)
+    s[S].reorder(ko, ki, S.op.axis[0])
+    f = lw.lower(s, [A, S])
+    assert "if " not in str(f)
+    assert str(f).count("for k.inner in range(") == 2        # the whole tiles' 4 steps, the tail's n - 4*k.outer
+    fn = lw.build(s, [A, S])
+    for size in (1, 4, 6):
+        a = np.random.default_rng(size).random((8, size)).astype("float32")
+        out = np.empty(8, "float32")
+        fn(a, out)
+        np.testing.assert_allclose(out, a.sum(axis=1), rtol=1e-5)
