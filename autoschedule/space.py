@@ -16,7 +16,10 @@ schedule API, so the result carries its replayable trace.  The rules:
   loops run outside the tile, the tile's rows unrolled in ``tile_order`` (which row axis
   is innermost decides which operand is reused from registers) and its columns in vectors; one
   operand of the anchor may be packed by ``cache_read`` at the parallel loop (``pack``);
-* without an anchor, an output reduction may be split (``ksplit``) between the tile loops;
+* without an anchor, an output reduction may be split (``ksplit``) between the tile loops; one with
+  fewer points than its reduction is long, along rows (a row sum, a full sum), may instead be
+  ``rfactor``-ed into vector partial results (``rfactor:OUT``), in ``rfactor_parts:OUT`` parallel
+  chunks of the reduction when the rows are too few to run in parallel;
 * other producers: elementwise ones inlined, computed at the output's row tile, at its
   outermost (parallel) loop (``outer``), or at root, their last axis in vectors and a short
   axis before it optionally unrolled (``unroll:NAME``: a select on it then folds); reductions
@@ -195,9 +198,24 @@ class Space:
         if out.op.reduce_axis:
             kext = const_int(out.op.reduce_axis[0].extent) or 1
             d.append(("ksplit", [0] + _divisor_like(kext, [4, 8, 16, 64, 256])))
+        if self._output_factorable():
+            d.append((f"rfactor:{out.name}", [False, True]))
+            kext = const_int(out.op.reduce_axis[0].extent)
+            d.append((f"rfactor_parts:{out.name}", [1] + [p for p in (8, 64) if p * 4 * self.lanes <= kext]))
         d.append(("parallel", ["outer", "fuse2", "none"]))
         d.append(("unroll_rows", [True, False]))
         self.decisions = d
+
+    def _output_factorable(self) -> bool:
+        """An output reduction with fewer points than its reduction is long, along rows (a row sum of
+        a 4096x4096 matrix, a full sum): a serial scalar chain per output point unless ``rfactor``-ed
+        into vector partial results, split into parallel parts when the rows are too few to share
+        (``_factored_output``)."""
+        out = self.out
+        if not out.op.reduce_axis or not _row_reducible(out, self.lanes):
+            return False
+        points = math.prod(self.shape)
+        return points <= (const_int(out.op.reduce_axis[0].extent) or 0)
 
     def _tileable(self, t) -> bool:
         """A reduction producer with rows and a last axis of whole vectors: it can be register-tiled."""
@@ -331,6 +349,11 @@ class Space:
                 at_root.extend((st, loops) for st in stages)
         for t, loops in at_root:
             self._parallel_outer(s, t, loops)
+        if choice.get(f"rfactor:{out.name}"):
+            self._factored_output(s, int(choice.get(f"rfactor_parts:{out.name}", 1)))
+            for t in at_tile + at_outer:       # the output has no tile loops then: they run at root
+                self._parallel_outer(s, t)
+            return s
 
         C = s[out.op]
         cw = anchored and bool(out.op.reduce_axis)
@@ -473,6 +496,26 @@ class Space:
         rs.reorder(*rs.op.axis[:-1], *rs.op.reduce_axis, rs.op.axis[-1])
         rs.vectorize(rs.op.axis[-1])
         return rf
+
+    def _factored_output(self, s, parts: int) -> None:
+        """The output's reduction as ``parts`` parallel chunks of ``lanes`` vector partial results.
+
+        ``out[i] = sum_k f(i, k)`` becomes ``rf[p, i, l] = sum_ko f(i, (p * K/parts) + ko * lanes + l)``
+        (``l`` vectorized innermost, the leading whole axes fused and run in parallel), then two
+        short reductions: over ``l`` and over ``p``.  With ``parts`` 1 there is no ``p`` and the rows
+        run in parallel: enough for a row sum of many rows; a full sum needs the parts."""
+        out = self.out
+        src = out
+        if parts > 1:
+            chunk, _ = s[out].split(s[out].op.reduce_axis[0], nparts=parts)
+            src = s.rfactor(out, chunk, factor_axis=0)
+        S = s[src]
+        _, ki = S.split(S.op.reduce_axis[0], factor=self.lanes)
+        rf = s.rfactor(src, ki, factor_axis=len(S.op.axis))
+        R = s[rf]
+        R.reorder(*R.op.axis[:-1], *R.op.reduce_axis, R.op.axis[-1])
+        R.vectorize(R.op.axis[-1])
+        self._parallel_outer(s, rf)
 
     def _parallel_outer(self, s, t, loops=None) -> None:
         """A producer computed at root runs its outer loops in parallel, fused through the first of
