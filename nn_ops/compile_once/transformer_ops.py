@@ -17,7 +17,8 @@ from ...dsl.expr import cast, const, select
 from ...dsl.tensor import compute
 from ..network import symbolic as S
 from ..ops import math as math_ops
-from ..ops.int8_matmul import matmul_u8s8_panels, pack_words, signed_bytes
+from ..ops.int8_matmul import (int8_pairs, matmul_u8s8_pair_panels, matmul_u8s8_panels, pack_words, pairs_of_words,
+                               signed_bytes)
 from ..ops.matmul import batch_matmul, matmul_panels, pack_panels, panel_width
 from ..ops.quantize import quantize
 from ..ops.rotary import rotary_embedding
@@ -310,8 +311,11 @@ def integer_matmul(walk, node, label: str) -> None:
     ca = 128 if walk.dtype(a) == "int8" else 0
     nr = panel_width(walk.target.lanes("int32"))
     panels = walk.fresh(b + ".panels")
+    pairs = words and int8_pairs(walk.target)
     if words:
         walk.consts[panels] = pack_panels(pack_words(b_s), nr)
+        if pairs:       # words of two int16 rows: one pmaddwd a vector (no byte dot product here)
+            walk.consts[panels] = pairs_of_words(walk.consts[panels])
         sums = walk.fresh(b + ".sums")
         walk.consts[sums] = b_s.astype(np.int32).sum(axis=0).astype(np.int32)
     else:
@@ -330,7 +334,7 @@ def integer_matmul(walk, node, label: str) -> None:
                 else cast("int32", zero[(0,) * len(zero.shape)]))
         if words:       # sum_k (a_u - alpha) b_s with a_u = a + ca, alpha = za + ca
             alpha = base + const(ca, "int32")
-            product = matmul_u8s8_panels(x, w, n, name="integer_matmul")
+            product = (matmul_u8s8_pair_panels if pairs else matmul_u8s8_panels)(x, w, n, name="integer_matmul")
             acc = compute(product.shape, lambda i, j: product[i, j] - alpha * column_sums[j], name="offset",
                           tag="elemwise")
         else:

@@ -96,6 +96,13 @@ def matmul_u8s8_panels(A: Tensor, Bp: Tensor, columns: int, name: str = "matmul_
     return _product(A, Bp.shape[1], int(columns), lambda kw, j: Bp[j // nr, kw, j % nr], name, "matmul_panels")
 
 
+def int8_pairs(target) -> bool:
+    """Whether int8 products for ``target`` run over int16 pairs (``matmul_u8s8_pair_panels``): an
+    x86 CPU without a byte dot product (VNNI)."""
+    return target.kind == "llvm" and target.arch == "x86_64" and \
+        not {"avx512vnni", "avxvnni"} & target.enabled_features()
+
+
 def pairs_of_words(words: np.ndarray) -> np.ndarray:
     """B's words of four int8 rows (``pack_words``, [Kw, N] int32, or panels [P, Kw, nr]) as words of
     two rows widened to int16 ([2 Kw, N], or [P, 2 Kw, nr]): word ``[kp, j]`` holds ``B[2 kp, j]`` in its

@@ -1,9 +1,9 @@
-"""``dot4_u8s8``: the int32 sum of four byte products, uint8 by int8, on every CPU target."""
+"""``dot4_u8s8`` and ``dot2_i16``: the int32 sums of byte (uint8 by int8) and int16 products, on every CPU target."""
 import numpy as np
 import pytest
 
 import loopweave as lw
-from loopweave.dsl.intrinsics import dot4_u8s8
+from loopweave.dsl.intrinsics import dot2_i16, dot4_u8s8
 from loopweave.errors import DTypeError
 from loopweave.target import host_target
 
@@ -69,3 +69,33 @@ def test_dot4_u8s8_takes_int32_words_only():
     B = lw.placeholder((4,), name="B", dtype="int32")
     with pytest.raises(DTypeError, match="dot4_u8s8 takes two int32 words"):
         dot4_u8s8(A[0], B[0])
+
+
+@pytest.mark.parametrize("target", _targets() + ["llvm -mtriple=aarch64-linux-gnu"])
+@pytest.mark.parametrize("lanes", [None, 4, 8, 16, 32, 48])
+def test_dot2_i16_matches_numpy(target, lanes):
+    """The two int16 halves' products summed, scalar and in vectors (pmaddwd on x86, the widened
+    form elsewhere; an AArch64 build is checked to compile); the extremes included."""
+    A, B = (lw.placeholder((N,), name=n, dtype="int32") for n in ("A", "B"))
+    C = lw.compute((N,), lambda i: dot2_i16(A[i], B[i]), name="C")
+    s = lw.create_schedule(C)
+    if lanes:
+        _, inner = s[C].split(C.op.axis[0], factor=lanes)
+        s[C].vectorize(inner)
+    f = lw.build(s, [A, B, C], target=target)
+    if "aarch64" in target:
+        assert f.get_source("asm")
+        return
+    rng = np.random.default_rng(lanes or 2)
+    a, b = _words(rng, N), _words(rng, N)
+    a[:2], b[:2] = np.int32(-0x7FFF8000), np.int32(-0x7FFF8000)      # (-32768, -32768) halves: 2^31 overflows
+    out = np.zeros(N, np.int32)
+    f(a, b, out)
+    ha, hb = a.view(np.int16).reshape(N, 2).astype(np.int64), b.view(np.int16).reshape(N, 2).astype(np.int64)
+    want = (ha * hb).sum(-1)
+    np.testing.assert_array_equal(out, want.astype(np.int32))     # wraps as pmaddwd does at 2 x (-32768)^2
+
+
+def test_dot2_i16_takes_int32_words_only():
+    with pytest.raises(DTypeError, match="dot2_i16 takes two int32 words"):
+        dot2_i16(lw.placeholder((4,), name="A", dtype="int16")[0], lw.placeholder((4,), name="B", dtype="int32")[0])

@@ -7,6 +7,7 @@ producers write concats in place (``concats_in_place``), reads contiguous slices
 """
 from __future__ import annotations
 
+from ...ops.int8_matmul import int8_pairs
 from ..graph import Graph
 from .choose_conv_layout import choose_conv_layout
 from .concats_in_place import concats_in_place
@@ -62,10 +63,8 @@ def _host_lanes() -> int:
 
 
 def _int8_pairs() -> bool:
-    """Whether the CPU's int8 products run over int16 pairs: x86 without a byte dot product (VNNI)."""
     from ....target import resolve_target
-    target = resolve_target("llvm")
-    return target.arch == "x86_64" and not {"avx512vnni", "avxvnni"} & target.enabled_features()
+    return int8_pairs(resolve_target("llvm"))
 
 
 __all__ = ["optimize", "choose_conv_layout", "choose_cuda_conv", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "choose_dense_layout", "pack_conv_weights",
