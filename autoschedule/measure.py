@@ -299,19 +299,21 @@ class LocalMeasurer:
                 proc.wait()
 
 
-_ISOLATED: dict = {}     # per executor worker process: timeout -> its LocalMeasurer
-_ISOLATED_LOCK = threading.Lock()     # a worker with several threads: its one child serves one job at a time
+_ISOLATED: dict = {}     # per executor worker process: (thread, timeout) -> its LocalMeasurer
+_ISOLATED_LOCK = threading.Lock()
 
 
 def isolated_measure_job(job: dict, timeout: float) -> dict:
     """In an executor's worker: ``measure_one(**job)`` run in a child process of this one (a
     ``LocalMeasurer``, kept warm between jobs), killed after ``timeout`` seconds; the reply as plain
-    JSON data (``seconds``, ``error``, ...), never an object of the candidate's making."""
+    JSON data (``seconds``, ``error``, ...), never an object of the candidate's making.  Each thread
+    of the worker (a Dask worker with several) has a child of its own, so they build at once."""
     with _ISOLATED_LOCK:
-        measurer = _ISOLATED.get(timeout)
+        slot = (threading.get_ident(), timeout)
+        measurer = _ISOLATED.get(slot)
         if measurer is None:
-            measurer = _ISOLATED[timeout] = LocalMeasurer(timeout)
-        r = measurer.run_one(job)
+            measurer = _ISOLATED[slot] = LocalMeasurer(timeout)
+    r = measurer.run_one(job)
     return json.loads(json.dumps({"seconds": r.seconds, "error": r.error, "build_seconds": r.build_seconds,
                                   "versus_seconds": r.versus_seconds, "ratio": r.ratio, "cpu": r.cpu,
                                   "host": r.host}))

@@ -5,6 +5,7 @@ import concurrent.futures as cf
 import json
 import multiprocessing
 import os
+import threading
 
 import pytest
 
@@ -72,6 +73,6 @@ def test_the_reply_is_plain_json():
     try:
         reply = isolated_measure_job(_job(), 60.0)
     finally:
-        measure._ISOLATED.pop(60.0).close()
+        measure._ISOLATED.pop((threading.get_ident(), 60.0)).close()     # this thread's child
     assert json.loads(json.dumps(reply)) == reply
     assert reply["error"] is None and reply["seconds"] > 0
