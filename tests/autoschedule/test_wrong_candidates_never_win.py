@@ -160,3 +160,15 @@ def test_the_untuned_schedule_itself_is_not_compared_with_itself(monkeypatch):
     assert r["error"] is None and len(builds) == 1
     r = measure_one(task.key, task.to_bytes(), Trace().to_json(), repeat=1, min_seconds=0.0)
     assert r["error"] is None and len(builds) == 3                  # the candidate and the reference
+
+
+def test_outputs_that_are_nan_where_the_untuned_build_has_nan_agree():
+    """A log of random normal inputs is NaN at the negative ones, in every correct schedule."""
+    X = lw.placeholder((64,), name="X")
+    Y = lw.compute((64,), lambda i: lw.log(X[i]), name="Y")
+    task = Task([X, Y], "llvm")
+    s = lw.create_schedule(Y)
+    _, vi = s[Y].split(Y.op.axis[0], factor=8)
+    s[Y].vectorize(vi)
+    r = measure_one(task.key, task.to_bytes(), s.trace.to_json(), repeat=1, min_seconds=0.0)
+    assert r["error"] is None, r
