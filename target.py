@@ -289,6 +289,15 @@ def _parse_target_against(text: str, host: Target) -> Target:
     return Target("llvm", cpu, ",".join(features), _vector_bits(arch, enabled), host.num_threads, triple=triple)
 
 
+def saved_target(cpu: str, features: str) -> Target:
+    """The CPU target of code saved on some machine (a ``.lwx``): its CPU name and feature string as
+    they were, on this machine's architecture, with this machine's threads.  ``runs_here()`` says
+    whether this CPU can run it (its features a subset of this CPU's)."""
+    host = host_target()
+    enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
+    return Target("llvm", cpu, features, _vector_bits(host.arch, enabled), host.num_threads)
+
+
 def resolve_target(target) -> Target:
     """A Target from a Target, ``"llvm"`` (the host CPU: inside ``compiling_for(t)``, ``t``),
     ``"llvm -mtriple=... -mcpu=... -mattr=..."`` (see ``parse_target``) or ``"cuda"``."""

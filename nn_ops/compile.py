@@ -9,6 +9,7 @@ DynamicExecutable that compiles one static specialisation per input binding.
 from __future__ import annotations
 
 import dataclasses
+import io
 import warnings
 from typing import Optional
 
@@ -24,6 +25,7 @@ from .network.executable import compile_graph, load_static_from
 from .network.graph import Graph
 from .network.signature import fixed_shapes_hint
 from .network.polymorphic_executable import FORMAT as POLYMORPHIC_FORMAT, load_polymorphic_kernels
+from .network.saved_levels import FORMAT as LEVELS_FORMAT, chosen_level
 from .onnx_import.dynamic import DynamicGraph
 from .compile_once import build_polymorphic
 
@@ -105,6 +107,10 @@ def load(path):
     the member.  Checksums guard against damage, not malice: a ``.lwx`` holds native code
     that runs when it is loaded, so load only files you trust."""
     with ArchiveReader(path) as reader:
+        if reader.meta.get("format") == LEVELS_FORMAT:
+            data, where = chosen_level(reader)
+            with ArchiveReader(io.BytesIO(data), where) as level:
+                return load_static_from(level)
         if reader.meta.get("format") == POLYMORPHIC_FORMAT:
             return _load_polymorphic(reader)
         if reader.meta.get("format") != DYNAMIC_FORMAT:

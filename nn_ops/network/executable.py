@@ -48,12 +48,13 @@ from ...backends.llvm.runner import RUNNER_ENTRY, network_runner
 from ...backends.timing import per_call_medians
 from ...dsl.tensor import placeholder
 from ...errors import ArgumentError, DamagedFileError, IndexOutOfRangeError, InternalError
-from ...target import Target, compiling_for, host_target, resolve_target
+from ...target import Target, compiling_for, host_target, resolve_target, saved_target
 from ..ops.registry import schedule
 from . import kernel_cache
 from .archive import ArchiveReader, ArchiveWriter, MetaChecker
 from .cuda_executable import CudaExecutable
 from .export_levels import export_levels
+from .saved_levels import save_levels
 from .feed import check_static_feed
 from .graph import Graph
 from .limits import memory_limit_bytes
@@ -620,9 +621,18 @@ class Executable:
                                 f"target={str(level)!r})) and pass that executable in levels=")
         return compile_graph(graph, resolve_target(level), progress=False)
 
-    def save(self, path) -> None:
+    def save(self, path, levels=()) -> None:
         """Write a zip: meta.json (with the sha256 of every other member), meta.sha256, kernels/<symbol>.o,
-        runner.o, weights/<k>.npy (no pickle); see ``archive.py``."""
+        runner.o, weights/<k>.npy (no pickle); see ``archive.py``.  ``levels``: more CPU levels of this
+        network in the one file (targets compiled from its graph, or executables), ``lw.load`` taking
+        the first the CPU runs (``saved_levels.py``)."""
+        if levels:
+            builds = [self] + [self._build_for(level) for level in levels]
+            for build in (b for b in builds if not b.runs_here):
+                raise ArgumentError(f"save: a level in a .lwx must run on this machine (its objects are JIT code "
+                                    f"loaded here); cpu {build.target.cpu!r} does not: export_library(levels=...) "
+                                    f"writes a library for CPUs this machine cannot run")
+            return save_levels(builds, path)
         if not self.runs_here:
             raise ArgumentError(f"save writes a .lwx to load and run on this machine; this network was compiled for "
                                 f"{self.target.triple or self.target.arch} (cpu {self.target.cpu}): write it with "
@@ -666,11 +676,7 @@ def load_static_from(reader: ArchiveReader) -> "Executable":
     if meta.get("format") != "loopweave-executable" or meta.get("version") != FORMAT_VERSION:
         raise ArgumentError(f"{where}: unsupported format {meta.get('format')!r} version "
                             f"{meta.get('version')!r} (this loopweave reads version {FORMAT_VERSION})")
-    host = resolve_target("llvm")
-    saved = check.get(meta, "target", dict)
-    if check.get(saved, "cpu", str, "target.") != host.cpu or check.get(saved, "features", str, "target.") != host.features:
-        raise ArgumentError(f"{where} was compiled for cpu {saved['cpu']!r} with other CPU features than "
-                            f"this machine ({host.cpu!r}); compile the model again here")
+    target = runnable_saved_target(check, meta, where)
     inputs = check.signature(check.get(meta, "inputs", list), "inputs")
     outputs = check.signature(check.get(meta, "outputs", list), "outputs")
     for name, _, dtype in inputs + outputs:
@@ -713,5 +719,19 @@ def load_static_from(reader: ArchiveReader) -> "Executable":
         table[check.get(w, "name", str, "weights.")] = (off, list(arr.shape), str(arr.dtype))
     kernels = {sym: reader.read(f"kernels/{sym}.o") for sym in kernel_symbols}
     runner = reader.read("runner.o")
-    return Executable(inputs, outputs, calls, kernels, arena_size, blob, table, host,
+    return Executable(inputs, outputs, calls, kernels, arena_size, blob, table, target,
                       runner_object=runner, runner_symbol=runner_symbol)
+
+
+def runnable_saved_target(check: MetaChecker, meta: dict, where: str) -> Target:
+    """The target an archive's code was compiled for, where this CPU runs it (the same CPU, or a level
+    whose features this CPU has: an x86-64-v3 file on an AVX-512 machine); else an ``ArgumentError``."""
+    saved = check.get(meta, "target", dict)
+    target = saved_target(check.get(saved, "cpu", str, "target."), check.get(saved, "features", str, "target."))
+    if not target.runs_here():
+        host = resolve_target("llvm")
+        missing = sorted(target.enabled_features() - host.enabled_features())
+        raise ArgumentError(f"{where} was compiled for cpu {target.cpu!r}, whose features this machine ({host.cpu!r}) "
+                            f"lacks ({', '.join(missing[:8]) or 'other CPU features'}); compile the model again here, "
+                            f"or save it with levels= for CPUs like this one")
+    return target

@@ -129,3 +129,43 @@ def test_an_executable_exports_itself_with_more_levels_by_target(build, tmp_path
     build("llvm").save(loaded_path)
     with pytest.raises(ArgumentError, match="loaded from a file"):
         lw.load(loaded_path).export_library(tmp_path / "again.so", levels=[V3])
+
+
+def test_a_lwx_of_two_levels_loads_the_one_this_cpu_runs(build, tmp_path):
+    exe = build(V3)
+    path = tmp_path / "model.lwx"
+    wide = V4 if resolve_target(V4).runs_here() else None
+    if wide is None:
+        with pytest.raises(ArgumentError, match="must run on this machine"):
+            exe.save(path, levels=[V4])
+        pytest.skip("this CPU runs no level above x86-64-v3 (the refusal was checked)")
+    exe.save(path, levels=[wide])
+    loaded = lw.load(path)
+    assert loaded.target.cpu == "x86-64-v4"
+    x = _input(exe)
+    np.testing.assert_array_equal(loaded.run({exe.inputs[0][0]: x})[0], build(V4).run({exe.inputs[0][0]: x})[0])
+
+
+def test_a_lower_level_lwx_loads_on_a_cpu_that_runs_it(build, tmp_path):
+    """An x86-64-v3 file on an AVX-512 machine: its code runs here, so it loads (a wider one would not)."""
+    path = tmp_path / "v3.lwx"
+    build(V3).save(path)
+    loaded = lw.load(path)
+    assert loaded.target.cpu == "x86-64-v3"
+    x = _input(build(V3))
+    np.testing.assert_array_equal(loaded.run({build(V3).inputs[0][0]: x})[0],
+                                  build(V3).run({build(V3).inputs[0][0]: x})[0])
+
+
+def test_a_lwx_whose_levels_this_cpu_cannot_run_says_so(build, tmp_path):
+    import io
+    from loopweave.nn_ops.network.archive import ArchiveWriter
+    buf = io.BytesIO()
+    build(V3).save(buf)
+    path = tmp_path / "none.lwx"
+    with ArchiveWriter(path) as archive:
+        archive.add("level0.lwx", buf.getvalue())
+        archive.finish({"format": "loopweave-levels", "version": 1, "levels": [
+            {"file": "level0.lwx", "target": {"cpu": "future-cpu", "features": "+avx2,+nosuchfeature"}}]})
+    with pytest.raises(ArgumentError, match="future-cpu, none of which this machine runs"):
+        lw.load(path)
