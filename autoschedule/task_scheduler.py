@@ -98,7 +98,8 @@ def tune_tasks(tasks: Sequence, target="llvm", trials: Optional[int] = 256, time
     out); one TuneResult per task, in order.
 
     ``baselines``: per task, the JSON trace of a schedule to measure first as a candidate (a
-    network's default schedule), or None; these measurements count as trials."""
+    network's default schedule), or None; these measurements count as trials.  ``executor`` and
+    ``measurer`` say where candidates are measured, as for ``tune``."""
     if trials is None:      # as many as the time budget allows
         if time_budget is None:
             raise ArgumentError("tune_tasks: give trials, time_budget (seconds), or both")
