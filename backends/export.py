@@ -292,10 +292,17 @@ def link_shared(output: Path, sources: Sequence[Path], objects: Sequence[Path], 
                       f"-Wl,--version-script={script}", "-Xlinker", "-soname", "-Xlinker", soname,
                       "-Wl,-z,text" if pic else "-Wl,-z,notext", "-Wl,-z,defs", "-Wl,-z,noexecstack", "-lm",
                       "-lpthread"]
+    run_tool(cmd, workdir, f"linking {output.name} with {compiler[0]}", f"the C compiler {compiler[0]!r}",
+             COMPILER_HINT)
+
+
+def run_tool(cmd: Sequence[str], cwd: Path, doing: str, tool: str, hint: str = "") -> None:
+    """Run a build tool in ``cwd``; a ``BuildError`` saying what failed (``doing``), with its messages
+    and the command, when it cannot start or exits with an error."""
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir)
+        proc = subprocess.run(list(cmd), capture_output=True, text=True, cwd=cwd)
     except OSError as exc:
-        raise BuildError(f"could not run the C compiler {compiler[0]!r}: {exc}; {COMPILER_HINT}") from None
+        raise BuildError(f"could not run {tool}: {exc}" + (f"; {hint}" if hint else "")) from None
     if proc.returncode != 0:
-        raise BuildError(f"linking {output.name} with {compiler[0]} failed (exit {proc.returncode}):\n"
-                         f"{proc.stderr.strip()[-4000:]}\n  command: {' '.join(cmd)}")
+        raise BuildError(f"{doing} failed (exit {proc.returncode}):\n{proc.stderr.strip()[-4000:]}\n"
+                         f"  command: {' '.join(cmd)}")

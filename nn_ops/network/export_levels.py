@@ -17,14 +17,13 @@ dispatcher per API call).  The library holds every level's weights (packed per l
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import List, Optional, Sequence
 
 from ...backends.c_text import c_include_name, c_string
 from ...backends.export import (check_exported_names, cpu_check, find_c_compiler, link_shared, linked_object,
-                                target_description)
+                                run_tool, target_description)
 from ...backends.output_file import replacing, write_text
 from ...errors import ArgumentError, BuildError
 from ...target import host_target
@@ -140,13 +139,7 @@ def _level_object(exe, level_prefix: str, work: Path, compiler: List[str], objco
 
 
 def _run(cmd: List[str], cwd: Path) -> None:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
-    except OSError as exc:
-        raise BuildError(f"export_library: could not run {cmd[0]!r}: {exc}") from None
-    if proc.returncode != 0:
-        raise BuildError(f"export_library: {' '.join(cmd)} failed (exit {proc.returncode}):\n"
-                         f"{proc.stderr.strip()[-4000:]}")
+    run_tool(cmd, cwd, f"export_library: building a level ({Path(cmd[0]).name})", repr(cmd[0]))
 
 
 def dispatch_source(levels, prefix: str, header_file: str) -> str:

@@ -63,19 +63,24 @@ def _word(A: Tensor, i, kw, a_signed: bool):
     return word ^ const(int(SIGN_BITS), "int32") if a_signed else word
 
 
-def _product(A: Tensor, words, columns, b_word, name: str, tag: str) -> Tensor:
-    """``D[i, j] = sum_kw dot4_u8s8(A's word kw of row i, b_word(kw, j))`` over ``words`` words (A of
-    4 x words columns, uint8 or int8)."""
+_COUNT = {2: "two", 4: "four"}
+
+
+def _product(A: Tensor, words, columns, b_word, name: str, tag: str, rows: int = 4) -> Tensor:
+    """``D[i, j] = sum_kw dot(A's word kw of row i, b_word(kw, j))`` over ``words`` words of ``rows``
+    rows each (A of rows x words columns, uint8 or int8): ``dot4_u8s8`` over words of four bytes,
+    ``dot2_i16`` over pairs widened to int16."""
     if A.ndim != 2 or A.dtype not in ("uint8", "int8"):
         raise ExprError(f"matmul_u8s8: A must be a 2-d uint8 or int8 tensor, got {A.dtype} of rank {A.ndim}")
     depth = A.shape[1]
-    if not hasattr(depth, "value") or depth.value != 4 * int(words.value):
-        raise ExprError(f"matmul_u8s8: A has {depth} columns where B's {words} words of four rows need "
-                        f"{4 * int(words.value)}; pad A's rows with zeros to a multiple of 4")
+    if not hasattr(depth, "value") or depth.value != rows * int(words.value):
+        raise ExprError(f"matmul_u8s8: A has {depth} columns where B's {words} words of {_COUNT[rows]} rows need "
+                        f"{rows * int(words.value)}; pad A's rows with zeros to a multiple of {rows}")
     a_signed = A.dtype == "int8"
+    dot, word = (dot4_u8s8, _word) if rows == 4 else (dot2_i16, _pair)
     kw = reduce_axis((0, words), name="kw")
-    return compute((A.shape[0], columns), lambda i, j: lw_sum(dot4_u8s8(_word(A, i, kw, a_signed), b_word(kw, j)),
-                                                              axis=kw), name=name, tag=tag)
+    return compute((A.shape[0], columns), lambda i, j: lw_sum(dot(word(A, i, kw, a_signed), b_word(kw, j)), axis=kw),
+                   name=name, tag=tag)
 
 
 def matmul_u8s8(A: Tensor, Bw: Tensor, name: str = "matmul_u8s8") -> Tensor:
@@ -129,15 +134,5 @@ def matmul_u8s8_pair_panels(A: Tensor, Bp: Tensor, columns: int, name: str = "ma
     if Bp.ndim != 3 or Bp.dtype != "int32":
         raise ExprError(f"matmul_u8s8_pair_panels: B's panels must be a 3-d int32 tensor, got {Bp.dtype} of rank "
                         f"{Bp.ndim}")
-    if A.ndim != 2 or A.dtype not in ("uint8", "int8"):
-        raise ExprError(f"matmul_u8s8: A must be a 2-d uint8 or int8 tensor, got {A.dtype} of rank {A.ndim}")
-    pairs, nr = Bp.shape[1], int(Bp.shape[2].value)
-    depth = A.shape[1]
-    if not hasattr(depth, "value") or depth.value != 2 * int(pairs.value):
-        raise ExprError(f"matmul_u8s8: A has {depth} columns where B's {pairs} words of two rows need "
-                        f"{2 * int(pairs.value)}")
-    a_signed = A.dtype == "int8"
-    kp = reduce_axis((0, pairs), name="kp")
-    return compute((A.shape[0], int(columns)),
-                   lambda i, j: lw_sum(dot2_i16(_pair(A, i, kp, a_signed), Bp[j // nr, kp, j % nr]), axis=kp),
-                   name=name, tag="matmul_panels")
+    nr = int(Bp.shape[2].value)
+    return _product(A, Bp.shape[1], int(columns), lambda kp, j: Bp[j // nr, kp, j % nr], name, "matmul_panels", rows=2)
