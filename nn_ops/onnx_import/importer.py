@@ -18,6 +18,7 @@ from ...errors import InternalError, LoopweaveError, OnnxImportError
 from ..network.graph import Graph
 from . import converters as _converters  # noqa: F401 - importing it registers every converter
 from .context import CONVERTERS, ImportContext, NeedsConstant, Unsupported, check_size, find_converter
+from .converters.qoperator import domain_op
 from .fold import FOLDERS, try_fold
 from .qdq import qdq_to_qlinear
 from .validate import check_attributes
@@ -314,7 +315,9 @@ def _convert(model, opset: int, name: str, typed=None) -> Graph:
     poisoned = set()
     for k, node in enumerate(model.graph.node):
         label = node_label(k, node)
-        if node.domain not in ("", "ai.onnx"):
+        default_domain = node.domain in ("", "ai.onnx")
+        op_key = node.op_type if default_domain else domain_op(node)
+        if op_key is None or (not default_domain and find_converter(op_key, 1) is None):
             problems.append((label, f"{node.domain}.{node.op_type}", opset, "custom domain"))
             poisoned.update(node.output)
             continue
@@ -334,7 +337,7 @@ def _convert(model, opset: int, name: str, typed=None) -> Graph:
             _assume_outputs(g, node, inferred, poisoned)
             continue
         try:
-            if try_fold(ctx, node):
+            if default_domain and try_fold(ctx, node):
                 continue
         except Unsupported as exc:
             problems.append((label, node.op_type, opset, str(exc)))
@@ -344,7 +347,7 @@ def _convert(model, opset: int, name: str, typed=None) -> Graph:
             problems.append((label, node.op_type, opset, f"constant folding failed: {exc}"))
             poisoned.update(node.output)
             continue
-        conv = find_converter(node.op_type, opset)
+        conv = find_converter(op_key, opset if default_domain else 1)
         if conv is None:
             reason = "no converter for this op" if node.op_type not in CONVERTERS else \
                 f"no converter for opset {opset}"

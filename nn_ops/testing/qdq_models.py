@@ -1,4 +1,4 @@
-"""Models quantized by onnxruntime's static quantizer in its QDQ format, for tests and benchmarks.
+"""Models quantized by onnxruntime's static quantizer (its QDQ or QOperator format), for tests and benchmarks.
 
 ``static_qdq(model, samples)`` runs ``onnxruntime.quantization.quantize_static`` with the given input
 samples as calibration data (uint8 activations, int8 weights, per output channel by default): the
@@ -14,8 +14,9 @@ from typing import Dict, List
 import numpy as np
 
 
-def static_qdq(model, samples: List[Dict[str, np.ndarray]], per_channel: bool = True):
-    """``model`` quantized statically in the QDQ format, calibrated on ``samples`` (feeds)."""
+def static_qdq(model, samples: List[Dict[str, np.ndarray]], per_channel: bool = True, qoperator: bool = False):
+    """``model`` quantized statically in the QDQ format (``qoperator``: the QOperator format, with
+    onnxruntime's ``com.microsoft`` QLinear* operators), calibrated on ``samples`` (feeds)."""
     import onnx
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
@@ -30,6 +31,6 @@ def static_qdq(model, samples: List[Dict[str, np.ndarray]], per_channel: bool = 
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = os.path.join(tmp, "model.onnx"), os.path.join(tmp, "qdq.onnx")
         onnx.save(model, src)
-        quantize_static(src, dst, Samples(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+        quantize_static(src, dst, Samples(), quant_format=QuantFormat.QOperator if qoperator else QuantFormat.QDQ, per_channel=per_channel,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
         return onnx.load(dst)
