@@ -3,7 +3,7 @@
 ``--static``, ``quantize_static`` in the QDQ format (uint8 activations, int8 weights per channel,
 calibrated on a few random inputs), interleaved.
 
-``python -m benchmarks.quantized [--static] [--threads 2] [--pairs 7] [--models resnet18 gpt2 ...]
+``python -m benchmarks.quantized [--static [--qoperator]] [--threads 2] [--pairs 7] [--models resnet18 gpt2 ...]
 [--weights int8|uint8] [--small] [--target "llvm -mcpu=x86-64-v3"]``
 
 With ``--static`` it also prints loopweave's own float build of the model against the quantized one
@@ -58,9 +58,10 @@ def main(argv=None) -> None:
     parser.add_argument("--weights", choices=("int8", "uint8"), default="int8")
     parser.add_argument("--small", action="store_true", help="the models' test-sized variants")
     parser.add_argument("--static", action="store_true", help="quantize_static in the QDQ format")
+    parser.add_argument("--qoperator", action="store_true", help="with --static: the QOperator format instead")
     parser.add_argument("--target", default="llvm", help="loopweave's target (e.g. 'llvm -mcpu=x86-64-v3')")
     args = parser.parse_args(argv)
-    how = "quantize_static (QDQ, per channel)" if args.static else f"quantize_dynamic ({args.weights} weights)"
+    how = f"quantize_static ({'QOperator' if args.qoperator else 'QDQ'}, per channel)" if args.static else f"quantize_dynamic ({args.weights} weights)"
     print(f"{how}, {args.threads} thread(s), loopweave target {args.target}; ratio = onnxruntime / loopweave")
     print(f"{'model':<20} {'loopweave ms':>12} {'onnxrt ms':>10} {'ratio':>6}   {'max diff / scale':>16}  top-1"
           + ("   fp32 / int8" if args.static else ""))
@@ -71,7 +72,7 @@ def main(argv=None) -> None:
         if args.static:
             rng = np.random.default_rng(1)
             samples = [{k: rng.standard_normal(v.shape).astype(v.dtype) for k, v in feed.items()} for _ in range(4)]
-            model = static_qdq(float_model, samples)
+            model = static_qdq(float_model, samples, qoperator=args.qoperator)
         else:
             model = quantized(float_model, args.weights)
         try:
