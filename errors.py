@@ -60,6 +60,11 @@ class ImportError_(LoopweaveError):  # noqa: N801 - avoid shadowing the builtin
     """A model file is malformed or uses something the importer does not support."""
 
 
+class TorchExportError(ImportError_):
+    """torch could not turn a module into a graph (``torch.export`` / its ONNX exporter): data-dependent
+    control flow, an op without an ONNX translation, ...; the message names torch's reason."""
+
+
 class DamagedFileError(ArgumentError):
     """A saved file (a ``.lwx`` member, a cache entry) fails its checksum or is malformed.
 
@@ -83,6 +88,11 @@ class PerShapeCompileWarning(LoopweaveWarning):
 class ScheduleWarning(LoopweaveWarning):
     """A schedule primitive that will not do what it asks (``vectorize`` or ``unroll`` of an axis whose
     extent is symbolic); the message says how to get it."""
+
+
+class EagerFallbackWarning(LoopweaveWarning):
+    """``torch.compile(backend="loopweave")`` runs a graph eagerly in torch: it uses ops loopweave does not
+    import (the message names them) or tensors on a device other than the CPU."""
 
 
 class CacheWarning(LoopweaveWarning):

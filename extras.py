@@ -12,7 +12,7 @@ from .errors import MissingExtraError
 
 #: the extra (``[project.optional-dependencies]``) that installs each optional module
 EXTRA_OF = {"lightgbm": "autoschedule", "matplotlib": "notebook", "onnx": "onnx", "onnxruntime": "bench",
-            "distributed": "dask"}
+            "distributed": "dask", "torch": "torch", "onnxscript": "torch"}
 
 
 def install_hint(module: str) -> str:

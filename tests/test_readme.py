@@ -13,6 +13,7 @@ checked, not run: the module exists and takes every option the README gives it.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import re
 import shutil
@@ -193,6 +194,8 @@ def run_shell(code: str, work: Path) -> list:
 def test_readme_block(session, monkeypatch, lang, code, line):
     work, namespace = session
     monkeypatch.chdir(work)
+    if lang == "python" and "import torch" in code and importlib.util.find_spec("torch") is None:
+        pytest.skip("needs the torch extra (torch is not installed)")
     if lang == "python":
         skipped = run_python(code, line, namespace)
     elif lang == "bash":
