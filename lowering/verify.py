@@ -22,8 +22,7 @@ It checks what holds after every pass:
 
 and the cheap part of each pass's "After" (``AFTER``): no vectorized loop after
 ``vectorize``, no small unrolled loop after ``unroll``, no empty loop or constant
-condition after ``remove_noops``, no ``CheckedIndex`` after ``clamp_checked_indices``,
-no warp buffer after ``distribute_warp_tiles``, no loop on the host after
+condition after ``remove_noops``, no warp buffer after ``distribute_warp_tiles``, no loop on the host after
 ``split_host_device``.
 
 It is off in production (``lower`` then costs what it did); the test suite turns it on
@@ -348,22 +347,6 @@ def _no_host_loops(s, host):
         raise _Fault(f"loop '{s.var.name}' runs on the host, outside any kernel")
 
 
-def _no_checked_indices(s, host):
-    kind = type(s).__name__
-    exprs = []
-    if kind == "BufferStore":
-        exprs = [s.value, *s.indices]
-    elif kind in ("LetStmt", "Evaluate"):
-        exprs = [s.value]
-    elif kind == "IfThenElse":
-        exprs = [s.condition]
-    for e in exprs:
-        hit = []
-        post_order_visit(e, lambda n: hit.append(n) if type(n).__name__ == "CheckedIndex" else None)
-        if hit:
-            raise _Fault(f"a CheckedIndex is left: {expr_to_str(hit[0])}")
-
-
 #: pass name -> the check of (part of) what it guarantees, on each statement
 AFTER = {
     "simplify": _no_constant_ifs,
@@ -372,7 +355,6 @@ AFTER = {
     "vectorize": _no_loop_kind("vectorized"),
     "unroll": _no_loop_kind("unrolled", _small_unrolled),
     "remove_noops": _no_noops,
-    "clamp_checked_indices": _no_checked_indices,
     "distribute_warp_tiles": _no_warp_buffers,
     "split_host_device": _no_host_loops,
 }
