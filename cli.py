@@ -179,7 +179,7 @@ def bench_report(model: str, c, pairs: int, threads: int, compile_s: float) -> s
 
 def _cmd_info(args) -> int:
     from .target_info import target_info
-    print(target_info(args.target))
+    print(target_info(args.target, measure=args.peak))
     return 0
 
 
@@ -214,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--target", default="llvm",
                       help="the CPU to describe (default llvm: this machine, or LOOPWEAVE_HOST_TARGET's), e.g. "
                            "'llvm -mcpu=x86-64-v3'")
+    info.add_argument("--peak", action="store_true",
+                      help="also measure this machine's fp32 FMA peak and int8 product rate for the target (a few "
+                           "seconds; measure on a quiet machine)")
 
     comp = sub.add_parser("compile", help="compile an ONNX model into an executable file (.lwx) or a C library (.so)")
     comp.add_argument("model", help=MODEL_HELP)

@@ -73,6 +73,7 @@ class TargetInfo:
     flops_per_cycle: Optional[int] = None   # fp32 FLOP per cycle and core with this target's vectors
     full_width_flops: Optional[int] = None  # the same at the CPU's widest vectors, where it differs
     core: str = ""                          # the CPU model the rate and caches are of
+    measured: Tuple[Tuple[str, str], ...] = ()   # (what, figure) measured on this machine (``measure=True``)
 
     def rows(self) -> list:
         """(label, value) pairs, as printed."""
@@ -90,7 +91,7 @@ class TargetInfo:
                 ("vector registers", str(self.vector_registers)),
                 ("extensions", ", ".join(self.extensions) or "none beyond the vector width"),
                 ("FMA rate", rate), ("threads", str(self.threads)), ("caches", caches)] + \
-            [("note", n) for n in self.notes]
+            [("measured", f"{what}: {figure}") for what, figure in self.measured] + [("note", n) for n in self.notes]
 
     def __str__(self) -> str:
         return "\n".join(f"{label:<18}{value}" for label, value in self.rows())
@@ -124,8 +125,10 @@ def _host_caches() -> Optional[Tuple[Tuple[str, int], ...]]:
     return tuple(found) or None
 
 
-def target_info(target="llvm") -> TargetInfo:
-    """What ``target`` (default: the CPU ``"llvm"`` means here) offers the code generator."""
+def target_info(target="llvm", measure: bool = False) -> TargetInfo:
+    """What ``target`` (default: the CPU ``"llvm"`` means here) offers the code generator; with
+    ``measure``, and where this machine runs the target's code, its fp32 FMA peak and int8 product
+    rate measured now (``backends/llvm/peak.py``: a second or two; a busy machine measures less)."""
     tgt: Target = resolve_target(target)
     if tgt.kind != "llvm":
         from .errors import BuildError
@@ -153,4 +156,19 @@ def target_info(target="llvm") -> TargetInfo:
         lanes={d: tgt.lanes(d) for d in ("float32", "float16", "int8")}, vector_registers=tgt.vector_registers,
         extensions=tuple(e for e in _EXTENSIONS if e in enabled or (e == "fma" and tgt.has_fma)),
         threads=tgt.num_threads, caches=caches, notes=tuple(notes), flops_per_cycle=flops,
-        full_width_flops=widest, core=core if facts is not None else "")
+        full_width_flops=widest, core=core if facts is not None else "",
+        measured=_measured(tgt) if measure and tgt.runs_here() else ())
+
+
+def _measured(tgt: Target) -> Tuple[Tuple[str, str], ...]:
+    """The FMA peak at the target's width and the int8 product rate, on one thread and on all."""
+    from .backends.llvm.peak import fma_peak, int8_peak, int8_widths
+    rows = []
+    counts = sorted({1, tgt.num_threads})
+    flops = ", ".join(f"{fma_peak(n, tgt) / 1e9:.0f} ({n} thread{'s' if n > 1 else ''})" for n in counts)
+    rows.append((f"fp32 FMA peak, {tgt.vector_bits}-bit (GFLOPS)", flops))
+    if tgt.arch == "x86_64":
+        bits, vnni = int8_widths(tgt)
+        ops = ", ".join(f"{2 * int8_peak(n, tgt) / 1e9:.0f} ({n} thread{'s' if n > 1 else ''})" for n in counts)
+        rows.append((f"int8 products, {'vpdpbusd' if vnni else 'vpmaddwd'} {bits}-bit (GOPS)", ops))
+    return tuple(rows)

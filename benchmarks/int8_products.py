@@ -15,6 +15,7 @@ import argparse
 import numpy as np
 
 import loopweave as lw
+from loopweave.backends.llvm.peak import int8_peak
 from loopweave.backends.timing import interleaved, set_threads
 from loopweave.nn_ops.ops.int8_matmul import (int8_pairs, matmul_u8s8_pair_panels, matmul_u8s8_panels, pack_words,
                                              pairs_of_words)
@@ -22,7 +23,6 @@ from loopweave.nn_ops.ops.matmul import pack_panels, panel_width
 from loopweave.nn_ops.ops.registry import schedule
 from loopweave.target import compiling_for, resolve_target
 
-from .peak import _accumulators, _loaded, _rate, int8_ir
 
 SHAPES = ((128, 768, 768), (1, 768, 3072), (128, 3072, 768))
 
@@ -46,15 +46,6 @@ def _kernel(target, m, k, n, pairs: bool):
     return lambda: f(a, panels, d)
 
 
-def int8_peak(target, threads: int) -> float:
-    """Products per second of ``benchmarks.peak``'s int8 kernel for ``target`` (vpdpbusd or vpmaddwd)."""
-    enabled = target.enabled_features()
-    vnni = "avx512vnni" in enabled or "avxvnni" in enabled
-    bits = 512 if vnni and "avx512vnni" in enabled and target.vector_bits == 512 else 256
-    kernel = _loaded(int8_ir(bits, _accumulators(target), vnni), f"lw_peak_int8_{bits}", target)
-    return _rate(kernel, bits // 32 * (4 if vnni else 2) * _accumulators(target), threads, 0.2)
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=2)
@@ -70,7 +61,7 @@ def main(argv=None) -> None:
         if target.arch != "x86_64" or not target.runs_here() or target.key() in seen:
             continue
         seen.add(target.key())
-        peak = int8_peak(target, args.threads)
+        peak = int8_peak(args.threads, target)
         print(f"-- {target} (int8 peak {peak / 1e9:.0f} G products/s; networks use "
               f"{'pairs' if int8_pairs(target) else 'words'})")
         for m, k, n in SHAPES:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.peak import fma_ir, int8_ir
+from loopweave.backends.llvm.peak import fma_ir, int8_ir
 from loopweave.backends.llvm.jit import assembly
 from loopweave.target import native_target
 

@@ -55,3 +55,15 @@ def test_the_cli_prints_it(capsys):
     assert "vector registers  32" in out and "4 float32" in out
     assert main(["info", "--target", "llvm -mcpu=nosuchcpu"]) == 2
     assert "does not know" in capsys.readouterr().err
+
+
+def test_the_peak_is_measured_where_the_code_runs_here(capsys):
+    import re
+    other = "llvm -mtriple=aarch64-linux-gnu" if resolve_target("llvm").arch == "x86_64" else "llvm -mtriple=x86_64-linux-gnu"
+    assert lw.target_info(other, measure=True).measured == ()     # another CPU's code is not run
+    assert main(["info", "--peak"]) == 0
+    out = capsys.readouterr().out
+    figures = re.findall(r"measured +fp32 FMA peak, \d+-bit \(GFLOPS\): (\d+) \(1 thread\)", out)
+    assert figures and int(figures[0]) > 0, out
+    if resolve_target("llvm").arch == "x86_64":
+        assert re.search(r"int8 products, (vpdpbusd|vpmaddwd) \d+-bit \(GOPS\): [1-9]\d* \(1 thread\)", out), out
