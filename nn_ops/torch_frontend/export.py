@@ -15,34 +15,51 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
+import warnings
 from typing import Optional, Sequence
 
 from ...errors import TorchExportError
 from ...extras import require_extra
 
-#: the loggers the exporter talks through (notes such as "torchvision is not installed")
-_QUIET_LOGGERS = ("torch.onnx", "torch.export", "torch._export", "onnxscript")
+#: the loggers the exporter talks through (notes such as "torchvision is not installed", the traced
+#: graph of a failed export): these and those below them
+_QUIET_LOGGERS = ("torch", "onnxscript", "onnx_ir")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_SUMMARY = re.compile(r"## Exception summary\s*<class '(?:[\w.]*\.)?(\w+)'>: (.*)")
 
 
 @contextlib.contextmanager
 def _quiet():
-    """The exporter's stdout and its log notes, silenced for the duration."""
-    loggers = [logging.getLogger(name) for name in _QUIET_LOGGERS]
+    """The exporter's output (stdout, stderr, log notes), silenced for the duration: its errors are raised,
+    and its ``UserWarning``s (a module exported in training mode) are issued again after it."""
+    names = [name for name in list(logging.Logger.manager.loggerDict)
+             if name.split(".")[0] in _QUIET_LOGGERS] + list(_QUIET_LOGGERS)
+    loggers = [logging.getLogger(name) for name in names]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.ERROR)
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("always")
             yield
     finally:
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)
+    for w in caught:
+        if w.category is UserWarning:
+            warnings.warn(str(w.message), UserWarning, stacklevel=4)
 
 
 def torch_reason(exc: BaseException) -> str:
-    """The first lines of torch's error: its type and what it says, without the long advice that follows."""
-    text = str(exc).strip() or type(exc).__name__
-    lines = [line for line in text.splitlines() if line.strip()][:6]
+    """torch's error in a line: the exception under the exporter's advice where it summarises one
+    (``GuardOnDataDependentSymNode: Could not guard on data-dependent expression ...``), else its first lines."""
+    text = _ANSI.sub("", str(exc)).strip()
+    summary = _SUMMARY.search(text)
+    if summary:
+        return f"{summary.group(1)}: {summary.group(2).strip()}"
+    lines = [line for line in text.splitlines() if line.strip()][:4]
     return f"{type(exc).__name__}: " + "\n".join(lines)
 
 
