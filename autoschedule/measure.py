@@ -26,7 +26,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -150,6 +150,23 @@ def _run_checked(state, mod) -> tuple:
     mod(*arrays)
     seconds = time.perf_counter() - t0
     return seconds, _differs_from_untuned(state, arrays)
+
+
+def wrong_answer(args, schedule) -> Optional[Tuple[str, str]]:
+    """None when ``schedule`` of ``args`` computes what the untuned build does, else (what failed,
+    why): it is built for this machine and run once on random inputs, its outputs compared with the
+    untuned build's as every measured candidate's are (``_run_checked``).  For records this version
+    of the compiler did not check (``replay.best_schedule``); it runs in the caller's process,
+    which is about to build and run that schedule anyway."""
+    from ..backends.build import build
+    state = {"args": args, "arrays": _random_inputs(args), "reference": None}
+    try:
+        mod = build(schedule, args)
+        _reference(state)
+        wrong = _run_checked(state, mod)[1]
+    except Exception as exc:    # a schedule that no longer builds or runs is a verdict, not a crash
+        return "no longer build", f"{type(exc).__name__}: {exc}"[:300]
+    return None if wrong is None else ("compute differently", wrong[:300])
 
 
 def measure_one(key: str, task_bytes: bytes, trace_json: str, check_below: Optional[float] = None,

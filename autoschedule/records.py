@@ -1,12 +1,14 @@
 """Tuning records: JSON Lines, one measured candidate a line, append-only.
 
-A line holds the task key, the target (CPU name and features), the decisions, the
+A line holds the task key, the names of the task's stages and axes the trace uses (``names``,
+see ``canonical.spelling``), the target (CPU name and features), the decisions, the
 trace (as its JSON text), the measured seconds (null on error), the error, the CPU model and host
 that measured it (``measured_on``: a time counts only from a machine of the target's CPU), and the
 loopweave version.  Reading skips a corrupt line (not JSON, or a field of the wrong type: a target
 that is not ``{"cpu": str, "features": str}``, a trace that is not a list of steps, seconds that are
-not a number, ...) with a warning naming its number, and ignores lines of another target or another
-loopweave version.
+not a number, ...) with a warning naming its number, and ignores lines of another target.  Lines of
+another loopweave version are kept apart (``read(..., any_version=True)``): the tuner resumes only
+from its own version's, and ``replay.best_schedule`` uses the others once they are checked.
 """
 from __future__ import annotations
 
@@ -31,13 +33,16 @@ class RecordWarning(LoopweaveWarning):
 
 def make_record(task_key: str, target: Target, choice: dict, trace_json: str, seconds: Optional[float],
                 error: Optional[str], trial: int, build_seconds: float = 0.0,
-                measured_on: Optional[dict] = None) -> dict:
-    """One line of the log; ``measured_on``: the CPU model and host that timed it, when it ran."""
+                measured_on: Optional[dict] = None, names: Optional[list] = None) -> dict:
+    """One line of the log; ``measured_on``: the CPU model and host that timed it, when it ran;
+    ``names``: the spelling of the task the trace is written in."""
     r = {"task": task_key, "target": {"cpu": target.cpu, "features": target.features},
          "choice": choice, "trace": trace_json, "seconds": seconds, "error": error, "trial": trial,
          "build_seconds": round(build_seconds, 4), "version": VERSION}
     if measured_on:
         r["measured_on"] = measured_on
+    if names is not None:
+        r["names"] = names
     return r
 
 
@@ -68,18 +73,31 @@ def append(path, records: List[dict]) -> None:
         fh.flush()
 
 
-def read(path, target: Optional[Target] = None, task_key: Optional[str] = None) -> Iterator[dict]:
-    """The usable records of ``path`` (optionally of one target / one task)."""
+def read(path, target: Optional[Target] = None, task_key=None, any_version: bool = False) -> Iterator[dict]:
+    """The usable records of ``path`` of this loopweave version (of every version with
+    ``any_version``), optionally of one target and of one task key (or any of a collection of keys)."""
+    keys = None if task_key is None else ({task_key} if isinstance(task_key, str) else set(task_key))
     for r in _parsed(path):
+        if not any_version and r.get("version") != VERSION:
+            continue
         if target is not None and (r["target"].get("cpu") != target.cpu
                                    or r["target"].get("features") != target.features):
             continue
-        if task_key is not None and r["task"] != task_key:
+        if keys is not None and r["task"] not in keys:
             continue
         yield r
 
 
-_PARSED: Dict[str, tuple] = {}     # path -> (mtime_ns, size, records of this version)
+def task_keys(path, task) -> tuple:
+    """The keys ``task``'s records may carry in ``path``: its key, and its key of the scheme before
+    (``Task.legacy_key``, one more lowering) only when the log has records of that time, the ones
+    without ``names``."""
+    if any(r.get("names") is None for r in _parsed(path)):
+        return task.key, task.legacy_key
+    return (task.key,)
+
+
+_PARSED: Dict[str, tuple] = {}     # path -> (mtime_ns, size, its records)
 
 
 def check_exists(path, who: str) -> None:
@@ -94,7 +112,7 @@ def check_exists(path, who: str) -> None:
 
 
 def _parsed(path) -> List[dict]:
-    """The file's records of this version, parsed once per change of the file: a network compile asks
+    """The file's records, parsed once per change of the file: a network compile asks
     for every kernel's best record, and a log of thousands of lines should be read once, with each
     corrupt line reported once."""
     if path is None or not os.path.exists(path):
@@ -123,14 +141,19 @@ def _parsed(path) -> List[dict]:
             except ValueError as exc:
                 warnings.warn(f"{path}:{lineno}: skipped a corrupt tuning record ({exc})", RecordWarning, stacklevel=3)
                 continue
-            if r.get("version") == VERSION:
-                found.append(r)
+            found.append(r)
     _PARSED[str(path)] = (stat.st_mtime_ns, stat.st_size, found)
     return found
 
 
 def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_spelling(names) -> bool:
+    return isinstance(names, list) and all(
+        isinstance(n, list) and len(n) == 2 and isinstance(n[0], str) and isinstance(n[1], list)
+        and all(isinstance(a, str) for a in n[1]) for n in names)
 
 
 def _trace_problem(text) -> Optional[str]:
@@ -172,17 +195,25 @@ def record_problem(r) -> Optional[str]:
         return f"an error of type {type(r['error']).__name__}"
     if "choice" in r and not isinstance(r["choice"], dict):
         return f"a choice of type {type(r['choice']).__name__}"
+    if r.get("names") is not None and not _is_spelling(r["names"]):
+        return f"names that are not [[stage, [axis, ...]], ...]: {r['names']!r:.60}"
     return _trace_problem(r["trace"])
 
 
 def best(path, target: Target, task_key: str) -> Optional[dict]:
-    """The fastest schedule for the task, each schedule (trace) at its newest measurement: a
-    verification that re-measured a schedule next to the default supersedes its first,
-    possibly lucky, time, and once the task has verified records only those are considered."""
-    latest = {}
-    for r in read(path, target, task_key):
-        latest[r.get("trace")] = r
-    return fastest(latest.values())
+    """The fastest schedule for the task key among this version's records, each schedule (trace)
+    at its newest measurement (``latest``): a verification that re-measured a schedule next to the
+    default supersedes its first, possibly lucky, time, and once the task has verified records
+    only those are considered."""
+    return fastest(latest(read(path, target, task_key)))
+
+
+def latest(found) -> List[dict]:
+    """Each schedule (trace) of ``found`` at its newest record."""
+    out = {}
+    for r in found:
+        out[r.get("trace")] = r
+    return list(out.values())
 
 
 def fastest(candidates) -> Optional[dict]:

@@ -56,8 +56,14 @@ class TaskTuner:
 
     # -- state ---------------------------------------------------------------
     def _resume(self):
-        for r in records.read(self.log, self.task.target, self.task.key):
+        """Take in the log's records of this task, version and spelling (their decisions name this
+        spelling's stages and axes), a log written under the old key scheme's included."""
+        if not self.log:
+            return self._refit()
+        for r in records.read(self.log, self.task.target, records.task_keys(self.log, self.task)):
             if not isinstance(r.get("choice"), dict):
+                continue
+            if r["task"] == self.task.key and r.get("names") not in (None, self.task.names):
                 continue
             k = _key(r["choice"])
             if k in self.measured:
@@ -247,12 +253,12 @@ class TaskTuner:
         note each and append its record to the log (a wrong one with its error, so it can never be
         the best)."""
         check = self.best["seconds"] if self.best else float("inf")
-        results = self._run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=trace_json,
+        results = self._run([dict(key=self.task.spelling_key, task_bytes=self.task_bytes, trace_json=trace_json,
                                   check_below=check, target=self.target_fields) for _, _, trace_json, _ in items])
         out = []
         for (k, choice, trace_json, seeded), res in zip(items, results):
             r = records.make_record(self.task.key, self.task.target, choice, trace_json, res.seconds, res.error,
-                                    self.n_measured + 1, res.build_seconds, _measured_on(res))
+                                    self.n_measured + 1, res.build_seconds, _measured_on(res), self.task.names)
             self.measured[k] = r
             self._note(r)
             self.history[-1]["seeded"] = seeded
@@ -293,7 +299,7 @@ class TaskTuner:
                                 and r["trace"] != trace_json and r["seconds"] < given["seconds"]),
                                key=lambda r: r["seconds"])
         for pick in looked_faster[:picks]:
-            res = self._run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=pick["trace"],
+            res = self._run([dict(key=self.task.spelling_key, task_bytes=self.task_bytes, trace_json=pick["trace"],
                                   versus=trace_json, pairs=pairs, target=self.target_fields)])[0]
             if res.error or res.ratio is None:
                 verdict = (None, f"failed when measured beside the default: {res.error}")
@@ -311,7 +317,7 @@ class TaskTuner:
 
     def _verified(self, old: dict, seconds, error, ratio=None, measured_on=None) -> dict:
         r = records.make_record(self.task.key, self.task.target, old["choice"], old["trace"], seconds, error,
-                                self.n_measured, measured_on=measured_on)
+                                self.n_measured, measured_on=measured_on, names=self.task.names)
         r["verified"] = True
         if ratio is not None:
             r["ratio_to_default"] = round(ratio, 4)
@@ -320,7 +326,7 @@ class TaskTuner:
 
     def measure_untuned(self, timeout_ok: bool = True):
         from ..dsl.trace import Trace
-        res = self._run([dict(key=self.task.key, task_bytes=self.task_bytes, trace_json=Trace().to_json(),
+        res = self._run([dict(key=self.task.spelling_key, task_bytes=self.task_bytes, trace_json=Trace().to_json(),
                               repeat=1, min_seconds=0.0, check=False, target=self.target_fields)])[0]
         self.untuned_seconds = res.seconds
         return res

@@ -1,22 +1,25 @@
 """A tuning task: one kernel's compute DAG, its argument list and the target.
 
-The key is structural: a hash of the untuned kernel's lowered loop IR text (names,
-shapes, dtypes and arithmetic of every stage) and the target's CPU name and features,
-so a fresh copy of the same DAG gets the same key and records apply by key, never by
-object identity.
+The key is structural: a hash of the untuned kernel's lowered loop IR text (shapes, dtypes and
+arithmetic of every stage) with every stage and axis renamed by position first (``canonical.py``),
+so a fresh copy of the same DAG, and the same DAG written with other tensor or axis names, gets the
+same key; records apply by key, never by object identity, and carry their spelling
+(``Task.names``) to be translated to another.  ``legacy_key`` is the key of logs written before:
+the hash of the lowered IR under the user's own names.
 """
 from __future__ import annotations
 
 import hashlib
 import pickle
 from dataclasses import dataclass, field
-from typing import List
+from typing import List, Optional
 
 from ..dsl.tensor import ComputeOp, PlaceholderOp
 from ..dsl.schedule import create_schedule
 from ..errors import ArgumentError, BuildError
 from ..lowering.lower import lower
 from ..target import Target, resolve_target
+from .canonical import positional, renamed, spelling
 
 
 def _outputs(args) -> list:
@@ -55,8 +58,24 @@ class Task:
                 f"tune: the kernel's sizes are symbolic ({names}); tuning times real runs, so every size must be a "
                 f"number: declare the tensors with integer sizes for tuning (for example {example} = 1024 in place "
                 f"of {example} = lw.var({example!r})); the records then apply to kernels of those sizes")
-        text = str(lower(create_schedule(self.outputs), self.args))
-        self.key = hashlib.sha256(text.encode()).hexdigest()[:24]
+        self.names = spelling(self.args)
+        canonical = renamed(self.args, positional(self.args), canonical=True)
+        self.key = _ir_hash(canonical)
+        self._legacy_key: Optional[str] = None
+
+    @property
+    def legacy_key(self) -> str:
+        """The key this task had when keys hashed the lowered IR under the user's names (records
+        of older logs carry it; they were tuned in this very spelling)."""
+        if self._legacy_key is None:
+            self._legacy_key = _ir_hash(self.args)
+        return self._legacy_key
+
+    @property
+    def spelling_key(self) -> str:
+        """The key and a hash of the names: what tells two spellings of one task apart (a measuring
+        worker keeps one DAG per spelling, since traces name stages and axes)."""
+        return f"{self.key}-{hashlib.sha256(repr(self.names).encode()).hexdigest()[:8]}"
 
     @property
     def outputs(self) -> list:
@@ -85,6 +104,11 @@ class Task:
     def __repr__(self):
         outs = ", ".join(f"{t.name}{[str(d) for d in t.shape]}" for t in self.outputs)
         return f"Task({outs}, key={self.key[:10]}, target={self.target.cpu})"
+
+
+def _ir_hash(args) -> str:
+    text = str(lower(create_schedule(_outputs(args)), args))
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
 def timing_cpu(target: Target) -> str:

@@ -13,6 +13,7 @@ from ..dsl.trace import Trace
 from ..errors import ArgumentError, BuildError
 from ..target import resolve_target
 from . import records
+from .replay import best_schedule
 from .search import TaskTuner, open_measurer
 from .task import Task
 
@@ -178,12 +179,9 @@ def check_some_succeeded(task: Task, tuner: TaskTuner, log=None) -> None:
 
 def apply_best(log, args, target="llvm"):
     """The best recorded schedule for the kernel of ``args`` on ``target``, or None when the log has
-    no record for it; a log that does not exist is an ``ArgumentError``."""
+    no usable record for it; a log that does not exist is an ``ArgumentError``.  Records of the same
+    computation written with other tensor or axis names apply (the key ignores names), and records
+    of another loopweave version are checked before use (``replay.best_schedule``)."""
     records.check_exists(log, "apply_best")
     task = Task(list(args), resolve_target(target) if not isinstance(target, str) else target)
-    r = records.best(log, task.target, task.key)
-    if r is None:
-        return None
-    s = create_schedule(task.outputs)
-    Trace.from_json(r["trace"]).apply(s)
-    return s
+    return best_schedule(log, task)
