@@ -135,3 +135,28 @@ def test_stalled_tasks_share_rounds_by_their_part_of_the_run_time():
     big_and_well_tuned = stalled(4, 0.2e-3, rounds=300)
     small_and_fresh = stalled(12, 0.046e-3, rounds=3)
     assert expected_gain(small_and_fresh) > expected_gain(big_and_well_tuned)
+
+
+def test_compile_uses_checked_records_of_an_older_version_and_skips_stale_ones(tmp_path):
+    """A log of an older loopweave: per kernel a stale record (its trace names an axis that is not
+    there), fastest, and a valid one; lw.compile warns about the stale ones and uses the valid ones."""
+    from loopweave.autoschedule import records
+    from loopweave.autoschedule.task import Task
+    model = small_cnn()
+    graph = lw.from_onnx(model)
+    log = tmp_path / "old.jsonl"
+    rows = []
+    for k in lw.extract_tasks(graph, "llvm"):
+        task = Task(k.args, "llvm")
+        stale = json.dumps({"version": 1, "steps": [{"primitive": "split", "stage": k.args[-1].name,
+                                                     "args": {"parent": "no_such_axis", "factor": 4}}]})
+        for trace, seconds in ((stale, 1e-6), (k.default_schedule().trace.to_json(), 1e-4)):
+            r = records.make_record(task.key, task.target, {}, trace, seconds, None, 1, names=task.names)
+            rows.append(dict(r, version="0.0.1-old"))
+    records.append(str(log), rows)
+    with pytest.warns(auto.RecordWarning, match="no longer apply.*no_such_axis") as caught:
+        exe = lw.compile(graph, tuning_log=str(log), progress=False)
+    assert all("0.0.1-old" in str(w.message) for w in caught if issubclass(w.category, auto.RecordWarning))
+    assert exe.tuned_kernels == len(exe.kernels)
+    x = np.random.default_rng(2).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    np.testing.assert_allclose(exe.run({"input": x})[0], _reference(model, x), rtol=1e-4, atol=1e-4)
