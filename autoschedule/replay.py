@@ -34,19 +34,17 @@ def _trusted(r: dict, task: Task) -> bool:
 def _judged(r: dict, task: Task) -> Tuple[Optional[Schedule], Optional[Tuple[str, str]]]:
     """``r``'s schedule for ``task`` and None, or None and (what failed, why)."""
     memo = (task.spelling_key, r.get("version"), json.dumps(r.get("names")), r["trace"])
-    if _VERDICTS.get(memo, None) is not None:
-        return None, _VERDICTS[memo]
+    known = _VERDICTS.get(memo, "unknown")
+    if known not in ("unknown", None):
+        return None, known
     try:
         s = translate(r["trace"], r.get("names"), task.args)
     except Exception as exc:     # a step that names what is not there, a primitive now refused, ...
         verdict = ("no longer apply", f"{type(exc).__name__}: {exc}"[:300])
     else:
-        verdict = None if _trusted(r, task) or memo in _VERDICTS else wrong_answer(task.args, s)
-        if verdict is None:
-            _VERDICTS[memo] = None
-            return s, None
+        verdict = None if known is None or _trusted(r, task) else wrong_answer(task.args, s)
     _VERDICTS[memo] = verdict
-    return None, verdict
+    return (s if verdict is None else None), verdict
 
 
 def best_schedule(log, task: Task) -> Optional[Schedule]:

@@ -139,3 +139,17 @@ def test_records_of_this_version_are_not_rebuilt_to_be_checked(tmp_path, off_by_
     scheduled = [t for t in built if json.loads(t)["steps"]]       # (the other build: the untuned reference)
     assert len(scheduled) == 1 and '"unroll"' in scheduled[0]
     assert '"unroll"' in s.trace.to_json()
+
+
+def test_a_record_is_checked_once_per_process(tmp_path, off_by_one_when):
+    """A network compiled twice (or two kernels of one structure) does not build a record's check again."""
+    built = []
+    off_by_one_when(lambda trace: built.append(trace) and False)
+    task = Task(matmul(), "llvm")
+    log = tmp_path / "old.jsonl"
+    records.append(str(log), [old_record(task, VALID, 1e-4)])
+    assert auto.apply_best(str(log), matmul()) is not None
+    first = len(built)
+    assert first == 2                   # the record's schedule and the untuned reference
+    assert auto.apply_best(str(log), matmul()) is not None
+    assert len(built) == first
