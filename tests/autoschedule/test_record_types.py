@@ -30,6 +30,8 @@ BAD = {
     "task_a_list": lambda r: dict(r, task=["task-1"]),
     "choice_a_string": lambda r: dict(r, choice="tile"),
     "error_a_number": lambda r: dict(r, error=7),
+    "names_a_string": lambda r: dict(r, names="A,B,C"),
+    "names_axes_not_strings": lambda r: dict(r, names=[["A", []], ["C", [0, 1]]]),
     "a_list": lambda r: [r],
 }
 
