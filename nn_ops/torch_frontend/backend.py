@@ -125,13 +125,14 @@ def loopweave_backend(gm, example_inputs, options: Optional[dict] = None):
         try:
             if first and plan.dynamic:
                 dims = tuple({d: torch.export.Dim.AUTO for d in symbolic} for symbolic in plan.symbolic)
-                try:
-                    model = to_onnx(module, tensors, dynamic_shapes=(dims,), what="a torch.compile graph",
-                                    optimize=False)
-                    return _compile_model(model, options, outputs) + (True,)
-                except (LoopweaveError, InternalError):
-                    pass     # (torch's graph optimizer fails on some symbolic graphs, without it a split
-                    # exports as sequence ops loopweave does not import, ...): compile per shape
+                for optimize in (True, False):
+                    try:
+                        model = to_onnx(module, tensors, dynamic_shapes=(dims,), what="a torch.compile graph",
+                                        optimize=optimize)
+                        return _compile_model(model, options, outputs) + (True,)
+                    except (LoopweaveError, InternalError):
+                        pass     # torch's graph optimizer fails on some symbolic graphs; without it, a split
+                        # exports as sequence ops loopweave does not import, ...: then compile per shape
             model = to_onnx(module, tensors, what="a torch.compile graph")
             return _compile_model(model, options, outputs) + (not plan.dynamic,)
         except OnnxImportError as exc:

@@ -12,7 +12,8 @@ parameters and buffers (lifted to inputs), and, where it marked sizes dynamic, t
   rather than as a value known only at run time;
 * the user's tensors stay inputs;
 * a size placeholder is read off the tensor dimension that carries the same symbol, so the graph's
-  inputs are tensors only and a symbolic size becomes a named dimension of the ONNX model.
+  inputs are tensors only and a symbolic size becomes a named dimension of the ONNX model (a size
+  dynamo specialised while tracing, such as a Linear layer's input width, stays a number).
 
 The weights are read when the graph compiles: a compiled graph is for inference, and changing a
 parameter in place afterwards does not reach it (compile again, e.g. after ``torch._dynamo.reset()``).
@@ -83,7 +84,7 @@ def plan_inputs(gm, example_inputs) -> InputPlan:
         fake = placeholders[i].meta.get("example_value")
         dims = {}
         for d, size in enumerate(getattr(fake, "shape", ())):
-            if isinstance(size, torch.SymInt):
+            if isinstance(size, torch.SymInt) and not getattr(size.node.expr, "is_number", False):
                 dims[d] = str(size)
                 if str(size) in size_symbols:
                     plan.sizes.setdefault(size_symbols[str(size)], (k, d))

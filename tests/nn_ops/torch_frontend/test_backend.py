@@ -107,6 +107,31 @@ def test_a_marked_dynamic_length_runs_every_length_from_one_compile(compiles):
     assert graph.compiles == 1 and graph.plan.dynamic
 
 
+class Attention(torch.nn.Module):
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.heads, self.norm, self.qkv = heads, torch.nn.LayerNorm(d), torch.nn.Linear(d, 3 * d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (z.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+                   for z in self.qkv(self.norm(x)).split(d, -1))
+        return (torch.softmax(q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5, -1) @ v).transpose(1, 2)
+
+
+def test_dynamic_true_runs_batches_and_lengths_from_one_compile(compiles):
+    torch.manual_seed(0)
+    model = Attention().eval()
+    fast = torch.compile(model, backend="loopweave", dynamic=True)
+    with torch.no_grad():
+        for b, t in ((2, 5), (3, 9)):
+            x = torch.randn(b, t, 32)
+            torch.testing.assert_close(fast(x), model(x), atol=1e-4, rtol=1e-4)
+    assert len(compiles) == 1
+    (graph,) = backend._cache.values()
+    assert graph.compiles == 1 and [sorted(dims) for dims in graph.plan.symbolic] == [[0, 1]]
+
+
 def test_tensors_on_another_device_run_eagerly_with_a_warning_naming_it(compiles):
     model = torch.nn.Linear(4, 4).to("meta")
     with pytest.warns(lw.EagerFallbackWarning, match="device 'meta'"):
