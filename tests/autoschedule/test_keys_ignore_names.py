@@ -114,3 +114,24 @@ def test_a_record_under_the_old_key_scheme_is_checked_and_applies(tmp_path):
     resumed = auto.tune(matmul(), trials=1, log=str(log), progress=False, measure_untuned=False,
                         measurer=StepCounter())
     assert [h["resumed"] for h in resumed.history] == [True]
+
+
+def test_bound_variable_names_and_tuple_reductions_do_not_change_the_key():
+    from loopweave.dsl.expr import Let, Var
+
+    def doubled(a, var_name):
+        A = lw.placeholder((16, 16), name=a)
+
+        def f(i, j):
+            v = Var(var_name, "float32")
+            return Let(v, A[i, j] * 2.0, v + v)
+        return [A, lw.compute((16, 16), f, name=a + "2")]
+    assert Task(doubled("A", "t"), "llvm").key == Task(doubled("Q", "u"), "llvm").key
+
+    def argmax(a, k_name):
+        A = lw.placeholder((16, 32), name=a)
+        k = lw.reduce_axis((0, 32), name=k_name)
+        idx, val = lw.compute((16,), lambda i: lw.argmax((k, A[i, k]), axis=k), name=a + "max")
+        return [A, idx, val]
+    one, other = Task(argmax("A", "k"), "llvm"), Task(argmax("B", "r"), "llvm")
+    assert one.key == other.key and one.names != other.names
