@@ -15,6 +15,8 @@ import pytest
 
 NOTEBOOKS = sorted((pathlib.Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 CELL_TIMEOUT_S = 300
+#: notebooks of the torch front end: they run where the ``torch`` extra is installed
+NEEDS_TORCH = {"06_pytorch.ipynb"}
 
 pytestmark = pytest.mark.notebook
 
@@ -25,6 +27,8 @@ def test_notebook_runs(path, tmp_path):
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
     pytest.importorskip("matplotlib")
+    if path.name in NEEDS_TORCH:
+        pytest.importorskip("torch")
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(str(path), as_version=4)
