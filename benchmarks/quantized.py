@@ -6,8 +6,8 @@ calibrated on a few random inputs), interleaved.
 ``python -m benchmarks.quantized [--static [--qoperator]] [--threads 2] [--pairs 7] [--models resnet18 gpt2 ...]
 [--weights int8|uint8] [--small] [--target "llvm -mcpu=x86-64-v3"]``
 
-With ``--static`` it also prints loopweave's own float build of the model against the quantized one
-(``fp32 / int8``: > 1 means the quantized model runs faster).
+It also prints loopweave's own float build of the model against the quantized one (``fp32 / int8``,
+interleaved: > 1 means the quantized model runs faster).
 
 Prints per model loopweave's and onnxruntime's latency (medians), the ratio (median of per-pair
 onnxruntime / loopweave: > 1 means loopweave is faster), and how far apart the two outputs are: the
@@ -64,7 +64,7 @@ def main(argv=None) -> None:
     how = f"quantize_static ({'QOperator' if args.qoperator else 'QDQ'}, per channel)" if args.static else f"quantize_dynamic ({args.weights} weights)"
     print(f"{how}, {args.threads} thread(s), loopweave target {args.target}; ratio = onnxruntime / loopweave")
     print(f"{'model':<20} {'loopweave ms':>12} {'onnxrt ms':>10} {'ratio':>6}   {'max diff / scale':>16}  top-1"
-          + ("   fp32 / int8" if args.static else ""))
+          "   fp32 / int8")
     for name in args.models:
         float_model = getattr(model_zoo, name)(**(model_zoo.SMALL.get(name, {}) if args.small else {}))
         feed = _feed(name, float_model) or {i.name: np.random.default_rng(0).standard_normal(
@@ -85,10 +85,8 @@ def main(argv=None) -> None:
         apart = float(np.abs(ours - theirs).max()) / max(1e-12, float(np.abs(theirs).max()))
         top1 = "agrees" if np.array_equal(ours.argmax(-1), theirs.argmax(-1)) else "DIFFERS"
         c = compare_with_onnxruntime(model, exe, threads=args.threads, pairs=args.pairs, feed=feed, check=False)
-        own = ""
-        if args.static:
-            fp32 = lw.compile(lw.from_onnx(float_model), target=args.target, progress=False)
-            own = f"   {interleaved(lambda: exe.run(feed), lambda: fp32.run(feed), pairs=args.pairs).ratio:13.2f}"
+        fp32 = lw.compile(lw.from_onnx(float_model), target=args.target, progress=False)
+        own = f"   {interleaved(lambda: exe.run(feed), lambda: fp32.run(feed), pairs=args.pairs).ratio:13.2f}"
         print(f"{name:<20} {c.ours_s * 1e3:12.2f} {c.theirs_s * 1e3:10.2f} {c.ratio:6.2f}   {apart:16.4f}  "
               f"{top1 if name in CLASSIFIERS else '-'}{own}", flush=True)
 
