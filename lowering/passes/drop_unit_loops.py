@@ -16,17 +16,13 @@ the variable at the loop's min, as before (and the body simplified again, so tha
 from __future__ import annotations
 
 from ...dsl.expr import Const
-from ...dsl.visitor import Mutator, substitute
+from ...dsl.visitor import substitute
+from ..statement_mutator import StatementMutator
 from ..ir import For
 from .simplify import Simplifier
 
 
-class _DropUnitLoops(Mutator):
-    def visit_BufferStore(self, node):
-        return node         # only statements hold loops (compile time: no expression walk)
-
-    def visit_Evaluate(self, node):
-        return node
+class _DropUnitLoops(StatementMutator):
 
     def visit_For(self, node):
         body = self.visit(node.body)

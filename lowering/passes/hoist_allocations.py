@@ -24,7 +24,8 @@ from __future__ import annotations
 from typing import List, Set, Tuple
 
 from ...dsl.expr import Binary, Const, binary, const, structural_equal
-from ...dsl.visitor import Mutator, collect_vars
+from ...dsl.visitor import collect_vars
+from ..statement_mutator import StatementMutator
 from ..ir import Allocate, For, LetStmt, Seq, seq
 
 SEQUENTIAL = ("serial", "unrolled")
@@ -54,12 +55,7 @@ def _non_negative(extent):
     return binary("max", extent, const(0, extent.dtype))
 
 
-class _Hoist(Mutator):
-    def visit_BufferStore(self, node):
-        return node         # only statements are walked (compile time: no expression walk)
-
-    def visit_Evaluate(self, node):
-        return node
+class _Hoist(StatementMutator):
 
     def visit_For(self, node):
         body = self.visit(node.body)

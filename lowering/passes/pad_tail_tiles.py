@@ -36,6 +36,7 @@ import islpy as isl
 
 from ...dsl.expr import Compare, Const, binary, const
 from ...dsl.visitor import Mutator, post_order_visit, substitute
+from ..statement_mutator import StatementMutator
 from ..ir import Allocate, BufferLoad, BufferStore, For, IfThenElse, LetStmt
 from ..isl_adapter import IslNames, equals, make_set, range_constraint
 
@@ -62,18 +63,13 @@ class _ClampReads(Mutator):
         return BufferLoad(node.buffer, tuple(substitute(i, self.mapping) for i in node.indices))
 
 
-class _Pad(Mutator):
+class _Pad(StatementMutator):
     def __init__(self):
         self.outer: List[For] = []
         self.marked = 0
         self.spare: Dict[int, int] = {}     # id(local buffer) -> elements a masked vector may run past it
         self.lets: Dict[int, object] = {}   # id(var) -> its value, for the LetStmts around the node
 
-    def visit_BufferStore(self, node):
-        return node         # an expression's loads are never changed here (compile time: no walk)
-
-    def visit_Evaluate(self, node):
-        return node
 
     def visit_Allocate(self, node):
         body = self.visit(node.body)
