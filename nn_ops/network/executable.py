@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from contextlib import nullcontext
 import io
 import sys
 import threading
@@ -316,8 +317,10 @@ def _group_ir_function(g: Graph, grp, params: List[str], target, symbol: str) ->
     kernel cache remembered as object code), lowered again; an ``InternalError`` if that is not the
     same kernel (its symbol hashes its lowered IR and the target)."""
     def llvm_ir() -> str:
-        s, args, _ = _group_schedule(g, grp, params, target)
-        found, text = optimized_llvm_ir(s, args, target, kernel_name(grp))
+        # lowered as it was built: for another CPU, the choices made from "the CPU" follow that CPU
+        with compiling_for(target) if target.kind == "llvm" and target.key() != host_target().key() else nullcontext():
+            s, args, _ = _group_schedule(g, grp, params, target)
+            found, text = optimized_llvm_ir(s, args, target, kernel_name(grp))
         if found != symbol:
             raise InternalError(f"kernel {kernel_name(grp)!r} lowered again is {found}, not the cached {symbol}")
         return text

@@ -169,3 +169,19 @@ def test_a_lwx_whose_levels_this_cpu_cannot_run_says_so(build, tmp_path):
             {"file": "level0.lwx", "target": {"cpu": "future-cpu", "features": "+avx2,+nosuchfeature"}}]})
     with pytest.raises(ArgumentError, match="future-cpu, none of which this machine runs"):
         lw.load(path)
+
+
+def test_kernels_from_the_kernel_cache_of_another_process_export_for_another_cpu(tmp_path, monkeypatch):
+    """Kernels the kernel cache gives back (object code only) are lowered again for the library: for
+    another CPU than the host, under that CPU as when they were built (else Winograd's choices made
+    from "the CPU" differ, and so do the symbols)."""
+    import subprocess
+    import sys
+    monkeypatch.setenv("LOOPWEAVE_CACHE_DIR", str(tmp_path / "cache"))
+    build = ("import loopweave as lw; from loopweave.nn_ops.testing import model_zoo; "
+             f"lw.compile(lw.from_onnx(model_zoo.resnet18(size=112, classes=10)), target={V3!r}, progress=False)")
+    subprocess.run([sys.executable, "-c", build], check=True)
+    again = lw.compile(lw.from_onnx(model_zoo.resnet18(size=112, classes=10)), target=V3, progress=False)
+    path = again.export_library(tmp_path / "model.so")
+    status, error, target, _ = _run(_open(path), again, _input(again))
+    assert status == 0 and target == "x86-64-v3", error
