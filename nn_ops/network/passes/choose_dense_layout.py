@@ -34,8 +34,10 @@ def choose_dense_layout(g: Graph, lanes: Optional[int] = None, int8_pairs: bool 
     """``lanes``: the CPU's float32 vector lanes, to pack panels for; None (other targets, or
     no panels wanted) keeps every weight [K, N].  ``int8_pairs``: the CPU has no byte dot product
     (x86 without VNNI), so the int8 product's panels hold words of two rows widened to int16
-    (``int8_matmul.pairs_of_words``: one ``pmaddwd`` a vector; 128 x 768 x 768 on one Zen 5 core 1.9x
-    the words' kernel as x86-64-v3 code, 1.5x as x86-64-v4).  Re-measure: ``python -m benchmarks.quantized``.
+    (``int8_matmul.pairs_of_words``: one ``pmaddwd`` a vector), for layers of at least
+    ``PAIRS_MIN_ROWS`` rows: twice the weight's bytes cost a layer of few rows more than the products save
+    (2 Zen 5 threads, interleaved: 128 x 768 x 768 1.9x the words' kernel as x86-64-v3 code, 1.35x as
+    x86-64-v4; 1 x 768 x 3072 0.97x and 0.65x).  Re-measure: ``python -m benchmarks.int8_products``.
     Layers sharing a weight (a recurrent layer's steps, tied weights) share its packed form too."""
     packed = {}                 # (weight, panel width) -> the packed weight's name
     nodes, g.nodes = g.nodes, []
@@ -60,6 +62,10 @@ def choose_dense_layout(g: Graph, lanes: Optional[int] = None, int8_pairs: bool 
     return g
 
 
+#: the fewest rows of an int8 product whose weight is packed as int16 pairs (a register tile's height)
+PAIRS_MIN_ROWS = 8
+
+
 def _pack_words(g: Graph, node, lanes: Optional[int], packed: dict, pairs: bool = False) -> None:
     """The int8 product's words in column panels.  Fewer columns than a vector (a conv to 3 RGB
     channels: unpacked, the product ran a scalar per column; 50 -> 9 ms for the style net's last
@@ -74,6 +80,7 @@ def _pack_words(g: Graph, node, lanes: Optional[int], packed: dict, pairs: bool 
     nr = lanes if narrow else _panel_width(g, node, words, lanes, np.int32)
     if not nr:
         return
+    pairs = pairs and g.values[node.inputs[0]].shape[0] >= PAIRS_MIN_ROWS
     key = (node.inputs[1], nr, pairs)
     if key not in packed:
         packed[key] = g.fresh_name(node.inputs[1] + (".pairs" if pairs else ".panels"))

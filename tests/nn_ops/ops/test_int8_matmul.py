@@ -130,15 +130,18 @@ def test_the_pairs_product_is_exact_with_one_pmaddwd_a_vector(cpu, a_dtype):
 
 @pytest.mark.vector_width
 @pytest.mark.parametrize("cpu,pairs", [("x86-64-v3", True), ("x86-64-v4", True), ("icelake-server", False)])
-def test_the_network_packs_int8_weights_as_pairs_where_the_cpu_has_no_byte_dot_product(cpu, pairs):
+@pytest.mark.parametrize("rows", [16, 1])
+def test_the_network_packs_int8_weights_as_pairs_where_the_cpu_has_no_byte_dot_product(cpu, pairs, rows):
+    """(and the layer has a register tile's rows at least: for one row twice the weight's bytes cost more)"""
+    pairs = pairs and rows >= 8
     from onnx import TensorProto, helper, numpy_helper
     from loopweave.nn_ops.network.passes import optimize
     from loopweave.target import compiling_for, parse_target
     rng = np.random.default_rng(2)
     w = rng.integers(-128, 128, (64, 48)).astype(np.int8)
     graph = helper.make_graph([helper.make_node("MatMulInteger", ["a", "w"], ["y"])], "mi",
-                              [helper.make_tensor_value_info("a", TensorProto.UINT8, [16, 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.INT32, [16, 48])],
+                              [helper.make_tensor_value_info("a", TensorProto.UINT8, [rows, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, [rows, 48])],
                               [numpy_helper.from_array(w, "w")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     target = parse_target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}")
@@ -147,6 +150,6 @@ def test_the_network_packs_int8_weights_as_pairs_where_the_cpu_has_no_byte_dot_p
     node = next(nd for nd in g.nodes if nd.op_type == "matmul_u8s8")
     assert bool(node.attrs.get("pairs")) == pairs
     if target.runs_here():
-        a = rng.integers(0, 256, (16, 64)).astype(np.uint8)
+        a = rng.integers(0, 256, (rows, 64)).astype(np.uint8)
         got = lw.compile(lw.from_onnx(model), target=target, progress=False).run({"a": a})[0]
         np.testing.assert_array_equal(got, a.astype(np.int64) @ w.astype(np.int64))
