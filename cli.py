@@ -58,13 +58,17 @@ def _cmd_tune(args) -> int:
     return 0
 
 
+#: how long ``loopweave tune --scheduler`` waits for the scheduler to answer
+SCHEDULER_TIMEOUT_S = 10
+
+
 def _dask_client(address: str):
     """A Dask client connected to the scheduler at ``address`` (its workers build and time the
     candidates), or a UsageError saying that none answers there."""
     from .extras import require_extra
     distributed = require_extra("distributed", "loopweave tune --scheduler (measuring on a Dask cluster)")
     try:
-        return distributed.Client(address, timeout="10s")
+        return distributed.Client(address, timeout=f"{SCHEDULER_TIMEOUT_S}s")
     except (OSError, TimeoutError, ValueError) as exc:
         raise UsageError(f"--scheduler {address}: no Dask scheduler answers there ({exc}); start one with "
                          f"'dask scheduler' and workers with 'dask worker {address}' on the machines to measure "

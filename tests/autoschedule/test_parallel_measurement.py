@@ -97,6 +97,7 @@ def test_a_time_from_a_machine_of_another_cpu_does_not_count():
 
 def test_cli_tune_scheduler_says_when_none_answers_or_dask_is_missing(tmp_path, capsys, monkeypatch):
     pytest.importorskip("distributed")
+    monkeypatch.setattr(cli, "SCHEDULER_TIMEOUT_S", 1)             # (nothing answers: no need to wait long)
     log = str(tmp_path / "net.jsonl")
     assert cli.main(["tune", "zoo:small_cnn", "--trials", "1", "--log", log, "-q",
                      "--scheduler", "tcp://127.0.0.1:9"]) == 2
