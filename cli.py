@@ -97,14 +97,10 @@ def _cmd_compile(args) -> int:
     if args.output:
         exe.save(args.output)
         wrote.append(args.output)
-    if args.export and args.level:
-        from .nn_ops.network.export_levels import export_levels
-        levels = [exe] + [lw_compile(graph, target=level, progress=not args.quiet, tuning_log=args.tuning_log)
-                          for level in args.level]
-        lib = export_levels(levels, args.export, prefix=args.prefix, cc=args.cc)
-        wrote += [str(lib), str(lib.with_suffix(".h"))]
-    elif args.export:
-        lib = exe.export_library(args.export, prefix=args.prefix, params=args.params, cc=args.cc)
+    if args.export:
+        levels = [lw_compile(graph, target=level, progress=not args.quiet, tuning_log=args.tuning_log)
+                  for level in args.level or ()]
+        lib = exe.export_library(args.export, prefix=args.prefix, params=args.params, cc=args.cc, levels=levels)
         wrote += [str(lib), str(lib.with_suffix(".h"))] + ([str(lib.with_suffix(".c"))] if lib.suffix == ".o" else []) \
             + ([str(lib.with_suffix(".params"))] if args.params == "side" else [])
     print(f"{exe}\nimport {t1 - t0:.2f} s, compile {t2 - t1:.2f} s; wrote {', '.join(wrote)}")

@@ -741,12 +741,8 @@ class FunctionEmitter:
             w16 = b.sext(b.bitcast(w, ir.VectorType(I8, 4 * lanes)), ir.VectorType(i16, 4 * lanes))
             t_in, t_out = ir.VectorType(i16, 2 * step), ir.VectorType(I32, step)
             fn = self.cg.intrinsic(name, t_out, [t_in, t_in])
-
-            def piece(v, lo):
-                return v if v.type.count == 2 * step else b.shuffle_vector(
-                    v, ir.Constant(v.type, ir.Undefined), ir.Constant(ir.VectorType(I32, 2 * step),
-                                                                       list(range(lo, lo + 2 * step))))
-            products = [b.call(fn, [piece(a16, lo), piece(w16, lo)]) for lo in range(0, 4 * lanes, 2 * step)]
+            products = [b.call(fn, [_lanes_of(b, a16, lo, 2 * step), _lanes_of(b, w16, lo, 2 * step)])
+                        for lo in range(0, 4 * lanes, 2 * step)]
             sums = _joined(b, products)
             half = ir.Constant(sums.type, ir.Undefined)
             even = b.shuffle_vector(sums, half, ir.Constant(ir.VectorType(I32, lanes), list(range(0, 2 * lanes, 2))))

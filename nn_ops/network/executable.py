@@ -107,11 +107,7 @@ def compile_graph(graph: Graph, tgt, progress: Optional[bool] = None, tuning_log
     ``checks`` is passed to every kernel's ``lw.build`` (``"bounds"``: check every
     data-dependent index)."""
     t0 = time.perf_counter()
-    if tgt.kind == "llvm" and tgt.key() != host_target().key():
-        # compiling for another CPU: layout choices made from "the CPU's vector width" follow it too
-        with compiling_for(tgt):
-            plan = build_kernels(graph, tgt, progress, tuning_log=tuning_log, checks=checks)
-    else:
+    with as_the_cpu(tgt):
         plan = build_kernels(graph, tgt, progress, tuning_log=tuning_log, checks=checks)
     if tgt.kind == "cuda":
         inputs, outputs = plan.signature()
@@ -123,6 +119,12 @@ def compile_graph(graph: Graph, tgt, progress: Optional[bool] = None, tuning_log
     exe.num_groups = len(plan.calls)
     exe.tuned_kernels = plan.tuned_kernels
     return exe
+
+
+def as_the_cpu(tgt):
+    """For a CPU target other than the host, ``compiling_for`` it: layout and schedule choices made from
+    "the CPU" (vector width, registers, Winograd's limits) follow the CPU compiled for; else nothing."""
+    return compiling_for(tgt) if tgt.kind == "llvm" and tgt.key() != host_target().key() else nullcontext()
 
 
 @dataclass
@@ -317,8 +319,7 @@ def _group_ir_function(g: Graph, grp, params: List[str], target, symbol: str) ->
     kernel cache remembered as object code), lowered again; an ``InternalError`` if that is not the
     same kernel (its symbol hashes its lowered IR and the target)."""
     def llvm_ir() -> str:
-        # lowered as it was built: for another CPU, the choices made from "the CPU" follow that CPU
-        with compiling_for(target) if target.kind == "llvm" and target.key() != host_target().key() else nullcontext():
+        with as_the_cpu(target):        # lowered as it was built (a kernel's IR is asked for later)
             s, args, _ = _group_schedule(g, grp, params, target)
             found, text = optimized_llvm_ir(s, args, target, kernel_name(grp))
         if found != symbol:

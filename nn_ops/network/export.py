@@ -56,9 +56,27 @@ from ...backends.output_file import replacing, replacing_file, write_bytes, writ
 from ...errors import ArgumentError
 from ...backends.llvm.thread_pool import MAX_THREADS
 
-API_FUNCTIONS = ("model_create", "model_num_inputs", "model_num_outputs", "model_input_name", "model_output_name",
-                 "model_input_dtype", "model_output_dtype", "model_input_shape", "model_output_shape", "model_run",
-                 "model_destroy", "model_target", "last_error")
+#: the API's functions with their C types, ``LWP`` the prefix: (return type, name, parameters, the
+#: parameters as arguments, what a caller that cannot run it returns: ``export_levels``' dispatcher)
+API_SIGNATURES = (
+    ("int", "model_create", "LWPmodel **out, int num_threads", "(void *)out, num_threads", None),
+    ("int", "model_num_inputs", "const LWPmodel *m", "m", "LWPU_ERR_CPU"),
+    ("int", "model_num_outputs", "const LWPmodel *m", "m", "LWPU_ERR_CPU"),
+    ("const char *", "model_input_name", "const LWPmodel *m, int i", "m, i", "NULL"),
+    ("const char *", "model_output_name", "const LWPmodel *m, int i", "m, i", "NULL"),
+    ("const char *", "model_input_dtype", "const LWPmodel *m, int i", "m, i", "NULL"),
+    ("const char *", "model_output_dtype", "const LWPmodel *m, int i", "m, i", "NULL"),
+    ("int", "model_input_shape", "const LWPmodel *m, int i, int64_t *dims, int max_rank", "m, i, dims, max_rank",
+     "LWPU_ERR_CPU"),
+    ("int", "model_output_shape", "const LWPmodel *m, int i, int64_t *dims, int max_rank", "m, i, dims, max_rank",
+     "LWPU_ERR_CPU"),
+    ("int", "model_run", "LWPmodel *m, const void *const *inputs, void *const *outputs", "m, inputs, outputs",
+     "LWPU_ERR_CPU"),
+    ("void", "model_destroy", "LWPmodel *m", "m", ""),
+    ("const char *", "model_target", "const LWPmodel *m", "m", "NULL"),
+    ("const char *", "last_error", "void", "", None),
+)
+API_FUNCTIONS = tuple(name for _, name, *_ in API_SIGNATURES)
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _WEIGHTS_SYMBOL = "lw_export_weights"
 PARAMS_MAGIC = b"LWPARAMS"

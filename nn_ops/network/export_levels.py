@@ -27,28 +27,7 @@ from ...backends.export import (check_exported_names, cpu_check, find_c_compiler
 from ...backends.output_file import replacing, write_text
 from ...errors import ArgumentError, BuildError
 from ...target import host_target
-from .export import API_FUNCTIONS, header_text, source_text, weights_source
-
-#: the API's functions with their C types: (return type, name, parameters, arguments, value on failure)
-_API = (
-    ("int", "model_create", "LWPmodel **out, int num_threads", "(void *)out, num_threads", None),
-    ("int", "model_num_inputs", "const LWPmodel *m", "m", "LWPU_ERR_CPU"),
-    ("int", "model_num_outputs", "const LWPmodel *m", "m", "LWPU_ERR_CPU"),
-    ("const char *", "model_input_name", "const LWPmodel *m, int i", "m, i", "NULL"),
-    ("const char *", "model_output_name", "const LWPmodel *m, int i", "m, i", "NULL"),
-    ("const char *", "model_input_dtype", "const LWPmodel *m, int i", "m, i", "NULL"),
-    ("const char *", "model_output_dtype", "const LWPmodel *m, int i", "m, i", "NULL"),
-    ("int", "model_input_shape", "const LWPmodel *m, int i, int64_t *dims, int max_rank", "m, i, dims, max_rank",
-     "LWPU_ERR_CPU"),
-    ("int", "model_output_shape", "const LWPmodel *m, int i, int64_t *dims, int max_rank", "m, i, dims, max_rank",
-     "LWPU_ERR_CPU"),
-    ("int", "model_run", "LWPmodel *m, const void *const *inputs, void *const *outputs", "m, inputs, outputs",
-     "LWPU_ERR_CPU"),
-    ("void", "model_destroy", "LWPmodel *m", "m", ""),
-    ("const char *", "model_target", "const LWPmodel *m", "m", "NULL"),
-    ("const char *", "last_error", "void", "", None),
-)
-
+from .export import API_FUNCTIONS, API_SIGNATURES, header_text, source_text, weights_source
 
 def level_order(executables) -> list:
     """The executables most capable first: a level whose instruction sets include another's comes
@@ -68,7 +47,6 @@ def check_levels(executables) -> None:
     if len(executables) < 2:
         raise ArgumentError("export_library: levels= takes the builds of the network for other CPUs (lw.compile(graph, "
                             "target=...)); with none, export the executable alone")
-    first = executables[0]
     for exe in executables:
         if getattr(exe.target, "kind", None) != "llvm" or exe.target.arch != "x86_64":
             raise ArgumentError(f"export_library: levels are x86-64 CPU builds (picked by what the CPU has); "
@@ -76,14 +54,22 @@ def check_levels(executables) -> None:
         if exe.kernel_ir is None:
             raise ArgumentError("export_library: a level loaded from a .lwx has no LLVM IR to link; compile the "
                                 "network for that target instead (lw.compile(graph, target=...))")
-        if (exe.inputs, exe.outputs) != (first.inputs, first.outputs):
-            raise ArgumentError(f"export_library: the levels are not one network: inputs/outputs {first.inputs} -> "
-                                f"{first.outputs} against {exe.inputs} -> {exe.outputs}")
-    keys = [exe.target.key() for exe in executables]
-    if len(set(keys)) != len(keys):
-        raise ArgumentError(f"export_library: two levels are built for the same CPU ({', '.join(keys)})")
+    check_one_network(executables, "export_library")
     if host_target().arch != "x86_64":
         raise ArgumentError("export_library: a library of several x86-64 levels is linked on an x86-64 machine")
+
+
+def check_one_network(builds, what: str) -> None:
+    """An ``ArgumentError`` (from ``what``) unless ``builds`` are one network (the same inputs and outputs)
+    built for distinct CPU targets."""
+    first = builds[0]
+    for build in builds[1:]:
+        if (build.inputs, build.outputs) != (first.inputs, first.outputs):
+            raise ArgumentError(f"{what}: the levels are not one network: inputs/outputs {first.inputs} -> "
+                                f"{first.outputs} against {build.inputs} -> {build.outputs}")
+    keys = [build.target.key() for build in builds]
+    if len(set(keys)) != len(keys):
+        raise ArgumentError(f"{what}: two levels are built for the same CPU ({', '.join(keys)})")
 
 
 def export_levels(executables: Sequence, path, prefix: str = "lw_", cc: Optional[str] = None) -> Path:
@@ -152,7 +138,7 @@ def dispatch_source(levels, prefix: str, header_file: str) -> str:
     lines = ['#include <stdint.h>', '#include <stdio.h>', f'#include "{header_file}"',
              '#define EXPORT __attribute__((visibility("default")))', ""]
     for k in range(len(levels)):
-        for ret, name, params, _, _ in _API:
+        for ret, name, params, _, _ in API_SIGNATURES:
             level_params = params.replace("LWPmodel **out", "void *out").replace("LWPmodel", "void")
             lines.append(f"{ret} {prefix}l{k}_{name}({level_params});".replace("* ", "*"))
     lines += ["", "static int chosen = -2;   /* -2: not yet tested; -1: this CPU runs no level */",
@@ -169,7 +155,7 @@ def dispatch_source(levels, prefix: str, header_file: str) -> str:
               f'    snprintf(error, sizeof error, "%s: this CPU runs none of the builds in this library (%s)", fn, '
               f'{c_string("; ".join(needs))});',
               "}", ""]
-    for ret, name, params, args, on_failure in _API:
+    for ret, name, params, args, on_failure in API_SIGNATURES:
         lines.append(f"EXPORT {ret} {prefix}{name}({params}) {{".replace("* ", "*").replace("LWPmodel",
                                                                                               f"{prefix}model"))
         lines.append("    switch (level()) {")

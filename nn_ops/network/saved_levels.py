@@ -16,7 +16,7 @@ from typing import Sequence, Tuple
 from ...errors import ArgumentError
 from ...target import saved_target
 from .archive import ArchiveReader, ArchiveWriter, MetaChecker
-from .export_levels import level_order
+from .export_levels import check_one_network, level_order
 
 FORMAT = "loopweave-levels"
 VERSION = 1
@@ -24,14 +24,7 @@ VERSION = 1
 
 def save_levels(builds: Sequence, path) -> None:
     """Write ``builds`` (executables of one network for distinct CPU targets) as one ``.lwx``."""
-    keys = [b.target.key() for b in builds]
-    if len(set(keys)) != len(keys):
-        raise ArgumentError(f"save: two levels are built for the same CPU ({', '.join(keys)})")
-    first = builds[0]
-    for b in builds[1:]:
-        if (b.inputs, b.outputs) != (first.inputs, first.outputs):
-            raise ArgumentError(f"save: the levels are not one network: inputs/outputs {first.inputs} -> "
-                                f"{first.outputs} against {b.inputs} -> {b.outputs}")
+    check_one_network(builds, "save")
     levels = []
     with ArchiveWriter(path) as archive:
         for k, build in enumerate(level_order(builds)):

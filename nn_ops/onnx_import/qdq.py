@@ -25,6 +25,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from .context import onnx_attrs
+
 
 def _consumers(graph) -> Dict[str, List]:
     users: Dict[str, List] = {}
@@ -36,11 +38,7 @@ def _consumers(graph) -> Dict[str, List]:
 
 
 def _attr(node, name, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            from onnx import helper
-            return helper.get_attribute_value(a)
-    return default
+    return onnx_attrs(node).get(name, default)
 
 
 class _Model:
@@ -53,6 +51,7 @@ class _Model:
         self.users = _consumers(model.graph)
         self.outputs = {o.name for o in model.graph.output}
         self.consts = {t.name: t for t in model.graph.initializer}
+        self.added: Dict[str, np.ndarray] = {}      # constants the rewrite adds (zero points)
         self._arrays = {}
         self._to_array = numpy_helper.to_array
 
@@ -100,17 +99,14 @@ class _Model:
         return node
 
 
-def _zero_point(model, m: _Model, zero: str, of: str, like: str) -> str:
+def _zero_point(m: _Model, zero: str, of: str, like: str) -> str:
     """``zero``, or a new constant 0 of the dtype of the constant ``of`` (uint8 without one: the
     type QuantizeLinear gives without a zero point); QLinear operators take one."""
     if zero:
         return zero
-    from onnx import numpy_helper
     array = m.const(of)
-    dtype = array.dtype if array is not None else np.uint8
     name = f"{like}.zero_point"
-    model.graph.initializer.append(numpy_helper.from_array(np.zeros((), dtype), name))
-    m.consts[name] = model.graph.initializer[-1]
+    m.added[name] = np.zeros((), array.dtype if array is not None else np.uint8)
     return name
 
 
@@ -135,11 +131,11 @@ def qdq_to_qlinear(model):
     if not any(n.op_type == "DequantizeLinear" for n in model.graph.node):
         return model
     import onnx
-    from onnx import helper
-    model = onnx.ModelProto.FromString(model.SerializeToString())
-    m = _Model(model)
+    from onnx import helper, numpy_helper
+    m = _Model(model)                      # read only: the model is copied only if a pattern is found
+    position = {id(node): k for k, node in enumerate(model.graph.node)}
     replaced: Dict[int, object] = {}       # node index -> its integer operator
-    dropped = set()                        # QuantizeLinear nodes folded into one
+    dropped = set()                        # indices of the QuantizeLinear nodes folded into one
     for k, node in enumerate(model.graph.node):
         if node.domain not in ("", "ai.onnx") or node.op_type not in ("Conv", "MatMul"):
             continue
@@ -155,22 +151,24 @@ def qdq_to_qlinear(model):
             continue        # (without its zero point, x's integer type is not known here)
         y_zero = quantizer.input[2] if len(quantizer.input) > 2 else ""
         inputs = [x[0], x[1], x[2], w[0], w[1],
-                  _zero_point(model, m, w[2], w[0], w[0]), quantizer.input[1], y_zero]
+                  _zero_point(m, w[2], w[0], w[0]), quantizer.input[1], y_zero]
         if conv and len(node.input) > 2 and node.input[2]:
             bias = _bias(m, node.input[2], x[1], w[1])
             if bias is None:
                 continue
             inputs.append(bias)
         if not y_zero:
-            inputs[7] = _zero_point(model, m, "", "", quantizer.output[0])      # QuantizeLinear's default: uint8
+            inputs[7] = _zero_point(m, "", "", quantizer.output[0])      # QuantizeLinear's default: uint8
         replaced[k] = helper.make_node("QLinearConv" if conv else "QLinearMatMul", inputs, [quantizer.output[0]],
                                        name=node.name or quantizer.name)
         if conv:
             replaced[k].attribute.extend(node.attribute)
-        dropped.add(id(quantizer))
+        dropped.add(position[id(quantizer)])
     if not replaced:
         return model
-    nodes = [replaced.get(k, node) for k, node in enumerate(model.graph.node) if id(node) not in dropped]
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    model.graph.initializer.extend(numpy_helper.from_array(array, name) for name, array in m.added.items())
+    nodes = [replaced.get(k, node) for k, node in enumerate(model.graph.node) if k not in dropped]
     # DequantizeLinear nodes no one reads any more (their weights' float copies with them)
     while True:
         read = {i for n in nodes for i in n.input} | m.outputs
