@@ -743,11 +743,7 @@ class FunctionEmitter:
             fn = self.cg.intrinsic(name, t_out, [t_in, t_in])
             products = [b.call(fn, [_lanes_of(b, a16, lo, 2 * step), _lanes_of(b, w16, lo, 2 * step)])
                         for lo in range(0, 4 * lanes, 2 * step)]
-            sums = _joined(b, products)
-            half = ir.Constant(sums.type, ir.Undefined)
-            even = b.shuffle_vector(sums, half, ir.Constant(ir.VectorType(I32, lanes), list(range(0, 2 * lanes, 2))))
-            odd = b.shuffle_vector(sums, half, ir.Constant(ir.VectorType(I32, lanes), list(range(1, 2 * lanes, 2))))
-            return b.add(acc, b.add(even, odd))
+            return b.add(acc, _adjacent_sums(b, _joined(b, products)))
         wide = ir.VectorType(I32, 4 * lanes)
         products = b.mul(b.zext(b.bitcast(a, ir.VectorType(I8, 4 * lanes)), wide),
                          b.sext(b.bitcast(w, ir.VectorType(I8, 4 * lanes)), wide))
@@ -778,11 +774,7 @@ class FunctionEmitter:
         halves = ir.VectorType(i16, 2 * lanes)
         wide = ir.VectorType(I32, 2 * lanes)
         products = b.mul(b.sext(b.bitcast(a, halves), wide), b.sext(b.bitcast(w, halves), wide))
-        low = b.shuffle_vector(products, ir.Constant(wide, ir.Undefined),
-                               ir.Constant(ir.VectorType(I32, lanes), list(range(0, 2 * lanes, 2))))
-        high = b.shuffle_vector(products, ir.Constant(wide, ir.Undefined),
-                                ir.Constant(ir.VectorType(I32, lanes), list(range(1, 2 * lanes, 2))))
-        total = b.add(low, high)
+        total = _adjacent_sums(b, products)
         return b.extract_element(total, ir.Constant(I32, 0)) if lanes == 1 else total
 
     def _bitwise(self, name: str, args, dt: str):
@@ -859,6 +851,15 @@ def _pmaddwd(target, pair_sums: int):
         if pair_sums % step == 0 and calls & (calls - 1) == 0:
             return name, step
     return None
+
+
+def _adjacent_sums(b, v):
+    """``v[2 i] + v[2 i + 1]`` for each i: a vector of half ``v``'s lanes."""
+    half = v.type.count // 2
+    undefined = ir.Constant(v.type, ir.Undefined)
+    even, odd = (b.shuffle_vector(v, undefined, ir.Constant(ir.VectorType(I32, half), list(range(r, 2 * half, 2))))
+                 for r in (0, 1))
+    return b.add(even, odd)
 
 
 def _lanes_of(b, v, lo: int, width: int):
