@@ -32,6 +32,19 @@ class CoreFacts:
     flops: Dict[int, int]
     caches: Tuple[Tuple[str, int], ...]
 
+    def fma_instructions(self, bits: int) -> Optional[float]:
+        """Vector FMA instructions one core issues per cycle at ``bits`` (its FLOP rate over the FLOP
+        of one instruction), None where the table has no rate at that width."""
+        return fma_instructions(self.flops.get(bits), bits)
+
+    def cache(self, level: str) -> Optional[int]:
+        return dict(self.caches).get(level)
+
+
+def fma_instructions(flops_per_cycle: Optional[int], bits: int) -> Optional[float]:
+    """FMA instructions per cycle at ``bits`` from fp32 FLOP per cycle: each does 2 FLOP per lane."""
+    return None if flops_per_cycle is None else flops_per_cycle / (2 * (bits // 32))
+
 
 def _core(flops, l1d, l2, l3=None) -> CoreFacts:
     return CoreFacts(flops, (("L1d", l1d), ("L2", l2)) + ((("L3", l3),) if l3 else ()))
@@ -74,6 +87,15 @@ class TargetInfo:
     full_width_flops: Optional[int] = None  # the same at the CPU's widest vectors, where it differs
     core: str = ""                          # the CPU model the rate and caches are of
     measured: Tuple[Tuple[str, str], ...] = ()   # (what, figure) measured on this machine (``measure=True``)
+
+    @property
+    def fma_instructions_per_cycle(self) -> Optional[float]:
+        """Vector FMA instructions a core issues per cycle with this target's vectors (None: not known)."""
+        return fma_instructions(self.flops_per_cycle, self.vector_bits)
+
+    def cache(self, level: str) -> Optional[int]:
+        """The size in bytes of cache ``level`` ("L1d", "L2", "L3"), None where not known."""
+        return dict(self.caches).get(level) if self.caches else None
 
     def rows(self) -> list:
         """(label, value) pairs, as printed."""

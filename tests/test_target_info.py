@@ -4,6 +4,7 @@ import pytest
 import loopweave as lw
 from loopweave.cli import main
 from loopweave.target import parse_target, resolve_target
+from loopweave.target_info import CPU_CORES
 
 
 def test_the_host_description_is_the_targets_own():
@@ -42,6 +43,20 @@ def test_the_fma_rate_follows_the_cpu_model_and_the_codes_vector_width():
     avx2 = lw.target_info(parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=haswell"))
     assert avx2.flops_per_cycle == 32 and avx2.vector_bits == 256 and "32 fp32 FLOP per cycle" in str(avx2)
     assert "avx512vnni" in lw.target_info(parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver5")).extensions
+
+
+def test_fma_instructions_per_cycle_and_cache_sizes_are_read_from_the_facts():
+    """What decisions read: Zen 4 issues one 512-bit FMA per cycle, Zen 5 two, AVX2 code two 256-bit."""
+    zen4 = lw.target_info(parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver4"))
+    zen5 = lw.target_info(parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver5"))
+    haswell = lw.target_info(parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=haswell"))
+    assert (zen4.fma_instructions_per_cycle, zen5.fma_instructions_per_cycle) == (1, 2)
+    assert haswell.fma_instructions_per_cycle == 2 and haswell.cache("L2") == 256 * 1024 and haswell.cache("L3") is None
+    generic = lw.target_info("llvm -mtriple=aarch64-linux-gnu")
+    assert generic.fma_instructions_per_cycle is None and generic.cache("L2") is None
+    rocketlake = CPU_CORES["rocketlake"]
+    assert (rocketlake.fma_instructions(512), rocketlake.fma_instructions(256)) == (1, 2)
+    assert rocketlake.cache("L2") == 512 * 1024 and rocketlake.fma_instructions(1024) is None
 
 
 def test_a_gpu_target_is_refused():

@@ -27,6 +27,7 @@ layers where it pays (see ``winograd_pays``).
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Optional
 
 import numpy as np
@@ -35,7 +36,8 @@ from ...dsl.expr import if_then_else
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
-from ...target import resolve_target
+from ...target import Target, resolve_target
+from ...target_info import target_info
 from .conv2d import _divisor_at_most, _output_hw, _padded
 from .elementwise import static_shape
 from .nchwc import _schedule_blocked_padding, _with_bias
@@ -47,48 +49,69 @@ _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=n
 _AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float64)
 
 
-#: CPUs (LLVM names) that run 512-bit FMAs at full rate per instruction (Intel's AVX-512 cores): their
-#: direct kernels beat Winograd's transforms except on small maps (ResNet-18 1.33x direct on a Rocket
-#: Lake).  Re-measure: ``python -m benchmarks.network --models resnet18`` on such a CPU.
-FULL_RATE_AVX512 = frozenset({"skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client",
-                              "icelake-server", "tigerlake", "rocketlake", "alderlake-avx512", "sapphirerapids",
-                              "emeraldrapids", "graniterapids", "graniterapids-d"})
-#: the largest map (pixels) where Winograd pays on those CPUs
-MAX_WINOGRAD_PIXELS_FULL_RATE = 16 * 16
-#: CPUs where the fused Winograd pays up to ``MAX_WINOGRAD_PIXELS_LARGE`` (U-Net's 256x256 level: 1.29x
-#: on Zen 5 against the 56x56 limit).  Re-measure: ``python -m benchmarks.network --models unet``.
-LARGE_MAP_WINOGRAD = frozenset({"znver5"})
-MAX_WINOGRAD_PIXELS_LARGE = 256 * 256
-
-
-def winograd_pays(kernel, stride, dilation, out_hw, channels: int, out_channels: int, cpu: str = "") -> bool:
-    """Whether a blocked conv runs faster as Winograd F(2x2, 3x3) on the CPU.
+def winograd_pays(kernel, stride, dilation, out_hw, channels: int, out_channels: int, target=None) -> bool:
+    """Whether a blocked conv runs faster as Winograd F(2x2, 3x3) on ``target`` (see
+    ``winograd_largest_map``; default the CPU ``"llvm"`` means).
 
     Only 3x3, stride 1, undilated (odd maps too: their last tiles are half outside), on maps from
-    ``MIN_WINOGRAD_PIXELS`` to ``winograd_largest_map(cpu)``.  Smaller maps have few tiles per
-    matmul and transformed weights 16/9 of the direct ones' bytes; on larger maps the transformed
-    input and output (16/4 of the map's bytes each) leave the caches, except where the fused form
-    keeps them (``LARGE_MAP_WINOGRAD``); full-rate AVX-512 cores (``FULL_RATE_AVX512``) pay only
-    on small maps.  Re-measure: ``python -m benchmarks.conv2d`` and ``python -m benchmarks.network``."""
+    ``MIN_WINOGRAD_PIXELS`` to ``winograd_largest_map(target)``.  Smaller maps have few tiles per
+    matmul and transformed weights 16/9 of the direct ones' bytes.  Re-measure:
+    ``python -m benchmarks.conv2d`` and ``python -m benchmarks.network``."""
     oh, ow = out_hw
     return (tuple(kernel) == (3, 3) and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1)
-            and MIN_WINOGRAD_PIXELS <= oh * ow <= winograd_largest_map(cpu)
+            and MIN_WINOGRAD_PIXELS <= oh * ow <= winograd_largest_map(target)
             and min(channels, out_channels) >= 16)
 
 
 #: the smallest map (pixels) where Winograd is used: at 13x13 it was faster alone but slower in a
 #: network (SqueezeNet, ``python -m benchmarks.network --models squeezenet1_1``)
 MIN_WINOGRAD_PIXELS = 14 * 14
+#: the largest map (pixels) where Winograd is used, by how many of the two facts that favour it a
+#: target has (``winograd_map_limit``): none 16x16, one 56x56, both 256x256
+WINOGRAD_MAP_LIMITS = (16 * 16, 56 * 56, 256 * 256)
+#: the limit where the target's facts are not known (a CPU model outside ``target_info.CPU_CORES``)
+MAX_WINOGRAD_PIXELS = WINOGRAD_MAP_LIMITS[1]
+#: the L2 per core from which the fused form's transformed tile rows stay in it
+WINOGRAD_L2_BYTES = 1 << 20
 
 
-def winograd_largest_map(cpu: str) -> int:
-    """The largest map (pixels) where Winograd pays on ``cpu`` (see ``winograd_pays``)."""
-    return MAX_WINOGRAD_PIXELS_FULL_RATE if cpu in FULL_RATE_AVX512 else \
-        MAX_WINOGRAD_PIXELS_LARGE if cpu in LARGE_MAP_WINOGRAD else MAX_WINOGRAD_PIXELS
+def winograd_map_limit(fma_per_cycle: Optional[float], l2_bytes: Optional[int]) -> int:
+    """The largest map (pixels) where Winograd pays on a core issuing ``fma_per_cycle`` vector FMA
+    instructions per cycle at the build's width, with ``l2_bytes`` of L2.
+
+    Winograd does 2.25x fewer FMAs and moves the transformed input and products (4x the map's
+    bytes each) through the caches; two facts make that trade pay on larger maps.  Two FMA
+    instructions per cycle: a direct kernel must then keep twice the accumulators and loads in
+    flight to stay near peak (with one it does from a few), so fewer FMAs save more.  An L2 of at
+    least ``WINOGRAD_L2_BYTES``: the fused form's tile rows stay in it.  As measured: Rocket Lake
+    (one 512-bit FMA per cycle, 512 KiB L2) lost at 28x28 and 56x56 (ResNet-18 1.33x direct) and
+    won at 14x14-16x16; Zen 4 (one, 1 MiB) won to 56x56; Zen 3 and Zen 5 as AVX2 (two 256-bit)
+    won at 56x56 (ResNet-18 1.39x with it on Zen 3); Zen 5 (two 512-bit, 1 MiB) won to U-Net's
+    256x256 (1.29x).  Facts not known: the middle limit.  Re-measure:
+    ``python -m benchmarks.network --models resnet18 unet`` and ``python -m benchmarks.conv2d``."""
+    if fma_per_cycle is None or l2_bytes is None:
+        return MAX_WINOGRAD_PIXELS
+    return WINOGRAD_MAP_LIMITS[(fma_per_cycle >= 2) + (l2_bytes >= WINOGRAD_L2_BYTES)]
 
 
-#: the largest map (pixels) elsewhere: above it the transformed tensors leave the caches
-MAX_WINOGRAD_PIXELS = 56 * 56
+def winograd_largest_map(target=None) -> int:
+    """The largest map (pixels) where Winograd pays on ``target`` (a Target, a target string or an
+    LLVM CPU name; default the CPU ``"llvm"`` means), from its FMA rate and L2
+    (``winograd_map_limit``, facts from ``target_info``)."""
+    return _largest_map(_as_target(target))
+
+
+def _as_target(target) -> Target:
+    if target is None or isinstance(target, Target) or target.split()[:1] == ["llvm"]:
+        return resolve_target(target)
+    host = resolve_target("llvm")
+    return host if target in ("", host.cpu) else resolve_target(f"llvm -mcpu={target}")
+
+
+@lru_cache(maxsize=None)
+def _largest_map(target: Target) -> int:
+    info = target_info(target)
+    return winograd_map_limit(info.fma_instructions_per_cycle, info.cache("L2"))
 
 
 def winograd_weight(weight: np.ndarray, block: int, in_block: int) -> np.ndarray:

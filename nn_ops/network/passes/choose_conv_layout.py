@@ -75,14 +75,12 @@ def _is_float4d(g: Graph, name: str) -> bool:
     return len(v.shape) == 4 and v.dtype == "float32"
 
 
-def choose_conv_layout(g: Graph, lanes: Optional[int] = None, cpu: Optional[str] = None) -> Graph:
-    """``lanes`` (float32 vector lanes) and ``cpu`` (LLVM CPU name: whether Winograd pays) default
-    to the host's."""
-    if lanes is None or cpu is None:
-        from ....target import resolve_target
-        host = resolve_target("llvm")
-        lanes = host.lanes("float32") if lanes is None else lanes
-        cpu = host.cpu if cpu is None else cpu
+def choose_conv_layout(g: Graph, lanes: Optional[int] = None, target=None) -> Graph:
+    """``lanes`` (float32 vector lanes) and ``target`` (whose FMA rate and caches say where Winograd
+    pays: ``winograd.winograd_largest_map``) default to the host's."""
+    from ....target import resolve_target
+    target = resolve_target(target)
+    lanes = target.lanes("float32") if lanes is None else lanes
     block: Dict[str, int] = {}                # plain value name -> block of its blocked twin
     padded: Dict[str, int] = {}               # ... -> its twin's channel count, where that is padded
     plan: Dict[int, str] = {}                 # id(node) -> how it is rewritten
@@ -146,7 +144,7 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None, cpu: Optional[str]
         b = block[out]
         n, c, h, w = g.shape(out)
         g.add_value(twin[out], (n, padded.get(out, c) // b, h, w, b), g.values[out].dtype)
-        new_nodes.append(_rewrite(g, node, how, b, twin, block, blocked_input, lanes, cpu, padded.get(out),
+        new_nodes.append(_rewrite(g, node, how, b, twin, block, blocked_input, lanes, target, padded.get(out),
                                   to_blocked_done))
         # every rewritten reader takes the blocked twin; anything else (and a graph output) needs NCHW
         if out in g.outputs or any(id(u) not in plan for u in users.get(out, [])):
@@ -381,7 +379,7 @@ def _channel_constant(g: Graph, name: str, out_shape) -> bool:
         and value.shape[-3] == out_shape[1] and value.shape[-2:] == (1, 1)
 
 
-def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input, lanes, cpu: str = "",
+def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input, lanes, target=None,
              padded_to: Optional[int] = None, made_blocked=()) -> Node:
     """``padded_to``: the channel count of the result's blocked twin where it is padded;
     ``made_blocked``: the plain values a to_blocked already copies (a 1x1 conv reads that copy)."""
@@ -417,7 +415,7 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
             x_in, cb = x, _divisor_at_most(c, 8)               # read as it lies
         w_name = g.fresh_name(node.inputs[1] + ".blocked")
         if x_in != x and winograd_pays(weight.shape[2:], attrs["stride"], attrs["dilation"],
-                                           g.shape(node.outputs[0])[2:], c, weight.shape[0], cpu):
+                                           g.shape(node.outputs[0])[2:], c, weight.shape[0], target):
             g.add_initializer(w_name, winograd_weight(weight, b, cb))
             return Node("conv2d_winograd_blocked", [x_in, w_name] + extra, [out],
                         {"padding": tuple(attrs["padding"])}, node.name)

@@ -182,13 +182,12 @@ def test_a_7x7_map_streams_each_weight_once_for_all_rows():
 
 
 def test_resnet18_is_blocked_end_to_end():
-    from loopweave.nn_ops.ops.winograd import FULL_RATE_AVX512
-    from loopweave.target import resolve_target
+    from loopweave.nn_ops.ops.winograd import winograd_largest_map
     g = optimize(lw.from_onnx(resnet18()))
     counts = g.op_counts()
-    # the ten 3x3 stride-1 convs at 56x56 to 14x14 run as Winograd F(2x2, 3x3), the rest direct;
-    # on Intel's full-rate AVX-512 cores only the three at 14x14 (winograd_pays)
-    wino = 3 if resolve_target("llvm").cpu in FULL_RATE_AVX512 else 10
+    # the 3x3 stride-1 convs at 56x56 (4), 28x28 (3) and 14x14 (3) run as Winograd F(2x2, 3x3) up to
+    # the host's largest map (winograd_pays), the rest direct
+    wino = sum(n for side, n in ((56, 4), (28, 3), (14, 3)) if side * side <= winograd_largest_map())
     assert counts.get("conv2d_winograd_blocked") == wino and counts.get("conv2d_blocked") == 20 - wino
     assert "conv2d" not in counts
     assert counts.get("from_blocked") == 1 and "to_blocked" not in counts     # one transform, after the pool
@@ -239,7 +238,7 @@ def test_a_conv_whose_channels_leave_a_partial_vector_is_padded_to_whole_vectors
     channel-local ops (ReLU, the global pool) read them; the from_blocked after the pool drops the
     padding.  On a 16-lane CPU the 8-wide blocks ran SqueezeNet's classifier conv 1.6x slower."""
     from loopweave.nn_ops.network.passes import choose_conv_layout
-    g = choose_conv_layout(lw.from_onnx(_classifier_head(40)), lanes=16, cpu="generic")
+    g = choose_conv_layout(lw.from_onnx(_classifier_head(40)), lanes=16)
     shapes = {n.op_type: g.shape(n.outputs[0]) for n in g.nodes}
     assert shapes["conv2d_blocked"] == (1, 3, 9, 9, 16) and shapes["global_avg_pool_blocked"] == (1, 3, 1, 1, 16)
     (unblock,) = [n for n in g.nodes if n.op_type == "from_blocked"]
@@ -251,7 +250,7 @@ def test_a_conv_whose_channels_leave_a_partial_vector_is_padded_to_whole_vectors
 
 def test_padding_a_conv_reads_meets_zero_input_weights():
     from loopweave.nn_ops.network.passes import choose_conv_layout
-    g = choose_conv_layout(lw.from_onnx(_classifier_head(40, then_conv=True)), lanes=16, cpu="generic")
+    g = choose_conv_layout(lw.from_onnx(_classifier_head(40, then_conv=True)), lanes=16)
     convs = [n for n in g.nodes if n.op_type == "conv2d_blocked"]
     assert [g.shape(n.outputs[0]) for n in convs] == [(1, 2, 9, 9, 16), (1, 3, 9, 9, 16), (1, 1, 9, 9, 16)]
     weight = g.initializers[convs[-1].inputs[1]]        # [OC/16, C/16, 1, 1, 16 in, 16 out], C padded to 48
@@ -267,7 +266,7 @@ def test_padding_flows_through_an_op_whose_first_operand_is_a_scalar():
     flipped = b.node("Sub", [b.init("one", np.ones((), np.float32)), y])
     out = b.node("GlobalAveragePool", [b.conv(flipped, 40, 16, 1)])
     model = b.model((1, 32, 9, 9), out, (1, 16, 1, 1))
-    g = choose_conv_layout(lw.from_onnx(model), lanes=16, cpu="generic")
+    g = choose_conv_layout(lw.from_onnx(model), lanes=16)
     (sub,) = [n for n in g.nodes if n.op_type == "sub"]
     assert g.shape(sub.outputs[0]) == (1, 3, 9, 9, 16)
     _check_against_onnxruntime(model, (1, 32, 9, 9))
@@ -288,7 +287,7 @@ def test_padding_that_would_be_read_as_data_is_not_made(reader):
         joined = b.node("Div", [y, b.node("Add", [b.node("Sigmoid", [z]), one])])
     out = b.node("GlobalAveragePool", [joined])
     model = b.model((1, 32, 9, 9), out, (1, 80 if reader == "Concat" else 40, 1, 1))
-    g = choose_conv_layout(lw.from_onnx(model), lanes=16, cpu="generic")
+    g = choose_conv_layout(lw.from_onnx(model), lanes=16)
     assert [g.shape(n.outputs[0])[-1] for n in g.nodes if n.op_type == "conv2d_blocked"][1:] == [8, 8]
     _check_against_onnxruntime(model, (1, 32, 9, 9))
 

@@ -9,6 +9,7 @@ import loopweave as lw
 from loopweave import nn_ops
 from loopweave.nn_ops.ops import winograd
 from loopweave.target import host_target
+from loopweave.target_info import CPU_CORES
 
 from .test_conv2d import conv2d_ref
 from .test_nchwc import _blocked, _plain, _shape
@@ -139,21 +140,37 @@ def test_weight_transform_is_exact_for_a_delta_filter():
     ((3, 3), (1, 1), (1, 1), (12, 12), False),    # few tiles: the direct kernel
 ])
 def test_winograd_pays(kernel, stride, dilation, out_hw, expected):
-    assert winograd.winograd_pays(kernel, stride, dilation, out_hw, 64, 64) is expected
+    assert winograd.winograd_pays(kernel, stride, dilation, out_hw, 64, 64, "llvm -mcpu=znver4") is expected
 
 
-@pytest.mark.parametrize("cpu, out_hw, expected", [
-    ("znver4", (56, 56), True), ("znver4", (28, 28), True), ("", (28, 28), True),
-    ("rocketlake", (56, 56), False), ("sapphirerapids", (28, 28), False),
-    ("rocketlake", (16, 16), True), ("icelake-server", (14, 14), True),
-    ("znver4", (64, 64), False), ("znver5", (56, 56), True), ("znver5", (256, 256), True),
-    ("znver5", (512, 512), False),
+@pytest.mark.parametrize("cpu, bits, limit", [
+    ("rocketlake", 512, 16 * 16),     # one 512-bit FMA per cycle, 512 KiB L2: lost at 28x28 and 56x56
+    ("znver4", 512, 56 * 56),         # one (two 256-bit halves), 1 MiB: won to 56x56
+    ("znver3", 256, 56 * 56),         # two 256-bit, 512 KiB: ResNet-18 1.39x with Winograd
+    ("znver5", 512, 256 * 256),       # two 512-bit, 1 MiB: U-Net's 256x256 1.29x
+    ("znver5", 256, 256 * 256),       # the same core running AVX2 code
 ])
-def test_winograd_pays_only_on_small_maps_where_512_bit_fmas_run_at_full_rate(cpu, out_hw, expected):
-    """Measured: on a Rocket Lake VM Winograd lost at 56x56 and 28x28 (ResNet-18 1.33x faster
-    direct) and won at 14x14 and 16x16; on Zen 4 (AVX-512 in two halves) it won from 14 to 56;
-    on Zen 5 the fused form won up to U-Net's 256x256 (1.29x)."""
-    assert winograd.winograd_pays((3, 3), (1, 1), (1, 1), out_hw, 64, 64, cpu) is expected
+def test_the_map_limit_from_the_facts_reproduces_the_measured_cpus(cpu, bits, limit):
+    facts = CPU_CORES[cpu]
+    assert winograd.winograd_map_limit(facts.fma_instructions(bits), facts.cache("L2")) == limit
+
+
+@pytest.mark.parametrize("fma_per_cycle, l2, limit", [
+    (1, 256 << 10, 16 * 16), (2, 256 << 10, 56 * 56), (1, 2 << 20, 56 * 56), (4, 2 << 20, 256 * 256),
+    (None, 1 << 20, 56 * 56), (2, None, 56 * 56),       # facts not known: the middle limit
+])
+def test_a_cpu_nobody_measured_gets_a_limit_from_its_facts(fma_per_cycle, l2, limit):
+    assert winograd.winograd_map_limit(fma_per_cycle, l2) == limit
+
+
+@pytest.mark.parametrize("target, out_hw, expected", [
+    ("llvm -mcpu=znver4", (56, 56), True), ("llvm -mcpu=znver4", (64, 64), False),
+    ("llvm -mcpu=znver3", (28, 28), True), ("llvm -mcpu=haswell", (56, 56), True),
+    ("znver5", (256, 256), True), ("znver5", (512, 512), False),
+])
+def test_winograd_pays_reads_the_targets_facts(target, out_hw, expected):
+    """A target string or an LLVM CPU name (the table's facts where that CPU does not run here)."""
+    assert winograd.winograd_pays((3, 3), (1, 1), (1, 1), out_hw, 64, 64, target) is expected
 
 
 def test_errors_name_the_problem():
