@@ -56,11 +56,17 @@ def pack_words(b: np.ndarray) -> np.ndarray:
 
 def _word(A: Tensor, i, kw, a_signed: bool):
     """Bytes ``4 kw .. 4 kw + 3`` of A's row ``i`` as one int32, each read as uint8."""
-    def byte(r):
-        value = A[i, 4 * kw + r]
-        return cast("int32", cast("uint8", value) if a_signed else value)
-    word = byte(0) | (byte(1) << 8) | (byte(2) << 16) | (byte(3) << 24)
-    return word ^ const(int(SIGN_BITS), "int32") if a_signed else word
+    return word_of(lambda r: A[i, 4 * kw + r], a_signed)
+
+
+def word_of(byte, signed: bool):
+    """The four bytes ``byte(0) .. byte(3)`` (uint8 or int8 expressions) as one int32 word for
+    ``dot4_u8s8``, each read as uint8: an int8 byte counts + 128 (``signed``)."""
+    def widened(r):
+        value = byte(r)
+        return cast("int32", cast("uint8", value) if signed else value)
+    word = widened(0) | (widened(1) << 8) | (widened(2) << 16) | (widened(3) << 24)
+    return word ^ const(int(SIGN_BITS), "int32") if signed else word
 
 
 _COUNT = {2: "two", 4: "four"}
@@ -122,9 +128,15 @@ def pairs_of_words(words: np.ndarray) -> np.ndarray:
 def _pair(A: Tensor, i, kp, a_signed: bool):
     """Bytes ``2 kp`` and ``2 kp + 1`` of A's row ``i``, each read as uint8 (an int8 byte + 128), as
     the two int16 halves of one int32."""
+    return pair_of(lambda r: A[i, 2 * kp + r], a_signed)
+
+
+def pair_of(byte, signed: bool):
+    """The two bytes ``byte(0)``, ``byte(1)`` as the int16 halves of one int32 for ``dot2_i16``, each
+    read as uint8: an int8 byte counts + 128 (``signed``)."""
     def half(r):
-        value = cast("int32", cast("uint8", A[i, 2 * kp + r]))
-        return value ^ const(0x80, "int32") if a_signed else value
+        value = cast("int32", cast("uint8", byte(r)))
+        return value ^ const(0x80, "int32") if signed else value
     return half(0) | (half(1) << 16)
 
 

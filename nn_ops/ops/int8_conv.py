@@ -1,0 +1,152 @@
+"""Direct int8 convolution with its requantization: a quantized layer (QLinearConv, or a QDQ conv)
+as one kernel, uint8 (or int8) in, uint8 (or int8) out.
+
+``Y = saturate(round(float64(acc) * multiplier[o] + y_zero_point))``, ``acc = D + bias[o]`` in int32,
+``D = sum_{c, ky, kx} x_u[c, iy, ix] * w_s[o, c, ky, kx]``: the input read as uint8 (an int8 input + 128)
+and padded with its own zero point, the weight as int8 (a uint8 weight - 128).  The importer folds the
+zero points into ``bias`` (``sum (x - zx) w_s = D - (zx + 128 [int8 x]) * sum w_s``: a constant per output
+channel), so the product is exact and the epilogue is ONNX's reference requantization to the bit.
+
+Two forms (ops of the graph's ``qconv2d`` and ``qconv2d_blocked``):
+
+* ``conv2d_u8s8`` on NCHW, the int8 weight [OC, C, KH, KW] widened to int32: correct anywhere, not
+  fast (the graph's layout pass replaces it on CPUs);
+* ``conv2d_u8s8_blocked`` on the blocked layout NCHW[b]c of ``nchwc.py`` (uint8 blocks of ``cb``
+  channels, ``cb`` a multiple of 4), the weight packed once (``pack_conv_words``) in words of four
+  input channels for ``dot4_u8s8`` (one ``vpdpbusd`` per ``b`` output channels with VNNI), or of two
+  widened to int16 for ``dot2_i16`` (``pmaddwd``: x86 without VNNI); the register-blocked schedule of
+  the float blocked conv (``nchwc.schedule_conv2d_blocked``), the requantization in its epilogue, the
+  result the next layer's blocks.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...dsl.expr import cast, const, if_then_else, logical_and
+from ...dsl.intrinsics import dot2_i16, dot4_u8s8, elementwise_max, elementwise_min, round as lw_round
+from ...dsl.reduction import sum as lw_sum
+from ...dsl.tensor import Tensor, compute, reduce_axis
+from ...errors import ExprError
+from .conv2d import _output_hw
+from .elementwise import extents, static_shape
+from .int8_matmul import pair_of, pairs_of_words, word_of
+from .nchwc import _blocked_dims, pack_blocked_weight, schedule_conv2d_blocked
+from .registry import register_schedule
+
+
+def pack_conv_words(weight: np.ndarray, in_block: int, out_block: int, pairs: bool = False) -> np.ndarray:
+    """int8 W [OC, C, KH, KW] -> int32 words [OC/b, C/cb, KH, KW, cb/4, b]: word ``[.., w, o]`` holds
+    input channels ``4 w .. 4 w + 3`` of the block in its bytes (little-endian); with ``pairs``,
+    [OC/b, C/cb, KH, KW, cb/2, b], channels ``2 p``, ``2 p + 1`` as int16 halves (``dot2_i16``)."""
+    if weight.dtype != np.int8 or weight.ndim != 4:
+        raise ExprError(f"pack_conv_words takes a 4-d int8 weight, got {weight.dtype} of shape {weight.shape}")
+    if in_block % 4:
+        raise ExprError(f"pack_conv_words: input blocks of {in_block} channels are not whole words of four")
+    blocked = pack_blocked_weight(weight, out_block, in_block)          # [OB, CB, KH, KW, cb, b]
+    lead = blocked.shape[:4]
+    bytes_ = blocked.reshape(lead + (in_block // 4, 4, out_block))
+    words = np.ascontiguousarray(np.swapaxes(bytes_, -1, -2)).view(np.int32)[..., 0]
+    return pairs_of_words(words) if pairs else words
+
+
+def _requantized(D: Tensor, channel, bias: Tensor, multiplier: Tensor, y_zero_point: int, out_dtype: str,
+                 name: str) -> Tensor:
+    """``saturate(round(float64(D + bias[c]) * multiplier[c] + y_zero_point))`` as ``out_dtype``, ``c =
+    channel(index)``: QLinearConv's requantization in float64 (ONNX's reference, round half to even)."""
+    info = np.iinfo(out_dtype)
+
+    def body(*idx):
+        c = channel(idx)
+        scaled = cast("float64", D[idx] + bias[c]) * multiplier[c] + const(float(y_zero_point), "float64")
+        clipped = elementwise_min(elementwise_max(lw_round(scaled), const(float(info.min), "float64")),
+                                  const(float(info.max), "float64"))
+        return cast(out_dtype, clipped)
+    return compute(D.shape, body, name=name + ".requantize", tag="elemwise")
+
+
+def _check_epilogue(bias: Tensor, multiplier: Tensor, channels: int, op: str) -> None:
+    for t, dtype in ((bias, "int32"), (multiplier, "float64")):
+        if t.dtype != dtype or static_shape(t) != (channels,):
+            raise ExprError(f"{op}: {t.name} must be {dtype} of shape ({channels},), got {t.dtype} "
+                            f"{static_shape(t)}")
+
+
+def _padded_with(X: Tensor, padding, value: int, name: str) -> Tensor:
+    """``X`` (NCHW or blocked) with ``value`` (its zero point: a padded tap contributes nothing once the
+    zero point is taken off) around H and W; tag ``conv2d.pad`` (scheduled as the float conv's padding)."""
+    pt, pl, pb, pr = padding
+    if not (pt or pl or pb or pr):
+        return X
+    shape = list(extents(X))
+    h, w = shape[2], shape[3]
+    shape[2], shape[3] = h + pt + pb, w + pl + pr
+
+    def pad(nn, c, yy, xx, *ci):
+        inside = logical_and(logical_and(yy >= pt, yy < pt + h), logical_and(xx >= pl, xx < pl + w))
+        return if_then_else(inside, X[(nn, c, yy - pt, xx - pl) + ci], const(int(value), X.dtype))
+    return compute(tuple(shape), pad, name=name + ".pad", tag="conv2d.pad")
+
+
+def conv2d_u8s8(X: Tensor, W: Tensor, bias: Tensor, multiplier: Tensor, stride=(1, 1), padding=(0, 0, 0, 0),
+                dilation=(1, 1), pad_value: int = 0, y_zero_point: int = 0, out_dtype: str = "uint8",
+                name: str = "qconv2d") -> Tensor:
+    """X [N, C, H, W] uint8/int8, W [OC, C, KH, KW] int8 -> Y [N, OC, OH, OW] ``out_dtype`` (see the
+    module's docstring), the products widened to int32."""
+    if X.ndim != 4 or X.dtype not in ("uint8", "int8") or W.ndim != 4 or W.dtype != "int8":
+        raise ExprError(f"conv2d_u8s8: X must be 4-d uint8 or int8 and W 4-d int8, got {X.dtype} of rank {X.ndim} "
+                        f"and {W.dtype} of rank {W.ndim}")
+    n, c, h, w = extents(X)
+    oc, wc, kh, kw = static_shape(W)
+    if wc != c:
+        raise ExprError(f"conv2d_u8s8: the input has {c} channels, the weight {wc}")
+    _check_epilogue(bias, multiplier, oc, "conv2d_u8s8")
+    (sh, sw), (dh, dw) = stride, dilation
+    oh, ow = _output_hw(h, w, (kh, kw), stride, padding, dilation)
+    Xp = _padded_with(X, padding, pad_value, name)
+    rc, ry, rx = reduce_axis((0, c), name="rc"), reduce_axis((0, kh), name="ry"), reduce_axis((0, kw), name="rx")
+    signed = X.dtype == "int8"
+
+    def term(nn, o, yy, xx):
+        value = cast("int32", cast("uint8", Xp[nn, rc, yy * sh + ry * dh, xx * sw + rx * dw]))
+        return (value ^ const(0x80, "int32") if signed else value) * cast("int32", W[o, rc, ry, rx])
+    D = compute((n, oc, oh, ow), lambda nn, o, yy, xx: lw_sum(term(nn, o, yy, xx), axis=[rc, ry, rx]),
+                name=name, tag="conv2d_u8s8")
+    return _requantized(D, lambda idx: idx[1], bias, multiplier, y_zero_point, out_dtype, name)
+
+
+def conv2d_u8s8_blocked(X: Tensor, Wp: Tensor, bias: Tensor, multiplier: Tensor, stride=(1, 1),
+                        padding=(0, 0, 0, 0), dilation=(1, 1), pad_value: int = 0, y_zero_point: int = 0,
+                        out_dtype: str = "uint8", pairs: bool = False, name: str = "qconv2d") -> Tensor:
+    """X blocked [N, C/cb, H, W, cb] uint8/int8, Wp words [OC/b, C/cb, KH, KW, cb/4, b] (``pack_conv_words``;
+    ``pairs``: [.., cb/2, b]) -> Y blocked [N, OC/b, OH, OW, b] ``out_dtype``."""
+    if X.ndim != 5 or X.dtype not in ("uint8", "int8") or Wp.ndim != 6 or Wp.dtype != "int32":
+        raise ExprError(f"conv2d_u8s8_blocked: X must be blocked (5-d) uint8 or int8 and Wp 6-d int32 words, got "
+                        f"{X.dtype} of rank {X.ndim} and {Wp.dtype} of rank {Wp.ndim}")
+    n, xcb, h, w, cb = _blocked_dims(X, "conv2d_u8s8_blocked", (1, 4))
+    obn, wcb, kh, kw, words, b = static_shape(Wp)
+    per_word = 2 if pairs else 4
+    if wcb != xcb or words * per_word != cb:
+        raise ExprError(f"conv2d_u8s8_blocked: the weight's {wcb} blocks of {words} words of {per_word} channels "
+                        f"do not match the input's {xcb} blocks of {cb}")
+    _check_epilogue(bias, multiplier, obn * b, "conv2d_u8s8_blocked")
+    (sh, sw), (dh, dw) = stride, dilation
+    oh, ow = _output_hw(h, w, (kh, kw), stride, padding, dilation)
+    Xp = _padded_with(X, padding, pad_value, name)
+    rco, ry, rx = reduce_axis((0, xcb), name="rco"), reduce_axis((0, kh), name="ry"), reduce_axis((0, kw), name="rx")
+    rw = reduce_axis((0, words), name="rci")
+    signed = X.dtype == "int8"
+    dot, pack = (dot2_i16, pair_of) if pairs else (dot4_u8s8, word_of)
+
+    def body(nn, ob, yy, xx, oi):
+        iy, ix = yy * sh + ry * dh, xx * sw + rx * dw
+        word = pack(lambda r: Xp[nn, rco, iy, ix, per_word * rw + r], signed)
+        return lw_sum(dot(word, Wp[ob, rco, ry, rx, rw, oi]), axis=[rco, ry, rx, rw])
+    D = compute((n, obn, oh, ow, b), body, name=name, tag="conv2d_u8s8_blocked",
+                attrs=dict(kernel=(kh, kw), stride=(sh, sw), block=b, blocked_input=True))
+    return _requantized(D, lambda idx: idx[1] * b + idx[4], bias, multiplier, y_zero_point, out_dtype, name)
+
+
+@register_schedule("conv2d_u8s8_blocked", "llvm")
+def schedule_conv2d_u8s8_blocked(s, op, target):
+    """The float blocked conv's schedule: the same loop nest, over words instead of channels."""
+    schedule_conv2d_blocked(s, op, target)

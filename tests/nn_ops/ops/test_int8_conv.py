@@ -1,0 +1,147 @@
+"""The direct int8 convolution with its requantization (``ops/int8_conv``) against an exact integer
+reference (numpy int64, the requantization in float64 as ONNX's reference defines it)."""
+import numpy as np
+import pytest
+
+import loopweave as lw
+from loopweave import nn_ops
+from loopweave.errors import ExprError
+from loopweave.nn_ops.ops.int8_conv import conv2d_u8s8, conv2d_u8s8_blocked, pack_conv_words
+from loopweave.nn_ops.ops.nchwc import blocked_shape
+
+
+def _reference(x, w, bias, multiplier, stride, padding, x_zp, y_zp, out_dtype):
+    """QLinearConv in int64: (x - x_zp) conv w + bias, requantized in float64 (half to even, saturated)."""
+    xs = x.astype(np.int64) - x_zp
+    pt, pl, pb, pr = padding
+    xs = np.pad(xs, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    n, c, h, width = xs.shape
+    oc, _, kh, kw = w.shape
+    sh, sw = stride
+    oh, ow = (h - kh) // sh + 1, (width - kw) // sw + 1
+    acc = np.zeros((n, oc, oh, ow), np.int64)
+    for ky in range(kh):
+        for kx in range(kw):
+            patch = xs[:, :, ky:ky + sh * oh:sh, kx:kx + sw * ow:sw]
+            acc += np.einsum("nchw,oc->nohw", patch, w[:, :, ky, kx].astype(np.int64))
+    acc += bias.reshape(1, -1, 1, 1)
+    info = np.iinfo(out_dtype)
+    y = np.round(acc.astype(np.float64) * multiplier.reshape(1, -1, 1, 1) + y_zp)
+    return np.clip(y, info.min, info.max).astype(out_dtype)
+
+
+def _operands(rng, x_dtype, c, oc, k, x_zp, per_channel):
+    x = rng.integers(0, 256, (1, c, 9, 10)).astype(np.uint8).view(x_dtype)
+    w = rng.integers(-128, 128, (oc, c, k, k)).astype(np.int8)
+    w[0] = -128                       # the largest products
+    x[0, :, 0] = np.iinfo(x_dtype).max
+    bias = rng.integers(-5000, 5000, oc).astype(np.int32)
+    scale = rng.uniform(0.0005, 0.002, oc if per_channel else 1) * np.ones(oc)
+    return x, w, bias, scale.astype(np.float64)
+
+
+def _folded_bias(w, bias, x_zp, x_dtype):
+    """The importer's bias: the input's zero point (and an int8 input's + 128) taken off as a constant."""
+    alpha = x_zp + (128 if x_dtype == "int8" else 0)
+    return (bias.astype(np.int64) - alpha * w.astype(np.int64).sum(axis=(1, 2, 3))).astype(np.int32)
+
+
+CASES = [("uint8", 3, 1, (1, 1, 1, 1), 128, True), ("int8", 3, 2, (1, 1, 1, 1), -3, False),
+         ("uint8", 1, 1, (0, 0, 0, 0), 0, True), ("uint8", 3, 2, (1, 0, 1, 0), 7, False)]
+
+
+@pytest.mark.parametrize("x_dtype,k,stride,padding,x_zp,per_channel", CASES)
+@pytest.mark.parametrize("pairs", [False, True])
+def test_blocked_int8_conv_equals_the_integer_reference(x_dtype, k, stride, padding, x_zp, per_channel, pairs):
+    """u8 and s8 inputs, per-tensor and per-channel scales, stride 1 and 2, padding by the zero point;
+    words of four bytes (``vpdpbusd`` with VNNI) and int16 pairs (``pmaddwd``)."""
+    rng = np.random.default_rng(k * 10 + stride)
+    c, oc, cb, b = 16, 32, 8, 16
+    x, w, bias, multiplier = _operands(rng, x_dtype, c, oc, k, x_zp, per_channel)
+    y_zp = 3
+    want = _reference(x, w, bias, multiplier, (stride, stride), padding, x_zp, y_zp, "uint8")
+    xb = np.ascontiguousarray(x.reshape(1, c // cb, cb, 9, 10).transpose(0, 1, 3, 4, 2))
+    words = pack_conv_words(w, cb, b, pairs=pairs)
+    X = lw.placeholder(xb.shape, name="X", dtype=x_dtype)
+    W = lw.placeholder(words.shape, name="W", dtype="int32")
+    B = lw.placeholder((oc,), name="B", dtype="int32")
+    M = lw.placeholder((oc,), name="M", dtype="float64")
+    Y = conv2d_u8s8_blocked(X, W, B, M, (stride, stride), padding, pad_value=x_zp, y_zero_point=y_zp, pairs=pairs)
+    f = lw.build(nn_ops.schedule(Y, "llvm"), [X, W, B, M, Y])
+    out = np.zeros([int(d.value) for d in Y.shape], np.uint8)
+    f(xb, words, _folded_bias(w, bias, x_zp, x_dtype), multiplier, out)
+    n, obn, oh, ow, _ = out.shape
+    np.testing.assert_array_equal(out.transpose(0, 1, 4, 2, 3).reshape(n, oc, oh, ow), want)
+    assert ((want == 0) | (want == 255)).any() and ((want > 0) & (want < 255)).any()     # saturated and not
+
+
+@pytest.mark.parametrize("x_dtype,k,stride,padding,x_zp,per_channel", CASES[:2])
+def test_plain_int8_conv_equals_the_integer_reference(x_dtype, k, stride, padding, x_zp, per_channel):
+    rng = np.random.default_rng(5)
+    x, w, bias, multiplier = _operands(rng, x_dtype, 8, 8, k, x_zp, per_channel)
+    want = _reference(x, w, bias, multiplier, (stride, stride), padding, x_zp, -2, "int8")
+    X = lw.placeholder(x.shape, name="X", dtype=x_dtype)
+    W = lw.placeholder(w.shape, name="W", dtype="int8")
+    B = lw.placeholder((8,), name="B", dtype="int32")
+    M = lw.placeholder((8,), name="M", dtype="float64")
+    Y = conv2d_u8s8(X, W, B, M, (stride, stride), padding, pad_value=x_zp, y_zero_point=-2, out_dtype="int8")
+    f = lw.build(nn_ops.schedule(Y, "llvm"), [X, W, B, M, Y])
+    out = np.zeros(want.shape, np.int8)
+    f(x, w, _folded_bias(w, bias, x_zp, x_dtype), multiplier, out)
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.vector_width
+@pytest.mark.parametrize("cpu,pairs,instruction", [("x86-64-v3", True, "vpmaddwd"), ("znver5", False, "vpdpbusd"),
+                                                   ("alderlake", False, "vpdpbusd")])
+def test_each_level_runs_the_blocked_conv_on_its_dot_product_instruction(cpu, pairs, instruction):
+    """AVX2 through ``pmaddwd`` over int16 pairs (never the saturating ``vpmaddubsw``), VNNI (AVX-512 and
+    AVX-VNNI) through ``vpdpbusd``; exact where this CPU runs the code."""
+    from loopweave.target import compiling_for, parse_target
+    target = parse_target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}")
+    rng = np.random.default_rng(3)
+    c, oc, b = 16, 32, target.lanes("int32")
+    x, w, bias, multiplier = _operands(rng, "uint8", c, oc, 3, 9, True)
+    want = _reference(x, w, bias, multiplier, (1, 1), (1, 1, 1, 1), 9, 0, "uint8")
+    xb = np.ascontiguousarray(x.reshape(1, 1, c, 9, 10).transpose(0, 1, 3, 4, 2))
+    words = pack_conv_words(w, c, b, pairs=pairs)
+    with compiling_for(target):
+        X = lw.placeholder(xb.shape, name="X", dtype="uint8")
+        W = lw.placeholder(words.shape, name="W", dtype="int32")
+        B = lw.placeholder((oc,), name="B", dtype="int32")
+        M = lw.placeholder((oc,), name="M", dtype="float64")
+        Y = conv2d_u8s8_blocked(X, W, B, M, (1, 1), (1, 1, 1, 1), pad_value=9, pairs=pairs)
+        f = lw.build(nn_ops.schedule(Y, target), [X, W, B, M, Y], target=target)
+    asm = f.get_source("asm")
+    assert instruction in asm and "pmaddubsw" not in asm and "pmulld" not in asm
+    if not target.runs_here():
+        pytest.skip(f"this CPU cannot run {cpu} code (its instructions were checked)")
+    out = np.zeros((1, oc // b, 9, 10, b), np.uint8)
+    f(xb, words, _folded_bias(w, bias, 9, "uint8"), multiplier, out)
+    np.testing.assert_array_equal(out.transpose(0, 1, 4, 2, 3).reshape(1, oc, 9, 10), want)
+
+
+def test_pack_conv_words_puts_four_input_channels_in_a_word():
+    w = np.arange(2 * 8 * 3 * 3, dtype=np.int64).reshape(2, 8, 3, 3).astype(np.int8)
+    words = pack_conv_words(w, 8, 2)
+    assert words.shape == (1, 1, 3, 3, 2, 2) and words.dtype == np.int32
+    assert list(words[0, 0, 1, 2, 1, 0].tobytes()) == list(w[0, 4:8, 1, 2].view(np.uint8))
+    pairs = pack_conv_words(w, 8, 2, pairs=True).view(np.int16).reshape(1, 1, 3, 3, 4, 2, 2)
+    np.testing.assert_array_equal(pairs[0, 0, 2, 0, 3, 1], w[1, 6:8, 2, 0])
+
+
+def test_the_int8_convs_name_what_is_wrong_with_their_operands():
+    X = lw.placeholder((1, 2, 5, 5, 8), name="X", dtype="uint8")
+    B = lw.placeholder((16,), name="B", dtype="int32")
+    M = lw.placeholder((16,), name="M", dtype="float64")
+    with pytest.raises(ExprError, match="weight.s 2 blocks of 1 words of 4 channels do not match the input.s 2 "
+                                        "blocks of 8"):
+        conv2d_u8s8_blocked(X, lw.placeholder((1, 2, 3, 3, 1, 16), name="W", dtype="int32"), B, M)
+    with pytest.raises(ExprError, match="M must be float64 of shape"):
+        conv2d_u8s8_blocked(X, lw.placeholder((1, 2, 3, 3, 2, 16), name="W", dtype="int32"), B,
+                            lw.placeholder((16,), name="M", dtype="float32"))
+    with pytest.raises(ExprError, match="not whole words of four"):
+        pack_conv_words(np.zeros((16, 6, 1, 1), np.int8), 6, 16)
+    with pytest.raises(ExprError, match="the input has 3 channels, the weight 4"):
+        conv2d_u8s8(lw.placeholder((1, 3, 5, 5), name="X", dtype="uint8"),
+                    lw.placeholder((16, 4, 1, 1), name="W", dtype="int8"), B, M)
