@@ -1,6 +1,8 @@
 """conv2d vs onnxruntime, per layer of ResNet-18 and MobileNetV2.
 
-``python -m benchmarks.conv2d [--threads 1|2] [--quick] [--only SUBSTRING] [--weights constant|input]``
+``python -m benchmarks.conv2d [--threads 1|2] [--quick] [--only SUBSTRING] [--weights constant|input]
+[--target "llvm -mcpu=x86-64-v3"]`` (``--target``: code for another level this machine runs, its share
+of the FMA peak at that level's width)
 
 ``--weights constant`` (the default, the headline): every distinct convolution of ResNet-18
 and MobileNetV2 (batch 1, 224x224) as a one-node ONNX Conv with its weights and bias as
@@ -27,7 +29,7 @@ import numpy as np
 import loopweave as lw
 from loopweave import nn_ops
 
-from loopweave.target import resolve_target
+from loopweave.target import compiling_for, resolve_target
 
 from .compare import interleaved, set_threads
 from .peak import fma_peak
@@ -139,7 +141,17 @@ def main(argv=None) -> None:
     parser.add_argument("--weights", default="constant", choices=["constant", "input"],
                         help="constant: one-node ONNX models through lw.compile (the headline); input: the DSL "
                              "kernel against onnxruntime fed its weights at run time")
+    parser.add_argument("--target", default="llvm",
+                        help="the code's target, one this machine runs (e.g. 'llvm -mcpu=x86-64-v3')")
     args = parser.parse_args(argv)
+    target = resolve_target(args.target)
+    if not target.runs_here():
+        parser.error(f"--target {args.target!r}: this machine cannot run its code; name a level it runs")
+    with compiling_for(target):
+        _run(args)
+
+
+def _run(args) -> None:
     set_threads(args.threads)
     rng = np.random.default_rng(0)
     pairs = 5 if args.quick else 11

@@ -1,8 +1,9 @@
 """Matmul-family kernels written in the DSL vs numpy (OpenBLAS), interleaved.
 
-``python -m benchmarks.kernels [--threads 1 2] [--quick]`` prints, per shape and
-thread count: loopweave GFLOPS, numpy GFLOPS and the ratio (median of per-pair
-numpy-time / loopweave-time; > 1 means loopweave is faster).
+``python -m benchmarks.kernels [--threads 1 2] [--quick] [--target "llvm -mcpu=x86-64-v3"]`` prints, per
+shape and thread count: loopweave GFLOPS, numpy GFLOPS, the ratio (median of per-pair
+numpy-time / loopweave-time; > 1 means loopweave is faster) and the share of the FMA peak at the
+target's vector width (``--target``: code for another level this machine runs, AVX2 on an AVX-512 CPU).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 
 import loopweave as lw
 from loopweave import nn_ops
-from loopweave.target import resolve_target
+from loopweave.target import compiling_for, resolve_target
 
 from .compare import interleaved, set_threads
 from .peak import fma_peak
@@ -55,7 +56,17 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--quick", action="store_true", help="fewer pairs, skip N=2048")
+    parser.add_argument("--target", default="llvm",
+                        help="the code's target, one this machine runs (e.g. 'llvm -mcpu=x86-64-v3')")
     args = parser.parse_args(argv)
+    target = resolve_target(args.target)
+    if not target.runs_here():
+        parser.error(f"--target {args.target!r}: this machine cannot run its code; name a level it runs")
+    with compiling_for(target):
+        _run(args)
+
+
+def _run(args) -> None:
     rng = np.random.default_rng(0)
     pairs = 5 if args.quick else 15
     print(f"{resolve_target('llvm')}; peak = share of this machine's fp32 FMA peak at that width (benchmarks.peak)")

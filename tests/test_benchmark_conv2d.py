@@ -10,10 +10,21 @@ pytest.importorskip("onnxruntime")
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_a_layer_row_has_times_a_ratio_and_a_share_of_the_peak():
+@pytest.mark.parametrize("target, width", [("llvm", None), ("llvm -mcpu=x86-64-v3", "cpu=x86-64-v3, 256-bit")])
+def test_a_layer_row_has_times_a_ratio_and_a_share_of_the_peak(target, width):
+    """``--target`` builds the layer for another level this machine runs and reads its width's peak."""
     out = subprocess.run([sys.executable, "-m", "benchmarks.conv2d", "--quick", "--threads", "1", "--only",
-                          "r18 1x1/2 256->512"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                          "r18 1x1/2 256->512", "--target", target], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
     assert out.returncode == 0, out.stderr
     assert "GFLOPS, benchmarks.peak" in out.stdout, out.stdout
+    assert width is None or width in out.stdout.splitlines()[0], out.stdout
     row = next(line for line in out.stdout.splitlines() if line.startswith("r18 1x1/2 256->512"))
     assert re.search(r"\d+\.\d{3}\s+\d+\.\d{3}\s+\d+\.\d{2}\s+\d+%$", row), row
+
+
+@pytest.mark.parametrize("module", ["conv2d", "kernels"])
+def test_a_target_this_machine_cannot_run_is_refused(module):
+    out = subprocess.run([sys.executable, "-m", f"benchmarks.{module}", "--target", "llvm -mtriple=aarch64-linux-gnu"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "this machine cannot run its code" in out.stderr, out.stderr
