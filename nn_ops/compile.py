@@ -26,12 +26,15 @@ from .network.graph import Graph
 from .network.signature import fixed_shapes_hint
 from .network.polymorphic_executable import FORMAT as POLYMORPHIC_FORMAT, load_polymorphic_kernels
 from .network.saved_levels import FORMAT as LEVELS_FORMAT, chosen_level
+from .network.symbolic_compile import compile_symbolic
 from .onnx_import.dynamic import DynamicGraph
+from .onnx_import.symbolic_graph import symbolic_graph
 from .compile_once import build_polymorphic
 
 
 def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=None,  # noqa: A001 - lw.compile
-            checks: Optional[str] = None, polymorphic: Optional[bool] = None, precision: str = "fp32"):
+            checks: Optional[str] = None, polymorphic: Optional[bool] = None, precision: str = "fp32",
+            pipeline: Optional[str] = None):
     """Compile a network graph (from ``from_onnx``) into an executable.
 
     A DynamicGraph (symbolic input sizes) is compiled once for every binding of its sizes: a
@@ -50,6 +53,13 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
     tensor cores: inputs rounded to tf32 (10 mantissa bits), float32 accumulation; ``"fp16"`` rounds
     them to float16 (10 mantissa bits, 5 exponent bits: magnitudes over 65504 overflow), float32
     accumulation and storage; the default ``"fp32"`` is exact.
+
+    ``pipeline="graph"`` compiles a DynamicGraph through the static compiler's pipeline instead of
+    the compile-once walk: one Graph whose sizes are sympy expressions of the symbols
+    (``onnx_import/symbolic_graph.py``), the same graph passes and fusion, kernels over ``lw.var``
+    extents (``network/symbolic_compile.py``), the same PolymorphicExecutable (binding checks,
+    save and load).  It covers the encoder family's ops for now; any other op is an error naming
+    it.  For a static Graph it changes nothing (that is the static compiler).
     """
     check_checks_argument(checks, BuildError)
     if tuning_log is not None:
@@ -58,6 +68,9 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
     if tgt.kind not in ("llvm", "cuda"):
         raise BuildError(f"networks compile for targets 'llvm' and 'cuda', not {tgt.kind!r}")
     tgt = with_precision(tgt, precision)
+    if pipeline not in (None, "graph"):
+        raise ArgumentError(f"pipeline={pipeline!r}: use 'graph' (one Graph pipeline over symbolic sizes) or "
+                            f"leave it out")
     if isinstance(graph, DynamicGraph):
         if tgt.kind != "llvm":
             raise BuildError("models with dynamic shapes compile for target 'llvm' only for now; fix the input "
@@ -66,6 +79,11 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
             raise BuildError(f"a model with symbolic sizes compiles only for a CPU this machine runs, not for "
                              f"{tgt.triple or tgt.cpu} (cpu {tgt.cpu}): code for another CPU is for export_library, "
                              f"whose C API has fixed shapes; {fixed_shapes_hint(graph.inputs)}, then compile")
+        if pipeline == "graph":
+            if polymorphic is False or tuning_log is not None:
+                raise BuildError("pipeline='graph' compiles once for every binding, without tuning_log yet: drop "
+                                 "polymorphic=False and tuning_log=, or the pipeline= argument")
+            return compile_graph_pipeline(graph, tgt, checks=checks)
         if polymorphic:
             if tuning_log is not None:
                 raise BuildError("polymorphic=True does not take tuning_log yet (records are of static shapes)")
@@ -145,7 +163,27 @@ def _load_polymorphic(reader):
     except Exception as exc:  # noqa: BLE001 - the verified model is still not one we wrote
         raise DamagedFileError(f"{reader.where}: member 'model.onnx' is not a model this loopweave can load "
                                f"({type(exc).__name__}: {exc})", "model.onnx") from None
+    if any(p.key == PIPELINE_KEY and p.value == "graph" for p in model.metadata_props):
+        return compile_graph_pipeline(graph, resolve_target("llvm"), prebuilt=kernels,
+                                      runner_object=reader.read("runner.o"))
     return build_polymorphic(graph, "llvm", prebuilt=kernels, runner_object=reader.read("runner.o"))
+
+
+#: the saved model's metadata key that says which compiler made a PolymorphicExecutable (so load rebuilds it)
+PIPELINE_KEY = "loopweave.pipeline"
+
+
+def compile_graph_pipeline(graph: DynamicGraph, tgt, checks=None, prebuilt=None, runner_object=None):
+    """A DynamicGraph through the one Graph pipeline: its symbolic Graph, the graph passes, kernels
+    over size vars; the saved model says so (``PIPELINE_KEY``), so ``lw.load`` takes this path too."""
+    import onnx
+    exe = compile_symbolic(symbolic_graph(graph), graph.signature, tgt, checks=checks, prebuilt=prebuilt,
+                           runner_object=runner_object)
+    model = onnx.ModelProto.FromString(graph.model_bytes)
+    if not any(p.key == PIPELINE_KEY for p in model.metadata_props):
+        model.metadata_props.add(key=PIPELINE_KEY, value="graph")
+    exe.model_bytes, exe.opset = model.SerializeToString(), graph.opset
+    return exe
 
 
 PRECISIONS = ("fp32",) + TENSOR_CORE_PRECISIONS

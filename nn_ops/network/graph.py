@@ -1,6 +1,6 @@
 """The graph IR of whole networks: values, nodes and initializers.
 
-A :class:`Graph` holds named :class:`Value` s with static shapes and dtypes, a list of
+A :class:`Graph` holds named :class:`Value` s with shapes (ints, or sympy sizes) and dtypes, a list of
 :class:`Node` s in topological order (op type, attributes, input and output value
 names) and the constant tensors (initializers) as numpy arrays.  Op types are
 loopweave's own (``conv2d``, ``dense``, ``add``, ``relu``, ``max_pool2d``, ...), with
@@ -14,11 +14,14 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
 import numpy as np
+import sympy
 
 
 @dataclass
 class Value:
-    """A tensor flowing through the graph: a name, a static shape, a dtype."""
+    """A tensor flowing through the graph: a name, a shape, a dtype.  A size is an int, or in the
+    graph of a model with symbolic sizes (``onnx_import/symbolic_graph.py``) a sympy expression of
+    them."""
 
     name: str
     shape: Tuple[int, ...]
@@ -65,7 +68,8 @@ class Graph:
 
     # ------------------------------------------------------------ building
     def add_value(self, name: str, shape, dtype: str = "float32") -> Value:
-        value = Value(name, tuple(int(d) for d in shape), str(np.dtype(dtype)))
+        value = Value(name, tuple(d if isinstance(d, sympy.Expr) and not d.is_Integer else int(d) for d in shape),
+                      str(np.dtype(dtype)))
         self.values[name] = value
         return value
 

@@ -25,7 +25,7 @@ from ..ops import (arg_reduce, bitwise as _bitwise, cumsum, einsum, grid_sample,
                    logic as logic_ops, loss as loss_ops, lrn, math as math_ops, patches as _patches, pooling, quantize,
                    recurrent, resize,
                    rotary, scatter, shape as shape_ops, topk)
-from ..ops.elementwise import static_shape
+from ..ops.elementwise import extents, static_shape
 
 
 @dataclass(frozen=True)
@@ -84,14 +84,19 @@ SMALL_M = 16
 @op("dense_kn", "anchor")
 def _dense_kn(inputs, attrs):
     """X [M, K] times a [K, N] weight (transposed at compile time), plus an optional bias [N]; with
-    ``panels``, the weight is packed [N/nr, K, nr] (``choose_dense_layout``)."""
+    ``panels``, the weight is packed [N/nr, K, nr] (``choose_dense_layout``).  Over a symbolic row
+    count the general kernel; ``few_rows`` (the streaming one) and ``row_block`` (of the panels'
+    register tile) make the variants a symbolic network runs where the rows are few."""
     from ..ops.gemv import matmul_small_m
     from ..ops.matmul import matmul, matmul_panels
     X, W = inputs[0], inputs[1]
+    rows = extents(X)[0]
     if attrs.get("panels"):
-        Y = matmul_panels(X, W, attrs.get("columns"))
+        Y = matmul_panels(X, W, attrs.get("columns"), row_block=attrs.get("row_block"))
+    elif attrs.get("few_rows") or isinstance(rows, int) and rows <= SMALL_M:
+        Y = matmul_small_m(X, W)
     else:
-        Y = matmul_small_m(X, W) if static_shape(X)[0] <= SMALL_M else matmul(X, W)
+        Y = matmul(X, W)
     if len(inputs) > 2 and inputs[2] is not None:
         Y = ew.add(Y, inputs[2], name="bias")
     return Y
@@ -285,9 +290,14 @@ OPS["softmax"] = OpDef(lambda inputs, attrs: shape_ops.softmax(inputs[0], attrs.
 def infer_output(op_type: str, input_shapes: Sequence, input_dtypes: Sequence, attrs, scalars=()) -> Tensor:
     """Build ``op_type`` over placeholders of the given shapes; the result carries shape and dtype.
 
-    ``scalars`` maps input positions to Python floats (scalar constants passed by value).
+    ``scalars`` maps input positions to Python floats (scalar constants passed by value).  A size
+    may be a sympy expression of symbolic sizes: the placeholder's extent is then that expression
+    over one ``lw.var`` per symbol, and ``output_shape`` gives the result's sizes back as sympy.
     """
+    from . import symbolic as S
     scalars = dict(scalars)
+    names = sorted({n for shape in input_shapes if shape is not None for d in shape for n in S.free_symbols(d)})
+    variables = S.dsl_variables(names)
     inputs = []
     for k, (shape, dtype) in enumerate(zip(input_shapes, input_dtypes)):
         if k in scalars:
@@ -295,12 +305,15 @@ def infer_output(op_type: str, input_shapes: Sequence, input_dtypes: Sequence, a
         elif shape is None:
             inputs.append(None)
         else:
-            inputs.append(placeholder(tuple(shape), name=f"in{k}", dtype=dtype))
+            dims = tuple(int(d) if S.is_static(d) else S.to_dsl(d, variables) for d in shape)
+            inputs.append(placeholder(dims, name=f"in{k}", dtype=dtype))
     return OPS[op_type].build(inputs, attrs)
 
 
 def output_shape(t: Tensor):
-    return static_shape(t)
+    """``t``'s shape: ints, and sympy sizes where it is symbolic (``infer_output`` over sympy sizes)."""
+    from . import symbolic as S
+    return tuple(int(d) if isinstance(d, int) else S.simplify(S.from_dsl(d)) for d in extents(t))
 
 
 SCALAR_OPS = ("add", "sub", "mul", "div", "max", "min")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Sequence, Tuple, Union
 
-from ...dsl.expr import Const, Expr, cast, const, select
+from ...dsl.expr import Const, Expr, cast, const, select, structural_equal
 from ...dsl.intrinsics import pow as _pow
 from ...dsl.intrinsics import elementwise_max, elementwise_min, exp, sigmoid as _sigmoid, sqrt as _sqrt, tanh as _tanh
 from ...dsl.tensor import Tensor, compute
@@ -31,13 +31,22 @@ def extents(t: Tensor) -> tuple:
     return tuple(int(d.value) if isinstance(d, Const) else d for d in t.shape)
 
 
-def broadcast_shape(a: Sequence[int], b: Sequence[int]) -> Tuple[int, ...]:
-    """numpy's broadcast of two static shapes (aligned at the right; 1 stretches)."""
+def broadcast_shape(a: Sequence, b: Sequence) -> Tuple:
+    """numpy's broadcast of two shapes (aligned at the right; 1 stretches).  A symbolic extent (an
+    ``lw.var`` size, as ``extents`` gives it) broadcasts with a 1 or with the same extent only."""
     n = max(len(a), len(b))
     a = (1,) * (n - len(a)) + tuple(a)
     b = (1,) * (n - len(b)) + tuple(b)
     out = []
     for x, y in zip(a, b):
+        if not isinstance(x, int) or not isinstance(y, int):
+            if isinstance(y, int) and y == 1 or not isinstance(y, int) and structural_equal(x, y):
+                out.append(x)
+            elif isinstance(x, int) and x == 1:
+                out.append(y)
+            else:
+                raise ExprError(f"shapes {tuple(a)} and {tuple(b)} do not broadcast along equal sizes")
+            continue
         if x != y and x != 1 and y != 1:
             raise ExprError(f"shapes {tuple(a)} and {tuple(b)} do not broadcast")
         out.append(max(x, y) if min(x, y) != 0 else 0)
@@ -61,8 +70,8 @@ def binary(op: str, a: Operand, b: Operand, name: str = "") -> Tensor:
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         raise ExprError("binary op needs at least one tensor")
     dtype = (a if isinstance(a, Tensor) else b).dtype
-    sa = static_shape(a) if isinstance(a, Tensor) else ()
-    sb = static_shape(b) if isinstance(b, Tensor) else ()
+    sa = extents(a) if isinstance(a, Tensor) else ()
+    sb = extents(b) if isinstance(b, Tensor) else ()
     shape = broadcast_shape(sa, sb)
     nd = len(shape)
     fns = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,

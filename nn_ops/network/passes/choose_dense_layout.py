@@ -4,7 +4,8 @@
 transpose is done here, at compile time, and the node becomes ``dense_kn(X, W.T, b)``:
 a streaming product for few rows without panels (other targets, fewer columns than a panel), the
 blocked matmul otherwise.
-On the CPU, a layer with a known row count and at least one register tile's width of columns gets its weight packed here into column panels [ceil(N/nr), K,
+On the CPU, a layer with at least one register tile's width of columns (and rows, however many:
+a symbolic count too) gets its weight packed here into column panels [ceil(N/nr), K,
 nr], the last one zero-padded (attributes ``panels``, ``columns``): the blocked matmul packed every
 panel again on each call, which cost 3-20 % of a transformer's dense layers (GPT-2's and ViT's
 shapes, Zen 4, 2 threads, interleaved: K=3072 1.23x, K=768 1.13x, K=192-256 1.03-1.08x).  Few
@@ -105,6 +106,7 @@ def _panel_width(g: Graph, node, wt: np.ndarray, lanes: Optional[int], dtype=np.
     shape = g.shape(node.inputs[0])
     rows = shape[0] if shape else None
     nr = panel_width(lanes)
-    if not isinstance(rows, (int, np.integer)) or rows == 0 or wt.shape[1] < nr:
+    if rows is None or isinstance(rows, (int, np.integer)) and rows == 0 or wt.shape[1] < nr:
         return 0
+    # a symbolic row count (sympy, at least 1) gets panels too: its one kernel serves every count
     return nr

@@ -19,6 +19,8 @@ attention head split: [S, H*D] -> [1, S, H, D] -> [1, H, S, D] -> [H, S, D]), wh
 the next alone (``_transposed_operand``): inlined, the matmul reads the projection's result where it
 lies (a K^T operand packed per panel by register transposes, ``matmul._pack_transposed``), and the
 copies are gone (the encoder: 3 of its 4 transposes a layer, 2 % of its run; ViT-Tiny 1.7 %, one run).
+A reshape of symbolic sizes stops the chain (a kernel over size vars cannot index it: ``batch*seq``
+split into ``batch`` and ``seq`` needs the symbols apart): the transposes there are kernels of their own.
 
 One anchor joins another: a 1x1 stride-1 ``conv2d_blocked`` joins the ``depthwise_blocked``
 group that produces its input (MobileNetV2's depthwise -> project) under the same conditions,
@@ -93,6 +95,8 @@ def _transposed_operand(g: Graph, users, producer_group, value: str) -> List[Fus
         op = grp.nodes[0].op_type
         if op not in ("reshape", "transpose") or (op == "transpose" and transposes):
             break
+        if op == "reshape" and not all(isinstance(d, int) for d in g.shape(value)):
+            break       # over symbolic sizes its index needs the symbols apart, not the kernel's size vars
         transposes += op == "transpose"
         chain.append(grp)
         value = grp.nodes[0].inputs[0]

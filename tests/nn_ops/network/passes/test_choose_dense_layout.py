@@ -82,3 +82,21 @@ def test_int8_products_take_panels_and_fewer_columns_than_a_vector_one_vectors_w
     a = rng.integers(0, 256, (40, 24)).astype(np.uint8)
     got, = lw.compile(lw.from_onnx(model), progress=False).run({"a": a})
     np.testing.assert_array_equal(got, a.astype(np.int32) @ w.astype(np.int32))
+
+
+def test_a_symbolic_row_count_gets_panels():
+    """Rows known only as a sympy size (a model with symbolic batch and sequence): one kernel serves
+    every row count, so the weight is packed in panels as for a known count."""
+    from loopweave.nn_ops.network import symbolic as S
+    from loopweave.nn_ops.network.graph import Graph
+    nr = panel_width(lw.target.host_target().lanes("float32"))
+    g = Graph("dense")
+    rows = S.symbol("batch") * S.symbol("seq")
+    g.inputs, g.outputs = ["x"], ["y"]
+    g.add_value("x", (rows, 24))
+    g.add_initializer("w", np.ones((nr + 3, 24), np.float32))
+    g.add_value("y", (rows, nr + 3))
+    g.add_node("dense", ["x", "w"], ["y"])
+    node, weight = _dense_node(choose_dense_layout(g, lw.target.host_target().lanes("float32")))
+    assert node.attrs["panels"] == nr and node.attrs["columns"] == nr + 3
+    assert weight.shape == (2, 24, nr)

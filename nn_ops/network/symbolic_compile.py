@@ -1,0 +1,212 @@
+"""``compile_symbolic(graph, signature, target)``: a Graph whose sizes may be symbolic, compiled once.
+
+The static compiler's pipeline (``executable.plan_kernel_groups``: the graph passes, fusion into
+kernels) runs on the graph as it is; then each kernel is built over ``lw.var`` extents where its
+sizes are symbolic: one size var per distinct symbolic size among its arguments (a kernel over
+``(batch*seq, 256)`` takes one size), constants elsewhere, so identical layers share one kernel.
+The memory plan is ``symbolic_plan.py``'s, the runner the call list (``call_list.py``), the result
+a ``PolymorphicExecutable`` checking each feed against ``signature``.
+
+Where the rows may be few, a kernel also gets the variants the compile-once path measured to pay
+(the executable picks one per binding): a dense layer's streaming product for at most ``SMALL_M``
+rows (or, packed in panels, a one-row register tile), and the batched products, softmaxes and
+transposes of constant extents where a fed symbol among their last two sizes is 1 (one token).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Tuple
+
+from ...backends import build_workers
+from ...backends.llvm.call_list_runner import call_list_object
+from ...dsl.tensor import placeholder
+from ...errors import BuildError
+from ..ops.registry import schedule
+from . import kernel_cache, symbolic as S
+from .executable import group_signature, kernel_name, plan_kernel_groups
+from .graph import Graph
+from .op_table import OPS, SMALL_M, scalar_constants
+from .polymorphic_executable import KernelCall, PolymorphicExecutable, Variant, View
+from .symbolic_plan import SymbolicPlan
+
+#: the ops a symbolic kernel is built from: the encoder's (others may work; they are not tested so)
+SYMBOLIC_OPS = frozenset({
+    "dense_kn", "dense", "matmul", "add", "sub", "mul", "div", "max", "min", "pow", "pow_const", "relu", "sigmoid",
+    "tanh", "exp", "sqrt", "neg", "erf", "gelu", "copy", "softmax", "layer_norm", "transpose", "reshape", "identity",
+    "cast"})
+#: ops whose kernels get a variant of constant extents where a fed symbol among their last two sizes is 1
+UNIT_VARIANT_OPS = ("matmul", "softmax", "transpose")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pending:
+    """A kernel asked for, built with the others after the walk (``build_many``)."""
+    index: int
+
+
+def compile_symbolic(graph: Graph, signature, target, checks: Optional[str] = None,
+                     prebuilt: Optional[Dict[str, object]] = None,
+                     runner_object: Optional[bytes] = None) -> PolymorphicExecutable:
+    """``graph`` (sizes ints or sympy expressions of ``signature``'s symbols) compiled once for every
+    binding.  ``prebuilt`` ({key: Module}) and ``runner_object`` (from a saved executable) supply the
+    kernels and the call-list runner instead of building them."""
+    unsupported = sorted({(n.name, n.op_type) for n in graph.nodes if n.op_type not in SYMBOLIC_OPS})
+    if unsupported:
+        lines = "\n".join(f"  - node {name!r}: {op}" for name, op in unsupported)
+        raise BuildError(f"{graph.name!r}: the graph pipeline builds no kernel over symbolic sizes for these ops yet "
+                         f"(compile without pipeline='graph' for the compile-once path):\n{lines}")
+    g, groups, alias_of, slice_of = plan_kernel_groups(graph, target.kind)
+    if slice_of:
+        raise BuildError(f"{graph.name!r}: the graph pipeline does not place concats or slices in other values' "
+                         f"memory yet ({', '.join(sorted(slice_of))}); compile without pipeline='graph'")
+    builder = _Builder(g, target, checks, prebuilt, {d for _, shape, _ in signature.inputs for d in shape
+                                                    if not S.is_static(d)})
+    calls = [builder.call(grp) for grp in groups]
+    builder.build_pending(calls)
+    planned = {grp.output for grp in groups}
+    views = [View(out, src, _sizes(g, out)) for out, src in alias_of.items()]
+    # the kernels' outputs, and the views of them (in their slot); views of inputs are the feed's memory
+    values = {name: (_sizes(g, name), g.values[name].dtype) for name in
+              planned | {v.name for v in views if _root(v.source, alias_of) in planned}}
+    steps = [([i for i in grp.inputs if i in values], [grp.output]) for grp in groups]
+    plan = SymbolicPlan(values, steps, {v.name: v.source for v in views if v.name in values}, keep=g.outputs)
+    used = {a for c in calls for a in c.args}
+    consts = {n: a for n, a in g.initializers.items() if n in used}
+    exe = PolymorphicExecutable(signature, calls, views, plan, consts, g.outputs, g.name,
+                                kernels=builder.kernels, target=target)
+    exe.use_runner(runner_object if runner_object is not None else call_list_object(target))
+    return exe
+
+
+def _sizes(g: Graph, name: str) -> tuple:
+    return tuple(S.dim(d) for d in g.values[name].shape)
+
+
+def _root(name: str, alias_of: Dict[str, str]) -> str:
+    while name in alias_of:
+        name = alias_of[name]
+    return name
+
+
+class _Builder:
+    def __init__(self, g: Graph, target, checks, prebuilt, fed_sizes):
+        self.g, self.target, self.checks, self.prebuilt = g, target, checks, prebuilt
+        self.fed_sizes = fed_sizes             # sizes a feed binds directly (so at least 1): a variant may fix one
+        self.kernels: Dict[str, object] = {}   # key -> Module (or _Pending until built)
+        self.jobs: List[tuple] = []
+
+    def call(self, grp) -> KernelCall:
+        signature, params = group_signature(self.g, grp)
+        shapes = [self.g.values[p].shape for p in params] + [self.g.values[grp.output].shape]
+        variables: Dict[object, int] = {}       # sympy size -> the number of its size var
+        for shape in shapes:
+            for d in shape:
+                if not S.is_static(d) and d not in variables:
+                    variables[d] = len(variables)
+        key = f"graph|{signature}|{tuple(tuple(int(d) if S.is_static(d) else f'v{variables[d]}' for d in s) for s in shapes)}"
+        module = self.kernel(key, grp, params, variables, {}, kernel_name(grp))
+        variants = [Variant(self.kernel(f"{key}|{what}", grp, params, variables, attrs, f"{kernel_name(grp)}_{what}",
+                                        units), rows, at_most)
+                    for rows, at_most, attrs, units, what in self.variants(grp, variables)]
+        sizes = {f"v{k}": d for d, k in variables.items()}
+        return KernelCall(grp.nodes[-1].name, module, tuple(params) + (grp.output,), sizes, tuple(variants))
+
+    def variants(self, grp, variables) -> list:
+        """(rows, at most, attributes of the anchor, sizes fixed to 1, name) of each variant."""
+        anchor = grp.nodes[0]
+        if anchor.op_type == "dense_kn":
+            rows = self.g.values[anchor.inputs[0]].shape[0]
+            if S.is_static(rows):
+                return []
+            if anchor.attrs.get("panels"):       # one row: a register tile of that row
+                return [(rows, 1, {"row_block": 1}, (), "one_row")]
+            return [(rows, SMALL_M, {"few_rows": True}, (), "few_rows")]
+        if anchor.op_type not in UNIT_VARIANT_OPS:
+            return []
+        shape = self.g.values[grp.output].shape
+        units = []
+        for d in shape[max(1, len(shape) - 2):]:
+            if d in self.fed_sizes and d in variables and d not in units:
+                units.append(d)
+        return [(d, 1, {}, (d,), f"{S.show(d)}_1") for d in units]
+
+    def kernel(self, key: str, grp, params, variables, anchor_attrs, name, units=()):
+        module = self.kernels.get(key)
+        if module is None and self.prebuilt is not None:
+            module = self.prebuilt.get(key)
+            if module is None:
+                raise BuildError(f"the saved executable has no kernel for {grp.nodes[-1].name!r} (saved by another "
+                                 f"loopweave?); compile the model again")
+        if module is None and self.remembers():
+            module = kernel_cache.lookup_polymorphic(key, self.target)
+        if module is None:
+            names = S.dsl_variables([f"v{k}" for k in range(len(variables))])
+            var_of = {d: 1 if d in units else names[f"v{k}"] for d, k in variables.items()}
+            holders, out = self.computation(grp, params, var_of, anchor_attrs)
+            if not self.jobs:
+                build_workers.prestart()
+            module = _Pending(len(self.jobs))
+            self.jobs.append((schedule([out], self.target), holders + [out], name))
+        self.kernels[key] = module
+        return module
+
+    def computation(self, grp, params, var_of, anchor_attrs) -> Tuple[list, object]:
+        """The group's placeholders and output over extents ``var_of`` (sympy size -> var or 1),
+        checked against the graph's shapes."""
+        def extent(d):
+            return int(d) if S.is_static(d) else var_of[d]
+        tensors, holders = {}, []
+        for k, name in enumerate(params):
+            v = self.g.values[name]
+            tensors[name] = placeholder(tuple(extent(d) for d in v.shape), name=f"in{k}", dtype=v.dtype)
+            holders.append(tensors[name])
+        for k, node in enumerate(grp.nodes):
+            scalars = scalar_constants(self.g, node.op_type, node.inputs)
+            args = [scalars[pos] if pos in scalars else tensors[i] for pos, i in enumerate(node.inputs)]
+            attrs = dict(node.attrs, **anchor_attrs) if k == 0 else node.attrs
+            try:
+                t = OPS[node.op_type].build(args, attrs)
+            except Exception as exc:    # noqa: BLE001 - an op that refuses symbolic extents
+                raise BuildError(f"node {node.name!r} ({node.op_type}): no kernel over its symbolic sizes "
+                                 f"({type(exc).__name__}: {exc}); compile without pipeline='graph'") from exc
+            want = tuple(extent(d) for d in self.g.values[node.outputs[0]].shape)
+            if not _same_extents(t.shape, want):
+                raise BuildError(f"node {node.name!r} ({node.op_type}): its kernel computes shape {t.shape}, the "
+                                 f"graph says {self.g.values[node.outputs[0]].shape}; compile without "
+                                 f"pipeline='graph'")
+            tensors[node.outputs[0]] = t
+        return holders, tensors[grp.output]
+
+    def remembers(self) -> bool:
+        """Whether kernels go through the disk's kernel cache: built here, for this machine, without checks."""
+        return self.prebuilt is None and self.checks is None and self.target.kind == "llvm" \
+            and self.target.runs_here()
+
+    def build_pending(self, calls: List[KernelCall]) -> None:
+        """Build the kernels asked for in one ``build_many`` and put them in their calls."""
+        from ...backends.build import build_many
+        if not self.jobs:
+            return
+        modules = build_many(self.jobs, self.target, checks=self.checks)
+
+        def real(m):
+            return modules[m.index] if isinstance(m, _Pending) else m
+        for key, m in self.kernels.items():
+            if isinstance(m, _Pending) and self.remembers():
+                kernel_cache.store_polymorphic(key, self.target, modules[m.index])
+        self.kernels = {key: real(m) for key, m in self.kernels.items()}
+        for call in calls:
+            call.module = real(call.module)
+            call.variants = tuple(dataclasses.replace(v, module=real(v.module)) for v in call.variants)
+
+
+def _same_extents(got, want) -> bool:
+    """The kernel's extents (DSL expressions) are the graph's (ints, size vars, or 1)."""
+    if len(got) != len(want):
+        return False
+    for g, w in zip(got, want):
+        g = S.from_dsl(g)
+        w = S.from_dsl(w) if not isinstance(w, int) else w
+        if S.equal(g, w) is not True:
+            return False
+    return True

@@ -1,0 +1,159 @@
+"""``symbolic_graph(dynamic_graph)``: one Graph whose shapes and size attributes are sympy sizes.
+
+The converters compute shapes and shape-valued attributes (a reshape's target, a flattening's
+rows) with Python ints.  Rather than a second, symbolic copy of every converter, the model is
+imported statically at probe bindings and every size of the result is solved for: each symbol is a
+distinct prime at each probe, so a size that is ``c * batch**i * seq**j`` is found exactly from
+two probes (the ratio of its two values fixes the exponents, by unique factorisation) and checked
+at a third.  Values the symbolic shape inference names (``symbolic_shapes.py``) keep its
+expressions, which also cover sizes that are not such products (``seq + 1``).  What the probes
+cannot explain is refused, naming the node: a graph whose structure changes with the sizes, a
+constant computed from them, a size that is no product of the symbols.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+from itertools import product as cartesian
+from typing import Dict, List, Sequence
+
+import numpy as np
+import sympy
+
+from ...errors import OnnxImportError
+from ..network import symbolic as S
+from ..network.graph import Graph
+
+#: each symbol's value at each probe: distinct primes, larger than the sizes ops specialise
+#: (a 3x3 window, one token), small enough for the memory limit's import-time checks
+PROBE_PRIMES = ((17, 19, 23, 29, 31), (37, 41, 43, 47, 53), (59, 61, 67, 71, 73))
+#: the highest power of one symbol a size may hold (``seq * seq`` of attention scores)
+MAX_POWER = 3
+
+
+def symbolic_graph(dynamic) -> Graph:
+    """``dynamic`` (a DynamicGraph without shape inputs) as one Graph with symbolic sizes."""
+    if dynamic.value_inputs:
+        raise OnnxImportError(f"{dynamic.name!r}: shape inputs ({', '.join(dynamic.value_inputs)}) change the "
+                              f"graph's structure with their values; it has no one symbolic graph")
+    symbols = list(dynamic.signature.symbols)
+    if len(symbols) > len(PROBE_PRIMES[0]):
+        raise OnnxImportError(f"{dynamic.name!r} has {len(symbols)} symbolic sizes; the symbolic graph solves for "
+                              f"at most {len(PROBE_PRIMES[0])}")
+    bindings = [dict(zip(symbols, primes)) for primes in PROBE_PRIMES]
+    for binding in bindings:
+        for check in dynamic.signature.checks:
+            if not check.holds(binding):
+                raise OnnxImportError(f"{dynamic.name!r}: its run-time check {check.message!r} refuses the probe "
+                                      f"sizes {binding}, so its symbolic graph cannot be solved for")
+    graphs = [_import_at(dynamic, b) for b in bindings]
+    return _Solver(dynamic, symbols, bindings, graphs).graph()
+
+
+def _import_at(dynamic, binding: Dict[str, int]) -> Graph:
+    shapes = {n: tuple(binding[str(d)] if not S.is_static(d) else int(d) for d in shape)
+              for n, shape, _ in dynamic.signature.inputs}
+    return dynamic.specialize(shapes, {})
+
+
+class _Solver:
+    def __init__(self, dynamic, symbols: List[str], bindings: List[Dict[str, int]], graphs: List[Graph]):
+        self.dynamic, self.symbols, self.bindings, self.graphs = dynamic, symbols, bindings, graphs
+        self.known = dynamic.shapes.shapes        # the symbolic shape inference's sizes, by ONNX value name
+
+    def graph(self) -> Graph:
+        first, others = self.graphs[0], self.graphs[1:]
+        out = Graph(first.name)
+        out.inputs, out.outputs = list(first.inputs), list(first.outputs)
+        for g in others:
+            if g.inputs != first.inputs or g.outputs != first.outputs or len(g.nodes) != len(first.nodes):
+                raise self.refuse(None, "its nodes differ from one size to another")
+        read = {i for n in first.nodes for i in n.inputs} | set(first.outputs)
+        for name, array in first.initializers.items():
+            if name not in read:        # sizes computed at import for the converters (a Shape chain)
+                continue
+            for g in others:
+                other = g.initializers.get(name)
+                if other is None or other.shape != array.shape or other.dtype != array.dtype or \
+                        not np.array_equal(other, array, equal_nan=True):
+                    raise self.refuse(None, f"the constant {name!r} is computed from the sizes")
+            out.initializers[name] = array
+        for name, value in first.values.items():
+            if name in first.initializers and name not in out.initializers:
+                continue
+            if any(name not in g.values or g.values[name].dtype != value.dtype for g in others):
+                raise self.refuse(None, f"the value {name!r} differs from one size to another")
+            shapes = [g.values[name].shape for g in self.graphs]
+            out.values[name] = type(value)(name, self.shape(name, shapes), value.dtype)
+        for k, node in enumerate(first.nodes):
+            peers = [g.nodes[k] for g in others]
+            if any(p.op_type != node.op_type or p.inputs != node.inputs or p.outputs != node.outputs or
+                   set(p.attrs) != set(node.attrs) for p in peers):
+                raise self.refuse(node, "the graph's structure changes with the sizes here")
+            attrs = {a: self.attr(node, a, [node.attrs[a]] + [p.attrs[a] for p in peers]) for a in node.attrs}
+            out.add_node(node.op_type, node.inputs, node.outputs, attrs, node.name)
+        return out
+
+    def refuse(self, node, why: str) -> OnnxImportError:
+        where = f"node {node.name!r} ({node.op_type}): " if node is not None else ""
+        return OnnxImportError(f"{self.dynamic.name!r} has no symbolic graph: {where}{why}; "
+                               f"lw.compile(graph) without pipeline='graph' compiles it")
+
+    def shape(self, name: str, shapes: Sequence[tuple]) -> tuple:
+        if len({len(s) for s in shapes}) != 1:
+            raise self.refuse(None, f"the rank of {name!r} changes with the sizes")
+        known = self.known.get(name)
+        if known is not None and len(known) == len(shapes[0]) and all(
+                tuple(int(S.evaluate(d, b)) for d in known) == tuple(s) for b, s in zip(self.bindings, shapes)):
+            return tuple(S.dim(d) for d in known)
+        return tuple(self.size([s[k] for s in shapes], f"dimension {k} of {name!r}") for k in range(len(shapes[0])))
+
+    def attr(self, node, name: str, values: list):
+        """The attribute's value with each int that changes with the sizes as a sympy size."""
+        first = values[0]
+        if isinstance(first, bool) or first is None or isinstance(first, (str, float)):
+            if any(v != first for v in values[1:]):
+                raise self.refuse(node, f"attribute {name!r} changes with the sizes")
+            return first
+        if isinstance(first, (int, np.integer)):
+            if all(int(v) == int(first) for v in values[1:]):
+                return first
+            return self.size([int(v) for v in values], f"attribute {name!r}", node)
+        if isinstance(first, (tuple, list)):
+            if any(not isinstance(v, (tuple, list)) or len(v) != len(first) for v in values[1:]):
+                raise self.refuse(node, f"attribute {name!r} changes length with the sizes")
+            items = [self.attr(node, name, [v[k] for v in values]) for k in range(len(first))]
+            return type(first)(items)
+        if isinstance(first, np.ndarray):
+            if any(not isinstance(v, np.ndarray) or v.shape != first.shape or not np.array_equal(v, first)
+                   for v in values[1:]):
+                raise self.refuse(node, f"attribute {name!r} (an array) changes with the sizes")
+            return first
+        if any(v != first for v in values[1:]):
+            raise self.refuse(node, f"attribute {name!r} changes with the sizes")
+        return first
+
+    def size(self, values: List[int], what: str, node=None):
+        """The size that is ``values[k]`` at probe ``k``: an int, or ``c * prod(symbol ** e)``."""
+        if all(v == values[0] for v in values):
+            return S.dim(values[0])
+        a, b = self.bindings[0], self.bindings[1]
+        for powers in cartesian(range(MAX_POWER + 1), repeat=len(self.symbols)):
+            if not any(powers):
+                continue
+            at_a = _monomial(a, self.symbols, powers)
+            at_b = _monomial(b, self.symbols, powers)
+            if values[0] * at_b != values[1] * at_a:
+                continue
+            coefficient = Fraction(values[0], at_a)
+            if all(coefficient * _monomial(p, self.symbols, powers) == v for p, v in zip(self.bindings, values)):
+                return sympy.Rational(coefficient.numerator, coefficient.denominator) * sympy.Mul(
+                    *(S.symbol(s) ** e for s, e in zip(self.symbols, powers)))
+        raise self.refuse(node, f"{what} is {values[0]}, {values[1]}, {values[2]} at sizes "
+                                f"{', '.join(str(b) for b in self.bindings)}: no product of the symbols")
+
+
+def _monomial(binding: Dict[str, int], symbols: Sequence[str], powers: Sequence[int]) -> int:
+    out = 1
+    for s, e in zip(symbols, powers):
+        out *= binding[s] ** e
+    return out

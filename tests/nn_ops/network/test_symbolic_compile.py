@@ -1,0 +1,82 @@
+"""The one Graph pipeline over symbolic sizes (``lw.compile(dynamic_graph, pipeline="graph")``):
+the encoder's symbolic Graph through the graph passes, kernels over size vars and the call list,
+equal to the compile-once path at several bindings, with its binding checks and save/load."""
+import numpy as np
+import pytest
+
+import loopweave as lw
+from loopweave.errors import ArgumentError, BuildError
+from loopweave.nn_ops.testing import model_zoo
+from loopweave.nn_ops.testing.onnx_builder import OnnxBuilder
+
+HIDDEN = 32
+BINDINGS = [(1, 1), (2, 5), (3, 19)]
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    graph = lw.from_onnx(model_zoo.transformer_encoder(batch=None, seq=None, hidden=HIDDEN, heads=2, layers=1,
+                                                       ffn=64))
+    return graph, lw.compile(graph, pipeline="graph"), lw.compile(graph, polymorphic=True)
+
+
+def _feed(batch, seq, seed=0):
+    return {"input": np.random.default_rng(seed).standard_normal((batch, seq, HIDDEN)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("batch,seq", BINDINGS)
+def test_the_encoder_equals_the_compile_once_path(encoder, batch, seq):
+    _, exe, once = encoder
+    feed = _feed(batch, seq)
+    got, = exe.run(feed)
+    want, = once.run(feed)
+    assert got.shape == (batch, seq, HIDDEN)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(exe.run_each(feed)[0], got, rtol=1e-6, atol=1e-6)   # the call tables agree
+
+
+def test_its_kernels_take_size_vars_and_few_rows_take_their_variants(encoder):
+    _, exe, _ = encoder
+    dense = [c for c in exe.calls if c.module.name.startswith("dense_kn")]
+    assert dense and all(c.variants for c in dense)
+    assert all(set(c.sizes.values()) <= {lw.nn_ops.network.symbolic.symbol("batch") *
+                                         lw.nn_ops.network.symbolic.symbol("seq")} for c in dense)
+    one = {"batch": 1, "seq": 1}
+    assert all(c.module_at(one) is not c.module for c in dense)             # a one-row register tile
+    assert all(c.module_at({"batch": 2, "seq": 9}) is c.module for c in dense)
+    # identical layers share their kernel: the three projections of q, k and v are one
+    assert len({id(c.module) for c in dense}) < len(dense)
+
+
+def test_the_feed_is_checked_against_the_signature(encoder):
+    _, exe, _ = encoder
+    with pytest.raises(ArgumentError, match="dimension 2 must be 32"):
+        exe.run({"input": np.zeros((2, 3, HIDDEN + 1), np.float32)})
+    with pytest.raises(ArgumentError, match="rank"):
+        exe.run({"input": np.zeros((2, HIDDEN), np.float32)})
+
+
+def test_save_and_load_rebuild_it_without_compiling(encoder, tmp_path):
+    _, exe, _ = encoder
+    path = tmp_path / "encoder.lwx"
+    exe.save(path)
+    back = lw.load(path)
+    assert type(back) is type(exe) and len(back.calls) == len(exe.calls)
+    feed = _feed(2, 7, seed=3)
+    np.testing.assert_array_equal(back.run(feed)[0], exe.run(feed)[0])
+
+
+def test_an_op_outside_the_pipeline_is_named():
+    b = OnnxBuilder(opset=17)
+    y = b.node("ReduceMean", [b.node("Relu", ["input"])], axes=[1], keepdims=1)
+    graph = lw.from_onnx(b.model(("batch", 8), y, ("batch", 1)))
+    with pytest.raises(BuildError, match=r"no kernel over symbolic sizes for these ops yet.*\n.*reducemean.*: reduce$"):
+        lw.compile(graph, pipeline="graph")
+
+
+def test_the_pipeline_argument_is_checked(encoder):
+    graph, _, _ = encoder
+    with pytest.raises(ArgumentError, match="pipeline='walk'"):
+        lw.compile(graph, pipeline="walk")
+    with pytest.raises(BuildError, match="polymorphic=False"):
+        lw.compile(graph, pipeline="graph", polymorphic=False)

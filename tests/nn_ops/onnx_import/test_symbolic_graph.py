@@ -1,0 +1,56 @@
+"""symbolic_graph: a DynamicGraph as one Graph whose sizes and size attributes are sympy sizes,
+solved from static imports at probe sizes."""
+from types import SimpleNamespace
+
+import pytest
+
+import loopweave as lw
+from loopweave.errors import OnnxImportError
+from loopweave.nn_ops.network import symbolic as S
+from loopweave.nn_ops.onnx_import.symbolic_graph import PROBE_PRIMES, _Solver, symbolic_graph
+from loopweave.nn_ops.testing import model_zoo
+
+B, T = S.symbol("batch"), S.symbol("seq")
+
+
+@pytest.fixture(scope="module")
+def encoder_graph():
+    dynamic = lw.from_onnx(model_zoo.transformer_encoder(batch=None, seq=None, hidden=32, heads=2, layers=1, ffn=64))
+    return dynamic, symbolic_graph(dynamic)
+
+
+def test_shapes_and_reshape_targets_are_symbolic(encoder_graph):
+    dynamic, g = encoder_graph
+    assert g.values["input"].shape == (B, T, 32)
+    assert g.values[g.outputs[0]].shape == (B, T, 32)
+    targets = {tuple(n.attrs["shape"]) for n in g.nodes if n.op_type == "reshape"}
+    assert (B * T, 32) in targets and (B, T, 2, 16) in targets and (2 * B, T, 16) in targets
+    for name, value in g.values.items():     # the ONNX values keep symbolic inference's sizes
+        if name in dynamic.shapes.shapes and name not in g.initializers:
+            assert value.shape == tuple(dynamic.shapes.shapes[name])
+    g.check()
+
+
+def test_only_constants_the_nodes_read_are_kept(encoder_graph):
+    _, g = encoder_graph
+    read = {i for n in g.nodes for i in n.inputs}
+    assert g.initializers and set(g.initializers) <= read      # the Shape chain's values are gone
+
+
+def _solver():
+    symbols = ["batch", "seq"]
+    bindings = [dict(zip(symbols, primes)) for primes in PROBE_PRIMES]
+    dynamic = SimpleNamespace(name="m", shapes=SimpleNamespace(shapes={}))
+    return _Solver(dynamic, symbols, bindings, []), bindings
+
+
+@pytest.mark.parametrize("size", [B * T, 2 * B, 6 * T ** 2, B * T * 32, T, S.dim(7)])
+def test_products_of_the_symbols_are_solved(size):
+    solver, bindings = _solver()
+    assert solver.size([int(S.evaluate(size, b)) for b in bindings], "x") == size
+
+
+def test_a_size_that_is_no_product_is_refused():
+    solver, bindings = _solver()
+    with pytest.raises(OnnxImportError, match="no product of the symbols"):
+        solver.size([b["seq"] + 1 for b in bindings], "dimension 0 of 'x'")
