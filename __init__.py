@@ -25,7 +25,7 @@ from .nn_ops.models import from_onnx
 from .nn_ops.torch_frontend import from_torch
 from .nn_ops.compile import compile, load
 from .nn_ops.network.limits import memory_limit, set_memory_limit
-from .nn_ops.network.tasks import extract_tasks
+from .nn_ops.compile_once.tasks import extract_tasks
 
 __version__ = "0.1.0"
 

@@ -3,8 +3,10 @@
 A line holds the task key, the names of the task's stages and axes the trace uses (``names``,
 see ``canonical.spelling``), the target (CPU name and features), the decisions, the
 trace (as its JSON text), the measured seconds (null on error), the error, the CPU model and host
-that measured it (``measured_on``: a time counts only from a machine of the target's CPU), and the
-loopweave version.  Reading skips a corrupt line (not JSON, or a field of the wrong type: a target
+that measured it (``measured_on``: a time counts only from a machine of the target's CPU), the
+loopweave version, and the sizes of the task's arguments (``shapes``: the key, a hash, cannot give
+them back, and the compile-once compiler matches records to kernels of symbolic sizes by them).
+Reading skips a corrupt line (not JSON, or a field of the wrong type: a target
 that is not ``{"cpu": str, "features": str}``, a trace that is not a list of steps, seconds that are
 not a number, ...) with a warning naming its number, and ignores lines of another target.  Lines of
 another loopweave version are kept apart (``read(..., any_version=True)``): the tuner resumes only
@@ -31,11 +33,24 @@ class RecordWarning(LoopweaveWarning):
     """A tuning log line could not be read and was skipped."""
 
 
+_SHAPES: Dict[str, list] = {}       # task key -> its arguments' sizes (``note_shapes``)
+
+
+def note_shapes(task_key: str, shapes) -> None:
+    """Remember that the task of ``task_key`` has arguments of ``shapes`` (lists of ints): its
+    records then say so.  A memo of a pure function (the key hashes IR that holds the sizes), filled
+    by ``Task`` when it computes a key, so every record of a task carries its sizes."""
+    _SHAPES[task_key] = [[int(d) for d in shape] for shape in shapes]
+
+
 def make_record(task_key: str, target: Target, choice: dict, trace_json: str, seconds: Optional[float],
                 error: Optional[str], trial: int, build_seconds: float = 0.0,
-                measured_on: Optional[dict] = None, names: Optional[list] = None) -> dict:
+                measured_on: Optional[dict] = None, names: Optional[list] = None,
+                shapes: Optional[list] = None) -> dict:
     """One line of the log; ``measured_on``: the CPU model and host that timed it, when it ran;
-    ``names``: the spelling of the task the trace is written in."""
+    ``names``: the spelling of the task the trace is written in; ``shapes``: its arguments' sizes
+    (by default those ``note_shapes`` knows for the key)."""
+    shapes = shapes if shapes is not None else _SHAPES.get(task_key)
     r = {"task": task_key, "target": {"cpu": target.cpu, "features": target.features},
          "choice": choice, "trace": trace_json, "seconds": seconds, "error": error, "trial": trial,
          "build_seconds": round(build_seconds, 4), "version": VERSION}
@@ -43,6 +58,8 @@ def make_record(task_key: str, target: Target, choice: dict, trace_json: str, se
         r["measured_on"] = measured_on
     if names is not None:
         r["names"] = names
+    if shapes is not None:
+        r["shapes"] = [[int(d) for d in shape] for shape in shapes]
     return r
 
 
@@ -156,6 +173,12 @@ def _is_spelling(names) -> bool:
         and all(isinstance(a, str) for a in n[1]) for n in names)
 
 
+def _are_shapes(shapes) -> bool:
+    return isinstance(shapes, list) and all(
+        isinstance(s, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in s)
+        for s in shapes)
+
+
 def _trace_problem(text) -> Optional[str]:
     """What is wrong with a record's trace (its JSON text: ``{"version", "steps": [{"primitive",
     "stage", "args"}, ...]}``), or None."""
@@ -197,6 +220,8 @@ def record_problem(r) -> Optional[str]:
         return f"a choice of type {type(r['choice']).__name__}"
     if r.get("names") is not None and not _is_spelling(r["names"]):
         return f"names that are not [[stage, [axis, ...]], ...]: {r['names']!r:.60}"
+    if r.get("shapes") is not None and not _are_shapes(r["shapes"]):
+        return f"shapes that are not [[size, ...], ...] of whole numbers >= 0: {r['shapes']!r:.60}"
     return _trace_problem(r["trace"])
 
 

@@ -50,6 +50,14 @@ def _judged(r: dict, task: Task) -> Tuple[Optional[Schedule], Optional[Tuple[str
 def best_schedule(log, task: Task) -> Optional[Schedule]:
     """A schedule of ``task``'s own tensors from the fastest usable record of ``log`` for its
     target, or None when none is usable (see the module docstring)."""
+    picked = best_record(log, task)
+    return picked[1] if picked is not None else None
+
+
+def best_record(log, task: Task) -> Optional[Tuple[dict, Schedule]]:
+    """The fastest usable record of ``log`` for ``task`` and its schedule of ``task``'s tensors, or
+    None (``best_schedule``; the record for replaying its trace on another DAG of the computation,
+    a kernel of symbolic sizes)."""
     found = records.read(log, task.target, records.task_keys(log, task), any_version=True)
     candidates = [r for r in records.latest(found)
                   if r["task"] == task.key or r.get("names") is None]   # the old scheme's: this spelling's
@@ -61,7 +69,7 @@ def best_schedule(log, task: Task) -> Optional[Schedule]:
                 return None
             schedule, why = _judged(pick, task)
             if why is None:
-                return schedule
+                return pick, schedule
             skipped.append((pick, why))
             candidates = [r for r in candidates if r is not pick]
     finally:

@@ -19,6 +19,7 @@ from ..dsl.schedule import create_schedule
 from ..errors import ArgumentError, BuildError
 from ..lowering.lower import lower
 from ..target import Target, resolve_target
+from . import records
 from .canonical import positional, renamed, spelling
 
 
@@ -61,6 +62,7 @@ class Task:
         self.names = spelling(self.args)
         canonical = renamed(self.args, positional(self.args), canonical=True)
         self.key = _ir_hash(canonical)
+        records.note_shapes(self.key, self.shapes)
         self._legacy_key: Optional[str] = None
 
     @property
@@ -76,6 +78,11 @@ class Task:
         """The key and a hash of the names: what tells two spellings of one task apart (a measuring
         worker keeps one DAG per spelling, since traces name stages and axes)."""
         return f"{self.key}-{hashlib.sha256(repr(self.names).encode()).hexdigest()[:8]}"
+
+    @property
+    def shapes(self) -> List[List[int]]:
+        """The sizes of the arguments (all static: symbolic ones are refused)."""
+        return [[const_int(d) for d in a.shape] for a in self.args]
 
     @property
     def outputs(self) -> list:

@@ -59,6 +59,8 @@ from ..onnx_import.fold import FOLDERS, WINDOW_TERMS
 from ..onnx_import.fold_size import check_folded_size
 from ..onnx_import.importer import node_label
 from .cnn import CnnWalk
+from .instance import KernelRecipe
+from .tuned import tuned_schedule
 from .common import (BINARY, FLOAT_ONLY, INTEGER, PREDICATES, TERNARY, UNARY, VARIADIC, WITH_ATTRS,
                                  KernelVariant, _apply, _attr, _elementwise, _same, _show, conv_transpose_attrs,
                                  node_params)
@@ -99,21 +101,29 @@ class _Unsupported(Exception):
 
 
 def build_polymorphic(graph, target="llvm", prebuilt: Optional[Dict[str, object]] = None,
-                      runner_object: Optional[bytes] = None, checks: Optional[str] = None) -> PolymorphicExecutable:
+                      runner_object: Optional[bytes] = None, checks: Optional[str] = None,
+                      tuning_log=None) -> PolymorphicExecutable:
     """Compile ``graph`` (a DynamicGraph) once for every binding of its symbols.  ``prebuilt``
     ({structural key: Module}) and ``runner_object`` (from a saved executable) supply the kernels and
-    the call-list runner instead of building them; ``checks``: ``lw.build``'s, for every kernel."""
+    the call-list runner instead of building them; ``checks``: ``lw.build``'s, for every kernel;
+    ``tuning_log``: kernels with an applicable record take its schedule (``tuned.py``)."""
+    builder = walker(graph, target)
+    builder.checks, builder.tuning_log = checks, tuning_log
+    builder.prebuilt = prebuilt
+    exe = builder.build()
+    exe.model_bytes, exe.opset = graph.model_bytes, graph.opset
+    exe.use_runner(runner_object if runner_object is not None else call_list_object(builder.target))
+    return exe
+
+
+def walker(graph, target="llvm") -> "_Builder":
+    """The builder of ``graph`` (a DynamicGraph) for ``target``, before its walk."""
     import onnx
     if graph.value_inputs:
         raise OnnxImportError(f"{graph.name!r}: shape inputs ({', '.join(graph.value_inputs)}) change the graph's "
                               f"structure with their values; lw.compile(..., polymorphic=False) specialises per shape")
     model = onnx.ModelProto.FromString(graph.model_bytes)
-    builder = _Builder(model, graph.shapes, resolve_target(target), graph.name, prebuilt)
-    builder.checks = checks
-    exe = builder.build()
-    exe.model_bytes, exe.opset = graph.model_bytes, graph.opset
-    exe.use_runner(runner_object if runner_object is not None else call_list_object(builder.target))
-    return exe
+    return _Builder(model, graph.shapes, resolve_target(target), graph.name)
 
 
 class _Builder:
@@ -138,6 +148,9 @@ class _Builder:
         self.tables: Dict[str, BindingTable] = {}   # kernel arguments computed per binding
         self.aliases: Dict[object, object] = {}  # sympy size -> the size it is checked equal to at run time
         self.checks: Optional[str] = None        # lw.build's checks= for every kernel
+        self.tuning_log = None                   # records applied to the kernels (``tuned.py``)
+        self.building = True                     # False: the walk only lists the kernels (``tasks.py``)
+        self.recipes: Dict[int, KernelRecipe] = {}   # id of a _Pending kernel -> how it was made
         # sizes a feed binds directly (``bind`` refuses 0 for them): the ones a kernel may specialise to 1
         self.fed_symbols = {d for _, dims, _ in shapes.signature.inputs for d in dims if getattr(d, "is_Symbol", False)}
         self.unsupported = _Unsupported          # what the walk's parts raise for "not covered"
@@ -146,6 +159,19 @@ class _Builder:
 
     # ---------------------------------------------------------------- the walk
     def build(self) -> PolymorphicExecutable:
+        outputs = self.walk()
+        self._build_pending()
+        view_sources = {v.name: v.source for v in self.views if v.source in self.values}
+        plan = SymbolicPlan(self.values, self.steps, view_sources, keep=outputs)
+        used = {a for c in self.calls for a in c.args} | set(outputs)
+        consts = {n: a for n, a in self.consts.items() if n in used}     # not the weights repacked
+        return PolymorphicExecutable(self.shapes.signature, self.calls, self.views, plan, consts, outputs,
+                                     self.name, kernels=self.kernels, target=self.target,
+                                     tables={n: t for n, t in self.tables.items() if n in used})
+
+    def walk(self) -> List[str]:
+        """Convert every node into kernel calls (the kernels still to build: ``_Pending``); the
+        graph's outputs."""
         problems = [(label, op, why) for label, op, why in self.shapes.unknown]
         poisoned = set()            # values after a node that could not be converted: not reported again
         for k, node in enumerate(self.model.graph.node):
@@ -175,14 +201,7 @@ class _Builder:
         for o in outputs:
             self.cnn.plain(o)
         self._check_outputs(outputs)
-        self._build_pending()
-        view_sources = {v.name: v.source for v in self.views if v.source in self.values}
-        plan = SymbolicPlan(self.values, self.steps, view_sources, keep=outputs)
-        used = {a for c in self.calls for a in c.args} | set(outputs)
-        consts = {n: a for n, a in self.consts.items() if n in used}     # not the weights repacked
-        return PolymorphicExecutable(self.shapes.signature, self.calls, self.views, plan, consts, outputs,
-                                     self.name, kernels=self.kernels, target=self.target,
-                                     tables={n: t for n, t in self.tables.items() if n in used})
+        return outputs
 
     def _check_outputs(self, outputs) -> None:
         """Every graph output must be computed by a kernel (planned) or be an input (or a view of one):
@@ -218,9 +237,11 @@ class _Builder:
 
     def remembers(self) -> bool:
         """Whether kernels go through the disk's polymorphic kernel cache (``kernel_cache``): built
-        here for this machine, without ``checks`` (whose kernels carry other code)."""
-        return (self.prebuilt is None and self.checks is None and self.target.kind == "llvm"
-                and self.target.runs_here())
+        here for this machine, without ``checks`` (whose kernels carry other code), without a tuning
+        log (the cache keys the untuned kernels), and not for listing tasks (which needs every
+        kernel's recipe)."""
+        return (self.prebuilt is None and self.checks is None and self.tuning_log is None and self.building
+                and self.target.kind == "llvm" and self.target.runs_here())
 
     def convert(self, k: int, node, label: str) -> None:
         op = node.op_type
@@ -436,11 +457,17 @@ class _Builder:
                 for tensor, graph_shape in zip(holders[own:] + [out], arg_shapes[own:]):
                     self._check_kernel_shape(tensor, graph_shape, var_of, graph_size,
                                              derived_output or bool(multiples))
+                recipe = KernelRecipe(name, make, tuple(arg_shapes), tuple(self.dtype(i) for i in inputs[:own]), own,
+                                      derived_output, tuple(variables),
+                                      tuple((d, k, r) for d, (k, r) in (multiples or {}).items()), tuple(units))
+                tuned = None if self.tuning_log is None else \
+                    tuned_schedule(self.tuning_log, self.target, recipe, holders + [out])
                 # built after the walk, all together (build_many: on every core)
-                if not self.jobs:
+                if not self.jobs and self.building:
                     build_workers.prestart()
                 module = _Pending(len(self.jobs), out.dtype)
-                self.jobs.append((schedule([out], self.target), holders + [out], name))
+                self.jobs.append((tuned or schedule([out], self.target), holders + [out], name))
+                self.recipes[id(module)] = recipe
                 self.kernels[full_key] = module
             return module
         module = built(full_key, make, f"poly_{key[0]}")

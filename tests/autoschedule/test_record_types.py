@@ -32,6 +32,8 @@ BAD = {
     "error_a_number": lambda r: dict(r, error=7),
     "names_a_string": lambda r: dict(r, names="A,B,C"),
     "names_axes_not_strings": lambda r: dict(r, names=[["A", []], ["C", [0, 1]]]),
+    "shapes_not_lists": lambda r: dict(r, shapes=[64, 64]),
+    "shapes_of_a_negative_size": lambda r: dict(r, shapes=[[64, -1]]),
     "a_list": lambda r: [r],
 }
 
@@ -55,3 +57,16 @@ def test_each_problem_is_said(name):
     problem = records.record_problem(BAD[name](_good()))
     assert problem is not None
     assert records.record_problem(_good()) is None
+
+
+def test_a_tasks_records_carry_its_sizes():
+    """The key is a hash: the record says the sizes it was measured at (what the compile-once
+    compiler matches kernels of symbolic sizes by)."""
+    import loopweave as lw
+    from loopweave.autoschedule.task import Task
+    A = lw.placeholder((12, 7), name="A")
+    B = lw.compute((12, 7), lambda i, j: A[i, j] + 1, name="B")
+    task = Task([A, B], "llvm")
+    r = records.make_record(task.key, task.target, {}, GOOD_TRACE, 1e-3, None, 1)
+    assert r["shapes"] == [[12, 7], [12, 7]] and records.record_problem(r) is None
+    assert records.make_record(task.key, task.target, {}, GOOD_TRACE, 1e-3, None, 1, shapes=[[3]])["shapes"] == [[3]]
