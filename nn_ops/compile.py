@@ -41,12 +41,13 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
     PolymorphicExecutable, kernels taking the sizes as arguments (``compile_once/builder.py``).
     A model with shape inputs (values that change the graph's structure) gives a DynamicExecutable
     that compiles one static specialisation per input binding on first use; so does one with ops
-    the polymorphic path does not cover yet, or compiled with ``tuning_log``, with a
-    ``PerShapeCompileWarning`` saying why.  ``polymorphic=True`` insists (an error lists what is not
-    covered); ``polymorphic=False`` asks for the per-shape executable.  ``target="cuda"``
+    the polymorphic path does not cover yet, with a ``PerShapeCompileWarning`` saying why.
+    ``polymorphic=True`` insists (an error lists what is not covered); ``polymorphic=False`` asks for
+    the per-shape executable.  ``target="cuda"``
     gives a CudaExecutable (kernels on the GPU; ``network/cuda_executable.py``).  ``tuning_log``
     (from ``autoschedule.tune_network`` or ``loopweave tune``): kernels with a record for this
-    target use the best recorded schedule, the others their default schedule.  Index checks of
+    target use the best recorded schedule, the others their default schedule; a compile-once kernel
+    takes the records of the static kernels it covers (``compile_once/tuned.py``).  Index checks of
     gathers and scatters are always on; ``checks="bounds"`` also checks every other load whose
     index depends on data (``lw.build``'s ``checks``).  ``precision="tf32"`` (target cuda, sm_80 or
     newer) lets matmuls, dense layers and convolutions whose shapes make whole warp tiles run on the
@@ -85,17 +86,12 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
                                  "polymorphic=False and tuning_log=, or the pipeline= argument")
             return compile_graph_pipeline(graph, tgt, checks=checks)
         if polymorphic:
-            if tuning_log is not None:
-                raise BuildError("polymorphic=True does not take tuning_log yet (records are of static shapes)")
-            return build_polymorphic(graph, tgt, checks=checks)
+            return build_polymorphic(graph, tgt, checks=checks, tuning_log=tuning_log)
         if polymorphic is None and not graph.value_inputs:    # (shape inputs: per shape by design)
-            why = "tuning_log is not taken by the compile-once path yet (records are of static shapes)" \
-                if tuning_log is not None else None
-            if why is None:
-                try:
-                    return build_polymorphic(graph, tgt, checks=checks)
-                except OnnxImportError as exc:
-                    why = str(exc)
+            try:
+                return build_polymorphic(graph, tgt, checks=checks, tuning_log=tuning_log)
+            except OnnxImportError as exc:
+                why = str(exc)
             warnings.warn(f"{graph.name!r} compiles once per input shape (on first use), not once for all: "
                           f"{why}", PerShapeCompileWarning, stacklevel=2)
         return DynamicExecutable(graph, target, progress, tuning_log=tuning_log, checks=checks)

@@ -11,7 +11,7 @@ ort = pytest.importorskip("onnxruntime")
 import loopweave as lw  # noqa: E402
 from loopweave.autoschedule import records  # noqa: E402
 from loopweave.autoschedule.task import Task  # noqa: E402
-from loopweave.nn_ops.compile_once.builder import build_polymorphic, walker  # noqa: E402
+from loopweave.nn_ops.compile_once.builder import walker  # noqa: E402
 from loopweave.nn_ops.compile_once.tasks import representative_sizes  # noqa: E402
 from loopweave.nn_ops.compile_once.tuned import tuned_schedule  # noqa: E402
 from loopweave.nn_ops.network.polymorphic_executable import PolymorphicExecutable  # noqa: E402
@@ -100,8 +100,8 @@ def test_tuning_log_changes_the_compile_once_kernels_and_not_their_results(tiny,
     assert next(records.read(str(log)))["shapes"] == [[64, 64], [2, 64, 32], [64], [64, 64]]
     with warnings.catch_warnings():
         warnings.simplefilter("error")          # compiled once: no per-shape fallback, no record refused
-        tuned = build_polymorphic(g, "llvm", tuning_log=str(log))
-    untuned = build_polymorphic(g, "llvm")
+        tuned = lw.compile(g, tuning_log=str(log))
+    untuned = lw.compile(g)
     assert isinstance(tuned, PolymorphicExecutable)
     changed = [k for k, (a, b) in enumerate(zip(tuned.calls, untuned.calls))
                if a.module.get_source("lowered") != b.module.get_source("lowered")]
