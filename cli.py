@@ -25,6 +25,17 @@ def _input_shapes(specs):
     return shapes
 
 
+def _sizes(specs) -> dict:
+    """``seq=128`` options to a dict of symbol sizes."""
+    sizes = {}
+    for spec in specs:
+        name, _, value = spec.partition("=")
+        if not name or not value.isdigit():
+            raise UsageError(f"--size takes SYMBOL=N with a whole number N, got {spec!r}")
+        sizes[name] = int(value)
+    return sizes
+
+
 def _duration(text: str) -> float:
     """``90``, ``90s``, ``20m`` or ``1.5h`` to seconds."""
     units = {"s": 1, "m": 60, "h": 3600}
@@ -46,9 +57,10 @@ def _cmd_tune(args) -> int:
         raise UsageError("give --trials N, --time-budget DURATION, or both")
     require_extra("lightgbm", "loopweave tune (the autoscheduler's cost model)")
     graph = from_onnx(args.model, input_shapes=_input_shapes(args.input_shape))
+    tasks = extract_tasks(graph, args.target, sizes=_sizes(args.size) if args.size else None)
     client = _dask_client(args.scheduler) if args.scheduler else None
     try:
-        result = auto.tune_network(extract_tasks(graph, args.target), trials=args.trials, time_budget=budget,
+        result = auto.tune_network(tasks, trials=args.trials, time_budget=budget,
                                    log=args.log, progress=not args.quiet, executor=client)
     finally:
         if client is not None:
@@ -250,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--time-budget", metavar="DURATION", help="wall time for the whole search: 90s, 20m, 1h")
     tune.add_argument("--target", default="llvm", help="the CPU to tune for (default llvm: this machine)")
     tune.add_argument("--input-shape", action="append", metavar="NAME=AxBxC", help=SHAPE_HELP)
+    tune.add_argument("--size", action="append", metavar="SYMBOL=N",
+                      help="a model of symbolic sizes (compiled once) is tuned at one binding of its symbols: this "
+                           "one's size (repeat per symbol; default 1 for a leading axis, 64 for the others)")
     tune.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                       help="build and time candidates on the workers of this Dask scheduler, in parallel (one timing "
                            "at a time per machine); the workers need loopweave, and a CPU of the --target's kind")

@@ -112,6 +112,7 @@ def build_polymorphic(graph, target="llvm", prebuilt: Optional[Dict[str, object]
     builder.prebuilt = prebuilt
     exe = builder.build()
     exe.model_bytes, exe.opset = graph.model_bytes, graph.opset
+    exe.tuned_kernels = builder.tuned_kernels
     exe.use_runner(runner_object if runner_object is not None else call_list_object(builder.target))
     return exe
 
@@ -149,6 +150,7 @@ class _Builder:
         self.aliases: Dict[object, object] = {}  # sympy size -> the size it is checked equal to at run time
         self.checks: Optional[str] = None        # lw.build's checks= for every kernel
         self.tuning_log = None                   # records applied to the kernels (``tuned.py``)
+        self.tuned_kernels = 0                   # kernels scheduled from a record
         self.building = True                     # False: the walk only lists the kernels (``tasks.py``)
         self.recipes: Dict[int, KernelRecipe] = {}   # id of a _Pending kernel -> how it was made
         # sizes a feed binds directly (``bind`` refuses 0 for them): the ones a kernel may specialise to 1
@@ -422,7 +424,7 @@ class _Builder:
         full_key = repr(key + (tuple(pattern), tuple(len(s) for s in arg_shapes),
                                tuple(self.dtype(i) for i in inputs)))
 
-        def built(full_key, make, name, multiples=None, units=()):
+        def built(full_key, make, name, multiples=None, units=(), condition=None):
             module = self.kernels.get(full_key)
             if module is None and self.prebuilt is not None:
                 module = self.prebuilt.get(full_key)
@@ -459,9 +461,11 @@ class _Builder:
                                              derived_output or bool(multiples))
                 recipe = KernelRecipe(name, make, tuple(arg_shapes), tuple(self.dtype(i) for i in inputs[:own]), own,
                                       derived_output, tuple(variables),
-                                      tuple((d, k, r) for d, (k, r) in (multiples or {}).items()), tuple(units))
+                                      tuple((d, k, r) for d, (k, r) in (multiples or {}).items()), tuple(units),
+                                      condition)
                 tuned = None if self.tuning_log is None else \
                     tuned_schedule(self.tuning_log, self.target, recipe, holders + [out])
+                self.tuned_kernels += tuned is not None
                 # built after the walk, all together (build_many: on every core)
                 if not self.jobs and self.building:
                     build_workers.prestart()
@@ -478,7 +482,7 @@ class _Builder:
             fixed = [f"v{variables[d]}=1" if d in variables else f"{S.show(d)}=1" for d in v.units] + \
                 [f"v{variables[d]}*{k}" + (f"+{r}" if r else "") for d, (k, r) in (v.multiples or {}).items()]
             module_of_variant = built(" ".join([full_key, v.key] + fixed), v.make, f"poly_{key[0]}_{v.what}",
-                                      v.multiples, v.units)
+                                      v.multiples, v.units, (v.size, v.at_most))
             specials.append(Variant(module_of_variant, v.size, v.at_most))
             for d, (k, r) in (v.multiples or {}).items():
                 sizes[_multiple_name(variables[d], k, r)] = S.floordiv(d - r, k)

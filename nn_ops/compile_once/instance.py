@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
+import sympy
+
 from ...dsl.tensor import placeholder
 from ..network import symbolic as S
 
@@ -29,6 +31,7 @@ class KernelRecipe:
     variables: Tuple[object, ...]      # the graph sizes that are size vars, in var order
     multiples: Tuple[Tuple[object, int, int], ...] = ()   # (size, k, r): the kernel takes size = k * var + r
     units: Tuple[object, ...] = ()     # sizes that are 1 wherever this kernel runs
+    condition: Optional[Tuple[object, int]] = None    # a variant's: it runs where size <= at_most
 
     def args_at(self, binding: Dict[object, int]) -> list:
         """The kernel's arguments (placeholders, then the output) with every size var at ``binding``
@@ -46,8 +49,9 @@ class KernelRecipe:
     def binding_of(self, shapes: Sequence[Sequence[int]]) -> Optional[Dict[object, int]]:
         """The binding of ``variables`` at which this kernel's arguments have ``shapes`` (a record's
         sizes), or None where no binding gives them (another rank or constant, one size read as two
-        values, a size this kernel fixes to 1 or to ``k * var + r`` that the shapes break).  Sizes
-        the kernel derives itself are left to the key to check."""
+        values, a size this kernel fixes to 1 or to ``k * var + r`` that the shapes break, a binding
+        where this variant does not run or where its condition cannot be told from the kernel's sizes).
+        Sizes the kernel derives itself are left to the key to check."""
         if len(shapes) != len(self.arg_shapes):
             return None
         binding: Dict[object, int] = {}
@@ -69,6 +73,10 @@ class KernelRecipe:
             return None
         if any((binding[d] - r) % k or (binding[d] - r) // k < 1 for d, k, r in self.multiples):
             return None
+        if self.condition is not None:
+            size = _value_at(self.condition[0], binding)
+            if size is None or size > self.condition[1]:
+                return None
         return binding
 
     def at_graph_binding(self, sizes: Dict[str, int]) -> Dict[object, int]:
@@ -83,3 +91,14 @@ def volume(binding: Dict[object, int]) -> int:
         total *= v
     return total
 
+
+
+def _value_at(size, binding: Dict[object, int]) -> Optional[int]:
+    """``size`` (sympy, over the graph's symbols) where the kernel's sizes are ``binding``, or None
+    where they do not fix it."""
+    if size in binding:
+        return binding[size]
+    value = sympy.sympify(size).xreplace({d: sympy.Integer(v) for d, v in binding.items()})
+    if value.free_symbols:
+        return None
+    return int(S.evaluate(value, {}))

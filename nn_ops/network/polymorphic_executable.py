@@ -123,6 +123,7 @@ class PolymorphicExecutable:
         self.name = name
         self.kernels = dict(kernels or {})      # structural key (text) -> Module: what save writes
         self.model_bytes, self.opset, self.target = model_bytes, opset, target
+        self.tuned_kernels = 0                  # distinct kernels scheduled from a tuning record (not saved)
         self._view_shapes: Dict[tuple, list] = {}
         self.runner_object, self._runner = b"", None
         # input shapes -> (call table, the outputs' arena views, or None where an output is an input):
@@ -331,7 +332,8 @@ class PolymorphicExecutable:
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}: {d}{show_shape(s)}" for n, s, d in self.inputs)
         return (f"<loopweave PolymorphicExecutable {self.name!r} ({ins}): {len(self.calls)} kernel calls, "
-                f"{len(self.kernels) or len({id(c.module) for c in self.calls})} distinct kernels, "
+                f"{len(self.kernels) or len({id(c.module) for c in self.calls})} distinct kernels"
+                f"{f' ({self.tuned_kernels} from tuning records)' if self.tuned_kernels else ''}, "
                 f"{len(self.plan.slot_sizes)} arena slots>")
 
     def _repr_html_(self) -> str:

@@ -47,13 +47,14 @@ def _record(log, task, s, seconds=1e-6):
     return t
 
 
-def _dense_kernel(graph):
-    """The walk of ``graph`` (nothing built): the dense kernel of the q/k/v projections (recipe,
-    symbolic arguments)."""
+def _dense_kernel(graph, variant=None):
+    """The walk of ``graph`` (nothing built): the dense kernel of the q/k/v projections, or its
+    variant number ``variant`` (recipe, symbolic arguments)."""
     builder = walker(graph, "llvm")
     builder.building = False
     builder.walk()
-    module = builder.calls[0].module
+    call = builder.calls[0]
+    module = call.module if variant is None else call.variants[variant].module
     return builder.recipes[id(module)], builder.jobs[module.index][1]
 
 
@@ -86,6 +87,9 @@ def test_a_record_binds_the_sizes_the_kernel_covers_and_no_other(tiny):
     assert recipe.binding_of([[48, 32], [2, 64, 32], [64], [48, 64]]) is None       # another constant
     assert recipe.binding_of([[48, 64], [2, 64, 32], [64]]) is None                 # another argument list
     assert recipe.binding_of([[48, 64, 1], [2, 64, 32], [64], [48, 64]]) is None    # another rank
+    one_row, _ = _dense_kernel(tiny[1], variant=0)         # runs where rows <= 1 only
+    assert one_row.binding_of([[1, 64], [2, 64, 32], [64], [1, 64]]) == {rows: 1}
+    assert one_row.binding_of([[48, 64], [2, 64, 32], [64], [48, 64]]) is None
 
 
 def test_tuning_log_changes_the_compile_once_kernels_and_not_their_results(tiny, tmp_path, monkeypatch):
@@ -103,6 +107,7 @@ def test_tuning_log_changes_the_compile_once_kernels_and_not_their_results(tiny,
         tuned = lw.compile(g, tuning_log=str(log))
     untuned = lw.compile(g)
     assert isinstance(tuned, PolymorphicExecutable)
+    assert tuned.tuned_kernels == 1 and "(1 from tuning records)" in repr(tuned)
     changed = [k for k, (a, b) in enumerate(zip(tuned.calls, untuned.calls))
                if a.module.get_source("lowered") != b.module.get_source("lowered")]
     assert changed == [k for k, c in enumerate(tuned.calls) if c.node in dense.groups]
@@ -141,3 +146,21 @@ def test_a_record_that_does_not_carry_over_to_symbolic_sizes_is_refused_with_a_w
     with pytest.warns(records.RecordWarning, match=r"1 tuning record\(s\) of kernel 'poly_group' do not replay "
                                                    r"on its symbolic sizes .*tuned at .*=64.*vectorize"):
         assert tuned_schedule(str(log), resolve_target("llvm"), recipe, args) is None
+
+
+def test_cli_tunes_a_dynamic_model_at_one_binding_then_compiles_it_once_with_the_log(tiny, tmp_path, capsys):
+    pytest.importorskip("lightgbm")
+    from loopweave import cli
+    model, log, out = str(tmp_path / "enc.onnx"), str(tmp_path / "t.jsonl"), str(tmp_path / "m.lwx")
+    onnx.save(tiny[0], model)
+    assert cli.main(["tune", model, "--trials", "3", "--size", "seq=16", "--log", log, "-q"]) == 0
+    assert "NetworkTuneResult" in capsys.readouterr().out
+    assert cli.main(["compile", model, "-o", out, "--tuning-log", log, "-q"]) == 0
+    printed = capsys.readouterr().out
+    assert "PolymorphicExecutable" in printed and "from tuning records" in printed, printed
+    x = np.random.default_rng(0).standard_normal((2, 5, 64)).astype(np.float32)
+    want, = ort.InferenceSession(tiny[0].SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"input": x})
+    np.testing.assert_allclose(lw.load(out).run({"input": x})[0], want, rtol=1e-4, atol=1e-4)
+    assert cli.main(["tune", model, "--trials", "3", "--size", "seq=many", "--log", log, "-q"]) == 2
+    assert "--size takes SYMBOL=N" in capsys.readouterr().err
