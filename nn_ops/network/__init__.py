@@ -6,3 +6,5 @@ network's kernels as tuning tasks (``tasks.py``: ``extract_tasks``).
 
 It imports the op library, never the ONNX importer: importers build graphs for it.
 """
+
+from . import quantized_ops  # noqa: F401,E402  (registers the int8 convolution ops in op_table.OPS)

@@ -60,6 +60,7 @@ from ..graph import Graph, Node
 from ..op_table import SCALAR_OPS, scalar_constants
 from ...ops.nchwc import blocked_shape, group_merge, merged_groups, pack_blocked_weight, pack_depthwise_weight
 from ...ops.winograd import winograd_pays, winograd_weight
+from .blocked_qconv import QUANTIZERS, blocked_qconv, follows_blocked, is_quantizer_constant, qconv_goes_blocked
 from .sink_reshapes import ELEMENTWISE
 
 
@@ -207,6 +208,10 @@ def _decide(g: Graph, node: Node, block, lanes, users, padded=()) -> Optional[st
             return "conv"
         lone_nchw = weight.shape[2:] == (1, 1) and _lone_1x1_stays_plain(c, g.shape(node.outputs[0]), node.attrs)
         return "conv_plain_input" if not lone_nchw or _reaches_conv(node.outputs[0], users, block) else None
+    if op == "qconv2d":
+        return "qconv" if qconv_goes_blocked(g, node, block, padded, lambda c: channel_block(c, lanes)) else None
+    if op in QUANTIZERS and follows_blocked(g, node, block, padded):
+        return "elementwise"
     if op in ("max_pool2d", "avg_pool2d") and block.get(node.inputs[0]):
         return "pool"
     if op == "global_avg_pool" and block.get(node.inputs[0]):
@@ -430,6 +435,9 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
         return Node("depthwise_blocked", [blocked_input(node.inputs[0]), w_name] + extra, [out],
                     {"stride": tuple(attrs["stride"]), "padding": tuple(attrs["padding"]),
                      "dilation": tuple(attrs["dilation"])}, node.name)
+    if how == "qconv":
+        x = node.inputs[0]
+        return blocked_qconv(g, node, out, blocked_input(x), block.get(x) or channel_block(g.shape(x)[1], lanes), b)
     if how == "resize":         # the tables index height and width, axes 2 and 3 of either layout
         return Node("resize", [twin[node.inputs[0]]] + list(node.inputs[1:]), [out], dict(attrs), node.name)
     if how == "spatial_pad":    # height and width padded: axes 2 and 3 of either layout
@@ -452,7 +460,7 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
     out_shape = g.shape(node.outputs[0])
     inputs = []
     for k, i in enumerate(node.inputs):
-        if k in scalars:
+        if k in scalars or is_quantizer_constant(node, k):
             inputs.append(i)
         elif _channel_constant(g, i, out_shape):
             value = g.initializers[i].reshape(-1)

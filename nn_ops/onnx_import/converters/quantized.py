@@ -224,6 +224,8 @@ def qlinear_conv(ctx: ImportContext, node):
         if int(np.prod(ctx.shape(s))) not in allowed:
             per_channel = ", or one per output channel" if len(allowed) > 1 else ""
             raise Unsupported(f"scale {s!r} of shape {ctx.shape(s)} (one value{per_channel})")
+    if _direct_qconv(ctx, node):
+        return
     acc = _integer_conv(ctx, node, x, w, x_zp or None, w_zp or None, ctx.temp(out, "acc"))
     rank = len(ctx.shape(x))
     if bias:
@@ -236,6 +238,56 @@ def qlinear_conv(ctx: ImportContext, node):
     if int(np.prod(ctx.shape(w_scale))) > 1:
         multiplier = _reshaped(ctx, multiplier, [channels] + [1] * (rank - 2))
     _requantized(ctx, node, acc, multiplier, y_zp or None, ctx.dtype(y_zp) if y_zp else ctx.dtype(x), out)
+
+
+def _constant(ctx: ImportContext, name, sizes=(1,)):
+    """``name``'s constant value, or None where it is absent, computed at run time or not of one of ``sizes``
+    elements."""
+    value = ctx.const(name) if name else None
+    return value if value is not None and value.size in sizes else None
+
+
+def _direct_qconv(ctx: ImportContext, node) -> bool:
+    """QLinearConv as one ``qconv2d`` node (``ops/int8_conv``: the product and the requantization in one
+    kernel, on the blocked layout on CPUs), where its operands allow: a 2-d conv of one group whose input
+    channels are whole words of four; constant weight, scales, zero points and bias; float32 scales; a
+    weight zero point that is 0 for an int8 weight (128 for a uint8 one).  The input's zero point goes into
+    the bias (``sum (x - zx) w = D - zx sum w``) and the padding; the multiplier is computed as the
+    general path's graph computes it (float32 ``x_scale * w_scale / y_scale``), so the two agree to the bit.
+    Returns whether it was emitted."""
+    x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp = (list(node.input) + [""] * 8)[:8]
+    bias_name = optional_input(node, 8)
+    weight = ctx.const(w)
+    shape = ctx.shape(x)
+    if weight is None or weight.ndim != 4 or weight.dtype not in (np.int8, np.uint8) or len(shape) != 4 or \
+            int(ctx.attr(node, "group", 1)) != 1 or shape[1] % 4 or ctx.dtype(x) not in ("int8", "uint8"):
+        return False
+    oc = weight.shape[0]
+    scales = [_constant(ctx, s, (1, oc) if s == w_scale else (1,)) for s in (x_scale, w_scale, y_scale)]
+    zx = _constant(ctx, x_zp) if x_zp else np.zeros(1, ctx.dtype(x))
+    zw = _constant(ctx, w_zp, (1, oc)) if w_zp else np.zeros(1, weight.dtype)
+    zy = _constant(ctx, y_zp) if y_zp else np.zeros(1, np.int64)
+    bias = _constant(ctx, bias_name, (oc,)) if bias_name else np.zeros(oc, np.int32)
+    if any(v is None for v in scales + [zx, zw, zy, bias]) or any(v.dtype != np.float32 for v in scales) or \
+            bias.dtype != np.int32 or bool((zw.astype(np.int64) != unsigned_offset(weight.dtype)).any()):
+        return False
+    w_s, _ = signed_bytes(weight)
+    alpha = int(zx.reshape(())) + (128 if ctx.dtype(x) == "int8" else 0)
+    folded = _wrapped(bias.astype(np.int64) - alpha * w_s.astype(np.int64).sum(axis=(1, 2, 3)))
+    x_s, w_sc, y_s = scales
+    multiplier = np.broadcast_to((x_s.reshape(-1) * w_sc.reshape(-1)) / y_s.reshape(-1), (oc,)).astype(np.float64)
+    kh, kw = weight.shape[2:]
+    kernel = list(ctx.attr(node, "kernel_shape", [kh, kw]))
+    stride = list(ctx.attr(node, "strides", [1, 1]))
+    dilation = list(ctx.attr(node, "dilations", [1, 1]))
+    padding = _spatial_padding(ctx, node, tuple(shape[2:]), kernel, stride, dilation)
+    out = node.output[0]
+    inputs = [x, ctx.add_constant(f"{w}.signed", w_s), ctx.add_constant(f"{out}.bias_folded", folded),
+              ctx.add_constant(f"{out}.multiplier", np.ascontiguousarray(multiplier))]
+    ctx.emit("qconv2d", inputs, out, {"stride": tuple(stride), "padding": tuple(padding), "dilation": tuple(dilation),
+                                      "pad_value": int(zx.reshape(())), "y_zero_point": int(zy.reshape(())),
+                                      "to": ctx.dtype(y_zp) if y_zp else ctx.dtype(x)}, name=node.name)
+    return True
 
 
 def _requantized(ctx: ImportContext, node, acc: str, multiplier: str, y_zp, to: str, out: str) -> None:
