@@ -120,9 +120,17 @@ def _narrowed(C: Tensor, dtype: str, name: str) -> Tensor:
     return compute(C.shape, lambda *idx: cast(dtype, C[idx]), name=name + ".cast", tag="elemwise")
 
 
+#: rows of a gemm register tile at most: with 32 registers 8 x 2 vectors of accumulators (16 rows fit,
+#: but 8 already hide the FMA latency and keep the packed panel's rows few); re-measure:
+#: ``python -m benchmarks.kernels``
+MAX_TILE_ROWS = 8
+
+
 def register_tile_rows(target, dtype: str) -> int:
-    """Rows of the gemm schedules' register tile (its columns: ``panel_width``)."""
-    return 8 if target.lanes(dtype) >= 16 else 6
+    """Rows of the gemm schedules' register tile (its columns: ``panel_width``, two vectors): as many
+    as fit the target's vector registers beside the two B vectors and one broadcast of A, at most
+    ``MAX_TILE_ROWS``: 6 with AVX2's or SSE's 16, 8 with AVX-512's or NEON's 32."""
+    return min(MAX_TILE_ROWS, (target.vector_registers - 1 - 2) // 2)
 
 
 def _blocking(target, dtype: str):

@@ -82,6 +82,24 @@ def test_default_schedule_keeps_the_block_in_vector_registers():
     assert "if " not in text   # shifted tiles: no guards at all
 
 
+@pytest.mark.parametrize("target, rows", [("llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64-v3", 6),
+                                          ("llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64-v2", 6),
+                                          ("llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64-v4", 8),
+                                          ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", 8)])
+def test_the_register_tile_fills_the_targets_registers(target, rows):
+    """Rows x two vectors of accumulators, two B vectors and a broadcast of A within the registers
+    (16 on AVX2 and SSE, 32 on AVX-512 and NEON), at most MAX_TILE_ROWS; the lowered tile has them."""
+    from loopweave.nn_ops.ops.matmul import register_tile_rows
+    from loopweave.target import compiling_for, parse_target
+    tgt = parse_target(target)
+    assert register_tile_rows(tgt, "float32") == rows and 2 * rows + 3 <= tgt.vector_registers
+    with compiling_for(tgt):
+        A, B = lw.placeholder((64, 64), name="A"), lw.placeholder((64, 64), name="B")
+        C = nn_ops.matmul(A, B)
+        text = str(lw.lower(nn_ops.schedule(C, tgt), [A, B, C]))
+    assert f"matmul.local = allocate(({rows}, {2 * tgt.lanes('float32')})" in text, text[:1500]
+
+
 def test_a_long_epilogue_is_unrolled_in_the_schedule_a_cheap_one_is_left_to_llvm(x86_level):
     """A dense + tanh GELU kept as an 8-row loop by LLVM put the accumulator in memory through
     the whole reduction (2.2x the dense's time): its epilogue rows are unrolled by the schedule.
