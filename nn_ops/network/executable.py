@@ -156,13 +156,16 @@ class KernelPlan:
                           target=tgt, graph=self.graph, kernel_ir=self.kernel_ir)
 
 
-def plan_kernel_groups(graph: Graph, target_kind: str, precision: str = "fp32"):
+def plan_kernel_groups(graph: Graph, target_kind: str, precision: str = "fp32", copy_outputs: bool = True):
     """The graph after the passes for ``target_kind`` and its fused groups: ``(graph, kernel groups in
     run order, {alias output: the value it views}, {concat part: (concat, byte offset)})``; the
     concats computed in place by their parts' kernels are not among the groups.  Shared by the
-    compiler and the tuning tasks (which so never tune a copy the network does not run)."""
+    compiler and the tuning tasks (which so never tune a copy the network does not run).
+    ``copy_outputs=False`` leaves an output that is a view as a view (an executable that copies its
+    outputs out of the arena, as the polymorphic one does, needs no kernel for it)."""
     g = optimize(graph, target_kind, precision)
-    g = materialize_output_copies(g)
+    if copy_outputs:
+        g = materialize_output_copies(g)
     groups = fuse_operators(g)
     kernel_groups = [grp for grp in groups if grp.kind != "alias"]
     alias_of = {grp.output: grp.nodes[0].inputs[0] for grp in groups if grp.kind == "alias"}

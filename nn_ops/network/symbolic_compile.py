@@ -55,7 +55,12 @@ def compile_symbolic(graph: Graph, signature, target, checks: Optional[str] = No
         lines = "\n".join(f"  - node {name!r}: {op}" for name, op in unsupported)
         raise BuildError(f"{graph.name!r}: the graph pipeline builds no kernel over symbolic sizes for these ops yet "
                          f"(compile without pipeline='graph' for the compile-once path):\n{lines}")
-    g, groups, alias_of, slice_of = plan_kernel_groups(graph, target.kind)
+    g, groups, alias_of, slice_of = plan_kernel_groups(graph, target.kind, copy_outputs=False)
+    computed = {grp.output for grp in groups} | set(g.inputs)
+    for out in g.outputs:       # the executable copies each output out of the arena (or the feed)
+        if _root(out, alias_of) not in computed:
+            raise BuildError(f"{graph.name!r}: output {out!r} is a constant, which the graph pipeline does not give "
+                             f"back yet; compile without pipeline='graph'")
     if slice_of:
         raise BuildError(f"{graph.name!r}: the graph pipeline does not place concats or slices in other values' "
                          f"memory yet ({', '.join(sorted(slice_of))}); compile without pipeline='graph'")

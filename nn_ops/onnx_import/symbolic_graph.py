@@ -2,10 +2,10 @@
 
 The converters compute shapes and shape-valued attributes (a reshape's target, a flattening's
 rows) with Python ints.  Rather than a second, symbolic copy of every converter, the model is
-imported statically at probe bindings and every size of the result is solved for: each symbol is a
-distinct prime at each probe, so a size that is ``c * batch**i * seq**j`` is found exactly from
-two probes (the ratio of its two values fixes the exponents, by unique factorisation) and checked
-at a third.  Values the symbolic shape inference names (``symbolic_shapes.py``) keep its
+imported statically at three probe bindings and every size of the result is solved for: each
+symbol is a distinct prime at the first two, so a size that is ``c * batch**i * seq**j`` is found
+exactly from them (the ratio of its two values fixes the exponents, by unique factorisation), and
+checked at the third, of even sizes (what follows a size's parity, odd at both primes, shows there).  Values the symbolic shape inference names (``symbolic_shapes.py``) keep its
 expressions, which also cover sizes that are not such products (``seq + 1``).  What the probes
 cannot explain is refused, naming the node: a graph whose structure changes with the sizes, a
 constant computed from them, a size that is no product of the symbols.
@@ -23,9 +23,10 @@ from ...errors import OnnxImportError
 from ..network import symbolic as S
 from ..network.graph import Graph
 
-#: each symbol's value at each probe: distinct primes, larger than the sizes ops specialise
-#: (a 3x3 window, one token), small enough for the memory limit's import-time checks
-PROBE_PRIMES = ((17, 19, 23, 29, 31), (37, 41, 43, 47, 53), (59, 61, 67, 71, 73))
+#: each symbol's value at each probe: distinct primes at the first two, even sizes at the third; all
+#: larger than the sizes ops specialise (a 3x3 window, one token), small enough for the memory
+#: limit's import-time checks
+PROBES = ((17, 19, 23, 29, 31), (37, 41, 43, 47, 53), (24, 32, 40, 48, 56))
 #: the highest power of one symbol a size may hold (``seq * seq`` of attention scores)
 MAX_POWER = 3
 
@@ -36,10 +37,10 @@ def symbolic_graph(dynamic) -> Graph:
         raise OnnxImportError(f"{dynamic.name!r}: shape inputs ({', '.join(dynamic.value_inputs)}) change the "
                               f"graph's structure with their values; it has no one symbolic graph")
     symbols = list(dynamic.signature.symbols)
-    if len(symbols) > len(PROBE_PRIMES[0]):
+    if len(symbols) > len(PROBES[0]):
         raise OnnxImportError(f"{dynamic.name!r} has {len(symbols)} symbolic sizes; the symbolic graph solves for "
-                              f"at most {len(PROBE_PRIMES[0])}")
-    bindings = [dict(zip(symbols, primes)) for primes in PROBE_PRIMES]
+                              f"at most {len(PROBES[0])}")
+    bindings = [dict(zip(symbols, primes)) for primes in PROBES]
     for binding in bindings:
         for check in dynamic.signature.checks:
             if not check.holds(binding):

@@ -19,6 +19,7 @@ from .eliminate_dead_code import eliminate_dead_code
 from .fold_batch_norm import fold_batch_norm
 from .fold_constants import fold_constants
 from .fold_pad_into_conv import fold_pad_into_conv
+from .flatten_row_ops import flatten_row_ops
 from .fuse_gelu import fuse_gelu
 from .fuse_silu import fuse_silu
 from .fuse_operators import FusedGroup, fuse_operators
@@ -31,7 +32,8 @@ from .slices_as_views import slices_as_views
 
 def optimize(graph: Graph, target_kind: str = "llvm", precision: str = "fp32") -> Graph:
     """The standard graph pipeline, on a copy: fold constants, zero pads and BN into convs,
-    recognise GELU and SiLU, move reshapes below elementwise ops and collapse chains of them, keep CPU convolution networks in
+    recognise GELU and SiLU, move reshapes below elementwise ops (row ops over symbolic sizes onto
+    (rows, n) views) and collapse chains of them, keep CPU convolution networks in
     the blocked layout (on the GPU: convolutions as implicit GEMMs), pre-transpose constant dense weights, pre-pack constant conv
     weights, drop dead code.  ``precision`` "tf32" or "fp16" (cuda): convolutions shaped for the tensor cores."""
     g = graph.copy()
@@ -39,6 +41,7 @@ def optimize(graph: Graph, target_kind: str = "llvm", precision: str = "fp32") -
     g = fuse_gelu(g)
     g = fuse_silu(g)
     g = sink_reshapes(g)
+    g = flatten_row_ops(g)
     g = collapse_reshapes(g)
     g = eliminate_dead_code(g)
     g = fold_pad_into_conv(g)
@@ -67,6 +70,6 @@ def _int8_pairs() -> bool:
     return int8_pairs(resolve_target("llvm"))
 
 
-__all__ = ["optimize", "choose_conv_layout", "choose_cuda_conv", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "choose_dense_layout", "pack_conv_weights",
+__all__ = ["optimize", "choose_conv_layout", "choose_cuda_conv", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "choose_dense_layout", "flatten_row_ops", "pack_conv_weights",
            "eliminate_dead_code", "fuse_gelu", "fuse_silu", "sink_reshapes", "collapse_reshapes", "rejoin_slices", "fuse_operators", "FusedGroup",
            "materialize_output_copies", "concats_in_place", "slices_as_views", "pack_weights"]

@@ -7,7 +7,7 @@ import pytest
 import loopweave as lw
 from loopweave.errors import OnnxImportError
 from loopweave.nn_ops.network import symbolic as S
-from loopweave.nn_ops.onnx_import.symbolic_graph import PROBE_PRIMES, _Solver, symbolic_graph
+from loopweave.nn_ops.onnx_import.symbolic_graph import PROBES, _Solver, symbolic_graph
 from loopweave.nn_ops.testing import model_zoo
 
 B, T = S.symbol("batch"), S.symbol("seq")
@@ -39,7 +39,7 @@ def test_only_constants_the_nodes_read_are_kept(encoder_graph):
 
 def _solver():
     symbols = ["batch", "seq"]
-    bindings = [dict(zip(symbols, primes)) for primes in PROBE_PRIMES]
+    bindings = [dict(zip(symbols, primes)) for primes in PROBES]
     dynamic = SimpleNamespace(name="m", shapes=SimpleNamespace(shapes={}))
     return _Solver(dynamic, symbols, bindings, []), bindings
 
@@ -54,3 +54,10 @@ def test_a_size_that_is_no_product_is_refused():
     solver, bindings = _solver()
     with pytest.raises(OnnxImportError, match="no product of the symbols"):
         solver.size([b["seq"] + 1 for b in bindings], "dimension 0 of 'x'")
+
+
+def test_a_size_that_follows_parity_is_refused():
+    """Odd at both prime probes, so equal there: the even probe shows it is no constant."""
+    solver, bindings = _solver()
+    with pytest.raises(OnnxImportError, match="no product of the symbols"):
+        solver.size([b["seq"] % 2 + 5 for b in bindings], "attribute 'pads'")
