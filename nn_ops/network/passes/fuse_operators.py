@@ -9,8 +9,9 @@ Groups are returned in an order they can run in (by their last node).
 Rules: an ``injective`` node (elementwise, broadcast, data movement) joins the group
 that produces one of its inputs when that input is the group's result, has the same
 shape as the node's output (it is read elementwise, not broadcast) and a dtype of the same
-width, is used by nothing else and is not a graph output, and the group is an ``anchor`` (conv2d, dense, matmul)
-or ``injective`` group.  So ``conv -> add(bias) -> add(residual) -> relu`` is one kernel.
+width (any dtype after the blocked anchors of ``CHANNEL_VECTOR_ANCHORS``), is used by nothing else
+and is not a graph output, and the group is an ``anchor`` (conv2d, dense, matmul) or ``injective``
+group.  So ``conv -> add(bias) -> add(residual) -> relu`` is one kernel.
 ``reduce`` ops (pools, softmax) start their own kernel; ``alias`` ops (reshape,
 identity) are no kernel at all: their output is their input's memory.
 
@@ -40,6 +41,10 @@ from ..graph import Graph, Node
 from ..op_table import OPS
 
 MAX_GROUP_NODES = 8
+#: blocked anchors whose epilogue runs over one channel block's vector whatever its dtypes, so a
+#: quantized layer's DequantizeLinear -> float ops -> QuantizeLinear joins the kernel (the int8 conv's
+#: uint8 result)
+CHANNEL_VECTOR_ANCHORS = ("qconv2d_blocked",)
 MIN_FUSED_ROWS = 14
 
 
@@ -115,8 +120,9 @@ def fuse_operators(g: Graph) -> List[FusedGroup]:
                 grp = producer_group.get(i)
                 if grp is None or grp.kind not in ("anchor", "injective") or not _may_join(g, users, grp, i):
                     continue
-                if g.shape(i) != g.shape(node.outputs[0]) or not _same_width(g.values[i].dtype,
-                                                                           g.values[node.outputs[0]].dtype):
+                if g.shape(i) != g.shape(node.outputs[0]) or not (
+                        _same_width(g.values[i].dtype, g.values[node.outputs[0]].dtype)
+                        or grp.nodes[0].op_type in CHANNEL_VECTOR_ANCHORS):
                     continue
                 target = grp
                 break

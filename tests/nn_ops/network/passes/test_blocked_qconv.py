@@ -72,3 +72,31 @@ def test_a_qlinear_conv_whose_channels_are_not_whole_words_keeps_the_product_of_
     model.graph.initializer[2].CopyFrom(numpy_helper.from_array(np.ascontiguousarray(w), "w0"))
     counts = lw.from_onnx(model).op_counts()
     assert counts.get("qconv2d") == 1 and counts.get("matmul_u8s8") == 1
+
+
+def test_a_quantized_layer_between_its_dequantize_and_quantize_is_one_kernel():
+    """QDQ's conv -> DequantizeLinear -> a batch norm's float scale and shift -> QuantizeLinear: the float
+    ops join the int8 conv's kernel (its uint8 result is never written)."""
+    from loopweave.nn_ops.network.passes import fuse_operators
+    model, feed = _two_layers("uint8", True)
+    model.opset_import[0].version = 21         # (the reference evaluator's DequantizeLinear)
+    rng = np.random.default_rng(9)
+    g = model.graph
+    y0 = g.node[0].output[0]
+    g.node[0].output[0] = "c0"
+    inits = [("s0", np.array(0.4, np.float32)), ("z0", np.array(90, np.uint8)),
+             ("bn_s", rng.uniform(0.5, 1.5, (1, 32, 1, 1)).astype(np.float32)),
+             ("bn_t", rng.uniform(-2, 2, (1, 32, 1, 1)).astype(np.float32)), ("s1", np.array(0.3, np.float32))]
+    g.initializer.extend(numpy_helper.from_array(v, n) for n, v in inits)
+    extra = [helper.make_node("DequantizeLinear", ["c0", "s0", "z0"], ["f0"]),
+             helper.make_node("Mul", ["f0", "bn_s"], ["f1"]), helper.make_node("Add", ["f1", "bn_t"], ["f2"]),
+             helper.make_node("QuantizeLinear", ["f2", "s1", "z0"], [y0])]
+    for k, node in enumerate(extra):
+        g.node.insert(1 + k, node)
+    graph = lw.from_onnx(model)
+    groups = [grp.name for grp in fuse_operators(optimize(graph))]
+    assert "qconv2d_blocked_dequantize_mul_add_quantize" in groups and "quantize" not in groups
+    from onnx.reference import ReferenceEvaluator
+    want = ReferenceEvaluator(model).run(None, feed)[0]
+    (got,) = lw.compile(graph, progress=False).run(feed)
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1      # (float rounding of the batch norm)
