@@ -4,7 +4,9 @@ It sits above both the network compiler (``network/``) and the ONNX importer
 (``onnx_import/``): a static Graph compiles to an Executable (CPU) or a CudaExecutable,
 a DynamicGraph (shapes known only at run time, kept as its ONNX model) to a
 PolymorphicExecutable compiled once for every binding, or (where that path does not reach) a
-DynamicExecutable that compiles one static specialisation per input binding.
+DynamicExecutable that compiles one static specialisation per input binding.  With
+``pipeline="graph"`` a DynamicGraph goes through the one Graph pipeline over symbolic sizes
+instead of the compile-once walk.
 """
 from __future__ import annotations
 

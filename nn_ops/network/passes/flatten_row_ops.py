@@ -4,7 +4,8 @@ symbolic runs on a ``(rows, n)`` view of it.
 Over several symbolic leading extents (``[batch, seq, 256]``) the row kernel's loops cannot be fused
 (a fused symbolic index divides, and bound inference then computes a stage whole at every
 iteration): the zoo encoder's layer norm at 4 x 64 took 1.46 ms against 0.013 ms over
-``[batch*seq, 256]`` (2 threads, under load, ``python -m benchmarks.graph_pipeline``).  So
+``[batch*seq, 256]`` (``profile``, 2 threads, under load; the network: ``python -m
+benchmarks.graph_pipeline``).  So
 ``y = op(x)`` becomes ``y = reshape(op(reshape(x, [rows, n])), shape)``; ``collapse_reshapes`` then
 joins the views with their neighbours.  Static shapes are left alone (their loops fuse).  Accepts
 any graph; guarantees the same values.

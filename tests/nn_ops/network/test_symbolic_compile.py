@@ -10,7 +10,7 @@ from loopweave.nn_ops.testing import model_zoo
 from loopweave.nn_ops.testing.onnx_builder import OnnxBuilder
 
 HIDDEN = 32
-BINDINGS = [(1, 1), (2, 5), (3, 19)]
+BINDINGS = [(1, 1), (2, 5), (3, 19), (4, 1)]
 
 
 @pytest.fixture(scope="module")
