@@ -32,8 +32,9 @@ from .archive import ArchiveReader, ArchiveWriter, MetaChecker
 from . import call_list, symbolic as S
 from .kernel_cache import kernel_entry, kernel_module
 from .feed import check_names_and_dtypes, show_shape
-from .signature import SymbolicSignature, export_needs_fixed_shapes
+from .signature import SymbolicSignature
 from .executable import index_out_of_range
+from .export_polymorphic import export_polymorphic_library
 from .symbolic_plan import SymbolicPlan
 
 FORMAT = "loopweave-polymorphic-executable"
@@ -310,9 +311,10 @@ class PolymorphicExecutable:
             self._view_shapes[key] = found
         return found
 
-    def export_library(self, path, prefix: str = "lw_", params: str = "embed", cc=None):
-        """Not for symbolic sizes yet: the C API has fixed shapes (an ArgumentError that says what to do)."""
-        raise export_needs_fixed_shapes(self.inputs)
+    def export_library(self, path, prefix: str = "lw_", params: str = "embed", cc=None, levels=()):
+        """Write the network as a shared library whose C API takes the sizes (``model.so`` and
+        ``model.h``; ``export_polymorphic.py``); returns the library's path."""
+        return export_polymorphic_library(self, path, prefix, params, cc, levels)
 
     def save(self, path) -> None:
         """A checksummed zip (``archive.py``): meta.json, model.onnx and each distinct kernel's object
