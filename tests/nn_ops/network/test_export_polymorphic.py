@@ -72,11 +72,17 @@ def _run(folder, app, x, sizes):
                           capture_output=True, text=True, timeout=60)
 
 
-def test_a_compile_once_encoder_runs_from_c_at_the_sizes_it_is_given(tmp_path):
+@pytest.fixture(scope="module")
+def encoder_library(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("encoder")
     model = transformer_encoder(batch=None, seq=None, hidden=64, heads=2, layers=1, ffn=128)
     exe = lw.compile(lw.from_onnx(model))
     assert isinstance(exe, PolymorphicExecutable)
-    lib = exe.export_library(tmp_path / "model.so")
+    return tmp_path, exe, exe.export_library(tmp_path / "model.so")
+
+
+def test_a_compile_once_encoder_runs_from_c_at_the_sizes_it_is_given(encoder_library):
+    tmp_path, exe, lib = encoder_library
     header = (tmp_path / "model.h").read_text()
     assert "sizes:  batch, seq" in header and "LW_ERR_SIZE" in header
     app = _app(tmp_path, lib)
@@ -91,6 +97,46 @@ def test_a_compile_once_encoder_runs_from_c_at_the_sizes_it_is_given(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == "-10 lw_model_input_shape: size 'seq' (sizes[1]) is 0; every size is a whole " \
                                   "number >= 1"
+
+
+ERRORS_C = r"""
+#include <stdio.h>
+#include <stdint.h>
+#include "model.h"
+#define SHOW(what, status) printf("%s %d %s\n", what, (int)(status), lw_last_error())
+
+int main(void) {
+    lw_model *m;
+    float buffer[4];
+    const void *ins[1] = {buffer};
+    void *outs[1] = {buffer};
+    int64_t huge[2] = {2, INT64_C(1) << 62}, dims[3];
+    if (lw_model_create(&m, 1)) return 1;
+    SHOW("huge", lw_model_run(m, huge, ins, outs));
+    SHOW("null_sizes", lw_model_run(m, NULL, ins, outs));
+    SHOW("size_name", lw_model_size_name(m, 2) == NULL ? -2 : 0);
+    SHOW("shape_huge", lw_model_output_shape(m, 0, huge, dims, 3));
+    SHOW("rank_only", lw_model_output_shape(m, 0, NULL, NULL, 0));
+    lw_model_destroy(m);
+    return 0;
+}
+"""
+
+
+def test_bad_sizes_from_c_are_error_codes_with_messages(encoder_library):
+    tmp_path, _, lib = encoder_library
+    (tmp_path / "errors.c").write_text(ERRORS_C)
+    subprocess.run([CC, "-O1", "-o", str(tmp_path / "errors"), str(tmp_path / "errors.c"), str(lib),
+                    f"-Wl,-rpath,{tmp_path}"], check=True, cwd=tmp_path, capture_output=True, text=True)
+    proc = subprocess.run([str(tmp_path / "errors")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    assert lines["huge"].startswith("-10 lw_model_run: the sizes (batch = 2, seq = 4611686018427387904) are too "
+                                    "large")
+    assert lines["null_sizes"] == "-1 lw_model_run: sizes is NULL"
+    assert lines["size_name"].startswith("-2 lw_model_size_name: size index 2 is out of range (the model has 2 sizes)")
+    assert lines["shape_huge"].startswith("3 ")      # its dims (2, 2^62, 64) fit in int64; only the bytes do not
+    assert lines["rank_only"].startswith("3 ")
 
 
 def test_sizes_a_run_time_check_refuses_are_an_error_naming_the_check(tmp_path):
