@@ -61,3 +61,13 @@ def test_a_size_that_follows_parity_is_refused():
     solver, bindings = _solver()
     with pytest.raises(OnnxImportError, match="no product of the symbols"):
         solver.size([b["seq"] % 2 + 5 for b in bindings], "attribute 'pads'")
+
+
+def test_a_constant_computed_from_the_sizes_is_refused():
+    """ConstantOfShape(Shape(x)) folds at import to a constant as large as x: no one graph has it."""
+    from loopweave.nn_ops.testing.onnx_builder import OnnxBuilder
+    b = OnnxBuilder(opset=17)
+    zeros = b.node("ConstantOfShape", [b.node("Shape", ["input"])])
+    dynamic = lw.from_onnx(b.model(("batch", 8), b.node("Add", ["input", zeros]), ("batch", 8)))
+    with pytest.raises(OnnxImportError, match="is computed from the sizes"):
+        symbolic_graph(dynamic)
