@@ -29,11 +29,11 @@ from .op_table import OPS, SMALL_M, scalar_constants
 from .polymorphic_executable import KernelCall, PolymorphicExecutable, Variant, View
 from .symbolic_plan import SymbolicPlan
 
-#: the ops a symbolic kernel is built from: the encoder's (others may work; they are not tested so)
+#: the ops of an imported graph this pipeline builds over symbolic sizes (the encoder's, and the
+#: elementwise ops of a dense stack: each is tested so; another op's kernel may refuse ``lw.var`` extents)
 SYMBOLIC_OPS = frozenset({
-    "dense_kn", "dense", "matmul", "add", "sub", "mul", "div", "max", "min", "pow", "pow_const", "relu", "sigmoid",
-    "tanh", "exp", "sqrt", "neg", "erf", "gelu", "copy", "softmax", "layer_norm", "transpose", "reshape", "identity",
-    "cast"})
+    "dense_kn", "dense", "matmul", "add", "sub", "mul", "div", "max", "min", "pow_const", "relu", "sigmoid",
+    "tanh", "exp", "sqrt", "neg", "erf", "gelu", "softmax", "layer_norm", "transpose", "reshape", "identity"})
 #: ops whose kernels get a variant of constant extents where a fed symbol among their last two sizes is 1
 UNIT_VARIANT_OPS = ("matmul", "softmax", "transpose")
 

@@ -80,3 +80,20 @@ def test_the_pipeline_argument_is_checked(encoder):
         lw.compile(graph, pipeline="walk")
     with pytest.raises(BuildError, match="polymorphic=False"):
         lw.compile(graph, pipeline="graph", polymorphic=False)
+
+
+def test_a_dense_stack_of_elementwise_ops_equals_the_compile_once_path():
+    """Gemm, the activations and arithmetic of ``SYMBOLIC_OPS`` over a symbolic batch (a tanh GELU
+    recognised by the passes, a softmax over two axes)."""
+    b = OnnxBuilder(opset=17)
+    h = b.node("Relu", [b.gemm("input", 16, 40)])
+    h = b.node("Sigmoid", [b.gemm(h, 40, 8)])
+    h = b.node("Tanh", [b.node("Sub", [h, b.const(0.25)])])
+    h = b.node("Max", [b.node("Exp", [h]), b.node("Sqrt", [b.node("Mul", [h, h])])])
+    h = b.node("Min", [b.node("Neg", [h]), b.node("Div", [h, b.const(3.0)])])
+    h = b.node("Softmax", [b.gelu_tanh(h)], axis=-1)
+    graph = lw.from_onnx(b.model(("batch", 16), h, ("batch", 8)))
+    exe, once = lw.compile(graph, pipeline="graph"), lw.compile(graph, polymorphic=True)
+    for batch in (1, 3, 17):
+        feed = {"input": np.random.default_rng(batch).standard_normal((batch, 16)).astype(np.float32)}
+        np.testing.assert_allclose(exe.run(feed)[0], once.run(feed)[0], rtol=1e-5, atol=1e-6)
