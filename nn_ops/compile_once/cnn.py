@@ -46,6 +46,7 @@ from ..ops.shape import reduce
 from ..ops.winograd import MIN_WINOGRAD_PIXELS, winograd_largest_map, winograd_weight
 from ..ops.winograd_rows import conv2d_winograd_rows
 from ..onnx_import.context import optional_input
+from ..onnx_import.importer import node_label
 from ..onnx_import.converters.nn import inference_scale_shift
 from ..network.polymorphic_executable import BindingTable
 from .common import (BINARY, UNARY, WITH_ATTRS, KernelVariant, _apply, _attr, _same, _show,
@@ -413,7 +414,14 @@ class CnnWalk:
         b = self.b
         shape = b.shapes.shapes[conv.output[0]]
         members, internal = [], {conv.output[0]}
-        for cand in list(b.model.graph.node)[k + 1:]:
+        ahead = set()                           # nodes converted ahead of their place (convert_ahead)
+        for q, cand in enumerate(list(b.model.graph.node)[k + 1:], k + 1):
+            if id(cand) in ahead:
+                continue
+            if id(cand) not in b.done and not any(i in internal for i in cand.input):
+                ahead = self.convert_ahead(q, internal)
+                if ahead:
+                    continue
             if id(cand) in b.done or not any(i in internal for i in cand.input):
                 break
             if cand.op_type == "BatchNormalization":
@@ -427,6 +435,34 @@ class CnnWalk:
         while members and not b.escapes_only_last(conv, members):
             members.pop()
         return members
+
+    def convert_ahead(self, j: int, internal) -> set:
+        """Convert node ``j``, a Conv of a blocked value that exists (with the BatchNormalization right
+        after it), ahead of its place when the node after them reads its result and one of the
+        ``internal`` values of the epilogue being gathered: a residual block's projection shortcut
+        between the block's last conv and the Add (torchvision's order).  The last conv then takes
+        the Add and shares its kernels (6 with their variants) with the other blocks' last convs,
+        as the static path fuses them.  Returns the ids of the nodes converted (none: left to their
+        place in the walk, which reports anything it cannot convert)."""
+        b = self.b
+        nodes = b.model.graph.node
+        node = nodes[j]
+        if node.op_type != "Conv" or node.input[0] not in self.blocked or \
+                any(i not in b.consts for i in node.input[1:] if i):
+            return set()
+        result, after = node.output[0], j + 1
+        if after < len(nodes) and nodes[after].op_type == "BatchNormalization" and nodes[after].input[0] == result:
+            result, after = nodes[after].output[0], after + 1
+        if after >= len(nodes) or result not in nodes[after].input or \
+                not any(i in internal for i in nodes[after].input):
+            return set()
+        before = set(b.done)
+        try:
+            self.conv(j, node, node_label(j, node))
+        except self.unsupported:
+            return set()
+        b.done.add(id(node))
+        return b.done - before
 
     # ------------------------------------------------------------------ concats and batch norms
     def channel_concat(self, node) -> bool:

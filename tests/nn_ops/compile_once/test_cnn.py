@@ -47,6 +47,26 @@ def test_resnet18_kernels_fold_batch_norm_and_residual_adds_and_run_no_compile(r
     _check(model, exe, (2, 3, 23, 31), seed=1)
 
 
+def test_every_residual_blocks_last_conv_takes_its_add_and_the_blocks_of_a_stage_share_kernels(resnet):
+    """A projection shortcut sits between its block's last conv and the Add (torchvision's order); it is
+    converted first, so that conv takes the Add as the identity blocks' last convs do and both blocks of
+    a stage run one kernel (and one set of variants): one Winograd kernel per stage and epilogue."""
+    model, exe = resnet
+    made_by = {o: n for n in model.graph.node for o in n.output}
+    calls = {c.node: c for c in exe.calls}
+    last_convs = [made_by[made_by[n.input[0]].input[0]] for n in model.graph.node if n.op_type == "Add"]
+    assert len(last_convs) == 8 and all(n.op_type == "Conv" for n in last_convs)
+    for first, second in zip(last_convs[::2], last_convs[1::2]):      # the two blocks of each stage
+        a, b = calls[first.name], calls[second.name]
+        assert a.module is b.module and [v.module for v in a.variants] == [v.module for v in b.variants]
+    winograd = {id(v.module) for c in exe.calls for v in c.variants if v.module.name == "poly_conv_winograd_7"}
+    assert len(winograd) == 8       # 4 stages x (conv, BN, ReLU | conv, BN, Add, ReLU)
+    # the shortcut's own kernel is just its conv and BN
+    shortcuts = [n for n in model.graph.node if n.op_type == "Conv" and n.attribute and
+                 any(a.name == "kernel_shape" and list(a.ints) == [1, 1] for a in n.attribute)]
+    assert len(shortcuts) == 3 and all(len(calls[n.name].args) == 4 for n in shortcuts)   # x, weight, bias -> out
+
+
 @pytest.mark.vector_width
 def test_each_binding_runs_the_kernel_that_fits_its_rows(resnet):
     """3x3 stride-1 convs: Winograd where the map is in Winograd's size range, its register block
