@@ -1,111 +1,251 @@
-"""Features of a lowered kernel for the cost model.
+"""Task-independent features of a lowered kernel, for one cost model across tasks.
 
-Walks the loop IR of ``lw.lower`` and summarises every store under its loop nest: the
-product of enclosing extents (how often it runs), the extents and kinds of its innermost
-loops, vector lanes, the parallel extent above it, unrolled loops, nesting depth; then
-allocations (local buffer sizes: register blocks, packed panels) and operation counts.
-Stores are aggregated (sum / max) into a fixed-length vector, so kernels with different
-numbers of stages share one feature space.
+Ansor's kind, per store of the loop IR of ``lw.lower``: its arithmetic by kind (instructions per
+run: a vector operation counts once), its loads by access pattern along the innermost loop
+(contiguous, strided, invariant), the bytes its accesses touch inside the innermost 1, 2, 3 and 4
+loops and the whole nest (the footprint each cache level must hold) with the reuse that gives, its
+vector lanes, the parallel extent above it, the unrolled extent around it and the shape of its loop
+nest.  A kernel's vector is the heaviest store's features (by instructions run), sums over all its
+stores of the counts (how much work, in all), the allocations (local buffers against the register
+file, intermediates against the caches), and the target's properties (lanes, vector registers,
+cache sizes, threads), so one model ranks schedules of any kernel on any CPU target.  Nothing in it
+names a task's tensors, axes or decisions.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import List
+from functools import lru_cache
+from typing import Dict, List
 
 import numpy as np
 
-from ..lowering.ir import Allocate, BufferLoad, BufferStore, For, Ramp
+from ..dsl.expr import Binary, Call, Cast, Compare, Logical, Select, Var
+from ..lowering.ir import Allocate, BufferLoad, BufferStore, For, IfThenElse, LetStmt, Ramp, Seq
 from .task import const_int
 
-NAMES = ["stores", "log_store_execs", "max_depth", "vector_stores", "max_lanes", "log_parallel_extent",
-         "unrolled_loops", "log_unrolled_extent", "log_inner_extent", "inner_is_vector", "loads",
-         "vector_loads", "log_alloc_elems", "allocs", "log_max_alloc", "serial_loops", "log_second_inner",
-         "guards"]
+#: operation kinds counted per store (Binary ops map to a kind by name)
+OP_KINDS = ("add", "mul", "div", "minmax", "math", "compare", "cast")
+_BINARY_KIND = {"add": "add", "sub": "add", "mul": "mul", "div": "div", "floordiv": "div", "mod": "div",
+                "floormod": "div", "truncdiv": "div", "truncmod": "div", "min": "minmax", "max": "minmax"}
+#: loop levels, innermost first, whose footprint is measured (0: the whole nest)
+LEVELS = (1, 2, 3, 4, 0)
+
+STORE_NAMES = (
+    [f"ops_{k}" for k in OP_KINDS]
+    + ["loads", "loads_contiguous", "loads_strided", "loads_invariant", "loads_vector",
+       "log_execs", "lanes", "depth", "log_inner_extent", "inner_vector", "inner_unrolled", "log_second_extent",
+       "log_parallel", "parallel_per_thread", "log_unrolled", "store_contiguous", "store_invariant"]
+    + [f"log_bytes_l{lv}" for lv in LEVELS] + [f"log_reuse_l{lv}" for lv in LEVELS]
+    + [f"bytes_l{lv}_over_l1" for lv in LEVELS] + [f"bytes_l{lv}_over_l2" for lv in LEVELS]
+)
+SUM_NAMES = [f"sum_ops_{k}" for k in OP_KINDS] + ["sum_loads", "sum_execs", "sum_bytes", "stores", "heavy_share",
+                                                  "parallel_share", "vector_share"]
+KERNEL_NAMES = ["log_local_bytes", "local_over_registers", "log_max_local", "local_allocs", "log_global_bytes",
+                "global_over_l2", "guards", "nests"]
+TARGET_NAMES = ["lanes_f32", "vector_registers", "log_l1", "log_l2", "threads"]
+NAMES = ["heavy_" + n for n in STORE_NAMES] + SUM_NAMES + KERNEL_NAMES + TARGET_NAMES
+
+
+def _log(x: float) -> float:
+    return math.log2(1.0 + max(0.0, x))
+
+
+def _fields(node):
+    for f in dataclasses.fields(node):
+        yield getattr(node, f.name)
 
 
 def _children(node):
-    if dataclasses.is_dataclass(node):
-        for f in dataclasses.fields(node):
-            v = getattr(node, f.name)
-            if isinstance(v, tuple):
-                for x in v:
-                    if dataclasses.is_dataclass(x):
-                        yield x
-            elif dataclasses.is_dataclass(v):
-                yield v
+    for v in _fields(node):
+        if isinstance(v, tuple):
+            for x in v:
+                if dataclasses.is_dataclass(x):
+                    yield x
+        elif dataclasses.is_dataclass(v):
+            yield v
 
 
-def extract(func) -> np.ndarray:
-    """A fixed-length float vector describing the lowered function ``func``."""
-    acc = dict.fromkeys(NAMES, 0.0)
+@lru_cache(maxsize=64)
+def _target_facts(target) -> tuple:
+    """(lanes of float32, vector registers, L1d bytes, L2 bytes, threads) of ``target``."""
+    from ..target_info import target_info
+    info = target_info(target)
+    caches = dict(info.caches or ())
+    return (info.lanes["float32"], info.vector_registers, caches.get("L1d", 32 << 10), caches.get("L2", 1 << 20),
+            info.threads)
 
-    def count_loads(node):
-        stack, n, nv = [node], 0, 0
+
+def _dtype_bytes(dtype: str) -> int:
+    digits = "".join(ch for ch in dtype if ch.isdigit())
+    return max(1, int(digits) // 8) if digits else 1
+
+
+class _Walker:
+    """One pass over a lowered function collecting each store's features."""
+
+    def __init__(self, facts):
+        self.facts = facts
+        self.stores: List[np.ndarray] = []
+        self.work: List[float] = []
+        self.lets: Dict[int, frozenset] = {}       # id(let var) -> ids of the loop vars it depends on
+        self.local_bytes = self.max_local = self.local_allocs = self.global_bytes = 0.0
+        self.guards = 0
+
+    # -- expressions ---------------------------------------------------------
+    def _vars(self, e) -> frozenset:
+        """Ids of the loop variables ``e`` depends on (through lets too)."""
+        out, stack = set(), [e]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, Var):
+                out.add(id(x))
+                out |= self.lets.get(id(x), frozenset())
+            elif dataclasses.is_dataclass(x):
+                stack.extend(_children(x))
+        return frozenset(out)
+
+    def _ops(self, e, counts: dict, loads: list) -> None:
+        stack = [e]
         while stack:
             x = stack.pop()
             if isinstance(x, BufferLoad):
-                n += 1
-                if any(isinstance(i, Ramp) for i in x.indices):
-                    nv += 1
+                loads.append(x)
+                continue          # index arithmetic is address computation, not the kernel's
+            kind = None
+            if isinstance(x, Binary):
+                kind = _BINARY_KIND.get(x.op)
+            elif isinstance(x, Call):
+                kind = "math"
+            elif isinstance(x, (Compare, Logical, Select)):
+                kind = "compare"
+            elif isinstance(x, Cast):
+                kind = "cast"
+            if kind is not None:
+                counts[kind] += 1
             stack.extend(_children(x))
-        return n, nv
 
-    def walk(node, loops: List[For]):
+    # -- statements ----------------------------------------------------------
+    def walk(self, node, loops: list) -> None:
         if isinstance(node, For):
-            loops = loops + [node]
-            if node.kind == "serial":
-                acc["serial_loops"] += 1
-            elif node.kind == "unrolled":
-                acc["unrolled_loops"] += 1
-                acc["log_unrolled_extent"] += math.log2(max(1, const_int(node.extent) or 1))
-        elif isinstance(node, Allocate):
-            n = const_int(node.extent) or 1
-            acc["allocs"] += 1
-            acc["log_alloc_elems"] += math.log2(max(1, n))
-            acc["log_max_alloc"] = max(acc["log_max_alloc"], math.log2(max(1, n)))
-        elif type(node).__name__ == "IfThenElse":
-            acc["guards"] += 1
+            loops = loops + [(node, id(node.var), const_int(node.extent) or 16)]
+            return self.walk(node.body, loops)
+        if isinstance(node, LetStmt):
+            self.lets[id(node.var)] = self._vars(node.value)
+            return self.walk(node.body, loops)
+        if isinstance(node, Allocate):
+            n = (const_int(node.extent) or 1) * _dtype_bytes(node.buffer.dtype)
+            if node.buffer.scope == "local":
+                self.local_bytes += n
+                self.max_local = max(self.max_local, n)
+                self.local_allocs += 1
+            else:
+                self.global_bytes += n
+            return self.walk(node.body, loops)
+        if isinstance(node, IfThenElse):
+            self.guards += 1
+            self.walk(node.then_case, loops)
+            if node.else_case is not None:
+                self.walk(node.else_case, loops)
+        elif isinstance(node, Seq):
+            for c in node.stmts:
+                self.walk(c, loops)
         elif isinstance(node, BufferStore):
-            execs = 1
-            par = 1
-            for lp in loops:
-                e = const_int(lp.extent) or 64
-                execs *= e
-                if lp.kind == "parallel":
-                    par *= e
-            lanes = 1
-            for i in node.indices:
-                if isinstance(i, Ramp):
-                    lanes = max(lanes, const_int(getattr(i, "lanes", 1)) or 1)
-            acc["stores"] += 1
-            acc["log_store_execs"] += math.log2(max(1, execs))
-            acc["max_depth"] = max(acc["max_depth"], len(loops))
-            acc["vector_stores"] += lanes > 1
-            acc["max_lanes"] = max(acc["max_lanes"], lanes)
-            acc["log_parallel_extent"] = max(acc["log_parallel_extent"], math.log2(par))
-            if loops:
-                acc["log_inner_extent"] += math.log2(max(1, const_int(loops[-1].extent) or 1))
-                acc["inner_is_vector"] += loops[-1].kind == "vectorized" or lanes > 1
-            if len(loops) >= 2:
-                acc["log_second_inner"] += math.log2(max(1, const_int(loops[-2].extent) or 1))
-            n, nv = count_loads(node.value)
-            acc["loads"] += n
-            acc["vector_loads"] += nv
-            return
-        for c in _children(node):
-            walk(c, loops)
+            self.store(node, loops)
 
-    walk(func.body, [])
-    return np.array([acc[n] for n in NAMES], dtype=np.float64)
+    def _access(self, buffer, indices, loops, inner_var) -> tuple:
+        """(pattern along the innermost loop, lanes, per-level footprint in bytes) of one access."""
+        lanes = max([i.lanes for i in indices if isinstance(i, Ramp)], default=1)
+        deps = [self._vars(i) for i in indices]
+        all_deps = frozenset().union(*deps) if deps else frozenset()
+        if inner_var is None or inner_var not in all_deps:
+            pattern = "invariant"
+        elif inner_var in deps[-1] and not any(inner_var in d for d in deps[:-1]):
+            pattern = "contiguous"
+        else:
+            pattern = "strided"
+        size = _dtype_bytes(buffer.dtype) * lanes
+        foot = []
+        for lv in LEVELS:
+            inside = loops if lv == 0 else loops[-lv:]
+            f = size
+            for _, vid, ext in inside:
+                if vid in all_deps:
+                    f *= ext
+            foot.append(f)
+        return pattern, lanes, foot
+
+    def store(self, node: BufferStore, loops: list) -> None:
+        _, _, l1, l2, threads = self.facts
+        counts = dict.fromkeys(OP_KINDS, 0)
+        loads: list = []
+        self._ops(node.value, counts, loads)
+        execs = 1.0
+        parallel = unrolled = 1.0
+        for lp, _, ext in loops:
+            execs *= ext
+            if lp.kind == "parallel":
+                parallel *= ext
+            elif lp.kind == "unrolled":
+                unrolled *= ext
+        inner_var = loops[-1][1] if loops else None
+        patterns = {"contiguous": 0, "strided": 0, "invariant": 0}
+        vec_loads = 0
+        foot = np.zeros(len(LEVELS))
+        accesses = 0
+        for ld in loads:
+            pattern, lanes, f = self._access(ld.buffer, ld.indices, loops, inner_var)
+            patterns[pattern] += 1
+            vec_loads += lanes > 1
+            foot += f
+            accesses += 1
+        s_pattern, s_lanes, f = self._access(node.buffer, node.indices, loops, inner_var)
+        foot += f
+        accesses += 1
+        reuse = []
+        for j, lv in enumerate(LEVELS):
+            inside = loops if lv == 0 else loops[-lv:]
+            n = 1.0
+            for _, _, ext in inside:
+                n *= ext
+            reuse.append(_log(n * accesses * _dtype_bytes(node.buffer.dtype) * s_lanes / max(1.0, foot[j])))
+        inner = loops[-1] if loops else None
+        second = loops[-2] if len(loops) >= 2 else None
+        row = ([_log(execs * counts[k]) for k in OP_KINDS]
+               + [len(loads), patterns["contiguous"], patterns["strided"], patterns["invariant"], vec_loads,
+                  _log(execs), s_lanes, len(loops), _log(inner[2]) if inner else 0.0,
+                  float(s_lanes > 1), float(inner is not None and inner[0].kind == "unrolled"),
+                  _log(second[2]) if second else 0.0, _log(parallel), parallel / threads, _log(unrolled),
+                  float(s_pattern == "contiguous"), float(s_pattern == "invariant")]
+               + [_log(x) for x in foot] + reuse
+               + [math.log2(max(1.0, x) / l1) for x in foot] + [math.log2(max(1.0, x) / l2) for x in foot])
+        self.stores.append(np.array(row, dtype=np.float64))
+        self.work.append(execs * (1 + sum(counts.values()) + len(loads)))
 
 
-def encode_choice(space, choice) -> np.ndarray:
-    """The decisions as numbers (index of the choice in its list), appended to the IR features."""
-    out = []
-    for name, choices in space.decisions:
-        v = choice.get(name)
-        out.append(float(choices.index(v)) if v in choices else -1.0)
-        if all(isinstance(c, int) and not isinstance(c, bool) for c in choices):
-            out.append(math.log2(max(1, v or 1)) if isinstance(v, int) else 0.0)
-    return np.array(out, dtype=np.float64)
+def extract(func, target) -> np.ndarray:
+    """The feature vector (``NAMES``) of the lowered function ``func`` built for ``target``."""
+    facts = _target_facts(target)
+    lanes_f32, registers, l1, l2, threads = facts
+    w = _Walker(facts)
+    w.walk(func.body, [])
+    nests = len(getattr(func.body, "stmts", (func.body,)))
+    if w.stores:
+        S = np.stack(w.stores)
+        work = np.array(w.work)
+        heavy = S[int(np.argmax(work))]
+        idx = {n: i for i, n in enumerate(STORE_NAMES)}
+        execs = np.exp2(S[:, idx["log_execs"]]) - 1
+        sums = [_log(float(np.sum(np.exp2(S[:, idx[f"ops_{k}"]]) - 1))) for k in OP_KINDS]
+        sums += [_log(float(np.sum(execs * S[:, idx["loads"]]))), _log(float(np.sum(execs))),
+                 _log(float(np.sum(np.exp2(S[:, idx["log_bytes_l0"]]) - 1))), len(w.stores),
+                 float(work.max() / work.sum()), float(work[S[:, idx["log_parallel"]] > 0].sum() / work.sum()),
+                 float(work[S[:, idx["lanes"]] > 1].sum() / work.sum())]
+    else:
+        heavy = np.zeros(len(STORE_NAMES))
+        sums = [0.0] * len(SUM_NAMES)
+    register_bytes = registers * lanes_f32 * 4
+    kernel = [_log(w.local_bytes), w.local_bytes / register_bytes, _log(w.max_local), w.local_allocs,
+              _log(w.global_bytes), w.global_bytes / l2, w.guards, nests]
+    tgt = [lanes_f32, registers, math.log2(l1), math.log2(l2), threads]
+    return np.concatenate([heavy, np.array(sums), np.array(kernel), np.array(tgt, dtype=np.float64)])

@@ -14,6 +14,7 @@ import html
 from typing import List, Optional
 
 from ..errors import ArgumentError
+from .canonical import translate
 from .task import Task
 from .task_scheduler import tune_tasks
 from .tune import TuneResult
@@ -30,6 +31,12 @@ class NetworkTuneResult:
         if any(t is None for t in times):
             return None
         return sum(w * t for w, t in zip(self.weights, times))
+
+    @property
+    def schedules(self) -> list:
+        """Per kernel, the schedule of its best record or pick (a Schedule of its own tensors), or None
+        where the default schedule stays (no record beat it, or the model ranked it first)."""
+        return [r.schedule if r.trace is not None else None for r in self.results]
 
     @property
     def default_seconds(self) -> Optional[float]:
@@ -57,6 +64,27 @@ class NetworkTuneResult:
                 f"<th>best ms</th><th>trials</th></tr>{rows}</table></div>")
 
 
+class ModelPicks:
+    """The cost model's picks for a network's kernels (``tune_network(..., trials=0)``), applied by
+    the network compiler like a tuning log (``lw.compile(net, schedules="model")``): a kernel of the
+    same computation (its task key) gets the pick, translated to its own tensors."""
+
+    def __init__(self, result: NetworkTuneResult):
+        self.result = result
+        self._picks = {r.task.key: r.best_record for r in result.results if r.trace is not None}
+
+    def __len__(self) -> int:
+        return len(self._picks)
+
+    def schedule_for(self, task: Task):
+        """A schedule of ``task``'s tensors from the pick for its computation, or None (the default stays)."""
+        r = self._picks.get(task.key)
+        return None if r is None else translate(r["trace"], r.get("names"), task.args)
+
+    def __repr__(self) -> str:
+        return f"<ModelPicks for {len(self)} of {len(self.result.results)} kernels>"
+
+
 def _default_seconds(result: TuneResult) -> Optional[float]:
     for r in result.records:
         if r.get("choice") == {"given": "default schedule"}:
@@ -69,16 +97,19 @@ def _ms(seconds) -> str:
 
 
 def tune_network(tasks, trials: Optional[int] = 256, time_budget: Optional[float] = None, log=None,
-                 executor=None, seed: int = 0, progress=None, timeout: float = 60.0) -> NetworkTuneResult:
+                 executor=None, seed: int = 0, progress=None, timeout: float = 60.0, model=None) -> NetworkTuneResult:
     """Tune a network's kernels, ``tasks`` from ``lw.extract_tasks(graph, target)``; records go to ``log``.
 
     Each task has ``args`` (the kernel's placeholders, then its output), ``target``, ``weight``
     (calls per run), ``name`` and ``default_schedule()``.  ``trials`` counts measured candidates
     over the whole network (the default schedules included); ``time_budget`` (seconds) stops the
     search earlier; ``trials=None`` with a ``time_budget`` searches until the budget is spent.
-    Tuning again with the same log resumes without measuring again what it holds.
+    Tuning again with the same log resumes without measuring again what it holds.  One cost model
+    (``model``, by default the shipped one) ranks every kernel's candidates and learns from all of
+    them.  ``trials=0`` measures nothing: each kernel gets the model's pick where the model ranks it
+    above the default schedule (``NetworkTuneResult.schedules``).
     """
-    if log is None:
+    if log is None and trials != 0:
         raise ArgumentError("tune_network: give log='net.jsonl' (the records are what lw.compile(..., "
                             "tuning_log=...) applies)")
     if not isinstance(tasks, (list, tuple)):
@@ -93,5 +124,6 @@ def tune_network(tasks, trials: Optional[int] = 256, time_budget: Optional[float
     searched = [Task(k.args, target, weight=float(k.weight), name=k.name) for k in tasks]
     baselines = [k.default_schedule().trace.to_json() for k in tasks]
     results = tune_tasks(searched, target=target, trials=trials, time_budget=time_budget, log=log,
-                         executor=executor, seed=seed, progress=progress, timeout=timeout, baselines=baselines)
+                         executor=executor, seed=seed, progress=progress, timeout=timeout, baselines=baselines,
+                         model=model)
     return NetworkTuneResult([k.name for k in tasks], [k.weight for k in tasks], results, log)

@@ -22,7 +22,7 @@ from ..errors import ArgumentError, InternalError, LoopweaveError, LoopweaveWarn
 from ..lowering.lower import lower
 from . import records
 from .cost_model import CostModel, ranking_quality
-from .features import encode_choice, extract
+from .features import extract
 from .measure import LocalMeasurer
 from .space import Space
 from .task import Task, timing_cpu
@@ -34,11 +34,13 @@ def _key(choice: dict) -> str:
 
 class TaskTuner:
     def __init__(self, task: Task, measurer, log=None, seed: int = 0, batch: int = 8, n_random: int = 2,
-                 population: int = 64):
+                 population: int = 64, model: Optional[CostModel] = None):
         self.task, self.space, self.measurer, self.log = task, Space(task), measurer, log
         self.rng = random.Random(seed)
         self.batch, self.n_random, self.population = batch, n_random, population
-        self.model = CostModel(seed)
+        # one model for every task of a run (tune_tasks passes it): what one task measured ranks
+        # the candidates of the others
+        self.model = model if model is not None else CostModel(seed)
         self.task_bytes = task.to_bytes()
         self.target_fields = dataclasses.asdict(task.target)
         self.measured = {}            # choice key -> record
@@ -118,45 +120,52 @@ class TaskTuner:
                               f"{str(exc)[:300]}", LoopweaveWarning, stacklevel=2)
             self.internal_errors.append(str(exc)[:300])
             return None
-        feats = np.concatenate([extract(func), encode_choice(self.space, choice)])
+        feats = extract(func, self.task.target)
         return k, choice, s.trace.to_json(), feats
 
-    def _feature_of(self, k, choice):
+    def _feature_of(self, k, trace_json: str):
         if k not in self.features:
-            c = self._candidate_features(choice)
-            self.features[k] = c
+            self.features[k] = self._trace_features(trace_json)
         return self.features[k]
 
-    def _candidate_features(self, choice):
+    def _trace_features(self, trace_json: str):
+        """The features of a schedule given as its trace (a resumed record, a given default)."""
+        from ..dsl.trace import Trace
         try:
-            func = lower(self.space.apply(choice), self.task.args)
+            s = self.task.schedule()
+            Trace.from_json(trace_json).apply(s)
+            func = lower(s, self.task.args)
         except (LoopweaveError, InternalError):
             return None
-        return np.concatenate([extract(func), encode_choice(self.space, choice)])
+        return extract(func, self.task.target)
 
     def _refit(self):
+        """Give the model this task's measured candidates (a given default's too: the features are
+        of the lowered IR, whatever made the schedule) and retrain it."""
         X, y = [], []
         for k, r in self.measured.items():
-            if r.get("seconds") is None or r.get("error") or "given" in r["choice"]:
+            if r.get("seconds") is None or r.get("error"):
                 continue
-            f = self._feature_of(k, r["choice"])
+            f = self._feature_of(k, r["trace"])
             if f is not None:
                 X.append(f)
                 y.append(r["seconds"])
         if X:
-            self.model.fit(np.array(X), y)
+            self.model.add(self.task.key, np.array(X), y)
+            self.model.fit()
 
     # -- one round -------------------------------------------------------------
-    def _proposals(self, traces: set) -> list:
-        """Distinct new candidates (children of the best, fresh samples); ``traces``: the schedules
-        measured or already proposed this round, added to as candidates are taken."""
+    def _proposals(self, traces: set, count: Optional[int] = None) -> list:
+        """Distinct new candidates (children of the best, fresh samples), from ``count`` (default:
+        the population) draws; ``traces``: the schedules measured or already proposed this round,
+        added to as candidates are taken."""
         rng = self.rng
         good = sorted((r for r in self.measured.values()
                        if r.get("seconds") and not r.get("error") and "given" not in r["choice"]),
                       key=lambda r: r["seconds"])[:16]
         parents = [r["choice"] for r in good]
         choices = []
-        for _ in range(self.population):
+        for _ in range(self.population if count is None else count):
             if parents and rng.random() < 0.7:
                 p = parents[min(int(rng.expovariate(0.4)), len(parents) - 1)]
                 if len(parents) > 1 and rng.random() < 0.2:
@@ -214,24 +223,58 @@ class TaskTuner:
         order = [i for i in np.argsort(-scores, kind="stable") if i >= len(seeded)]
         m = n - len(forced)
         n_rand = min(self.n_random, m // 2) if self.model.trained else m
-        pick = order[: m - n_rand] if self.model.trained else []
-        taken = set(pick)
+        ranked = order[: m - n_rand] if self.model.trained else []
+        taken = set(ranked)
         rest = [i for i in order if i not in taken]
         self.rng.shuffle(rest)
-        pick = forced + list(pick) + rest[: m - len(pick)]
+        pick = forced + list(ranked) + rest[: m - len(ranked)]
         chosen = []
         for i in pick:
             k, choice, trace_json, feats = cands[i]
             self.features[k] = feats
             chosen.append((k, choice, trace_json, scores[i]))
-        out = self._measure_batch([(k, choice, trace_json, j < len(forced))
-                                   for j, (k, choice, trace_json, _) in enumerate(chosen)])
+        out = self._measure_batch([(k, choice, trace_json, j < len(forced), i in taken)
+                                   for j, (i, (k, choice, trace_json, _)) in enumerate(zip(pick, chosen))])
         if self.model.trained:
             ok = [(s, r["seconds"]) for (_, _, _, s), r in zip(chosen, out) if r["seconds"] is not None]
             if len(ok) >= 3:
                 self.model_quality.append(ranking_quality([a for a, _ in ok], [b for _, b in ok], k=3))
         self._refit()
         return out
+
+    def pick_by_model(self, proposals: int = 16, given: Optional[str] = None, checks: int = 4) -> Optional[dict]:
+        """The schedule the model ranks first, measured not at all (Adams2019's mode, ``trials=0``).
+
+        ``proposals`` candidates are drawn (children of the measured best when the log has any,
+        else fresh samples) and ranked with ``given`` (a network's default schedule, as a trace)
+        among them; the first in rank order that computes what the untuned build computes
+        (``measure.wrong_answer``: built and run once on random inputs, the check every measured
+        candidate passes) is returned as a record without a time (``predicted``: its score), or
+        None when the model is untrained, the ranking puts ``given`` first, or no pick of the first
+        ``checks`` computes the same."""
+        from .measure import wrong_answer
+        if not self.model.trained:
+            return None
+        traces = {r.get("trace") for r in self.measured.values()}
+        cands = self._seeded(len(self.seeds), traces) + self._proposals(traces, proposals)
+        if given is not None:
+            feats = self._trace_features(given)
+            if feats is not None:
+                cands.append((None, None, given, feats))
+        if not cands:
+            return None
+        scores = self.model.predict(np.array([c[3] for c in cands]))
+        for i in list(np.argsort(-scores, kind="stable"))[:checks]:
+            k, choice, trace_json, _ = cands[i]
+            if trace_json == given:
+                return None
+            wrong = wrong_answer(self.task.args, self.space.apply(choice))
+            if wrong is None:
+                r = records.make_record(self.task.key, self.task.target, choice, trace_json, None, None, 0,
+                                        names=self.task.names)
+                r["predicted"] = float(scores[i])
+                return r
+        return None
 
     def measure_given(self, trace_json: str, label: str) -> dict:
         """Measure a schedule given from outside (a network's default schedule) as one candidate.
@@ -242,10 +285,7 @@ class TaskTuner:
         k = _key(choice)
         if k in self.measured:
             return self.measured[k]
-        return self._measure(k, choice, trace_json)
-
-    def _measure(self, k: str, choice: dict, trace_json: str, seeded: bool = False) -> dict:
-        return self._measure_batch([(k, choice, trace_json, seeded)])[0]
+        return self._measure_batch([(k, choice, trace_json, False, False)])[0]
 
     def _measure_batch(self, items) -> List[dict]:
         """Build, check against the untuned build's output, and time candidates, ``items`` of
@@ -254,14 +294,15 @@ class TaskTuner:
         the best)."""
         check = self.best["seconds"] if self.best else float("inf")
         results = self._run([dict(key=self.task.spelling_key, task_bytes=self.task_bytes, trace_json=trace_json,
-                                  check_below=check, target=self.target_fields) for _, _, trace_json, _ in items])
+                                  check_below=check, target=self.target_fields) for _, _, trace_json, _, _ in items])
         out = []
-        for (k, choice, trace_json, seeded), res in zip(items, results):
+        for (k, choice, trace_json, seeded, ranked), res in zip(items, results):
             r = records.make_record(self.task.key, self.task.target, choice, trace_json, res.seconds, res.error,
                                     self.n_measured + 1, res.build_seconds, _measured_on(res), self.task.names)
             self.measured[k] = r
             self._note(r)
             self.history[-1]["seeded"] = seeded
+            self.history[-1]["ranked"] = ranked      # picked from the top of the model's ranking
             out.append(r)
         records.append(self.log, out)
         return out

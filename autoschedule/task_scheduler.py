@@ -16,9 +16,10 @@ from typing import Dict, List, Optional, Sequence
 
 from ..errors import ArgumentError
 from . import records
+from .cost_model import CostModel
 from .search import TaskTuner, open_measurer
 from .task import Task
-from .tune import TuneResult, _check_trials, _progress_bar
+from .tune import TuneResult, _check_trials, _progress_bar, check_model
 
 
 def _as_task(t, target) -> Task:
@@ -93,13 +94,17 @@ def _status(tuners, t0: float, time_budget: Optional[float]) -> str:
 
 def tune_tasks(tasks: Sequence, target="llvm", trials: Optional[int] = 256, time_budget: Optional[float] = None, log=None,
                executor=None, seed: int = 0, progress=None, timeout: float = 60.0, batch: int = 8,
-               baselines: Optional[Sequence[Optional[str]]] = None, measurer=None) -> List[TuneResult]:
+               baselines: Optional[Sequence[Optional[str]]] = None, measurer=None, model=None) -> List[TuneResult]:
     """Tune ``tasks`` with ``trials`` measurements in all (``None``: until ``time_budget`` runs
     out); one TuneResult per task, in order.
 
     ``baselines``: per task, the JSON trace of a schedule to measure first as a candidate (a
     network's default schedule), or None; these measurements count as trials.  ``executor`` and
-    ``measurer`` say where candidates are measured, as for ``tune``."""
+    ``measurer`` say where candidates are measured, as for ``tune``.  One cost model ranks the
+    candidates of every task (``model``, a ``CostModel``; by default one starting from the shipped
+    model), retrained on all of them as they are measured.  ``trials=0`` measures nothing: each
+    task gets the model's first pick, checked against its untuned build, unless the model ranks
+    its baseline first (then it has no pick and keeps the baseline)."""
     if trials is None:      # as many as the time budget allows
         if time_budget is None:
             raise ArgumentError("tune_tasks: give trials, time_budget (seconds), or both")
@@ -111,9 +116,12 @@ def tune_tasks(tasks: Sequence, target="llvm", trials: Optional[int] = 256, time
     if not tasks:
         raise ArgumentError("tune_tasks: no tasks")
     records.prepare(log)
-    measurer, owned = open_measurer("tune_tasks", executor, timeout, measurer)
+    model = check_model(model, "tune_tasks") or CostModel(seed)
     t0 = time.perf_counter()
-    tuners = [TaskTuner(t, measurer, log=log, seed=seed + i, batch=batch) for i, t in enumerate(tasks)]
+    if trials == 0:
+        return _picks_by_model(tasks, baselines, log, seed, batch, model, t0)
+    measurer, owned = open_measurer("tune_tasks", executor, timeout, measurer)
+    tuners = [TaskTuner(t, measurer, log=log, seed=seed + i, batch=batch, model=model) for i, t in enumerate(tasks)]
     spent = 0
     bar = _progress_bar(progress, trials, f"tune {len(tasks)} tasks")   # no total: until the budget
     exhausted: Dict[int, int] = {}
@@ -160,3 +168,15 @@ def tune_tasks(tasks: Sequence, target="llvm", trials: Optional[int] = 256, time
             measurer.close()
     elapsed = time.perf_counter() - t0
     return [TuneResult(t.task, t, elapsed) for t in tuners]
+
+
+def _picks_by_model(tasks: List[Task], baselines, log, seed: int, batch: int, model: CostModel,
+                    t0: float) -> List[TuneResult]:
+    """``tune_tasks(trials=0)``: each task's pick by the shared model alone (``TaskTuner.pick_by_model``)."""
+    results = []
+    for i, task in enumerate(tasks):
+        tuner = TaskTuner(task, None, log=log, seed=seed + i, batch=batch, model=model)
+        given = baselines[i] if baselines else None
+        tuner.best = tuner.pick_by_model(given=given)
+        results.append(TuneResult(task, tuner, time.perf_counter() - t0))
+    return results

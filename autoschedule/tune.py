@@ -14,6 +14,7 @@ from ..errors import ArgumentError, BuildError
 from ..target import resolve_target
 from . import records
 from .replay import best_schedule
+from .cost_model import CostModel
 from .search import TaskTuner, open_measurer
 from .task import Task
 
@@ -34,11 +35,13 @@ class TuneResult:
         self.best_seconds: Optional[float] = best["seconds"] if best else None
         self.trace: Optional[Trace] = Trace.from_json(best["trace"]) if best else None
         self.choice = best["choice"] if best else None
+        self.predicted: Optional[float] = best.get("predicted") if best else None   # a trials=0 pick's score
 
     @property
     def schedule(self):
         """A Schedule over the task's own tensors, with the best schedule found applied; an
-        ``ArgumentError`` if no candidate was measured (``trials=0``, or the time budget ran out first)."""
+        ``ArgumentError`` if no candidate was measured or picked (the time budget ran out first, or
+        ``trials=0`` found no pick: an untrained model, or none of its picks computed the same)."""
         if self.trace is None:
             raise ArgumentError(f"tune: no schedule was found for {self.task!r} ({self._summary()}); tune with "
                                 f"trials >= 1 (or a longer time_budget), or build the untuned kernel with "
@@ -79,6 +82,8 @@ class TuneResult:
         return ax
 
     def _summary(self) -> str:
+        if self.predicted is not None:
+            return f"picked by the cost model (score {self.predicted:.3f}), not measured"
         if self.best_seconds is None:
             return f"no successful candidate in {len(self.history)} trials"
         gf = self.task.flops() / self.best_seconds / 1e9
@@ -123,23 +128,30 @@ def _progress_bar(progress, total, desc):
 
 def tune(args, target="llvm", trials: int = 256, time_budget: Optional[float] = None, log=None, executor=None,
          seed: int = 0, progress=None, timeout: float = 60.0, batch: int = 8, measure_untuned: bool = True,
-         measurer=None):
+         measurer=None, model=None):
     """Search a fast schedule for the kernel computing the outputs in ``args``.
 
     ``args`` is the list ``lw.build`` takes (placeholders, then outputs).  ``trials``
     candidates are measured (records already in ``log`` for this task and target count,
     and are not measured again), or fewer if ``time_budget`` seconds run out.  Candidates are
     built and timed in an isolated worker process, through ``executor`` (a process executor, a Dask
-    client) when given, or by ``measurer`` (see ``search.open_measurer``).
+    client) when given, or by ``measurer`` (see ``search.open_measurer``).  ``trials=0`` measures
+    nothing: the cost model's first pick, checked against the untuned build, is the result
+    (``TuneResult.predicted``).  ``model``: a ``CostModel`` (default: one starting from the shipped,
+    pre-trained model).
     """
     _check_trials(trials)
     if time_budget is not None and (not isinstance(time_budget, numbers.Real) or time_budget <= 0):
         raise ArgumentError(f"tune: time_budget must be a positive number of seconds or None, got {time_budget!r}")
     task = Task(list(args), target)
     records.prepare(log)
-    measurer, owned = open_measurer("tune", executor, timeout, measurer)
     t0 = time.perf_counter()
-    tuner = TaskTuner(task, measurer, log=log, seed=seed, batch=batch)
+    if trials == 0:
+        tuner = TaskTuner(task, None, log=log, seed=seed, batch=batch, model=check_model(model, "tune"))
+        tuner.best = tuner.pick_by_model()
+        return TuneResult(task, tuner, time.perf_counter() - t0)
+    measurer, owned = open_measurer("tune", executor, timeout, measurer)
+    tuner = TaskTuner(task, measurer, log=log, seed=seed, batch=batch, model=check_model(model, "tune"))
     bar = _progress_bar(progress, trials, f"tune {task.outputs[-1].name}")
     bar.update(min(tuner.n_measured, trials))
     try:
@@ -165,6 +177,14 @@ def tune(args, target="llvm", trials: int = 256, time_budget: Optional[float] = 
     return TuneResult(task, tuner, time.perf_counter() - t0)
 
 
+def check_model(model, who: str):
+    """``model`` when it is a CostModel or None; else an ``ArgumentError``."""
+    if model is not None and not isinstance(model, CostModel):
+        raise ArgumentError(f"{who}(model=...) takes a loopweave CostModel (autoschedule.CostModel), "
+                            f"got {type(model).__name__}")
+    return model
+
+
 def check_some_succeeded(task: Task, tuner: TaskTuner, log=None) -> None:
     """A ``BuildError`` when candidates were measured and every one of them failed: such a run found
     nothing, and its result must not pass for one (its ``build()`` would have nothing to apply)."""
@@ -181,7 +201,10 @@ def apply_best(log, args, target="llvm"):
     """The best recorded schedule for the kernel of ``args`` on ``target``, or None when the log has
     no usable record for it; a log that does not exist is an ``ArgumentError``.  Records of the same
     computation written with other tensor or axis names apply (the key ignores names), and records
-    of another loopweave version are checked before use (``replay.best_schedule``)."""
-    records.check_exists(log, "apply_best")
+    of another loopweave version are checked before use (``replay.best_schedule``).  ``log`` may also
+    be the cost model's picks for a network (``network.ModelPicks``)."""
+    picks = hasattr(log, "schedule_for")     # the cost model's picks (network.ModelPicks), not a file
+    if not picks:
+        records.check_exists(log, "apply_best")
     task = Task(list(args), resolve_target(target) if not isinstance(target, str) else target)
-    return best_schedule(log, task)
+    return log.schedule_for(task) if picks else best_schedule(log, task)

@@ -144,7 +144,7 @@ def test_a_log_in_a_new_folder_is_created_and_an_unwritable_one_fails_before_tun
 
 def test_zero_trials_measures_nothing():
     res = auto.tune(matmul(), trials=0, progress=False)
-    assert res.history == [] and res.best_seconds is None and res.trace is None
+    assert res.history == [] and res.best_seconds is None and res.untuned_seconds is None
 
 
 def test_mutation_changes_one_decision_and_stays_in_the_space():

@@ -10,7 +10,7 @@ import pytest
 import loopweave as lw
 from loopweave import autoschedule as auto
 from loopweave.autoschedule.cost_model import CostModel, ranking_quality
-from loopweave.autoschedule.features import encode_choice, extract
+from loopweave.autoschedule.features import extract
 from loopweave.autoschedule.space import Space
 from loopweave.autoschedule.task import Task
 
@@ -40,11 +40,12 @@ def test_cost_model_ranks_held_out_candidates_better_than_random():
     X, t = [], []
     for candidate in recording["candidates"]:
         func = lw.lower(space.apply(candidate["choice"]), args)
-        X.append(np.concatenate([extract(func), encode_choice(space, candidate["choice"])]))
+        X.append(extract(func, "llvm"))
         t.append(candidate["seconds"])
     X, t = np.array(X), np.array(t)
-    model = CostModel(seed=0)
-    model.fit(X[:40], t[:40])
+    model = CostModel(seed=0, pretrained=False)
+    model.add("matmul96", X[:40], t[:40])
+    model.fit()
     q = ranking_quality(model.predict(X[40:]), t[40:], k=3)
     # random ranking: 0.5
     assert q["pairwise_accuracy"] > 0.6, q

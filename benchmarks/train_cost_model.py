@@ -1,0 +1,137 @@
+"""Tuning logs of the zoo's kernels, and the shipped cost model trained from them.
+
+``python -m benchmarks.train_cost_model collect [--trials 16] [--targets llvm "llvm -mcpu=x86-64-v3"]``
+    tunes every task of ResNet-18, MobileNetV2 and the transformer encoder (``lw.extract_tasks``) and
+    the kernels of ``benchmarks/autoschedule.py`` for each target, ``--trials`` candidates a task,
+    appending to ``benchmarks/cost_model_data/<target>.jsonl`` (resumable: a task whose trials are
+    in the log is not measured again).
+``python -m benchmarks.train_cost_model train``
+    turns the logs into the data set (``cost_model_data/dataset.npz``: per measured candidate, its
+    features, its normalised throughput, its task and target), trains on the tasks of the training
+    split and prints pairwise accuracy and top-5 recall on the held-out tasks, then trains on every
+    task and writes the shipped model (``autoschedule/pretrained_model.txt.gz``).
+``python -m benchmarks.train_cost_model evaluate``
+    only prints the held-out figures of the committed data set.
+
+Both targets are measured on this one machine (an ``-mcpu=x86-64-v3`` build is AVX2 code, which runs
+here too): two targets, one CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import time
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+import loopweave as lw
+from loopweave import autoschedule as auto
+from loopweave.autoschedule import dataset as ds
+from loopweave.autoschedule.cost_model import PRETRAINED
+from loopweave.autoschedule.task import Task
+
+from . import autoschedule as kernels
+
+DATA = os.path.join(os.path.dirname(__file__), "cost_model_data")
+NETWORKS = ("transformer_encoder", "resnet18", "mobilenet_v2")
+TARGETS = ("llvm", "llvm -mcpu=x86-64-v3")
+
+
+def log_name(target: str) -> str:
+    return "native" if target == "llvm" else target.split("-mcpu=")[-1]
+
+
+def zoo_tasks(target: str) -> List[Tuple[str, list]]:
+    """(name, args) of every task, kernels first, then the networks' in order."""
+    out = [(f"kernel/{name}", fn()[0]) for name, fn in kernels.KERNELS.items()]
+    out.append(("kernel/sgemm512", kernels.sgemm(512)[0]))
+    for net in NETWORKS:
+        graph = lw.from_onnx(f"zoo:{net}")
+        for i, t in enumerate(lw.extract_tasks(graph, target)):
+            out.append((f"{net}/{i}:{t.name}", t.args))
+    return out
+
+
+def collect(trials: int, targets, only=None, skip=()) -> None:
+    os.makedirs(DATA, exist_ok=True)
+    t_start = time.perf_counter()
+    for target in targets:
+        for name, args in zoo_tasks(target):
+            if (only and not any(o in name for o in only)) or any(k in name for k in skip):
+                continue
+            log = os.path.join(DATA, f"{log_name(target)}.jsonl")
+            t0 = time.perf_counter()
+            try:
+                res = auto.tune(args, target=target, trials=trials, log=log, progress=False, measure_untuned=False)
+                summary = repr(res)
+            except lw.LoopweaveError as exc:
+                summary = f"failed: {str(exc)[:200]}"
+            print(f"[{time.perf_counter() - t_start:7.0f}s] {target:<22} {name:<55} {time.perf_counter() - t0:5.1f}s "
+                  f"{summary}", flush=True)
+
+
+def _task_index(targets) -> Dict[Tuple[str, str], Tuple[str, Task]]:
+    """(target, task key) -> (task name, Task) for every collected task."""
+    index = {}
+    for target in targets:
+        for name, args in zoo_tasks(target):
+            task = Task(list(args), target)
+            index[(log_name(target), task.key)] = (name, task)
+    return index
+
+
+def build_dataset(targets=TARGETS) -> ds.Dataset:
+    """Every measured candidate of the logs as (features, normalised throughput, task, target)."""
+    index = _task_index(targets)
+    parts = []
+    for target in targets:
+        path = os.path.join(DATA, f"{log_name(target)}.jsonl")
+        if not os.path.exists(path):
+            continue
+        by_task: Dict[str, List[dict]] = {}
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                r = json.loads(line)
+                if r.get("seconds") and not r.get("error"):
+                    by_task.setdefault(r["task"], []).append(r)
+        for key, recs in by_task.items():
+            found = index.get((log_name(target), key))
+            if found is None:
+                continue
+            name, task = found
+            parts.append(ds.from_records(task, recs, f"{log_name(target)}:{name}"))
+    return ds.concat(parts)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("command", choices=["collect", "train", "evaluate"])
+    p.add_argument("--trials", type=int, default=16)
+    p.add_argument("--targets", nargs="+", default=list(TARGETS))
+    p.add_argument("--only", nargs="*", default=None, help="collect only tasks whose name contains one of these")
+    p.add_argument("--skip", nargs="*", default=(), help="leave out tasks whose name contains one of these")
+    a = p.parse_args(argv)
+    if a.command == "collect":
+        collect(a.trials, a.targets, a.only, a.skip)
+        return
+    path = os.path.join(DATA, "dataset.npz")
+    if a.command == "train":
+        data = build_dataset(a.targets)
+        data.save(path)
+    else:
+        data = ds.Dataset.load(path)
+    test = ds.held_out(data.task_names)
+    print(f"{len(data.y)} candidates of {len(set(data.task_names))} tasks; held out: "
+          f"{int(test.sum())} candidates of {len(set(np.array(data.task_names)[test]))} tasks")
+    print(ds.held_out_report(data, test))
+    if a.command == "train":
+        model = ds.train(data)
+        model.save(PRETRAINED)
+        print(f"wrote {PRETRAINED} ({os.path.getsize(PRETRAINED) // 1024} KiB)")
+
+
+if __name__ == "__main__":
+    main()
