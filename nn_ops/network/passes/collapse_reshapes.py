@@ -6,7 +6,8 @@ a stack of them read ``conv -> [N, C, L] -> relu -> [N, C, 1, L] -> conv``; afte
 moved the relu up, the two reshapes stood back to back and ``choose_conv_layout`` saw an NCHW value
 between every two convs: a ``from_blocked`` and a ``to_blocked`` per layer (40 us of a 420-us layer
 of 64 channels over 8000 samples).  Accepts any graph; guarantees the same values (a graph output
-keeps its producer).
+keeps its producer).  A reshape is dropped only where its shape is its input's, size for size as
+expressions (symbolic sizes that may be equal but are written otherwise keep it).
 """
 from __future__ import annotations
 

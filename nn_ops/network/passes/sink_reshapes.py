@@ -12,7 +12,8 @@ injective op), the reshape keeps the last axis and every other operand is a scal
 constant, broadcasts along the last axis only, or has the full output shape (it is
 viewed in the reshape's input shape; such views are never moved themselves, so every
 step moves a reshape strictly down and the pass ends).  Accepts any graph; guarantees
-the same values.
+the same values.  Symbolic sizes (sympy) are compared as expressions: two that are not the same
+expression count as different, so where the pass cannot tell, nothing moves.
 """
 from __future__ import annotations
 

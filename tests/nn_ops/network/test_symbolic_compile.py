@@ -97,3 +97,17 @@ def test_a_dense_stack_of_elementwise_ops_equals_the_compile_once_path():
     for batch in (1, 3, 17):
         feed = {"input": np.random.default_rng(batch).standard_normal((batch, 16)).astype(np.float32)}
         np.testing.assert_allclose(exe.run(feed)[0], once.run(feed)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_the_graph_passes_run_on_the_symbolic_graph(encoder):
+    """GELU recognised, bias and residual adds in the dense kernels, weights in panels, row ops on
+    (rows, n) views: the static pipeline's choices, over symbolic sizes."""
+    from loopweave.nn_ops.network.executable import plan_kernel_groups
+    from loopweave.nn_ops.onnx_import.symbolic_graph import symbolic_graph
+    graph, _, _ = encoder
+    g, groups, _, _ = plan_kernel_groups(symbolic_graph(graph), "llvm", copy_outputs=False)
+    kernels = [tuple(n.op_type for n in grp.nodes) for grp in groups]
+    assert ("dense_kn", "gelu") in kernels and kernels.count(("dense_kn", "add")) == 2
+    assert all(n.attrs.get("panels") for n in g.nodes if n.op_type == "dense_kn")
+    rows = lw.nn_ops.network.symbolic.symbol("batch") * lw.nn_ops.network.symbolic.symbol("seq")
+    assert all(g.shape(n.inputs[0]) == (rows, HIDDEN) for n in g.nodes if n.op_type == "layer_norm")
