@@ -5,15 +5,16 @@ A static Graph's tasks are its fused groups (``network/tasks.py``).  A DynamicGr
 those kernels at one binding of the graph's symbols (``KernelRecipe.args_at``): the kernel each call
 runs there (a variant where the binding picks one), weighted by how many calls run it.  Their
 records carry their sizes, and ``lw.compile(graph, tuning_log=...)`` replays them on the kernels of
-symbolic sizes (``tuned.py``).
+symbolic sizes (``tuned.py``).  A DynamicGraph the compile-once walk does not cover compiles per
+shape: its tasks are those of its static specialisation at the binding.
 """
 from __future__ import annotations
 
 from typing import Dict, List, Optional
 
-from ...errors import ArgumentError
+from ...errors import ArgumentError, OnnxImportError
 from ...target import resolve_target
-from ..network import tasks as static_tasks
+from ..network import symbolic as S, tasks as static_tasks
 from ..network.graph import Graph
 from ..network.tasks import KernelTask
 from ..onnx_import.dynamic import DynamicGraph
@@ -36,11 +37,19 @@ def extract_tasks(graph, target="llvm", sizes: Optional[Dict[str, int]] = None) 
     if not isinstance(graph, DynamicGraph):
         raise ArgumentError(f"extract_tasks takes a static network graph or a DynamicGraph (lw.from_onnx(...)), "
                             f"got {type(graph).__name__}")
+    if graph.value_inputs:
+        raise ArgumentError(f"extract_tasks: {graph.name!r} has shape inputs ({', '.join(graph.value_inputs)}), "
+                            f"whose values change its kernels: import it with fixed shapes "
+                            f"(from_onnx(..., input_shapes=...)) to tune one specialisation")
     tgt = resolve_target(target)
     binding = _binding(graph, sizes)
     builder = walker(graph, tgt)
     builder.building = False
-    builder.walk()
+    try:
+        builder.walk()
+    except OnnxImportError:         # lw.compile specialises this model per shape: its kernels at the binding
+        shapes = {n: tuple(int(S.evaluate(d, binding)) for d in shape) for n, shape, _ in graph.signature.inputs}
+        return static_tasks.extract_tasks(graph.specialize(shapes, {}), tgt)
     tasks: Dict[int, KernelTask] = {}
     for call in builder.calls:
         module = call.module_at(binding)

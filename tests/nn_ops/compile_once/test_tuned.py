@@ -79,6 +79,16 @@ def test_extract_tasks_of_a_dynamic_graph_gives_the_compile_once_kernels_at_one_
         lw.extract_tasks(object())
 
 
+def test_a_model_compiled_per_shape_gives_the_tasks_of_its_specialisation():
+    """Compress along a symbolic axis compiles per shape: its tasks are the static kernels at the binding."""
+    from loopweave.nn_ops.testing.model_zoo import OnnxBuilder
+    b = OnnxBuilder()
+    model = b.model(("N", 4), b.node("Compress", ["input", b.init("keep", np.array([True]))], axis=0), (1, 4))
+    tasks = lw.extract_tasks(lw.from_onnx(model), sizes={"N": 5})
+    assert tasks and not any(t.signature.startswith("poly_") for t in tasks)       # the static compiler's
+    assert [tuple(int(d.value) for d in a.shape) for a in tasks[0].args][0] == (5, 4)
+
+
 def test_a_record_binds_the_sizes_the_kernel_covers_and_no_other(tiny):
     recipe, _ = _dense_kernel(tiny[1])
     (rows,) = recipe.variables
