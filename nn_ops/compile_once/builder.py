@@ -112,7 +112,7 @@ def build_polymorphic(graph, target="llvm", prebuilt: Optional[Dict[str, object]
     builder.prebuilt = prebuilt
     exe = builder.build()
     exe.model_bytes, exe.opset = graph.model_bytes, graph.opset
-    exe.tuned_kernels = builder.tuned_kernels
+    exe.tuned_kernels = len(builder.tuned_keys)
     exe.use_runner(runner_object if runner_object is not None else call_list_object(builder.target))
     return exe
 
@@ -150,7 +150,7 @@ class _Builder:
         self.aliases: Dict[object, object] = {}  # sympy size -> the size it is checked equal to at run time
         self.checks: Optional[str] = None        # lw.build's checks= for every kernel
         self.tuning_log = None                   # records applied to the kernels (``tuned.py``)
-        self.tuned_kernels = 0                   # kernels scheduled from a record
+        self.tuned_keys: set = set()             # their structural keys (kept out of the kernel cache)
         self.building = True                     # False: the walk only lists the kernels (``tasks.py``)
         self.recipes: Dict[int, KernelRecipe] = {}   # id of a _Pending kernel -> how it was made
         # sizes a feed binds directly (``bind`` refuses 0 for them): the ones a kernel may specialise to 1
@@ -227,7 +227,7 @@ class _Builder:
         modules = build_many(self.jobs, self.target, checks=self.checks)
         if self.remembers():
             for key, m in self.kernels.items():
-                if isinstance(m, _Pending):
+                if isinstance(m, _Pending) and key not in self.tuned_keys:
                     kernel_cache.store_polymorphic(key, self.target, modules[m.index])
 
         def real(m):
@@ -239,10 +239,10 @@ class _Builder:
 
     def remembers(self) -> bool:
         """Whether kernels go through the disk's polymorphic kernel cache (``kernel_cache``): built
-        here for this machine, without ``checks`` (whose kernels carry other code), without a tuning
-        log (the cache keys the untuned kernels), and not for listing tasks (which needs every
-        kernel's recipe)."""
-        return (self.prebuilt is None and self.checks is None and self.tuning_log is None and self.building
+        here for this machine, without ``checks`` (whose kernels carry other code), and not for
+        listing tasks (which needs every kernel's recipe).  The cache keys untuned kernels: one
+        scheduled from a tuning record is neither looked up nor stored (``tuned_keys``)."""
+        return (self.prebuilt is None and self.checks is None and self.building
                 and self.target.kind == "llvm" and self.target.runs_here())
 
     def convert(self, k: int, node, label: str) -> None:
@@ -432,7 +432,7 @@ class _Builder:
                     raise OnnxImportError(f"the saved executable has no kernel for node {label!r} (saved by another "
                                           f"loopweave?); compile the model again")
                 self.kernels[full_key] = module
-            if module is None and self.remembers():
+            if module is None and self.remembers() and self.tuning_log is None:
                 module = kernel_cache.lookup_polymorphic(full_key, self.target)
                 if module is not None:
                     self.kernels[full_key] = module
@@ -465,7 +465,13 @@ class _Builder:
                                       condition)
                 tuned = None if self.tuning_log is None else \
                     tuned_schedule(self.tuning_log, self.target, recipe, holders + [out])
-                self.tuned_kernels += tuned is not None
+                if tuned is None and self.tuning_log is not None and self.remembers():
+                    cached = kernel_cache.lookup_polymorphic(full_key, self.target)   # no record: the untuned one
+                    if cached is not None:
+                        self.kernels[full_key] = cached
+                        return cached
+                if tuned is not None:
+                    self.tuned_keys.add(full_key)
                 # built after the walk, all together (build_many: on every core)
                 if not self.jobs and self.building:
                     build_workers.prestart()

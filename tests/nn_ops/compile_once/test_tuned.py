@@ -112,15 +112,18 @@ def test_tuning_log_changes_the_compile_once_kernels_and_not_their_results(tiny,
     log = tmp_path / "tune.jsonl"
     _record(log, dense, _split_schedule(dense, 8, 16))
     assert next(records.read(str(log)))["shapes"] == [[64, 64], [2, 64, 32], [64], [64, 64]]
+    untuned = lw.compile(g)
     with warnings.catch_warnings():
         warnings.simplefilter("error")          # compiled once: no per-shape fallback, no record refused
         tuned = lw.compile(g, tuning_log=str(log))
-    untuned = lw.compile(g)
     assert isinstance(tuned, PolymorphicExecutable)
     assert tuned.tuned_kernels == 1 and "(1 from tuning records)" in repr(tuned)
-    changed = [k for k, (a, b) in enumerate(zip(tuned.calls, untuned.calls))
-               if a.module.get_source("lowered") != b.module.get_source("lowered")]
+    changed = [k for k, (a, b) in enumerate(zip(tuned.calls, untuned.calls)) if a.module.symbol != b.module.symbol]
     assert changed == [k for k, c in enumerate(tuned.calls) if c.node in dense.groups]
+    k = changed[0]
+    assert tuned.calls[k].module.get_source("lowered") != untuned.calls[k].module.get_source("lowered")
+    with pytest.raises(lw.ArgumentError, match="has no source"):     # the others: the untuned, from the cache
+        tuned.calls[1].module.get_source("lowered")
     for batch, seq in ((1, 37), (3, 8)):
         x = np.random.default_rng(seq).standard_normal((batch, seq, 64)).astype(np.float32)
         want, = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
