@@ -111,3 +111,18 @@ def test_the_graph_passes_run_on_the_symbolic_graph(encoder):
     assert all(n.attrs.get("panels") for n in g.nodes if n.op_type == "dense_kn")
     rows = lw.nn_ops.network.symbolic.symbol("batch") * lw.nn_ops.network.symbolic.symbol("seq")
     assert all(g.shape(n.inputs[0]) == (rows, HIDDEN) for n in g.nodes if n.op_type == "layer_norm")
+
+
+def test_it_exports_a_library_that_takes_the_sizes(encoder, tmp_path):
+    """The same executable family: ``export_library`` of the graph pipeline's encoder runs from C."""
+    from .test_export_polymorphic import CC, _app, _run
+    if CC is None:
+        pytest.skip("no C compiler (cc) to link and call the library")
+    _, exe, _ = encoder
+    app = _app(tmp_path, exe.export_library(tmp_path / "model.so"))
+    for batch, seq in ((2, 7), (1, 1)):
+        x = _feed(batch, seq, seed=5)["input"]
+        proc = _run(tmp_path, app, x, (batch, seq))
+        assert proc.returncode == 0, proc.stderr
+        got = np.fromfile(tmp_path / "y.bin", np.float32).reshape(batch, seq, HIDDEN)
+        np.testing.assert_array_equal(got, exe.run({"input": x})[0])
