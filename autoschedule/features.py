@@ -7,9 +7,10 @@ loops and the whole nest (the footprint each cache level must hold) with the reu
 vector lanes, the parallel extent above it, the unrolled extent around it and the shape of its loop
 nest.  A kernel's vector is the heaviest store's features (by instructions run), sums over all its
 stores of the counts (how much work, in all), the allocations (local buffers against the register
-file, intermediates against the caches), and the target's properties (lanes, vector registers,
-cache sizes, threads), so one model ranks schedules of any kernel on any CPU target.  Nothing in it
-names a task's tensors, axes or decisions.
+file, intermediates), and the target's properties (lanes, vector registers, threads), so one model
+ranks schedules of any kernel on any CPU target.  Nothing in it names a task's tensors, axes or
+decisions.  Cache sizes are not among them: ``target_info`` knows them, a layer above the tuner; the
+footprints per loop level let the model learn the thresholds of the CPUs it was trained on.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from ..dsl.expr import Binary, Call, Cast, Compare, Logical, Select, Var
 from ..lowering.ir import Allocate, BufferLoad, BufferStore, For, IfThenElse, LetStmt, Ramp, Seq
+from ..target import resolve_target
 from .task import const_int
 
 #: operation kinds counted per store (Binary ops map to a kind by name)
@@ -37,13 +39,12 @@ STORE_NAMES = (
        "log_execs", "lanes", "depth", "log_inner_extent", "inner_vector", "inner_unrolled", "log_second_extent",
        "log_parallel", "parallel_per_thread", "log_unrolled", "store_contiguous", "store_invariant"]
     + [f"log_bytes_l{lv}" for lv in LEVELS] + [f"log_reuse_l{lv}" for lv in LEVELS]
-    + [f"bytes_l{lv}_over_l1" for lv in LEVELS] + [f"bytes_l{lv}_over_l2" for lv in LEVELS]
 )
 SUM_NAMES = [f"sum_ops_{k}" for k in OP_KINDS] + ["sum_loads", "sum_execs", "sum_bytes", "stores", "heavy_share",
                                                   "parallel_share", "vector_share"]
 KERNEL_NAMES = ["log_local_bytes", "local_over_registers", "log_max_local", "local_allocs", "log_global_bytes",
-                "global_over_l2", "guards", "nests"]
-TARGET_NAMES = ["lanes_f32", "vector_registers", "log_l1", "log_l2", "threads"]
+                "guards", "nests"]
+TARGET_NAMES = ["lanes_f32", "vector_registers", "threads"]
 NAMES = ["heavy_" + n for n in STORE_NAMES] + SUM_NAMES + KERNEL_NAMES + TARGET_NAMES
 
 
@@ -68,12 +69,9 @@ def _children(node):
 
 @lru_cache(maxsize=64)
 def _target_facts(target) -> tuple:
-    """(lanes of float32, vector registers, L1d bytes, L2 bytes, threads) of ``target``."""
-    from ..target_info import target_info
-    info = target_info(target)
-    caches = dict(info.caches or ())
-    return (info.lanes["float32"], info.vector_registers, caches.get("L1d", 32 << 10), caches.get("L2", 1 << 20),
-            info.threads)
+    """(lanes of float32, vector registers, threads) of ``target``."""
+    tgt = resolve_target(target)
+    return tgt.lanes("float32"), tgt.vector_registers, tgt.num_threads
 
 
 def _dtype_bytes(dtype: str) -> int:
@@ -176,7 +174,7 @@ class _Walker:
         return pattern, lanes, foot
 
     def store(self, node: BufferStore, loops: list) -> None:
-        _, _, l1, l2, threads = self.facts
+        threads = self.facts[2]
         counts = dict.fromkeys(OP_KINDS, 0)
         loads: list = []
         self._ops(node.value, counts, loads)
@@ -217,8 +215,7 @@ class _Walker:
                   float(s_lanes > 1), float(inner is not None and inner[0].kind == "unrolled"),
                   _log(second[2]) if second else 0.0, _log(parallel), parallel / threads, _log(unrolled),
                   float(s_pattern == "contiguous"), float(s_pattern == "invariant")]
-               + [_log(x) for x in foot] + reuse
-               + [math.log2(max(1.0, x) / l1) for x in foot] + [math.log2(max(1.0, x) / l2) for x in foot])
+               + [_log(x) for x in foot] + reuse)
         self.stores.append(np.array(row, dtype=np.float64))
         self.work.append(execs * (1 + sum(counts.values()) + len(loads)))
 
@@ -226,7 +223,7 @@ class _Walker:
 def extract(func, target) -> np.ndarray:
     """The feature vector (``NAMES``) of the lowered function ``func`` built for ``target``."""
     facts = _target_facts(target)
-    lanes_f32, registers, l1, l2, threads = facts
+    lanes_f32, registers, threads = facts
     w = _Walker(facts)
     w.walk(func.body, [])
     nests = len(getattr(func.body, "stmts", (func.body,)))
@@ -246,6 +243,6 @@ def extract(func, target) -> np.ndarray:
         sums = [0.0] * len(SUM_NAMES)
     register_bytes = registers * lanes_f32 * 4
     kernel = [_log(w.local_bytes), w.local_bytes / register_bytes, _log(w.max_local), w.local_allocs,
-              _log(w.global_bytes), w.global_bytes / l2, w.guards, nests]
-    tgt = [lanes_f32, registers, math.log2(l1), math.log2(l2), threads]
+              _log(w.global_bytes), w.guards, nests]
+    tgt = [lanes_f32, registers, threads]
     return np.concatenate([heavy, np.array(sums), np.array(kernel), np.array(tgt, dtype=np.float64)])
