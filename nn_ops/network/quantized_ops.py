@@ -5,11 +5,14 @@
   point), ``y_zero_point``, ``to`` (the output type): what the importer writes for a QLinearConv it
   can run directly (``converters/quantized.py``);
 * ``qconv2d_blocked``: the same on the blocked layout, w packed in words (``int8_conv.pack_conv_words``,
-  ``pairs`` on x86 without VNNI): what ``choose_conv_layout`` makes of it on CPUs.
+  ``pairs`` on x86 without VNNI): what ``choose_conv_layout`` makes of it on CPUs;
+* ``qdepthwise`` / ``qdepthwise_blocked``: a depthwise QLinearConv, w int8 [C, 1, KH, KW] (blocked: its
+  values as float32 [C/b, KH, KW, b]), the bias QLinearConv's own (the input's zero point is taken off
+  each value).
 """
 from __future__ import annotations
 
-from ..ops.int8_conv import conv2d_u8s8, conv2d_u8s8_blocked
+from ..ops.int8_conv import conv2d_u8s8, conv2d_u8s8_blocked, depthwise_u8s8, depthwise_u8s8_blocked
 from .op_table import op
 
 
@@ -26,3 +29,14 @@ def _qconv2d(inputs, attrs):
 @op("qconv2d_blocked", "anchor")
 def _qconv2d_blocked(inputs, attrs):
     return conv2d_u8s8_blocked(*inputs[:4], pairs=bool(attrs.get("pairs")), **_common(attrs))
+
+
+@op("qdepthwise", "anchor")
+def _qdepthwise(inputs, attrs):
+    return depthwise_u8s8(*inputs[:4], **_common(attrs))
+
+
+@op("qdepthwise_blocked", "anchor")
+def _qdepthwise_blocked(inputs, attrs):
+    common = _common(attrs)
+    return depthwise_u8s8_blocked(*inputs[:4], x_zero_point=common.pop("pad_value"), **common)

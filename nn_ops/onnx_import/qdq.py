@@ -8,8 +8,8 @@ same thing, as the ONNX definitions say, with int8 operands and int32 sums (``co
 the product exact, then the requantization), and the uint8 result feeds the next rewritten operator
 directly.  A pattern is rewritten only when it means exactly that integer operator:
 
-- Conv of one group (the integer path of a grouped or depthwise conv widens its operands to int32,
-  slower than the float conv): input ``x`` from a DequantizeLinear with one scale; weight from a DequantizeLinear of a constant
+- Conv of one group, or depthwise (the integer path of another grouped conv widens its operands to
+  int32, slower than the float conv): input ``x`` from a DequantizeLinear with one scale; weight from a DequantizeLinear of a constant
   (one scale, or one per output channel on axis 0); the bias absent, or a DequantizeLinear of an int32
   constant with zero point 0 and scale ``x_scale * w_scale`` (what the quantizer writes); the output read
   only by one QuantizeLinear with one scale (not a graph output).
@@ -125,6 +125,15 @@ def _bias(m: _Model, name: str, x_scale: str, w_scale: str) -> Optional[str]:
     return q
 
 
+def _depthwise(m: _Model, node) -> bool:
+    """Whether Conv ``node`` is depthwise (a group per channel, one filter each) by a dequantized constant
+    weight: its integer form is a kernel of its own (``ops/int8_conv.depthwise_u8s8_blocked``)."""
+    w = m.producer.get(node.input[1])
+    weight = m.const(w.input[0]) if w is not None and w.op_type == "DequantizeLinear" else None
+    return weight is not None and weight.ndim == 4 and weight.shape[1] == 1 and \
+        weight.shape[0] == int(_attr(node, "group", 1))
+
+
 def qdq_to_qlinear(model):
     """``model`` with its QDQ Conv and MatMul patterns as QLinearConv / QLinearMatMul (the module
     docstring says which); the model itself when it has none (it is never modified in place)."""
@@ -140,7 +149,7 @@ def qdq_to_qlinear(model):
         if node.domain not in ("", "ai.onnx") or node.op_type not in ("Conv", "MatMul"):
             continue
         conv = node.op_type == "Conv"
-        if conv and int(_attr(node, "group", 1)) != 1:
+        if conv and int(_attr(node, "group", 1)) != 1 and not _depthwise(m, node):
             continue        # (a grouped integer conv widens to int32: slower than the float one)
         quantizer = m.only_quantizer(node.output[0])
         if quantizer is None:

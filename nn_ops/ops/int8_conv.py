@@ -7,7 +7,9 @@ and padded with its own zero point, the weight as int8 (a uint8 weight - 128).  
 zero points into ``bias`` (``sum (x - zx) w_s = D - (zx + 128 [int8 x]) * sum w_s``: a constant per output
 channel), so the product is exact and the epilogue is ONNX's reference requantization to the bit.
 
-Two forms (ops of the graph's ``qconv2d`` and ``qconv2d_blocked``):
+Two forms (ops of the graph's ``qconv2d`` and ``qconv2d_blocked``), and two of the depthwise conv
+(``qdepthwise``, ``qdepthwise_blocked``: ``depthwise_u8s8*``, whose bias is QLinearConv's own, the input's
+zero point taken off each value):
 
 * ``conv2d_u8s8`` on NCHW, the int8 weight [OC, C, KH, KW] widened to int32: correct anywhere, not
   fast (the graph's layout pass replaces it on CPUs);
@@ -30,7 +32,7 @@ from ...errors import ExprError
 from .conv2d import _output_hw
 from .elementwise import extents, static_shape
 from .int8_matmul import pair_of, pairs_of_words, word_of
-from .nchwc import _blocked_dims, pack_blocked_weight, schedule_conv2d_blocked
+from .nchwc import _blocked_dims, depthwise_blocked, pack_blocked_weight, schedule_conv2d_blocked
 from .registry import register_schedule
 
 
@@ -52,12 +54,14 @@ def pack_conv_words(weight: np.ndarray, in_block: int, out_block: int, pairs: bo
 def _requantized(D: Tensor, channel, bias: Tensor, multiplier: Tensor, y_zero_point: int, out_dtype: str,
                  name: str) -> Tensor:
     """``saturate(round(float64(D + bias[c]) * multiplier[c] + y_zero_point))`` as ``out_dtype``, ``c =
-    channel(index)``: QLinearConv's requantization in float64 (ONNX's reference, round half to even)."""
+    channel(index)``: QLinearConv's requantization in float64 (ONNX's reference, round half to even).  A
+    float32 ``D`` holds an exact integer (``depthwise_u8s8_blocked``)."""
     info = np.iinfo(out_dtype)
 
     def body(*idx):
         c = channel(idx)
-        scaled = cast("float64", D[idx] + bias[c]) * multiplier[c] + const(float(y_zero_point), "float64")
+        acc = D[idx] if D.dtype == "int32" else cast("int32", D[idx])
+        scaled = cast("float64", acc + bias[c]) * multiplier[c] + const(float(y_zero_point), "float64")
         clipped = elementwise_min(elementwise_max(lw_round(scaled), const(float(info.min), "float64")),
                                   const(float(info.max), "float64"))
         return cast(out_dtype, clipped)
@@ -150,3 +154,56 @@ def conv2d_u8s8_blocked(X: Tensor, Wp: Tensor, bias: Tensor, multiplier: Tensor,
 def schedule_conv2d_u8s8_blocked(s, op, target):
     """The float blocked conv's schedule: the same loop nest, over words instead of channels."""
     schedule_conv2d_blocked(s, op, target)
+
+
+#: the most taps a depthwise conv sums exactly in float32: each product of a centred uint8 (|x - zx| <= 255)
+#: by an int8 (|w| <= 128) is at most 32640, and the sum stays below 2**24
+MAX_EXACT_DEPTHWISE_TAPS = (1 << 24) // (255 * 128)
+
+
+def depthwise_u8s8(X: Tensor, W: Tensor, bias: Tensor, multiplier: Tensor, stride=(1, 1), padding=(0, 0, 0, 0),
+                   dilation=(1, 1), pad_value: int = 0, y_zero_point: int = 0, out_dtype: str = "uint8",
+                   name: str = "qdepthwise") -> Tensor:
+    """X [N, C, H, W] uint8/int8, W int8 [C, 1, KH, KW] -> Y [N, C, OH, OW]: ``sum (x - pad_value) w + bias``
+    in int32, requantized; the products widened to int32."""
+    if X.ndim != 4 or X.dtype not in ("uint8", "int8") or W.ndim != 4 or W.dtype != "int8":
+        raise ExprError(f"depthwise_u8s8: X must be 4-d uint8 or int8 and W 4-d int8, got {X.dtype} of rank {X.ndim} "
+                        f"and {W.dtype} of rank {W.ndim}")
+    n, c, h, w = extents(X)
+    wc, one, kh, kw = static_shape(W)
+    if (wc, one) != (c, 1):
+        raise ExprError(f"depthwise_u8s8: a weight of shape {static_shape(W)} for {c} channels ([{c}, 1, KH, KW])")
+    _check_epilogue(bias, multiplier, c, "depthwise_u8s8")
+    (sh, sw), (dh, dw) = stride, dilation
+    oh, ow = _output_hw(h, w, (kh, kw), stride, padding, dilation)
+    Xp = _padded_with(X, padding, pad_value, name)
+    ry, rx = reduce_axis((0, kh), name="ry"), reduce_axis((0, kw), name="rx")
+
+    def term(nn, cc, yy, xx):
+        centred = cast("int32", Xp[nn, cc, yy * sh + ry * dh, xx * sw + rx * dw]) - const(int(pad_value), "int32")
+        return centred * cast("int32", W[cc, 0, ry, rx])
+    D = compute((n, c, oh, ow), lambda nn, cc, yy, xx: lw_sum(term(nn, cc, yy, xx), axis=[ry, rx]), name=name,
+                tag="depthwise_u8s8")
+    return _requantized(D, lambda idx: idx[1], bias, multiplier, y_zero_point, out_dtype, name)
+
+
+def depthwise_u8s8_blocked(X: Tensor, Wd: Tensor, bias: Tensor, multiplier: Tensor, stride=(1, 1),
+                           padding=(0, 0, 0, 0), dilation=(1, 1), x_zero_point: int = 0, y_zero_point: int = 0,
+                           out_dtype: str = "uint8", name: str = "qdepthwise") -> Tensor:
+    """X blocked [N, C/b, H, W, b] uint8/int8, Wd float32 [C/b, KH, KW, b] (the int8 weight's values,
+    ``nchwc.pack_depthwise_weight``) -> Y blocked.  The float blocked depthwise conv over ``x - x_zero_point``
+    (zero padding is then the zero point's): exact in float32 (``MAX_EXACT_DEPTHWISE_TAPS``), with the float
+    kernel's schedule (taps accumulated in registers, padded rows computed per row)."""
+    if X.ndim != 5 or X.dtype not in ("uint8", "int8") or Wd.dtype != "float32":
+        raise ExprError(f"depthwise_u8s8_blocked: X must be blocked (5-d) uint8 or int8 and Wd float32, got "
+                        f"{X.dtype} of rank {X.ndim} and {Wd.dtype}")
+    _, kh, kw, _ = static_shape(Wd)
+    if kh * kw > MAX_EXACT_DEPTHWISE_TAPS:
+        raise ExprError(f"depthwise_u8s8_blocked: {kh}x{kw} taps may not sum exactly in float32 (at most "
+                        f"{MAX_EXACT_DEPTHWISE_TAPS})")
+    n, cbn, h, w, b = _blocked_dims(X, "depthwise_u8s8_blocked", (1, 4))
+    _check_epilogue(bias, multiplier, cbn * b, "depthwise_u8s8_blocked")
+    centred = compute(X.shape, lambda *i: cast("float32", X[i]) - const(float(x_zero_point), "float32"),
+                      name=name + ".centred", tag="elemwise")
+    D = depthwise_blocked(centred, Wd, None, stride, padding, dilation, name=name)
+    return _requantized(D, lambda idx: idx[1] * b + idx[4], bias, multiplier, y_zero_point, out_dtype, name)

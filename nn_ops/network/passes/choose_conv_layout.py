@@ -60,7 +60,7 @@ from ..graph import Graph, Node
 from ..op_table import SCALAR_OPS, scalar_constants
 from ...ops.nchwc import blocked_shape, group_merge, merged_groups, pack_blocked_weight, pack_depthwise_weight
 from ...ops.winograd import winograd_pays, winograd_weight
-from .blocked_qconv import QUANTIZERS, blocked_qconv, follows_blocked, is_quantizer_constant, qconv_goes_blocked
+from .blocked_qconv import QCONVS, QUANTIZERS, blocked_qconv, follows_blocked, is_quantizer_constant, qconv_goes_blocked
 from .sink_reshapes import ELEMENTWISE
 
 
@@ -208,7 +208,7 @@ def _decide(g: Graph, node: Node, block, lanes, users, padded=()) -> Optional[st
             return "conv"
         lone_nchw = weight.shape[2:] == (1, 1) and _lone_1x1_stays_plain(c, g.shape(node.outputs[0]), node.attrs)
         return "conv_plain_input" if not lone_nchw or _reaches_conv(node.outputs[0], users, block) else None
-    if op == "qconv2d":
+    if op in QCONVS:
         return "qconv" if qconv_goes_blocked(g, node, block, padded, lambda c: channel_block(c, lanes)) else None
     if op in QUANTIZERS and follows_blocked(g, node, block, padded):
         return "elementwise"

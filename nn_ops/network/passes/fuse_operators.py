@@ -43,8 +43,8 @@ from ..op_table import OPS
 MAX_GROUP_NODES = 8
 #: blocked anchors whose epilogue runs over one channel block's vector whatever its dtypes, so a
 #: quantized layer's DequantizeLinear -> float ops -> QuantizeLinear joins the kernel (the int8 conv's
-#: uint8 result)
-CHANNEL_VECTOR_ANCHORS = ("qconv2d_blocked",)
+#: and depthwise conv's uint8 results)
+CHANNEL_VECTOR_ANCHORS = ("qconv2d_blocked", "qdepthwise_blocked")
 MIN_FUSED_ROWS = 14
 
 

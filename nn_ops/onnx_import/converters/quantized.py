@@ -250,9 +250,10 @@ def _constant(ctx: ImportContext, name, sizes=(1,)):
 def _direct_qconv(ctx: ImportContext, node) -> bool:
     """QLinearConv as one ``qconv2d`` node (``ops/int8_conv``: the product and the requantization in one
     kernel, on the blocked layout on CPUs), where its operands allow: a 2-d conv of one group whose input
-    channels are whole words of four; constant weight, scales, zero points and bias; float32 scales; a
-    weight zero point that is 0 for an int8 weight (128 for a uint8 one).  The input's zero point goes into
-    the bias (``sum (x - zx) w = D - zx sum w``) and the padding; the multiplier is computed as the
+    channels are whole words of four, or a depthwise one (``qdepthwise``); constant weight, scales, zero
+    points and bias; float32 scales; a weight zero point that is 0 for an int8 weight (128 for a uint8 one).
+    The input's zero point goes into the padding and, for ``qconv2d``, into the bias (``sum (x - zx) w = D -
+    zx sum w``; the depthwise conv takes it off each value); the multiplier is computed as the
     general path's graph computes it (float32 ``x_scale * w_scale / y_scale``), so the two agree to the bit.
     Returns whether it was emitted."""
     x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp = (list(node.input) + [""] * 8)[:8]
@@ -260,9 +261,12 @@ def _direct_qconv(ctx: ImportContext, node) -> bool:
     weight = ctx.const(w)
     shape = ctx.shape(x)
     if weight is None or weight.ndim != 4 or weight.dtype not in (np.int8, np.uint8) or len(shape) != 4 or \
-            int(ctx.attr(node, "group", 1)) != 1 or shape[1] % 4 or ctx.dtype(x) not in ("int8", "uint8"):
+            ctx.dtype(x) not in ("int8", "uint8"):
         return False
-    oc = weight.shape[0]
+    group, oc = int(ctx.attr(node, "group", 1)), weight.shape[0]
+    depthwise = group == shape[1] == oc and weight.shape[1] == 1
+    if not depthwise and (group != 1 or shape[1] % 4):
+        return False
     scales = [_constant(ctx, s, (1, oc) if s == w_scale else (1,)) for s in (x_scale, w_scale, y_scale)]
     zx = _constant(ctx, x_zp) if x_zp else np.zeros(1, ctx.dtype(x))
     zw = _constant(ctx, w_zp, (1, oc)) if w_zp else np.zeros(1, weight.dtype)
@@ -273,7 +277,7 @@ def _direct_qconv(ctx: ImportContext, node) -> bool:
         return False
     w_s, _ = signed_bytes(weight)
     alpha = int(zx.reshape(())) + (128 if ctx.dtype(x) == "int8" else 0)
-    folded = _wrapped(bias.astype(np.int64) - alpha * w_s.astype(np.int64).sum(axis=(1, 2, 3)))
+    folded = bias if depthwise else _wrapped(bias.astype(np.int64) - alpha * w_s.astype(np.int64).sum(axis=(1, 2, 3)))
     x_s, w_sc, y_s = scales
     multiplier = np.broadcast_to((x_s.reshape(-1) * w_sc.reshape(-1)) / y_s.reshape(-1), (oc,)).astype(np.float64)
     kh, kw = weight.shape[2:]
@@ -284,7 +288,7 @@ def _direct_qconv(ctx: ImportContext, node) -> bool:
     out = node.output[0]
     inputs = [x, ctx.add_constant(f"{w}.signed", w_s), ctx.add_constant(f"{out}.bias_folded", folded),
               ctx.add_constant(f"{out}.multiplier", np.ascontiguousarray(multiplier))]
-    ctx.emit("qconv2d", inputs, out, {"stride": tuple(stride), "padding": tuple(padding), "dilation": tuple(dilation),
+    ctx.emit("qdepthwise" if depthwise else "qconv2d", inputs, out, {"stride": tuple(stride), "padding": tuple(padding), "dilation": tuple(dilation),
                                       "pad_value": int(zx.reshape(())), "y_zero_point": int(zy.reshape(())),
                                       "to": ctx.dtype(y_zp) if y_zp else ctx.dtype(x)}, name=node.name)
     return True

@@ -111,3 +111,36 @@ def test_a_qdq_matmul_becomes_a_qlinear_matmul():
     got = lw.compile(lw.from_onnx(model), progress=False).run(feed)[0]
     want = _ort(model, feed)[0]
     assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+
+
+def test_a_qdq_mobilenet_style_network_runs_int8_convs_and_depthwise_within_a_step_of_the_exact_reference():
+    """EfficientNet-Lite's inverted residuals (1x1 expand, depthwise, squeeze-excitation, 1x1 project,
+    residual adds) quantized by onnxruntime: the convs and depthwise convs are integer kernels, and the
+    output is that of ONNX's reference evaluator of the QDQ model to one quantization step."""
+    from onnx.reference import ReferenceEvaluator
+    from loopweave.nn_ops.network.passes import optimize
+    small = dict(model_zoo.SMALL["efficientnet_lite"], size=32, stages=((1, 3, 1, 16, 1), (6, 3, 2, 24, 2)))
+    model = static_qdq(model_zoo.efficientnet_lite(**small), _samples((1, 3, 32, 32), 3))
+    graph = lw.from_onnx(model)
+    counts = optimize(graph).op_counts()
+    assert counts.get("qdepthwise_blocked") == sum(n.op_type == "Conv" and n.attribute and any(
+        a.name == "group" and a.i > 1 for a in n.attribute) for n in model.graph.node) and counts.get("qconv2d_blocked")
+    step = [n for n in model.graph.node if n.op_type == "QuantizeLinear"][-1].input[1]
+    step = float(next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name == step))
+    reference = ReferenceEvaluator(_opset(model, 21))
+    exe = lw.compile(graph, progress=False)
+    for feed in _samples((1, 3, 32, 32), 2, seed=1):
+        got, want = exe.run(feed)[0], reference.run(None, feed)[0]
+        assert np.abs(got - want).max() <= step * 1.0001
+        assert got.argmax() == want.argmax()
+
+
+def _opset(model, version: int):
+    """A copy of ``model`` with its default opset at ``version`` (the reference evaluator's
+    DequantizeLinear starts at 19)."""
+    import onnx
+    copy = onnx.ModelProto.FromString(model.SerializeToString())
+    for imp in copy.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            imp.version = version
+    return copy

@@ -145,3 +145,47 @@ def test_the_int8_convs_name_what_is_wrong_with_their_operands():
     with pytest.raises(ExprError, match="the input has 3 channels, the weight 4"):
         conv2d_u8s8(lw.placeholder((1, 3, 5, 5), name="X", dtype="uint8"),
                     lw.placeholder((16, 4, 1, 1), name="W", dtype="int8"), B, M)
+
+
+def _depthwise_reference(x, w, bias, multiplier, stride, padding, x_zp, y_zp, out_dtype):
+    c = x.shape[1]
+    return np.concatenate([_reference(x[:, k:k + 1], w[k:k + 1], bias[k:k + 1], multiplier[k:k + 1], stride, padding,
+                                      x_zp, y_zp, out_dtype) for k in range(c)], axis=1)
+
+
+@pytest.mark.parametrize("x_dtype,stride,padding,x_zp", [("uint8", 1, (1, 1, 1, 1), 131), ("int8", 2, (1, 0, 1, 0), -7)])
+@pytest.mark.parametrize("blocked", [True, False])
+def test_int8_depthwise_conv_equals_the_integer_reference(x_dtype, stride, padding, x_zp, blocked):
+    """The blocked kernel sums the centred values in float32, exactly; the plain one in int32."""
+    from loopweave.nn_ops.ops.int8_conv import depthwise_u8s8, depthwise_u8s8_blocked
+    from loopweave.nn_ops.ops.nchwc import pack_depthwise_weight
+    rng = np.random.default_rng(stride)
+    c, b = 32, 16
+    x = rng.integers(0, 256, (1, c, 9, 10)).astype(np.uint8).view(x_dtype)
+    w = rng.integers(-128, 128, (c, 1, 3, 3)).astype(np.int8)
+    w[0], x[0, :, :3] = -128, np.iinfo(x_dtype).min           # the largest products
+    bias = rng.integers(-5000, 5000, c).astype(np.int32)
+    multiplier = rng.uniform(0.002, 0.02, c)
+    want = _depthwise_reference(x, w, bias, multiplier, (stride, stride), padding, x_zp, 5, "uint8")
+    assert ((want == 0) | (want == 255)).any() and ((want > 0) & (want < 255)).any()
+    B = lw.placeholder((c,), name="B", dtype="int32")
+    M = lw.placeholder((c,), name="M", dtype="float64")
+    if blocked:
+        xb = np.ascontiguousarray(x.reshape(1, c // b, b, 9, 10).transpose(0, 1, 3, 4, 2))
+        wd = pack_depthwise_weight(w.astype(np.float32), b)
+        X = lw.placeholder(xb.shape, name="X", dtype=x_dtype)
+        W = lw.placeholder(wd.shape, name="W", dtype="float32")
+        Y = depthwise_u8s8_blocked(X, W, B, M, (stride, stride), padding, x_zero_point=x_zp, y_zero_point=5)
+        args = [xb, wd]
+    else:
+        X = lw.placeholder(x.shape, name="X", dtype=x_dtype)
+        W = lw.placeholder(w.shape, name="W", dtype="int8")
+        Y = depthwise_u8s8(X, W, B, M, (stride, stride), padding, pad_value=x_zp, y_zero_point=5)
+        args = [x, w]
+    f = lw.build(nn_ops.schedule(Y, "llvm"), [X, W, B, M, Y])
+    out = np.zeros([int(d.value) for d in Y.shape], np.uint8)
+    f(*args, bias, multiplier, out)
+    if blocked:
+        n, _, oh, ow, _ = out.shape
+        out = out.transpose(0, 1, 4, 2, 3).reshape(n, c, oh, ow)
+    np.testing.assert_array_equal(out, want)
