@@ -21,14 +21,20 @@ QCONVS = ("qconv2d", "qdepthwise")
 def qconv_goes_blocked(g: Graph, node: Node, block, padded, channel_block) -> bool:
     """Whether ``qconv2d`` / ``qdepthwise`` ``node`` runs blocked: its output channels make whole blocks,
     and its input is blocked (without padding channels; a ``qconv2d``'s in blocks of whole words) or can
-    be (one ``to_blocked`` of it)."""
+    be (one ``to_blocked`` of it, in blocks of one word where the channels make no vector's block)."""
     x = node.inputs[0]
     oc, c = g.shape(node.outputs[0])[1], g.shape(x)[1]
     if channel_block(oc) is None:
         return False
     if block.get(x):
         return x not in padded and (node.op_type == "qdepthwise" or block[x] % 4 == 0)
-    return channel_block(c) is not None
+    return channel_block(c) is not None or (node.op_type == "qconv2d" and c % 4 == 0)
+
+
+def input_block(node: Node, channels: int, channel_block) -> int:
+    """The block of a ``to_blocked`` copy of a plain input: the channels' own, else (an RGB stem's four
+    channels) one word."""
+    return channel_block(channels) or 4
 
 
 def follows_blocked(g: Graph, node: Node, block, padded) -> bool:

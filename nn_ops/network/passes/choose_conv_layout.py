@@ -60,7 +60,8 @@ from ..graph import Graph, Node
 from ..op_table import SCALAR_OPS, scalar_constants
 from ...ops.nchwc import blocked_shape, group_merge, merged_groups, pack_blocked_weight, pack_depthwise_weight
 from ...ops.winograd import winograd_pays, winograd_weight
-from .blocked_qconv import QCONVS, QUANTIZERS, blocked_qconv, follows_blocked, is_quantizer_constant, qconv_goes_blocked
+from .blocked_qconv import (QCONVS, QUANTIZERS, blocked_qconv, follows_blocked, input_block, is_quantizer_constant,
+                            qconv_goes_blocked)
 from .sink_reshapes import ELEMENTWISE
 
 
@@ -437,7 +438,8 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
                      "dilation": tuple(attrs["dilation"])}, node.name)
     if how == "qconv":
         x = node.inputs[0]
-        return blocked_qconv(g, node, out, blocked_input(x), block.get(x) or channel_block(g.shape(x)[1], lanes), b)
+        xb = block.get(x) or input_block(node, g.shape(x)[1], lambda c: channel_block(c, lanes))
+        return blocked_qconv(g, node, out, blocked_input(x, xb), xb, b)
     if how == "resize":         # the tables index height and width, axes 2 and 3 of either layout
         return Node("resize", [twin[node.inputs[0]]] + list(node.inputs[1:]), [out], dict(attrs), node.name)
     if how == "spatial_pad":    # height and width padded: axes 2 and 3 of either layout

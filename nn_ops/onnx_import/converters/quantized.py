@@ -249,8 +249,8 @@ def _constant(ctx: ImportContext, name, sizes=(1,)):
 
 def _direct_qconv(ctx: ImportContext, node) -> bool:
     """QLinearConv as one ``qconv2d`` node (``ops/int8_conv``: the product and the requantization in one
-    kernel, on the blocked layout on CPUs), where its operands allow: a 2-d conv of one group whose input
-    channels are whole words of four, or a depthwise one (``qdepthwise``); constant weight, scales, zero
+    kernel, on the blocked layout on CPUs), where its operands allow: a 2-d conv of one group (its input
+    channels padded to whole words of four), or a depthwise one (``qdepthwise``); constant weight, scales, zero
     points and bias; float32 scales; a weight zero point that is 0 for an int8 weight (128 for a uint8 one).
     The input's zero point goes into the padding and, for ``qconv2d``, into the bias (``sum (x - zx) w = D -
     zx sum w``; the depthwise conv takes it off each value); the multiplier is computed as the
@@ -265,7 +265,7 @@ def _direct_qconv(ctx: ImportContext, node) -> bool:
         return False
     group, oc = int(ctx.attr(node, "group", 1)), weight.shape[0]
     depthwise = group == shape[1] == oc and weight.shape[1] == 1
-    if not depthwise and (group != 1 or shape[1] % 4):
+    if not depthwise and group != 1:
         return False
     scales = [_constant(ctx, s, (1, oc) if s == w_scale else (1,)) for s in (x_scale, w_scale, y_scale)]
     zx = _constant(ctx, x_zp) if x_zp else np.zeros(1, ctx.dtype(x))
@@ -286,6 +286,11 @@ def _direct_qconv(ctx: ImportContext, node) -> bool:
     dilation = list(ctx.attr(node, "dilations", [1, 1]))
     padding = _spatial_padding(ctx, node, tuple(shape[2:]), kernel, stride, dilation)
     out = node.output[0]
+    if not depthwise and shape[1] % 4:      # (an RGB stem) channels up to whole words: zero weights read them
+        extra = -shape[1] % 4
+        x = ctx.emit("pad", [x], ctx.temp(out, "words"), {"before": (0, 0, 0, 0), "after": (0, extra, 0, 0),
+                                                         "value": 0.0})
+        w_s = np.concatenate([w_s, np.zeros((oc, extra) + w_s.shape[2:], np.int8)], axis=1)
     inputs = [x, ctx.add_constant(f"{w}.signed", w_s), ctx.add_constant(f"{out}.bias_folded", folded),
               ctx.add_constant(f"{out}.multiplier", np.ascontiguousarray(multiplier))]
     ctx.emit("qdepthwise" if depthwise else "qconv2d", inputs, out, {"stride": tuple(stride), "padding": tuple(padding), "dilation": tuple(dilation),

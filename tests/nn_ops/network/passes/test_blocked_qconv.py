@@ -65,14 +65,20 @@ def test_avx2_code_multiplies_int16_pairs_and_equals_the_exact_reference():
     np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, feed)[0])
 
 
-def test_a_qlinear_conv_whose_channels_are_not_whole_words_keeps_the_product_of_patches():
-    model, _ = _two_layers("uint8", False)
-    model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 15
-    w = numpy_helper.to_array(model.graph.initializer[2])[:, :15]
+def test_a_qlinear_conv_whose_channels_are_not_whole_words_reads_them_padded_with_zero_weights():
+    """(an RGB stem: 3 channels padded to one word, blocked in words)"""
+    from onnx.reference import ReferenceEvaluator
+    model, feed = _two_layers("uint8", False)
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 3
+    w = numpy_helper.to_array(model.graph.initializer[2])[:, :3]
     model.graph.initializer[2].CopyFrom(numpy_helper.from_array(np.ascontiguousarray(w), "w0"))
-    counts = lw.from_onnx(model).op_counts()
-    assert counts.get("qconv2d") == 1 and counts.get("matmul_u8s8") == 1
-
+    feed = {"x": feed["x"][:, :3].copy()}
+    graph = lw.from_onnx(model)
+    assert graph.op_counts().get("qconv2d") == 2 and graph.op_counts().get("pad") == 1
+    blocks = [n.attrs["block"] for n in optimize(graph).nodes if n.op_type == "to_blocked"]
+    assert blocks == [4]
+    (got,) = lw.compile(graph, progress=False).run(feed)
+    np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, feed)[0])
 
 def test_a_quantized_layer_between_its_dequantize_and_quantize_is_one_kernel():
     """QDQ's conv -> DequantizeLinear -> a batch norm's float scale and shift -> QuantizeLinear: the float
