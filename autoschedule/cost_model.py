@@ -1,7 +1,7 @@
 """One learned cost model for every task of a tuning run: gradient-boosted trees (LightGBM).
 
 It reads the task-independent features of ``features.py`` and predicts a candidate's normalised
-throughput: per task, the best time measured divided by this candidate's (1 for the fastest), so
+throughput: per task, the best time measured divided by this candidate's (1 for the fastest; fitted in logs), so
 tasks of any size train one model together and its scores rank the candidates of any task.  A
 model pre-trained on the zoo's tuning logs ships beside this file (``PRETRAINED``, LightGBM's text
 format gzipped, written by ``python -m benchmarks.train_cost_model train``); a tuning run starts from it and
@@ -28,11 +28,11 @@ from .features import NAMES
 #: the shipped model, trained on the zoo's tuning logs
 PRETRAINED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained_model.txt.gz")
 
-PARAMS = {"objective": "regression", "learning_rate": 0.1, "num_leaves": 31, "min_data_in_leaf": 5,
+PARAMS = {"objective": "regression", "learning_rate": 0.05, "num_leaves": 7, "min_data_in_leaf": 10,
           "min_data_in_bin": 1, "feature_fraction": 0.8, "bagging_fraction": 0.8, "bagging_freq": 1,
           "lambda_l2": 1.0, "verbose": -1, "num_threads": 1, "deterministic": True, "force_row_wise": True}
 #: boosting rounds from zero, and trees added to a pre-trained model at each online fit
-ROUNDS, FINE_TUNE_ROUNDS = 150, 20
+ROUNDS, FINE_TUNE_ROUNDS = 300, 30
 
 
 def normalised_throughput(seconds: Sequence[float]) -> np.ndarray:
@@ -46,8 +46,9 @@ def _booster(X: np.ndarray, y: np.ndarray, seed: int, rounds: int, init=None):
     params = dict(PARAMS, seed=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        # weighting by throughput puts the fit where the search looks: among the fast candidates
-        data = lightgbm.Dataset(X, y, weight=0.2 + y, feature_name=list(NAMES),
+        # the log of the normalised throughput: a 100x slower candidate is as far below a 10x slower one
+        # as that is below the best (the times of one task span two or three orders of magnitude)
+        data = lightgbm.Dataset(X, np.log(y), feature_name=list(NAMES),
                                 params={"verbose": -1, "min_data_in_bin": 1}, free_raw_data=False)
         return lightgbm.train(params, data, num_boost_round=rounds, init_model=init, keep_training_booster=True)
 

@@ -17,6 +17,7 @@ from typing import Optional
 
 from ..errors import (ArgumentError, BuildError, DamagedFileError, InternalError, LoopweaveError, OnnxImportError,
                       PerShapeCompileWarning)
+from ..autoschedule.network import ModelPicks, tune_network
 from ..autoschedule.records import check_exists
 from ..lowering.lower import check_checks_argument
 from ..target import resolve_target
@@ -26,6 +27,7 @@ from .network.dynamic_executable import FORMAT as DYNAMIC_FORMAT, DynamicExecuta
 from .network.executable import compile_graph, load_static_from
 from .network.graph import Graph
 from .network.signature import fixed_shapes_hint
+from .network.tasks import extract_tasks
 from .network.polymorphic_executable import FORMAT as POLYMORPHIC_FORMAT, load_polymorphic_kernels
 from .network.saved_levels import FORMAT as LEVELS_FORMAT, chosen_level
 from .network.symbolic_compile import compile_symbolic
@@ -36,7 +38,7 @@ from .compile_once import build_polymorphic
 
 def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=None,  # noqa: A001 - lw.compile
             checks: Optional[str] = None, polymorphic: Optional[bool] = None, precision: str = "fp32",
-            pipeline: Optional[str] = None):
+            pipeline: Optional[str] = None, schedules: Optional[str] = None):
     """Compile a network graph (from ``from_onnx``) into an executable.
 
     A DynamicGraph (symbolic input sizes) is compiled once for every binding of its sizes: a
@@ -63,6 +65,10 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
     extents (``network/symbolic_compile.py``), the same PolymorphicExecutable (binding checks,
     save and load).  It covers the encoder family's ops for now; any other op is an error naming
     it.  For a static Graph it changes nothing (that is the static compiler).
+
+    ``schedules="model"`` (a static graph, target llvm) gives each kernel the autoscheduler's cost
+    model's pick where the model ranks it above the default schedule, nothing measured
+    (``tune_network(..., trials=0)``), each pick checked against the kernel's untuned build first.
     """
     check_checks_argument(checks, BuildError)
     if tuning_log is not None:
@@ -71,6 +77,8 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
     if tgt.kind not in ("llvm", "cuda"):
         raise BuildError(f"networks compile for targets 'llvm' and 'cuda', not {tgt.kind!r}")
     tgt = with_precision(tgt, precision)
+    if schedules is not None:
+        tuning_log = _model_picks(graph, tgt, schedules, tuning_log)
     if pipeline not in (None, "graph"):
         raise ArgumentError(f"pipeline={pipeline!r}: use 'graph' (one Graph pipeline over symbolic sizes) or "
                             f"leave it out")
@@ -112,6 +120,19 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
     except Exception as exc:  # noqa: BLE001 - the promise: only loopweave's types escape
         raise InternalError(f"compiling network {graph.name!r} failed unexpectedly: "
                             f"{type(exc).__name__}: {exc}") from exc
+
+
+def _model_picks(graph, tgt, schedules, tuning_log):
+    """The cost model's picks for ``graph``'s kernels, which the compiler applies like a tuning log."""
+    if schedules != "model":
+        raise ArgumentError(f"compile: schedules takes 'model' (the cost model's picks, nothing measured) or None, "
+                            f"got {schedules!r}")
+    if tuning_log is not None:
+        raise ArgumentError("compile: give tuning_log= (measured records) or schedules='model', not both")
+    if not isinstance(graph, Graph) or tgt.kind != "llvm":
+        raise ArgumentError("compile: schedules='model' takes a static graph (fixed input shapes) and an 'llvm' "
+                            "target: the cost model ranks schedules of static CPU kernels")
+    return ModelPicks(tune_network(extract_tasks(graph, tgt), trials=0))
 
 
 def load(path):

@@ -1,0 +1,51 @@
+"""``lw.compile(net, schedules="model")``: each kernel gets the cost model's pick, nothing measured."""
+import numpy as np
+import pytest
+
+import loopweave as lw
+from loopweave import autoschedule as auto
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("lightgbm")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+
+def _dense_relu():
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((64, 48)).astype(np.float32)
+    b = rng.standard_normal(48).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["input", "w", "b"], ["y"]), helper.make_node("Relu", ["y"], ["out"])], "dense",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [32, 64])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [32, 48])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return lw.from_onnx(model), w, b
+
+
+@pytest.mark.parametrize("default_last", [False, True])
+def test_schedules_model_applies_the_picks_and_computes_the_same(monkeypatch, default_last):
+    """As shipped, and with the model's scores replaced by ones that rank the default schedule (the
+    last candidate scored) below every proposal, so that every kernel takes a pick."""
+    if default_last:
+        monkeypatch.setattr(auto.CostModel, "predict", lambda self, X: -np.arange(len(X), dtype=float))
+    graph, w, b = _dense_relu()
+    picks = auto.tune_network(lw.extract_tasks(graph), trials=0)
+    assert len(picks.results) == len(lw.extract_tasks(graph))
+    assert all(r.history == [] for r in picks.results)          # nothing measured
+    if default_last:
+        assert all(s is not None for s in picks.schedules)
+    exe = lw.compile(graph, schedules="model", progress=False)
+    # the same picks (deterministic: seeded proposals, one model) reach the compiled kernels
+    assert exe.tuned_kernels == sum(s is not None for s in picks.schedules)
+    x = np.random.default_rng(4).standard_normal((32, 64)).astype(np.float32)
+    np.testing.assert_allclose(exe.run({"input": x})[0], np.maximum(x @ w + b, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_schedules_argument_is_checked(tmp_path):
+    graph, _, _ = _dense_relu()
+    with pytest.raises(lw.ArgumentError, match="schedules takes 'model'"):
+        lw.compile(graph, schedules="fast")
+    (tmp_path / "log.jsonl").write_text("")
+    with pytest.raises(lw.ArgumentError, match="not both"):
+        lw.compile(graph, schedules="model", tuning_log=str(tmp_path / "log.jsonl"))
