@@ -100,13 +100,17 @@ class _Solver:
                                f"lw.compile(graph) without pipeline='graph' compiles it")
 
     def shape(self, name: str, shapes: Sequence[tuple]) -> tuple:
+        """The value's shape: ints where static (as the static passes expect), sympy sizes elsewhere."""
         if len({len(s) for s in shapes}) != 1:
             raise self.refuse(None, f"the rank of {name!r} changes with the sizes")
         known = self.known.get(name)
         if known is not None and len(known) == len(shapes[0]) and all(
                 tuple(int(S.evaluate(d, b)) for d in known) == tuple(s) for b, s in zip(self.bindings, shapes)):
-            return tuple(S.dim(d) for d in known)
-        return tuple(self.size([s[k] for s in shapes], f"dimension {k} of {name!r}") for k in range(len(shapes[0])))
+            sizes = tuple(S.dim(d) for d in known)
+        else:
+            sizes = tuple(self.size([s[k] for s in shapes], f"dimension {k} of {name!r}")
+                          for k in range(len(shapes[0])))
+        return tuple(int(d) if S.is_static(d) else d for d in sizes)
 
     def attr(self, node, name: str, values: list):
         """The attribute's value with each int that changes with the sizes as a sympy size."""

@@ -28,6 +28,7 @@ def test_shapes_and_reshape_targets_are_symbolic(encoder_graph):
     for name, value in g.values.items():     # the ONNX values keep symbolic inference's sizes
         if name in dynamic.shapes.shapes and name not in g.initializers:
             assert value.shape == tuple(dynamic.shapes.shapes[name])
+    assert all(type(d) is int for v in g.values.values() for d in v.shape if S.is_static(d))   # static: ints
     g.check()
 
 
