@@ -31,7 +31,7 @@ from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
 from .conv2d import _output_hw
 from .elementwise import extents, static_shape
-from .int8_matmul import pair_of, pairs_of_words, word_of
+from .int8_matmul import pairs_of_words, word_of
 from .nchwc import _blocked_dims, depthwise_blocked, pack_blocked_weight, schedule_conv2d_blocked
 from .registry import register_schedule
 
@@ -91,6 +91,14 @@ def _padded_with(X: Tensor, padding, value: int, name: str) -> Tensor:
     return compute(tuple(shape), pad, name=name + ".pad", tag="conv2d.pad")
 
 
+def _widened_to_int16(X: Tensor, signed: bool, name: str) -> Tensor:
+    """X's bytes as int16, each read as uint8 (an int8 + 128): ``dot2_i16``'s halves."""
+    def widen(*i):
+        value = cast("int16", cast("uint8", X[i]))
+        return value ^ const(0x80, "int16") if signed else value
+    return compute(X.shape, widen, name=name + ".int16", tag="elemwise")
+
+
 def conv2d_u8s8(X: Tensor, W: Tensor, bias: Tensor, multiplier: Tensor, stride=(1, 1), padding=(0, 0, 0, 0),
                 dilation=(1, 1), pad_value: int = 0, y_zero_point: int = 0, out_dtype: str = "uint8",
                 name: str = "qconv2d") -> Tensor:
@@ -135,25 +143,52 @@ def conv2d_u8s8_blocked(X: Tensor, Wp: Tensor, bias: Tensor, multiplier: Tensor,
     _check_epilogue(bias, multiplier, obn * b, "conv2d_u8s8_blocked")
     (sh, sw), (dh, dw) = stride, dilation
     oh, ow = _output_hw(h, w, (kh, kw), stride, padding, dilation)
-    Xp = _padded_with(X, padding, pad_value, name)
     rco, ry, rx = reduce_axis((0, xcb), name="rco"), reduce_axis((0, kh), name="ry"), reduce_axis((0, kw), name="rx")
     rw = reduce_axis((0, words), name="rci")
     signed = X.dtype == "int8"
-    dot, pack = (dot2_i16, pair_of) if pairs else (dot4_u8s8, word_of)
+    if pairs:       # the padded copy widened to int16 (as uint8: an int8 + 128): a pair is one 32-bit load
+        Xp = _padded_with(_widened_to_int16(X, signed, name), padding, pad_value + (128 if signed else 0), name)
+
+        def word(nn, iy, ix):
+            low = cast("int32", Xp[nn, rco, iy, ix, 2 * rw]) & const(0xFFFF, "int32")     # (one load: LLVM joins them)
+            return low | (cast("int32", Xp[nn, rco, iy, ix, 2 * rw + 1]) << 16)
+    else:
+        Xp = _padded_with(X, padding, pad_value, name)
+
+        def word(nn, iy, ix):
+            return word_of(lambda r: Xp[nn, rco, iy, ix, 4 * rw + r], signed)
+    dot = dot2_i16 if pairs else dot4_u8s8
 
     def body(nn, ob, yy, xx, oi):
         iy, ix = yy * sh + ry * dh, xx * sw + rx * dw
-        word = pack(lambda r: Xp[nn, rco, iy, ix, per_word * rw + r], signed)
-        return lw_sum(dot(word, Wp[ob, rco, ry, rx, rw, oi]), axis=[rco, ry, rx, rw])
+        return lw_sum(dot(word(nn, iy, ix), Wp[ob, rco, ry, rx, rw, oi]), axis=[rco, ry, rx, rw])
     D = compute((n, obn, oh, ow, b), body, name=name, tag="conv2d_u8s8_blocked",
-                attrs=dict(kernel=(kh, kw), stride=(sh, sw), block=b, blocked_input=True))
+                attrs=dict(kernel=(kh, kw), stride=(sh, sw), block=b, blocked_input=True, pairs=bool(pairs)))
     return _requantized(D, lambda idx: idx[1] * b + idx[4], bias, multiplier, y_zero_point, out_dtype, name)
+
+
+#: vector registers a register block over int16 pairs leaves free: ``pmaddwd`` does not accumulate, so
+#: each product needs a register of its own before it is added (AVX2's 16 held 2 x 6 accumulators and
+#: spilled them)
+PAIRS_SPARE_REGISTERS = 2
+
+
+class _FewerRegisters:
+    """``target`` with ``spare`` fewer vector registers for the register block to fill."""
+
+    def __init__(self, target, spare: int):
+        self._target = target
+        self.vector_registers = target.vector_registers - spare
+
+    def __getattr__(self, name):
+        return getattr(self._target, name)
 
 
 @register_schedule("conv2d_u8s8_blocked", "llvm")
 def schedule_conv2d_u8s8_blocked(s, op, target):
-    """The float blocked conv's schedule: the same loop nest, over words instead of channels."""
-    schedule_conv2d_blocked(s, op, target)
+    """The float blocked conv's schedule: the same loop nest, over words instead of channels (with int16
+    pairs, a register block that leaves ``PAIRS_SPARE_REGISTERS`` free)."""
+    schedule_conv2d_blocked(s, op, _FewerRegisters(target, PAIRS_SPARE_REGISTERS) if op.attrs.get("pairs") else target)
 
 
 #: the most taps a depthwise conv sums exactly in float32: each product of a centred uint8 (|x - zx| <= 255)
