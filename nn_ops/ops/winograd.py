@@ -87,7 +87,7 @@ def winograd_map_limit(fma_per_cycle: Optional[float], l2_bytes: Optional[int]) 
     (one 512-bit FMA per cycle, 512 KiB L2) lost at 28x28 and 56x56 (ResNet-18 1.33x direct) and
     won at 14x14-16x16; Zen 4 (one, 1 MiB) won to 56x56; Zen 3 and Zen 5 as AVX2 (two 256-bit)
     won at 56x56 (ResNet-18 1.39x with it on Zen 3); Zen 5 (two 512-bit, 1 MiB) won to U-Net's
-    256x256 (1.29x).  Facts not known: the middle limit.  Re-measure:
+    256x256 (1.29x), and as AVX2 code 1.55-1.8x the direct kernel at 112x112 to 256x256.  Facts not known: the middle limit.  Re-measure:
     ``python -m benchmarks.network --models resnet18 unet`` and ``python -m benchmarks.conv2d``."""
     if fma_per_cycle is None or l2_bytes is None:
         return MAX_WINOGRAD_PIXELS

@@ -295,3 +295,15 @@ def test_the_nchw_conv_takes_shifted_register_blocks_on_rows_of_prime_width(widt
     pixels, shifted = int(split.group(1)), bool(split.group(2))
     assert pixels > 1 and shifted == bool(width % pixels), code
     _check((1, 32, width, width), (32, 32, 3, 3), padding=1)
+
+
+@pytest.mark.parametrize("width, limit, vectors, want", [
+    (28, 6, 2, (6, "shift")),     # AVX2: the divisor block 2 x 4 has only MIN_ACCUMULATORS; 2 x 6 shifted
+    (14, 6, 2, (5, "shift")),     # 2 x 2 leaves FMA units idle; 2 x 6 would recompute 4 of 18 pixels
+    (28, 14, 2, (14, "guard")),   # AVX-512: the divisor has accumulators to spare
+    (111, 6, 4, (3, "guard")),    # 4 x 3 has 12: a shifted 4 x 6 must save a quarter (it spilled)
+    (23, 14, 2, (12, "shift")),   # a prime row: one-pixel blocks
+])
+def test_register_blocks_weigh_a_divisor_against_shifted_blocks(width, limit, vectors, want):
+    from loopweave.nn_ops.ops.conv2d import static_row_block
+    assert static_row_block(width, limit, vectors=vectors) == want
