@@ -16,4 +16,5 @@ from .network import NetworkTuneResult, tune_network
 from .task_scheduler import tune_tasks
 from .tune import TuneResult, apply_best, tune
 
-__all__ = ["CostModel", "tune", "tune_tasks", "tune_network", "NetworkTuneResult", "apply_best", "TuneResult", "Task", "RecordWarning"]
+__all__ = ["CostModel", "tune", "tune_tasks", "tune_network", "NetworkTuneResult", "apply_best", "TuneResult", "Task",
+           "RecordWarning"]

@@ -18,6 +18,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from ..dsl.trace import Trace
 from ..errors import ArgumentError, InternalError, LoopweaveError, LoopweaveWarning
 from ..lowering.lower import lower
 from . import records
@@ -130,7 +131,6 @@ class TaskTuner:
 
     def _trace_features(self, trace_json: str):
         """The features of a schedule given as its trace (a resumed record, a given default)."""
-        from ..dsl.trace import Trace
         try:
             s = self.task.schedule()
             Trace.from_json(trace_json).apply(s)
@@ -268,7 +268,12 @@ class TaskTuner:
             k, choice, trace_json, _ = cands[i]
             if trace_json == given:
                 return None
-            wrong = wrong_answer(self.task.args, self.space.apply(choice))
+            try:        # the pick is used through its trace: check the schedule the trace gives
+                s = self.task.schedule()
+                Trace.from_json(trace_json).apply(s)
+            except LoopweaveError:
+                continue
+            wrong = wrong_answer(self.task.args, s)
             if wrong is None:
                 r = records.make_record(self.task.key, self.task.target, choice, trace_json, None, None, 0,
                                         names=self.task.names)
@@ -366,7 +371,6 @@ class TaskTuner:
         return r
 
     def measure_untuned(self, timeout_ok: bool = True):
-        from ..dsl.trace import Trace
         res = self._run([dict(key=self.task.spelling_key, task_bytes=self.task_bytes, trace_json=Trace().to_json(),
                               repeat=1, min_seconds=0.0, check=False, target=self.target_fields)])[0]
         self.untuned_seconds = res.seconds

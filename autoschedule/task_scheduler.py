@@ -94,7 +94,8 @@ def _status(tuners, t0: float, time_budget: Optional[float]) -> str:
 
 def tune_tasks(tasks: Sequence, target="llvm", trials: Optional[int] = 256, time_budget: Optional[float] = None, log=None,
                executor=None, seed: int = 0, progress=None, timeout: float = 60.0, batch: int = 8,
-               baselines: Optional[Sequence[Optional[str]]] = None, measurer=None, model=None) -> List[TuneResult]:
+               baselines: Optional[Sequence[Optional[str]]] = None, measurer=None,
+               model=None) -> List[TuneResult]:
     """Tune ``tasks`` with ``trials`` measurements in all (``None``: until ``time_budget`` runs
     out); one TuneResult per task, in order.
 

@@ -1,10 +1,14 @@
 """Tuning logs of the zoo's kernels, and the shipped cost model trained from them.
 
-``python -m benchmarks.train_cost_model collect [--trials 16] [--targets llvm "llvm -mcpu=x86-64-v3"]``
+``python -m benchmarks.train_cost_model collect [--trials 12] [--targets llvm "llvm -mcpu=x86-64-v3"]
+[--only NAME ...] [--skip NAME ...]``
     tunes every task of ResNet-18, MobileNetV2 and the transformer encoder (``lw.extract_tasks``) and
     the kernels of ``benchmarks/autoschedule.py`` for each target, ``--trials`` candidates a task,
     appending to ``benchmarks/cost_model_data/<target>.jsonl`` (resumable: a task whose trials are
-    in the log is not measured again).
+    in the log is not measured again); the logs are committed gzipped (``<target>.jsonl.gz``), which
+    ``train`` reads when the plain log is not there.
+``python -m benchmarks.train_cost_model defaults [--targets ...] [--only NAME ...] [--skip NAME ...]``
+    measures each network task's default schedule once into the same logs.
 ``python -m benchmarks.train_cost_model train``
     turns the logs into the data set (``cost_model_data/dataset.npz``: per measured candidate, its
     features, its normalised throughput, its task and target), trains on the tasks of the training
@@ -38,6 +42,8 @@ from . import autoschedule as kernels
 DATA = os.path.join(os.path.dirname(__file__), "cost_model_data")
 NETWORKS = ("transformer_encoder", "resnet18", "mobilenet_v2")
 TARGETS = ("llvm", "llvm -mcpu=x86-64-v3")
+#: a task with fewer measured candidates says little about ranking (one alone would be its own best)
+MIN_CANDIDATES = 4
 
 
 def log_name(target: str) -> str:
@@ -73,6 +79,27 @@ def collect(trials: int, targets, only=None, skip=()) -> None:
                   f"{summary}", flush=True)
 
 
+def collect_defaults(targets, only=None, skip=()) -> None:
+    """Measure each network task's default schedule (the op library's) once, into the same logs: the
+    hand schedules are among the best points of their tasks, and ``trials=0`` ranks them too."""
+    from loopweave.autoschedule.measure import LocalMeasurer
+    from loopweave.autoschedule.search import TaskTuner
+    measurer = LocalMeasurer(60.0)
+    try:
+        for target in targets:
+            log = os.path.join(DATA, f"{log_name(target)}.jsonl")
+            for net in NETWORKS:
+                for i, t in enumerate(lw.extract_tasks(lw.from_onnx(f"zoo:{net}"), target)):
+                    name = f"{net}/{i}:{t.name}"
+                    if (only and not any(o in name for o in only)) or any(k in name for k in skip):
+                        continue
+                    tuner = TaskTuner(Task(t.args, target), measurer, log=log)
+                    r = tuner.measure_given(t.default_schedule().trace.to_json(), "default schedule")
+                    print(f"{target:<22} {name:<55} default {r['seconds']}", flush=True)
+    finally:
+        measurer.close()
+
+
 def _task_index(targets) -> Dict[Tuple[str, str], Tuple[str, Task]]:
     """(target, task key) -> (task name, Task) for every collected task."""
     index = {}
@@ -90,16 +117,18 @@ def build_dataset(targets=TARGETS) -> ds.Dataset:
     for target in targets:
         path = os.path.join(DATA, f"{log_name(target)}.jsonl")
         if not os.path.exists(path):
-            continue
+            path += ".gz"               # as committed
+            if not os.path.exists(path):
+                continue
         by_task: Dict[str, List[dict]] = {}
-        with open(path, encoding="utf-8") as f:
+        with (gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")) as f:
             for line in f:
                 r = json.loads(line)
                 if r.get("seconds") and not r.get("error"):
                     by_task.setdefault(r["task"], []).append(r)
         for key, recs in by_task.items():
             found = index.get((log_name(target), key))
-            if found is None:
+            if found is None or len(recs) < MIN_CANDIDATES:
                 continue
             name, task = found
             parts.append(ds.from_records(task, recs, f"{log_name(target)}:{name}"))
@@ -108,14 +137,17 @@ def build_dataset(targets=TARGETS) -> ds.Dataset:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("command", choices=["collect", "train", "evaluate"])
-    p.add_argument("--trials", type=int, default=16)
+    p.add_argument("command", choices=["collect", "defaults", "train", "evaluate"])
+    p.add_argument("--trials", type=int, default=12)
     p.add_argument("--targets", nargs="+", default=list(TARGETS))
     p.add_argument("--only", nargs="*", default=None, help="collect only tasks whose name contains one of these")
     p.add_argument("--skip", nargs="*", default=(), help="leave out tasks whose name contains one of these")
     a = p.parse_args(argv)
     if a.command == "collect":
         collect(a.trials, a.targets, a.only, a.skip)
+        return
+    if a.command == "defaults":
+        collect_defaults(a.targets, a.only, a.skip)
         return
     path = os.path.join(DATA, "dataset.npz")
     if a.command == "train":
