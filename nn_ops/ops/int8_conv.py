@@ -91,12 +91,13 @@ def _padded_with(X: Tensor, padding, value: int, name: str) -> Tensor:
     return compute(tuple(shape), pad, name=name + ".pad", tag="conv2d.pad")
 
 
-def _widened_to_int16(X: Tensor, signed: bool, name: str) -> Tensor:
-    """X's bytes as int16, each read as uint8 (an int8 + 128): ``dot2_i16``'s halves."""
+def _widened_to_int16(X: Tensor, signed: bool, name: str, copied: bool) -> Tensor:
+    """X's bytes as int16, each read as uint8 (an int8 + 128): ``dot2_i16``'s halves; ``copied``: a copy
+    of its own (scheduled as a padding stage), else read through by the padding."""
     def widen(*i):
         value = cast("int16", cast("uint8", X[i]))
         return value ^ const(0x80, "int16") if signed else value
-    return compute(X.shape, widen, name=name + ".int16", tag="elemwise")
+    return compute(X.shape, widen, name=name + ".int16", tag="conv2d.pad" if copied else "elemwise")
 
 
 def conv2d_u8s8(X: Tensor, W: Tensor, bias: Tensor, multiplier: Tensor, stride=(1, 1), padding=(0, 0, 0, 0),
@@ -147,7 +148,8 @@ def conv2d_u8s8_blocked(X: Tensor, Wp: Tensor, bias: Tensor, multiplier: Tensor,
     rw = reduce_axis((0, words), name="rci")
     signed = X.dtype == "int8"
     if pairs:       # the padded copy widened to int16 (as uint8: an int8 + 128): a pair is one 32-bit load
-        Xp = _padded_with(_widened_to_int16(X, signed, name), padding, pad_value + (128 if signed else 0), name)
+        Xp = _padded_with(_widened_to_int16(X, signed, name, copied=not any(padding)), padding,
+                          pad_value + (128 if signed else 0), name)
 
         def word(nn, iy, ix):
             low = cast("int32", Xp[nn, rco, iy, ix, 2 * rw]) & const(0xFFFF, "int32")     # (one load: LLVM joins them)
