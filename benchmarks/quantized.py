@@ -4,7 +4,10 @@
 calibrated on a few random inputs), interleaved.
 
 ``python -m benchmarks.quantized [--static [--qoperator]] [--threads 2] [--pairs 7] [--models resnet18 gpt2 ...]
-[--weights int8|uint8] [--small] [--target "llvm -mcpu=x86-64-v3"]``
+[--weights int8|uint8] [--small] [--target "llvm -mcpu=x86-64-v3"] [--profile]``
+
+``--profile`` also prints where each build's time goes: the kernels' medians (``exe.profile``, in run
+order) summed by kernel name, largest first.
 
 It also prints loopweave's own float build of the model against the quantized one (``fp32 / int8``,
 interleaved: > 1 means the quantized model runs faster).
@@ -50,6 +53,19 @@ def quantized(model, weights: str = "int8"):
         return onnx.load(dst)
 
 
+def print_profile(label: str, exe, feed, top: int = 8) -> None:
+    """The kernels' median times in run order (weights read from memory, as a run reads them), summed by
+    kernel name: the int8 build's hot spots beside the float one's."""
+    rows = exe.profile(feed, repeat=5, in_order=True)
+    by_name = {}
+    for name, seconds in rows:
+        count, total = by_name.get(name, (0, 0.0))
+        by_name[name] = (count + 1, total + seconds)
+    print(f"  {label}: {len(rows)} kernel calls, {sum(t for _, t in rows) * 1e3:.2f} ms in all")
+    for name, (count, total) in sorted(by_name.items(), key=lambda item: -item[1][1])[:top]:
+        print(f"    {total * 1e3:8.3f} ms {count:4d}x  {name}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=2)
@@ -60,6 +76,7 @@ def main(argv=None) -> None:
     parser.add_argument("--static", action="store_true", help="quantize_static in the QDQ format")
     parser.add_argument("--qoperator", action="store_true", help="with --static: the QOperator format instead")
     parser.add_argument("--target", default="llvm", help="loopweave's target (e.g. 'llvm -mcpu=x86-64-v3')")
+    parser.add_argument("--profile", action="store_true", help="also print each build's time per kernel name")
     args = parser.parse_args(argv)
     how = f"quantize_static ({'QOperator' if args.qoperator else 'QDQ'}, per channel)" if args.static else f"quantize_dynamic ({args.weights} weights)"
     print(f"{how}, {args.threads} thread(s), loopweave target {args.target}; ratio = onnxruntime / loopweave")
@@ -89,6 +106,9 @@ def main(argv=None) -> None:
         own = f"   {interleaved(lambda: exe.run(feed), lambda: fp32.run(feed), pairs=args.pairs).ratio:13.2f}"
         print(f"{name:<20} {c.ours_s * 1e3:12.2f} {c.theirs_s * 1e3:10.2f} {c.ratio:6.2f}   {apart:16.4f}  "
               f"{top1 if name in CLASSIFIERS else '-'}{own}", flush=True)
+        if args.profile:
+            print_profile("int8", exe, feed)
+            print_profile("fp32", fp32, feed)
 
 
 if __name__ == "__main__":

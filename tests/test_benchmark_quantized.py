@@ -23,3 +23,15 @@ def test_quantized_benchmark_compiles_compares_and_times_each_model(weights):
     for name, row in rows.items():
         assert float(row[4]) < 0.1, out.stdout        # the outputs are close (quantization flips aside)
     assert rows["squeezenet1_1"][5] == "agrees", out.stdout
+
+
+def test_the_static_benchmark_profiles_the_int8_build_beside_the_float_one():
+    """(QDQ: the int8 layers are the blocked int8 conv kernels)"""
+    out = subprocess.run([sys.executable, "-m", "benchmarks.quantized", "--threads", "1", "--pairs", "1", "--static",
+                          "--profile", "--models", "small_cnn"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    int8 = lines.index(next(line for line in lines if line.strip().startswith("int8:")))
+    fp32 = lines.index(next(line for line in lines if line.strip().startswith("fp32:")))
+    assert any("qconv2d_blocked" in line for line in lines[int8:fp32]), out.stdout
+    assert any("conv2d_blocked" in line for line in lines[fp32:]), out.stdout
