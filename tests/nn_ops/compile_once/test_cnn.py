@@ -67,6 +67,22 @@ def test_every_residual_blocks_last_conv_takes_its_add_and_the_blocks_of_a_stage
     assert len(shortcuts) == 3 and all(len(calls[n.name].args) == 4 for n in shortcuts)   # x, weight, bias -> out
 
 
+def test_row_block_variants_of_a_conv_as_wide_as_its_input_are_built_over_whole_blocks(resnet):
+    """A row-block variant runs only where its block divides the row; where the output row is as wide
+    as the input (stride 1, "same" padding) the kernel takes that width as whole blocks (a size var
+    ``v<k>x<pixels>``), so it holds no code for a partial block.  A strided conv's keep plain vars."""
+    model, exe = resnet
+    conv_nodes = {n.name: n for n in model.graph.node if n.op_type == "Conv"}
+    convs = [c for c in exe.calls if c.node in conv_nodes]
+    rows = [(c, v.module) for c in convs for v in c.variants if v.module.name.startswith("poly_conv_rows_of_")]
+    strided = {name for name, n in conv_nodes.items() if any(a.name == "strides" and list(a.ints) != [1, 1]
+                                                             for a in n.attribute)}
+    assert {c.node for c, _ in rows} - strided and {c.node for c, _ in rows} & strided
+    for call, module in rows:
+        whole = [n for n in module.size_names if n.endswith("x" + module.name.rsplit("_", 1)[1])]
+        assert (len(whole) == 1) == (call.node not in strided), (call.node, module.size_names)
+
+
 @pytest.mark.vector_width
 def test_each_binding_runs_the_kernel_that_fits_its_rows(resnet):
     """3x3 stride-1 convs: Winograd where the map is in Winograd's size range, its register block
