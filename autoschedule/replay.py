@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ..dsl.schedule import Schedule
 from . import records
@@ -54,24 +54,33 @@ def best_schedule(log, task: Task) -> Optional[Schedule]:
     return picked[1] if picked is not None else None
 
 
-def best_record(log, task: Task) -> Optional[Tuple[dict, Schedule]]:
+def best_record(log, task: Task, accept: Optional[Callable[[dict], Optional[str]]] = None,
+                refusals: int = 8) -> Optional[Tuple[dict, Schedule]]:
     """The fastest usable record of ``log`` for ``task`` and its schedule of ``task``'s tensors, or
-    None (``best_schedule``; the record for replaying its trace on another DAG of the computation,
-    a kernel of symbolic sizes)."""
+    None (``best_schedule``).  ``accept(record)``: why a usable record does not serve the caller
+    (its trace replayed on another DAG of the computation, a kernel of symbolic sizes), or None; the
+    walk then goes on down the ranking, giving up after ``refusals`` such records (each costs the
+    caller a replay).  Skips and refusals are told in one warning."""
     found = records.read(log, task.target, records.task_keys(log, task), any_version=True)
     candidates = [r for r in records.latest(found)
                   if r["task"] == task.key or r.get("names") is None]   # the old scheme's: this spelling's
     skipped: List[Tuple[dict, Tuple[str, str]]] = []
+    refused = 0
     try:
-        while True:
+        while refused < refusals:
             pick = records.fastest(candidates)
             if pick is None:
                 return None
             schedule, why = _judged(pick, task)
+            if why is None and accept is not None:
+                reason = accept(pick)
+                if reason is not None:
+                    why, refused = ("do not carry over", reason), refused + 1
             if why is None:
                 return pick, schedule
             skipped.append((pick, why))
             candidates = [r for r in candidates if r is not pick]
+        return None
     finally:
         if skipped:
             _warn(log, task, skipped)

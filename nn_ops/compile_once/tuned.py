@@ -7,9 +7,11 @@ kernel when its sizes (the record's ``shapes``) are a binding the kernel covers
 task key: same op, attributes, constant sizes and dtypes).  Its trace is then replayed on the
 kernel of ``lw.var`` extents: a split by a constant factor splits a symbolic extent with a tail, as
 it does a static one.  What does not replay there (a step the symbolic DAG does not have), does not
-lower, or would lose a decision (an unrolled or vectorized loop whose extent is symbolic there stays
-serial: a ``ScheduleWarning``) is refused, the kernel keeps its default
-schedule, and one ``RecordWarning`` per kernel says why.
+lower, fuses loops into one of symbolic extent (whose index is not affine: bound inference would
+take whole tensors below it) or would lose a decision (an unrolled or vectorized loop whose extent
+is symbolic there stays serial: a ``ScheduleWarning``) is refused and the next record of the
+ranking tried (up to ``REFUSALS`` per binding); a kernel that none serves keeps its default
+schedule, and a ``RecordWarning`` says why.
 
 Where records of several bindings apply (several shapes were tuned), the largest binding's wins (by
 the product of the kernel's sizes there): a compile-once kernel spends its time at its large
@@ -26,6 +28,8 @@ from ...autoschedule import records
 from ...autoschedule.canonical import translate
 from ...autoschedule.replay import best_record
 from ...autoschedule.task import Task
+from ...dsl.expr import Const
+from ...dsl.relations import Fuse
 from ...dsl.schedule import Schedule
 from ...errors import LoopweaveError, ScheduleWarning
 from ...lowering.lower import lower
@@ -35,22 +39,23 @@ from .instance import KernelRecipe, volume
 def tuned_schedule(log, target, recipe: KernelRecipe, args: list) -> Optional[Schedule]:
     """A schedule of ``args`` (the kernel of symbolic sizes ``recipe`` made) from the best record of
     ``log`` that applies to it, or None (see the module docstring)."""
-    refused: List[Tuple[Dict[object, int], str]] = []
+    replayed: Dict[int, Schedule] = {}
+
+    def carries_over(record: dict) -> Optional[str]:
+        why, s = _replayed(record, args)
+        if s is not None:
+            replayed[id(record)] = s
+        return None if why is None else f"{recipe.name} over symbolic sizes: {why}"
     for binding in _tuned_bindings(log, target, recipe):
-        picked = best_record(log, Task(recipe.args_at(binding), target))
-        if picked is None:          # another computation of the same sizes, or no usable record
-            continue
-        why, s = _replayed(picked[0], args)
-        if why is None:
-            return s
-        refused.append((binding, why))
-    if refused:
-        binding, why = refused[0]
-        at = ", ".join(f"{d}={v}" for d, v in binding.items())
-        warnings.warn(f"{log}: {len(refused)} tuning record(s) of kernel {recipe.name!r} do not replay on its "
-                      f"symbolic sizes (the first, tuned at {at}: {why}); it keeps its default schedule",
-                      records.RecordWarning, stacklevel=4)
+        # (another computation of the same sizes has another key: no record)
+        picked = best_record(log, Task(recipe.args_at(binding), target), accept=carries_over, refusals=REFUSALS)
+        if picked is not None:
+            return replayed[id(picked[0])]
     return None
+
+
+#: records of one binding replayed on the symbolic kernel before it keeps its default (each a lowering)
+REFUSALS = 4
 
 
 def _replayed(record: dict, args: list) -> Tuple[Optional[str], Optional[Schedule]]:
@@ -61,6 +66,9 @@ def _replayed(record: dict, args: list) -> Tuple[Optional[str], Optional[Schedul
         warnings.simplefilter("always", ScheduleWarning)
         try:
             s = translate(record["trace"], record.get("names"), args)
+            fused = _symbolic_fuse(s)
+            if fused is not None:
+                return fused, None
             lower(s, args)
         except (LoopweaveError, ValueError) as exc:
             return f"{type(exc).__name__}: {exc}"[:300], None
@@ -71,6 +79,19 @@ def _replayed(record: dict, args: list) -> Tuple[Optional[str], Optional[Schedul
     if dropped:
         return str(dropped[0].message)[:300], None
     return None, s
+
+
+def _symbolic_fuse(s: Schedule) -> Optional[str]:
+    """Why ``s`` cannot run well over symbolic sizes, where it fuses loops into one of symbolic extent:
+    the fused index divides by a size, bound inference takes whole tensors below it, and a stage
+    computed there is computed whole every iteration (a tuned dense layer ran ~1000x slower)."""
+    for stage in s.stages:
+        for rel in stage.relations:
+            if isinstance(rel, Fuse) and not isinstance(rel.fused.extent, Const):
+                return (f"stage {stage.name!r} fuses {rel.outer.var.name!r} and {rel.inner.var.name!r} into a loop of "
+                        f"symbolic extent (a fused index of symbolic sizes is not affine: bound inference takes "
+                        f"whole tensors below it)")
+    return None
 
 
 def _tuned_bindings(log, target, recipe: KernelRecipe) -> List[Dict[object, int]]:

@@ -156,9 +156,30 @@ def test_a_record_that_does_not_carry_over_to_symbolic_sizes_is_refused_with_a_w
     log = tmp_path / "tune.jsonl"
     _record(log, dense, s)
     recipe, args = _dense_kernel(g)
-    with pytest.warns(records.RecordWarning, match=r"1 tuning record\(s\) of kernel 'poly_group' do not replay "
-                                                   r"on its symbolic sizes .*tuned at .*=64.*vectorize"):
+    with pytest.warns(records.RecordWarning, match=r"skipped 1 tuning record\(s\) .*1 do not carry over .*"
+                                                   r"poly_group over symbolic sizes: vectorize"):
         assert tuned_schedule(str(log), resolve_target("llvm"), recipe, args) is None
+
+
+def test_a_record_fusing_loops_of_symbolic_extent_is_passed_over_for_the_next_one(tiny, tmp_path):
+    """A fused loop of symbolic extent makes bound inference take whole tensors below it (a tuned
+    dense layer's product computed whole in every iteration): the next record of the ranking is used."""
+    g = tiny[1]
+    dense = lw.extract_tasks(g, "llvm")[0]
+    out = dense.args[-1]
+    s = lw.create_schedule([out])
+    i, j = out.op.axis
+    io, ii = s[out].split(i, factor=8)
+    jo, ji = s[out].split(j, factor=16)
+    s[out].reorder(io, jo, ii, ji)
+    s[out].parallel(s[out].fuse(io, jo))
+    log = tmp_path / "tune.jsonl"
+    _record(log, dense, s, seconds=1e-6)                            # the fastest, fused
+    _record(log, dense, _split_schedule(dense, 4, 16), seconds=2e-6)
+    recipe, args = _dense_kernel(g)
+    with pytest.warns(records.RecordWarning, match=r"fuses 'ax0.outer' and 'ax1.outer' into a loop of symbolic extent"):
+        picked = tuned_schedule(str(log), resolve_target("llvm"), recipe, args)
+    assert "factor=4" in str(picked.trace) and "fuse" not in str(picked.trace)
 
 
 def test_cli_tunes_a_dynamic_model_at_one_binding_then_compiles_it_once_with_the_log(tiny, tmp_path, capsys):
