@@ -23,6 +23,7 @@ from typing import Optional
 
 import numpy as np
 
+from ...dsl import dtypes
 from ...dsl.expr import Const, cast, const, if_then_else, logical_and
 from ...dsl.reduction import max as lw_max, sum as lw_sum
 from ...dsl.tensor import ComputeOp, Tensor, compute, reduce_axis
@@ -226,7 +227,8 @@ def pool2d_blocked(X: Tensor, kernel, stride, padding, dilation=(1, 1), pool_typ
     ow = pool_output_size(w, kw, sw, pl, pr, dw, ceil_mode)
     rh = reduce_axis((0, kh), name="rh")
     rw = reduce_axis((0, kw), name="rw")
-    fill = float("-inf") if pool_type == "max" else 0.0
+    lowest = float("-inf") if dtypes.is_float(X.dtype) else int(np.iinfo(X.dtype).min)   # (a uint8 max pool)
+    fill = lowest if pool_type == "max" else 0.0
 
     def read(nn, cb, yy, xx, ci):
         hh, ww = yy * sh - pt + rh * dh, xx * sw - pl + rw * dw
