@@ -2,8 +2,8 @@
 
 The defaults of the op library derive from these facts (vector width per dtype, vector
 registers, FMA, a dot-product instruction), never from a CPU's name.  Cache sizes are read from
-the machine (Linux sysfs) when the target's code runs here, else taken from ``CPU_CORES`` by the
-target's ``-mcpu``; so is the FMA rate (fp32 FLOP per cycle and core at each vector width: Zen 4 runs
+the machine (Linux sysfs) when the target's code runs here, else taken from ``CPU_CORES``
+(``backends/llvm/cpu_facts.py``) by the target's ``-mcpu``; so is the FMA rate (fp32 FLOP per cycle and core at each vector width: Zen 4 runs
 a 512-bit FMA as two 256-bit halves, Zen 5 and Intel's server cores at full width).  A CPU the table
 does not know has them "not known": ``python -m benchmarks.peak`` measures this machine's rate.
 ``loopweave info`` prints it.
@@ -12,64 +12,13 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Dict, Optional, Tuple
 
+from .backends.llvm.cpu_facts import CPU_CORES, CoreFacts, core_facts, fma_instructions  # noqa: F401 - the facts' home
 from .target import Target, native_target, resolve_target
 
 #: the vector extensions worth naming (what generated code can use beyond the vector width)
 _EXTENSIONS = ("fma", "f16c", "avx512vnni", "avxvnni", "avx512bf16", "avx512fp16", "avx512vbmi", "gfni", "neon")
-
-_SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
-
-_K, _M = 1024, 1 << 20
-
-
-@dataclass(frozen=True)
-class CoreFacts:
-    """What one core of a CPU model does per cycle and holds: fp32 FLOP per cycle at each vector width
-    (two FMA pipes of 256 bits: 32 at 256), and its data caches (L1d and L2 per core, L3 shared)."""
-    flops: Dict[int, int]
-    caches: Tuple[Tuple[str, int], ...]
-
-    def fma_instructions(self, bits: int) -> Optional[float]:
-        """Vector FMA instructions one core issues per cycle at ``bits`` (its FLOP rate over the FLOP
-        of one instruction), None where the table has no rate at that width."""
-        return fma_instructions(self.flops.get(bits), bits)
-
-    def cache(self, level: str) -> Optional[int]:
-        return dict(self.caches).get(level)
-
-
-def fma_instructions(flops_per_cycle: Optional[int], bits: int) -> Optional[float]:
-    """FMA instructions per cycle at ``bits`` from fp32 FLOP per cycle: each does 2 FLOP per lane."""
-    return None if flops_per_cycle is None else flops_per_cycle / (2 * (bits // 32))
-
-
-def _core(flops, l1d, l2, l3=None) -> CoreFacts:
-    return CoreFacts(flops, (("L1d", l1d), ("L2", l2)) + ((("L3", l3),) if l3 else ()))
-
-
-_SKX = _core({128: 16, 256: 32, 512: 64}, 32 * _K, 1 * _M)
-_ICL_CLIENT = _core({128: 16, 256: 32, 512: 32}, 48 * _K, 512 * _K)
-#: facts of the CPU models loopweave knows by LLVM name (vendors' optimisation manuals); the server parts'
-#: figures where a model has several (Xeon Gold/Platinum: two 512-bit FMA pipes)
-CPU_CORES: Dict[str, CoreFacts] = {
-    "haswell": _core({128: 16, 256: 32}, 32 * _K, 256 * _K), "broadwell": _core({128: 16, 256: 32}, 32 * _K, 256 * _K),
-    "skylake": _core({128: 16, 256: 32}, 32 * _K, 256 * _K), "alderlake": _core({128: 16, 256: 32}, 48 * _K, 1280 * _K),
-    "skylake-avx512": _SKX, "cascadelake": _SKX, "cooperlake": _SKX,
-    "icelake-client": _ICL_CLIENT, "tigerlake": _ICL_CLIENT, "rocketlake": _ICL_CLIENT,
-    "icelake-server": _core({128: 16, 256: 32, 512: 64}, 48 * _K, 1280 * _K),
-    "sapphirerapids": _core({128: 16, 256: 32, 512: 64}, 48 * _K, 2 * _M),
-    "znver1": _core({128: 16, 256: 16}, 32 * _K, 512 * _K, 8 * _M),
-    "znver2": _core({128: 16, 256: 32}, 32 * _K, 512 * _K, 16 * _M),
-    "znver3": _core({128: 16, 256: 32}, 32 * _K, 512 * _K, 32 * _M),
-    "znver4": _core({128: 16, 256: 32, 512: 32}, 32 * _K, 1 * _M, 32 * _M),
-    "znver5": _core({128: 16, 256: 32, 512: 64}, 48 * _K, 1 * _M, 32 * _M),
-    "neoverse-n1": _core({128: 16}, 64 * _K, 1 * _M), "neoverse-n2": _core({128: 16}, 64 * _K, 1 * _M),
-    "neoverse-v1": _core({128: 32}, 64 * _K, 1 * _M), "apple-m1": _core({128: 32}, 128 * _K, 12 * _M),
-}
-
 
 @dataclass(frozen=True)
 class TargetInfo:
@@ -128,25 +77,6 @@ def _size(n: int) -> str:
     return f"{n // (1 << 20)} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n // 1024} KiB"
 
 
-def _host_caches() -> Optional[Tuple[Tuple[str, int], ...]]:
-    """This machine's caches as seen by its first CPU (Linux sysfs), or None where not readable."""
-    found = []
-    for index in sorted(_SYSFS_CACHE.glob("index*")):
-        try:
-            level = (index / "level").read_text().strip()
-            kind = (index / "type").read_text().strip()
-            size = (index / "size").read_text().strip()
-        except OSError:
-            continue
-        if kind == "Instruction" or not size[:-1].isdigit():
-            continue
-        scale = {"K": 1024, "M": 1 << 20}.get(size[-1])
-        if scale is None:
-            continue
-        found.append((f"L{level}" + ("d" if kind == "Data" else ""), int(size[:-1]) * scale))
-    return tuple(found) or None
-
-
 def target_info(target="llvm", measure: bool = False) -> TargetInfo:
     """What ``target`` (default: the CPU ``"llvm"`` means here) offers the code generator; with
     ``measure``, and where this machine runs the target's code, its fp32 FMA peak and int8 product
@@ -161,24 +91,13 @@ def target_info(target="llvm", measure: bool = False) -> TargetInfo:
         notes.append(f"this machine is a {native_target().cpu}; code for this target runs on it")
     elif not tgt.runs_here():
         notes.append("this machine cannot run code for this target (export it)")
-    # the core described: the target's CPU model where it names one, else (a level such as x86-64-v3)
-    # this machine's where the code runs here
-    core = native_target().cpu if tgt.cpu not in CPU_CORES and tgt.runs_here() else tgt.cpu
-    facts = CPU_CORES.get(core)
-    caches = _host_caches() if tgt.runs_here() and core == native_target().cpu else None
-    if caches is None and facts is not None:
-        caches = facts.caches
-    flops = widest = None
-    if facts is not None:
-        widths = [w for w in facts.flops if w <= tgt.vector_bits]
-        flops = facts.flops[max(widths)] if widths else None
-        widest = facts.flops[max(facts.flops)]
+    facts = core_facts(tgt)
     return TargetInfo(
         target=str(tgt), arch=tgt.arch, cpu=tgt.cpu, vector_bits=tgt.vector_bits,
         lanes={d: tgt.lanes(d) for d in ("float32", "float16", "int8")}, vector_registers=tgt.vector_registers,
         extensions=tuple(e for e in _EXTENSIONS if e in enabled or (e == "fma" and tgt.has_fma)),
-        threads=tgt.num_threads, caches=caches, notes=tuple(notes), flops_per_cycle=flops,
-        full_width_flops=widest, core=core if facts is not None else "",
+        threads=tgt.num_threads, caches=facts.caches, notes=tuple(notes), flops_per_cycle=facts.flops_per_cycle,
+        full_width_flops=facts.full_width_flops, core=facts.core,
         measured=_measured(tgt) if measure and tgt.runs_here() else ())
 
 

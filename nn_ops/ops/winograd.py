@@ -37,7 +37,7 @@ from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
 from ...target import Target, resolve_target
-from ...target_info import target_info
+from ...backends.llvm.cpu_facts import core_facts
 from .conv2d import _divisor_at_most, _output_hw, _padded
 from .elementwise import static_shape
 from .nchwc import _schedule_blocked_padding, _with_bias
@@ -69,7 +69,7 @@ MIN_WINOGRAD_PIXELS = 14 * 14
 #: the largest map (pixels) where Winograd is used, by how many of the two facts that favour it a
 #: target has (``winograd_map_limit``): none 16x16, one 56x56, both 256x256
 WINOGRAD_MAP_LIMITS = (16 * 16, 56 * 56, 256 * 256)
-#: the limit where the target's facts are not known (a CPU model outside ``target_info.CPU_CORES``)
+#: the limit where the target's facts are not known (a CPU model outside ``cpu_facts.CPU_CORES``)
 MAX_WINOGRAD_PIXELS = WINOGRAD_MAP_LIMITS[1]
 #: the L2 per core from which the fused form's transformed tile rows stay in it
 WINOGRAD_L2_BYTES = 1 << 20
@@ -97,7 +97,7 @@ def winograd_map_limit(fma_per_cycle: Optional[float], l2_bytes: Optional[int]) 
 def winograd_largest_map(target=None) -> int:
     """The largest map (pixels) where Winograd pays on ``target`` (a Target, a target string or an
     LLVM CPU name; default the CPU ``"llvm"`` means), from its FMA rate and L2
-    (``winograd_map_limit``, facts from ``target_info``)."""
+    (``winograd_map_limit``; the facts ``lw.target_info`` prints)."""
     return _largest_map(_as_target(target))
 
 
@@ -110,8 +110,8 @@ def _as_target(target) -> Target:
 
 @lru_cache(maxsize=None)
 def _largest_map(target: Target) -> int:
-    info = target_info(target)
-    return winograd_map_limit(info.fma_instructions_per_cycle, info.cache("L2"))
+    facts = core_facts(target)
+    return winograd_map_limit(facts.fma_instructions_per_cycle, facts.cache("L2"))
 
 
 def winograd_weight(weight: np.ndarray, block: int, in_block: int) -> np.ndarray:

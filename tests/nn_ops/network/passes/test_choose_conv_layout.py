@@ -117,3 +117,15 @@ def test_a_grouped_conv_of_small_groups_stays_blocked():
     x = np.random.default_rng(0).standard_normal((1, 8, 12, 12)).astype(np.float32)
     want, = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
     np.testing.assert_allclose(exe.run({"input": x})[0], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target, winograd", [("llvm -mcpu=znver4", True),    # one FMA a cycle, 1 MiB L2: to 56x56
+                                              ("llvm -mcpu=znver1", False)])  # one, 512 KiB: to 16x16
+def test_winograd_is_chosen_by_the_targets_facts(target, winograd):
+    """The pass decides for the target it is given (a cross target too), from its FMA rate and L2."""
+    b = OnnxBuilder(1)
+    x = b.relu(b.conv("input", 8, 32, 3))
+    model = b.model((1, 8, 28, 28), b.conv(x, 32, 32, 3), (1, 32, 28, 28))
+    g = passes.choose_conv_layout(lw.from_onnx(model), target=target)
+    ops = [n.op_type for n in g.nodes]
+    assert ("conv2d_winograd_blocked" in ops) is winograd, ops
