@@ -131,7 +131,7 @@ def _depthwise(m: _Model, node) -> bool:
     w = m.producer.get(node.input[1])
     weight = m.const(w.input[0]) if w is not None and w.op_type == "DequantizeLinear" else None
     return weight is not None and weight.ndim == 4 and weight.shape[1] == 1 and \
-        weight.shape[0] == int(_attr(node, "group", 1))
+        weight.shape[0] == int(_attr(node, "group", 1)) and weight.shape[0] % 8 == 0     # (in whole blocks)
 
 
 def qdq_to_qlinear(model):

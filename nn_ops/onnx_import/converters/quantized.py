@@ -247,10 +247,15 @@ def _constant(ctx: ImportContext, name, sizes=(1,)):
     return value if value is not None and value.size in sizes else None
 
 
+#: output channels of a direct int8 conv come in whole blocks of this many (the blocked layout's least)
+DIRECT_CHANNELS = 8
+
+
 def _direct_qconv(ctx: ImportContext, node) -> bool:
     """QLinearConv as one ``qconv2d`` node (``ops/int8_conv``: the product and the requantization in one
     kernel, on the blocked layout on CPUs), where its operands allow: a 2-d conv of one group (its input
-    channels padded to whole words of four), or a depthwise one (``qdepthwise``); constant weight, scales, zero
+    channels padded to whole words of four), or a depthwise one (``qdepthwise``), of ``DIRECT_CHANNELS``
+    output channels or a multiple; constant weight, scales, zero
     points and bias; float32 scales; a weight zero point that is 0 for an int8 weight (128 for a uint8 one).
     The input's zero point goes into the padding and, for ``qconv2d``, into the bias (``sum (x - zx) w = D -
     zx sum w``; the depthwise conv takes it off each value); the multiplier is computed as the
@@ -265,8 +270,8 @@ def _direct_qconv(ctx: ImportContext, node) -> bool:
         return False
     group, oc = int(ctx.attr(node, "group", 1)), weight.shape[0]
     depthwise = group == shape[1] == oc and weight.shape[1] == 1
-    if not depthwise and group != 1:
-        return False
+    if (not depthwise and group != 1) or oc % DIRECT_CHANNELS:
+        return False            # (the direct kernel runs on blocks of 8 or 16 channels)
     scales = [_constant(ctx, s, (1, oc) if s == w_scale else (1,)) for s in (x_scale, w_scale, y_scale)]
     zx = _constant(ctx, x_zp) if x_zp else np.zeros(1, ctx.dtype(x))
     zw = _constant(ctx, w_zp, (1, oc)) if w_zp else np.zeros(1, weight.dtype)

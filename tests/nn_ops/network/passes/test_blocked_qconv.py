@@ -106,3 +106,23 @@ def test_a_quantized_layer_between_its_dequantize_and_quantize_is_one_kernel():
     want = ReferenceEvaluator(model).run(None, feed)[0]
     (got,) = lw.compile(graph, progress=False).run(feed)
     assert np.abs(got.astype(int) - want.astype(int)).max() <= 1      # (float rounding of the batch norm)
+
+
+def test_a_qlinear_conv_of_output_channels_in_no_whole_block_keeps_the_product_of_patches():
+    """(12 channels make no block of 8 or 16: the direct kernel would run on NCHW, unscheduled)"""
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(2)
+    inits = [("xs", np.array(0.05, np.float32)), ("xz", np.array(10, np.uint8)),
+             ("w", rng.integers(-128, 128, (12, 16, 3, 3)).astype(np.int8)), ("ws", np.array(0.004, np.float32)),
+             ("wz", np.array(0, np.int8)), ("ys", np.array(0.5, np.float32)), ("yz", np.array(20, np.uint8))]
+    node = helper.make_node("QLinearConv", ["x"] + [n for n, _ in inits], ["y"],
+                            pads=[1, 1, 1, 1])
+    graph = helper.make_graph([node], "q", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 16, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 12, 6, 6])],
+                              [numpy_helper.from_array(v, n) for n, v in inits])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    imported = lw.from_onnx(model)
+    assert "qconv2d" not in imported.op_counts() and imported.op_counts().get("matmul_u8s8") == 1
+    feed = {"x": rng.integers(0, 256, (1, 16, 6, 6)).astype(np.uint8)}
+    (got,) = lw.compile(imported, progress=False).run(feed)
+    np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, feed)[0])
