@@ -10,6 +10,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 
 import loopweave as lw  # noqa: E402
+from loopweave.nn_ops.network.export_polymorphic import API_FUNCTIONS  # noqa: E402
 from loopweave.nn_ops.network.polymorphic_executable import PolymorphicExecutable  # noqa: E402
 from loopweave.nn_ops.testing.model_zoo import OnnxBuilder, transformer_encoder  # noqa: E402
 
@@ -85,6 +86,12 @@ def test_a_compile_once_encoder_runs_from_c_at_the_sizes_it_is_given(encoder_lib
     tmp_path, exe, lib = encoder_library
     header = (tmp_path / "model.h").read_text()
     assert "sizes:  batch, seq" in header and "LW_ERR_SIZE" in header
+    nm = shutil.which("nm")
+    if nm:      # only the API is exported: the kernels, the pool and the weights stay local
+        out = subprocess.run([nm, "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True).stdout
+        exported = {line.split()[-1] for line in out.splitlines() if " T " in line}
+        assert exported == {"lw_" + name for name in API_FUNCTIONS}
+        assert all(f"lw_{name}(" in header for name in API_FUNCTIONS)
     app = _app(tmp_path, lib)
     for batch, seq in ((2, 7), (1, 1), (3, 33)):     # (1, 1): the one-row and one-token variants
         x = np.random.default_rng(seq).standard_normal((batch, seq, 64)).astype(np.float32)
