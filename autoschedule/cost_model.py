@@ -31,8 +31,13 @@ PRETRAINED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretraine
 PARAMS = {"objective": "regression", "learning_rate": 0.05, "num_leaves": 7, "min_data_in_leaf": 10,
           "min_data_in_bin": 1, "feature_fraction": 0.8, "bagging_fraction": 0.8, "bagging_freq": 1,
           "lambda_l2": 1.0, "verbose": -1, "num_threads": 1, "deterministic": True, "force_row_wise": True}
-#: boosting rounds from zero, and trees added to a pre-trained model at each online fit
-ROUNDS, FINE_TUNE_ROUNDS = 300, 30
+#: boosting rounds of the offline model (the shipped one, trained on hundreds of candidates)
+ROUNDS = 300
+#: online, on one run's few measurements: deeper trees that may split a handful of candidates, a faster
+#: rate, so that a run whose machine disagrees with the shipped model overrules it within a few rounds
+ONLINE_PARAMS = dict(PARAMS, learning_rate=0.1, num_leaves=15, min_data_in_leaf=2)
+#: trees added to a pre-trained model at each online fit, and trees of an online model from zero
+FINE_TUNE_ROUNDS, ONLINE_ROUNDS = 40, 80
 
 
 def normalised_throughput(seconds: Sequence[float]) -> np.ndarray:
@@ -41,9 +46,9 @@ def normalised_throughput(seconds: Sequence[float]) -> np.ndarray:
     return t.min() / t
 
 
-def _booster(X: np.ndarray, y: np.ndarray, seed: int, rounds: int, init=None):
+def _booster(X: np.ndarray, y: np.ndarray, seed: int, rounds: int, params: dict, init=None):
     import lightgbm
-    params = dict(PARAMS, seed=seed)
+    params = dict(params, seed=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # the log of the normalised throughput: a 100x slower candidate is as far below a 10x slower one
@@ -89,9 +94,10 @@ class CostModel:
     def samples(self) -> int:
         return sum(len(y) for _, y in self._data.values())
 
-    def fit(self) -> None:
+    def fit(self, offline: bool = False) -> None:
         """Retrain on every task's candidates: the pre-trained model plus ``FINE_TUNE_ROUNDS`` trees,
-        or a model from zero (``ROUNDS`` trees) once ``min_samples`` are measured."""
+        or a model from zero (``ONLINE_ROUNDS`` trees) once ``min_samples`` are measured; ``offline``:
+        a model from zero with the offline parameters (``ROUNDS``, ``PARAMS``: the shipped model's)."""
         groups = [(X, normalised_throughput(s)) for X, s in self._data.values() if len(s)]
         n = sum(len(y) for _, y in groups)
         if n < self.min_samples:
@@ -100,10 +106,12 @@ class CostModel:
         X = np.concatenate([g[0] for g in groups])
         y = np.concatenate([g[1] for g in groups])
         t0 = time.perf_counter()
-        if self.base is not None:
-            self._model = _booster(X, y, self.seed, FINE_TUNE_ROUNDS, init=self.base)
+        if offline:
+            self._model = _booster(X, y, self.seed, ROUNDS, PARAMS)
+        elif self.base is not None:
+            self._model = _booster(X, y, self.seed, FINE_TUNE_ROUNDS, ONLINE_PARAMS, init=self.base)
         else:
-            self._model = _booster(X, y, self.seed, ROUNDS)
+            self._model = _booster(X, y, self.seed, ONLINE_ROUNDS, ONLINE_PARAMS)
         self.fit_seconds += time.perf_counter() - t0
         self.fits += 1
 

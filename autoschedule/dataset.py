@@ -89,7 +89,7 @@ def train(data: Dataset, seed: int = 0) -> CostModel:
     for name in sorted(set(data.task_names)):
         m = names == name
         model.add(name, data.X[m], data.seconds[m])
-    model.fit()
+    model.fit(offline=True)
     return model
 
 
