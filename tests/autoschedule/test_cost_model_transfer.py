@@ -163,3 +163,20 @@ def test_without_lightgbm_the_model_is_named_by_its_extra(monkeypatch):
         auto.tune(matmul(8), trials=0, progress=False)
     with pytest.raises(lw.MissingExtraError, match=r"loopweave\[autoschedule\]"):
         CostModel()
+
+
+@pytest.mark.parametrize("default_score, picked", [(-0.1, False), (-0.3, True)])
+def test_a_default_stays_unless_a_pick_ranks_clearly_above_it(monkeypatch, default_score, picked):
+    """Proposals score 0; the default (scored alone) scores ``default_score``: within ``PICK_MARGIN``
+    of the best proposal it stays, further below it is replaced."""
+    from loopweave.autoschedule.search import PICK_MARGIN, TaskTuner
+    from loopweave.autoschedule.task import Task
+    assert -0.3 < -PICK_MARGIN < -0.1
+    monkeypatch.setattr(CostModel, "predict",
+                        lambda self, X: np.array([default_score]) if len(X) == 1 else np.zeros(len(X)))
+    args = matmul(32)
+    s = lw.create_schedule([args[-1]])
+    s[args[-1]].parallel(args[-1].op.axis[0])
+    tuner = TaskTuner(Task(args, "llvm"), None)
+    pick = tuner.pick_by_model(given=s.trace.to_json())
+    assert (pick is not None) == picked
