@@ -18,7 +18,16 @@
     only prints the held-out figures of the committed data set.
 
 Both targets are measured on this one machine (an ``-mcpu=x86-64-v3`` build is AVX2 code, which runs
-here too): two targets, one CPU.
+here too): two targets, one CPU.  The committed logs (a 2-core Zen 5, shared, so under load; about 45
+minutes of tuning in all) came from::
+
+    collect --targets llvm --skip winograd        # and resnet18/2:, /3: with it; then, of MobileNetV2,
+    collect --targets llvm --only mobilenet_v2/5: mobilenet_v2/6: mobilenet_v2/7: mobilenet_v2/9: \
+        mobilenet_v2/10: mobilenet_v2/14: mobilenet_v2/16: mobilenet_v2/21:   # (0-4 and 1 before)
+    collect --targets "llvm -mcpu=x86-64-v3" --only kernel/ transformer_encoder/ resnet18/ --skip winograd
+    defaults --targets llvm --only transformer_encoder/ resnet18/ mobilenet_v2/...   (the tasks above)
+    defaults --targets "llvm -mcpu=x86-64-v3" --only transformer_encoder/ resnet18/ --skip winograd
+    train
 """
 from __future__ import annotations
 
