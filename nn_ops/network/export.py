@@ -147,6 +147,42 @@ const char *LWPlast_error(void);                       /* "" when this thread ha
 #endif
 """
 
+#: the C of ``check_index`` and the count, name and dtype getters of inputs and outputs, the same in
+#: both libraries (a static network's and a compile-once one's: ``export_polymorphic.py``)
+C_TENSOR_GETTERS = r"""static int check_index(const char *fn, const LWPmodel *m, int i, int count, const char *what) {
+    if (m == NULL) return fail(LWPU_ERR_NULL, "%s: m is NULL", fn);
+    if (i < 0 || i >= count)
+        return fail(LWPU_ERR_INDEX, "%s: %s index %d is out of range (the model has %d %ss)", fn, what, i, count, what);
+    return LWPU_OK;
+}
+
+EXPORT int LWPmodel_num_inputs(const LWPmodel *m) {
+    if (m == NULL) return fail(LWPU_ERR_NULL, "LWPmodel_num_inputs: m is NULL");
+    return NUM_INPUTS;
+}
+
+EXPORT int LWPmodel_num_outputs(const LWPmodel *m) {
+    if (m == NULL) return fail(LWPU_ERR_NULL, "LWPmodel_num_outputs: m is NULL");
+    return NUM_OUTPUTS;
+}
+
+EXPORT const char *LWPmodel_input_name(const LWPmodel *m, int i) {
+    return check_index("LWPmodel_input_name", m, i, NUM_INPUTS, "input") ? NULL : input_names[i];
+}
+
+EXPORT const char *LWPmodel_output_name(const LWPmodel *m, int i) {
+    return check_index("LWPmodel_output_name", m, i, NUM_OUTPUTS, "output") ? NULL : output_names[i];
+}
+
+EXPORT const char *LWPmodel_input_dtype(const LWPmodel *m, int i) {
+    return check_index("LWPmodel_input_dtype", m, i, NUM_INPUTS, "input") ? NULL : input_dtypes[i];
+}
+
+EXPORT const char *LWPmodel_output_dtype(const LWPmodel *m, int i) {
+    return check_index("LWPmodel_output_dtype", m, i, NUM_OUTPUTS, "output") ? NULL : output_dtypes[i];
+}
+"""
+
 _SOURCE = r"""#define _GNU_SOURCE
 #include <sched.h>
 #include <stdarg.h>
@@ -322,39 +358,7 @@ EXPORT const char *LWPmodel_target(const LWPmodel *m) {
     return TARGET_NAME;
 }
 
-EXPORT int LWPmodel_num_inputs(const LWPmodel *m) {
-    if (m == NULL) return fail(LWPU_ERR_NULL, "LWPmodel_num_inputs: m is NULL");
-    return NUM_INPUTS;
-}
-
-EXPORT int LWPmodel_num_outputs(const LWPmodel *m) {
-    if (m == NULL) return fail(LWPU_ERR_NULL, "LWPmodel_num_outputs: m is NULL");
-    return NUM_OUTPUTS;
-}
-
-static int check_index(const char *fn, const LWPmodel *m, int i, int count, const char *what) {
-    if (m == NULL) return fail(LWPU_ERR_NULL, "%s: m is NULL", fn);
-    if (i < 0 || i >= count)
-        return fail(LWPU_ERR_INDEX, "%s: %s index %d is out of range (the model has %d %ss)", fn, what, i, count, what);
-    return LWPU_OK;
-}
-
-EXPORT const char *LWPmodel_input_name(const LWPmodel *m, int i) {
-    return check_index("LWPmodel_input_name", m, i, NUM_INPUTS, "input") ? NULL : input_names[i];
-}
-
-EXPORT const char *LWPmodel_output_name(const LWPmodel *m, int i) {
-    return check_index("LWPmodel_output_name", m, i, NUM_OUTPUTS, "output") ? NULL : output_names[i];
-}
-
-EXPORT const char *LWPmodel_input_dtype(const LWPmodel *m, int i) {
-    return check_index("LWPmodel_input_dtype", m, i, NUM_INPUTS, "input") ? NULL : input_dtypes[i];
-}
-
-EXPORT const char *LWPmodel_output_dtype(const LWPmodel *m, int i) {
-    return check_index("LWPmodel_output_dtype", m, i, NUM_OUTPUTS, "output") ? NULL : output_dtypes[i];
-}
-
+""" + C_TENSOR_GETTERS + r"""
 static int shape_of(const char *fn, const LWPmodel *m, int i, int count, const char *what, const int *ranks,
                     const int *starts, const int64_t *all_dims, int64_t *dims, int max_rank) {
     int status = check_index(fn, m, i, count, what), rank;

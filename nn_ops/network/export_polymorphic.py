@@ -43,7 +43,7 @@ from ...backends.llvm.thread_pool import MAX_THREADS
 from ...backends.output_file import replacing, write_text
 from ...errors import ArgumentError, InternalError
 from . import symbolic as S
-from .export import _PREFIX, _array, _fill
+from .export import C_TENSOR_GETTERS, _PREFIX, _array, _fill
 from .symbolic_c import C_RATIONALS, c_condition, c_size
 
 API_FUNCTIONS = ("model_create", "model_num_sizes", "model_size_name", "model_num_inputs", "model_num_outputs",
@@ -282,13 +282,7 @@ EXPORT const char *LWPmodel_target(const LWPmodel *m) {
     return TARGET_NAME;
 }
 
-static int check_index(const char *fn, const LWPmodel *m, int i, int count, const char *what) {
-    if (m == NULL) return fail(LWPU_ERR_NULL, "%s: m is NULL", fn);
-    if (i < 0 || i >= count)
-        return fail(LWPU_ERR_INDEX, "%s: %s index %d is out of range (the model has %d %ss)", fn, what, i, count, what);
-    return LWPU_OK;
-}
-
+""" + C_TENSOR_GETTERS + r"""
 EXPORT int LWPmodel_num_sizes(const LWPmodel *m) {
     if (m == NULL) return fail(LWPU_ERR_NULL, "LWPmodel_num_sizes: m is NULL");
     return NUM_SIZES;
@@ -296,32 +290,6 @@ EXPORT int LWPmodel_num_sizes(const LWPmodel *m) {
 
 EXPORT const char *LWPmodel_size_name(const LWPmodel *m, int i) {
     return check_index("LWPmodel_size_name", m, i, NUM_SIZES, "size") ? NULL : size_names[i];
-}
-
-EXPORT int LWPmodel_num_inputs(const LWPmodel *m) {
-    if (m == NULL) return fail(LWPU_ERR_NULL, "LWPmodel_num_inputs: m is NULL");
-    return NUM_INPUTS;
-}
-
-EXPORT int LWPmodel_num_outputs(const LWPmodel *m) {
-    if (m == NULL) return fail(LWPU_ERR_NULL, "LWPmodel_num_outputs: m is NULL");
-    return NUM_OUTPUTS;
-}
-
-EXPORT const char *LWPmodel_input_name(const LWPmodel *m, int i) {
-    return check_index("LWPmodel_input_name", m, i, NUM_INPUTS, "input") ? NULL : input_names[i];
-}
-
-EXPORT const char *LWPmodel_output_name(const LWPmodel *m, int i) {
-    return check_index("LWPmodel_output_name", m, i, NUM_OUTPUTS, "output") ? NULL : output_names[i];
-}
-
-EXPORT const char *LWPmodel_input_dtype(const LWPmodel *m, int i) {
-    return check_index("LWPmodel_input_dtype", m, i, NUM_INPUTS, "input") ? NULL : input_dtypes[i];
-}
-
-EXPORT const char *LWPmodel_output_dtype(const LWPmodel *m, int i) {
-    return check_index("LWPmodel_output_dtype", m, i, NUM_OUTPUTS, "output") ? NULL : output_dtypes[i];
 }
 
 static int shape_at(const char *fn, const LWPmodel *m, int which, int i, const int64_t *sizes, int64_t *dims,
