@@ -13,9 +13,9 @@ import numpy as np
 
 import loopweave as lw
 from loopweave import nn_ops
-from loopweave.target import compiling_for, resolve_target
+from loopweave.target import resolve_target
 
-from .compare import interleaved, set_threads
+from .compare import add_target_argument, interleaved, run_for_target, set_threads
 from .peak import fma_peak
 
 MATMUL_SHAPES = [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048),
@@ -56,14 +56,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--quick", action="store_true", help="fewer pairs, skip N=2048")
-    parser.add_argument("--target", default="llvm",
-                        help="the code's target, one this machine runs (e.g. 'llvm -mcpu=x86-64-v3')")
-    args = parser.parse_args(argv)
-    target = resolve_target(args.target)
-    if not target.runs_here():
-        parser.error(f"--target {args.target!r}: this machine cannot run its code; name a level it runs")
-    with compiling_for(target):
-        _run(args)
+    add_target_argument(parser)
+    run_for_target(parser, parser.parse_args(argv), _run)
 
 
 def _run(args) -> None:
