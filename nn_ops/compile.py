@@ -68,7 +68,8 @@ def compile(graph, target="llvm", progress: Optional[bool] = None, tuning_log=No
 
     ``schedules="model"`` (a static graph, target llvm) gives each kernel the autoscheduler's cost
     model's pick where the model ranks it above the default schedule, nothing measured
-    (``tune_network(..., trials=0)``), each pick checked against the kernel's untuned build first.
+    (``tune_network(..., trials=0)``), each pick checked against the kernel's untuned build first;
+    unmeasured picks can be slower than the defaults (``docs/decisions.md``): tune to be sure.
     """
     check_checks_argument(checks, BuildError)
     if tuning_log is not None:
