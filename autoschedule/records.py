@@ -33,24 +33,14 @@ class RecordWarning(LoopweaveWarning):
     """A tuning log line could not be read and was skipped."""
 
 
-_SHAPES: Dict[str, list] = {}       # task key -> its arguments' sizes (``note_shapes``)
-
-
-def note_shapes(task_key: str, shapes) -> None:
-    """Remember that the task of ``task_key`` has arguments of ``shapes`` (lists of ints): its
-    records then say so.  A memo of a pure function (the key hashes IR that holds the sizes), filled
-    by ``Task`` when it computes a key, so every record of a task carries its sizes."""
-    _SHAPES[task_key] = [[int(d) for d in shape] for shape in shapes]
-
-
 def make_record(task_key: str, target: Target, choice: dict, trace_json: str, seconds: Optional[float],
                 error: Optional[str], trial: int, build_seconds: float = 0.0,
                 measured_on: Optional[dict] = None, names: Optional[list] = None,
                 shapes: Optional[list] = None) -> dict:
     """One line of the log; ``measured_on``: the CPU model and host that timed it, when it ran;
     ``names``: the spelling of the task the trace is written in; ``shapes``: its arguments' sizes
-    (by default those ``note_shapes`` knows for the key)."""
-    shapes = shapes if shapes is not None else _SHAPES.get(task_key)
+    (what the compile-once compiler matches kernels of symbolic sizes by; a record without them
+    applies to kernels of static sizes only)."""
     r = {"task": task_key, "target": {"cpu": target.cpu, "features": target.features},
          "choice": choice, "trace": trace_json, "seconds": seconds, "error": error, "trial": trial,
          "build_seconds": round(build_seconds, 4), "version": VERSION}

@@ -288,7 +288,7 @@ class TaskTuner:
             wrong = wrong_answer(self.task.args, s)
             if wrong is None:
                 r = records.make_record(self.task.key, self.task.target, choice, trace_json, None, None, 0,
-                                        names=self.task.names)
+                                        names=self.task.names, shapes=self.task.shapes)
                 r["predicted"] = float(scores[i])
                 return r
         return None
@@ -315,7 +315,8 @@ class TaskTuner:
         out = []
         for (k, choice, trace_json, seeded, ranked), res in zip(items, results):
             r = records.make_record(self.task.key, self.task.target, choice, trace_json, res.seconds, res.error,
-                                    self.n_measured + 1, res.build_seconds, _measured_on(res), self.task.names)
+                                    self.n_measured + 1, res.build_seconds, _measured_on(res), self.task.names,
+                                    self.task.shapes)
             self.measured[k] = r
             self._note(r)
             self.history[-1]["seeded"] = seeded
@@ -375,7 +376,8 @@ class TaskTuner:
 
     def _verified(self, old: dict, seconds, error, ratio=None, measured_on=None) -> dict:
         r = records.make_record(self.task.key, self.task.target, old["choice"], old["trace"], seconds, error,
-                                self.n_measured, measured_on=measured_on, names=self.task.names)
+                                self.n_measured, measured_on=measured_on, names=self.task.names,
+                                shapes=self.task.shapes)
         r["verified"] = True
         if ratio is not None:
             r["ratio_to_default"] = round(ratio, 4)

@@ -19,7 +19,6 @@ from ..dsl.schedule import create_schedule
 from ..errors import ArgumentError, BuildError
 from ..lowering.lower import lower
 from ..target import Target, resolve_target
-from . import records
 from .canonical import positional, renamed, spelling
 
 
@@ -62,7 +61,6 @@ class Task:
         self.names = spelling(self.args)
         canonical = renamed(self.args, positional(self.args), canonical=True)
         self.key = _ir_hash(canonical)
-        records.note_shapes(self.key, self.shapes)
         self._legacy_key: Optional[str] = None
 
     @property

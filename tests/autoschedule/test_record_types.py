@@ -59,14 +59,20 @@ def test_each_problem_is_said(name):
     assert records.record_problem(_good()) is None
 
 
-def test_a_tasks_records_carry_its_sizes():
+def test_a_tasks_records_carry_its_sizes(tmp_path):
     """The key is a hash: the record says the sizes it was measured at (what the compile-once
-    compiler matches kernels of symbolic sizes by)."""
+    compiler matches kernels of symbolic sizes by); the tuner writes them into every record."""
     import loopweave as lw
+    from loopweave import autoschedule as auto
     from loopweave.autoschedule.task import Task
     A = lw.placeholder((12, 7), name="A")
     B = lw.compute((12, 7), lambda i, j: A[i, j] + 1, name="B")
     task = Task([A, B], "llvm")
-    r = records.make_record(task.key, task.target, {}, GOOD_TRACE, 1e-3, None, 1)
+    assert task.shapes == [[12, 7], [12, 7]]
+    r = records.make_record(task.key, task.target, {}, GOOD_TRACE, 1e-3, None, 1, shapes=task.shapes)
     assert r["shapes"] == [[12, 7], [12, 7]] and records.record_problem(r) is None
-    assert records.make_record(task.key, task.target, {}, GOOD_TRACE, 1e-3, None, 1, shapes=[[3]])["shapes"] == [[3]]
+    assert "shapes" not in records.make_record(task.key, task.target, {}, GOOD_TRACE, 1e-3, None, 1)
+    log = tmp_path / "t.jsonl"
+    auto.tune([A, B], trials=2, log=str(log), progress=False, measure_untuned=False)
+    written = list(records.read(str(log), any_version=True))
+    assert written and all(w["shapes"] == [[12, 7], [12, 7]] for w in written)

@@ -43,7 +43,7 @@ def _split_schedule(task, rows: int, cols: int):
 def _record(log, task, s, seconds=1e-6):
     t = Task(task.args, task.target)
     records.append(str(log), [records.make_record(t.key, t.target, {}, s.trace.to_json(), seconds, None, 1,
-                                                  names=t.names)])
+                                                  names=t.names, shapes=t.shapes)])
     return t
 
 
