@@ -384,7 +384,7 @@ class CnnWalk:
         registers)."""
         h, w, oh, ow = in_shape[2], in_shape[3], out_shape[2], out_shape[3]
         fits = (S.positive_part(MIN_WINOGRAD_PIXELS - oh * ow)
-                + S.positive_part(oh * ow - winograd_largest_map(self.b.target.cpu)))
+                + S.positive_part(oh * ow - winograd_largest_map(self.b.target)))
         tiles = S.ceildiv(ow, 2)        # a row's 2x2 tiles
         *whole, last = WINOGRAD_TILE_BLOCKS
         variants = []
