@@ -183,6 +183,30 @@ EXPORT const char *LWPmodel_output_dtype(const LWPmodel *m, int i) {
 }
 """
 
+#: the C that writes a kernel's error message with the graph's value names for its ``in0, in1, ...``
+#: (``call_inputs`` tables in scope), the same in both libraries
+C_NAME_INPUTS = r"""/* the kernel's message names its inputs in0, in1, ...: write the graph's value names instead */
+static void name_inputs(char *dst, size_t cap, const char *what, int64_t call) {
+    size_t n = 0;
+    while (*what && n + 1 < cap) {
+        if (what[0] == '\'' && what[1] == 'i' && what[2] == 'n' && what[3] >= '0' && what[3] <= '9') {
+            const char *p = what + 3;
+            long k = 0;
+            while (*p >= '0' && *p <= '9' && k < 1000000) k = k * 10 + (*p++ - '0');
+            if (*p == '\'' && call >= 0 && call < NUM_CALLS && k < call_input_counts[call]) {
+                int wrote = snprintf(dst + n, cap - n, "'%s'", call_inputs[call_input_starts[call] + k]);
+                n = wrote < 0 || (size_t)wrote >= cap - n ? cap - 1 : n + (size_t)wrote;
+                what = p + 1;
+                continue;
+            }
+        }
+        dst[n++] = *what++;
+    }
+    dst[n] = 0;
+}
+
+"""
+
 _SOURCE = r"""#define _GNU_SOURCE
 #include <sched.h>
 #include <stdarg.h>
@@ -382,27 +406,7 @@ EXPORT int LWPmodel_output_shape(const LWPmodel *m, int i, int64_t *dims, int ma
                     output_dims, dims, max_rank);
 }
 
-/* the kernel's message names its inputs in0, in1, ...: write the graph's value names instead */
-static void name_inputs(char *dst, size_t cap, const char *what, int64_t call) {
-    size_t n = 0;
-    while (*what && n + 1 < cap) {
-        if (what[0] == '\'' && what[1] == 'i' && what[2] == 'n' && what[3] >= '0' && what[3] <= '9') {
-            const char *p = what + 3;
-            long k = 0;
-            while (*p >= '0' && *p <= '9' && k < 1000000) k = k * 10 + (*p++ - '0');
-            if (*p == '\'' && call >= 0 && call < NUM_CALLS && k < call_input_counts[call]) {
-                int wrote = snprintf(dst + n, cap - n, "'%s'", call_inputs[call_input_starts[call] + k]);
-                n = wrote < 0 || (size_t)wrote >= cap - n ? cap - 1 : n + (size_t)wrote;
-                what = p + 1;
-                continue;
-            }
-        }
-        dst[n++] = *what++;
-    }
-    dst[n] = 0;
-}
-
-EXPORT int LWPmodel_run(LWPmodel *m, const void *const *inputs, void *const *outputs) {
+""" + C_NAME_INPUTS + r"""EXPORT int LWPmodel_run(LWPmodel *m, const void *const *inputs, void *const *outputs) {
     int64_t err[4] = {0, 0, 0, 0};
     int k;
     if (m == NULL) return fail(LWPU_ERR_NULL, "LWPmodel_run: m is NULL");

@@ -43,7 +43,7 @@ from ...backends.llvm.thread_pool import MAX_THREADS
 from ...backends.output_file import replacing, write_text
 from ...errors import ArgumentError, InternalError
 from . import symbolic as S
-from .export import C_TENSOR_GETTERS, _PREFIX, _array, _fill
+from .export import C_NAME_INPUTS, C_TENSOR_GETTERS, _PREFIX, _array, _fill
 from .symbolic_c import C_RATIONALS, c_condition, c_size
 
 API_FUNCTIONS = ("model_create", "model_num_sizes", "model_size_name", "model_num_inputs", "model_num_outputs",
@@ -319,27 +319,7 @@ EXPORT int LWPmodel_output_shape(const LWPmodel *m, int i, const int64_t *sizes,
     return shape_at("LWPmodel_output_shape", m, 1, i, sizes, dims, max_rank);
 }
 
-/* the kernel's message names its inputs in0, in1, ...: write the graph's value names instead */
-static void name_inputs(char *dst, size_t cap, const char *what, int64_t call) {
-    size_t n = 0;
-    while (*what && n + 1 < cap) {
-        if (what[0] == '\'' && what[1] == 'i' && what[2] == 'n' && what[3] >= '0' && what[3] <= '9') {
-            const char *p = what + 3;
-            long k = 0;
-            while (*p >= '0' && *p <= '9' && k < 1000000) k = k * 10 + (*p++ - '0');
-            if (*p == '\'' && call >= 0 && call < NUM_CALLS && k < call_input_counts[call]) {
-                int wrote = snprintf(dst + n, cap - n, "'%s'", call_inputs[call_input_starts[call] + k]);
-                n = wrote < 0 || (size_t)wrote >= cap - n ? cap - 1 : n + (size_t)wrote;
-                what = p + 1;
-                continue;
-            }
-        }
-        dst[n++] = *what++;
-    }
-    dst[n] = 0;
-}
-
-EXPORT int LWPmodel_run(LWPmodel *m, const int64_t *sizes, const void *const *inputs, void *const *outputs) {
+""" + C_NAME_INPUTS + r"""EXPORT int LWPmodel_run(LWPmodel *m, const int64_t *sizes, const void *const *inputs, void *const *outputs) {
     int64_t err[4] = {0, 0, 0, 0};
     int k, status;
     if (m == NULL) return fail(LWPU_ERR_NULL, "LWPmodel_run: m is NULL");
