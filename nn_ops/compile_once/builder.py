@@ -43,6 +43,7 @@ from ..network.op_table import SMALL_M
 from ..network.signature import RuntimeCheck
 from ..network.polymorphic_executable import BindingTable, KernelCall, PolymorphicExecutable, Variant, View
 from ..network.symbolic_plan import SymbolicPlan
+from ..network.pending_kernels import Pending, build_pending
 from ..ops.arg_reduce import arg_reduce
 from ..ops.conv2d_transpose import conv2d_transpose
 from ..ops.elementwise import broadcast_index
@@ -66,13 +67,6 @@ from .common import (BINARY, FLOAT_ONLY, INTEGER, PREDICATES, TERNARY, UNARY, VA
                                  node_params)
 from .general_ops import OPS, pad_kernel
 from .transformer_ops import OPS as TRANSFORMER_OPS
-
-
-@dataclasses.dataclass(frozen=True)
-class _Pending:
-    """A kernel the walk asked for, built with the others after it (``_build_pending``)."""
-    index: int
-    dtype: str
 
 
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
@@ -137,7 +131,7 @@ class _Builder:
         self.views: List[View] = []
         self.calls: List[KernelCall] = []
         self.steps: List[Tuple[list, list]] = []
-        self.kernels: Dict[str, object] = {}           # structural key (text) -> Module (or _Pending)
+        self.kernels: Dict[str, object] = {}           # structural key (text) -> Module (or Pending)
         self.jobs: List[tuple] = []                     # (schedule, args, name) of the kernels to build
         self.prebuilt = prebuilt
         self.consumers: Dict[str, list] = {}
@@ -152,7 +146,7 @@ class _Builder:
         self.tuning_log = None                   # records applied to the kernels (``tuned.py``)
         self.tuned_keys: set = set()             # their structural keys (kept out of the kernel cache)
         self.building = True                     # False: the walk only lists the kernels (``tasks.py``)
-        self.recipes: Dict[int, KernelRecipe] = {}   # id of a _Pending kernel -> how it was made
+        self.recipes: Dict[int, KernelRecipe] = {}   # id of a Pending kernel -> how it was made
         # sizes a feed binds directly (``bind`` refuses 0 for them): the ones a kernel may specialise to 1
         self.fed_symbols = {d for _, dims, _ in shapes.signature.inputs for d in dims if getattr(d, "is_Symbol", False)}
         self.unsupported = _Unsupported          # what the walk's parts raise for "not covered"
@@ -172,7 +166,7 @@ class _Builder:
                                      tables={n: t for n, t in self.tables.items() if n in used})
 
     def walk(self) -> List[str]:
-        """Convert every node into kernel calls (the kernels still to build: ``_Pending``); the
+        """Convert every node into kernel calls (the kernels still to build: ``Pending``); the
         graph's outputs."""
         problems = [(label, op, why) for label, op, why in self.shapes.unknown]
         poisoned = set()            # values after a node that could not be converted: not reported again
@@ -221,18 +215,11 @@ class _Builder:
 
     def _build_pending(self) -> None:
         """Build the walk's new kernels in one ``build_many`` and put them in their calls."""
-        from ...backends.build import build_many
         if not self.jobs:
             return
-        modules = build_many(self.jobs, self.target, checks=self.checks)
-        if self.remembers():
-            for key, m in self.kernels.items():
-                if isinstance(m, _Pending) and key not in self.tuned_keys:
-                    kernel_cache.store_polymorphic(key, self.target, modules[m.index])
-
-        def real(m):
-            return modules[m.index] if isinstance(m, _Pending) else m
-        self.kernels = {key: real(m) for key, m in self.kernels.items()}
+        remembers = self.remembers()
+        self.kernels, real = build_pending(self.jobs, self.kernels, self.target, self.checks,
+                                           lambda key: remembers and key not in self.tuned_keys)
         for call in self.calls:
             call.module = real(call.module)
             call.variants = tuple(dataclasses.replace(v, module=real(v.module)) for v in call.variants)
@@ -475,7 +462,7 @@ class _Builder:
                 # built after the walk, all together (build_many: on every core)
                 if not self.jobs and self.building:
                     build_workers.prestart()
-                module = _Pending(len(self.jobs), out.dtype)
+                module = Pending(len(self.jobs), out.dtype)
                 self.jobs.append((tuned or schedule([out], self.target), holders + [out], name))
                 self.recipes[id(module)] = recipe
                 self.kernels[full_key] = module
@@ -494,7 +481,7 @@ class _Builder:
                 sizes[_multiple_name(variables[d], k, r)] = S.floordiv(d - r, k)
         variants = tuple(specials)
         if output not in self.values:       # the kernel's own output dtype (a Cast changes it)
-            dtype = module.dtype if isinstance(module, _Pending) else module.params[-1].dtype
+            dtype = module.dtype if isinstance(module, Pending) else module.params[-1].dtype
             self.values[output] = (out_shape, dtype)
             self.local[output] = self.values[output]
         self.calls.append(KernelCall(label, module, tuple(inputs) + (output,), sizes, variants))

@@ -23,6 +23,7 @@ from ...dsl.tensor import placeholder
 from ...errors import BuildError
 from ..ops.registry import schedule
 from . import kernel_cache, symbolic as S
+from .pending_kernels import Pending, build_pending
 from .executable import group_signature, kernel_name, plan_kernel_groups
 from .graph import Graph
 from .op_table import OPS, SMALL_M, scalar_constants
@@ -36,12 +37,6 @@ SYMBOLIC_OPS = frozenset({
     "tanh", "exp", "sqrt", "neg", "erf", "gelu", "softmax", "layer_norm", "transpose", "reshape", "identity"})
 #: ops whose kernels get a variant of constant extents where a fed symbol among their last two sizes is 1
 UNIT_VARIANT_OPS = ("matmul", "softmax", "transpose")
-
-
-@dataclasses.dataclass(frozen=True)
-class _Pending:
-    """A kernel asked for, built with the others after the walk (``build_many``)."""
-    index: int
 
 
 def compile_symbolic(graph: Graph, signature, target, checks: Optional[str] = None,
@@ -97,7 +92,7 @@ class _Builder:
     def __init__(self, g: Graph, target, checks, prebuilt, fed_sizes):
         self.g, self.target, self.checks, self.prebuilt = g, target, checks, prebuilt
         self.fed_sizes = fed_sizes             # sizes a feed binds directly (so at least 1): a variant may fix one
-        self.kernels: Dict[str, object] = {}   # key -> Module (or _Pending until built)
+        self.kernels: Dict[str, object] = {}   # key -> Module (or Pending until built)
         self.jobs: List[tuple] = []
 
     def call(self, grp) -> KernelCall:
@@ -150,7 +145,7 @@ class _Builder:
             holders, out = self.computation(grp, params, var_of, anchor_attrs)
             if not self.jobs:
                 build_workers.prestart()
-            module = _Pending(len(self.jobs))
+            module = Pending(len(self.jobs))
             self.jobs.append((schedule([out], self.target), holders + [out], name))
         self.kernels[key] = module
         return module
@@ -189,17 +184,10 @@ class _Builder:
 
     def build_pending(self, calls: List[KernelCall]) -> None:
         """Build the kernels asked for in one ``build_many`` and put them in their calls."""
-        from ...backends.build import build_many
         if not self.jobs:
             return
-        modules = build_many(self.jobs, self.target, checks=self.checks)
-
-        def real(m):
-            return modules[m.index] if isinstance(m, _Pending) else m
-        for key, m in self.kernels.items():
-            if isinstance(m, _Pending) and self.remembers():
-                kernel_cache.store_polymorphic(key, self.target, modules[m.index])
-        self.kernels = {key: real(m) for key, m in self.kernels.items()}
+        remembers = self.remembers()
+        self.kernels, real = build_pending(self.jobs, self.kernels, self.target, self.checks, lambda key: remembers)
         for call in calls:
             call.module = real(call.module)
             call.variants = tuple(dataclasses.replace(v, module=real(v.module)) for v in call.variants)

@@ -1,0 +1,37 @@
+"""Kernels asked for during a compile-once walk and built together at its end.
+
+Both compilers of symbolic sizes (``compile_once/builder.py`` and ``network/symbolic_compile.py``)
+schedule every new kernel first and build them all in one ``build_many`` (the build workers run
+them in parallel); until then a call holds a :class:`Pending` in place of its module.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict, List, Tuple
+
+from ...backends import build as backend_build      # by module: a test counts the builds
+from . import kernel_cache
+
+
+@dataclasses.dataclass(frozen=True)
+class Pending:
+    """A kernel asked for, the ``index``-th job of the build at the end; ``dtype``: its output's."""
+    index: int
+    dtype: str = ""
+
+
+def build_pending(jobs: List[tuple], kernels: Dict[str, object], target, checks,
+                  cached: Callable[[str], bool]) -> Tuple[Dict[str, object], Callable]:
+    """Build ``jobs`` in one ``build_many``; store each new kernel whose key ``cached`` accepts in the
+    disk's polymorphic kernel cache.  Returns ``kernels`` with modules for the pending ones, and the
+    function that turns a pending kernel (or a module) into its module, for the calls."""
+    if not jobs:
+        return kernels, lambda m: m
+    modules = backend_build.build_many(jobs, target, checks=checks)
+    for key, m in kernels.items():
+        if isinstance(m, Pending) and cached(key):
+            kernel_cache.store_polymorphic(key, target, modules[m.index])
+
+    def real(m):
+        return modules[m.index] if isinstance(m, Pending) else m
+    return {key: real(m) for key, m in kernels.items()}, real
