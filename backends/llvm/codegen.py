@@ -40,7 +40,8 @@ _SCALAR = {"float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.Do
            "uint16": ir.IntType(16), "uint32": I32, "uint64": I64, "bool": I1}
 _LIBM = {"tanh": {"float32": "tanhf", "float64": "tanh"}, "erf": {"float32": "erff", "float64": "erf"}}
 _FLOAT_INTRINSIC = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "floor": "llvm.floor",
-                    "ceil": "llvm.ceil", "round": "llvm.roundeven", "abs": "llvm.fabs", "pow": "llvm.pow"}
+                    "ceil": "llvm.ceil", "round": "llvm.roundeven", "abs": "llvm.fabs", "pow": "llvm.pow",
+                    "fma": "llvm.fma"}
 
 
 def llvm_type(dtype: str, lanes: int = 1):
@@ -178,13 +179,33 @@ class FunctionEmitter:
             self.stmt(s.body)
             del self.buffer_ptrs[id(buf)]
             return
+        # a run-time size: on the stack when it fits STACK_LIMIT_BYTES (released with the stack pointer
+        # after the body), else from malloc.  A row buffer of symbolic length inside a row loop (a
+        # softmax's exponentials) was one malloc and free per row: the zoo encoder's 512-row softmax
+        # took twice the static kernel's time.
+        b = self.builder
         count = self.expr(extent)
-        size = self.builder.mul(count, ir.Constant(I64, dtypes.itemsize(buf.dtype)))
-        ptr = self._checked_malloc(self.builder, size, buf.name)
+        size = b.mul(count, ir.Constant(I64, dtypes.itemsize(buf.dtype)))
+        small = b.icmp_unsigned("<=", size, ir.Constant(I64, STACK_LIMIT_BYTES))
+        saved = b.call(self.cg.intrinsic("llvm.stacksave.p0", PTR, []), [])
+        with b.if_else(small, likely=True) as (on_stack, on_heap):
+            with on_stack:
+                stack_ptr = b.alloca(I8, size=size, name=buf.name)
+                stack_ptr.align = 64
+                stack_block = b.block
+            with on_heap:
+                heap_ptr = self._checked_malloc(b, size, buf.name)
+                heap_block = b.block
+        ptr = b.phi(PTR, name=buf.name)
+        ptr.add_incoming(stack_ptr, stack_block)
+        ptr.add_incoming(heap_ptr, heap_block)
         self.buffer_ptrs[id(buf)] = ptr
         self.stmt(s.body)
         del self.buffer_ptrs[id(buf)]
-        self.builder.call(self.cg.runtime_fn("free"), [ptr])
+        b = self.builder
+        with b.if_then(b.not_(small), likely=False):
+            b.call(self.cg.runtime_fn("free"), [ptr])
+        b.call(self.cg.intrinsic("llvm.stackrestore.p0", ir.VoidType(), [PTR]), [saved])
 
     def _checked_malloc(self, builder, size, name: str):
         ptr = builder.call(self.cg.runtime_fn("malloc"), [builder.add(size, ir.Constant(I64, 64))], name=name)
@@ -685,6 +706,11 @@ class FunctionEmitter:
         args = [self.expr(a) for a in e.args]
         if len(args) == 2:
             args = list(self._match_lanes(*args))
+        if e.name == "fma":     # llvm.fma: rounded once on every target (llvm.fmuladd may round twice)
+            a, c = self._match_lanes(args[0], args[2])
+            a, m = self._match_lanes(a, args[1])
+            m, c = self._match_lanes(m, c)
+            return self._call_float("fma", a, m, c)
         x = args[0]
         dt = e.dtype
         b = self.builder

@@ -62,3 +62,25 @@ def test_workspace_is_reused_and_safe_across_threads():
     for _ in range(3):
         f(a, c)
         np.testing.assert_allclose(c, a * 2, rtol=1e-6)
+
+
+def test_a_buffer_of_run_time_size_is_on_the_stack_when_it_fits():
+    """A row buffer of symbolic length at a parallel row loop: on the stack (released after each row)
+    up to the stack limit, from malloc above it; right either way."""
+    m, n = lw.var("m"), lw.var("n")
+    A = lw.placeholder((m, n), name="A")
+    B = lw.compute((m, n), lambda i, j: A[i, j] * 2.0, name="B")
+    C = lw.compute((m, n), lambda i, j: B[i, j] + 1.0, name="C")
+    s = lw.create_schedule(C)
+    s[B].compute_at(s[C], C.op.axis[0])
+    s[C].parallel(C.op.axis[0])
+    f = lw.build(s, [A, C])
+    text = f.get_source("ll")
+    assert "llvm.stacksave" in text and "llvm.stackrestore" in text and "@\"malloc\"" in text
+    rng = np.random.default_rng(2)
+    for rows, cols in ((7, 33), (3, 20000)):    # 20000 floats: past the 64 KiB stack limit
+        a = rng.random((rows, cols), dtype=np.float32)
+        c = np.empty_like(a)
+        for _ in range(3):
+            f(a, c)
+            np.testing.assert_allclose(c, a * 2 + 1, rtol=1e-6)
