@@ -354,6 +354,16 @@ def _channel_rows(channels: int, limit: int):
     return -(-channels // blocks), "shift"
 
 
+def matmul_channel_rows(npv: int, registers: int) -> int:
+    """At most this many output channels in a register block of the pixels matmul with ``npv`` pixel
+    vectors: 28 accumulators (16 rows of one vector), and the block's accumulators, its ``npv``
+    input vectors and one broadcast weight must fit the ``registers``.  AVX2's 16 registers took
+    8 x 2 blocks that spilled their accumulators (MobileNetV2's lone 1x1 layers on NCHW at 39-67 %
+    of the 256-bit FMA peak, Zen 5, one thread, CPU time); re-measure: ``python -m benchmarks.conv2d
+    --only "mv2 1x1" --target "llvm -mcpu=x86-64-v3"``."""
+    return max(1, min(28 // npv if npv > 1 else 16, (registers - 1 - npv) // npv))
+
+
 def _divisor_at_most(n: int, limit: int) -> int:
     for d in range(min(n, limit), 0, -1):
         if n % d == 0:
@@ -546,7 +556,7 @@ def schedule_conv2d_rows(s, op, target):
     oc_ = int(out.shape[1].value)
     lanes = target.lanes(out.dtype)
     if not isinstance(out.shape[3], Const):
-        mr = _divisor_at_most(oc_, 8)
+        mr = _divisor_at_most(oc_, min(8, matmul_channel_rows(2, target.vector_registers)))
         acc, Y = accumulator_and_tile(s, op)
         n, o, y, x = Y.op.axis
         xo, xi = Y.split(x, factor=2 * lanes, tail="guard")
@@ -561,7 +571,7 @@ def schedule_conv2d_rows(s, op, target):
         return
     ow_ = int(out.shape[3].value)
     npv = 2 if ow_ >= 2 * lanes else 1
-    mr = _divisor_at_most(oc_, 8 if npv > 1 else 16)
+    mr = _divisor_at_most(oc_, min(8 if npv > 1 else 16, matmul_channel_rows(npv, target.vector_registers)))
     acc, Y = accumulator_and_tile(s, op)
     n, o, y, x = Y.op.axis
     tile = lanes * npv
@@ -598,7 +608,7 @@ def schedule_conv2d_1x1(s, op, target):
         npv = -(-pixels // lanes)
     else:
         npv = 2 if pixels >= 2 * lanes else 1
-    mr, channel_tail = _channel_rows(oc_, 28 // npv if npv > 1 else 16)
+    mr, channel_tail = _channel_rows(oc_, matmul_channel_rows(npv, target.vector_registers))
     Y = _epilogue_or_self(s, op)
     n, o, y, x = Y.op.axis
     p = Y.fuse(y, x)
