@@ -1,8 +1,9 @@
 """conv2d vs onnxruntime, per layer of ResNet-18 and MobileNetV2.
 
 ``python -m benchmarks.conv2d [--threads 1|2] [--quick] [--only SUBSTRING] [--weights constant|input]
-[--target "llvm -mcpu=x86-64-v3"]`` (``--target``: code for another level this machine runs, its share
-of the FMA peak at that level's width)
+[--target "llvm -mcpu=x86-64-v3"] [--cpu-time]`` (``--target``: code for another level this machine runs,
+its share of the FMA peak at that level's width; ``--cpu-time``: one thread, both sides and the peak
+timed by the CPU time they got, so a machine loaded by other processes does not lower the shares)
 
 ``--weights constant`` (the default, the headline): every distinct convolution of ResNet-18
 and MobileNetV2 (batch 1, 224x224) as a one-node ONNX Conv with its weights and bias as
@@ -32,7 +33,7 @@ from loopweave import nn_ops
 from loopweave.target import resolve_target
 
 from .compare import add_target_argument, interleaved, run_for_target, set_threads
-from .peak import fma_peak
+from .peak import cpu_time_fma_peak, fma_peak
 
 # (label, C, OC, H(=W), kernel, stride, pad, groups)
 RESNET18 = [
@@ -124,13 +125,13 @@ def conv_model(c, oc, hw, k, stride, pad, groups, seed=0):
     return model
 
 
-def constant_weight_row(layer, threads: int, pairs: int):
+def constant_weight_row(layer, threads: int, pairs: int, clock=None):
     from loopweave.nn_ops.testing.onnxruntime_peer import compare_with_onnxruntime
     label, c, oc, hw, k, stride, pad, groups = layer
     model = conv_model(c, oc, hw, k, stride, pad, groups)
     exe = lw.compile(lw.from_onnx(model), progress=False)
     x = np.random.default_rng(1).standard_normal((1, c, hw, hw), dtype=np.float32)
-    return compare_with_onnxruntime(model, exe, threads=threads, pairs=pairs, feed={"X": x})
+    return compare_with_onnxruntime(model, exe, threads=threads, pairs=pairs, feed={"X": x}, clock=clock)
 
 
 def main(argv=None) -> None:
@@ -141,18 +142,25 @@ def main(argv=None) -> None:
     parser.add_argument("--weights", default="constant", choices=["constant", "input"],
                         help="constant: one-node ONNX models through lw.compile (the headline); input: the DSL "
                              "kernel against onnxruntime fed its weights at run time")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time by CPU time (time.thread_time) on one thread: shares a loaded machine does not lower")
     add_target_argument(parser)
-    run_for_target(parser, parser.parse_args(argv), _run)
+    args = parser.parse_args(argv)
+    if args.cpu_time and args.threads != 1:
+        parser.error("--cpu-time times one thread's CPU time; run it with --threads 1")
+    run_for_target(parser, args, _run)
 
 
 def _run(args) -> None:
     set_threads(args.threads)
     rng = np.random.default_rng(0)
     pairs = 5 if args.quick else 11
-    peak = fma_peak(args.threads)
+    peak = cpu_time_fma_peak() if args.cpu_time else fma_peak(args.threads)
+    clock = time.thread_time if args.cpu_time else time.perf_counter
     print(f"conv2d, batch 1, {args.threads} thread(s), weights {args.weights}, {resolve_target('llvm')}; ratio = "
           f"onnxruntime time / loopweave time (> 1: loopweave faster); peak = share of this machine's fp32 FMA "
-          f"peak at that width ({peak / 1e9:.0f} GFLOPS, benchmarks.peak), Winograd layers counted as direct")
+          f"peak at that width ({peak / 1e9:.0f} GFLOPS, benchmarks.peak), Winograd layers counted as direct"
+          + ("; times and peak in CPU time" if args.cpu_time else ""))
     print(f"{'layer':<34} {'lw ms':>9} {'ort ms':>9} {'ratio':>7} {'peak':>6}")
     ratios = []
     for layer in LAYERS:
@@ -161,7 +169,7 @@ def _run(args) -> None:
             continue
         flops = 2 * oc * (c // groups) * k * k * ((hw + 2 * pad - k) // stride + 1) ** 2
         if args.weights == "constant":
-            cmp = constant_weight_row(layer, args.threads, pairs)
+            cmp = constant_weight_row(layer, args.threads, pairs, clock)
             print(cmp.row(label) + f" {flops / cmp.ours_s / peak:6.0%}", flush=True)
             ratios.append(cmp.ratio)
             continue
@@ -176,7 +184,7 @@ def _run(args) -> None:
         scale = math.sqrt((c // groups) * k * k)
         np.testing.assert_allclose(y, expected, rtol=1e-3, atol=1e-4 * scale, err_msg=label)
         time.sleep(0.2)
-        cmp = interleaved(lambda: f(x, w, y), lambda: sess.run(None, feeds), pairs=pairs)
+        cmp = interleaved(lambda: f(x, w, y), lambda: sess.run(None, feeds), pairs=pairs, clock=clock)
         print(cmp.row(label) + f" {flops / cmp.ours_s / peak:6.0%}", flush=True)
         ratios.append(cmp.ratio)
     if ratios:

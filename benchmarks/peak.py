@@ -24,6 +24,31 @@ import loopweave as lw
 from loopweave.backends.llvm.peak import accumulators, fma_ir, fma_peak, int8_ir, int8_widths, peak_kernel, rate
 from loopweave.target import resolve_target
 
+def cpu_time_fma_peak(target=None, seconds: float = 0.2) -> float:
+    """FLOP/s of fp32 FMAs at ``target``'s width on one thread, by the CPU time it got
+    (``time.thread_time``, best of five): the yardstick of single-threaded timings by CPU time, which
+    a loaded machine does not lower."""
+    target = target or resolve_target("llvm")
+    bits, count = target.vector_bits, accumulators(target)
+    kernel = peak_kernel(fma_ir(bits, count), f"lw_peak_fma{bits}", target)
+    out = np.zeros(64, np.float32)
+    iters = 1000
+    while True:
+        start = time.thread_time()
+        kernel(iters, out.ctypes.data)
+        took = time.thread_time() - start
+        if took > seconds / 4:
+            break
+        iters *= 4
+    iters = int(iters * seconds / took)
+    best = float("inf")
+    for _ in range(5):
+        start = time.thread_time()
+        kernel(iters, out.ctypes.data)
+        best = min(best, time.thread_time() - start)
+    return iters * 2 * bits // 32 * count / best
+
+
 def bandwidth(threads: int, mib: int = 128) -> float:
     """Bytes per second of ``C = A + B`` (two reads, one write) over ``mib`` MiB each."""
     n = mib * (1 << 20) // 4

@@ -28,3 +28,16 @@ def test_a_target_this_machine_cannot_run_is_refused(module):
     out = subprocess.run([sys.executable, "-m", f"benchmarks.{module}", "--target", "llvm -mtriple=aarch64-linux-gnu"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "this machine cannot run its code" in out.stderr, out.stderr
+
+
+def test_cpu_time_rows_read_one_threads_cpu_time_and_refuse_two_threads():
+    """``--cpu-time``: times and the peak by the CPU time one thread got (shares a loaded machine does not
+    lower); with two threads it is a usage error (another thread's time is not the caller's)."""
+    args = [sys.executable, "-m", "benchmarks.conv2d", "--quick", "--cpu-time", "--only", "r18 1x1/2 256->512"]
+    out = subprocess.run(args + ["--threads", "1"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "times and peak in CPU time" in out.stdout.splitlines()[0], out.stdout
+    row = next(line for line in out.stdout.splitlines() if line.startswith("r18 1x1/2 256->512"))
+    assert re.search(r"\d+\.\d{3}\s+\d+\.\d{3}\s+\d+\.\d{2}\s+\d+%$", row), row
+    out = subprocess.run(args + ["--threads", "2"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--cpu-time times one thread's CPU time" in out.stderr, out.stderr

@@ -26,8 +26,9 @@ def random_feed(exe, seed: int = 0):
 
 
 def compare_with_onnxruntime(model, exe, threads: int = 2, pairs: int = 15, feed: Optional[dict] = None,
-                             check: bool = True) -> Comparison:
-    """Time ``exe`` against onnxruntime on ``model`` (a ModelProto or path), interleaved."""
+                             check: bool = True, clock=None) -> Comparison:
+    """Time ``exe`` against onnxruntime on ``model`` (a ModelProto or path), interleaved (by ``clock``:
+    wall time unless given, see ``backends.timing.interleaved``)."""
     import onnx
     if not isinstance(model, onnx.ModelProto):
         model = onnx.load(model)
@@ -41,4 +42,5 @@ def compare_with_onnxruntime(model, exe, threads: int = 2, pairs: int = 15, feed
             if not np.allclose(a, b, rtol=1e-3, atol=1e-3 * scale):
                 raise AssertionError(f"loopweave and onnxruntime disagree: max abs diff "
                                      f"{float(np.abs(a - b).max()):.3g} at output scale {scale:.3g}")
-    return interleaved(lambda: exe.run(feed), lambda: sess.run(None, feed), pairs=pairs)
+    timing = {"clock": clock} if clock else {}
+    return interleaved(lambda: exe.run(feed), lambda: sess.run(None, feed), pairs=pairs, **timing)

@@ -22,6 +22,21 @@ def test_interleaved_ratio_of_a_slower_peer():
     assert c.theirs_s > c.ours_s
 
 
+def _spin(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_interleaved_by_cpu_time_does_not_count_time_off_the_core():
+    """By ``thread_time`` a peer that waits 4 ms and computes 1 ms is faster than one computing 2 ms
+    (as a kernel descheduled on a loaded machine is not slowed); by wall time it is slower."""
+    ours, theirs = (lambda: _spin(0.002)), (lambda: (time.sleep(0.004), _spin(0.001)))
+    by_cpu = interleaved(ours, theirs, pairs=3, min_seconds=0.01, pause=0.0, clock=time.thread_time)
+    by_wall = interleaved(ours, theirs, pairs=3, min_seconds=0.01, pause=0.0)
+    assert by_cpu.ratio < 0.8 and by_wall.ratio > 1.2
+
+
 def test_each_call_repeated_or_the_sequence_in_order():
     seen = []
     calls = [(name, lambda name=name: seen.append(name)) for name in "abc"]
