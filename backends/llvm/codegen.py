@@ -40,8 +40,7 @@ _SCALAR = {"float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.Do
            "uint16": ir.IntType(16), "uint32": I32, "uint64": I64, "bool": I1}
 _LIBM = {"tanh": {"float32": "tanhf", "float64": "tanh"}, "erf": {"float32": "erff", "float64": "erf"}}
 _FLOAT_INTRINSIC = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "floor": "llvm.floor",
-                    "ceil": "llvm.ceil", "round": "llvm.roundeven", "abs": "llvm.fabs", "pow": "llvm.pow",
-                    "fma": "llvm.fma"}
+                    "ceil": "llvm.ceil", "round": "llvm.roundeven", "abs": "llvm.fabs", "pow": "llvm.pow"}
 
 
 def llvm_type(dtype: str, lanes: int = 1):
@@ -706,11 +705,6 @@ class FunctionEmitter:
         args = [self.expr(a) for a in e.args]
         if len(args) == 2:
             args = list(self._match_lanes(*args))
-        if e.name == "fma":     # llvm.fma: rounded once on every target (llvm.fmuladd may round twice)
-            a, c = self._match_lanes(args[0], args[2])
-            a, m = self._match_lanes(a, args[1])
-            m, c = self._match_lanes(m, c)
-            return self._call_float("fma", a, m, c)
         x = args[0]
         dt = e.dtype
         b = self.builder
