@@ -10,7 +10,7 @@ import pytest
 import loopweave as lw
 from loopweave import autoschedule as auto
 from loopweave.autoschedule.cost_model import CostModel, ranking_quality
-from loopweave.autoschedule.features import extract
+from loopweave.autoschedule.features import extract, untuned_features
 from loopweave.autoschedule.space import Space
 from loopweave.autoschedule.task import Task
 
@@ -37,10 +37,11 @@ def test_cost_model_ranks_held_out_candidates_better_than_random():
     recording = json.loads((Path(__file__).parent / "data" / "matmul96_timings.json").read_text())
     args = matmul(recording["size"])
     space = Space(Task(args, "llvm"))
+    untuned = untuned_features(Task(args, "llvm"))
     X, t = [], []
     for candidate in recording["candidates"]:
         func = lw.lower(space.apply(candidate["choice"]), args)
-        X.append(extract(func, "llvm"))
+        X.append(extract(func, "llvm", untuned))
         t.append(candidate["seconds"])
     X, t = np.array(X), np.array(t)
     model = CostModel(seed=0, pretrained=False)

@@ -4,6 +4,7 @@ import pytest
 
 import loopweave as lw
 from loopweave import autoschedule as auto
+from loopweave.autoschedule.search import PICK_MARGIN
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("lightgbm")
@@ -37,11 +38,17 @@ def test_schedules_model_applies_the_picks_and_computes_the_same(monkeypatch, de
     assert all(r.history == [] for r in picks.results)          # nothing measured
     if default_last:
         assert all(s is not None for s in picks.schedules)
+    # a pick replaces a default only where the model ranks it more than the margin above it
+    for r in picks.results:
+        if r.trace is not None:
+            assert r.best_record["predicted"] > r.best_record["default_predicted"] + PICK_MARGIN
     exe = lw.compile(graph, schedules="model", progress=False)
     # the same picks (deterministic: seeded proposals, one model) reach the compiled kernels
     assert exe.tuned_kernels == sum(s is not None for s in picks.schedules)
     x = np.random.default_rng(4).standard_normal((32, 64)).astype(np.float32)
-    np.testing.assert_allclose(exe.run({"input": x})[0], np.maximum(x @ w + b, 0), rtol=1e-4, atol=1e-4)
+    out = exe.run({"input": x})[0]
+    np.testing.assert_allclose(out, np.maximum(x @ w + b, 0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out, lw.compile(graph, progress=False).run({"input": x})[0], rtol=1e-5, atol=1e-5)
 
 
 def test_schedules_argument_is_checked(tmp_path):
