@@ -1,11 +1,15 @@
-"""Measured candidates as training data for the cost model, and its accuracy on held-out tasks.
+"""Measured candidates as training data for the cost model, its accuracy on held-out tasks, and the
+margin by which a pick must lead a default schedule.
 
 A ``Dataset`` holds, per measured candidate, its features (``features.NAMES``), its time, the
 task (and target) it belongs to and whether it is the task's default schedule; ``from_records``
-makes one from a task's tuning records by replaying each trace and lowering it.  ``held_out_report`` trains on the tasks outside a split and
-reports, on the tasks inside it, the pairwise accuracy and the top-5 recall of the ranking within
-each task (averaged over tasks: the tuner ranks one task's candidates at a time).  The shipped model
-is trained from the zoo's logs by ``python -m benchmarks.train_cost_model train``.
+makes one from a task's tuning records by replaying each trace and lowering it.
+``held_out_report`` trains on the tasks outside a split and reports, on the tasks inside it, the
+pairwise accuracy and the top-5 recall of the ranking within each task (averaged over tasks: the
+tuner ranks one task's candidates at a time).  ``default_margin`` learns, from scores of kernels the
+model was not trained on (``out_of_fold_scores``), how far a candidate must score above its task's
+default schedule before ``trials=0`` takes it in the default's place (``search.PICK_MARGIN``).  The
+shipped model is trained from the zoo's logs by ``python -m benchmarks.train_cost_model train``.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ file, intermediates), and the target's properties (lanes, vector registers, thre
 ranks schedules of any kernel on any CPU target.  Beside them, their changes from the task's
 untuned kernel: how much a schedule recomputed, vectorised or shrank relative to its own task, which
 ranks a task's candidates in units that mean the same for a blur and a conv (on held-out tasks,
-pairwise accuracy about 0.05 higher than the own features alone).  Nothing in it names a task's
+pairwise accuracy 0.744 against 0.703 with the own features alone).  Nothing in it names a task's
 tensors, axes or decisions.  Cache sizes are not among them: ``target_info`` knows them, a layer above the tuner; the
 footprints per loop level let the model learn the thresholds of the CPUs it was trained on.
 """
