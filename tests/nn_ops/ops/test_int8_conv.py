@@ -189,3 +189,39 @@ def test_int8_depthwise_conv_equals_the_integer_reference(x_dtype, stride, paddi
         n, _, oh, ow, _ = out.shape
         out = out.transpose(0, 1, 4, 2, 3).reshape(n, c, oh, ow)
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("cpu", ["x86-64-v2", "x86-64-v3"])
+def test_a_small_map_over_int16_pairs_accumulates_each_row_block_in_registers(cpu):
+    """A 7x7 map over ``pmaddwd`` pairs: register blocks of a row (not the whole map's accumulators in
+    memory, as the float conv keeps them while its weights stream by), exact where this CPU runs it."""
+    import re
+    from loopweave.target import compiling_for, parse_target
+    target = parse_target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}")
+    rng = np.random.default_rng(11)
+    c, oc, b = 16, 128, target.lanes("int32")     # channel-block pairs enough for the threads: rows inside
+    x = rng.integers(0, 256, (1, c, 7, 7)).astype(np.uint8)
+    w = rng.integers(-128, 128, (oc, c, 3, 3)).astype(np.int8)
+    w[0] = -128
+    bias = rng.integers(-5000, 5000, oc).astype(np.int32)
+    multiplier = rng.uniform(0.0005, 0.002, oc)
+    want = _reference(x, w, bias, multiplier, (1, 1), (1, 1, 1, 1), 5, 2, "uint8")
+    xb = np.ascontiguousarray(x.reshape(1, 1, c, 7, 7).transpose(0, 1, 3, 4, 2))
+    words = pack_conv_words(w, c, b, pairs=True)
+    with compiling_for(target):
+        X = lw.placeholder(xb.shape, name="X", dtype="uint8")
+        W = lw.placeholder(words.shape, name="W", dtype="int32")
+        B = lw.placeholder((oc,), name="B", dtype="int32")
+        M = lw.placeholder((oc,), name="M", dtype="float64")
+        Y = conv2d_u8s8_blocked(X, W, B, M, (1, 1), (1, 1, 1, 1), pad_value=5, y_zero_point=2, pairs=True)
+        s = nn_ops.schedule(Y, target)
+        text = str(lw.lower(s, [X, W, B, M, Y]))
+        f = lw.build(s, [X, W, B, M, Y], target=target)
+    accumulators = [tuple(int(d) for d in dims.split(", ")) for dims in
+                    re.findall(r"allocate\(\(([\d, ]+)\), int32, 'local'\)", text)]
+    assert accumulators and all(a[2] == 1 and a[3] < 7 for a in accumulators), accumulators
+    if not target.runs_here():
+        pytest.skip(f"this CPU cannot run {cpu} code (the schedule was checked)")
+    out = np.zeros((1, oc // b, 7, 7, b), np.uint8)
+    f(xb, words, _folded_bias(w, bias, 5, "uint8"), multiplier, out)
+    np.testing.assert_array_equal(out.transpose(0, 1, 4, 2, 3).reshape(1, oc, 7, 7), want)
