@@ -188,7 +188,9 @@ class PolymorphicExecutable:
             inputs.update({name: root for name, root in roots.items() if root in feed})
             table = call_list.CallTable([(c.module_at(binding), c.args, c.sizes) for c in self.calls], arrays,
                                         binding, inputs, [n for n, _ in self._plain_inputs], keep=tables.values())
-            views = [planned[n] for n in self.output_names] if all(n in planned for n in self.output_names) else None
+            views = None
+            if all(n in planned or self._feed_root(n) in self.constants for n in self.output_names):
+                views = [planned[n] if n in planned else self._constant_output(n, binding) for n in self.output_names]
             if len(self._tables) >= 8:
                 self._tables.pop(next(iter(self._tables)))
             entry = self._tables[key] = (table, views)
@@ -198,11 +200,18 @@ class PolymorphicExecutable:
         outputs = []
         for n in self.output_names:
             source = planned.get(n)
-            if source is None:      # an input (or a view of one) given back as an output
+            if source is None and self._feed_root(n) in self.constants:
+                source = self._constant_output(n, binding)
+            elif source is None:      # an input (or a view of one) given back as an output
                 root = self._feed_root(n)
                 source = feed[root].reshape(self._shape_at(n, binding))
             outputs.append(np.array(source))
         return outputs
+
+    def _constant_output(self, name: str, binding) -> np.ndarray:
+        """Output ``name`` where it is a constant (or a view of one): a network that gives back a weight."""
+        root = self._feed_root(name)
+        return self.constants[root] if root == name else self.constants[root].reshape(self._shape_at(name, binding))
 
     def _planned(self, binding) -> Dict[str, np.ndarray]:
         """The arena views at ``binding``; where the arena had to move, the call tables (which point

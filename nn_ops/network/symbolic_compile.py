@@ -29,6 +29,7 @@ from .graph import Graph
 from .op_table import OPS, SMALL_M, scalar_constants
 from .polymorphic_executable import KernelCall, PolymorphicExecutable, Variant, View
 from .symbolic_plan import SymbolicPlan
+from .symbolic_reshape import reshape_over_sizes, reshape_runs
 
 #: the ops of an imported graph this pipeline builds over symbolic sizes (the encoder's, and the
 #: elementwise ops of a dense stack: each is tested so; another op's kernel may refuse ``lw.var`` extents)
@@ -51,11 +52,6 @@ def compile_symbolic(graph: Graph, signature, target, checks: Optional[str] = No
         raise BuildError(f"{graph.name!r}: the graph pipeline builds no kernel over symbolic sizes for these ops yet "
                          f"(compile without pipeline='graph' for the compile-once path):\n{lines}")
     g, groups, alias_of, slice_of = plan_kernel_groups(graph, target.kind, copy_outputs=False)
-    computed = {grp.output for grp in groups} | set(g.inputs)
-    for out in g.outputs:       # the executable copies each output out of the arena (or the feed)
-        if _root(out, alias_of) not in computed:
-            raise BuildError(f"{graph.name!r}: output {out!r} is a constant, which the graph pipeline does not give "
-                             f"back yet; compile without pipeline='graph'")
     if slice_of:
         raise BuildError(f"{graph.name!r}: the graph pipeline does not place concats or slices in other values' "
                          f"memory yet ({', '.join(sorted(slice_of))}); compile without pipeline='graph'")
@@ -63,6 +59,7 @@ def compile_symbolic(graph: Graph, signature, target, checks: Optional[str] = No
                                                     if not S.is_static(d)})
     calls = [builder.call(grp) for grp in groups]
     builder.build_pending(calls)
+    alias_of = dict(alias_of, **builder.param_views)
     planned = {grp.output for grp in groups}
     views = [View(out, src, _sizes(g, out)) for out, src in alias_of.items()]
     # the kernels' outputs, and the views of them (in their slot); views of inputs are the feed's memory
@@ -70,7 +67,7 @@ def compile_symbolic(graph: Graph, signature, target, checks: Optional[str] = No
               planned | {v.name for v in views if _root(v.source, alias_of) in planned}}
     steps = [([i for i in grp.inputs if i in values], [grp.output]) for grp in groups]
     plan = SymbolicPlan(values, steps, {v.name: v.source for v in views if v.name in values}, keep=g.outputs)
-    used = {a for c in calls for a in c.args}
+    used = {a for c in calls for a in c.args} | {_root(out, alias_of) for out in g.outputs}   # outputs may be constants
     consts = {n: a for n, a in g.initializers.items() if n in used}
     exe = PolymorphicExecutable(signature, calls, views, plan, consts, g.outputs, g.name,
                                 kernels=builder.kernels, target=target)
@@ -94,26 +91,36 @@ class _Builder:
         self.fed_sizes = fed_sizes             # sizes a feed binds directly (so at least 1): a variant may fix one
         self.kernels: Dict[str, object] = {}   # key -> Module (or Pending until built)
         self.jobs: List[tuple] = []
+        self.param_views: Dict[str, str] = {}  # a reshape a kernel takes instead of its parameter -> the parameter
 
     def call(self, grp) -> KernelCall:
         signature, params = group_signature(self.g, grp)
-        shapes = [self.g.values[p].shape for p in params] + [self.g.values[grp.output].shape]
-        variables: Dict[object, int] = {}       # sympy size -> the number of its size var
-        for shape in shapes:
+        views = _param_views(self.g, grp, params)
+        shapes = [self.g.values[views.get(p, p)].shape for p in params] + [self.g.values[grp.output].shape]
+        variables: Dict[object, int] = {}       # sympy size / its constant factor -> the number of its size var
+        for shape in shapes + [self.g.values[n.outputs[0]].shape for n in grp.nodes]:
             for d in shape:
-                if not S.is_static(d) and d not in variables:
-                    variables[d] = len(variables)
-        key = f"graph|{signature}|{tuple(tuple(int(d) if S.is_static(d) else f'v{variables[d]}' for d in s) for s in shapes)}"
+                if not S.is_static(d) and _factored(d)[1] not in variables:
+                    variables[_factored(d)[1]] = len(variables)
+
+        def show(d):
+            if S.is_static(d):
+                return int(d)
+            c, m = _factored(d)
+            return f"{c}*v{variables[m]}" if c != 1 else f"v{variables[m]}"
+        key = f"graph|{signature}|{tuple(tuple(show(d) for d in s) for s in shapes)}"
         module = self.kernel(key, grp, params, variables, {}, kernel_name(grp))
         variants = [Variant(self.kernel(f"{key}|{what}", grp, params, variables, attrs, f"{kernel_name(grp)}_{what}",
                                         units), rows, at_most)
                     for rows, at_most, attrs, units, what in self.variants(grp, variables)]
         sizes = {f"v{k}": d for d, k in variables.items()}
-        return KernelCall(grp.nodes[-1].name, module, tuple(params) + (grp.output,), sizes, tuple(variants))
+        self.param_views.update({view: p for p, view in views.items()})
+        return KernelCall(grp.nodes[-1].name, module, tuple(views.get(p, p) for p in params) + (grp.output,), sizes,
+                          tuple(variants))
 
     def variants(self, grp, variables) -> list:
         """(rows, at most, attributes of the anchor, sizes fixed to 1, name) of each variant."""
-        anchor = grp.nodes[0]
+        anchor = _anchor(grp)
         if anchor.op_type == "dense_kn":
             rows = self.g.values[anchor.inputs[0]].shape[0]
             if S.is_static(rows):
@@ -154,18 +161,32 @@ class _Builder:
         """The group's placeholders and output over extents ``var_of`` (sympy size -> var or 1),
         checked against the graph's shapes."""
         def extent(d):
-            return int(d) if S.is_static(d) else var_of[d]
+            if S.is_static(d):
+                return int(d)
+            c, m = _factored(d)
+            v = var_of[m]
+            return v if c == 1 else c * v
         tensors, holders = {}, []
+        views = _param_views(self.g, grp, params)
         for k, name in enumerate(params):
-            v = self.g.values[name]
-            tensors[name] = placeholder(tuple(extent(d) for d in v.shape), name=f"in{k}", dtype=v.dtype)
-            holders.append(tensors[name])
-        for k, node in enumerate(grp.nodes):
+            v = self.g.values[views.get(name, name)]
+            tensors[views.get(name, name)] = placeholder(tuple(extent(d) for d in v.shape), name=f"in{k}",
+                                                         dtype=v.dtype)
+            holders.append(tensors[views.get(name, name)])
+        anchor = _anchor(grp)
+        for node in grp.nodes:
+            if node.outputs[0] in tensors:      # a view of a parameter: the parameter itself
+                continue
             scalars = scalar_constants(self.g, node.op_type, node.inputs)
             args = [scalars[pos] if pos in scalars else tensors[i] for pos, i in enumerate(node.inputs)]
-            attrs = dict(node.attrs, **anchor_attrs) if k == 0 else node.attrs
+            attrs = dict(node.attrs, **anchor_attrs) if node is anchor else node.attrs
             try:
-                t = OPS[node.op_type].build(args, attrs)
+                if node.op_type == "reshape" and not all(S.is_static(d) for d in node.attrs["shape"]):
+                    t = self.reshape(node, args[0], extent)
+                else:
+                    t = OPS[node.op_type].build(args, attrs)
+            except BuildError:
+                raise
             except Exception as exc:    # noqa: BLE001 - an op that refuses symbolic extents
                 raise BuildError(f"node {node.name!r} ({node.op_type}): no kernel over its symbolic sizes "
                                  f"({type(exc).__name__}: {exc}); compile without pipeline='graph'") from exc
@@ -176,6 +197,13 @@ class _Builder:
                                  f"pipeline='graph'")
             tensors[node.outputs[0]] = t
         return holders, tensors[grp.output]
+
+    def reshape(self, node, x, extent):
+        src, dst = self.g.values[node.inputs[0]].shape, self.g.values[node.outputs[0]].shape
+        if reshape_runs(src, dst) is None:
+            raise BuildError(f"node {node.name!r} (reshape): no kernel reads {_show(src)} as {_show(dst)} without "
+                             f"dividing by a run-time size; compile without pipeline='graph'")
+        return reshape_over_sizes(x, src, dst, extent)
 
     def remembers(self) -> bool:
         """Whether kernels go through the disk's kernel cache: built here, for this machine, without checks."""
@@ -191,6 +219,35 @@ class _Builder:
         for call in calls:
             call.module = real(call.module)
             call.variants = tuple(dataclasses.replace(v, module=real(v.module)) for v in call.variants)
+
+
+def _factored(d) -> Tuple[int, object]:
+    """``(c, m)`` with ``d = c * m``, ``c`` a positive integer: a kernel takes one size var per ``m``, so
+    ``batch`` and ``4*batch`` (an attention head merge's) are one var and its index stays affine."""
+    c, m = S.dim(d).as_coeff_Mul()
+    return (int(c), m) if c.is_Integer and c > 0 else (1, S.dim(d))
+
+
+def _show(shape) -> str:
+    return "[" + ", ".join(S.show(d) for d in shape) + "]"
+
+
+def _anchor(grp):
+    """The node a kernel's variants change: the first that is no reshape or transpose (a matmul after
+    the head splits of its operands), else the first."""
+    return next((n for n in grp.nodes if n.op_type not in ("reshape", "transpose")), grp.nodes[0])
+
+
+def _param_views(g: Graph, grp, params) -> Dict[str, str]:
+    """{parameter: the reshape of it that the kernel takes instead}: a reshape in the group reading a
+    computed parameter that nothing else in the group reads (``fuse_operators`` ends a matmul's operand
+    there when the reshape divides by a run-time size); the parameter's memory, contiguous, is that view."""
+    readers: Dict[str, list] = {}
+    for node in grp.nodes:
+        for i in node.inputs:
+            readers.setdefault(i, []).append(node)
+    return {p: readers[p][0].outputs[0] for p in params
+            if len(readers.get(p, ())) == 1 and readers[p][0].op_type == "reshape" and p not in g.initializers}
 
 
 def _same_extents(got, want) -> bool:

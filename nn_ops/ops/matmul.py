@@ -234,8 +234,9 @@ def _pack_transposed(s, BB, B_t, lanes: int) -> bool:
 
 def _contiguous_along(s, t: Tensor, axis: int) -> bool:
     """Whether consecutive elements along ``axis`` of ``t``, a chain of inlined single-read computations
-    (transposes, reshapes) of a static tensor in memory, lie next to each other there: the chain's
-    index is evaluated at the origin and one step along ``axis`` and along the last."""
+    (transposes, reshapes) of a tensor in memory, lie next to each other there: the chain's index is
+    evaluated at the origin and one step along ``axis`` and along the last, and the steps' distances in
+    memory must be constants (the strides may be run-time sizes: a shape-polymorphic K^T)."""
     from ...dsl.arith import simplify_expr
     from ...dsl.expr import TensorLoad
     from ...dsl.tensor import ComputeOp
@@ -251,21 +252,24 @@ def _contiguous_along(s, t: Tensor, axis: int) -> bool:
             mapping = {iv.var: e for iv, e in zip(tensor.op.axis, index)}
             index = [simplify_expr(substitute(e, mapping)) for e in loads[0].indices]
             tensor = loads[0].tensor
-        if not all(isinstance(e, Const) for e in index) or not all(isinstance(d, Const) for d in tensor.shape):
+        if not all(isinstance(e, Const) for e in index):
             return None
-        address = 0
-        for e, d in zip(index, tensor.shape):
-            address = address * d.value + e.value
+        address = const(0)
+        for e, d in zip(index, tensor.shape):       # strides may be run-time sizes; the steps are not
+            address = address * d + e
         return address
 
-    if not all(isinstance(d, Const) for d in t.shape) or any(d.value < 2 for d in t.shape[-2:]):
+    if any(isinstance(d, Const) and d.value < 2 for d in t.shape[-2:]):
         return False
     origin = [0] * len(t.shape)
     step, across = list(origin), list(origin)
     step[axis] = 1
     across[-1] = 1
     base, along, last = flat(origin), flat(step), flat(across)
-    return None not in (base, along, last) and along - base == 1 and last - base != 1
+    if any(a is None for a in (base, along, last)):
+        return False
+    along, last = simplify_expr(along - base), simplify_expr(last - base)
+    return isinstance(along, Const) and along.value == 1 and not (isinstance(last, Const) and last.value == 1)
 
 
 @register_schedule("matmul", "llvm")

@@ -20,8 +20,10 @@ attention head split: [S, H*D] -> [1, S, H, D] -> [1, H, S, D] -> [H, S, D]), wh
 the next alone (``_transposed_operand``): inlined, the matmul reads the projection's result where it
 lies (a K^T operand packed per panel by register transposes, ``matmul._pack_transposed``), and the
 copies are gone (the encoder: 3 of its 4 transposes a layer, 2 % of its run; ViT-Tiny 1.7 %, one run).
-A reshape of symbolic sizes stops the chain (a kernel over size vars cannot index it: ``batch*seq``
-split into ``batch`` and ``seq`` needs the symbols apart): the transposes there are kernels of their own.
+Over symbolic sizes a reshape whose index would divide by a run-time size (``batch*seq`` split into
+``batch`` and ``seq``, ``symbolic_reshape.reshape_runs``) ends the chain: the kernel reads its source,
+a value in memory, with the reshape's shape (a view), so the encoder's head splits join its attention
+matmuls at every binding.
 
 One anchor joins another: a 1x1 stride-1 ``conv2d_blocked`` joins the ``depthwise_blocked``
 group that produces its input (MobileNetV2's depthwise -> project) under the same conditions,
@@ -39,6 +41,7 @@ from typing import List
 from ....dsl import dtypes
 from ..graph import Graph, Node
 from ..op_table import OPS
+from ..symbolic_reshape import reshape_runs
 
 MAX_GROUP_NODES = 8
 #: blocked anchors whose epilogue runs over one channel block's vector whatever its dtypes, so a
@@ -100,11 +103,12 @@ def _transposed_operand(g: Graph, users, producer_group, value: str) -> List[Fus
         op = grp.nodes[0].op_type
         if op not in ("reshape", "transpose") or (op == "transpose" and transposes):
             break
-        if op == "reshape" and not all(isinstance(d, int) for d in g.shape(value)):
-            break       # over symbolic sizes its index needs the symbols apart, not the kernel's size vars
         transposes += op == "transpose"
         chain.append(grp)
-        value = grp.nodes[0].inputs[0]
+        source, value = value, grp.nodes[0].inputs[0]
+        if op == "reshape" and not all(isinstance(d, int) for d in g.shape(source)) and \
+                reshape_runs(g.shape(value), g.shape(source)) is None:
+            break       # its index needs a size apart: the kernel reads its source in memory with its shape
     return chain[::-1] if transposes else []
 
 

@@ -10,7 +10,7 @@ from loopweave.nn_ops.testing import model_zoo
 from loopweave.nn_ops.testing.onnx_builder import OnnxBuilder
 
 HIDDEN = 32
-BINDINGS = [(1, 1), (2, 5), (3, 19), (4, 1)]
+BINDINGS = [(1, 1), (2, 5), (3, 19), (4, 1), (2, 40)]
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +46,21 @@ def test_its_kernels_take_size_vars_and_few_rows_take_their_variants(encoder):
     assert all(c.module_at({"batch": 2, "seq": 9}) is c.module for c in dense)
     # identical layers share their kernel: the three projections of q, k and v are one
     assert len({id(c.module) for c in dense}) < len(dense)
+
+
+def test_attention_matmuls_read_the_head_splits_where_they_lie(encoder):
+    """The static compile's kernels: each attention matmul takes in the head splits of its operands (one
+    transpose kernel a layer is left, the heads' merge), over one size var per symbol (``2*batch`` heads
+    and ``batch`` rows share one), with a kernel of one token picked at seq 1."""
+    _, exe, _ = encoder
+    names = [c.module.name for c in exe.calls]
+    assert names.count("transpose") == 1 and "reshape_transpose_matmul_div" in names and \
+        "reshape_transpose_matmul" in names
+    batch, seq = lw.nn_ops.network.symbolic.symbol("batch"), lw.nn_ops.network.symbolic.symbol("seq")
+    attention = [c for c in exe.calls if "matmul" in c.module.name and not c.module.name.startswith("dense")]
+    assert len(attention) == 2 and all(set(c.sizes.values()) == {batch, seq} for c in attention)
+    assert all(c.module_at({"batch": 3, "seq": 1}).name.endswith("_seq_1") for c in attention)
+    assert all(c.module_at({"batch": 3, "seq": 2}) is c.module for c in attention)
 
 
 def test_the_feed_is_checked_against_the_signature(encoder):
@@ -126,3 +141,38 @@ def test_it_exports_a_library_that_takes_the_sizes(encoder, tmp_path):
         assert proc.returncode == 0, proc.stderr
         got = np.fromfile(tmp_path / "y.bin", np.float32).reshape(batch, seq, HIDDEN)
         np.testing.assert_array_equal(got, exe.run({"input": x})[0])
+
+
+def _with_outputs(model, *outputs):
+    """``model`` with more graph outputs ((name, shape) of float32 values)."""
+    from onnx import TensorProto, helper
+    for name, shape in outputs:
+        model.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape)))
+    return model
+
+
+def _equals_onnxruntime(model, graph, exe, feeds):
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for feed in feeds:
+        want = session.run(None, feed)
+        for _ in range(2):          # the checked run, then the run at a binding that ran
+            got = exe.run(feed)
+            assert len(got) == len(want)
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+        for g, w in zip(exe.run_each(feed), want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_outputs_that_are_constants_are_given_back():
+    """A folded constant and a view of a weight as outputs, beside a computed one."""
+    b = OnnxBuilder(opset=17)
+    y = b.node("Relu", [b.gemm("input", 8, 4)])
+    c = b.node("Add", [b.const([1.0, 2.0, 3.0]), b.const([0.5, 0.5, 0.5])])
+    w = b.node("Reshape", [b.init("w", np.arange(6, dtype=np.float32)), b.init("shape", np.array([2, 3]))])
+    model = _with_outputs(b.model(("batch", 8), y, ("batch", 4)), (c, (3,)), (w, (2, 3)))
+    graph = lw.from_onnx(model)
+    exe = lw.compile(graph, pipeline="graph")
+    feeds = [{"input": np.random.default_rng(n).standard_normal((n, 8)).astype(np.float32)} for n in (1, 3, 17)]
+    _equals_onnxruntime(model, graph, exe, feeds)
