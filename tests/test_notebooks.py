@@ -2,7 +2,9 @@
 
 Each notebook runs in a fresh Jupyter kernel ("python3" resolves to the interpreter
 running pytest once ipykernel is installed in it); any cell that raises fails the test
-with the cell's source and traceback.  Needs the ``notebook`` extra:
+with the cell's source and traceback.  The kernel sees ``LOOPWEAVE_NOTEBOOK_TEST=1``: the notebooks
+that time loopweave against a peer then take one pair of samples without pauses (they check that
+the comparison runs, not what it measures).  Needs the ``notebook`` extra:
 ``pip install -e ".[test,notebook]"``; without it the tests skip.
 """
 from __future__ import annotations
@@ -32,8 +34,9 @@ def test_notebook_runs(path, tmp_path):
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(str(path), as_version=4)
-    env_backend = os.environ.get("MPLBACKEND")
+    saved = {name: os.environ.get(name) for name in ("MPLBACKEND", "LOOPWEAVE_NOTEBOOK_TEST")}
     os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+    os.environ["LOOPWEAVE_NOTEBOOK_TEST"] = "1"
     try:
         client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                                          resources={"metadata": {"path": str(path.parent)}})
@@ -42,10 +45,11 @@ def test_notebook_runs(path, tmp_path):
         except CellExecutionError as err:
             pytest.fail(f"{path.name}: a cell failed\n{err}", pytrace=False)
     finally:
-        if env_backend is None:
-            os.environ.pop("MPLBACKEND", None)
-        else:
-            os.environ["MPLBACKEND"] = env_backend
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     errors = [out for cell in nb.cells if cell.cell_type == "code"
               for out in cell.get("outputs", []) if out.get("output_type") == "error"]
     assert not errors, f"{path.name}: error outputs: {errors}"
