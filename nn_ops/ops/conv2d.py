@@ -364,6 +364,21 @@ def matmul_channel_rows(npv: int, registers: int) -> int:
     return max(1, min(28 // npv if npv > 1 else 16, (registers - 1 - npv) // npv))
 
 
+def im2col_pixel_vectors(spanning: int, registers: int) -> int:
+    """Pixel vectors per register block of the im2col matmul whose patches are ``spanning`` vectors:
+    of the counts whose block keeps ``MIN_ACCUMULATORS``, the one with the fewest loads per FMA (pixel
+    vectors + broadcast weights over accumulators).  On 32 registers that is all of them (each weight
+    read once); AVX2's 16 cannot span 49 pixels (7 vectors leave one channel row): 3 x 4 blocks ran
+    ResNet-18's run-time-weight 7x7 layers 1.74x faster than 7 x 1 and 1.10x than 7 x 4, which
+    spilled (x86-64-v3 code on Zen 5, one thread, CPU time under load); re-measure:
+    ``python -m benchmarks.conv2d --weights input --only 512 --target "llvm -mcpu=x86-64-v3"``."""
+    def loads_per_fma(v):
+        rows = matmul_channel_rows(v, registers)
+        return (v + rows) / (v * rows)
+    fitting = [v for v in range(1, spanning + 1) if v * matmul_channel_rows(v, registers) >= MIN_ACCUMULATORS]
+    return min(fitting or [spanning], key=lambda v: (loads_per_fma(v), -v))
+
+
 def _divisor_at_most(n: int, limit: int) -> int:
     for d in range(min(n, limit), 0, -1):
         if n % d == 0:
@@ -605,7 +620,7 @@ def schedule_conv2d_1x1(s, op, target):
     lanes = target.lanes(out.dtype)
     pixels = oh_ * ow_
     if op.tag == "conv2d_im2col":
-        npv = -(-pixels // lanes)
+        npv = im2col_pixel_vectors(-(-pixels // lanes), target.vector_registers)
     else:
         npv = 2 if pixels >= 2 * lanes else 1
     mr, channel_tail = _channel_rows(oc_, matmul_channel_rows(npv, target.vector_registers))

@@ -332,3 +332,30 @@ def test_the_pixels_matmul_and_the_rows_block_fit_the_vector_registers(x86_level
         y = np.empty((1, oc, 56, 56), "float32")
         lw.build(s, [X, W, Y], target=x86_level)(x, w, y)
         np.testing.assert_allclose(y, conv2d_ref(x, w, padding=k // 2), rtol=1e-4, atol=1e-4)
+
+
+def test_the_im2col_block_spans_the_patches_only_where_the_registers_allow(x86_level):
+    """Run-time weights on a 7x7 map (im2col): with 32 registers a block spans all 49 pixels (4
+    vectors, each weight read once); AVX2's 16 cannot (7 vectors leave one channel row, or spill 4):
+    3 pixel vectors x 4 channel rows, the fewest loads per FMA.  The results match numpy."""
+    from loopweave.nn_ops.ops.conv2d import im2col_pixel_vectors
+    lanes, registers = x86_level.lanes("float32"), x86_level.vector_registers
+    assert im2col_pixel_vectors(-(-49 // lanes), registers) == (4 if registers == 32 else 3)
+    X = lw.placeholder((1, 64, 7, 7), name="X")
+    W = lw.placeholder((64, 64, 3, 3), name="W")
+    Y = nn_ops.conv2d(X, W, padding=1)
+    assert Y.op.tag == "conv2d_im2col"
+    s = nn_ops.schedule(Y, x86_level)
+    trace = str(s.trace)
+    pixels = int(re.search(r"split\(yy_xx_fused, factor=(\d+)", trace).group(1))
+    rows = int(re.search(r"split\(o, factor=(\d+)", trace).group(1))
+    vectors = pixels // lanes
+    assert (rows, vectors) == ((4, 4) if registers == 32 else (4, 3)), trace
+    assert rows * vectors + vectors + 1 <= registers
+    if x86_level.runs_here():
+        rng = np.random.default_rng(7)
+        x = rng.standard_normal((1, 64, 7, 7)).astype("float32")
+        w = rng.standard_normal((64, 64, 3, 3)).astype("float32")
+        y = np.empty((1, 64, 7, 7), "float32")
+        lw.build(s, [X, W, Y], target=x86_level)(x, w, y)
+        np.testing.assert_allclose(y, conv2d_ref(x, w, padding=1), rtol=1e-4, atol=1e-3)
