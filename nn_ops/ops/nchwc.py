@@ -519,7 +519,7 @@ def schedule_depthwise_blocked(s, op, target):
     acc, Y = accumulator_and_tile(s, op)
     n, cb, y, x, ci = Y.op.axis
     xo, xi = Y.split(x, factor=owb)
-    row = parallel_planes_and_rows(Y, n, cb, y, [xo, xi, ci])
+    row = parallel_planes_and_rows(Y, n, cb, y, [xo, xi, ci], threads=max(1, target.num_threads))
     Y.vectorize(ci)
     unroll_long_epilogue(s, op, Y, [xi])
     if not isinstance(width, Const) and not op.attrs.get("whole_blocks"):     # a partial last block in registers

@@ -274,15 +274,28 @@ def _schedule_transposed(stage, axes, perm, lanes: int) -> bool:
 TO_BLOCKED_PIXELS = 8
 
 
-def parallel_planes_and_rows(stage, n, cb, y, inner):
+#: a plane-by-plane op of symbolic height (``parallel_planes_and_rows`` given ``threads``) runs each
+#: plane's rows in order inside one task where its channel blocks give each thread at least these many
+#: planes: row by row across the blocks, every row read its input rows from L2 and started a new
+#: memory stream (MobileNetV2's depthwise layers of 144-960 channels 1.3-1.4x slower, one thread)
+PLANES_PER_THREAD = 4
+
+
+def parallel_planes_and_rows(stage, n, cb, y, inner, threads: int = 0):
     """Loops (image, channel block, row, ``inner``...) with the first three fused and in parallel
     (returned: a producer computed per row attaches there).
     With a symbolic height (a shape-polymorphic kernel) rows go outside the channel blocks and only
     (row, block) are fused, the images staying a serial loop outside: a fused index is taken apart
-    by dividing by the inner extents, which must be constants to stay cheap and affine."""
+    by dividing by the inner extents, which must be constants to stay cheap and affine.  Given the
+    ``threads`` and at least ``PLANES_PER_THREAD`` channel blocks a thread, (image, block) are fused
+    and in parallel instead, the rows a serial loop inside each (returned)."""
     if isinstance(y.extent, Const):
         stage.reorder(n, cb, y, *inner)
         fused = stage.fuse(n, cb, y) if y.extent.value > 1 else stage.fuse(n, cb)
+    elif threads and isinstance(cb.extent, Const) and cb.extent.value >= PLANES_PER_THREAD * threads:
+        stage.reorder(n, cb, y, *inner)
+        stage.parallel(stage.fuse(n, cb))
+        return y
     else:
         stage.reorder(n, y, cb, *inner)
         fused = stage.fuse(y, cb)
@@ -470,6 +483,16 @@ def too_little_to_share(shape, per_element: int) -> bool:
     across threads (``SERIAL_WORK``); symbolic sizes never are."""
     total = const_product(shape)
     return total is not None and total * per_element < SERIAL_WORK
+
+
+def parallel_unless_little(stage, axis, work_per_iteration) -> None:
+    """``axis`` parallel; where its extent is a run-time size and each iteration costs a constant
+    ``work_per_iteration`` multiply-adds, the loop runs on the calling thread below ``SERIAL_WORK`` in
+    all (the pragma ``serial_below``, backends/llvm/codegen.py): the shape-polymorphic encoder's
+    one-token attention products, 4 heads x 64 per batch, paid ~1 us each to wake the pool."""
+    stage.parallel(axis)
+    if not isinstance(axis.extent, Const) and work_per_iteration:
+        stage.pragma(axis, "serial_below", -(-SERIAL_WORK // int(work_per_iteration)))
 
 
 def constant_divisor_prefix(axes) -> int:

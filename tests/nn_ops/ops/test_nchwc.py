@@ -120,6 +120,33 @@ def test_blocked_depthwise_matches_numpy(c, size, stride, epilogue):
     np.testing.assert_allclose(_plain(y), np.clip(ref, 0, 6) if epilogue else ref, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("many", [True, False])
+def test_a_symbolic_depthwise_runs_each_planes_rows_in_order_where_blocks_suffice(many):
+    """On a map of symbolic size a depthwise conv with enough channel blocks for the threads runs
+    (image, block) planes in parallel, each plane's rows in order inside; with few blocks (row,
+    block) pairs stay the parallel loop.  Both match numpy at odd sizes and at a batch of 2."""
+    from loopweave.nn_ops.ops.registry import PLANES_PER_THREAD
+    lanes = resolve_target("llvm").lanes("float32")
+    blocks = PLANES_PER_THREAD * max(1, resolve_target("llvm").num_threads) if many else 2
+    c = blocks * lanes
+    rng = np.random.default_rng(blocks)
+    w = rng.standard_normal((c, 1, 3, 3)).astype("float32")
+    wd = nchwc.pack_depthwise_weight(w, lanes)
+    X = lw.placeholder((lw.var("N"), blocks, lw.var("H"), lw.var("W"), lanes), name="X")
+    W = lw.placeholder(wd.shape, name="W")
+    Y = ew.clip(nchwc.depthwise_blocked(X, W, None, (1, 1), (1, 1, 1, 1)), 0.0, 6.0)
+    mod = lw.build(nn_ops.schedule(Y), [X, W, Y])
+    parallel = [line.strip() for line in mod.get_source("lowered").splitlines() if "# parallel" in line]
+    assert parallel == [f"for ax0.ax1.fused in range(N * {blocks}):  # parallel" if many else
+                        f"for ax2.ax1.fused in range(H * {blocks}):  # parallel"]
+    for n, h, width in ((1, 5, 9), (2, 3, 13)):
+        x = rng.standard_normal((n, c, h, width)).astype("float32")
+        y = np.empty((n, blocks, h, width, lanes), "float32")
+        mod(_blocked(x, lanes), wd, y)
+        ref = np.clip(conv2d_ref(x, w, stride=1, padding=1, groups=c), 0, 6)
+        np.testing.assert_allclose(_plain(y), ref, rtol=1e-4, atol=1e-4)
+
+
 def test_blocked_pools_match_numpy():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 32, 9, 9)).astype("float32")
