@@ -31,6 +31,8 @@ from .vector_math import VECTOR_MATH
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 STACK_LIMIT_BYTES = 64 * 1024
+#: a parallel loop's pragma: its iterations run on the calling thread where its extent is below the value
+SERIAL_BELOW = "serial_below"
 ERR_KEY = "lw.err"            # the scope key of the error slot pointer (scope keys are otherwise id(Var))
 ERROR_SLOT_WORDS = 4         # int64s: message pointer (0: no error), bad index, extent, network call index
 MAX_SHUFFLE_STRIDE = 4       # strided vector loads up to this stride: wide load + shuffle (else a gather)
@@ -1099,4 +1101,14 @@ class CodeGen:
         child.emit_loop(loop.var, start, stop, loop.body, "serial")
         child.finish()
         extent = parent.expr(loop.extent)
-        pb.call(self.runtime_fn("lw_parallel_for"), [body_fn, pb.bitcast(closure, PTR), extent])
+        serial_below = dict(loop.annotations).get(SERIAL_BELOW)
+        if serial_below is None:
+            pb.call(self.runtime_fn("lw_parallel_for"), [body_fn, pb.bitcast(closure, PTR), extent])
+            return
+        # a run-time extent of too little work runs here: waking the pool costs more than it saves
+        small = pb.icmp_signed("<", extent, ir.Constant(I64, int(serial_below)))
+        with pb.if_else(small) as (here, pooled):
+            with here:
+                pb.call(body_fn, [ir.Constant(I64, 0), extent, pb.bitcast(closure, closure_arg.type)])
+            with pooled:
+                pb.call(self.runtime_fn("lw_parallel_for"), [body_fn, pb.bitcast(closure, PTR), extent])

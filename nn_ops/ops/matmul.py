@@ -15,7 +15,8 @@ from ...dsl.expr import Const, cast, const
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
-from .registry import accumulator_and_tile, register_schedule, too_little_to_share, unroll_long_epilogue
+from .registry import (accumulator_and_tile, const_product, parallel_unless_little, register_schedule,
+                       too_little_to_share, unroll_long_epilogue)
 
 
 def _check(cond: bool, message: str):
@@ -171,9 +172,11 @@ def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
     jo, ji = C.split(j, factor=nr, tail=tail)
     io, ii = C.split(i, factor=mr, tail="shift")
     tile = io           # the loop of one register tile, where the accumulator is computed
+    per_batch = const_product(out.shape[1:])     # multiply-adds per batch (with the depth), where constant
     if batch:
         C.reorder(axes[0], jo, io, ii, ji)
         if isinstance(jo.extent, Const):
+            per_batch = per_batch and per_batch // jo.extent.value
             jo = C.fuse(axes[0], jo)
             outer = jo
         else:   # a fused index of symbolic extents is a div/mod bound inference cannot follow: batches in parallel
@@ -195,7 +198,8 @@ def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
     unroll_long_epilogue(s, op, C, [ii])
     depth = s[CC].op.reduce_axis[0].extent          # a run-time depth: assumed worth sharing
     if not (isinstance(depth, Const) and too_little_to_share(out.shape, depth.value)):
-        C.parallel(outer)
+        parallel_unless_little(C, outer, per_batch * depth.value if batch and per_batch and
+                               isinstance(depth, Const) else None)
     s[CC].compute_at(C, tile)
     c_axes = list(s[CC].op.axis)
     ci, cj = c_axes[-2], c_axes[-1]

@@ -189,3 +189,23 @@ def test_a_transposed_operand_read_through_its_prologue_is_packed_by_register_tr
     np.testing.assert_allclose(y, q @ b, rtol=1e-4, atol=1e-4)
     if transposed:
         assert "masked.gather" not in f.get_source("ll")
+
+
+def test_a_run_time_batch_of_little_work_runs_on_the_calling_thread_below_serial_work():
+    """One token's attention product over a symbolic batch (1 x 64 by 64 x 1 a batch): the batch loop
+    is parallel with ``serial_below`` = SERIAL_WORK / 64; right at both sides of it."""
+    from loopweave.nn_ops.ops.registry import SERIAL_WORK
+    b = lw.var("b")
+    A = lw.placeholder((b, 1, 64), name="A")
+    B = lw.placeholder((b, 64, 1), name="B")
+    C = nn_ops.batch_matmul(A, B)
+    s = nn_ops.schedule([C])
+    assert f"serial_below={SERIAL_WORK // 64}" in str(lw.lower(s, [A, B, C]))
+    f = lw.build(s, [A, B, C])
+    rng = np.random.default_rng(0)
+    for batch in (3, SERIAL_WORK // 64 + 5):
+        a = rng.standard_normal((batch, 1, 64), dtype=np.float32)
+        w = rng.standard_normal((batch, 64, 1), dtype=np.float32)
+        c = np.empty((batch, 1, 1), np.float32)
+        f(a, w, c)
+        np.testing.assert_allclose(c, a @ w, rtol=1e-4, atol=1e-5)
