@@ -4,10 +4,12 @@
 calibrated on a few random inputs), interleaved.
 
 ``python -m benchmarks.quantized [--static [--qoperator]] [--threads 2] [--pairs 7] [--models resnet18 gpt2 ...]
-[--weights int8|uint8] [--small] [--target "llvm -mcpu=x86-64-v3"] [--profile]``
+[--weights int8|uint8] [--small] [--target "llvm -mcpu=x86-64-v3"] [--profile] [--cpu-time]``
 
 ``--profile`` also prints where each build's time goes: the kernels' medians (``exe.profile``, in run
-order) summed by kernel name, largest first.
+order) summed by kernel name, largest first.  ``--cpu-time`` (with ``--threads 1``): every time is the CPU
+time the timing thread got (``time.thread_time``), which a loaded machine does not inflate; two-thread wall
+times there swung by a third between runs of the same code.
 
 It also prints loopweave's own float build of the model against the quantized one (``fp32 / int8``,
 interleaved: > 1 means the quantized model runs faster).
@@ -25,6 +27,7 @@ import argparse
 import logging
 import os
 import tempfile
+import time
 
 import numpy as np
 
@@ -53,10 +56,17 @@ def quantized(model, weights: str = "int8"):
         return onnx.load(dst)
 
 
-def print_profile(label: str, exe, feed, top: int = 8) -> None:
+def cpu_seconds(fn) -> float:
+    """The CPU time this thread spends in ``fn()`` (a kernel call on one thread)."""
+    t0 = time.thread_time()
+    fn()
+    return time.thread_time() - t0
+
+
+def print_profile(label: str, exe, feed, top: int = 8, cpu_time: bool = False) -> None:
     """The kernels' median times in run order (weights read from memory, as a run reads them), summed by
     kernel name: the int8 build's hot spots beside the float one's."""
-    rows = exe.profile(feed, repeat=5, in_order=True)
+    rows = exe.profile(feed, repeat=5, in_order=True, clock=cpu_seconds if cpu_time else None)
     by_name = {}
     for name, seconds in rows:
         count, total = by_name.get(name, (0, 0.0))
@@ -77,9 +87,15 @@ def main(argv=None) -> None:
     parser.add_argument("--qoperator", action="store_true", help="with --static: the QOperator format instead")
     parser.add_argument("--target", default="llvm", help="loopweave's target (e.g. 'llvm -mcpu=x86-64-v3')")
     parser.add_argument("--profile", action="store_true", help="also print each build's time per kernel name")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time by CPU time (time.thread_time) on one thread: what a loaded machine does not inflate")
     args = parser.parse_args(argv)
+    if args.cpu_time and args.threads != 1:
+        parser.error("--cpu-time times one thread's CPU time; run it with --threads 1")
+    clock = time.thread_time if args.cpu_time else time.perf_counter
     how = f"quantize_static ({'QOperator' if args.qoperator else 'QDQ'}, per channel)" if args.static else f"quantize_dynamic ({args.weights} weights)"
-    print(f"{how}, {args.threads} thread(s), loopweave target {args.target}; ratio = onnxruntime / loopweave")
+    print(f"{how}, {args.threads} thread(s), loopweave target {args.target}; ratio = onnxruntime / loopweave"
+          + ("; times in CPU time" if args.cpu_time else ""))
     print(f"{'model':<20} {'loopweave ms':>12} {'onnxrt ms':>10} {'ratio':>6}   {'max diff / scale':>16}  top-1"
           "   fp32 / int8")
     for name in args.models:
@@ -101,14 +117,15 @@ def main(argv=None) -> None:
         ours, theirs = exe.run(feed)[0], onnxruntime_session(model, args.threads).run(None, feed)[0]
         apart = float(np.abs(ours - theirs).max()) / max(1e-12, float(np.abs(theirs).max()))
         top1 = "agrees" if np.array_equal(ours.argmax(-1), theirs.argmax(-1)) else "DIFFERS"
-        c = compare_with_onnxruntime(model, exe, threads=args.threads, pairs=args.pairs, feed=feed, check=False)
+        c = compare_with_onnxruntime(model, exe, threads=args.threads, pairs=args.pairs, feed=feed, check=False,
+                                     clock=clock)
         fp32 = lw.compile(lw.from_onnx(float_model), target=args.target, progress=False)
-        own = f"   {interleaved(lambda: exe.run(feed), lambda: fp32.run(feed), pairs=args.pairs).ratio:13.2f}"
+        own = f"   {interleaved(lambda: exe.run(feed), lambda: fp32.run(feed), pairs=args.pairs, clock=clock).ratio:13.2f}"
         print(f"{name:<20} {c.ours_s * 1e3:12.2f} {c.theirs_s * 1e3:10.2f} {c.ratio:6.2f}   {apart:16.4f}  "
               f"{top1 if name in CLASSIFIERS else '-'}{own}", flush=True)
         if args.profile:
-            print_profile("int8", exe, feed)
-            print_profile("fp32", fp32, feed)
+            print_profile("int8", exe, feed, cpu_time=args.cpu_time)
+            print_profile("fp32", fp32, feed, cpu_time=args.cpu_time)
 
 
 if __name__ == "__main__":

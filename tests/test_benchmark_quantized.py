@@ -35,3 +35,17 @@ def test_the_static_benchmark_profiles_the_int8_build_beside_the_float_one():
     fp32 = lines.index(next(line for line in lines if line.strip().startswith("fp32:")))
     assert any("qconv2d_blocked" in line for line in lines[int8:fp32]), out.stdout
     assert any("conv2d_blocked" in line for line in lines[fp32:]), out.stdout
+
+
+def test_the_benchmark_times_by_cpu_time_on_one_thread():
+    """``--cpu-time``: the comparisons and the profile by the timing thread's CPU time; refused with more
+    threads (their CPU time is not the timing thread's)."""
+    out = subprocess.run([sys.executable, "-m", "benchmarks.quantized", "--threads", "1", "--pairs", "1", "--static",
+                          "--profile", "--cpu-time", "--models", "small_cnn"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "times in CPU time" in out.stdout.splitlines()[0], out.stdout
+    assert any("qconv2d_blocked" in line for line in out.stdout.splitlines()), out.stdout
+    refused = subprocess.run([sys.executable, "-m", "benchmarks.quantized", "--threads", "2", "--cpu-time"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0 and "run it with --threads 1" in refused.stderr

@@ -561,11 +561,11 @@ class Executable:
 
     __call__ = run
 
-    def profile(self, feed, repeat: int = 10, in_order: bool = False) -> List[Tuple[str, float]]:
+    def profile(self, feed, repeat: int = 10, in_order: bool = False, clock=None) -> List[Tuple[str, float]]:
         """Median seconds of each kernel call, run one by one from Python (for finding hot spots):
         each call ``repeat`` times in a row, or with ``in_order`` the calls in run order ``repeat``
         times, each once per pass, so each reads what a run leaves in the caches (a network's weights
-        come from memory; ``backends.timing.per_call_medians``)."""
+        come from memory; ``backends.timing.per_call_medians``, whose ``clock`` times one call)."""
         arrays = self._check_feed(feed)
         outs = [np.empty(shape, dtype) for _, shape, dtype in self.outputs]
         self.run(feed)
@@ -584,7 +584,7 @@ class Executable:
                     ptrs[j] = self.weights.ctypes.data + where
             runs.append((call.name, functools.partial(_checked_call, KERNEL_ENTRY(self._addresses[call.symbol]),
                                                       ptrs, sizes, err, call.name)))
-        result = per_call_medians(runs, repeat, in_order)
+        result = per_call_medians(runs, repeat, in_order, clock=clock)
         self.last_profile = result
         return result
 
