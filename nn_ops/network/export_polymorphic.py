@@ -509,6 +509,10 @@ def _check_exportable(exe, params: str) -> None:
                             f"fix the input shapes (from_onnx(..., input_shapes=...)) and export the static compile")
     if any(shape is None for _, shape, _ in exe.signature.outputs):
         raise ArgumentError(f"export_library: an output of {exe.name!r} has a shape symbolic inference did not find")
+    if exe.plan.offsets:
+        raise ArgumentError(f"export_library: {exe.name!r} computes concats in place, at offsets the C API's plan "
+                            f"does not place yet ({', '.join(sorted(exe.plan.offsets))}); compile it with "
+                            f"polymorphic=True (the compile-once walk) to export it")
     if exe.target is None or getattr(exe.target, "kind", None) != "llvm":
         raise ArgumentError("export_library: only CPU (llvm) executables can be exported")
 

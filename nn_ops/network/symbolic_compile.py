@@ -2,10 +2,15 @@
 
 The static compiler's pipeline (``executable.plan_kernel_groups``: the graph passes, fusion into
 kernels) runs on the graph as it is; then each kernel is built over ``lw.var`` extents where its
-sizes are symbolic: one size var per distinct symbolic size among its arguments (a kernel over
-``(batch*seq, 256)`` takes one size), constants elsewhere, so identical layers share one kernel.
-The memory plan is ``symbolic_plan.py``'s, the runner the call list (``call_list.py``), the result
-a ``PolymorphicExecutable`` checking each feed against ``signature``.
+sizes are symbolic: one size var per distinct symbolic size among its values up to a constant factor
+(a kernel over ``(batch*seq, 256)`` takes one size, one over ``batch`` and ``4*batch`` one), constants
+elsewhere, so identical layers share one kernel.  A reshape reading a parameter is the parameter
+taken with that shape; other symbolic reshapes take their indices apart by constants
+(``symbolic_reshape.py``).
+The memory plan is ``symbolic_plan.py``'s (a concat its parts' kernels write in place holds them as
+views at their offsets), the runner the call list (``call_list.py``), the result a
+``PolymorphicExecutable`` checking each feed against ``signature`` (an output that is a constant is
+given back from its constants).
 
 Where the rows may be few, a kernel also gets the variants the compile-once path measured to pay
 (the executable picks one per binding): a dense layer's streaming product for at most ``SMALL_M``
@@ -35,7 +40,8 @@ from .symbolic_reshape import reshape_over_sizes, reshape_runs
 #: elementwise ops of a dense stack: each is tested so; another op's kernel may refuse ``lw.var`` extents)
 SYMBOLIC_OPS = frozenset({
     "dense_kn", "dense", "matmul", "add", "sub", "mul", "div", "max", "min", "pow_const", "relu", "sigmoid",
-    "tanh", "exp", "sqrt", "neg", "erf", "gelu", "softmax", "layer_norm", "transpose", "reshape", "identity"})
+    "tanh", "exp", "sqrt", "neg", "erf", "gelu", "softmax", "layer_norm", "transpose", "reshape", "identity",
+    "concat"})
 #: ops whose kernels get a variant of constant extents where a fed symbol among their last two sizes is 1
 UNIT_VARIANT_OPS = ("matmul", "softmax", "transpose")
 
@@ -52,21 +58,21 @@ def compile_symbolic(graph: Graph, signature, target, checks: Optional[str] = No
         raise BuildError(f"{graph.name!r}: the graph pipeline builds no kernel over symbolic sizes for these ops yet "
                          f"(compile without pipeline='graph' for the compile-once path):\n{lines}")
     g, groups, alias_of, slice_of = plan_kernel_groups(graph, target.kind, copy_outputs=False)
-    if slice_of:
-        raise BuildError(f"{graph.name!r}: the graph pipeline does not place concats or slices in other values' "
-                         f"memory yet ({', '.join(sorted(slice_of))}); compile without pipeline='graph'")
     builder = _Builder(g, target, checks, prebuilt, {d for _, shape, _ in signature.inputs for d in shape
                                                     if not S.is_static(d)})
     calls = [builder.call(grp) for grp in groups]
     builder.build_pending(calls)
     alias_of = dict(alias_of, **builder.param_views)
-    planned = {grp.output for grp in groups}
+    # a concat computed in place is its parts' memory: each part a view at its offset in it
+    alias_of.update({part: concat for part, (concat, _) in slice_of.items()})
+    planned = {grp.output for grp in groups} | {concat for concat, _ in slice_of.values()}
     views = [View(out, src, _sizes(g, out)) for out, src in alias_of.items()]
     # the kernels' outputs, and the views of them (in their slot); views of inputs are the feed's memory
     values = {name: (_sizes(g, name), g.values[name].dtype) for name in
               planned | {v.name for v in views if _root(v.source, alias_of) in planned}}
     steps = [([i for i in grp.inputs if i in values], [grp.output]) for grp in groups]
-    plan = SymbolicPlan(values, steps, {v.name: v.source for v in views if v.name in values}, keep=g.outputs)
+    plan = SymbolicPlan(values, steps, {v.name: v.source for v in views if v.name in values}, keep=g.outputs,
+                        offsets={part: offset for part, (_, offset) in slice_of.items() if offset != 0})
     used = {a for c in calls for a in c.args} | {_root(out, alias_of) for out in g.outputs}   # outputs may be constants
     consts = {n: a for n, a in g.initializers.items() if n in used}
     exe = PolymorphicExecutable(signature, calls, views, plan, consts, g.outputs, g.name,

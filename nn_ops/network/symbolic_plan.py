@@ -9,7 +9,8 @@ arena, which grows when a larger binding arrives and is reused after (never shri
 larger than ``lw.memory_limit`` is refused before it is allocated (``ArgumentError``).
 
 Views (a Reshape of a contiguous value) share their source's slot: the plan extends the
-source's lifetime to the view's last use.
+source's lifetime to the view's last use.  A view may lie at a byte offset in its source
+(``offsets``: a concat's part, which its producer writes in place, ``concats_in_place``).
 """
 from __future__ import annotations
 
@@ -28,12 +29,14 @@ CACHED_BINDINGS = 8
 
 class SymbolicPlan:
     """``values`` {name: (shape of sizes, dtype)}; ``steps`` [(reads, writes)] in run order;
-    ``views`` {view: source}; ``keep`` values never reused (the outputs)."""
+    ``views`` {view: source}; ``keep`` values never reused (the outputs); ``offsets`` {view: its byte
+    offset in its source} where not 0."""
 
     def __init__(self, values: Dict[str, Tuple[tuple, str]], steps: Sequence[Tuple[Sequence[str], Sequence[str]]],
-                 views: Dict[str, str], keep: Sequence[str] = ()):
+                 views: Dict[str, str], keep: Sequence[str] = (), offsets: Dict[str, object] = None):
         self.values = dict(values)
         self.views = dict(views)
+        self.offsets = dict(offsets or {})
         root = {name: self._root(name) for name in self.values}
         last_use: Dict[str, int] = {}
         first_def: Dict[str, int] = {}
@@ -74,6 +77,15 @@ class SymbolicPlan:
         while name in self.views:
             name = self.views[name]
         return name
+
+    def _offset(self, name: str, binding) -> int:
+        """Bytes from the start of ``name``'s slot to ``name`` at ``binding``."""
+        total = 0
+        while name in self.views:
+            if name in self.offsets:
+                total += int(S.evaluate(self.offsets[name], binding))
+            name = self.views[name]
+        return total
 
     def _pick(self, free: List[int], nbytes) -> int:
         """A free slot for ``nbytes``: one provably large enough, else any (its size becomes the Max)."""
@@ -117,7 +129,7 @@ class SymbolicPlan:
             shape, dtype = self.values[name]
             dims = tuple(int(S.evaluate(d, binding)) for d in shape)
             count = int(np.prod(dims, dtype=np.int64))
-            start = base + offsets[slot]
+            start = base + offsets[slot] + self._offset(name, binding)
             out[name] = self._arena[start:start + count * np.dtype(dtype).itemsize].view(dtype).reshape(dims)
         if len(self._views) >= CACHED_BINDINGS:
             self._views.pop(next(iter(self._views)))

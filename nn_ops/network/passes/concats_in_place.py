@@ -15,14 +15,17 @@ elementwise epilogue, as a batch norm) leaves the group, which then reads the co
 Accepts the kernel groups of ``fuse_operators`` without the alias groups (``alias_of``: each alias
 value -> the value it views).  Guarantees: the groups returned compute every value the network
 reads except the in-place concats, which ``slice_of`` (value -> (concat output, byte offset))
-places; every part's offset is a multiple of ``alignment``; the graph is not changed.
+places; every part's offset is a multiple of ``alignment`` (over symbolic sizes, at every binding:
+the offsets are then sympy sizes); the graph is not changed.
 """
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
+import sympy
 
+from .. import symbolic as S
 from ..graph import Graph, Node
 from .fuse_operators import FusedGroup
 
@@ -75,13 +78,24 @@ def _concat_parts(g: Graph, node: Node, produced, outside, alias_of, slice_of,
     shape = g.values[node.outputs[0]].shape
     axis = int(node.attrs["axis"]) % len(shape)
     inputs = list(node.inputs)
-    if np.prod(shape[:axis], dtype=np.int64) != 1 or node.outputs[0] in outside or len(set(inputs)) != len(inputs):
+    if S.product(shape[:axis]) != 1 or node.outputs[0] in outside or len(set(inputs)) != len(inputs):
         return None
     parts, offset = [], 0
     for name in inputs:
-        if name not in produced or name in outside or name in alias_of or name in slice_of or offset % alignment:
+        if name not in produced or name in outside or name in alias_of or name in slice_of or \
+                not _aligned(offset, alignment):
             return None
         v = g.values[name]
         parts.append((name, offset))
-        offset += int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize
+        size = S.product(v.shape) * np.dtype(v.dtype).itemsize
+        offset = offset + (int(size) if S.is_static(size) else size)
     return parts
+
+
+def _aligned(offset, alignment: int) -> bool:
+    """Whether byte ``offset`` (an int, or a sum of sizes over symbols) is a multiple of ``alignment`` at
+    every binding: each term's constant factor is."""
+    if S.is_static(offset):
+        return int(offset) % alignment == 0
+    return all(term.as_coeff_Mul()[0].is_Integer and int(term.as_coeff_Mul()[0]) % alignment == 0
+               for term in sympy.Add.make_args(sympy.expand(offset)))

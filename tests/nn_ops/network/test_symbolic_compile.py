@@ -176,3 +176,35 @@ def test_outputs_that_are_constants_are_given_back():
     exe = lw.compile(graph, pipeline="graph")
     feeds = [{"input": np.random.default_rng(n).standard_normal((n, 8)).astype(np.float32)} for n in (1, 3, 17)]
     _equals_onnxruntime(model, graph, exe, feeds)
+
+
+def _concat_model(axis: int):
+    """Relu and sigmoid of two dense layers over a symbolic batch, concatenated along ``axis``, then
+    scaled (a kernel reading the concat)."""
+    b = OnnxBuilder(opset=17)
+    left = b.node("Relu", [b.gemm("input", 8, 16)])
+    right = b.node("Sigmoid", [b.gemm("input", 8, 16)])
+    y = b.node("Mul", [b.node("Concat", [left, right], axis=axis), b.const(2.0)])
+    return b.model(("batch", 8), y, ("batch", 32) if axis else (None, 16))
+
+
+def test_a_concat_along_the_batch_is_computed_in_place(tmp_path):
+    """Each dense layer writes its rows into the concat's memory, the second at an offset of 64 * batch
+    bytes (so aligned at every batch); no concat kernel runs."""
+    model = _concat_model(axis=0)
+    graph = lw.from_onnx(model)
+    exe = lw.compile(graph, pipeline="graph")
+    assert not any("concat" in c.module.name for c in exe.calls) and len(exe.plan.offsets) == 1
+    feeds = [{"input": np.random.default_rng(n).standard_normal((n, 8)).astype(np.float32)} for n in (1, 2, 5, 17)]
+    _equals_onnxruntime(model, graph, exe, feeds)
+    with pytest.raises(ArgumentError, match="concats in place"):
+        exe.export_library(tmp_path / "model.so")
+
+
+def test_a_concat_of_symbolic_rows_along_columns_is_a_kernel():
+    model = _concat_model(axis=1)
+    graph = lw.from_onnx(model)
+    exe = lw.compile(graph, pipeline="graph")
+    assert any("concat" in c.module.name for c in exe.calls) and not exe.plan.offsets
+    feeds = [{"input": np.random.default_rng(n).standard_normal((n, 8)).astype(np.float32)} for n in (1, 4, 9)]
+    _equals_onnxruntime(model, graph, exe, feeds)

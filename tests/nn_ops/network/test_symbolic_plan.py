@@ -84,3 +84,16 @@ def test_views_of_a_recent_binding_are_reused_until_the_arena_grows():
     assert again is not first
     assert all(np.shares_memory(a, plan._arena) for a in again.values())
     assert not any(np.shares_memory(a, plan._arena) for a in first.values())
+
+
+def test_a_view_at_an_offset_lies_inside_its_source():
+    """A concat's two parts [N, 16] written in place: the second at 64 * N bytes into the concat."""
+    values = {"p": ((N, 16), "float32"), "q": ((N, 16), "float32"), "cat": ((2 * N, 16), "float32"),
+              "y": ((2 * N, 16), "float32")}
+    steps = [([], ["p"]), ([], ["q"]), (["cat"], ["y"])]
+    plan = SymbolicPlan(values, steps, views={"p": "cat", "q": "cat"}, keep=["y"], offsets={"q": 64 * N})
+    assert plan.slot_of["p"] == plan.slot_of["q"] == plan.slot_of["cat"] != plan.slot_of["y"]
+    for n in (1, 3):
+        arrays = plan.arrays({"N": n, "seq": 1})
+        arrays["p"][...], arrays["q"][...] = 1.0, 2.0
+        np.testing.assert_array_equal(arrays["cat"], np.repeat([1.0, 2.0], 16 * n).reshape(2 * n, 16))
