@@ -271,6 +271,9 @@ class _Builder:
             return self.cnn.standalone(k, node, label)
         if op == "Pad":             # (a blocked map stays blocked)
             return pad_kernel(self, node, label)
+        scaled = self.cnn.channel_scale(node)
+        if scaled is not None:      # a squeeze-and-excitation gate: the map stays blocked
+            return self.cnn.scale_channels(k, node, label, *scaled)
         for i in node.input:
             self.cnn.plain(i)       # a value kept blocked, read here as NCHW
         if op in VIEWS or (op == "Dropout" and len(outs) == 1):

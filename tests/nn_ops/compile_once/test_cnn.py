@@ -209,6 +209,20 @@ def test_channel_concats_ceil_mode_pools_and_batch_norms_after_a_concat(name):
         _check(model, exe, shape)
 
 
+def test_squeeze_and_excitation_gates_scale_the_blocked_map_without_layout_copies():
+    """EfficientNet's gate (GlobalAveragePool -> conv -> conv -> Sigmoid, [N, C, 1, 1]) times its
+    blocked map is one kernel on the blocked values: no from_blocked of the map, no to_blocked of
+    the product; results at odd sizes and a batch of 2."""
+    model = symbolic_sizes(model_zoo.efficientnet_lite(**model_zoo.SMALL["efficientnet_lite"]))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    gates = sum(n.op_type == "GlobalAveragePool" for n in model.graph.node) - 1      # (and the head's pool)
+    assert gates > 0 and sum(c.module.name == "poly_scale_channels" for c in exe.calls) == gates
+    assert not [c.node for c in exe.calls if c.module.name in ("poly_from_blocked", "poly_to_blocked")
+                and not c.node.startswith("globalaveragepool")]
+    for shape in ((1, 3, 64, 64), (2, 3, 37, 45), (1, 3, 9, 13)):
+        _check(model, exe, shape)
+
+
 _COMPILED = {}
 
 
