@@ -15,7 +15,8 @@ path's layout), with the batch, height and width symbolic and the channel blocks
   ``GlobalAveragePool`` (or ``GlobalMaxPool``) is, byte for byte, the NCHW [N, C, 1, 1] its
   consumers read (a view).
 - A channel ``Concat`` of whole blocks, and a ``BatchNormalization`` not after a conv, run on
-  blocked values too (``standalone``), with the elementwise nodes after them.
+  blocked values too (``standalone``), with the elementwise nodes after them; so does a ``Mul`` of
+  a map by a per-channel gate [N, C, 1, 1] (squeeze-and-excitation, ``scale_channels``).
 - Any other reader of a blocked value gets it back as NCHW (one ``from_blocked`` kernel).
 
 Kernels take the sizes of their inputs as arguments and compute their output's (the
