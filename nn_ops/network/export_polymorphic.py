@@ -510,9 +510,9 @@ def _check_exportable(exe, params: str) -> None:
     if any(shape is None for _, shape, _ in exe.signature.outputs):
         raise ArgumentError(f"export_library: an output of {exe.name!r} has a shape symbolic inference did not find")
     if exe.plan.offsets:
-        raise ArgumentError(f"export_library: {exe.name!r} computes concats in place, at offsets the C API's plan "
-                            f"does not place yet ({', '.join(sorted(exe.plan.offsets))}); compile it with "
-                            f"polymorphic=True (the compile-once walk) to export it")
+        raise ArgumentError(f"export_library: {exe.name!r} computes concats (or reads slices) in place, at offsets "
+                            f"the C API's plan does not place yet ({', '.join(sorted(exe.plan.offsets))}); compile "
+                            f"it with polymorphic=True (the compile-once walk) to export it")
     if exe.target is None or getattr(exe.target, "kind", None) != "llvm":
         raise ArgumentError("export_library: only CPU (llvm) executables can be exported")
 

@@ -8,7 +8,7 @@ elsewhere, so identical layers share one kernel.  A reshape reading a parameter 
 taken with that shape; other symbolic reshapes take their indices apart by constants
 (``symbolic_reshape.py``).
 The memory plan is ``symbolic_plan.py``'s (a concat its parts' kernels write in place holds them as
-views at their offsets), the runner the call list (``call_list.py``), the result a
+views at their offsets, as a slice of one contiguous block is a view of its source), the runner the call list (``call_list.py``), the result a
 ``PolymorphicExecutable`` checking each feed against ``signature`` (an output that is a constant is
 given back from its constants).
 
@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ...backends import build_workers
 from ...backends.llvm.call_list_runner import call_list_object
-from ...dsl.tensor import placeholder
+from ...dsl.tensor import compute, placeholder
 from ...errors import BuildError
 from ..ops.registry import schedule
 from . import kernel_cache, symbolic as S
@@ -41,7 +41,7 @@ from .symbolic_reshape import reshape_over_sizes, reshape_runs
 SYMBOLIC_OPS = frozenset({
     "dense_kn", "dense", "matmul", "add", "sub", "mul", "div", "max", "min", "pow_const", "relu", "sigmoid",
     "tanh", "exp", "sqrt", "neg", "erf", "gelu", "softmax", "layer_norm", "transpose", "reshape", "identity",
-    "concat"})
+    "concat", "slice"})
 #: ops whose kernels get a variant of constant extents where a fed symbol among their last two sizes is 1
 UNIT_VARIANT_OPS = ("matmul", "softmax", "transpose")
 
@@ -63,9 +63,9 @@ def compile_symbolic(graph: Graph, signature, target, checks: Optional[str] = No
     calls = [builder.call(grp) for grp in groups]
     builder.build_pending(calls)
     alias_of = dict(alias_of, **builder.param_views)
-    # a concat computed in place is its parts' memory: each part a view at its offset in it
-    alias_of.update({part: concat for part, (concat, _) in slice_of.items()})
-    planned = {grp.output for grp in groups} | {concat for concat, _ in slice_of.values()}
+    # a concat computed in place is its parts' memory, a slice read in place its source's: views at offsets
+    alias_of.update({part: whole for part, (whole, _) in slice_of.items()})
+    planned = {grp.output for grp in groups} | {whole for whole, _ in slice_of.values()}
     views = [View(out, src, _sizes(g, out)) for out, src in alias_of.items()]
     # the kernels' outputs, and the views of them (in their slot); views of inputs are the feed's memory
     values = {name: (_sizes(g, name), g.values[name].dtype) for name in
@@ -189,6 +189,8 @@ class _Builder:
             try:
                 if node.op_type == "reshape" and not all(S.is_static(d) for d in node.attrs["shape"]):
                     t = self.reshape(node, args[0], extent)
+                elif node.op_type == "slice" and not all(S.is_static(d) for d in self.g.shape(node.inputs[0])):
+                    t = self.slice(node, args[0], extent)
                 else:
                     t = OPS[node.op_type].build(args, attrs)
             except BuildError:
@@ -210,6 +212,23 @@ class _Builder:
             raise BuildError(f"node {node.name!r} (reshape): no kernel reads {_show(src)} as {_show(dst)} without "
                              f"dividing by a run-time size; compile without pipeline='graph'")
         return reshape_over_sizes(x, src, dst, extent)
+
+    def slice(self, node, x, extent):
+        """``x[begin:end:step]`` where sizes (and bounds) are symbolic: the output's extents from the graph,
+        each index ``i * step + begin``."""
+        begin, step = node.attrs["begin"], node.attrs["step"]
+        try:
+            starts = [extent(b) if not isinstance(b, int) else b for b in begin]
+        except KeyError:
+            raise BuildError(f"node {node.name!r} (slice): it begins at {list(begin)}, a size none of its kernel's "
+                             f"values has; compile without pipeline='graph'") from None
+
+        def index(i, b, s):
+            term = i * s if s != 1 else i
+            return term if isinstance(b, int) and b == 0 else term + b
+        return compute(tuple(extent(d) for d in self.g.shape(node.outputs[0])),
+                       lambda *idx: x[tuple(index(i, b, s) for i, b, s in zip(idx, starts, step))],
+                       name="slice", tag="injective")
 
     def remembers(self) -> bool:
         """Whether kernels go through the disk's kernel cache: built here, for this machine, without checks."""

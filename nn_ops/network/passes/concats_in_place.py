@@ -83,7 +83,7 @@ def _concat_parts(g: Graph, node: Node, produced, outside, alias_of, slice_of,
     parts, offset = [], 0
     for name in inputs:
         if name not in produced or name in outside or name in alias_of or name in slice_of or \
-                not _aligned(offset, alignment):
+                not aligned(offset, alignment):
             return None
         v = g.values[name]
         parts.append((name, offset))
@@ -92,7 +92,7 @@ def _concat_parts(g: Graph, node: Node, produced, outside, alias_of, slice_of,
     return parts
 
 
-def _aligned(offset, alignment: int) -> bool:
+def aligned(offset, alignment: int) -> bool:
     """Whether byte ``offset`` (an int, or a sum of sizes over symbols) is a multiple of ``alignment`` at
     every binding: each term's constant factor is."""
     if S.is_static(offset):

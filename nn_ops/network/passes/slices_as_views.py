@@ -17,8 +17,10 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
+from .. import symbolic as S
 from ..graph import Graph, Node
 from ..memory_root import memory_root
+from .concats_in_place import aligned
 
 
 def slices_as_views(g: Graph, kernel_groups, alias_of: Dict[str, str], slice_of: Dict[str, Tuple[str, int]],
@@ -30,7 +32,7 @@ def slices_as_views(g: Graph, kernel_groups, alias_of: Dict[str, str], slice_of:
         node = grp.nodes[0]
         offset = _contiguous_slice_offset(g, node) if len(grp.nodes) == 1 and node.op_type == "slice" else None
         source, out = (node.inputs[0], node.outputs[0]) if offset is not None else (None, None)
-        if offset is None or offset % alignment or out in outside or out in slice_of \
+        if offset is None or not aligned(offset, alignment) or out in outside or out in slice_of \
                 or memory_root(source, alias_of, slice_of)[0] in outside:
             kept.append(grp)
             continue
@@ -40,16 +42,21 @@ def slices_as_views(g: Graph, kernel_groups, alias_of: Dict[str, str], slice_of:
 
 def _contiguous_slice_offset(g: Graph, node: Node) -> Optional[int]:
     """The byte offset of a slice's result in its input when that result is one contiguous block of
-    it (row-major), else None."""
-    shape = [int(d) for d in g.shape(node.inputs[0])]
+    it (row-major), else None.  Over symbolic sizes (sympy sizes and bounds) the offset is a size."""
+    shape = list(g.shape(node.inputs[0]))
     begin, end, step = (list(node.attrs[k]) for k in ("begin", "end", "step"))
     if any(s != 1 for s in step) or len(begin) != len(shape):
         return None
-    cut = [k for k, (b, e, n) in enumerate(zip(begin, end, shape)) if (b, e) != (0, n)]
+    cut = [k for k, (b, e, n) in enumerate(zip(begin, end, shape)) if not (_same(b, 0) and _same(e, n))]
     last = cut[-1] if cut else 0
-    if any(e - b != 1 for b, e in zip(begin[:last], end[:last])):
+    if any(not _same(e - b, 1) for b, e in zip(begin[:last], end[:last])):
         return None
     flat = 0
     for b, n in zip(begin, shape):
         flat = flat * n + b
-    return flat * np.dtype(g.values[node.inputs[0]].dtype).itemsize
+    offset = flat * np.dtype(g.values[node.inputs[0]].dtype).itemsize
+    return int(offset) if S.is_static(offset) else S.simplify(offset)
+
+
+def _same(a, b) -> bool:
+    return a == b if isinstance(a, int) and isinstance(b, int) else S.equal(a, b) is True

@@ -197,7 +197,7 @@ def test_a_concat_along_the_batch_is_computed_in_place(tmp_path):
     assert not any("concat" in c.module.name for c in exe.calls) and len(exe.plan.offsets) == 1
     feeds = [{"input": np.random.default_rng(n).standard_normal((n, 8)).astype(np.float32)} for n in (1, 2, 5, 17)]
     _equals_onnxruntime(model, graph, exe, feeds)
-    with pytest.raises(ArgumentError, match="concats in place"):
+    with pytest.raises(ArgumentError, match="in place, at offsets"):
         exe.export_library(tmp_path / "model.so")
 
 
@@ -207,4 +207,25 @@ def test_a_concat_of_symbolic_rows_along_columns_is_a_kernel():
     exe = lw.compile(graph, pipeline="graph")
     assert any("concat" in c.module.name for c in exe.calls) and not exe.plan.offsets
     feeds = [{"input": np.random.default_rng(n).standard_normal((n, 8)).astype(np.float32)} for n in (1, 4, 9)]
+    _equals_onnxruntime(model, graph, exe, feeds)
+
+
+def test_slices_over_a_symbolic_batch():
+    """A slice that is one contiguous block of a kernel's result is a view of it (at 64 bytes in); a slice
+    of columns of symbolic rows is a kernel."""
+    b = OnnxBuilder(opset=17)
+    h = b.node("Relu", [b.gemm("input", 8, 32)])
+    heads = b.node("Reshape", [h, b.init("shape", np.array([-1, 2, 16]))])
+    block = b.node("Slice", [heads, b.init("starts", np.array([0, 1])), b.init("ends", np.array([1, 2])),
+                             b.init("axes", np.array([0, 1]))])
+    y = b.node("Softmax", [block], axis=-1)         # (a kernel of its own, so the slice is alone)
+    columns = b.node("Slice", [h, b.init("starts", np.array([4])), b.init("ends", np.array([12])),
+                               b.init("axes", np.array([1]))])
+    z = b.node("Sigmoid", [columns])
+    model = _with_outputs(b.model(("batch", 8), y, (1, 1, 16)), (z, ("batch", 8)))
+    graph = lw.from_onnx(model)
+    exe = lw.compile(graph, pipeline="graph")
+    assert list(exe.plan.offsets.values()) == [64]
+    assert sum("slice" in c.module.name for c in exe.calls) == 1
+    feeds = [{"input": np.random.default_rng(n).standard_normal((n, 8)).astype(np.float32)} for n in (1, 2, 9)]
     _equals_onnxruntime(model, graph, exe, feeds)
