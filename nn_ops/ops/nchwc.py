@@ -532,10 +532,11 @@ def schedule_depthwise_blocked(s, op, target):
 
 @register_schedule("pool_blocked", "llvm")
 def schedule_pool_blocked(s, op, target):
-    """(image, channel block, row) in parallel; the channel vector innermost."""
+    """(image, channel block, row) in parallel (of symbolic height: each plane's rows in order where
+    the blocks suffice, as a depthwise conv's); the channel vector innermost."""
     Y = s[op]
     n, cb, y, x, ci = Y.op.axis
-    parallel_planes_and_rows(Y, n, cb, y, [x, *Y.op.reduce_axis, ci])
+    parallel_planes_and_rows(Y, n, cb, y, [x, *Y.op.reduce_axis, ci], threads=max(1, target.num_threads))
     Y.vectorize(ci)
 
 

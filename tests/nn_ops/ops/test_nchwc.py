@@ -147,6 +147,27 @@ def test_a_symbolic_depthwise_runs_each_planes_rows_in_order_where_blocks_suffic
         np.testing.assert_allclose(_plain(y), ref, rtol=1e-4, atol=1e-4)
 
 
+def test_a_symbolic_blocked_pool_runs_each_planes_rows_in_order_where_blocks_suffice():
+    """A max pool of symbolic size with enough channel blocks for the threads: (image, block) planes
+    in parallel, the rows inside each; it matches numpy at odd sizes and a batch of 2."""
+    from loopweave.nn_ops.ops.registry import PLANES_PER_THREAD
+    lanes = resolve_target("llvm").lanes("float32")
+    blocks = PLANES_PER_THREAD * max(1, resolve_target("llvm").num_threads)
+    X = lw.placeholder((lw.var("N"), blocks, lw.var("H"), lw.var("W"), lanes), name="X")
+    Y = nchwc.pool2d_blocked(X, (3, 3), (2, 2), (1, 1, 1, 1), pool_type="max")
+    mod = lw.build(nn_ops.schedule(Y), [X, Y])
+    parallel = [line.strip() for line in mod.get_source("lowered").splitlines() if "# parallel" in line]
+    assert parallel == [f"for nn.cb.fused in range(N * {blocks}):  # parallel"]
+    rng = np.random.default_rng(3)
+    for n, h, w in ((1, 9, 7), (2, 6, 11)):
+        x = rng.standard_normal((n, blocks * lanes, h, w)).astype("float32")
+        y = np.empty((n, blocks, (h - 1) // 2 + 1, (w - 1) // 2 + 1, lanes), "float32")
+        mod(_blocked(x, lanes), y)
+        xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+        ref = np.max([xp[:, :, i:i + h:2, j:j + w:2] for i in range(3) for j in range(3)], axis=0)
+        np.testing.assert_allclose(_plain(y), ref)
+
+
 def test_blocked_pools_match_numpy():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 32, 9, 9)).astype("float32")
