@@ -36,6 +36,10 @@ Bar 2: ``--model resnet18`` runs the zoo's ResNet-18 with symbolic batch, height
 (symbolic batch, height and width) against static (the zoo's shape), each in a fresh process with an
 empty object cache; bar: compile-once <= 2x static.
 
+``--profile`` (a CNN --model) also prints, per shape, each executable's kernel time summed by kind
+(``exe.profile(feed, in_order=True)``: the compile-once kernel's name with its variant, the static
+kernel's ops): where a compile-once network loses time to the static compile, kernel by kernel.
+
 ``--model unet --up linear_sizes`` (or transpose, nearest, linear, linear_corners) picks how the zoo's
 U-Net up-samples (``model_zoo.unet``'s ``up``).
 
@@ -220,6 +224,8 @@ def main(argv=None) -> None:
     parser.add_argument("--compile-times-only", action="store_true",
                         help="a CNN --model: only its cold compile-once and static compiles (fresh processes, empty "
                              "object caches); bar: compile-once <= 2x static")
+    parser.add_argument("--profile", action="store_true",
+                        help="a CNN --model: per shape, both executables' kernel time summed by kind")
     parser.add_argument("--up", choices=("transpose", "nearest", "linear", "linear_corners", "linear_sizes"),
                         default=None, help="--model unet: how it up-samples (model_zoo.unet's up=; linear_sizes: "
                                            "Resize to the skip's sizes computed from shapes)")
@@ -309,8 +315,33 @@ def cnn_main(args) -> None:
         x = np.random.default_rng(batch * 1000 + h + w).standard_normal((batch, 3, h, w)).astype(np.float32)
         worst.append(_shape_row(poly, static_exes, sess, {"input": x}, f"{batch} x {h} x {w}", 13, pairs,
                                 args.pause)[0])
+        if args.profile:
+            _print_profile(poly, static_exes.specialization({"input": x}), {"input": x})
     print(f"bar 2: worst poly/static {min(worst):.2f} (>= 0.85: {'met' if min(worst) >= 0.85 else 'missed'}); "
           "every result matched onnxruntime", flush=True)
+
+
+def profile_by_kind(poly, static, feed, repeat: int = 7):
+    """({kind: seconds} of the compile-once executable ``poly``, the same of ``static``) at ``feed``:
+    the medians of ``exe.profile(feed, repeat, in_order=True)`` summed by the kernel's name (the
+    compile-once module's, which names its variant; the static kernel's, which names its ops)."""
+    binding = poly.bind(feed)
+    sums = ({}, {})
+    for (_, seconds), call in zip(poly.profile(feed, repeat=repeat, in_order=True), poly.calls):
+        kind = call.module_at(binding).name
+        sums[0][kind] = sums[0].get(kind, 0.0) + seconds
+    for kind, seconds in static.profile(feed, repeat=repeat, in_order=True):
+        sums[1][kind] = sums[1].get(kind, 0.0) + seconds
+    return sums
+
+
+def _print_profile(poly, static, feed) -> None:
+    ours, theirs = profile_by_kind(poly, static, feed)
+    print(f"  profile (one pass in run order, medians of 7): compile-once {sum(ours.values()) * 1e3:.3f} ms, "
+          f"static {sum(theirs.values()) * 1e3:.3f} ms")
+    for name, sums in (("compile-once", ours), ("static", theirs)):
+        for kind, seconds in sorted(sums.items(), key=lambda kv: -kv[1]):
+            print(f"  {name:>12} {kind:<44} {seconds * 1e6:9.1f} us", flush=True)
 
 
 def gpt2_main(args) -> None:

@@ -29,10 +29,12 @@ def test_dynamic_benchmark_runs_at_its_smallest_settings():
 @pytest.mark.slow
 def test_dynamic_benchmark_resnet_mode_runs_at_a_small_shape():
     out = subprocess.run([sys.executable, "-m", "benchmarks.dynamic", "--model", "resnet18", "--shapes", "1x32x40",
-                          "--pairs", "1", "--pause", "0", "--threads", "1"],
+                          "--pairs", "1", "--pause", "0", "--threads", "1", "--profile"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
     row = next(line for line in lines if line.split()[:5] == ["1", "x", "32", "x", "40"])
     assert len(row.split()) == 11                     # shape, poly, static and ort ms, two ratios, max diff
     assert any(line.startswith("bar 2:") and "every result matched onnxruntime" in line for line in lines)
+    assert any(line.startswith("  profile (") for line in lines)
+    assert any(line.split()[:2] == ["compile-once", "poly_pool"] for line in lines)
