@@ -440,13 +440,11 @@ def schedule_injective(s: Schedule, op: ComputeOp, target) -> None:
         rows = const_product(a.extent for a in axes[:-1]) or 0
         axes = axes[:-1] + ([] if ragged and rows >= 4 * max(1, target.num_threads) else [outer])
     axes = axes[:constant_divisor_prefix(axes)]
-    if too_little_to_share(op.outputs[0].shape, ELEMENT_WORK):
+    if too_little_to_share(op.outputs[0].shape, ELEMENT_WORK) or not axes:
         return
-    if len(axes) > 1:
-        fused = stage.fuse(*axes)
-        stage.parallel(fused)
-    elif axes:
-        stage.parallel(axes[0])
+    per_iteration = const_product(a.extent for a in stage.leaf_iter_vars if a not in axes)
+    parallel_unless_little(stage, stage.fuse(*axes) if len(axes) > 1 else axes[0],
+                           per_iteration and per_iteration * ELEMENT_WORK)
 
 
 def _merge_short_trailing_axes(stage, axes, lanes: int) -> list:
@@ -490,7 +488,8 @@ def parallel_unless_little(stage, axis, work_per_iteration) -> None:
     """``axis`` parallel; where its extent is a run-time size and each iteration costs a constant
     ``work_per_iteration`` multiply-adds, the loop runs on the calling thread below ``SERIAL_WORK`` in
     all (the pragma ``serial_below``, backends/llvm/codegen.py): the shape-polymorphic encoder's
-    one-token attention products, 4 heads x 64 per batch, paid ~1 us each to wake the pool."""
+    one-token attention products (4 heads x 64 per batch) and head transposes paid ~1 us each to wake
+    the pool, where the static compile of that shape runs them on one thread (``too_little_to_share``)."""
     stage.parallel(axis)
     if not isinstance(axis.extent, Const) and work_per_iteration:
         stage.pragma(axis, "serial_below", -(-SERIAL_WORK // int(work_per_iteration)))

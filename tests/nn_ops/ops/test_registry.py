@@ -151,3 +151,21 @@ def test_matmuls_with_little_work_stay_on_one_thread(m, n, k, parallel):
     y = np.empty((m, n), np.float32)
     f(x, w, y)
     np.testing.assert_allclose(y, x @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_an_injective_loop_of_run_time_extent_and_little_work_an_iteration_runs_serially_below_serial_work():
+    """One token's head transpose over a symbolic batch: each parallel iteration copies one vector, so the
+    loop runs on the calling thread below SERIAL_WORK / (lanes * ELEMENT_WORK) iterations; right both ways."""
+    from loopweave.nn_ops.ops.registry import ELEMENT_WORK, SERIAL_WORK
+    lanes = resolve_target("llvm").lanes("float32")
+    b = lw.var("b")
+    A = lw.placeholder((b, 1, 4, 64), name="A")
+    T = transpose(A, (0, 2, 1, 3))
+    s = nn_ops.schedule([T])
+    assert f"serial_below={SERIAL_WORK // (lanes * ELEMENT_WORK)}" in str(lw.lower(s, [A, T]))
+    f = lw.build(s, [A, T])
+    for batch in (1, SERIAL_WORK // (lanes * ELEMENT_WORK)):
+        a = np.random.default_rng(batch).random((batch, 1, 4, 64), dtype=np.float32)
+        t = np.empty((batch, 4, 1, 64), np.float32)
+        f(a, t)
+        np.testing.assert_array_equal(t, a.transpose(0, 2, 1, 3))
