@@ -91,13 +91,26 @@ def test_plain_int8_conv_equals_the_integer_reference(x_dtype, k, stride, paddin
     np.testing.assert_array_equal(out, want)
 
 
+def _build_blocked_for(target, x_shape, w_shape, oc, **conv_args):
+    """A stride-1, pad-1 3x3 blocked int8 conv built for ``target``: the kernel and its lowered IR's text."""
+    from loopweave.target import compiling_for
+    with compiling_for(target):
+        X = lw.placeholder(x_shape, name="X", dtype="uint8")
+        W = lw.placeholder(w_shape, name="W", dtype="int32")
+        B = lw.placeholder((oc,), name="B", dtype="int32")
+        M = lw.placeholder((oc,), name="M", dtype="float64")
+        Y = conv2d_u8s8_blocked(X, W, B, M, (1, 1), (1, 1, 1, 1), **conv_args)
+        s = nn_ops.schedule(Y, target)
+        return lw.build(s, [X, W, B, M, Y], target=target), str(lw.lower(s, [X, W, B, M, Y]))
+
+
 @pytest.mark.vector_width
 @pytest.mark.parametrize("cpu,pairs,instruction", [("x86-64-v3", True, "vpmaddwd"), ("znver5", False, "vpdpbusd"),
                                                    ("alderlake", False, "vpdpbusd")])
 def test_each_level_runs_the_blocked_conv_on_its_dot_product_instruction(cpu, pairs, instruction):
     """AVX2 through ``pmaddwd`` over int16 pairs (never the saturating ``vpmaddubsw``), VNNI (AVX-512 and
     AVX-VNNI) through ``vpdpbusd``; exact where this CPU runs the code."""
-    from loopweave.target import compiling_for, parse_target
+    from loopweave.target import parse_target
     target = parse_target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}")
     rng = np.random.default_rng(3)
     c, oc, b = 16, 32, target.lanes("int32")
@@ -105,13 +118,7 @@ def test_each_level_runs_the_blocked_conv_on_its_dot_product_instruction(cpu, pa
     want = _reference(x, w, bias, multiplier, (1, 1), (1, 1, 1, 1), 9, 0, "uint8")
     xb = np.ascontiguousarray(x.reshape(1, 1, c, 9, 10).transpose(0, 1, 3, 4, 2))
     words = pack_conv_words(w, c, b, pairs=pairs)
-    with compiling_for(target):
-        X = lw.placeholder(xb.shape, name="X", dtype="uint8")
-        W = lw.placeholder(words.shape, name="W", dtype="int32")
-        B = lw.placeholder((oc,), name="B", dtype="int32")
-        M = lw.placeholder((oc,), name="M", dtype="float64")
-        Y = conv2d_u8s8_blocked(X, W, B, M, (1, 1), (1, 1, 1, 1), pad_value=9, pairs=pairs)
-        f = lw.build(nn_ops.schedule(Y, target), [X, W, B, M, Y], target=target)
+    f, _ = _build_blocked_for(target, xb.shape, words.shape, oc, pad_value=9, pairs=pairs)
     asm = f.get_source("asm")
     assert instruction in asm and "pmaddubsw" not in asm and "pmulld" not in asm
     if not target.runs_here():
@@ -196,7 +203,7 @@ def test_a_small_map_over_int16_pairs_accumulates_each_row_block_in_registers(cp
     """A 7x7 map over ``pmaddwd`` pairs: register blocks of a row (not the whole map's accumulators in
     memory, as the float conv keeps them while its weights stream by), exact where this CPU runs it."""
     import re
-    from loopweave.target import compiling_for, parse_target
+    from loopweave.target import parse_target
     target = parse_target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}")
     rng = np.random.default_rng(11)
     c, oc, b = 16, 128, target.lanes("int32")     # channel-block pairs enough for the threads: rows inside
@@ -208,15 +215,7 @@ def test_a_small_map_over_int16_pairs_accumulates_each_row_block_in_registers(cp
     want = _reference(x, w, bias, multiplier, (1, 1), (1, 1, 1, 1), 5, 2, "uint8")
     xb = np.ascontiguousarray(x.reshape(1, 1, c, 7, 7).transpose(0, 1, 3, 4, 2))
     words = pack_conv_words(w, c, b, pairs=True)
-    with compiling_for(target):
-        X = lw.placeholder(xb.shape, name="X", dtype="uint8")
-        W = lw.placeholder(words.shape, name="W", dtype="int32")
-        B = lw.placeholder((oc,), name="B", dtype="int32")
-        M = lw.placeholder((oc,), name="M", dtype="float64")
-        Y = conv2d_u8s8_blocked(X, W, B, M, (1, 1), (1, 1, 1, 1), pad_value=5, y_zero_point=2, pairs=True)
-        s = nn_ops.schedule(Y, target)
-        text = str(lw.lower(s, [X, W, B, M, Y]))
-        f = lw.build(s, [X, W, B, M, Y], target=target)
+    f, text = _build_blocked_for(target, xb.shape, words.shape, oc, pad_value=5, y_zero_point=2, pairs=True)
     accumulators = [tuple(int(d) for d in dims.split(", ")) for dims in
                     re.findall(r"allocate\(\(([\d, ]+)\), int32, 'local'\)", text)]
     assert accumulators and all(a[2] == 1 and a[3] < 7 for a in accumulators), accumulators
