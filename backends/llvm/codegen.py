@@ -13,6 +13,7 @@ Float ``a * b + c`` becomes ``llvm.fmuladd`` so the backend emits FMA.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Dict, List
 
 from llvmlite import ir
@@ -72,6 +73,14 @@ def _contains_load(e) -> bool:
     return bool(hit)
 
 
+@lru_cache(maxsize=None)
+def _lane_constant(elem, values: tuple) -> ir.Constant:
+    """The vector constant of ``values``, one object per (type, values): llvmlite formats a constant
+    once per object, and a broadcast's mask or a ramp's steps, made anew at each use, were most of
+    the IR printing of a vectorized kernel."""
+    return ir.Constant(ir.VectorType(elem, len(values)), list(values))
+
+
 class FunctionEmitter:
     """Emits the body of one LLVM function (the entry or an outlined parallel body)."""
 
@@ -110,8 +119,7 @@ class FunctionEmitter:
         vec_t = ir.VectorType(value.type, lanes)
         undef = ir.Constant(vec_t, ir.Undefined)
         v = self.builder.insert_element(undef, value, ir.Constant(I32, 0))
-        zeros = ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
-        return self.builder.shuffle_vector(v, ir.Constant(vec_t, ir.Undefined), zeros)
+        return self.builder.shuffle_vector(v, ir.Constant(vec_t, ir.Undefined), _lane_constant(I32, (0,) * lanes))
 
     def _match_lanes(self, a, b):
         la, lb = _lanes(a), _lanes(b)
@@ -361,7 +369,7 @@ class FunctionEmitter:
         base = self.expr(e.base)
         stride = self.expr(e.stride)
         vec = self._broadcast(base, e.lanes)
-        steps = ir.Constant(ir.VectorType(I64, e.lanes), list(range(e.lanes)))
+        steps = _lane_constant(I64, tuple(range(e.lanes)))
         return self.builder.add(vec, self.builder.mul(self._broadcast(stride, e.lanes), steps))
 
     def expr_Broadcast(self, e: Broadcast):

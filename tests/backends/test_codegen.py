@@ -248,3 +248,15 @@ def test_floor_division_and_modulo_by_a_positive_constant_round_down_for_negativ
     f(a, q, r)
     np.testing.assert_array_equal(q, a // 7)
     np.testing.assert_array_equal(r, a % 7)
+
+
+def test_lane_constants_are_shared_per_type_and_values():
+    """One constant object per (element type, values), so llvmlite prints it once; another type or
+    other values is another constant."""
+    from loopweave.backends.llvm.codegen import I32, I64, _lane_constant
+    steps = _lane_constant(I64, (0, 1, 2, 3))
+    assert _lane_constant(I64, (0, 1, 2, 3)) is steps
+    assert str(steps) == "<4 x i64> <i64 0, i64 1, i64 2, i64 3>"
+    assert str(_lane_constant(I32, (0, 1, 2, 3))) == "<4 x i32> <i32 0, i32 1, i32 2, i32 3>"
+    assert str(_lane_constant(I64, (0, 1, 2, 3, 4, 5, 6, 7))).startswith("<8 x i64>")
+    assert str(_lane_constant(I32, (0,) * 4)) == "<4 x i32> <i32 0, i32 0, i32 0, i32 0>"
