@@ -60,10 +60,12 @@ from .common import (BINARY, UNARY, WITH_ATTRS, KernelVariant, _apply, _attr, _s
 #: divides its rows at 224, 5 those at 320: 160 ... 10)
 DIVIDING_ROW_BLOCKS = (7, 5)
 #: register blocks (in 2x2 tiles) of the Winograd kernels of a conv on maps of symbolic size, the
-#: last taken wherever no other divides a row's tiles (a tail then): rows of 10 and 16 pixels
-#: (ResNet-18's 40/20-wide maps at 320; a U-Net's 256 ... 16 at 256, where blocks of 7 would leave a
-#: tail), 14 (ResNet-18's 56/28/14 at 224) and any other
-WINOGRAD_TILE_BLOCKS = (5, 8, 7)
+#: last taken wherever no other divides a row's tiles (a tail then): rows of 16 pixels (a U-Net's
+#: 256 ... 16 at 256, where blocks of 7 leave a tail: 1.10x its time at 1x256x256), 14 (ResNet-18's
+#: 56/28/14 at 224) and any other. A block of 5 (ResNet-18's maps at 320) ran no faster than 7's
+#: tail (1.00x at 1x256x320) and cost 8 kernels, a seventh of that compile.
+#: Re-measure: `python -m benchmarks.dynamic --model resnet18 --shapes 1x256x320` and `--model unet`.
+WINOGRAD_TILE_BLOCKS = (8, 7)
 
 
 class CnnWalk:
@@ -377,7 +379,7 @@ class CnnWalk:
         """The Winograd kernels of a 3x3 stride-1 conv padded by ``pad`` (1, or 0 after an explicit
         reflection pad) on every side (``winograd_rows.py``), one per register block
         of ``WINOGRAD_TILE_BLOCKS`` tiles, where the map is one where Winograd pays
-        (``winograd_pays``'s sizes). Blocks of 5 or 8 where the map is even and they divide a row's
+        (``winograd_pays``'s sizes). Blocks of 8 where the map is even and they divide a row's
         tiles and 7 does not, built over the input as 2 x a size var by 2 x ``tb`` x another (plus
         2 unpadded: whole tiles and blocks by construction: less code, a third less compile time
         than plain size vars); else blocks of 7 over plain size vars: whole, or the row's last

@@ -86,7 +86,7 @@ def test_row_block_variants_of_a_conv_as_wide_as_its_input_are_built_over_whole_
 @pytest.mark.vector_width
 def test_each_binding_runs_the_kernel_that_fits_its_rows(resnet):
     """3x3 stride-1 convs: Winograd where the map is in Winograd's size range, its register block
-    5 or 8 tiles where the map is even and that divides a row's tiles and 7 does not, else 7 (a
+    8 tiles where the map is even and that divides a row's tiles and 7 does not, else 7 (a
     partial last block where 7 does not divide; odd maps too); outside that range direct kernels
     with register blocks of 7 (or 5) pixels where those divide the row and 8 do not; else the
     general kernel."""
@@ -100,11 +100,10 @@ def test_each_binding_runs_the_kernel_that_fits_its_rows(resnet):
 
     # with AVX2's 16 registers a block of 2 channel vectors x 7 pixels does not fit: no rows of 7
     wide = resolve_target("llvm").vector_registers >= 32
-    assert [v.module.name for v in first.variants] == ["poly_conv_winograd_5", "poly_conv_winograd_8",
-                                                       "poly_conv_winograd_7"] + \
+    assert [v.module.name for v in first.variants] == ["poly_conv_winograd_8", "poly_conv_winograd_7"] + \
         ["poly_conv_rows_of_7"] * wide + ["poly_conv_rows_of_5"]
     assert picked(56, 56) == "poly_conv_winograd_7"     # 14 x 14: 7 tiles a row
-    assert picked(64, 80) == "poly_conv_winograd_5"     # 16 x 20: 10
+    assert picked(64, 80) == "poly_conv_winograd_7"     # 16 x 20: 10 tiles, a tail of 3
     assert picked(64, 64) == "poly_conv_winograd_8"     # 16 x 16 (a U-Net's 256 x 256: 64 x 64)
     assert picked(224, 224) == "poly_conv_winograd_7"   # 56 x 56: 28, which 7 and 4 divide, not 8
     assert picked(60, 56) == "poly_conv_winograd_7"     # 15 x 14: an odd height
@@ -675,12 +674,11 @@ def test_a_conv_after_a_reflection_pad_has_whole_tile_winograd_variants():
     model = b.model(("N", 3, "H", "W"), x, ("N", 16, "H", "W"), name="reflect_conv")
     exe = lw.compile(lw.from_onnx(model), polymorphic=True)
     unpadded = [c for c in exe.calls if c.module.name == "poly_conv" and c.variants][-1]
-    assert [v.module.name for v in unpadded.variants][:3] == ["poly_conv_winograd_5", "poly_conv_winograd_8",
-                                                              "poly_conv_winograd_7"]
+    assert [v.module.name for v in unpadded.variants][:2] == ["poly_conv_winograd_8", "poly_conv_winograd_7"]
 
     def picked(h, w):
         return unpadded.module_at({"N": 1, "H": h, "W": w}).name
-    assert picked(16, 20) == "poly_conv_winograd_5"     # 8 x 10 tiles
+    assert picked(16, 20) == "poly_conv_winograd_7"     # 8 x 10 tiles: a tail
     assert picked(16, 32) == "poly_conv_winograd_8"     # 8 x 16
     assert picked(15, 28) == "poly_conv_winograd_7"     # an odd height
     assert len([k for k in unpadded.sizes if k.endswith("x1p2")]) == 2         # (H + 2 and W + 2)
