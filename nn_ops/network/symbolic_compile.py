@@ -175,10 +175,10 @@ class _Builder:
         tensors, holders = {}, []
         views = _param_views(self.g, grp, params)
         for k, name in enumerate(params):
-            v = self.g.values[views.get(name, name)]
-            tensors[views.get(name, name)] = placeholder(tuple(extent(d) for d in v.shape), name=f"in{k}",
-                                                         dtype=v.dtype)
-            holders.append(tensors[views.get(name, name)])
+            taken = views.get(name, name)      # the parameter, or the reshape of it the kernel takes
+            v = self.g.values[taken]
+            tensors[taken] = placeholder(tuple(extent(d) for d in v.shape), name=f"in{k}", dtype=v.dtype)
+            holders.append(tensors[taken])
         anchor = _anchor(grp)
         for node in grp.nodes:
             if node.outputs[0] in tensors:      # a view of a parameter: the parameter itself

@@ -1,8 +1,8 @@
 """A reshape between shapes of sympy sizes, inside a kernel over size vars.
 
-Its axes are matched in runs of equal products (as ``ops.shape.reshape`` matches static ones); a run
-that merges or splits axes takes its index apart by the sizes of all but its first axes, so those
-must be constants: an attention head merge ``[batch, 4, seq, 64] -> [4*batch, seq, 64]`` reads
+Its axes are matched in runs of equal products (as ``ops.shape.reshape`` matches static ones) and
+read through them by ``ops.shape.index_through_runs``: a run that merges or splits axes takes its
+index apart by the sizes of all but its first axes, so those must be constants: an attention head merge ``[batch, 4, seq, 64] -> [4*batch, seq, 64]`` reads
 ``[h // 4, h % 4, s, d]``.  A division by a run-time size (``[batch*seq, 256] -> [batch, seq, ...]``)
 would cost an integer division per element and an index bound inference cannot follow: no runs.
 """
@@ -14,6 +14,7 @@ import sympy
 
 from ...dsl.expr import const
 from ...dsl.tensor import Tensor, compute
+from ..ops.shape import index_through_runs
 from . import symbolic as S
 
 Runs = List[Tuple[List[int], List[int]]]
@@ -60,24 +61,7 @@ def reshape_over_sizes(x: Tensor, src: Sequence, dst: Sequence, extent: Callable
     dst_static = [S.as_int(d) for d in dst]
 
     def fcompute(*idx):
-        index = [const(0, "int64")] * len(src)
-        for out_axes, in_axes in runs:
-            flat = None
-            for k, a in enumerate(out_axes):
-                stride = _inner(dst_static, out_axes[k + 1:])
-                term = idx[a] * stride if stride != 1 else idx[a]
-                flat = term if flat is None else flat + term
-            for k, a in enumerate(in_axes):
-                stride = _inner(src_static, in_axes[k + 1:])
-                q = flat // stride if stride != 1 else flat
-                index[a] = q % src_static[a] if k else q
-        return x[tuple(index)]
+        return x[index_through_runs(idx, runs, src_static, dst_static, const(0, "int64"))]
 
     return compute(tuple(extent(d) for d in dst), fcompute, name=name, tag="injective")
 
-
-def _inner(sizes: Sequence[Optional[int]], axes: Sequence[int]) -> int:
-    out = 1
-    for a in axes:
-        out *= sizes[a]
-    return out

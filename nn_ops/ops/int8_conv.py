@@ -29,12 +29,11 @@ from ...dsl.intrinsics import dot2_i16, dot4_u8s8, elementwise_max, elementwise_
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
-from .conv2d import _output_hw, pixels_per_block, static_row_block
+from .conv2d import _output_hw
 from .elementwise import extents, static_shape
 from .int8_matmul import pairs_of_words, word_of
-from .nchwc import (STREAMED_WEIGHT_PIXELS, _blocked_dims, _channel_vectors, _register_limited_vectors,
-                    _schedule_blocked_padding, depthwise_blocked, pack_blocked_weight, schedule_conv2d_blocked)
-from .registry import accumulate_in_registers, accumulator_and_tile, register_schedule, unroll_long_epilogue
+from .nchwc import _blocked_dims, depthwise_blocked, pack_blocked_weight, schedule_conv2d_blocked
+from .registry import register_schedule
 
 
 def pack_conv_words(weight: np.ndarray, in_block: int, out_block: int, pairs: bool = False) -> np.ndarray:
@@ -189,47 +188,16 @@ class _FewerRegisters:
 
 @register_schedule("conv2d_u8s8_blocked", "llvm")
 def schedule_conv2d_u8s8_blocked(s, op, target):
-    """The float blocked conv's schedule: the same loop nest, over words instead of channels (with int16
-    pairs, a register block that leaves ``PAIRS_SPARE_REGISTERS`` free; on small maps, register blocks
-    where the float conv streams its weights: ``_schedule_pairs_small_map``)."""
-    if not op.attrs.get("pairs"):
-        schedule_conv2d_blocked(s, op, target)
-        return
-    target = _FewerRegisters(target, PAIRS_SPARE_REGISTERS)
-    dims = extents(op.outputs[0])
-    if all(isinstance(d, int) for d in dims) and dims[2] * dims[3] <= STREAMED_WEIGHT_PIXELS:
-        _schedule_pairs_small_map(s, op, target)
+    """The float blocked conv's schedule: the same loop nest, over words instead of channels.  With
+    int16 pairs, a register block that leaves ``PAIRS_SPARE_REGISTERS`` free, and register blocks of
+    each row on small maps where the float conv keeps the whole map's accumulators in memory as its
+    weights stream by: those cost a load, an add and a store per ``pmaddwd``, more than the half-size
+    weights read again per row (ResNet-18's 7x7 layers 1.33-1.38x faster alone, the network 1.07x,
+    MobileNetV2 1.03x; x86-64-v3 code on a Zen 5, one thread, CPU time)."""
+    if op.attrs.get("pairs"):
+        schedule_conv2d_blocked(s, op, _FewerRegisters(target, PAIRS_SPARE_REGISTERS), stream_weights=False)
     else:
         schedule_conv2d_blocked(s, op, target)
-
-
-def _schedule_pairs_small_map(s, op, target):
-    """A map of at most ``STREAMED_WEIGHT_PIXELS`` pixels over int16 pairs: register blocks of each row
-    (the float conv's static blocks), the channel-block pairs in parallel and the rows inside, not the
-    float conv's whole map in memory as the weights stream by.  Its accumulators in memory cost a load,
-    an add and a store per ``pmaddwd``, more than the half-size weights cost read again per row: the
-    blocks ran ResNet-18's 7x7 layers 1.33-1.38x faster alone and the network 1.07x (MobileNetV2 1.03x;
-    x86-64-v3 code on a Zen 5, one thread, CPU time, weights from memory in the network)."""
-    out = op.outputs[0]
-    n_, obn, _, ow_, _ = extents(out)
-    registers = target.vector_registers
-    nv = _register_limited_vectors(_channel_vectors(op, obn, ow_), registers)
-    owb, tail = static_row_block(ow_, pixels_per_block(nv, registers), vectors=nv)
-    acc, Y = accumulator_and_tile(s, op)
-    n, ob, y, x, oi = Y.op.axis
-    obo, obi = Y.split(ob, factor=nv)
-    xo, xi = Y.split(x, factor=owb, tail=tail)
-    Y.reorder(n, obo, y, xo, obi, xi, oi)
-    rows_inside = n_ * (obn // nv) >= 4 * max(1, target.num_threads)
-    fused = Y.fuse(n, obo) if rows_inside else Y.fuse(n, obo, y)
-    Y.vectorize(oi)
-    unroll_long_epilogue(s, op, Y, [obi, xi])
-    Y.parallel(fused)
-    cn, cob, cy, cx, coi = s[acc].op.axis
-    rco, ry, rx, rci = s[acc].op.reduce_axis
-    accumulate_in_registers(s, acc, Y, xo, (cn, cy, rco, ry, rx, rci, cx, cob, coi), (cob, cx))
-    for t in op.input_tensors:
-        _schedule_blocked_padding(s, t, target.lanes(out.dtype))
 
 
 #: the most taps a depthwise conv sums exactly in float32: each product of a centred uint8 (|x - zx| <= 255)

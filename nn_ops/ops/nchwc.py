@@ -270,7 +270,7 @@ def global_pool_blocked(X: Tensor, kind: str, name: str = "global_pool") -> Tens
 
 # ------------------------------------------------------------------ schedules
 @register_schedule("conv2d_blocked", "llvm")
-def schedule_conv2d_blocked(s, op, target):
+def schedule_conv2d_blocked(s, op, target, stream_weights: bool = True):
     """Register block of ``owb`` output pixels x ``nv`` channel vectors, accumulated in registers;
     the reduction (input channel blocks, ky, kx, channel in block) runs outside the block; channel
     blocks (or rows, when there are few) in parallel; the block is stored as whole vectors.
@@ -279,7 +279,8 @@ def schedule_conv2d_blocked(s, op, target):
     ``row_block`` pixels (or ``symbolic_row_block``; a row's tail runs a partial block); channel
     blocks in parallel where there are enough for the threads, else (row, channel block): only
     constant-extent axes are fused inside, as taking a fused index of symbolic extents apart would
-    divide by a run-time size."""
+    divide by a run-time size.  ``stream_weights=False``: register blocks of each row on small maps
+    too (int16 pairs, whose accumulators in memory cost more than reading their weights per row)."""
     out = op.outputs[0]
     obn = int(out.shape[1].value)
     symbolic = not all(isinstance(d, int) for d in extents(out))
@@ -296,13 +297,16 @@ def schedule_conv2d_blocked(s, op, target):
         nv = 1
     registers = target.vector_registers
     rows_inside = False         # (image, channel block) pairs in parallel, the rows inside each
+    streams = False             # the whole map's accumulators in memory as the weights stream by (below)
     if symbolic:
         owb, tail = op.attrs.get("row_block") or symbolic_row_block_for(nv, registers), "guard"
     else:
         nv = _register_limited_vectors(nv, registers)
         rows_inside = depthwise is None and n_ * (obn // nv) >= 4 * max(1, target.num_threads)
-        if rows_inside and oh_ * ow_ <= STREAMED_WEIGHT_PIXELS and ow_ <= pixels_per_block(nv, registers=32):
-            owb, tail = ow_, "guard"    # streams its weights (below): the map's accumulators live in memory
+        streams = stream_weights and rows_inside and oh_ * ow_ <= STREAMED_WEIGHT_PIXELS \
+            and ow_ <= pixels_per_block(nv, registers=32)
+        if streams:
+            owb, tail = ow_, "guard"
         else:
             owb, tail = static_row_block(ow_, pixels_per_block(nv, registers), vectors=nv)
     acc, Y = accumulator_and_tile(s, op)
@@ -329,7 +333,7 @@ def schedule_conv2d_blocked(s, op, target):
         Y.pragma(xo, "pad_tails")                           # (lowering/passes/pad_tail_tiles.py)
     cn, cob, cy, cx, coi = s[acc].op.axis
     rco, ry, rx, rci = s[acc].op.reduce_axis
-    if rows_inside and owb == ow_ and oh_ * ow_ <= STREAMED_WEIGHT_PIXELS:
+    if streams:
         # the whole map's accumulators per channel-block pair (in memory, 6 KB at 7x7), each weight
         # vector read once for all rows as it streams in
         A = s[acc]

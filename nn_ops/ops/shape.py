@@ -19,14 +19,6 @@ from .registry import (compute_all_at, constant_divisor_prefix, register_schedul
                        vectorized_reduction)
 
 
-def _strides(shape: Sequence[int]):
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= d
-    return list(reversed(out))
-
-
 def reshape(X: Tensor, shape: Sequence[int], name: str = "reshape") -> Tensor:
     """Row-major reshape to a static ``shape`` (same number of elements).
 
@@ -41,21 +33,30 @@ def reshape(X: Tensor, shape: Sequence[int], name: str = "reshape") -> Tensor:
     runs = _axis_runs(src, shape)
 
     def fcompute(*idx):
-        index = [const(0)] * len(src)
-        for out_axes, in_axes in runs:
-            if len(out_axes) == 1 and len(in_axes) == 1:
-                index[in_axes[0]] = idx[out_axes[0]]
-                continue
-            flat = None
-            for a, st in zip(out_axes, _strides([shape[a] for a in out_axes])):
-                term = idx[a] * st if st != 1 else idx[a]
-                flat = term if flat is None else flat + term
-            for k, (a, st) in enumerate(zip(in_axes, _strides([src[a] for a in in_axes]))):
-                q = flat // st if st != 1 else flat
-                index[a] = q % src[a] if k else q
-        return X[tuple(index)]
+        return X[index_through_runs(idx, runs, src, shape, const(0))]
 
     return compute(shape, fcompute, name=name, tag="injective")
+
+
+def index_through_runs(idx, runs, src: Sequence, dst: Sequence, zero) -> tuple:
+    """The source index that a reshape from ``src`` to ``dst`` reads at output index ``idx``, its axes
+    matched in ``runs`` ((dst axes, src axes) of equal products; ``zero`` at the unit axes left out).
+    Only the sizes of a run's inner axes are read: a run's first size may be symbolic."""
+    index = [zero] * len(src)
+    for out_axes, in_axes in runs:
+        if len(out_axes) == 1 and len(in_axes) == 1:
+            index[in_axes[0]] = idx[out_axes[0]]
+            continue
+        flat = None
+        for k, a in enumerate(out_axes):
+            stride = math.prod(dst[b] for b in out_axes[k + 1:])
+            term = idx[a] * stride if stride != 1 else idx[a]
+            flat = term if flat is None else flat + term
+        for k, a in enumerate(in_axes):
+            stride = math.prod(src[b] for b in in_axes[k + 1:])
+            q = flat // stride if stride != 1 else flat
+            index[a] = q % src[a] if k else q
+    return tuple(index)
 
 
 def _axis_runs(src: Sequence[int], dst: Sequence[int]):
