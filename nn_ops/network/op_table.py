@@ -137,13 +137,15 @@ def _conv2d_blocked(inputs, attrs):
 @op("conv2d_winograd_blocked", "anchor")
 def _conv2d_winograd_blocked(inputs, attrs):
     """The flat-tile form, or the (tile row, tile column) form where that one's register block
-    would be too small (``winograd.takes_rows_form``)."""
+    would be too small (``winograd.takes_rows_form``) or where a register block of tiles is given
+    (``tile_block``, ``whole_blocks``: a kernel over symbolic sizes, which the flat form cannot take)."""
     from ..ops.winograd import conv2d_winograd_blocked, takes_rows_form
     from ..ops.winograd_rows import conv2d_winograd_rows
     bias = inputs[2] if len(inputs) > 2 else None
     padding = tuple(attrs["padding"])
-    if takes_rows_form(inputs[0], inputs[1], padding):
-        return conv2d_winograd_rows(inputs[0], inputs[1], bias, padding, tile_block=7)
+    if "tile_block" in attrs or takes_rows_form(inputs[0], inputs[1], padding):
+        return conv2d_winograd_rows(inputs[0], inputs[1], bias, padding, tile_block=attrs.get("tile_block", 7),
+                                    whole_blocks=attrs.get("whole_blocks", False))
     return conv2d_winograd_blocked(inputs[0], inputs[1], bias, padding)
 
 

@@ -26,6 +26,7 @@ from ...backends import build_workers
 from ...backends.llvm.call_list_runner import call_list_object
 from ...dsl.tensor import compute, placeholder
 from ...errors import BuildError
+from ..compile_once.cnn import WINOGRAD_TILE_BLOCKS
 from ..ops.registry import schedule
 from . import kernel_cache, symbolic as S
 from .pending_kernels import Pending, build_pending
@@ -36,12 +37,13 @@ from .polymorphic_executable import KernelCall, PolymorphicExecutable, Variant, 
 from .symbolic_plan import SymbolicPlan
 from .symbolic_reshape import reshape_over_sizes, reshape_runs
 
-#: the ops of an imported graph this pipeline builds over symbolic sizes (the encoder's, and the
-#: elementwise ops of a dense stack: each is tested so; another op's kernel may refuse ``lw.var`` extents)
+#: the ops of an imported graph this pipeline builds over symbolic sizes (the encoder's, the
+#: elementwise ops of a dense stack, a CNN's convs and pools in the blocked layout the graph passes
+#: choose: each is tested so; another op's kernel may refuse ``lw.var`` extents)
 SYMBOLIC_OPS = frozenset({
     "dense_kn", "dense", "matmul", "add", "sub", "mul", "div", "max", "min", "pow_const", "relu", "sigmoid",
     "tanh", "exp", "sqrt", "neg", "erf", "gelu", "softmax", "layer_norm", "transpose", "reshape", "identity",
-    "concat", "slice"})
+    "concat", "slice", "conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool", "clip"})
 #: ops whose kernels get a variant of constant extents where a fed symbol among their last two sizes is 1
 UNIT_VARIANT_OPS = ("matmul", "softmax", "transpose")
 
@@ -115,7 +117,7 @@ class _Builder:
             c, m = _factored(d)
             return f"{c}*v{variables[m]}" if c != 1 else f"v{variables[m]}"
         key = f"graph|{signature}|{tuple(tuple(show(d) for d in s) for s in shapes)}"
-        module = self.kernel(key, grp, params, variables, {}, kernel_name(grp))
+        module = self.kernel(key, grp, params, variables, self.general_attrs(grp), kernel_name(grp))
         variants = [Variant(self.kernel(f"{key}|{what}", grp, params, variables, attrs, f"{kernel_name(grp)}_{what}",
                                         units), rows, at_most)
                     for rows, at_most, attrs, units, what in self.variants(grp, variables)]
@@ -123,6 +125,21 @@ class _Builder:
         self.param_views.update({view: p for p, view in views.items()})
         return KernelCall(grp.nodes[-1].name, module, tuple(views.get(p, p) for p in params) + (grp.output,), sizes,
                           tuple(variants))
+
+    def general_attrs(self, grp) -> dict:
+        """Attributes of the anchor of a group's general kernel: a Winograd conv over symbolic sizes
+        takes the (tile row, tile column) form, in register blocks of ``WINOGRAD_TILE_BLOCKS`` tiles
+        that divide a constant row (else the last, with a partial block at the row's end)."""
+        anchor = _anchor(grp)
+        if anchor.op_type != "conv2d_winograd_blocked" or all(S.is_static(d) for d in self.g.shape(anchor.inputs[0])):
+            return {}
+        width = self.g.shape(anchor.outputs[0])[3]
+        if S.is_static(width):
+            tiles = (int(width) + 1) // 2
+            for tb in WINOGRAD_TILE_BLOCKS:
+                if tiles % tb == 0:
+                    return {"tile_block": tb, "whole_blocks": True}
+        return {"tile_block": WINOGRAD_TILE_BLOCKS[-1]}
 
     def variants(self, grp, variables) -> list:
         """(rows, at most, attributes of the anchor, sizes fixed to 1, name) of each variant."""

@@ -1,0 +1,60 @@
+"""CNNs through the one Graph pipeline (``lw.compile(dynamic_graph, pipeline="graph")``): the blocked
+layout the graph passes choose, built over a symbolic batch (Winograd in its rows form, residual adds
+and clips as epilogues, a depthwise conv inside its 1x1 projection, pools, a channel concat), equal to
+the static compile of each shape and to onnxruntime."""
+import numpy as np
+import pytest
+
+import loopweave as lw
+from loopweave.nn_ops.testing.onnx_builder import OnnxBuilder
+
+SIZE = 32
+
+
+def _cnn():
+    """A stem conv, a residual block of 3x3s (Winograd at 16x16), a depthwise conv with its 1x1
+    projection, max pool, a fire module (1x1 and 3x3 expands concatenated), average and global pools."""
+    b = OnnxBuilder(opset=13)
+    x = b.relu(b.bn(b.conv("input", 3, 16, 3, stride=2), 16))
+    y = b.bn(b.conv(b.relu(b.bn(b.conv(x, 16, 16, 3), 16)), 16, 16, 3), 16)
+    x = b.relu(b.node("Add", [y, x]))
+    x = b.bn(b.conv(b.relu6(b.bn(b.conv(x, 16, 16, 3, groups=16), 16)), 16, 32, 1, pad=0), 32)
+    x = b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    s = b.relu(b.conv(x, 32, 16, 1, pad=0, bias=True))
+    x = b.node("Concat", [b.relu(b.conv(s, 16, 16, 1, pad=0, bias=True)), b.relu(b.conv(s, 16, 16, 3, bias=True))],
+               axis=1)
+    x = b.node("AveragePool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
+    return b.model(("batch", 3, SIZE, SIZE), b.gemm(x, 32, 10), ("batch", 10), name="cnn")
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    model = _cnn()
+    graph = lw.from_onnx(model)
+    return model, graph, lw.compile(graph, pipeline="graph")
+
+
+def _feed(batch):
+    return {"input": np.random.default_rng(batch).standard_normal((batch, 3, SIZE, SIZE)).astype(np.float32)}
+
+
+def test_its_kernels_are_the_static_compiles_over_a_batch_var(cnn):
+    _, _, exe = cnn
+    names = [c.module.name for c in exe.calls]
+    assert names.count("conv2d_winograd_blocked_relu") == names.count("conv2d_winograd_blocked_add_relu") == 1
+    assert "depthwise_blocked_clip_conv2d_blocked" in names
+    assert {"pool2d_blocked", "concat", "global_avg_pool_blocked"} <= set(names)
+    assert all(set(c.sizes) == {"v0"} and str(c.sizes["v0"]) == "batch" for c in exe.calls)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_it_equals_the_static_compile_and_onnxruntime(cnn, batch):
+    model, graph, exe = cnn
+    feed = _feed(batch)
+    got = exe.run(feed)[0]
+    static = lw.compile(graph.specialize({"input": feed["input"].shape}, {}), progress=False)
+    np.testing.assert_allclose(got, static.run(feed)[0], rtol=1e-6, atol=1e-6)
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got, session.run(None, feed)[0], rtol=1e-4, atol=1e-4)
