@@ -16,7 +16,7 @@ from ...dsl.expr import cast, const
 from ...dsl.intrinsics import elementwise_max, elementwise_min, round as lw_round
 from ...dsl.tensor import Tensor, compute
 from ...errors import ExprError
-from .elementwise import extents, static_shape
+from .elementwise import broadcast_index, extents, static_shape
 
 
 def _param_index(param: Tensor, x_shape, axis: int, block_size: int):
@@ -69,5 +69,28 @@ def quantize(x: Tensor, scale: Tensor, zero_point: Optional[Tensor], out_dtype: 
             q = q + cast(work, zero_point[at(idx)])
         q = elementwise_min(elementwise_max(q, const(float(info.min), work)), const(float(info.max), work))
         return cast(out_dtype, q)
+
+    return compute(shape, body, name=name, tag="injective")
+
+
+def rescale(x: Tensor, multiplier: Tensor, offset: Tensor, out_dtype: str, name: str = "rescale") -> Tensor:
+    """``q = clamp(round(float32(x) * multiplier + offset))`` (half to even, saturated to ``out_dtype``),
+    ``multiplier`` and ``offset`` broadcast to ``x``: a requantization between 8-bit values in one
+    multiply-add, where a DequantizeLinear, float ops and a QuantizeLinear took a division and
+    several more (``passes/fold_affine_requantization``, which proves it equal on every input)."""
+    if not dtypes.is_int(out_dtype):
+        raise ExprError(f"rescale to {out_dtype} (an integer type expected)")
+    for t in (multiplier, offset):
+        if t.dtype != "float32":
+            raise ExprError(f"rescale: {t.name} must be float32, got {t.dtype}")
+    shape = extents(x)
+    info = np.iinfo(out_dtype)
+
+    def body(*idx):
+        v = cast("float32", x[idx]) * broadcast_index(multiplier, len(shape), idx) + \
+            broadcast_index(offset, len(shape), idx)
+        v = elementwise_min(elementwise_max(lw_round(v), const(float(info.min), "float32")),
+                            const(float(info.max), "float32"))
+        return cast(out_dtype, v)
 
     return compute(shape, body, name=name, tag="injective")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ...ops.int8_matmul import int8_pairs
 from ..graph import Graph
 from .choose_conv_layout import choose_conv_layout
+from .fold_affine_requantization import fold_affine_requantization
 from .concats_in_place import concats_in_place
 from .choose_cuda_conv import choose_cuda_conv
 from .choose_dense_layout import choose_dense_layout
@@ -34,7 +35,8 @@ def optimize(graph: Graph, target_kind: str = "llvm", precision: str = "fp32") -
     """The standard graph pipeline, on a copy: fold constants, zero pads and BN into convs,
     recognise GELU and SiLU, move reshapes below elementwise ops (row ops over symbolic sizes onto
     (rows, n) views) and collapse chains of them, keep CPU convolution networks in
-    the blocked layout (on the GPU: convolutions as implicit GEMMs), pre-transpose constant dense weights, pre-pack constant conv
+    the blocked layout (on the GPU: convolutions as implicit GEMMs), requantize 8-bit values through affine
+    float ops in one multiply-add, pre-transpose constant dense weights, pre-pack constant conv
     weights, drop dead code.  ``precision`` "tf32" or "fp16" (cuda): convolutions shaped for the tensor cores."""
     g = graph.copy()
     g = fold_constants(g)
@@ -50,6 +52,7 @@ def optimize(graph: Graph, target_kind: str = "llvm", precision: str = "fp32") -
     g = rejoin_slices(g)
     if target_kind == "llvm":
         g = choose_conv_layout(g)
+    g = fold_affine_requantization(g)
     if target_kind == "cuda":
         g = choose_cuda_conv(g, precision)
     g = choose_dense_layout(g, _host_lanes() if target_kind == "llvm" else None,
@@ -70,6 +73,6 @@ def _int8_pairs() -> bool:
     return int8_pairs(resolve_target("llvm"))
 
 
-__all__ = ["optimize", "choose_conv_layout", "choose_cuda_conv", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "choose_dense_layout", "flatten_row_ops", "pack_conv_weights",
+__all__ = ["optimize", "choose_conv_layout", "choose_cuda_conv", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "fold_affine_requantization", "choose_dense_layout", "flatten_row_ops", "pack_conv_weights",
            "eliminate_dead_code", "fuse_gelu", "fuse_silu", "sink_reshapes", "collapse_reshapes", "rejoin_slices", "fuse_operators", "FusedGroup",
            "materialize_output_copies", "concats_in_place", "slices_as_views", "pack_weights"]

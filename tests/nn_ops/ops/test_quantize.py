@@ -1,0 +1,33 @@
+"""``rescale``: an 8-bit value's requantization in one multiply-add, rounded half to even and saturated."""
+import numpy as np
+import pytest
+
+import loopweave as lw
+from loopweave import nn_ops
+from loopweave.errors import ExprError
+from loopweave.nn_ops.ops.quantize import rescale
+
+
+def test_rescale_rounds_half_to_even_and_saturates_per_channel():
+    X = lw.placeholder((2, 3, 4), name="X", dtype="uint8")
+    M = lw.placeholder((3, 1), name="M", dtype="float32")
+    O = lw.placeholder((3, 1), name="O", dtype="float32")
+    Y = rescale(X, M, O, "int8")
+    f = lw.build(nn_ops.schedule(Y, "llvm"), [X, M, O, Y])
+    x = np.array([[[0, 1, 3, 255]] * 3] * 2, np.uint8)
+    m = np.array([[0.5], [1.0], [-2.0]], np.float32)
+    o = np.array([[0.0], [-128.5], [100.0]], np.float32)
+    out = np.zeros((2, 3, 4), np.int8)
+    f(x, m, o, out)
+    want = np.clip(np.rint(x.astype(np.float32) * m + o), -128, 127).astype(np.int8)
+    np.testing.assert_array_equal(out, want)
+    assert out[0, 0, 1] == 0 and out[0, 0, 2] == 2 and out[0, 1, 3] == 126 and out[0, 2, 3] == -128
+
+
+def test_rescale_names_a_float_output_and_a_constant_of_the_wrong_dtype():
+    X = lw.placeholder((4,), name="X", dtype="uint8")
+    M = lw.placeholder((4,), name="M", dtype="float32")
+    with pytest.raises(ExprError, match="integer type"):
+        rescale(X, M, M, "float32")
+    with pytest.raises(ExprError, match="O64 must be float32"):
+        rescale(X, M, lw.placeholder((4,), name="O64", dtype="float64"), "uint8")
