@@ -683,6 +683,9 @@ class FunctionEmitter:
         return b.fptrunc(b.bitcast(odd, f32_t), t)
 
     def expr_Cast(self, e: Cast):
+        if e.dtype == "int32" and isinstance(e.value, Call) and e.value.name == "round" and \
+                e.value.dtype in ("float32", "float64") and self.cg.target.arch == "x86_64":
+            return self._rounded_to_int32(self.expr(e.value.args[0]))
         v = self.expr(e.value)
         src, dst = e.value.dtype, e.dtype
         lanes = _lanes(v)
@@ -705,6 +708,15 @@ class FunctionEmitter:
         if db < sb:
             return b.trunc(v, t)
         return v
+
+    def _rounded_to_int32(self, v):
+        """``int32(round(v))`` as ``llvm.lrint``: one ``cvtps2dq`` / ``cvtpd2dq`` (the default rounding
+        mode is to nearest even), where ``roundeven`` then ``fptosi`` is a round and a truncating
+        convert.  Out of range both are undefined."""
+        lanes = _lanes(v)
+        t = llvm_type("int32", lanes)
+        name = f"llvm.lrint.{_type_suffix(t)}.{_type_suffix(v.type)}"
+        return self.builder.call(self.cg.intrinsic(name, t, [v.type]), [v])
 
     def _call_float(self, name: str, *args):
         t = args[0].type

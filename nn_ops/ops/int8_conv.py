@@ -62,9 +62,9 @@ def _requantized(D: Tensor, channel, bias: Tensor, multiplier: Tensor, y_zero_po
         c = channel(idx)
         acc = D[idx] if D.dtype == "int32" else cast("int32", D[idx])
         scaled = cast("float64", acc + bias[c]) * multiplier[c] + const(float(y_zero_point), "float64")
-        clipped = elementwise_min(elementwise_max(lw_round(scaled), const(float(info.min), "float64")),
+        clipped = elementwise_min(elementwise_max(scaled, const(float(info.min), "float64")),
                                   const(float(info.max), "float64"))
-        return cast(out_dtype, clipped)
+        return cast(out_dtype, cast("int32", lw_round(clipped)))        # (rounded after the clamp: equal)
     return compute(D.shape, body, name=name + ".requantize", tag="elemwise")
 
 

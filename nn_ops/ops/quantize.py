@@ -89,8 +89,7 @@ def rescale(x: Tensor, multiplier: Tensor, offset: Tensor, out_dtype: str, name:
     def body(*idx):
         v = cast("float32", x[idx]) * broadcast_index(multiplier, len(shape), idx) + \
             broadcast_index(offset, len(shape), idx)
-        v = elementwise_min(elementwise_max(lw_round(v), const(float(info.min), "float32")),
-                            const(float(info.max), "float32"))
-        return cast(out_dtype, v)
+        v = elementwise_min(elementwise_max(v, const(float(info.min), "float32")), const(float(info.max), "float32"))
+        return cast(out_dtype, cast("int32", lw_round(v)))        # (rounded after the clamp: equal)
 
     return compute(shape, body, name=name, tag="injective")

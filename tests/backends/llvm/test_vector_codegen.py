@@ -38,3 +38,21 @@ def test_vector_select_between_lane_invariant_values(false_reads):
     b = np.empty(64, "float32")
     lw.build(s, [A, C, B])(a, c, b)
     np.testing.assert_array_equal(b, np.where(a > 0.5, c[0], c[1] if false_reads else 0.0).astype("float32"))
+
+
+@pytest.mark.parametrize("dtype,instruction", [("float32", "vcvtps2dq"), ("float64", "vcvtpd2dq")])
+def test_a_rounded_float_converted_to_int32_is_one_rounding_convert(dtype, instruction):
+    """int32(round(x)): ``llvm.lrint``, one convert in the default rounding mode (to nearest even),
+    not a round and a truncating convert; halves go to even."""
+    A = lw.placeholder((64,), name="A", dtype=dtype)
+    B = lw.compute((64,), lambda i: lw.cast("int32", lw.round(A[i])), name="B")
+    s = lw.create_schedule(B)
+    _, inner = s[B].split(B.op.axis[0], factor=8)
+    s[B].vectorize(inner)
+    f = lw.build(s, [A, B], target="llvm -mcpu=x86-64-v3")
+    asm = f.get_source("asm")
+    assert instruction in asm and "vround" not in asm
+    a = (np.arange(64) - 32).astype(dtype) / 4
+    b = np.empty(64, "int32")
+    f(a, b)
+    np.testing.assert_array_equal(b, np.rint(a).astype("int32"))
