@@ -131,18 +131,33 @@ def _matmul(inputs, attrs):
 def _conv2d_blocked(inputs, attrs):
     from ..ops.nchwc import conv2d_blocked
     return conv2d_blocked(inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None, tuple(attrs["stride"]),
-                          tuple(attrs["padding"]), tuple(attrs["dilation"]), groups=int(attrs.get("groups", 1)))
+                          tuple(attrs["padding"]), tuple(attrs["dilation"]), groups=int(attrs.get("groups", 1)),
+                          **_row_blocks(attrs))
+
+
+def _row_blocks(attrs) -> dict:
+    """A blocked conv's register block of pixels where a kernel over symbolic sizes gives one
+    (``row_block``; ``whole_blocks``: only run where it divides the row)."""
+    if "row_block" not in attrs:
+        return {}
+    return {"row_block": int(attrs["row_block"]), "whole_blocks": bool(attrs.get("whole_blocks", False))}
 
 
 @op("conv2d_winograd_blocked", "anchor")
 def _conv2d_winograd_blocked(inputs, attrs):
     """The flat-tile form, or the (tile row, tile column) form where that one's register block
     would be too small (``winograd.takes_rows_form``) or where a register block of tiles is given
-    (``tile_block``, ``whole_blocks``: a kernel over symbolic sizes, which the flat form cannot take)."""
+    (``tile_block``, ``whole_blocks``: a kernel over symbolic sizes, which the flat form cannot take).
+    With ``direct_weight`` (a map of symbolic size) the third input is the packed direct weight, and
+    without a ``tile_block`` the kernel is the direct conv (the sizes where Winograd does not pay)."""
+    from ..ops.nchwc import conv2d_blocked
     from ..ops.winograd import conv2d_winograd_blocked, takes_rows_form
     from ..ops.winograd_rows import conv2d_winograd_rows
-    bias = inputs[2] if len(inputs) > 2 else None
+    first_bias = 3 if attrs.get("direct_weight") else 2
+    bias = inputs[first_bias] if len(inputs) > first_bias else None
     padding = tuple(attrs["padding"])
+    if attrs.get("direct_weight") and "tile_block" not in attrs:
+        return conv2d_blocked(inputs[0], inputs[2], bias, (1, 1), padding, (1, 1), **_row_blocks(attrs))
     if "tile_block" in attrs or takes_rows_form(inputs[0], inputs[1], padding):
         return conv2d_winograd_rows(inputs[0], inputs[1], bias, padding, tile_block=attrs.get("tile_block", 7),
                                     whole_blocks=attrs.get("whole_blocks", False))
@@ -153,7 +168,7 @@ def _conv2d_winograd_blocked(inputs, attrs):
 def _depthwise_blocked(inputs, attrs):
     from ..ops.nchwc import depthwise_blocked
     return depthwise_blocked(inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None, tuple(attrs["stride"]),
-                             tuple(attrs["padding"]), tuple(attrs["dilation"]))
+                             tuple(attrs["padding"]), tuple(attrs["dilation"]), **_row_blocks(attrs))
 
 
 @op("pool2d_blocked", "reduce")

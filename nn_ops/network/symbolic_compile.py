@@ -16,17 +16,22 @@ Where the rows may be few, a kernel also gets the variants the compile-once path
 (the executable picks one per binding): a dense layer's streaming product for at most ``SMALL_M``
 rows (or, packed in panels, a one-row register tile), and the batched products, softmaxes and
 transposes of constant extents where a fed symbol among their last two sizes is 1 (one token).
+A CNN's blocked convs on maps of symbolic size get the compile-once path's too: Winograd's in
+blocks of tiles where it may pay (the graph passes keep the direct weight beside the transformed one)
+and register blocks of pixels that divide the row.  A conv computes its output's sizes from its
+input's (``(h + 2 - 3) // 1 + 1``), proven equal to the graph's; a residual operand takes them.
 """
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 from typing import Dict, List, Optional, Tuple
 
 from ...backends import build_workers
 from ...backends.llvm.call_list_runner import call_list_object
 from ...dsl.tensor import compute, placeholder
 from ...errors import BuildError
-from ..compile_once.cnn import WINOGRAD_TILE_BLOCKS
+from ..compile_once.cnn import WINOGRAD_TILE_BLOCKS, CnnWalk, _row_block_variants
 from ..ops.registry import schedule
 from . import kernel_cache, symbolic as S
 from .pending_kernels import Pending, build_pending
@@ -131,7 +136,8 @@ class _Builder:
         takes the (tile row, tile column) form, in register blocks of ``WINOGRAD_TILE_BLOCKS`` tiles
         that divide a constant row (else the last, with a partial block at the row's end)."""
         anchor = _anchor(grp)
-        if anchor.op_type != "conv2d_winograd_blocked" or all(S.is_static(d) for d in self.g.shape(anchor.inputs[0])):
+        if anchor.op_type != "conv2d_winograd_blocked" or anchor.attrs.get("direct_weight") or \
+                all(S.is_static(d) for d in self.g.shape(anchor.inputs[0])):
             return {}
         width = self.g.shape(anchor.outputs[0])[3]
         if S.is_static(width):
@@ -151,6 +157,8 @@ class _Builder:
             if anchor.attrs.get("panels"):       # one row: a register tile of that row
                 return [(rows, 1, {"row_block": 1}, (), "one_row")]
             return [(rows, SMALL_M, {"few_rows": True}, (), "few_rows")]
+        if anchor.op_type in ("conv2d_blocked", "depthwise_blocked", "conv2d_winograd_blocked"):
+            return self.conv_variants(anchor)
         if anchor.op_type not in UNIT_VARIANT_OPS:
             return []
         shape = self.g.values[grp.output].shape
@@ -159,6 +167,27 @@ class _Builder:
             if d in self.fed_sizes and d in variables and d not in units:
                 units.append(d)
         return [(d, 1, {}, (d,), f"{S.show(d)}_1") for d in units]
+
+    def conv_variants(self, anchor) -> list:
+        """The compile-once path's variants of a blocked conv on a map of symbolic size: Winograd's
+        where it may pay (a ``direct_weight`` conv: ``CnnWalk.winograd_variants``, which reads only
+        the target of its builder), then register blocks of pixels that divide the output row
+        (``cnn._row_block_variants``); each built over plain size vars."""
+        x, out = self.g.shape(anchor.inputs[0]), self.g.shape(anchor.outputs[0])
+
+        def attrs_of(*holders, extent=None, **attrs):
+            return attrs
+        found = []
+        if anchor.op_type == "conv2d_winograd_blocked":
+            if not anchor.attrs.get("direct_weight"):
+                return []
+            walk = CnnWalk(SimpleNamespace(target=self.target), BuildError)
+            found += walk.winograd_variants(x, out, anchor.attrs["padding"][0], attrs_of)
+            weight = self.g.initializers[anchor.inputs[2]].shape
+        else:
+            weight = None if anchor.op_type == "depthwise_blocked" else self.g.initializers[anchor.inputs[1]].shape
+        found += _row_block_variants(out[3], attrs_of, weight, len(x) == 5, x[3])
+        return [(v.size, v.at_most, v.make(extent=None), (), v.what) for v in found]
 
     def kernel(self, key: str, grp, params, variables, anchor_attrs, name, units=()):
         module = self.kernels.get(key)
@@ -182,24 +211,34 @@ class _Builder:
 
     def computation(self, grp, params, var_of, anchor_attrs) -> Tuple[list, object]:
         """The group's placeholders and output over extents ``var_of`` (sympy size -> var or 1),
-        checked against the graph's shapes."""
+        checked against the graph's shapes.  A parameter that a node reads beside a computed value
+        of its graph shape (a conv's residual operand) takes that value's extents, which the kernel
+        computes (``(h + 2 - 3) + 1``): bound inference then knows they are one size."""
         def extent(d):
             if S.is_static(d):
                 return int(d)
             c, m = _factored(d)
             v = var_of[m]
             return v if c == 1 else c * v
-        tensors, holders = {}, []
+        tensors: Dict[str, object] = {}
         views = _param_views(self.g, grp, params)
+        taken = [views.get(name, name) for name in params]     # the parameter, or the reshape of it the kernel takes
+
+        def make(k, shape=None):
+            v = self.g.values[taken[k]]
+            tensors[taken[k]] = placeholder(shape or tuple(extent(d) for d in v.shape), name=f"in{k}", dtype=v.dtype)
         for k, name in enumerate(params):
-            taken = views.get(name, name)      # the parameter, or the reshape of it the kernel takes
-            v = self.g.values[taken]
-            tensors[taken] = placeholder(tuple(extent(d) for d in v.shape), name=f"in{k}", dtype=v.dtype)
-            holders.append(tensors[taken])
+            if taken[k] != name:
+                make(k)
         anchor = _anchor(grp)
         for node in grp.nodes:
             if node.outputs[0] in tensors:      # a view of a parameter: the parameter itself
                 continue
+            for i in node.inputs:
+                if i in taken and i not in tensors:
+                    like = [tensors[j] for j in node.inputs if j in tensors and j not in taken
+                            and self.g.shape(j) == self.g.shape(i)]
+                    make(taken.index(i), like[0].shape if like else None)
             scalars = scalar_constants(self.g, node.op_type, node.inputs)
             args = [scalars[pos] if pos in scalars else tensors[i] for pos, i in enumerate(node.inputs)]
             attrs = dict(node.attrs, **anchor_attrs) if node is anchor else node.attrs
@@ -215,13 +254,15 @@ class _Builder:
             except Exception as exc:    # noqa: BLE001 - an op that refuses symbolic extents
                 raise BuildError(f"node {node.name!r} ({node.op_type}): no kernel over its symbolic sizes "
                                  f"({type(exc).__name__}: {exc}); compile without pipeline='graph'") from exc
-            want = tuple(extent(d) for d in self.g.values[node.outputs[0]].shape)
-            if not _same_extents(t.shape, want):
+            if not _same_extents(t.shape, self.g.values[node.outputs[0]].shape, var_of):
                 raise BuildError(f"node {node.name!r} ({node.op_type}): its kernel computes shape {t.shape}, the "
                                  f"graph says {self.g.values[node.outputs[0]].shape}; compile without "
                                  f"pipeline='graph'")
             tensors[node.outputs[0]] = t
-        return holders, tensors[grp.output]
+        for k, name in enumerate(taken):
+            if name not in tensors:
+                make(k)
+        return [tensors[name] for name in taken], tensors[grp.output]
 
     def reshape(self, node, x, extent):
         src, dst = self.g.values[node.inputs[0]].shape, self.g.values[node.outputs[0]].shape
@@ -292,13 +333,17 @@ def _param_views(g: Graph, grp, params) -> Dict[str, str]:
             if len(readers.get(p, ())) == 1 and readers[p][0].op_type == "reshape" and p not in g.initializers}
 
 
-def _same_extents(got, want) -> bool:
-    """The kernel's extents (DSL expressions) are the graph's (ints, size vars, or 1)."""
+def _same_extents(got, want, var_of) -> bool:
+    """The kernel's extents (DSL expressions of its size vars) are the graph's sizes ``want``:
+    each var read as the size it stands for (``var_of``: sympy size / its constant factor -> var or
+    1), so an extent the kernel computes itself (a convolved ``(h - 1) // 2 + 1``) is proven equal."""
     if len(got) != len(want):
         return False
+    size_of = {S.from_dsl(v): m for m, v in var_of.items() if not isinstance(v, int)}
     for g, w in zip(got, want):
-        g = S.from_dsl(g)
-        w = S.from_dsl(w) if not isinstance(w, int) else w
+        g = S.from_dsl(g).subs(size_of, simultaneous=True)
+        if not S.is_static(w) and isinstance(var_of.get(_factored(w)[1]), int):    # a size fixed to 1
+            w = _factored(w)[0]
         if S.equal(g, w) is not True:
             return False
     return True

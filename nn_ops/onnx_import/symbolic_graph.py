@@ -6,7 +6,10 @@ imported statically at three probe bindings and every size of the result is solv
 symbol is a distinct prime at the first two, so a size that is ``c * batch**i * seq**j`` is found
 exactly from them (the ratio of its two values fixes the exponents, by unique factorisation), and
 checked at the third, of even sizes (what follows a size's parity, odd at both primes, shows there).  Values the symbolic shape inference names (``symbolic_shapes.py``) keep its
-expressions, which also cover sizes that are not such products (``seq + 1``).  What the probes
+expressions, which also cover sizes that are not such products (``seq + 1``, a convolved
+``floor((H - 1)/2) + 1``); the importer's own values (a decomposed batch norm's) take such an
+expression where it has their sizes at every probe.  A graph whose run-time checks refuse the
+probes' sizes (a deep CNN's last pool) is probed at larger ones.  What the probes
 cannot explain is refused, naming the node: a graph whose structure changes with the sizes, a
 constant computed from them, a size that is no product of the symbols.
 """
@@ -27,6 +30,9 @@ from ..network.graph import Graph
 #: larger than the sizes ops specialise (a 3x3 window, one token), small enough for the memory
 #: limit's import-time checks
 PROBES = ((17, 19, 23, 29, 31), (37, 41, 43, 47, 53), (24, 32, 40, 48, 56))
+#: the probes where a graph's run-time checks refuse ``PROBES`` (a SqueezeNet's last pool needs
+#: images of 67 pixels or more), alike in kind
+LARGE_PROBES = ((67, 71, 73, 79, 83), (89, 97, 101, 103, 107), (64, 72, 80, 88, 96))
 #: the highest power of one symbol a size may hold (``seq * seq`` of attention scores)
 MAX_POWER = 3
 
@@ -40,12 +46,15 @@ def symbolic_graph(dynamic) -> Graph:
     if len(symbols) > len(PROBES[0]):
         raise OnnxImportError(f"{dynamic.name!r} has {len(symbols)} symbolic sizes; the symbolic graph solves for "
                               f"at most {len(PROBES[0])}")
-    bindings = [dict(zip(symbols, primes)) for primes in PROBES]
-    for binding in bindings:
-        for check in dynamic.signature.checks:
-            if not check.holds(binding):
-                raise OnnxImportError(f"{dynamic.name!r}: its run-time check {check.message!r} refuses the probe "
-                                      f"sizes {binding}, so its symbolic graph cannot be solved for")
+    for probes in (PROBES, LARGE_PROBES):
+        bindings = [dict(zip(symbols, primes)) for primes in probes]
+        refused = [(check, b) for b in bindings for check in dynamic.signature.checks if not check.holds(b)]
+        if not refused:
+            break
+    else:
+        check, binding = refused[0]
+        raise OnnxImportError(f"{dynamic.name!r}: its run-time check {check.message!r} refuses the probe "
+                              f"sizes {binding}, so its symbolic graph cannot be solved for")
     graphs = [_import_at(dynamic, b) for b in bindings]
     return _Solver(dynamic, symbols, bindings, graphs).graph()
 
@@ -60,6 +69,7 @@ class _Solver:
     def __init__(self, dynamic, symbols: List[str], bindings: List[Dict[str, int]], graphs: List[Graph]):
         self.dynamic, self.symbols, self.bindings, self.graphs = dynamic, symbols, bindings, graphs
         self.known = dynamic.shapes.shapes        # the symbolic shape inference's sizes, by ONNX value name
+        self.named = self._named_sizes()
 
     def graph(self) -> Graph:
         first, others = self.graphs[0], self.graphs[1:]
@@ -137,8 +147,24 @@ class _Solver:
             raise self.refuse(node, f"attribute {name!r} changes with the sizes")
         return first
 
+    def _named_sizes(self) -> Dict[tuple, object]:
+        """{the values at the probes: the size} of each symbolic size the shape inference names (a
+        convolved ``floor((H - 1)/2) + 1``); None where two sizes not proven equal share the values."""
+        named: Dict[tuple, object] = {}
+        for d in {S.dim(d) for shape in self.known.values() for d in shape if not S.is_static(d)}:
+            try:
+                at = tuple(int(S.evaluate(d, b)) for b in self.bindings)
+            except (KeyError, TypeError, ValueError):     # a size of symbols no probe binds
+                continue
+            if at in named and named[at] is not None and S.equal(named[at], d) is not True:
+                named[at] = None
+            else:
+                named.setdefault(at, d)
+        return named
+
     def size(self, values: List[int], what: str, node=None):
-        """The size that is ``values[k]`` at probe ``k``: an int, or ``c * prod(symbol ** e)``."""
+        """The size that is ``values[k]`` at probe ``k``: an int, ``c * prod(symbol ** e)``, or a size
+        the shape inference names that has these values (an importer's own value of a convolved map)."""
         if all(v == values[0] for v in values):
             return S.dim(values[0])
         a, b = self.bindings[0], self.bindings[1]
@@ -153,8 +179,12 @@ class _Solver:
             if all(coefficient * _monomial(p, self.symbols, powers) == v for p, v in zip(self.bindings, values)):
                 return sympy.Rational(coefficient.numerator, coefficient.denominator) * sympy.Mul(
                     *(S.symbol(s) ** e for s, e in zip(self.symbols, powers)))
+        named = self.named.get(tuple(values))
+        if named is not None:
+            return named
         raise self.refuse(node, f"{what} is {values[0]}, {values[1]}, {values[2]} at sizes "
-                                f"{', '.join(str(b) for b in self.bindings)}: no product of the symbols")
+                                f"{', '.join(str(b) for b in self.bindings)}: no product of the symbols nor a "
+                                f"size the shape inference names")
 
 
 def _monomial(binding: Dict[str, int], symbols: Sequence[str], powers: Sequence[int]) -> int:

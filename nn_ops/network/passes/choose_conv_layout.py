@@ -8,7 +8,9 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
 * conv2d with a constant weight and groups == 1 -> ``conv2d_blocked`` (weights packed
   here, once); its input may be plain NCHW (the first layer reads the image as it is);
   a 3x3 stride-1 one on a blocked input where Winograd pays (``winograd.winograd_pays``)
-  -> ``conv2d_winograd_blocked``, its weight transformed here, once;
+  -> ``conv2d_winograd_blocked``, its weight transformed here, once (on a map of symbolic size,
+  where it pays on some maps, with the packed direct weight too: ``direct_weight``, the kernel
+  of each binding picked at run time);
 * depthwise conv2d with a constant weight -> ``depthwise_blocked``; another grouped one on a blocked
   input -> ``conv2d_blocked`` with groups of whole channel blocks (``nchwc.merged_groups``: RegNet's and
   ResNeXt's groups of 8 channels merged in pairs into 16-channel blocks, their weight zero between);
@@ -32,7 +34,7 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
 * a conv larger than 1x1 reading an NCHW value with at least ``TO_BLOCKED_MIN_CHANNELS``
   channels (whole vectors of them) gets one ``to_blocked`` of it; others (a first layer's image,
   1x1 convs) read the value as it lies;
-* a conv (depthwise with output rows of 8 pixels or more, or a stride-1 1x1 that
+* a conv (depthwise with output rows of a constant 8 pixels or more, or a stride-1 1x1 that
   ``_lone_1x1_stays_plain``) whose input is NCHW
   stays NCHW unless its result reaches a convolution or an NHWC transpose (through elementwise
   ops, pools and concats) or joins a blocked value in an elementwise op: a lone one would pay a
@@ -56,10 +58,11 @@ from typing import Dict, Optional
 import numpy as np
 
 from ...ops.conv2d import _divisor_at_most
+from .. import symbolic as S
 from ..graph import Graph, Node
 from ..op_table import SCALAR_OPS, scalar_constants
 from ...ops.nchwc import blocked_shape, group_merge, merged_groups, pack_blocked_weight, pack_depthwise_weight
-from ...ops.winograd import winograd_pays, winograd_weight
+from ...ops.winograd import MIN_WINOGRAD_PIXELS, winograd_pays, winograd_weight
 from .blocked_qconv import (QCONVS, QUANTIZERS, blocked_qconv, follows_blocked, input_block, is_quantizer_constant,
                             qconv_goes_blocked)
 from .sink_reshapes import ELEMENTWISE
@@ -199,7 +202,8 @@ def _decide(g: Graph, node: Node, block, lanes, users, padded=()) -> Optional[st
         if groups == c == oc and cg == 1:
             if block.get(x):
                 return "depthwise"
-            lone_nchw = g.shape(node.outputs[0])[3] >= LONE_DEPTHWISE_BLOCKED_WIDTH
+            width = g.shape(node.outputs[0])[3]
+            lone_nchw = S.is_static(width) and width >= LONE_DEPTHWISE_BLOCKED_WIDTH
             return "depthwise" if channel_block(c, lanes) and (
                 not lone_nchw or _reaches_conv(node.outputs[0], users, block)) else None
         if groups != 1:     # groups of whole blocks (small ones merged: ResNeXt's, RegNet's) on a blocked input
@@ -272,7 +276,8 @@ def _lone_1x1_stays_plain(channels: int, out_shape, attrs) -> bool:
     the earlier, 2.5-3x slower transforms NCHW won up to 192 input channels at any size."""
     if tuple(attrs.get("stride", (1, 1))) != (1, 1):
         return False
-    return channels <= LONE_NCHW_CHANNELS or out_shape[2] * out_shape[3] > LONE_NCHW_PIXELS
+    pixels = out_shape[2] * out_shape[3]
+    return channels <= LONE_NCHW_CHANNELS or (S.is_static(pixels) and pixels > LONE_NCHW_PIXELS)
 
 
 #: a conv larger than 1x1 reading an NCHW value of at least this many channels (whole vectors of
@@ -420,11 +425,19 @@ def _rewrite(g: Graph, node: Node, how: str, b: int, twin, block, blocked_input,
         else:
             x_in, cb = x, _divisor_at_most(c, 8)               # read as it lies
         w_name = g.fresh_name(node.inputs[1] + ".blocked")
+        out_hw = g.shape(node.outputs[0])[2:]
         if x_in != x and winograd_pays(weight.shape[2:], attrs["stride"], attrs["dilation"],
-                                           g.shape(node.outputs[0])[2:], c, weight.shape[0], target):
+                                       out_hw if all(S.is_static(d) for d in out_hw) else (1, MIN_WINOGRAD_PIXELS),
+                                       c, weight.shape[0], target):
             g.add_initializer(w_name, winograd_weight(weight, b, cb))
-            return Node("conv2d_winograd_blocked", [x_in, w_name] + extra, [out],
-                        {"padding": tuple(attrs["padding"])}, node.name)
+            if all(S.is_static(d) for d in out_hw):
+                return Node("conv2d_winograd_blocked", [x_in, w_name] + extra, [out],
+                            {"padding": tuple(attrs["padding"])}, node.name)
+            # a map of symbolic size: the direct weight too, for the sizes where Winograd does not pay
+            direct = g.fresh_name(node.inputs[1] + ".direct")
+            g.add_initializer(direct, pack_blocked_weight(weight, b, cb))
+            return Node("conv2d_winograd_blocked", [x_in, w_name, direct] + extra, [out],
+                        {"padding": tuple(attrs["padding"]), "direct_weight": True}, node.name)
         g.add_initializer(w_name, pack_blocked_weight(weight, b, cb))
         inputs = [x_in, w_name] + extra
         return Node("conv2d_blocked", inputs, [out], {"stride": tuple(attrs["stride"]),

@@ -27,7 +27,8 @@ matmuls at every binding.
 
 One anchor joins another: a 1x1 stride-1 ``conv2d_blocked`` joins the ``depthwise_blocked``
 group that produces its input (MobileNetV2's depthwise -> project) under the same conditions,
-when the maps have at least ``MIN_FUSED_ROWS`` rows; its schedule computes the depthwise
+when the maps have a constant ``MIN_FUSED_ROWS`` rows or more (of a symbolic height they stay
+two kernels, as the compile-once path keeps them); its schedule computes the depthwise
 rows inside its own (``nchwc.fused_depthwise``), so the depthwise result never goes
 through memory (14-48 % less time for the pair).  With fewer rows the kernel, parallel over
 rows only, leaves a core idle part of the time: on MobileNetV2's 7x7 maps the fused kernels
@@ -40,6 +41,7 @@ from typing import List
 
 from ....dsl import dtypes
 from ..graph import Graph, Node
+from .. import symbolic as S
 from ..op_table import OPS
 from ..symbolic_reshape import reshape_runs
 
@@ -134,7 +136,8 @@ def fuse_operators(g: Graph) -> List[FusedGroup]:
             grp = producer_group.get(node.inputs[0])
             if grp is not None and grp.nodes[0].op_type == "depthwise_blocked" and \
                     all(OPS[n.op_type].kind == "injective" for n in grp.nodes[1:]) and \
-                    _may_join(g, users, grp, node.inputs[0]) and g.shape(node.inputs[0])[2] >= MIN_FUSED_ROWS:
+                    _may_join(g, users, grp, node.inputs[0]) and S.is_static(rows := g.shape(node.inputs[0])[2]) and \
+                    rows >= MIN_FUSED_ROWS:
                 target = grp
         if target is None:
             target = FusedGroup([], kind)

@@ -1,11 +1,13 @@
 """CNNs through the one Graph pipeline (``lw.compile(dynamic_graph, pipeline="graph")``): the blocked
 layout the graph passes choose, built over a symbolic batch (Winograd in its rows form, residual adds
-and clips as epilogues, a depthwise conv inside its 1x1 projection, pools, a channel concat), equal to
-the static compile of each shape and to onnxruntime."""
+and clips as epilogues, a depthwise conv inside its 1x1 projection, pools, a channel concat) and over
+a symbolic height and width (the compile-once path's Winograd and row-block variants, picked per
+binding), equal to the static compile of each shape and to onnxruntime."""
 import numpy as np
 import pytest
 
 import loopweave as lw
+from loopweave.nn_ops.testing import model_zoo
 from loopweave.nn_ops.testing.onnx_builder import OnnxBuilder
 
 SIZE = 32
@@ -48,13 +50,39 @@ def test_its_kernels_are_the_static_compiles_over_a_batch_var(cnn):
     assert all(set(c.sizes) == {"v0"} and str(c.sizes["v0"]) == "batch" for c in exe.calls)
 
 
-@pytest.mark.parametrize("batch", [1, 3])
-def test_it_equals_the_static_compile_and_onnxruntime(cnn, batch):
-    model, graph, exe = cnn
-    feed = _feed(batch)
+def _equals_static_and_onnxruntime(model, graph, exe, feed):
     got = exe.run(feed)[0]
     static = lw.compile(graph.specialize({"input": feed["input"].shape}, {}), progress=False)
     np.testing.assert_allclose(got, static.run(feed)[0], rtol=1e-6, atol=1e-6)
     ort = pytest.importorskip("onnxruntime")
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(got, session.run(None, feed)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_it_equals_the_static_compile_and_onnxruntime(cnn, batch):
+    _equals_static_and_onnxruntime(*cnn, _feed(batch))
+
+
+@pytest.fixture(scope="module")
+def any_size_cnn():
+    model = model_zoo.symbolic_sizes(_cnn())
+    graph = lw.from_onnx(model)
+    return model, graph, lw.compile(graph, pipeline="graph")
+
+
+#: (batch, height, width) -> the kernel the residual block's second 3x3 conv runs there: Winograd in
+#: blocks of 8 tiles (a 16x16 map), of 7 (19x15), the direct conv's blocks of 5 pixels (8x15: too small
+#: for Winograd) and its general blocks (8x8)
+RESIDUAL_CONV = {(1, 32, 32): "winograd_8", (3, 37, 29): "winograd_7", (1, 16, 30): "rows_of_5", (2, 16, 16): ""}
+
+
+@pytest.mark.parametrize("shape", list(RESIDUAL_CONV))
+def test_over_any_image_size_each_binding_takes_its_variant(any_size_cnn, shape):
+    model, graph, exe = any_size_cnn
+    batch, h, w = shape
+    residual = next(c for c in exe.calls if c.module.name == "conv2d_winograd_blocked_add_relu")
+    assert residual.module_at({"N": batch, "H": h, "W": w}).name == \
+        "_".join(filter(None, ("conv2d_winograd_blocked_add_relu", RESIDUAL_CONV[shape])))
+    feed = {"input": np.random.default_rng(batch).standard_normal((batch, 3, h, w)).astype(np.float32)}
+    _equals_static_and_onnxruntime(model, graph, exe, feed)

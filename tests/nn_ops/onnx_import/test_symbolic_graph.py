@@ -7,7 +7,7 @@ import pytest
 import loopweave as lw
 from loopweave.errors import OnnxImportError
 from loopweave.nn_ops.network import symbolic as S
-from loopweave.nn_ops.onnx_import.symbolic_graph import PROBES, _Solver, symbolic_graph
+from loopweave.nn_ops.onnx_import.symbolic_graph import LARGE_PROBES, PROBES, _Solver, symbolic_graph
 from loopweave.nn_ops.testing import model_zoo
 
 B, T = S.symbol("batch"), S.symbol("seq")
@@ -38,10 +38,10 @@ def test_only_constants_the_nodes_read_are_kept(encoder_graph):
     assert g.initializers and set(g.initializers) <= read      # the Shape chain's values are gone
 
 
-def _solver():
+def _solver(known=None):
     symbols = ["batch", "seq"]
     bindings = [dict(zip(symbols, primes)) for primes in PROBES]
-    dynamic = SimpleNamespace(name="m", shapes=SimpleNamespace(shapes={}))
+    dynamic = SimpleNamespace(name="m", shapes=SimpleNamespace(shapes=known or {}))
     return _Solver(dynamic, symbols, bindings, []), bindings
 
 
@@ -72,3 +72,29 @@ def test_a_constant_computed_from_the_sizes_is_refused():
     dynamic = lw.from_onnx(b.model(("batch", 8), b.node("Add", ["input", zeros]), ("batch", 8)))
     with pytest.raises(OnnxImportError, match="is computed from the sizes"):
         symbolic_graph(dynamic)
+
+
+def test_a_size_the_shape_inference_names_is_taken_where_the_probes_agree():
+    """A strided conv's ``floor((seq - 1)/2) + 1`` is no product of the symbols; the importer's own
+    values (a decomposed batch norm's) of that size take the shape inference's expression."""
+    convolved = S.floordiv(T - 1, 2) + 1
+    solver, bindings = _solver({"conv": (B, 16, convolved)})
+    assert solver.size([int(S.evaluate(convolved, b)) for b in bindings], "x") == convolved
+    with pytest.raises(OnnxImportError, match="nor a size the shape inference names"):
+        solver.size([b["seq"] // 2 for b in bindings], "x")
+
+
+def test_an_image_cnn_has_sizes_of_its_height_and_width():
+    """SqueezeNet's last pool refuses maps of the first probes' sizes: the larger probes solve it."""
+    dynamic = lw.from_onnx(model_zoo.symbolic_sizes(model_zoo.squeezenet1_1(size=64, classes=10)))
+    assert any(not check.holds(dict(zip(["H", "N", "W"], PROBES[0]))) for check in dynamic.signature.checks)
+    assert all(check.holds(dict(zip(["H", "N", "W"], p))) for check in dynamic.signature.checks for p in LARGE_PROBES)
+    g = symbolic_graph(dynamic)
+    H, W = S.symbol("H"), S.symbol("W")
+    for name, value in g.values.items():
+        if name in dynamic.shapes.shapes and name not in g.initializers:
+            assert value.shape == tuple(dynamic.shapes.shapes[name])
+    assert g.values[g.outputs[0]].shape == (S.symbol("N"), 10)
+    assert g.values[g.nodes[0].outputs[0]].shape[2:] == (S.floordiv(H - 3, 2) + 1, S.floordiv(W - 3, 2) + 1)
+    assert all(d.free_symbols <= {S.symbol("N"), H, W} for v in g.values.values() for d in v.shape
+               if not S.is_static(d))
