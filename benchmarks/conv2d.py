@@ -1,9 +1,11 @@
 """conv2d vs onnxruntime, per layer of ResNet-18 and MobileNetV2.
 
 ``python -m benchmarks.conv2d [--threads 1|2] [--quick] [--only SUBSTRING] [--weights constant|input]
-[--target "llvm -mcpu=x86-64-v3"] [--cpu-time]`` (``--target``: code for another level this machine runs,
-its share of the FMA peak at that level's width; ``--cpu-time``: one thread, both sides and the peak
-timed by the CPU time they got, so a machine loaded by other processes does not lower the shares)
+[--target "llvm -mcpu=x86-64-v3"] [--cpu-time] [--lone-1x1 both]`` (``--target``: code for another level this
+machine runs, its share of the FMA peak at that level's width; ``--cpu-time``: one thread, both sides and the
+peak timed by the CPU time they got, so a machine loaded by other processes does not lower the shares;
+``--lone-1x1 both``: each stride-1 1x1 layer plain (NCHW pixels matmul) against blocked with its
+from_blocked, interleaved, and the form ``lone_1x1_stays_plain`` picks, instead of onnxruntime)
 
 ``--weights constant`` (the default, the headline): every distinct convolution of ResNet-18
 and MobileNetV2 (batch 1, 224x224) as a one-node ONNX Conv with its weights and bias as
@@ -134,6 +136,29 @@ def constant_weight_row(layer, threads: int, pairs: int, clock=None):
     return compare_with_onnxruntime(model, exe, threads=threads, pairs=pairs, feed={"X": x}, clock=clock)
 
 
+def lone_1x1_forms_row(layer, pairs: int, clock, peak: float, flops: int) -> str:
+    """A lone 1x1 layer compiled in both forms the layout choice weighs (``lone_1x1_stays_plain``
+    forced either way), timed against each other: shares of the peak, time plain / blocked, the pick."""
+    import importlib
+    choice = importlib.import_module("loopweave.nn_ops.network.passes.choose_conv_layout")
+    label, c, oc, hw, k, stride, pad, groups = layer
+    model = conv_model(c, oc, hw, k, stride, pad, groups)
+    decide = choice.lone_1x1_stays_plain
+    picks_plain = decide(c, oc, (1, oc, hw, hw), (1, 1), resolve_target("llvm"))
+    exes = []
+    try:
+        for plain in (True, False):
+            choice.lone_1x1_stays_plain = lambda *args, plain=plain: plain
+            exes.append(lw.compile(lw.from_onnx(model), progress=False))
+    finally:
+        choice.lone_1x1_stays_plain = decide
+    feed = {"X": np.random.default_rng(1).standard_normal((1, c, hw, hw), dtype=np.float32)}
+    np.testing.assert_allclose(exes[0].run(feed)[0], exes[1].run(feed)[0], rtol=1e-4, atol=1e-4, err_msg=label)
+    cmp = interleaved(lambda: exes[0].run(feed), lambda: exes[1].run(feed), pairs=pairs, clock=clock)
+    return (f"{label:<34} plain {flops / cmp.ours_s / peak:5.0%} blocked {flops / cmp.theirs_s / peak:5.0%} "
+            f"plain/blocked time {1 / cmp.ratio:5.2f} picks {'plain' if picks_plain else 'blocked'}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=1, choices=[1, 2])
@@ -142,6 +167,8 @@ def main(argv=None) -> None:
     parser.add_argument("--weights", default="constant", choices=["constant", "input"],
                         help="constant: one-node ONNX models through lw.compile (the headline); input: the DSL "
                              "kernel against onnxruntime fed its weights at run time")
+    parser.add_argument("--lone-1x1", choices=["both"], default=None,
+                        help="both: time each stride-1 1x1 layer plain against blocked (the layout choice's two forms)")
     parser.add_argument("--cpu-time", action="store_true",
                         help="time by CPU time (time.thread_time) on one thread: shares a loaded machine does not lower")
     add_target_argument(parser)
@@ -168,6 +195,10 @@ def _run(args) -> None:
         if args.only and args.only not in label:
             continue
         flops = 2 * oc * (c // groups) * k * k * ((hw + 2 * pad - k) // stride + 1) ** 2
+        if args.lone_1x1:
+            if k == 1 and stride == 1 and groups == 1:
+                print(lone_1x1_forms_row(layer, pairs, clock, peak, flops), flush=True)
+            continue
         if args.weights == "constant":
             cmp = constant_weight_row(layer, args.threads, pairs, clock)
             print(cmp.row(label) + f" {flops / cmp.ours_s / peak:6.0%}", flush=True)

@@ -364,6 +364,11 @@ def matmul_channel_rows(npv: int, registers: int) -> int:
     return max(1, min(28 // npv if npv > 1 else 16, (registers - 1 - npv) // npv))
 
 
+def pixels_matmul_vectors(pixels: int, lanes: int) -> int:
+    """Pixel vectors per register block of a 1x1 conv's pixels matmul over ``pixels`` output pixels."""
+    return 2 if pixels >= 2 * lanes else 1
+
+
 def im2col_pixel_vectors(spanning: int, registers: int) -> int:
     """Pixel vectors per register block of the im2col matmul whose patches are ``spanning`` vectors:
     of the counts whose block keeps ``MIN_ACCUMULATORS``, the one with the fewest loads per FMA (pixel
@@ -622,7 +627,7 @@ def schedule_conv2d_1x1(s, op, target):
     if op.tag == "conv2d_im2col":
         npv = im2col_pixel_vectors(-(-pixels // lanes), target.vector_registers)
     else:
-        npv = 2 if pixels >= 2 * lanes else 1
+        npv = pixels_matmul_vectors(pixels, lanes)
     mr, channel_tail = _channel_rows(oc_, matmul_channel_rows(npv, target.vector_registers))
     Y = _epilogue_or_self(s, op)
     n, o, y, x = Y.op.axis

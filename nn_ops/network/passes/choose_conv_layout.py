@@ -34,8 +34,8 @@ part of the graph to the blocked layout [N, C/b, H, W, b] (``nn_ops/ops/nchwc.py
 * a conv larger than 1x1 reading an NCHW value with at least ``TO_BLOCKED_MIN_CHANNELS``
   channels (whole vectors of them) gets one ``to_blocked`` of it; others (a first layer's image,
   1x1 convs) read the value as it lies;
-* a conv (depthwise with output rows of a constant 8 pixels or more, or a stride-1 1x1 that
-  ``_lone_1x1_stays_plain``) whose input is NCHW
+* a conv (depthwise with output rows of a constant 8 pixels or more, or a stride-1 1x1 cheaper
+  plain than blocked with its from_blocked, ``lone_1x1_stays_plain``) whose input is NCHW
   stays NCHW unless its result reaches a convolution or an NHWC transpose (through elementwise
   ops, pools and concats) or joins a blocked value in an elementwise op: a lone one would pay a
   from_blocked (and a depthwise a to_blocked) around one kernel (depthwise 144 channels at
@@ -65,6 +65,7 @@ from ...ops.nchwc import blocked_shape, group_merge, merged_groups, pack_blocked
 from ...ops.winograd import MIN_WINOGRAD_PIXELS, winograd_pays, winograd_weight
 from .blocked_qconv import (QCONVS, QUANTIZERS, blocked_qconv, follows_blocked, input_block, is_quantizer_constant,
                             qconv_goes_blocked)
+from .lone_1x1_stays_plain import lone_1x1_stays_plain
 from .sink_reshapes import ELEMENTWISE
 
 
@@ -91,7 +92,7 @@ def choose_conv_layout(g: Graph, lanes: Optional[int] = None, target=None) -> Gr
     plan: Dict[int, str] = {}                 # id(node) -> how it is rewritten
     users = g.consumer_map()                  # the graph is not changed until every node is decided
     for node in g.nodes:
-        how = _decide(g, node, block, lanes, users, padded)
+        how = _decide(g, node, block, lanes, users, target, padded)
         if how:
             plan[id(node)] = how
             out = node.outputs[0]
@@ -185,9 +186,10 @@ def _channel_slice(g: Graph, node: Node, b: int, lanes: int) -> bool:
     return whole and begin[1] % b == 0 and end[1] % b == 0 and channel_block(end[1] - begin[1], lanes) == b
 
 
-def _decide(g: Graph, node: Node, block, lanes, users, padded=()) -> Optional[str]:
-    """How ``node`` is rewritten to the blocked layout, or None; ``padded``: the values whose twins
-    carry padding channels."""
+def _decide(g: Graph, node: Node, block, lanes, users, target, padded=()) -> Optional[str]:
+    """How ``node`` is rewritten to the blocked layout, or None; ``target``: the CPU compiled for (its
+    lanes and registers weigh a lone 1x1's forms); ``padded``: the values whose twins carry padding
+    channels."""
     op = node.op_type
     if op == "conv2d":
         x, w = node.inputs[0], node.inputs[1]
@@ -211,7 +213,8 @@ def _decide(g: Graph, node: Node, block, lanes, users, padded=()) -> Optional[st
                 weight.shape, groups, block[x], channel_block(oc, lanes)) is not None else None
         if block.get(x):
             return "conv"
-        lone_nchw = weight.shape[2:] == (1, 1) and _lone_1x1_stays_plain(c, g.shape(node.outputs[0]), node.attrs)
+        lone_nchw = weight.shape[2:] == (1, 1) and lone_1x1_stays_plain(
+            c, oc, g.shape(node.outputs[0]), node.attrs.get("stride", (1, 1)), target)
         return "conv_plain_input" if not lone_nchw or _reaches_conv(node.outputs[0], users, block) else None
     if op in QCONVS:
         return "qconv" if qconv_goes_blocked(g, node, block, padded, lambda c: channel_block(c, lanes)) else None
@@ -257,27 +260,6 @@ def _decide(g: Graph, node: Node, block, lanes, users, padded=()) -> Optional[st
 #: stride 2 1.40, 960 at 7x7 1.59; on 14-wide output rows NCHW wins (384 and 576 at 14x14 0.74-0.80,
 #: 192 at 28x28 stride 2 0.85)
 LONE_DEPTHWISE_BLOCKED_WIDTH = 8
-
-#: a lone stride-1 1x1 conv on an NCHW value (its result reaching no other conv) stays NCHW with up
-#: to this many input channels, or with more on maps of more than ``LONE_NCHW_PIXELS`` output pixels
-LONE_NCHW_CHANNELS, LONE_NCHW_PIXELS = 64, 28 * 28
-
-
-def _lone_1x1_stays_plain(channels: int, out_shape, attrs) -> bool:
-    """Whether a lone 1x1 conv reading NCHW is cheaper as it lies than blocked with a from_blocked
-    after it: the blocked kernel is faster, by more the more input channels each output sums, and
-    the transform costs one pass over the output.  With the transforms as register transposes
-    (Zen 5, 2 threads, one-node models, default against blocked, interleaved,
-    time ratios > 1 where blocked is faster): stride 2, ResNet-18's downsamples 64->128 at 56x56
-    1.13, 128->256 at 28x28 1.17 (NCHW reads every other pixel); stride 1 on maps up to 28x28
-    with 96+ input channels 1.03-1.11 (144->32 and 192->32 at 28x28, 96->576 at 14x14, 160->960 at
-    7x7; 192->64 at 14x14 0.99); fewer channels or larger maps stay NCHW (64->384 at 14x14 0.83,
-    32->192 at 28x28 0.92, 96->24 and 144->24 at 56x56 0.72-0.75, 16->96 at 112x112 0.71).  With
-    the earlier, 2.5-3x slower transforms NCHW won up to 192 input channels at any size."""
-    if tuple(attrs.get("stride", (1, 1))) != (1, 1):
-        return False
-    pixels = out_shape[2] * out_shape[3]
-    return channels <= LONE_NCHW_CHANNELS or (S.is_static(pixels) and pixels > LONE_NCHW_PIXELS)
 
 
 #: a conv larger than 1x1 reading an NCHW value of at least this many channels (whole vectors of
