@@ -104,8 +104,9 @@ def test_pairs_of_words_hold_two_rows_widened_to_int16():
 @pytest.mark.parametrize("cpu", ["x86-64-v2", "x86-64-v3", "x86-64-v4"])
 @pytest.mark.parametrize("a_dtype", ["uint8", "int8"])
 def test_the_pairs_product_is_exact_with_one_pmaddwd_a_vector(cpu, a_dtype):
-    """The product over int16 pairs (x86 without VNNI): no byte widening left in the loop, exact at
-    the extremes."""
+    """The product over int16 pairs (x86 without VNNI): no byte widening left in the loop (A's pairs are
+    broadcast from its widened copy, one load each), exact at the extremes."""
+    import re
     from loopweave.target import compiling_for, parse_target
     target = parse_target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}")
     m, k, n = 11, 48, 40
@@ -121,6 +122,7 @@ def test_the_pairs_product_is_exact_with_one_pmaddwd_a_vector(cpu, a_dtype):
         f = lw.build(nn_ops.schedule(D, target), [A, W, D], target=target)
     asm = f.get_source("asm")
     assert "pmaddwd" in asm and "pmovsxbw" not in asm and "pmulld" not in asm
+    assert cpu == "x86-64-v2" or re.search(r"vpbroadcastd\s+-?\d*\(%", asm) and "movzbl" not in asm
     if not target.runs_here():
         pytest.skip(f"this CPU cannot run {cpu} code (its instructions were checked)")
     out = np.zeros((m, n), np.int32)
