@@ -21,7 +21,7 @@ from llvmlite import ir
 from ...dsl import dtypes
 from ...dsl.bitwise import NAMES as BITWISE_NAMES
 from ...dsl.expr import Binary, Call, Cast, CheckedIndex, Compare, Const, Expr, Let, Logical, Select, Var
-from ...dsl.visitor import collect_vars, post_order_visit
+from ...dsl.visitor import children, collect_vars, post_order_visit
 from ...errors import InternalError
 from ...lowering.ir import (Allocate, Broadcast, BufferLoad, BufferStore, Evaluate, For, IfThenElse, LetStmt,
                             PrimFunc, Ramp, Seq)
@@ -73,6 +73,39 @@ def _contains_load(e) -> bool:
     return bool(hit)
 
 
+class _ValueNumbers:
+    """One number per structurally different expression (Vars and buffers by identity, float
+    constants by their text so -0.0 is not 0.0); each node is numbered once, so a lookup costs its
+    own fields, not a hash of its whole subtree."""
+
+    def __init__(self):
+        self.table: Dict[tuple, int] = {}
+        self.by_node: Dict[int, tuple] = {}     # id(node) -> (node, number); the node keeps its id taken
+
+    def of(self, e) -> int:
+        hit = self.by_node.get(id(e))
+        if hit is not None:
+            return hit[1]
+        if isinstance(e, Var):
+            key = (Var, id(e))
+        else:
+            key = (type(e),) + tuple(self._field(getattr(e, name)) for name in e._fields())
+        number = self.table.setdefault(key, len(self.table))
+        self.by_node[id(e)] = (e, number)
+        return number
+
+    def _field(self, value):
+        if isinstance(value, Expr):
+            return (Expr, self.of(value))
+        if isinstance(value, tuple):
+            return tuple(self._field(v) for v in value)
+        if isinstance(value, float):
+            return (float, repr(value))
+        if value is None or isinstance(value, (bool, int, str)):
+            return (type(value), value)
+        return (object, id(value))
+
+
 @lru_cache(maxsize=None)
 def _lane_constant(elem, values: tuple) -> ir.Constant:
     """The vector constant of ``values``, one object per (type, values): llvmlite formats a constant
@@ -102,6 +135,11 @@ class FunctionEmitter:
         self.check_flag = None
         self.reporting = False
         self.replay = None
+        # inside a select whose branches read memory (``expr_Select``): value number -> the value
+        # computed for it where it dominates the code being emitted, so a branch reuses what the
+        # condition computed rather than emitting it again (a chain of selects doubles otherwise)
+        self.known: Dict[int, ir.Value] | None = None
+        self.numbers: _ValueNumbers | None = None
 
     # ------------------------------------------------------------ helpers
     def _alloca_in_entry(self, typ, count=None, name="", opaque=True):
@@ -349,7 +387,25 @@ class FunctionEmitter:
         method = getattr(self, "expr_" + type(e).__name__, None)
         if method is None:
             raise InternalError(f"the LLVM backend cannot emit expression {type(e).__name__}")
-        return method(e)
+        if self.known is None or isinstance(e, (Const, Var)):
+            return method(e)
+        number = self.numbers.of(e)
+        value = self.known.get(number)
+        if value is None:
+            value = self.known[number] = method(e)
+        return value
+
+    @contextmanager
+    def _branch(self):
+        """A region that not all paths run (a select's branch, a lane mask, a let's body): what it
+        computes first is forgotten after it, what was known before stays known in it."""
+        saved = self.known
+        if saved is not None:
+            self.known = dict(saved)
+        try:
+            yield
+        finally:
+            self.known = saved
 
     def expr_Var(self, e: Var):
         value = self.scope.get(id(e))
@@ -377,7 +433,10 @@ class FunctionEmitter:
 
     def expr_Let(self, e: Let):
         value = self.expr(e.value)
-        with self._bound(e.var):
+        rebinds = id(e.var) in self.scope
+        with self._bound(e.var), self._branch():
+            if rebinds:             # values known under the outer binding are not the body's
+                self.known = None
             self.scope[id(e.var)] = value
             return self.expr(e.body)
 
@@ -588,12 +647,34 @@ class FunctionEmitter:
         return self.builder.and_(a, c) if e.op == "and" else self.builder.or_(a, c)
 
     def expr_Select(self, e: Select):
-        cond = self.expr(e.condition)
-        if _contains_load(e.true_value) or _contains_load(e.false_value):
+        if not (_contains_load(e.true_value) or _contains_load(e.false_value)):
+            cond = self.expr(e.condition)
+            return self._select_lanes(cond, self.expr(e.true_value), self.expr(e.false_value))
+        saved = self.known, self.numbers
+        if self.known is None:
+            self.known, self.numbers = {}, _ValueNumbers()
+        try:
+            cond = self.expr(e.condition)
+            if not (self._reads_anew(e.true_value) or self._reads_anew(e.false_value)):
+                return self._select_lanes(cond, self.expr(e.true_value), self.expr(e.false_value))
             if _lanes(cond) == 1:
                 return self._lazy_select(cond, e)
             return self._masked_select(cond, e)
-        return self._select_lanes(cond, self.expr(e.true_value), self.expr(e.false_value))
+        finally:
+            self.known, self.numbers = saved
+
+    def _reads_anew(self, e) -> bool:
+        """Whether emitting ``e`` would load memory no dominating code has loaded already."""
+        seen, stack = set(), [e]
+        while stack:
+            node = stack.pop()
+            if id(node) in seen or self.numbers.of(node) in self.known:
+                continue
+            if isinstance(node, BufferLoad):
+                return True
+            seen.add(id(node))
+            stack.extend(children(node))
+        return False
 
     def _select_lanes(self, cond, t, f):
         """select(cond, t, f) with all three brought to one width (a vector condition may pick
@@ -607,10 +688,10 @@ class FunctionEmitter:
         b = self.builder
         lanes = max(_static_lanes(e.true_value), _static_lanes(e.false_value))
         with b.if_else(cond) as (then, otherwise):
-            with then:
+            with then, self._branch():
                 t = self._broadcast(self.expr(e.true_value), lanes)
                 t_block = b.block
-            with otherwise:
+            with otherwise, self._branch():
                 f = self._broadcast(self.expr(e.false_value), lanes)
                 f_block = b.block
         phi = b.phi(t.type)
@@ -654,9 +735,9 @@ class FunctionEmitter:
 
     def _masked_select(self, cond, e: Select):
         """Vector select whose branches read memory: loads are masked by the lanes that use them."""
-        with self._masked(cond, tile=False):
+        with self._masked(cond, tile=False), self._branch():
             t = self.expr(e.true_value)
-        with self._masked(self.builder.not_(cond), tile=False):
+        with self._masked(self.builder.not_(cond), tile=False), self._branch():
             f = self.expr(e.false_value)
         return self._select_lanes(cond, t, f)
 

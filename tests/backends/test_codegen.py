@@ -1,5 +1,6 @@
 """Native code through the LLVM backend: dtypes, parallel loops, FMA vector code, the on-disk cache."""
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -260,3 +261,55 @@ def test_lane_constants_are_shared_per_type_and_values():
     assert str(_lane_constant(I32, (0, 1, 2, 3))) == "<4 x i32> <i32 0, i32 1, i32 2, i32 3>"
     assert str(_lane_constant(I64, (0, 1, 2, 3, 4, 5, 6, 7))).startswith("<8 x i64>")
     assert str(_lane_constant(I32, (0,) * 4)) == "<4 x i32> <i32 0, i32 0, i32 0, i32 0>"
+
+
+@pytest.mark.parametrize("vector", [False, True])
+def test_a_chain_of_selects_reads_its_operands_once(vector):
+    """Each select whose branches read memory reuses what its condition computed: ``x`` of
+    ``x = select(x > b, x, b - x)`` applied three times is loaded once, not 3 ** 3 times, and the
+    branches, which then read nothing new, are a select rather than branches."""
+    from loopweave.backends.llvm.codegen import CodeGen
+    n = 64 if vector else lw.var("n")
+    A = lw.placeholder((n,), name="A")
+    B = lw.placeholder((n,), name="B")
+
+    def body(i):
+        x = A[i] + B[i]
+        for _ in range(3):
+            x = lw.select(x > B[i], x, B[i] - x)
+        return x
+
+    C = lw.compute((n,), body, name="C")
+    s = lw.create_schedule(C)
+    if vector:
+        s[C].vectorize(s[C].split(C.op.axis[0], factor=8)[1])
+    text = CodeGen(lw.lower(s, [A, B, C]), host_target(), "chain").generate()
+    loads = [line for line in text.splitlines() if " = load float" in line or " = load <8 x float>" in line]
+    assert len(loads) == 2 and not re.search(r"phi\s+(float|<8)", text) and "masked.load" not in text, text
+    a, b = _inputs("float32", size=64)
+    c = np.empty_like(a)
+    lw.build(s, [A, B, C])(a, b, c)
+    x = a + b
+    for _ in range(3):
+        x = np.where(x > b, x, b - x)
+    np.testing.assert_allclose(c, x, rtol=1e-6)
+
+
+def test_a_select_whose_branch_reads_anew_stays_a_branch_and_reuses_the_condition_s_reads():
+    """``select(A[i] > 0, A[i], B[i])``: B is read only where the condition is false (a guarded
+    read must not touch memory otherwise), and A, read by the condition, is not read again."""
+    from loopweave.backends.llvm.codegen import CodeGen
+    n = lw.var("n")
+    A = lw.placeholder((n,), name="A")
+    B = lw.placeholder((n,), name="B")
+    C = lw.compute((n,), lambda i: lw.select(A[i] > 0, A[i], B[i]), name="C")
+    s = lw.create_schedule(C)
+    text = CodeGen(lw.lower(s, [A, B, C]), host_target(), "guarded").generate()
+    body = text.split("phi  i64")[1]
+    loads = [line for line in body.splitlines() if " = load float" in line]
+    assert len(loads) == 2 and re.search(r"phi\s+float", body), text
+    assert body.index("fcmp") < body.index(loads[1]), "B is read before the condition picks it"
+    a, b = _inputs("float32")
+    c = np.empty_like(a)
+    lw.build(s, [A, B, C])(a, b, c)
+    np.testing.assert_array_equal(c, np.where(a > 0, a, b))
