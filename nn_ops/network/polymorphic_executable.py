@@ -4,11 +4,13 @@ Made by ``lw.compile(graph, polymorphic=True)`` from a DynamicGraph
 (``compile_once/builder.py`` builds the kernels).  Each kernel was built once with its
 symbolic extents as ``lw.var`` sizes, which the kernel takes as arguments.  ``run`` checks the
 feed against the symbolic signature, evaluates the symbolic memory plan (``symbolic_plan.py``)
-at the binding, fills (or reuses) the call tables for that binding (``call_list.py``: argument
-pointers into one arena, each call's sizes, and the variant of each call that the binding picks:
+at the binding, fills the call tables for that binding (``call_list.py``: argument pointers into
+one arena, each call's sizes, and the variant of each call that the binding picks:
 ``KernelCall.variants``, e.g. a dense layer's kernel for few rows) and runs every kernel with one
-native call; nothing is compiled at run time.  Constants are kept 64-byte aligned.  ``run_each``
-calls the kernels one by one from Python through their own argument checks instead.
+native call; nothing is compiled at run time.  A plain feed at the shapes of a recent binding
+skips all of that but the lookup of its tables by the shapes.  The kernels write the outputs into
+new arrays, as the static executable's do.  Constants lie in one block, each 64-byte aligned.
+``run_each`` calls the kernels one by one from Python through their own argument checks instead.
 
 ``save`` writes the model, the runner and each distinct kernel's object code; ``lw.load``
 rebuilds the calls and the plan from the model and loads the objects (nothing is lowered or
@@ -18,11 +20,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ...backends.aligned_memory import ALIGN, aligned_empty
+from ...backends.aligned_memory import aligned_empty, aligned_size
 from ...backends.llvm.call_list_runner import call_list_runner
 from ...backends.runtime import clear_error_slot
 from ...backends.timing import per_call_medians
@@ -89,6 +91,28 @@ class BindingTable:
         return a
 
 
+@dataclass(frozen=True)
+class BoundCalls:
+    """A run at one binding: its call table, ``fresh`` the (shape, dtype) of each output the kernels
+    write into a new array per run (the table takes those arrays' pointers after the feed's), and
+    ``made`` how each output is made where not every one is such: ("fresh", k), ("copy", an arena
+    view or a constant) or ("feed", input position, its shape or None: an input given back)."""
+
+    table: call_list.CallTable
+    fresh: tuple
+    made: Optional[tuple]
+
+
+def _made(how: tuple, feed: List[np.ndarray], fresh: List[np.ndarray]) -> np.ndarray:
+    """The output ``how`` says (``BoundCalls.made``), a new array."""
+    if how[0] == "fresh":
+        return fresh[how[1]]
+    if how[0] == "copy":
+        return np.array(how[1])
+    source = feed[how[1]]
+    return np.array(source if how[2] is None else source.reshape(how[2]))
+
+
 @dataclass
 class View:
     """``name`` is ``source`` read with another shape (a Reshape of contiguous data)."""
@@ -98,17 +122,24 @@ class View:
     shape: tuple
 
 
-def _aligned(a: np.ndarray) -> np.ndarray:
-    """``a`` in contiguous memory that starts on a 64-byte boundary.  numpy puts a large array 16
-    bytes into its pages: a kernel streaming a weight in 64-byte vectors then touches two cache lines
-    per load (the few-rows dense kernels ran at ~0.6x of the static ones, whose weights sit in one
-    aligned blob)."""
-    a = np.ascontiguousarray(a)
-    if a.ctypes.data % ALIGN == 0 or a.nbytes == 0:
-        return a
-    out = aligned_empty(a.nbytes).view(a.dtype).reshape(a.shape)
-    out[...] = a
-    return out
+def _in_one_block(constants: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """The constants as contiguous views of one buffer, each starting on 64 bytes, as the static
+    executable's weights lie.  numpy puts a large array 16 bytes into its pages: a kernel streaming a
+    weight in 64-byte vectors then touches two cache lines per load (the few-rows dense kernels ran at
+    ~0.6x of the static ones).  And numpy asks huge pages for an allocation from 4 MB, which arrays of
+    their own (a layer's weight, up to 1 MB in the zoo encoder) are not: a one-token encoder run, which
+    streams all its weights once, took 2-9 % longer with them on 4 KB pages (one thread, under load)."""
+    offsets, total = {}, 0
+    for name, a in constants.items():
+        offsets[name] = total
+        total += aligned_size(a.nbytes)
+    block = aligned_empty(total)
+    placed = {}
+    for name, a in constants.items():
+        view = block[offsets[name]:offsets[name] + a.nbytes].view(a.dtype).reshape(a.shape)
+        view[...] = a
+        placed[name] = view
+    return placed
 
 
 class PolymorphicExecutable:
@@ -119,7 +150,7 @@ class PolymorphicExecutable:
         self.signature, self.calls, self.plan = signature, list(calls), plan
         self.tables = dict(tables or {})
         self.views = list(views)
-        self.constants = {n: _aligned(a) for n, a in constants.items()}
+        self.constants = _in_one_block(constants)
         self.output_names = list(outputs)
         self.name = name
         self.kernels = dict(kernels or {})      # structural key (text) -> Module: what save writes
@@ -127,11 +158,12 @@ class PolymorphicExecutable:
         self.tuned_kernels = 0                  # distinct kernels scheduled from a tuning record (not saved)
         self._view_shapes: Dict[tuple, list] = {}
         self.runner_object, self._runner = b"", None
-        # input shapes -> (call table, the outputs' arena views, or None where an output is an input):
-        # a binding that ran, so passed its checks; cleared when the arena moves
-        self._tables: Dict[tuple, tuple] = {}
+        # input shapes -> the calls bound there: a binding that ran, so passed its checks; cleared when
+        # the arena moves
+        self._tables: Dict[tuple, BoundCalls] = {}
         self._tables_arena = -1
         self._plain_inputs = tuple((n, np.dtype(dt)) for n, _, dt in signature.inputs)
+        self._sources = {v.name: v.source for v in self.views}
         # one run at a time: runs share the arena and the call tables (the native call releases the
         # GIL, and two threads' runs wrote over each other's values)
         self._lock = threading.RLock()
@@ -163,54 +195,84 @@ class PolymorphicExecutable:
         if self._runner is None:
             return self.run_each(feed)
         with self._lock:
-            return self._run(feed)
+            bound, arrays = self._recent(feed) or self._checked(feed)
+            fresh = [np.empty(shape, dtype) for shape, dtype in bound.fresh]
+            if bound.table.run(self._runner, arrays + fresh):
+                self._raise_index_error(bound.table)
+            if bound.made is None:
+                return fresh
+            return [_made(how, arrays, fresh) for how in bound.made]
 
-    def _run(self, feed) -> List[np.ndarray]:
-        plain = self._plain_run(feed)
-        if plain is not None:
-            (table, outputs), arrays = plain
-            if table.run_plain(self._runner, arrays):
-                self._raise_index_error(table)
-            return [np.array(o) for o in outputs]
+    def _recent(self, feed) -> Optional[Tuple["BoundCalls", List[np.ndarray]]]:
+        """(the calls bound at its shapes, the feed's arrays in input order) when ``feed`` is plain (a
+        dict of exactly the inputs, C-contiguous arrays of the right dtypes) at shapes whose binding ran
+        (so passed its checks) since the arena last moved, else None (``_checked``): one dict lookup by
+        the shapes, no sympy."""
+        if type(feed) is not dict or len(feed) != len(self._plain_inputs):
+            return None
+        arrays, shapes = [], []
+        for name, dtype in self._plain_inputs:
+            a = feed.get(name)
+            if type(a) is not np.ndarray or a.dtype != dtype or not a.flags.c_contiguous:
+                return None
+            arrays.append(a)
+            shapes.append(a.shape)
+        bound = self._tables.get(tuple(shapes))
+        return None if bound is None else (bound, arrays)
+
+    def _checked(self, feed) -> Tuple["BoundCalls", List[np.ndarray]]:
+        """``_recent``'s pair for any feed: its names, dtypes, shapes and the graph's run-time checks
+        checked (an ``ArgumentError`` names what is wrong), its arrays made contiguous, and the calls
+        bound at its binding where they were not."""
         feed = check_names_and_dtypes(self.signature.inputs, feed)
         binding = self.bind(feed)
-        feed = {n: np.ascontiguousarray(a) for n, a in feed.items()}
+        arrays = [np.ascontiguousarray(feed[n]) for n, _ in self._plain_inputs]
         planned = self._planned(binding)
-        key = self._shapes_key(feed)
-        entry = self._tables.get(key)
-        if entry is None:
-            arrays = dict(self.constants)
-            arrays.update(planned)
-            tables = {n: t.at(binding) for n, t in self.tables.items()}
-            arrays.update(tables)
-            roots = {v.name: self._feed_root(v.name) for v in self.views}
-            inputs = {n: n for n in feed}
-            inputs.update({name: root for name, root in roots.items() if root in feed})
-            table = call_list.CallTable([(c.module_at(binding), c.args, c.sizes) for c in self.calls], arrays,
-                                        binding, inputs, [n for n, _ in self._plain_inputs], keep=tables.values())
-            views = None
-            if all(n in planned or self._feed_root(n) in self.constants for n in self.output_names):
-                views = [planned[n] if n in planned else self._constant_output(n, binding) for n in self.output_names]
+        key = tuple(a.shape for a in arrays)
+        bound = self._tables.get(key)
+        if bound is None:
             if len(self._tables) >= 8:
                 self._tables.pop(next(iter(self._tables)))
-            entry = self._tables[key] = (table, views)
-        table = entry[0]
-        if table.run(self._runner, feed):
-            self._raise_index_error(table)
-        outputs = []
-        for n in self.output_names:
-            source = planned.get(n)
-            if source is None and self._feed_root(n) in self.constants:
-                source = self._constant_output(n, binding)
-            elif source is None:      # an input (or a view of one) given back as an output
-                root = self._feed_root(n)
-                source = feed[root].reshape(self._shape_at(n, binding))
-            outputs.append(np.array(source))
-        return outputs
+            bound = self._tables[key] = self._bind_calls(binding, planned)
+        return bound, arrays
+
+    def _bind_calls(self, binding, planned: Dict[str, np.ndarray]) -> "BoundCalls":
+        """The call table at ``binding`` and how each output is made.  An output that is all of a
+        kernel's result, and the only output in that memory, is written by the kernels into a new
+        array per run (every argument in that memory points into it), as the static executable's
+        are; the others are copied out of the arena, the constants or the feed."""
+        arrays = dict(self.constants)
+        arrays.update(planned)
+        tables = {n: t.at(binding) for n, t in self.tables.items()}
+        arrays.update(tables)
+        position = {n: k for k, (n, _) in enumerate(self._plain_inputs)}
+        roots = [self._root(n) for n in self.output_names]
+        fresh, made, written = [], [], {}
+        for name, root in zip(self.output_names, roots):
+            if (root in planned and roots.count(root) == 1 and planned[name].nbytes == planned[root].nbytes
+                    and planned[name].ctypes.data == planned[root].ctypes.data):
+                written[root] = len(position) + len(fresh)
+                made.append(("fresh", len(fresh)))
+                fresh.append((planned[name].shape, planned[name].dtype))
+            elif root in position:              # an input (or a view of one) given back
+                made.append(("feed", position[root], None if name == root else self._shape_at(name, binding)))
+            else:
+                made.append(("copy", planned[name] if name in planned else self._constant_output(name, binding)))
+        patched = {}
+        for call in self.calls:
+            for name in call.args:
+                root = self._root(name)
+                if root in position:
+                    patched[name] = (position[root], 0)
+                elif root in written:
+                    patched[name] = (written[root], arrays[name].ctypes.data - arrays[root].ctypes.data)
+        table = call_list.CallTable([(c.module_at(binding), c.args, c.sizes) for c in self.calls], arrays, binding,
+                                    patched, keep=tables.values())
+        return BoundCalls(table, tuple(fresh), None if len(fresh) == len(made) else tuple(made))
 
     def _constant_output(self, name: str, binding) -> np.ndarray:
         """Output ``name`` where it is a constant (or a view of one): a network that gives back a weight."""
-        root = self._feed_root(name)
+        root = self._root(name)
         return self.constants[root] if root == name else self.constants[root].reshape(self._shape_at(name, binding))
 
     def _planned(self, binding) -> Dict[str, np.ndarray]:
@@ -221,28 +283,6 @@ class PolymorphicExecutable:
             self._tables.clear()
             self._tables_arena = self.plan.grown
         return planned
-
-    def _shapes_key(self, feed) -> tuple:
-        """The call tables' key: the inputs' shapes, which fix the binding."""
-        return tuple(feed[n].shape for n, _ in self._plain_inputs)
-
-    def _plain_run(self, feed):
-        """((call table, output views), input arrays) when ``feed`` is plain (a dict of exactly the
-        inputs, C-contiguous arrays of the right dtypes) at shapes whose binding ran (so passed its
-        checks) since the arena last moved, else None (``run``'s checked path).  The checked path
-        cost ~7 us of a 100 us one-token encoder run; this one ~2."""
-        if type(feed) is not dict or len(feed) != len(self._plain_inputs):
-            return None
-        arrays = []
-        for name, dtype in self._plain_inputs:
-            a = feed.get(name)
-            if type(a) is not np.ndarray or a.dtype != dtype or not a.flags.c_contiguous:
-                return None
-            arrays.append(a)
-        entry = self._tables.get(tuple(a.shape for a in arrays))
-        if entry is None or entry[1] is None:
-            return None
-        return entry, arrays
 
     def _raise_index_error(self, table):
         """IndexOutOfRangeError naming the node whose index check failed and its graph values (the
@@ -259,10 +299,10 @@ class PolymorphicExecutable:
             raise InternalError(f"{self.name}: an index check failed once and not when the calls were replayed")
         raise index_out_of_range(table.err, failed.args, f"node '{failed.node}' ({failed.module.name})", failed.node)
 
-    def _feed_root(self, name: str) -> str:
-        sources = {v.name: v.source for v in self.views}
-        while name in sources:
-            name = sources[name]
+    def _root(self, name: str) -> str:
+        """The value whose memory ``name`` is (through views)."""
+        while name in self._sources:
+            name = self._sources[name]
         return name
 
     def _shape_at(self, name: str, binding) -> tuple:
@@ -302,10 +342,10 @@ class PolymorphicExecutable:
 
     def _profile(self, feed, repeat: int, in_order: bool) -> List[Tuple[str, float]]:
         self.run(feed)                                    # fills the table of this binding
-        feed = {n: np.ascontiguousarray(a) for n, a in check_names_and_dtypes(self.signature.inputs, feed).items()}
-        table = self._tables[self._shapes_key(feed)][0]
-        for ptrs, j, name in table.patches:
-            ptrs[j] = feed[name].ctypes.data
+        bound, arrays = self._checked(feed)
+        fresh = [np.empty(shape, dtype) for shape, dtype in bound.fresh]
+        bound.table.patch(arrays + fresh)                 # (alive until the calls are timed)
+        table = bound.table
         return per_call_medians([(call.node, table.entry(k)) for k, call in enumerate(self.calls)], repeat, in_order)
 
     def _input_views(self, binding) -> List[Tuple[str, str, tuple]]:

@@ -74,7 +74,7 @@ def _check_bindings(model, exe, dense, few_rows):
         np.testing.assert_allclose(got, _ort(model, {"input": x})[0], rtol=1e-4, atol=1e-4)
         np.testing.assert_array_equal(got, exe.run_each({"input": x})[0])
         binding = {"batch": batch, "seq": seq}
-        table, _ = exe._tables[(x.shape,)]           # the call table of this binding, by input shapes
+        table = exe._tables[(x.shape,)].table        # the call table of this binding, by input shapes
         for k, call in enumerate(exe.calls):
             assert table.fns[k] == call.module_at(binding)._address
             if call in dense:
@@ -206,7 +206,7 @@ def test_an_arena_moved_by_run_each_drops_the_call_tables(encoder):
     while exe.plan.grown == grown:
         seq *= 2
         exe.run_each({"input": np.ones((2, seq, 64), np.float32)})
-    assert exe._plain_run({"input": x}) is None
+    assert exe._recent({"input": x}) is None
     np.testing.assert_allclose(exe.run({"input": x})[0], want, rtol=1e-5, atol=1e-6)
 
 

@@ -28,12 +28,27 @@ def test_calls_run_in_order_with_their_sizes_and_the_feed_patched_per_run():
     N = S.symbol("N")
     arrays = {"mid": np.zeros(6, np.float32), "out": np.zeros(6, np.float32)}
     calls = [(plus_one, ("x", "mid"), {"v0": 2 * N}), (plus_one, ("mid", "out"), {"v0": 2 * N})]
-    table = call_list.CallTable(calls, arrays, {"N": 3}, inputs={"x": "x"})
+    table = call_list.CallTable(calls, arrays, {"N": 3}, patched={"x": (0, 0)})
     run = call_list_runner(call_list_object(plus_one.target))
     for start in (0.0, 10.0):
         x = np.arange(6, dtype=np.float32) + start
-        assert table.run(run, {"x": x}) == 0
+        assert table.run(run, [x]) == 0
         np.testing.assert_array_equal(arrays["out"], x + 2)
+
+
+def test_patched_arguments_point_into_the_arrays_given_per_run_at_their_offsets():
+    """An argument patched as (position, byte offset) reads or writes the array at that position of
+    each run's list from that offset: an output written into a new array, a part of it in place."""
+    plus_one, _ = kernels()
+    N = S.symbol("N")
+    arrays = {"mid": np.zeros(2, np.float32)}
+    calls = [(plus_one, ("x", "mid"), {"v0": N}), (plus_one, ("mid", "out.tail"), {"v0": N})]
+    table = call_list.CallTable(calls, arrays, {"N": 2}, patched={"x": (0, 0), "out.tail": (1, 8)})
+    run = call_list_runner(call_list_object(plus_one.target))
+    for start in (0.0, 5.0):
+        x, out = np.arange(2, dtype=np.float32) + start, np.full(4, -1, np.float32)
+        assert table.run(run, [x, out]) == 0
+        np.testing.assert_array_equal(out, [-1.0, -1.0, start + 2, start + 3])
 
 
 def test_the_list_stops_after_a_kernel_that_reports_an_error():
@@ -41,10 +56,10 @@ def test_the_list_stops_after_a_kernel_that_reports_an_error():
     arrays = {"src": np.arange(4, dtype=np.float32), "g": np.zeros(2, np.float32), "out": np.full(2, -1, np.float32)}
     two = {"v0": sympy.Integer(2)}
     calls = [(gather, ("idx", "src", "g"), two), (plus_one, ("g", "out"), two)]
-    table = call_list.CallTable(calls, arrays, {}, inputs={"idx": "idx"})
+    table = call_list.CallTable(calls, arrays, {}, patched={"idx": (0, 0)})
     run = call_list_runner(call_list_object(plus_one.target))
-    assert table.run(run, {"idx": np.array([1, 3], np.int64)}) == 0
+    assert table.run(run, [np.array([1, 3], np.int64)]) == 0
     np.testing.assert_array_equal(arrays["out"], [2.0, 4.0])
     arrays["out"][:] = -1
-    assert table.run(run, {"idx": np.array([1, 9], np.int64)}) != 0
+    assert table.run(run, [np.array([1, 9], np.int64)]) != 0
     np.testing.assert_array_equal(arrays["out"], [-1.0, -1.0])        # the second kernel never ran
