@@ -241,12 +241,14 @@ class _Partition(Mutator):
         # an outer loop's bounds may hold a select: without its range, a tail tile's guard (``32*jo + ji <
         # n``) had no main range (``jo`` unconstrained), and its loop kept a guard per element (a 1 x 1
         # attention score ran its 8 x 32 epilogue tile, 256 guards, per head)
-        outer_cons = [c for c in (range_constraint(l.var, l.min, l.extent, str(k), names)
-                                  for k, l in enumerate(self.outer)) if c]
+        outer = [(c, _var_ids(l.var, l.min, l.extent)) for c, l in
+                 ((range_constraint(l.var, l.min, l.extent, str(k), names), l) for k, l in enumerate(self.outer)) if c]
+        outer_cons = [c for c, _ in outer]
         lo_t, ext_t = affine(loop.min, names), affine(loop.extent, names)
         if lo_t is None or ext_t is None:
             return None
         range_cons = [f"{lo_t} <= {v} < {lo_t} + {ext_t}"]
+        own_ids = _var_ids(loop.var, loop.min, loop.extent)
         usable = []
         texts = []
         for g in guards:
@@ -264,16 +266,17 @@ class _Partition(Mutator):
                 inner_names.append(names(l.var))
             if ok:
                 usable.append(g)
-                texts.append((neg_t, inner_cons, inner_names))
+                seeds = own_ids | _var_ids(g.atom, *(e for l in g.inner_loops for e in (l.var, l.min, l.extent)))
+                texts.append((neg_t, inner_cons, inner_names, _related(outer, seeds)))
         if not usable:
             return None
         params = [n for n in names.var_of if n != v and not any(n in t[2] for t in texts)]
         params = [n for n in params if all(n not in t[2] for t in texts)]
         domain = make_set(params, [v], range_cons + outer_cons)
         good = domain
-        for neg_t, inner_cons, inner_names in texts:
+        for neg_t, inner_cons, inner_names, related_cons in texts:
             inner_names_here = list(inner_names)
-            bad = make_set(params, [v] + inner_names_here, range_cons + outer_cons + inner_cons + [neg_t])
+            bad = make_set(params, [v] + inner_names_here, range_cons + related_cons + inner_cons + [neg_t])
             bad_v = bad.project_out(isl.dim_type.set, 1, len(inner_names_here))
             good = good.subtract(bad_v)
         good = good.coalesce()
@@ -315,6 +318,27 @@ class _Partition(Mutator):
         if len(lo_pw.get_pieces()) > 2 or len(hi_pw.get_pieces()) > 2:
             return None
         return lo_e, hi_e, False, atoms, decide, fails_outside
+
+
+def _var_ids(*exprs) -> set:
+    return {id(v) for e in exprs for v in collect_vars(e)}
+
+
+def _related(constraints, seeds: set) -> List[str]:
+    """Of ``constraints`` ((isl text, ids of its variables)), those linked to the variables ``seeds``
+    through shared variables.  The others constrain only variables of their own, so a guard's failing
+    set taken without them, subtracted from the loop's domain (which has them), leaves the same good
+    set, and isl does not parse the selects of every unrelated outer loop's bounds once per guard."""
+    reach, kept = set(seeds), set()
+    grew = True
+    while grew:
+        grew = False
+        for k, (_, ids) in enumerate(constraints):
+            if k not in kept and ids & reach:
+                kept.add(k)
+                reach |= ids
+                grew = True
+    return [text for k, (text, _) in enumerate(constraints) if k in kept]
 
 
 def _unconditional_piece(good: isl.Set, params: isl.Set):

@@ -319,6 +319,46 @@ def test_flat_index_division_of_an_aligned_ramp_stays_a_contiguous_load():
     np.testing.assert_array_equal(out[0], a)
 
 
+def test_a_guard_s_failing_set_leaves_out_outer_loops_unrelated_to_it(monkeypatch):
+    """The set of iterations where a guard fails carries only the outer loops linked to the guard
+    by a variable: the tail guard of ``j`` (``8*jo + ji < m``) does not take the row loop's
+    ``i < n`` along (isl parsed every outer loop's bounds, selects too, once per guard).  The
+    loop's domain keeps them all, so the main range is what it was."""
+    import re
+    from loopweave.lowering.passes import loop_partition as lp
+    calls = []
+    make_set = lp.make_set
+
+    def recording(params, dims, constraints):
+        constraints = list(constraints)
+        calls.append((list(dims), constraints))
+        return make_set(params, dims, constraints)
+    monkeypatch.setattr(lp, "make_set", recording)
+    n, m = lw.var("n"), lw.var("m")
+    A = lw.placeholder((n, m), name="A")
+    C = lw.compute((n, m), lambda i, j: A[i, j] * 2.0, name="C")
+    s = lw.create_schedule(C)
+    s[C].split(C.op.axis[1], factor=8)
+    f = lw.lower(s, [A, C])
+    row = re.compile(r"\bi_\d+\b")
+    failing = [cons for dims, cons in calls if len(dims) == 2]          # [jo, ji]: the guard's failing set
+    domains = [cons for dims, cons in calls if len(dims) == 1 and dims[0].startswith("j_outer")]
+    assert failing and not any(row.search(c) for cons in failing for c in cons), failing
+    assert domains and all(any(row.search(c) for c in cons) for cons in domains), domains
+    a = np.random.default_rng(0).standard_normal((3, 13)).astype("float32")
+    out = np.empty_like(a)
+    lw.build(f)(a, out)
+    np.testing.assert_array_equal(out, a * 2)
+
+
+def test_related_constraints_are_those_linked_to_the_seeds_through_shared_variables():
+    from loopweave.lowering.passes.loop_partition import _related
+    constraints = [("a", {1, 2}), ("b", {3}), ("c", {2, 4}), ("d", {4, 5}), ("e", {6, 3})]
+    assert _related(constraints, {1}) == ["a", "c", "d"]
+    assert _related(constraints, {6}) == ["b", "e"]
+    assert _related(constraints, {7}) == []
+
+
 def test_isl_giving_up_on_a_partition_question_leaves_the_select(monkeypatch):
     """loop_partition asks isl whether a select's condition can hold in the main part; when isl
     cannot answer (an operation limit, a parse failure) the answer is "not proven"."""
