@@ -188,7 +188,8 @@ def _run(args) -> None:
           f"onnxruntime time / loopweave time (> 1: loopweave faster); peak = share of this machine's fp32 FMA "
           f"peak at that width ({peak / 1e9:.0f} GFLOPS, benchmarks.peak), Winograd layers counted as direct"
           + ("; times and peak in CPU time" if args.cpu_time else ""))
-    print(f"{'layer':<34} {'lw ms':>9} {'ort ms':>9} {'ratio':>7} {'peak':>6}")
+    if not args.lone_1x1:
+        print(f"{'layer':<34} {'lw ms':>9} {'ort ms':>9} {'ratio':>7} {'peak':>6}")
     ratios = []
     for layer in LAYERS:
         label, c, oc, hw, k, stride, pad, groups = layer

@@ -41,3 +41,21 @@ def test_cpu_time_rows_read_one_threads_cpu_time_and_refuse_two_threads():
     assert re.search(r"\d+\.\d{3}\s+\d+\.\d{3}\s+\d+\.\d{2}\s+\d+%$", row), row
     out = subprocess.run(args + ["--threads", "2"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--cpu-time times one thread's CPU time" in out.stderr, out.stderr
+
+
+def test_lone_1x1_rows_time_both_forms_and_name_the_pick():
+    """``--lone-1x1 both``: each stride-1 1x1 layer plain against blocked, and the form the layout choice
+    picks for this machine (``lone_1x1_stays_plain``); strided layers, which always go blocked, print no row."""
+    from loopweave.nn_ops.network.passes.lone_1x1_stays_plain import lone_1x1_stays_plain
+    from loopweave.target import resolve_target
+    args = [sys.executable, "-m", "benchmarks.conv2d", "--quick", "--cpu-time", "--lone-1x1", "both", "--only"]
+    out = subprocess.run(args + ["1x1 192->64"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    rows = [line for line in out.stdout.splitlines() if line.startswith("mv2 1x1")]
+    assert len(rows) == 1, out.stdout
+    match = re.search(r"plain\s+\d+% blocked\s+\d+% plain/blocked time\s+\d+\.\d{2} picks (plain|blocked)$", rows[0])
+    assert match, rows[0]
+    plain = lone_1x1_stays_plain(192, 64, (1, 64, 14, 14), (1, 1), resolve_target("llvm"))
+    assert match.group(1) == ("plain" if plain else "blocked"), rows[0]
+    out = subprocess.run(args + ["r18 1x1/2 256"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and not any(line.startswith("r18") for line in out.stdout.splitlines()), out.stdout

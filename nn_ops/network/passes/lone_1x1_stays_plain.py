@@ -7,7 +7,8 @@ channel planes that do not start on a cache line.  Both are estimated from the t
 and registers, with the register blocks each form's schedule takes, as work per useful
 multiply-add; the cheaper form wins.  Against MobileNetV2's 19 distinct 1x1 layers alone, each
 timed both ways (one thread, CPU time, interleaved in one process, AVX-512 and AVX2 code on
-Zen 5), the estimate picks the faster form wherever the two differ by more than 5 %; re-measure:
+Zen 5), it picks the faster form of every one with AVX-512; as AVX2 code it misses three by
+3-6 % (144->24 at 56x56 runs faster blocked, 384->96 and 576->96 at 14x14 plain); re-measure:
 ``python -m benchmarks.conv2d --only "mv2 1x1" --cpu-time --lone-1x1 both [--target "llvm -mcpu=x86-64-v3"]``.
 """
 from __future__ import annotations
