@@ -70,3 +70,26 @@ def test_a_chain_whose_inner_value_is_read_elsewhere_stays():
     model.graph.output.append(helper.make_tensor_value_info("v1", TensorProto.FLOAT, [1, 16, 16, 16]))
     graph = lw.from_onnx(model)
     assert "rescale" not in fold_affine_requantization(graph.copy()).op_counts()
+
+
+def test_a_channel_whose_first_guess_misses_takes_a_nudged_multiplier_and_offset():
+    """MobileNetV2's last batch norm (QDQ), one channel: the chain's exact slope and offset put inputs 60
+    and 237 on 64.5 and 251.5, which ONNX's float32 steps round up and down; a multiplier a few steps
+    smaller and a larger offset give both."""
+    from onnx.reference import ReferenceEvaluator
+    inits = {"s0": np.float32(0.089604564), "z0": np.uint8(131), "bn_s": np.full((1, 1, 1, 1), 1.30802, np.float32),
+             "bn_b": np.full((1, 1, 1, 1), 0.05672165, np.float32), "s1": np.float32(0.11093695), "z1": np.uint8(139)}
+    nodes = [helper.make_node("DequantizeLinear", ["x", "s0", "z0"], ["v0"]),
+             helper.make_node("Mul", ["v0", "bn_s"], ["v1"]), helper.make_node("Add", ["v1", "bn_b"], ["v2"]),
+             helper.make_node("QuantizeLinear", ["v2", "s1", "z1"], ["y"])]
+    graph = helper.make_graph(nodes, "bn", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 1, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 1, 16, 16])],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    folded = fold_affine_requantization(lw.from_onnx(model))
+    (node,) = [n for n in folded.nodes if n.op_type == "rescale"]
+    slope = np.float32(np.float64(inits["s0"]) * np.float64(inits["bn_s"].item()) / np.float64(inits["s1"]))
+    assert folded.initializers[node.inputs[1]].item() != slope
+    feed = {"x": np.arange(256, dtype=np.uint8).reshape(1, 1, 16, 16)}
+    (got,) = lw.compile(lw.from_onnx(model), progress=False).run(feed)
+    np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, feed)[0])
