@@ -20,10 +20,10 @@ from ...ops.conv2d import MIN_ACCUMULATORS, _channel_rows, matmul_channel_rows, 
 from ...ops.nchwc import _register_limited_vectors, _vectors_for
 from .. import symbolic as S
 
-#: the from_blocked pass after a blocked conv, in multiply-adds per output vector: measured 9 at 16
-#: lanes and 5 at 8 (its register transposes take more shuffles a vector the wider it is), so
-#: ``lanes / 2 + 1``: the transform costs 9/64 of a 64-channel 1x1's products with AVX-512
 def from_blocked_cost(lanes: int) -> float:
+    """The from_blocked pass after a blocked conv, in multiply-adds per output vector: measured 9 at 16
+    lanes and 5 at 8 (its register transposes take more shuffles a vector the wider it is), so with
+    AVX-512 the transform costs 9/64 of a 64-input-channel 1x1's products."""
     return lanes / 2 + 1
 
 
@@ -32,6 +32,7 @@ def from_blocked_cost(lanes: int) -> float:
 #: of a 14x14 map's vectors are split, its 64-input-channel layers ran 1.06-1.11x slower than blocked
 #: where the tiles alone predicted a tie
 SPLIT_VECTOR_COST = 0.1
+#: bytes of a cache line (x86-64's and the AArch64 cores')
 CACHE_LINE = 64
 
 
@@ -83,7 +84,7 @@ def _blocked_cost(channels: int, oc: int, ow, lanes: int, registers: int) -> flo
     ``choose_conv_layout`` takes them (padded to whole vectors above one vector's width; 8-channel
     blocks of a wider vector at half its rate), rows in register blocks as
     ``nchwc.schedule_conv2d_blocked`` takes them."""
-    block = lanes if oc % lanes == 0 or oc > lanes else 8
+    block = lanes if oc % lanes == 0 or oc > lanes else min(8, lanes)
     padded = -(-oc // block) * block
     cost = (1 + from_blocked_cost(lanes) / channels) * padded / oc * lanes / block
     if ow is not None:
