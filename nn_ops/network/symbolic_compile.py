@@ -31,6 +31,7 @@ from ...backends import build_workers
 from ...backends.llvm.call_list_runner import call_list_object
 from ...dsl.tensor import compute, placeholder
 from ...errors import BuildError
+from ..compile_once.builder import _multiple_name
 from ..compile_once.cnn import WINOGRAD_TILE_BLOCKS, CnnWalk, _row_block_variants
 from ..ops.registry import schedule
 from . import kernel_cache, symbolic as S
@@ -123,10 +124,14 @@ class _Builder:
             return f"{c}*v{variables[m]}" if c != 1 else f"v{variables[m]}"
         key = f"graph|{signature}|{tuple(tuple(show(d) for d in s) for s in shapes)}"
         module = self.kernel(key, grp, params, variables, self.general_attrs(grp), kernel_name(grp))
-        variants = [Variant(self.kernel(f"{key}|{what}", grp, params, variables, attrs, f"{kernel_name(grp)}_{what}",
-                                        units), rows, at_most)
-                    for rows, at_most, attrs, units, what in self.variants(grp, variables)]
         sizes = {f"v{k}": d for d, k in variables.items()}
+        variants = []
+        for rows, at_most, attrs, units, multiples, what in self.variants(grp, variables):
+            whole = {_factored(d)[1]: kr for d, kr in (multiples or {}).items()}
+            fixed = "".join(f"|v{variables[m]}*{k}+{r}" for m, (k, r) in whole.items())
+            variants.append(Variant(self.kernel(f"{key}|{what}{fixed}", grp, params, variables, attrs,
+                                                f"{kernel_name(grp)}_{what}", units, whole), rows, at_most))
+            sizes.update({_multiple_name(variables[m], k, r): S.floordiv(m - r, k) for m, (k, r) in whole.items()})
         self.param_views.update({view: p for p, view in views.items()})
         return KernelCall(grp.nodes[-1].name, module, tuple(views.get(p, p) for p in params) + (grp.output,), sizes,
                           tuple(variants))
@@ -148,15 +153,16 @@ class _Builder:
         return {"tile_block": WINOGRAD_TILE_BLOCKS[-1]}
 
     def variants(self, grp, variables) -> list:
-        """(rows, at most, attributes of the anchor, sizes fixed to 1, name) of each variant."""
+        """(rows, at most, attributes of the anchor, sizes fixed to 1, sizes built as ``k * var + r``
+        ({size: (k, r)}, or None), name) of each variant."""
         anchor = _anchor(grp)
         if anchor.op_type == "dense_kn":
             rows = self.g.values[anchor.inputs[0]].shape[0]
             if S.is_static(rows):
                 return []
             if anchor.attrs.get("panels"):       # one row: a register tile of that row
-                return [(rows, 1, {"row_block": 1}, (), "one_row")]
-            return [(rows, SMALL_M, {"few_rows": True}, (), "few_rows")]
+                return [(rows, 1, {"row_block": 1}, (), None, "one_row")]
+            return [(rows, SMALL_M, {"few_rows": True}, (), None, "few_rows")]
         if anchor.op_type in ("conv2d_blocked", "depthwise_blocked", "conv2d_winograd_blocked"):
             return self.conv_variants(anchor)
         if anchor.op_type not in UNIT_VARIANT_OPS:
@@ -166,13 +172,14 @@ class _Builder:
         for d in shape[max(1, len(shape) - 2):]:
             if d in self.fed_sizes and d in variables and d not in units:
                 units.append(d)
-        return [(d, 1, {}, (d,), f"{S.show(d)}_1") for d in units]
+        return [(d, 1, {}, (d,), None, f"{S.show(d)}_1") for d in units]
 
     def conv_variants(self, anchor) -> list:
         """The compile-once path's variants of a blocked conv on a map of symbolic size: Winograd's
         where it may pay (a ``direct_weight`` conv: ``CnnWalk.winograd_variants``, which reads only
         the target of its builder), then register blocks of pixels that divide the output row
-        (``cnn._row_block_variants``); each built over plain size vars."""
+        (``cnn._row_block_variants``); each built over the sizes it divides as whole multiples where
+        compile-once builds it so (no code for a partial block, less compile time)."""
         x, out = self.g.shape(anchor.inputs[0]), self.g.shape(anchor.outputs[0])
 
         def attrs_of(*holders, extent=None, **attrs):
@@ -187,9 +194,9 @@ class _Builder:
         else:
             weight = None if anchor.op_type == "depthwise_blocked" else self.g.initializers[anchor.inputs[1]].shape
         found += _row_block_variants(out[3], attrs_of, weight, len(x) == 5, x[3])
-        return [(v.size, v.at_most, v.make(extent=None), (), v.what) for v in found]
+        return [(v.size, v.at_most, v.make(extent=None), (), v.multiples, v.what) for v in found]
 
-    def kernel(self, key: str, grp, params, variables, anchor_attrs, name, units=()):
+    def kernel(self, key: str, grp, params, variables, anchor_attrs, name, units=(), whole=None):
         module = self.kernels.get(key)
         if module is None and self.prebuilt is not None:
             module = self.prebuilt.get(key)
@@ -199,9 +206,17 @@ class _Builder:
         if module is None and self.remembers():
             module = kernel_cache.lookup_polymorphic(key, self.target)
         if module is None:
-            names = S.dsl_variables([f"v{k}" for k in range(len(variables))])
-            var_of = {d: 1 if d in units else names[f"v{k}"] for d, k in variables.items()}
-            holders, out = self.computation(grp, params, var_of, anchor_attrs)
+            whole = whole or {}
+            var_of, size_of = {}, {}           # sympy size -> extent; a var's symbol -> the size it stands for
+            for d, k in variables.items():
+                if d in units:
+                    var_of[d] = 1
+                    continue
+                steps, r = whole.get(d, (1, 0))
+                v = S.dsl_variables([_multiple_name(k, steps, r) if d in whole else f"v{k}"]).popitem()[1]
+                var_of[d] = v * steps + r if d in whole else v
+                size_of[S.from_dsl(v)] = (d - r) / steps
+            holders, out = self.computation(grp, params, var_of, size_of, anchor_attrs)
             if not self.jobs:
                 build_workers.prestart()
             module = Pending(len(self.jobs))
@@ -209,9 +224,9 @@ class _Builder:
         self.kernels[key] = module
         return module
 
-    def computation(self, grp, params, var_of, anchor_attrs) -> Tuple[list, object]:
-        """The group's placeholders and output over extents ``var_of`` (sympy size -> var or 1),
-        checked against the graph's shapes.  A parameter that a node reads beside a computed value
+    def computation(self, grp, params, var_of, size_of, anchor_attrs) -> Tuple[list, object]:
+        """The group's placeholders and output over extents ``var_of`` (sympy size -> var, ``k * var + r``
+        or 1), checked against the graph's shapes (``size_of``: each var's symbol -> the size it stands for).  A parameter that a node reads beside a computed value
         of its graph shape (a conv's residual operand) takes that value's extents, which the kernel
         computes (``(h + 2 - 3) + 1``): bound inference then knows they are one size."""
         def extent(d):
@@ -254,7 +269,7 @@ class _Builder:
             except Exception as exc:    # noqa: BLE001 - an op that refuses symbolic extents
                 raise BuildError(f"node {node.name!r} ({node.op_type}): no kernel over its symbolic sizes "
                                  f"({type(exc).__name__}: {exc}); compile without pipeline='graph'") from exc
-            if not _same_extents(t.shape, self.g.values[node.outputs[0]].shape, var_of):
+            if not _same_extents(t.shape, self.g.values[node.outputs[0]].shape, var_of, size_of):
                 raise BuildError(f"node {node.name!r} ({node.op_type}): its kernel computes shape {t.shape}, the "
                                  f"graph says {self.g.values[node.outputs[0]].shape}; compile without "
                                  f"pipeline='graph'")
@@ -333,13 +348,13 @@ def _param_views(g: Graph, grp, params) -> Dict[str, str]:
             if len(readers.get(p, ())) == 1 and readers[p][0].op_type == "reshape" and p not in g.initializers}
 
 
-def _same_extents(got, want, var_of) -> bool:
+def _same_extents(got, want, var_of, size_of) -> bool:
     """The kernel's extents (DSL expressions of its size vars) are the graph's sizes ``want``:
-    each var read as the size it stands for (``var_of``: sympy size / its constant factor -> var or
-    1), so an extent the kernel computes itself (a convolved ``(h - 1) // 2 + 1``) is proven equal."""
+    each var read as the size it stands for (``size_of``: its symbol -> a sympy size), so an extent
+    the kernel computes itself (a convolved ``(h - 1) // 2 + 1``) is proven equal; ``var_of`` (sympy
+    size / its constant factor -> extent) says which sizes the kernel fixes to 1."""
     if len(got) != len(want):
         return False
-    size_of = {S.from_dsl(v): m for m, v in var_of.items() if not isinstance(v, int)}
     for g, w in zip(got, want):
         g = S.from_dsl(g).subs(size_of, simultaneous=True)
         if not S.is_static(w) and isinstance(var_of.get(_factored(w)[1]), int):    # a size fixed to 1
