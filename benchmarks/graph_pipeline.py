@@ -1,6 +1,7 @@
 """The one Graph pipeline over symbolic sizes against the compile-once walk, on zoo models.
 
 ``python -m benchmarks.graph_pipeline [--model encoder] [--threads 2] [--pairs 15] [--shapes ...] [--static]``
+``python -m benchmarks.graph_pipeline --call-overhead``
 
 ``--model encoder`` (the default): the model zoo's BERT-style encoder (hidden 256, 4 heads, 4 layers,
 FFN 1024) with symbolic ``batch`` and ``seq``, shapes ``BATCHxSEQ`` (default 1x1 1x7 1x128 4x64).
@@ -14,6 +15,10 @@ this process.  Per shape, the outputs are compared and the two executables timed
 graph-pipeline time (> 1 means the graph pipeline is faster).  ``--static`` also compiles each shape
 statically (the issue's bar: a compile-once network at >= 0.95x the static compile of each shape) and
 times it against the graph pipeline the same way (``vs static``: static time / graph-pipeline time).
+
+``--call-overhead`` times what a run costs besides its kernels instead: a one-kernel network
+(relu(x + w) over ``[batch, seq, 8]``, a few hundred nanoseconds of kernel) through the graph pipeline
+against its static compile at 1x1, interleaved, by the CPU time of the calling thread.
 """
 from __future__ import annotations
 
@@ -68,6 +73,26 @@ def _cold_compile_seconds(how: str, name: str) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def _call_overhead(pairs: int) -> None:
+    """Microseconds per run of a one-kernel network, graph pipeline against static, and their ratio."""
+    import time
+    from onnx import TensorProto, helper
+    import loopweave as lw
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", "seq", 8])
+    y = helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", "seq", 8])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8], np.arange(8, dtype=np.float32))
+    graph = helper.make_graph([helper.make_node("Add", ["input", "w"], ["t"]), helper.make_node("Relu", ["t"], ["out"])],
+                              "one_kernel", [x], [y], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    graph = lw.from_onnx(model)
+    ours = lw.compile(graph, pipeline="graph", progress=False)
+    static = lw.compile(graph.specialize({"input": (1, 1, 8)}, {}), progress=False)
+    feed = {"input": np.ones((1, 1, 8), np.float32)}
+    c = interleaved(lambda: ours.run(feed), lambda: static.run(feed), pairs=pairs, pause=0.01, clock=time.thread_time)
+    print(f"one-kernel run at 1x1 (thread time): graph pipeline {c.ours_s * 1e6:.2f} us, static {c.theirs_s * 1e6:.2f} "
+          f"us, static/graph {c.ratio:.2f}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="encoder", help="encoder, or a zoo CNN (resnet18, mobilenet_v2, ...)")
@@ -76,7 +101,12 @@ def main(argv=None) -> None:
     parser.add_argument("--shapes", nargs="+", default=None)
     parser.add_argument("--static", action="store_true")
     parser.add_argument("--no-cold", action="store_true", help="skip the cold compiles in fresh processes")
+    parser.add_argument("--call-overhead", action="store_true", help="a one-kernel network's run, graph against static")
     args = parser.parse_args(argv)
+    if args.call_overhead:
+        set_threads(1)
+        _call_overhead(args.pairs)
+        return
     shapes = args.shapes or (["1x1", "1x7", "1x128", "4x64"] if args.model == "encoder" else ["1x224x224"])
     if not args.no_cold:
         cold = {how: _cold_compile_seconds(how, args.model) for how in ("graph", "once")}
