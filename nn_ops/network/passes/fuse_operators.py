@@ -44,6 +44,7 @@ from ..graph import Graph, Node
 from .. import symbolic as S
 from ..op_table import OPS
 from ..symbolic_reshape import reshape_runs
+from ...ops.conv_unblocked import MIN_UNBLOCKED_WIDTH
 
 MAX_GROUP_NODES = 8
 #: blocked anchors whose epilogue runs over one channel block's vector whatever its dtypes, so a
@@ -93,6 +94,18 @@ def _is_pointwise_conv(g: Graph, node: Node) -> bool:
             and not any(attrs["padding"]) and tuple(attrs["dilation"]) == (1, 1))
 
 
+def _unblocks_conv(g: Graph, grp: FusedGroup, node: Node) -> bool:
+    """Whether ``node`` is the ``from_blocked`` of a static blocked conv's group (its epilogue
+    elementwise), keeping every channel, on rows of ``MIN_UNBLOCKED_WIDTH`` pixels or more: the conv's
+    kernel then stores NCHW rows itself (``ops/conv_unblocked.py``)."""
+    if node.op_type != "from_blocked" or grp.nodes[0].op_type != "conv2d_blocked" or \
+            any(OPS[n.op_type].kind != "injective" for n in grp.nodes[1:]):
+        return False
+    shape = g.shape(node.inputs[0])
+    return all(S.is_static(d) for d in shape) and g.shape(node.outputs[0])[1] == shape[1] * shape[4] and \
+        shape[3] >= MIN_UNBLOCKED_WIDTH
+
+
 def _transposed_operand(g: Graph, users, producer_group, value: str) -> List[FusedGroup]:
     """The groups that make matmul operand ``value`` as a transpose of a value in memory, maybe between
     reshapes (an attention head split: [S, H*D] -> [1, S, H, D] -> [1, H, S, D] -> [H, S, D]), in order,
@@ -126,6 +139,9 @@ def fuse_operators(g: Graph) -> List[FusedGroup]:
                 grp = producer_group.get(i)
                 if grp is None or grp.kind not in ("anchor", "injective") or not _may_join(g, users, grp, i):
                     continue
+                if _unblocks_conv(g, grp, node):
+                    target = grp
+                    break
                 if g.shape(i) != g.shape(node.outputs[0]) or not (
                         _same_width(g.values[i].dtype, g.values[node.outputs[0]].dtype)
                         or grp.nodes[0].op_type in CHANNEL_VECTOR_ANCHORS):

@@ -1,0 +1,69 @@
+"""A blocked conv whose result leaves the blocked layout (a lone conv) stores NCHW rows from its own
+kernel: one kernel for conv, epilogue and from_blocked, on rows that split into transpose tiles or
+not, and the same values as onnxruntime."""
+import numpy as np
+import pytest
+
+import loopweave as lw
+from loopweave.nn_ops.network.passes import fuse_operators, optimize
+from loopweave.nn_ops.testing.model_zoo import OnnxBuilder
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+
+def _kernels(model):
+    return [tuple(n.op_type for n in grp.nodes) for grp in fuse_operators(optimize(lw.from_onnx(model)))
+            if grp.kind != "alias"]
+
+
+def _check(model, shape):
+    exe = lw.compile(lw.from_onnx(model), progress=False)
+    x = np.random.default_rng(1).standard_normal(shape).astype("float32")
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    np.testing.assert_allclose(exe.run({"input": x})[0], want[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("hw, stride, relu", [(13, 1, True), (32, 2, False), (9, 2, True), (4, 1, True), (7, 1, False)])
+def test_a_lone_blocked_conv_is_one_kernel_with_its_from_blocked(hw, stride, relu):
+    """3x3 convs (direct, blocked after one to_blocked) whose output rows are 13, 16, 5, 4 and 7 pixels
+    wide: whole transpose tiles, a shifted last tile, one tile of 4."""
+    b = OnnxBuilder()
+    y = b.conv("input", 16, 32, 3, stride=stride, bias=True)
+    y = b.relu(y) if relu else y
+    out = (hw - 1) // stride + 1
+    model = b.model((1, 16, hw, hw), y, (1, 32, out, out))
+    kernels = _kernels(model)
+    assert ("from_blocked",) not in kernels and any(k[0] == "conv2d_blocked" and k[-1] == "from_blocked"
+                                                    for k in kernels), kernels
+    _check(model, (1, 16, hw, hw))
+
+
+def test_rows_under_four_pixels_and_dropped_padding_keep_the_from_blocked_apart():
+    """A row of 3 pixels holds no transpose tile; a result padded to whole vectors (24 channels with
+    16-lane vectors) loses its padding in the from_blocked: both stay two kernels, with the same values."""
+    b = OnnxBuilder()
+    model = b.model((1, 16, 3, 3), b.relu(b.conv("input", 16, 32, 3, bias=True)), (1, 32, 3, 3))
+    kernels = _kernels(model)
+    assert ("from_blocked",) in kernels, kernels
+    _check(model, (1, 16, 3, 3))
+    b = OnnxBuilder()
+    model = b.model((1, 16, 12, 12), b.conv("input", 16, 24, 3, bias=True), (1, 24, 12, 12))
+    _check(model, (1, 16, 12, 12))
+
+
+def test_a_conv_result_also_read_blocked_keeps_its_from_blocked_apart():
+    """A result another conv reads blocked and a graph output reads in NCHW: the conv writes it blocked
+    once, and the from_blocked copies it out."""
+    b = OnnxBuilder()
+    y = b.relu(b.conv("input", 16, 32, 3, bias=True))
+    z = b.conv(y, 32, 32, 1)
+    model = b.model((1, 16, 10, 10), z, (1, 32, 10, 10))
+    model.graph.output.append(onnx.helper.make_tensor_value_info(y, onnx.TensorProto.FLOAT, [1, 32, 10, 10]))
+    kernels = _kernels(model)
+    assert ("from_blocked",) in kernels, kernels
+    exe = lw.compile(lw.from_onnx(model), progress=False)
+    x = np.random.default_rng(1).standard_normal((1, 16, 10, 10)).astype("float32")
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    for got, ref in zip(exe.run({"input": x}), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
