@@ -146,8 +146,10 @@ def store_object(symbol: str, target: Target, obj: bytes) -> None:
 _compile_lock = threading.Lock()
 
 
-def compile_ir(llvm_ir: str, target: Target) -> Tuple[bytes, str]:
-    """(object code, optimised LLVM IR) for an LLVM IR module.
+def compile_ir(llvm_ir: str, target: Target, optimized: bool = True) -> Tuple[bytes, str]:
+    """(object code, optimised LLVM IR) for an LLVM IR module; ``optimized=False`` skips LLVM's IR
+    passes, for code they cannot improve (a network's runner: straight-line calls of kernels compiled
+    elsewhere, where the passes cost more than its code generation).
 
     Safe to call from a background thread (``build_many`` overlaps it with the next kernel's
     lowering): the module lives in its own LLVM context and one compile runs at a time."""
@@ -156,7 +158,11 @@ def compile_ir(llvm_ir: str, target: Target) -> Tuple[bytes, str]:
     with _compile_lock:
         module_ref = llvm.parse_assembly(llvm_ir, context=llvm.create_context())
         module_ref.verify()
-        optimize(module_ref, target)
+        if optimized:
+            optimize(module_ref, target)
+        else:
+            module_ref.triple = target_machine_for(target).triple
+            module_ref.data_layout = str(target_machine_for(target).target_data)
         obj = target_machine_for(target).emit_object(module_ref)
         return obj, str(module_ref)
 

@@ -50,7 +50,7 @@ def network_runner(calls: Sequence[Call], kernel_symbols: Iterable[str], target:
         symbol = f"lw_run_{digest}"
         object_code = jit.cached_object(symbol, target)
         if object_code is None:
-            object_code, _ = jit.compile_ir(_renamed(text, symbol), target)
+            object_code, _ = jit.compile_ir(_renamed(text, symbol), target, optimized=False)
             jit.store_object(symbol, target, object_code)
     return NetworkRunner(symbol, _renamed(text, symbol), object_code)
 

@@ -23,3 +23,18 @@ def test_the_runner_is_named_by_its_content_and_a_saved_one_keeps_its_name():
     saved = network_runner(CALLS, [], host, symbol="lw_run_saved", object_code=runner.object_code)
     assert saved.object_code is runner.object_code and saved.llvm_ir == runner.llvm_ir.replace(
         runner.symbol, "lw_run_saved")
+
+
+def test_the_runner_is_compiled_without_llvm_s_ir_passes(monkeypatch):
+    """Its straight-line calls of kernels compiled elsewhere gain nothing from them, and they cost more
+    than its code generation, once per network compiled."""
+    from loopweave.backends.llvm import jit
+    real, flags = jit.compile_ir, []
+
+    def recording(text, target, optimized=True):
+        flags.append(optimized)
+        return real(text, target, optimized=optimized)
+    monkeypatch.setattr(jit, "compile_ir", recording)
+    monkeypatch.setattr(jit, "cached_object", lambda symbol, target: None)
+    runner = network_runner(CALLS, ["lw_k_a", "lw_k_b"], resolve_target("llvm"))
+    assert flags == [False] and runner.object_code
