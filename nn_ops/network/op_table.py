@@ -47,10 +47,14 @@ def op(name: str, kind: str):
 # ------------------------------------------------------------------ anchors
 @op("conv2d", "anchor")
 def _conv2d(inputs, attrs):
+    """An NCHW conv; over symbolic sizes (a squeeze-and-excitation gate's 1x1 on [N, C, 1, 1] that
+    stays NCHW) the row path that takes them (``conv2d_rows``)."""
     X, W = inputs[0], inputs[1]
     stride, padding = tuple(attrs["stride"]), tuple(attrs["padding"])
     dilation, groups = tuple(attrs["dilation"]), int(attrs["groups"])
-    from ..ops.conv2d import conv2d
+    from ..ops.conv2d import conv2d, conv2d_rows
+    if not all(isinstance(d, int) for d in extents(X)):
+        return conv2d_rows(X, W, inputs[2] if len(inputs) > 2 else None, stride, padding, dilation, groups)
     Y = conv2d(X, W, stride, padding, dilation, groups)
     if len(inputs) > 2 and inputs[2] is not None:
         B = inputs[2]

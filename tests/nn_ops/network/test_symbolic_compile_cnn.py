@@ -96,3 +96,20 @@ def test_whole_block_variants_are_built_over_whole_blocks(any_size_cnn):
     size_names = {v.module.name.rsplit("relu_", 1)[1]: v.module.size_names for v in residual.variants}
     assert size_names["winograd_8"][1:] == ["v1x2", "v2x16"] and size_names["rows_of_7"][2] == "v2x7"
     assert size_names["winograd_7"] == residual.module.size_names == ["v0", "v1", "v2"]
+
+
+def test_a_squeeze_and_excitation_gate_over_a_symbolic_batch():
+    """The gate's reducing 1x1 conv on [N, 16, 1, 1] stays NCHW (4 output channels, too few to block):
+    over a batch var it is the row path's kernel, its weight as it lies."""
+    b = OnnxBuilder(opset=13)
+    x = b.relu(b.conv("input", 16, 16, 3, bias=True))
+    gate = b.node("Sigmoid", [b.conv(b.relu(b.conv(b.node("GlobalAveragePool", [x]), 16, 4, 1, pad=0, bias=True)),
+                                     4, 16, 1, pad=0, bias=True)])
+    model = b.model(("batch", 16, 8, 8), b.node("Mul", [x, gate]), ("batch", 16, 8, 8), name="se")
+    graph = lw.from_onnx(model)
+    exe = lw.compile(graph, pipeline="graph")
+    reduce = [c for c in exe.calls if c.module.name == "conv2d_relu"]
+    assert len(reduce) == 1 and exe.constants[reduce[0].args[1]].shape == (4, 16, 1, 1)
+    for batch in (1, 3):
+        feed = {"input": np.random.default_rng(batch).standard_normal((batch, 16, 8, 8)).astype(np.float32)}
+        _equals_static_and_onnxruntime(model, graph, exe, feed)
