@@ -8,8 +8,9 @@ kernel: (image, pair of channel blocks, row) in parallel; inside, the row's regi
 blocked form (a few KB, in L1), then that row stored to the channel planes in tiles of T pixels x T
 channels transposed in registers (the pragma ``"transpose"``, as ``from_blocked`` alone).  Apart,
 the conv wrote the whole blocked result and the transform read it back in a second kernel
-(MobileNetV2's 96->576 at 14x14 1.07x, ResNet-18's 64->128 stride 2 at 56x56 1.14x; one thread, CPU
-time, interleaved, under load).
+(with AVX-512, lone layers of ResNet-18 and MobileNetV2 1.0-1.11x: 3x3/2 256->512 at 14x14 1.11x,
+1x1/2 64->128 at 56x56 1.07x; one thread, CPU time, interleaved, under load).  Targets with fewer
+than ``UNBLOCKED_MIN_REGISTERS`` vector registers run the group's two stages one after the other.
 """
 from __future__ import annotations
 
@@ -18,6 +19,12 @@ from .registry import (INJECTIVE_TAGS, _reaches_through_inlined, _transpose_tile
 
 #: output rows at least this wide hold a transpose tile (of 4 pixels x 4 channels, the smallest)
 MIN_UNBLOCKED_WIDTH = 4
+
+#: vector registers a target needs for this form (else the group runs the conv and its from_blocked
+#: one after the other, as apart): as AVX2 code (16) it ran 0.80-0.82x of the two (MobileNetV2's
+#: 144->32 at 28x28, 576->160 and 960->320 at 7x7; one thread, CPU time, interleaved, under load;
+#: its row of register blocks as fast as alone with 32)
+UNBLOCKED_MIN_REGISTERS = 32
 
 
 def unblocking_output(s, op):

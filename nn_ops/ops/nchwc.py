@@ -30,7 +30,7 @@ from ...dsl.tensor import ComputeOp, Tensor, compute, reduce_axis
 from ...errors import ExprError
 from ...target import resolve_target
 from .conv2d import _divisor_at_most, _output_hw, _padded, _schedule_input_copy, pixels_per_block, static_row_block
-from .conv_unblocked import schedule_conv2d_unblocked, unblocking_output
+from .conv_unblocked import UNBLOCKED_MIN_REGISTERS, schedule_conv2d_unblocked, unblocking_output
 from .elementwise import extents, static_shape
 from .pooling import ceil_mode_is_plain, pool_output_size, window_reciprocal
 from .registry import (INJECTIVE_TAGS, accumulate_in_registers, accumulator_and_tile, parallel_planes_and_rows,
@@ -311,7 +311,7 @@ def schedule_conv2d_blocked(s, op, target, stream_weights: bool = True):
         else:
             owb, tail = static_row_block(ow_, pixels_per_block(nv, registers), vectors=nv)
         if depthwise is None and int(op.attrs.get("groups", 1)) == 1 and obn % nv == 0 and \
-                unblocking_output(s, op) is not None:
+                registers >= UNBLOCKED_MIN_REGISTERS and unblocking_output(s, op) is not None:
             # its from_blocked in the same kernel: each row's register blocks stored to NCHW rows
             schedule_conv2d_unblocked(s, op, target, nv,
                                       *static_row_block(ow_, pixels_per_block(nv, registers), vectors=nv))

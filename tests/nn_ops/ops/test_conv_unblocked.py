@@ -67,3 +67,20 @@ def test_a_conv_result_also_read_blocked_keeps_its_from_blocked_apart():
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
     for got, ref in zip(exe.run({"input": x}), want):
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_with_16_registers_the_kernel_runs_the_conv_then_its_from_blocked():
+    """AVX2 code (16 vector registers, fewer than ``UNBLOCKED_MIN_REGISTERS``): the same one kernel
+    runs the conv's own schedule and then the transform, with the same values."""
+    from loopweave.nn_ops.ops.conv_unblocked import UNBLOCKED_MIN_REGISTERS
+    from loopweave.target import compiling_for, resolve_target
+    avx2 = resolve_target("llvm -mcpu=x86-64-v3")
+    if not avx2.runs_here():
+        pytest.skip("this machine does not run x86-64-v3 code")
+    assert avx2.vector_registers < UNBLOCKED_MIN_REGISTERS
+    b = OnnxBuilder()
+    model = b.model((1, 16, 13, 13), b.relu(b.conv("input", 16, 32, 3, bias=True)), (1, 32, 13, 13))
+    with compiling_for(avx2):
+        kernels = _kernels(model)
+        assert ("from_blocked",) not in kernels, kernels
+        _check(model, (1, 16, 13, 13))
