@@ -310,10 +310,10 @@ def schedule_conv2d_blocked(s, op, target, stream_weights: bool = True):
             owb, tail = ow_, "guard"
         else:
             owb, tail = static_row_block(ow_, pixels_per_block(nv, registers), vectors=nv)
-        if depthwise is None and int(op.attrs.get("groups", 1)) == 1 and obn % nv == 0 and \
+        if depthwise is None and int(op.attrs.get("groups", 1)) == 1 and obn % nv == 0 and not streams and \
                 registers >= UNBLOCKED_MIN_REGISTERS and unblocking_output(s, op) is not None:
             # its from_blocked in the same kernel: each row's register blocks stored to NCHW rows
-            schedule_conv2d_unblocked(s, op, target, nv,
+            schedule_conv2d_unblocked(s, op, target, nv, rows_inside,
                                       *static_row_block(ow_, pixels_per_block(nv, registers), vectors=nv))
             for t in op.input_tensors:
                 _schedule_blocked_padding(s, t, target.lanes(op.outputs[0].dtype))
