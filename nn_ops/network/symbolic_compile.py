@@ -32,7 +32,7 @@ from ...backends.llvm.call_list_runner import call_list_object
 from ...dsl.tensor import compute, placeholder
 from ...errors import BuildError
 from ..compile_once.builder import _multiple_name
-from ..compile_once.cnn import WINOGRAD_TILE_BLOCKS, CnnWalk, _row_block_variants
+from ..compile_once.cnn import WINOGRAD_TILE_BLOCKS, CnnWalk, _is_projection, _row_block_variants
 from ..ops.registry import schedule
 from . import kernel_cache, symbolic as S
 from .pending_kernels import Pending, build_pending
@@ -178,8 +178,9 @@ class _Builder:
         """The compile-once path's variants of a blocked conv on a map of symbolic size: Winograd's
         where it may pay (a ``direct_weight`` conv: ``CnnWalk.winograd_variants``, which reads only
         the target of its builder), then register blocks of pixels that divide the output row
-        (``cnn._row_block_variants``); each built over the sizes it divides as whole multiples where
-        compile-once builds it so (no code for a partial block, less compile time)."""
+        (``cnn._row_block_variants``; none for a residual projection, ``cnn._is_projection``); each
+        built over the sizes it divides as whole multiples where compile-once builds it so (no code
+        for a partial block, less compile time)."""
         x, out = self.g.shape(anchor.inputs[0]), self.g.shape(anchor.outputs[0])
 
         def attrs_of(*holders, extent=None, **attrs):
@@ -193,7 +194,9 @@ class _Builder:
             weight = self.g.initializers[anchor.inputs[2]].shape
         else:
             weight = None if anchor.op_type == "depthwise_blocked" else self.g.initializers[anchor.inputs[1]].shape
-        found += _row_block_variants(out[3], attrs_of, weight, len(x) == 5, x[3])
+        # (a packed weight: [OC blocks, C blocks, KH, KW, ...])
+        if weight is None or not _is_projection(weight[:4], tuple(anchor.attrs.get("stride", (1, 1)))):
+            found += _row_block_variants(out[3], attrs_of, weight, len(x) == 5, x[3])
         return [(v.size, v.at_most, v.make(extent=None), (), v.multiples, v.what) for v in found]
 
     def kernel(self, key: str, grp, params, variables, anchor_attrs, name, units=(), whole=None):

@@ -113,3 +113,19 @@ def test_a_squeeze_and_excitation_gate_over_a_symbolic_batch():
     for batch in (1, 3):
         feed = {"input": np.random.default_rng(batch).standard_normal((batch, 16, 8, 8)).astype(np.float32)}
         _equals_static_and_onnxruntime(model, graph, exe, feed)
+
+
+def test_a_residual_projection_gets_no_row_block_variants():
+    """A 1x1 strided conv does a ninth of the strided 3x3's work beside it: its general kernel alone,
+    as the compile-once path builds it; the 3x3 gets its row blocks."""
+    b = OnnxBuilder(opset=13)
+    x = b.relu(b.conv("input", 3, 16, 3))
+    y = b.relu(b.node("Add", [b.conv(x, 16, 16, 3, stride=2), b.conv(x, 16, 16, 1, stride=2, pad=0)]))
+    model = model_zoo.symbolic_sizes(b.model((1, 3, 16, 16), y, (1, 16, 8, 8), name="projection"))
+    graph = lw.from_onnx(model)
+    exe = lw.compile(graph, pipeline="graph")
+    variants = {c.module.name: [v.module.name for v in c.variants] for c in exe.calls}
+    assert variants["conv2d_blocked"] == [] and variants["conv2d_blocked_add_relu"] == [
+        "conv2d_blocked_add_relu_rows_of_7", "conv2d_blocked_add_relu_rows_of_5"]
+    _equals_static_and_onnxruntime(model, graph, exe, {"input": np.random.default_rng(0).standard_normal(
+        (2, 3, 21, 30)).astype(np.float32)})
