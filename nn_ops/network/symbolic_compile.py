@@ -229,9 +229,10 @@ class _Builder:
 
     def computation(self, grp, params, var_of, size_of, anchor_attrs) -> Tuple[list, object]:
         """The group's placeholders and output over extents ``var_of`` (sympy size -> var, ``k * var + r``
-        or 1), checked against the graph's shapes (``size_of``: each var's symbol -> the size it stands for).  A parameter that a node reads beside a computed value
-        of its graph shape (a conv's residual operand) takes that value's extents, which the kernel
-        computes (``(h + 2 - 3) + 1``): bound inference then knows they are one size."""
+        or 1), checked against the graph's shapes (``size_of``: each var's symbol -> the size it stands
+        for).  A parameter that a node reads beside a computed value of its graph shape (a conv's
+        residual operand) takes that value's extents, which the kernel computes (``(h + 2 - 3) + 1``):
+        bound inference then knows they are one size."""
         def extent(d):
             if S.is_static(d):
                 return int(d)
@@ -240,7 +241,7 @@ class _Builder:
             return v if c == 1 else c * v
         tensors: Dict[str, object] = {}
         views = _param_views(self.g, grp, params)
-        taken = [views.get(name, name) for name in params]     # the parameter, or the reshape of it the kernel takes
+        taken = [views.get(name, name) for name in params]     # each parameter, or the reshape of it taken
 
         def make(k, shape=None):
             v = self.g.values[taken[k]]

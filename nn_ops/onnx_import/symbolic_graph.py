@@ -5,7 +5,8 @@ rows) with Python ints.  Rather than a second, symbolic copy of every converter,
 imported statically at three probe bindings and every size of the result is solved for: each
 symbol is a distinct prime at the first two, so a size that is ``c * batch**i * seq**j`` is found
 exactly from them (the ratio of its two values fixes the exponents, by unique factorisation), and
-checked at the third, of even sizes (what follows a size's parity, odd at both primes, shows there).  Values the symbolic shape inference names (``symbolic_shapes.py``) keep its
+checked at the third, of even sizes (what follows a size's parity, odd at both primes, shows
+there).  Values the symbolic shape inference names (``symbolic_shapes.py``) keep its
 expressions, which also cover sizes that are not such products (``seq + 1``, a convolved
 ``floor((H - 1)/2) + 1``); the importer's own values (a decomposed batch norm's) take such an
 expression where it has their sizes at every probe.  A graph whose run-time checks refuse the
