@@ -44,7 +44,8 @@ from ..graph import Graph, Node
 from .. import symbolic as S
 from ..op_table import OPS
 from ..symbolic_reshape import reshape_runs
-from ...ops.conv_unblocked import MIN_UNBLOCKED_WIDTH
+from ...ops.conv_unblocked import runs_unblocked
+from ....target import resolve_target
 
 MAX_GROUP_NODES = 8
 #: blocked anchors whose epilogue runs over one channel block's vector whatever its dtypes, so a
@@ -96,14 +97,15 @@ def _is_pointwise_conv(g: Graph, node: Node) -> bool:
 
 def _unblocks_conv(g: Graph, grp: FusedGroup, node: Node) -> bool:
     """Whether ``node`` is the ``from_blocked`` of a static blocked conv's group (its epilogue
-    elementwise), keeping every channel, on rows of ``MIN_UNBLOCKED_WIDTH`` pixels or more: the conv's
-    kernel then stores NCHW rows itself (``ops/conv_unblocked.py``)."""
-    if node.op_type != "from_blocked" or grp.nodes[0].op_type != "conv2d_blocked" or \
+    elementwise), keeping every channel, where the conv's kernel stores NCHW rows itself on the
+    target compiled for (``conv_unblocked.runs_unblocked``)."""
+    conv = grp.nodes[0]
+    if node.op_type != "from_blocked" or conv.op_type != "conv2d_blocked" or conv.attrs.get("groups", 1) != 1 or \
             any(OPS[n.op_type].kind != "injective" for n in grp.nodes[1:]):
         return False
     shape = g.shape(node.inputs[0])
     return all(S.is_static(d) for d in shape) and g.shape(node.outputs[0])[1] == shape[1] * shape[4] and \
-        shape[3] >= MIN_UNBLOCKED_WIDTH
+        runs_unblocked(shape, g.shape(conv.inputs[1]), resolve_target("llvm"))
 
 
 def _transposed_operand(g: Graph, users, producer_group, value: str) -> List[FusedGroup]:
