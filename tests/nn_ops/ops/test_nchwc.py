@@ -582,11 +582,11 @@ def test_a_register_block_fits_the_vector_registers(x86_level):
     (task,) = [t for t in lw.extract_tasks(lw.from_onnx(model), x86_level) if t.name.startswith("conv2d_blocked")]
     trace = str(task.default_schedule().trace)
     # a lone conv: with 32 registers its from_blocked's channels split by the block's, the row of the
-    # epilogue stage in blocks (``conv_unblocked``); with 16 the conv's own stage, the from_blocked after it
+    # epilogue stage in blocks (``conv_unblocked``); with 16 its own kernel's epilogue stage in blocks
     if registers == 32:
         splits = (f"split(c, factor={4 * x86_level.lanes('float32')})", "split(ax3, factor=4)")
     else:
-        splits = ("split(ob, factor=2)", "split(xx, factor=6, tail='shift')")
+        splits = ("split(ax1, factor=2)", "split(ax3, factor=6, tail='shift')")
     assert all(split in trace for split in splits), trace
 
 
