@@ -405,6 +405,8 @@ _register("dequantize", "injective", lambda i, a: quantize.dequantize(i[0], i[1]
 _register("quantize", "injective", lambda i, a: quantize.quantize(i[0], i[1], i[2] if len(i) > 2 else None, a["to"],
                                                                   a.get("axis", 1), a.get("block_size", 0)))
 _register("rescale", "injective", lambda i, a: quantize.rescale(i[0], i[1], i[2], a["to"]))
+_register("rescale_add", "injective", lambda i, a: quantize.rescale_add(i[0], i[1], a["multipliers"], a["offset"],
+                                                                          a["to"]))
 _register("pad_index", "injective", lambda i, a: index_ops.pad_index(i[0], a["before"], a["after"], a["mode"]))
 _register("scatter_elements", "reduce", lambda i, a: scatter.scatter_elements(i[0], i[1], i[2], a.get("axis", 0),
                                                                               a.get("reduction", "none")))

@@ -93,3 +93,24 @@ def rescale(x: Tensor, multiplier: Tensor, offset: Tensor, out_dtype: str, name:
         return cast(out_dtype, cast("int32", lw_round(v)))        # (rounded after the clamp: equal)
 
     return compute(shape, body, name=name, tag="injective")
+
+
+def rescale_add(a: Tensor, b: Tensor, multipliers, offset: float, out_dtype: str, name: str = "rescale_add") -> Tensor:
+    """``q = clamp(round(float32(a) * ma + (float32(b) * mb + offset)))`` (half to even, saturated to
+    ``out_dtype``), ``multipliers = (ma, mb)`` and ``offset`` float32 values: a residual add between
+    8-bit values without their float32 maps (``passes/fold_quantized_add``, which proves it equal on
+    every pair of inputs)."""
+    if not dtypes.is_int(out_dtype):
+        raise ExprError(f"rescale_add to {out_dtype} (an integer type expected)")
+    shape = extents(a)
+    if tuple(extents(b)) != tuple(shape):
+        raise ExprError(f"rescale_add: operands of shapes {tuple(shape)} and {tuple(extents(b))} (equal shapes expected)")
+    ma, mb = (const(float(np.float32(m)), "float32") for m in multipliers)
+    info = np.iinfo(out_dtype)
+
+    def body(*idx):
+        v = cast("float32", a[idx]) * ma + (cast("float32", b[idx]) * mb + const(float(np.float32(offset)), "float32"))
+        v = elementwise_min(elementwise_max(v, const(float(info.min), "float32")), const(float(info.max), "float32"))
+        return cast(out_dtype, cast("int32", lw_round(v)))        # (rounded after the clamp: equal)
+
+    return compute(shape, body, name=name, tag="injective")

@@ -11,6 +11,7 @@ from ...ops.int8_matmul import int8_pairs
 from ..graph import Graph
 from .choose_conv_layout import choose_conv_layout
 from .fold_affine_requantization import fold_affine_requantization
+from .fold_quantized_add import fold_quantized_add
 from .concats_in_place import concats_in_place
 from .choose_cuda_conv import choose_cuda_conv
 from .choose_dense_layout import choose_dense_layout
@@ -53,6 +54,7 @@ def optimize(graph: Graph, target_kind: str = "llvm", precision: str = "fp32") -
     if target_kind == "llvm":
         g = choose_conv_layout(g)
     g = fold_affine_requantization(g)
+    g = fold_quantized_add(g)
     if target_kind == "cuda":
         g = choose_cuda_conv(g, precision)
     g = choose_dense_layout(g, _host_lanes() if target_kind == "llvm" else None,
@@ -73,6 +75,6 @@ def _int8_pairs() -> bool:
     return int8_pairs(resolve_target("llvm"))
 
 
-__all__ = ["optimize", "choose_conv_layout", "choose_cuda_conv", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "fold_affine_requantization", "choose_dense_layout", "flatten_row_ops", "pack_conv_weights",
+__all__ = ["optimize", "choose_conv_layout", "choose_cuda_conv", "fold_constants", "fold_pad_into_conv", "fold_batch_norm", "fold_affine_requantization", "fold_quantized_add", "choose_dense_layout", "flatten_row_ops", "pack_conv_weights",
            "eliminate_dead_code", "fuse_gelu", "fuse_silu", "sink_reshapes", "collapse_reshapes", "rejoin_slices", "fuse_operators", "FusedGroup",
            "materialize_output_copies", "concats_in_place", "slices_as_views", "pack_weights"]
