@@ -9,8 +9,8 @@ blocked schedule has them); for each row, its register blocks of
 blocked form (a few KB, in L1), then that row stored to the channel planes in tiles of T pixels x T
 channels transposed in registers (the pragma ``"transpose"``, as ``from_blocked`` alone).  Apart,
 the conv wrote the whole blocked result and the transform read it back in a second kernel
-(with AVX-512, lone layers of ResNet-18 and MobileNetV2 1.0-1.11x: 3x3/2 256->512 at 14x14 1.11x,
-1x1/2 64->128 at 56x56 1.07x; one thread, CPU time, interleaved, under load).  Targets with fewer
+(with AVX-512, lone layers of ResNet-18 and MobileNetV2 0.99-1.11x: the stems 1.06x and 1.11x, 1x1/2
+64->128 at 56x56 1.07x, 96->576 at 14x14 1.08x; one thread, CPU time, interleaved, under load).  Targets with fewer
 than ``UNBLOCKED_MIN_REGISTERS`` vector registers, and maps the blocked schedule computes whole per
 channel-block pair as the weights stream by (7x7: each weight read once), run the group's two stages
 one after the other.
