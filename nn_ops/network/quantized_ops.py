@@ -2,8 +2,9 @@
 
 * ``qconv2d``: inputs [x (uint8/int8 NCHW), w (int8 [OC, C, KH, KW]), bias (int32 [OC], the zero points
   folded in), multiplier (float64 [OC])], attrs stride, padding, dilation, ``pad_value`` (x's zero
-  point), ``y_zero_point``, ``to`` (the output type): what the importer writes for a QLinearConv it
-  can run directly (``converters/quantized.py``);
+  point), ``y_zero_point``, ``to`` (the output type), ``int32_range`` (every sum's requantization rounds
+  into int32: ``int8_conv.rounds_in_int32``): what the importer writes for a QLinearConv it can run
+  directly (``converters/quantized.py``);
 * ``qconv2d_blocked``: the same on the blocked layout, w packed in words (``int8_conv.pack_conv_words``,
   ``pairs`` on x86 without VNNI): what ``choose_conv_layout`` makes of it on CPUs;
 * ``qdepthwise`` / ``qdepthwise_blocked``: a depthwise QLinearConv, w int8 [C, 1, KH, KW] (blocked: its
@@ -18,7 +19,8 @@ from .op_table import op
 
 def _common(attrs) -> dict:
     return dict(stride=tuple(attrs["stride"]), padding=tuple(attrs["padding"]), dilation=tuple(attrs["dilation"]),
-                pad_value=int(attrs["pad_value"]), y_zero_point=int(attrs["y_zero_point"]), out_dtype=attrs["to"])
+                pad_value=int(attrs["pad_value"]), y_zero_point=int(attrs["y_zero_point"]), out_dtype=attrs["to"],
+                int32_range=bool(attrs.get("int32_range")))
 
 
 @op("qconv2d", "anchor")

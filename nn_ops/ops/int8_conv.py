@@ -5,7 +5,8 @@ as one kernel, uint8 (or int8) in, uint8 (or int8) out.
 ``D = sum_{c, ky, kx} x_u[c, iy, ix] * w_s[o, c, ky, kx]``: the input read as uint8 (an int8 input + 128)
 and padded with its own zero point, the weight as int8 (a uint8 weight - 128).  The importer folds the
 zero points into ``bias`` (``sum (x - zx) w_s = D - (zx + 128 [int8 x]) * sum w_s``: a constant per output
-channel), so the product is exact and the epilogue is ONNX's reference requantization to the bit.
+channel), so the product is exact and the epilogue is ONNX's reference requantization to the bit (saturated
+after the rounding, in int32, where the importer proved every sum rounds into int32: ``int32_range``).
 
 Two forms (ops of the graph's ``qconv2d`` and ``qconv2d_blocked``), and two of the depthwise conv
 (``qdepthwise``, ``qdepthwise_blocked``: ``depthwise_u8s8*``, whose bias is QLinearConv's own, the input's
@@ -52,20 +53,33 @@ def pack_conv_words(weight: np.ndarray, in_block: int, out_block: int, pairs: bo
 
 
 def _requantized(D: Tensor, channel, bias: Tensor, multiplier: Tensor, y_zero_point: int, out_dtype: str,
-                 name: str) -> Tensor:
+                 name: str, int32_range: bool = False) -> Tensor:
     """``saturate(round(float64(D + bias[c]) * multiplier[c] + y_zero_point))`` as ``out_dtype``, ``c =
     channel(index)``: QLinearConv's requantization in float64 (ONNX's reference, round half to even).  A
-    float32 ``D`` holds an exact integer (``depthwise_u8s8_blocked``)."""
+    float32 ``D`` holds an exact integer (``depthwise_u8s8_blocked``).  ``int32_range`` (the caller's
+    promise that every int32 sum rounds into int32: ``rounds_in_int32``): saturated after the rounding, in
+    int32 lanes, where the float64 clamp took two instructions per half vector."""
     info = np.iinfo(out_dtype)
 
     def body(*idx):
         c = channel(idx)
         acc = D[idx] if D.dtype == "int32" else cast("int32", D[idx])
         scaled = cast("float64", acc + bias[c]) * multiplier[c] + const(float(y_zero_point), "float64")
+        if int32_range:
+            rounded = cast("int32", lw_round(scaled))
+            return cast(out_dtype, elementwise_min(elementwise_max(rounded, const(int(info.min), "int32")),
+                                                   const(int(info.max), "int32")))
         clipped = elementwise_min(elementwise_max(scaled, const(float(info.min), "float64")),
                                   const(float(info.max), "float64"))
         return cast(out_dtype, cast("int32", lw_round(clipped)))        # (rounded after the clamp: equal)
     return compute(D.shape, body, name=name + ".requantize", tag="elemwise")
+
+
+def rounds_in_int32(multiplier: np.ndarray, y_zero_point: int) -> bool:
+    """Whether ``round(acc * multiplier + y_zero_point)`` fits int32 for every int32 ``acc`` (so the
+    requantization may saturate after rounding: ``_requantized(..., int32_range=True)``)."""
+    largest = float(np.abs(np.asarray(multiplier, np.float64)).max(initial=0.0))
+    return largest * 2.0 ** 31 + abs(int(y_zero_point)) + 1 < 2.0 ** 31 - 1
 
 
 def _check_epilogue(bias: Tensor, multiplier: Tensor, channels: int, op: str) -> None:
@@ -102,7 +116,7 @@ def _widened_to_int16(X: Tensor, signed: bool, name: str, copied: bool) -> Tenso
 
 def conv2d_u8s8(X: Tensor, W: Tensor, bias: Tensor, multiplier: Tensor, stride=(1, 1), padding=(0, 0, 0, 0),
                 dilation=(1, 1), pad_value: int = 0, y_zero_point: int = 0, out_dtype: str = "uint8",
-                name: str = "qconv2d") -> Tensor:
+                name: str = "qconv2d", int32_range: bool = False) -> Tensor:
     """X [N, C, H, W] uint8/int8, W [OC, C, KH, KW] int8 -> Y [N, OC, OH, OW] ``out_dtype`` (see the
     module's docstring), the products widened to int32."""
     if X.ndim != 4 or X.dtype not in ("uint8", "int8") or W.ndim != 4 or W.dtype != "int8":
@@ -124,12 +138,14 @@ def conv2d_u8s8(X: Tensor, W: Tensor, bias: Tensor, multiplier: Tensor, stride=(
         return (value ^ const(0x80, "int32") if signed else value) * cast("int32", W[o, rc, ry, rx])
     D = compute((n, oc, oh, ow), lambda nn, o, yy, xx: lw_sum(term(nn, o, yy, xx), axis=[rc, ry, rx]),
                 name=name, tag="conv2d_u8s8")
-    return _requantized(D, lambda idx: idx[1], bias, multiplier, y_zero_point, out_dtype, name)
+    return _requantized(D, lambda idx: idx[1], bias, multiplier, y_zero_point, out_dtype, name,
+                        int32_range)
 
 
 def conv2d_u8s8_blocked(X: Tensor, Wp: Tensor, bias: Tensor, multiplier: Tensor, stride=(1, 1),
                         padding=(0, 0, 0, 0), dilation=(1, 1), pad_value: int = 0, y_zero_point: int = 0,
-                        out_dtype: str = "uint8", pairs: bool = False, name: str = "qconv2d") -> Tensor:
+                        out_dtype: str = "uint8", pairs: bool = False, name: str = "qconv2d",
+                        int32_range: bool = False) -> Tensor:
     """X blocked [N, C/cb, H, W, cb] uint8/int8, Wp words [OC/b, C/cb, KH, KW, cb/4, b] (``pack_conv_words``;
     ``pairs``: [.., cb/2, b]) -> Y blocked [N, OC/b, OH, OW, b] ``out_dtype``."""
     if X.ndim != 5 or X.dtype not in ("uint8", "int8") or Wp.ndim != 6 or Wp.dtype != "int32":
@@ -166,7 +182,8 @@ def conv2d_u8s8_blocked(X: Tensor, Wp: Tensor, bias: Tensor, multiplier: Tensor,
         return lw_sum(dot(word(nn, iy, ix), Wp[ob, rco, ry, rx, rw, oi]), axis=[rco, ry, rx, rw])
     D = compute((n, obn, oh, ow, b), body, name=name, tag="conv2d_u8s8_blocked",
                 attrs=dict(kernel=(kh, kw), stride=(sh, sw), block=b, blocked_input=True, pairs=bool(pairs)))
-    return _requantized(D, lambda idx: idx[1] * b + idx[4], bias, multiplier, y_zero_point, out_dtype, name)
+    return _requantized(D, lambda idx: idx[1] * b + idx[4], bias, multiplier, y_zero_point, out_dtype, name,
+                        int32_range)
 
 
 #: vector registers a register block over int16 pairs leaves free: ``pmaddwd`` does not accumulate, so
@@ -207,7 +224,7 @@ MAX_EXACT_DEPTHWISE_TAPS = (1 << 24) // (255 * 128)
 
 def depthwise_u8s8(X: Tensor, W: Tensor, bias: Tensor, multiplier: Tensor, stride=(1, 1), padding=(0, 0, 0, 0),
                    dilation=(1, 1), pad_value: int = 0, y_zero_point: int = 0, out_dtype: str = "uint8",
-                   name: str = "qdepthwise") -> Tensor:
+                   name: str = "qdepthwise", int32_range: bool = False) -> Tensor:
     """X [N, C, H, W] uint8/int8, W int8 [C, 1, KH, KW] -> Y [N, C, OH, OW]: ``sum (x - pad_value) w + bias``
     in int32, requantized; the products widened to int32."""
     if X.ndim != 4 or X.dtype not in ("uint8", "int8") or W.ndim != 4 or W.dtype != "int8":
@@ -228,12 +245,13 @@ def depthwise_u8s8(X: Tensor, W: Tensor, bias: Tensor, multiplier: Tensor, strid
         return centred * cast("int32", W[cc, 0, ry, rx])
     D = compute((n, c, oh, ow), lambda nn, cc, yy, xx: lw_sum(term(nn, cc, yy, xx), axis=[ry, rx]), name=name,
                 tag="depthwise_u8s8")
-    return _requantized(D, lambda idx: idx[1], bias, multiplier, y_zero_point, out_dtype, name)
+    return _requantized(D, lambda idx: idx[1], bias, multiplier, y_zero_point, out_dtype, name,
+                        int32_range)
 
 
 def depthwise_u8s8_blocked(X: Tensor, Wd: Tensor, bias: Tensor, multiplier: Tensor, stride=(1, 1),
                            padding=(0, 0, 0, 0), dilation=(1, 1), x_zero_point: int = 0, y_zero_point: int = 0,
-                           out_dtype: str = "uint8", name: str = "qdepthwise") -> Tensor:
+                           out_dtype: str = "uint8", name: str = "qdepthwise", int32_range: bool = False) -> Tensor:
     """X blocked [N, C/b, H, W, b] uint8/int8, Wd float32 [C/b, KH, KW, b] (the int8 weight's values,
     ``nchwc.pack_depthwise_weight``) -> Y blocked.  The float blocked depthwise conv over ``x - x_zero_point``
     (zero padding is then the zero point's): exact in float32 (``MAX_EXACT_DEPTHWISE_TAPS``), with the float
@@ -250,4 +268,5 @@ def depthwise_u8s8_blocked(X: Tensor, Wd: Tensor, bias: Tensor, multiplier: Tens
     centred = compute(X.shape, lambda *i: cast("float32", X[i]) - const(float(x_zero_point), "float32"),
                       name=name + ".centred", tag="elemwise")
     D = depthwise_blocked(centred, Wd, None, stride, padding, dilation, name=name)
-    return _requantized(D, lambda idx: idx[1] * b + idx[4], bias, multiplier, y_zero_point, out_dtype, name)
+    return _requantized(D, lambda idx: idx[1] * b + idx[4], bias, multiplier, y_zero_point, out_dtype, name,
+                        int32_range)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ops.int8_conv import rounds_in_int32
 from ...ops.int8_matmul import pack_words, signed_bytes, unsigned_offset
 from ..context import ImportContext, Unsupported, converter, optional_input
 from .nn import _conv, _reshaped, _spatial_padding
@@ -300,7 +301,8 @@ def _direct_qconv(ctx: ImportContext, node) -> bool:
               ctx.add_constant(f"{out}.multiplier", np.ascontiguousarray(multiplier))]
     ctx.emit("qdepthwise" if depthwise else "qconv2d", inputs, out, {"stride": tuple(stride), "padding": tuple(padding), "dilation": tuple(dilation),
                                       "pad_value": int(zx.reshape(())), "y_zero_point": int(zy.reshape(())),
-                                      "to": ctx.dtype(y_zp) if y_zp else ctx.dtype(x)}, name=node.name)
+                                      "to": ctx.dtype(y_zp) if y_zp else ctx.dtype(x),
+                                      "int32_range": rounds_in_int32(multiplier, int(zy.reshape(())))}, name=node.name)
     return True
 
 

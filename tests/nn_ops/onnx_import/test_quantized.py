@@ -292,3 +292,23 @@ def test_a_dequantize_whose_scale_does_not_fit_is_refused_by_the_op_not_the_fold
                    [("w", np.zeros((6, 4), np.int8)), ("s", np.ones(5, np.float32))])
     with pytest.raises(OnnxImportError, match=r"per-axis scale of shape \(5,\) for axis 1"):
         lw.from_onnx(model)
+
+
+@pytest.mark.parametrize("y_scale,int32_range", [(0.7, True), (0.1, False)])
+def test_a_direct_qlinear_conv_saturates_in_int32_where_every_sum_rounds_into_it(y_scale, int32_range):
+    """Multipliers 0.05 * 0.01 / 0.7 round every int32 sum into int32; 0.5 * 0.5 / 0.1 = 2.5 do not, and
+    the requantization saturates in float64 before its rounding.  Both exact."""
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(4)
+    x_scale, w_scale = (0.05, 0.01) if int32_range else (0.5, 0.5)
+    x = _ints(rng, "uint8", (1, 16, 6, 6))
+    inits = [("xs", np.array(x_scale, np.float32)), ("xz", np.array(7, np.uint8)), ("w", _ints(rng, "int8", (16, 16, 3, 3))),
+             ("ws", np.array(w_scale, np.float32)), ("wz", np.array(0, np.int8)), ("ys", np.array(y_scale, np.float32)),
+             ("yz", np.array(120, np.uint8))]
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"], pads=[1, 1, 1, 1])
+    model = _model([node], [("x", "uint8", x.shape)], [("y", "uint8", (1, 16, 6, 6))], inits)
+    graph = lw.from_onnx(model)
+    (conv,) = [n for n in graph.nodes if n.op_type == "qconv2d"]
+    assert conv.attrs["int32_range"] is int32_range
+    (got,) = lw.compile(graph, progress=False).run({"x": x})
+    np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, {"x": x})[0])

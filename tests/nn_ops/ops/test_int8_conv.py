@@ -50,11 +50,14 @@ CASES = [("uint8", 3, 1, (1, 1, 1, 1), 128, True), ("int8", 3, 2, (1, 1, 1, 1), 
          ("uint8", 1, 1, (0, 0, 0, 0), 0, True), ("uint8", 3, 2, (1, 0, 1, 0), 7, False)]
 
 
-@pytest.mark.parametrize("x_dtype,k,stride,padding,x_zp,per_channel", CASES)
+@pytest.mark.parametrize("x_dtype,k,stride,padding,x_zp,per_channel,int32_range",
+                         [case + (False,) for case in CASES] + [case + (True,) for case in CASES[:2]])
 @pytest.mark.parametrize("pairs", [False, True])
-def test_blocked_int8_conv_equals_the_integer_reference(x_dtype, k, stride, padding, x_zp, per_channel, pairs):
+def test_blocked_int8_conv_equals_the_integer_reference(x_dtype, k, stride, padding, x_zp, per_channel, int32_range,
+                                                        pairs):
     """u8 and s8 inputs, per-tensor and per-channel scales, stride 1 and 2, padding by the zero point;
-    words of four bytes (``vpdpbusd`` with VNNI) and int16 pairs (``pmaddwd``)."""
+    words of four bytes (``vpdpbusd`` with VNNI) and int16 pairs (``pmaddwd``); saturated in float64 or,
+    with ``int32_range``, after the rounding in int32."""
     rng = np.random.default_rng(k * 10 + stride)
     c, oc, cb, b = 16, 32, 8, 16
     x, w, bias, multiplier = _operands(rng, x_dtype, c, oc, k, x_zp, per_channel)
@@ -66,7 +69,8 @@ def test_blocked_int8_conv_equals_the_integer_reference(x_dtype, k, stride, padd
     W = lw.placeholder(words.shape, name="W", dtype="int32")
     B = lw.placeholder((oc,), name="B", dtype="int32")
     M = lw.placeholder((oc,), name="M", dtype="float64")
-    Y = conv2d_u8s8_blocked(X, W, B, M, (stride, stride), padding, pad_value=x_zp, y_zero_point=y_zp, pairs=pairs)
+    Y = conv2d_u8s8_blocked(X, W, B, M, (stride, stride), padding, pad_value=x_zp, y_zero_point=y_zp, pairs=pairs,
+                            int32_range=int32_range)
     f = lw.build(nn_ops.schedule(Y, "llvm"), [X, W, B, M, Y])
     out = np.zeros([int(d.value) for d in Y.shape], np.uint8)
     f(xb, words, _folded_bias(w, bias, x_zp, x_dtype), multiplier, out)
@@ -162,8 +166,10 @@ def _depthwise_reference(x, w, bias, multiplier, stride, padding, x_zp, y_zp, ou
 
 @pytest.mark.parametrize("x_dtype,stride,padding,x_zp", [("uint8", 1, (1, 1, 1, 1), 131), ("int8", 2, (1, 0, 1, 0), -7)])
 @pytest.mark.parametrize("blocked", [True, False])
-def test_int8_depthwise_conv_equals_the_integer_reference(x_dtype, stride, padding, x_zp, blocked):
-    """The blocked kernel sums the centred values in float32, exactly; the plain one in int32."""
+@pytest.mark.parametrize("int32_range", [False, True])
+def test_int8_depthwise_conv_equals_the_integer_reference(x_dtype, stride, padding, x_zp, blocked, int32_range):
+    """The blocked kernel sums the centred values in float32, exactly; the plain one in int32; saturated
+    in float64 or after the rounding in int32."""
     from loopweave.nn_ops.ops.int8_conv import depthwise_u8s8, depthwise_u8s8_blocked
     from loopweave.nn_ops.ops.nchwc import pack_depthwise_weight
     rng = np.random.default_rng(stride)
@@ -182,12 +188,14 @@ def test_int8_depthwise_conv_equals_the_integer_reference(x_dtype, stride, paddi
         wd = pack_depthwise_weight(w.astype(np.float32), b)
         X = lw.placeholder(xb.shape, name="X", dtype=x_dtype)
         W = lw.placeholder(wd.shape, name="W", dtype="float32")
-        Y = depthwise_u8s8_blocked(X, W, B, M, (stride, stride), padding, x_zero_point=x_zp, y_zero_point=5)
+        Y = depthwise_u8s8_blocked(X, W, B, M, (stride, stride), padding, x_zero_point=x_zp, y_zero_point=5,
+                                   int32_range=int32_range)
         args = [xb, wd]
     else:
         X = lw.placeholder(x.shape, name="X", dtype=x_dtype)
         W = lw.placeholder(w.shape, name="W", dtype="int8")
-        Y = depthwise_u8s8(X, W, B, M, (stride, stride), padding, pad_value=x_zp, y_zero_point=5)
+        Y = depthwise_u8s8(X, W, B, M, (stride, stride), padding, pad_value=x_zp, y_zero_point=5,
+                           int32_range=int32_range)
         args = [x, w]
     f = lw.build(nn_ops.schedule(Y, "llvm"), [X, W, B, M, Y])
     out = np.zeros([int(d.value) for d in Y.shape], np.uint8)
@@ -224,3 +232,10 @@ def test_a_small_map_over_int16_pairs_accumulates_each_row_block_in_registers(cp
     out = np.zeros((1, oc // b, 7, 7, b), np.uint8)
     f(xb, words, _folded_bias(w, bias, 5, "uint8"), multiplier, out)
     np.testing.assert_array_equal(out.transpose(0, 1, 4, 2, 3).reshape(1, oc, 7, 7), want)
+
+
+def test_rounds_in_int32_holds_for_multipliers_below_one():
+    from loopweave.nn_ops.ops.int8_conv import rounds_in_int32
+    assert rounds_in_int32(np.array([3e-4, 0.02, 0.999]), 255)
+    assert not rounds_in_int32(np.array([3e-4, 1.0]), 0)
+    assert not rounds_in_int32(np.array([0.9999999]), 255)
