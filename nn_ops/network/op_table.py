@@ -404,7 +404,8 @@ _register("dequantize", "injective", lambda i, a: quantize.dequantize(i[0], i[1]
                                                                       a.get("axis", 1), a.get("block_size", 0)))
 _register("quantize", "injective", lambda i, a: quantize.quantize(i[0], i[1], i[2] if len(i) > 2 else None, a["to"],
                                                                   a.get("axis", 1), a.get("block_size", 0)))
-_register("rescale", "injective", lambda i, a: quantize.rescale(i[0], i[1], i[2], a["to"]))
+_register("rescale", "injective", lambda i, a: quantize.rescale(i[0], i[1], i[2], a["to"],
+                                                                int32_range=bool(a.get("int32_range"))))
 _register("rescale_add", "injective", lambda i, a: quantize.rescale_add(i[0], i[1], a["multipliers"], a["offset"],
                                                                           a["to"]))
 _register("pad_index", "injective", lambda i, a: index_ops.pad_index(i[0], a["before"], a["after"], a["mode"]))

@@ -73,24 +73,41 @@ def quantize(x: Tensor, scale: Tensor, zero_point: Optional[Tensor], out_dtype: 
     return compute(shape, body, name=name, tag="injective")
 
 
-def rescale(x: Tensor, multiplier: Tensor, offset: Tensor, out_dtype: str, name: str = "rescale") -> Tensor:
+def _saturated(v, out_dtype: str, int32_range: bool):
+    """float32 ``v`` rounded half to even and saturated to ``out_dtype``: with ``int32_range`` (every ``v``
+    rounds into int32) saturated after the rounding, in int32, which the x86 backend does in its
+    saturating packs or truncations; else clamped in float32 first (equal: the bounds are integers)."""
+    info = np.iinfo(out_dtype)
+    if int32_range:
+        q = cast("int32", lw_round(v))
+        return cast(out_dtype, elementwise_min(elementwise_max(q, const(int(info.min), "int32")),
+                                               const(int(info.max), "int32")))
+    v = elementwise_min(elementwise_max(v, const(float(info.min), "float32")), const(float(info.max), "float32"))
+    return cast(out_dtype, cast("int32", lw_round(v)))
+
+
+#: the largest magnitude a float32 may have to round into int32 (a margin below 2**31)
+INT32_SAFE = float(2 ** 31 - 2 ** 8)
+
+
+def rescale(x: Tensor, multiplier: Tensor, offset: Tensor, out_dtype: str, name: str = "rescale",
+            int32_range: bool = False) -> Tensor:
     """``q = clamp(round(float32(x) * multiplier + offset))`` (half to even, saturated to ``out_dtype``),
     ``multiplier`` and ``offset`` broadcast to ``x``: a requantization between 8-bit values in one
     multiply-add, where a DequantizeLinear, float ops and a QuantizeLinear took a division and
-    several more (``passes/fold_affine_requantization``, which proves it equal on every input)."""
+    several more (``passes/fold_affine_requantization``, which proves it equal on every input, and
+    ``int32_range`` where every value rounds into int32)."""
     if not dtypes.is_int(out_dtype):
         raise ExprError(f"rescale to {out_dtype} (an integer type expected)")
     for t in (multiplier, offset):
         if t.dtype != "float32":
             raise ExprError(f"rescale: {t.name} must be float32, got {t.dtype}")
     shape = extents(x)
-    info = np.iinfo(out_dtype)
 
     def body(*idx):
         v = cast("float32", x[idx]) * broadcast_index(multiplier, len(shape), idx) + \
             broadcast_index(offset, len(shape), idx)
-        v = elementwise_min(elementwise_max(v, const(float(info.min), "float32")), const(float(info.max), "float32"))
-        return cast(out_dtype, cast("int32", lw_round(v)))        # (rounded after the clamp: equal)
+        return _saturated(v, out_dtype, int32_range)
 
     return compute(shape, body, name=name, tag="injective")
 
@@ -106,11 +123,10 @@ def rescale_add(a: Tensor, b: Tensor, multipliers, offset: float, out_dtype: str
     if tuple(extents(b)) != tuple(shape):
         raise ExprError(f"rescale_add: operands of shapes {tuple(shape)} and {tuple(extents(b))} (equal shapes expected)")
     ma, mb = (const(float(np.float32(m)), "float32") for m in multipliers)
-    info = np.iinfo(out_dtype)
+    int32_range = 255 * (abs(float(multipliers[0])) + abs(float(multipliers[1]))) + abs(float(offset)) < INT32_SAFE
 
     def body(*idx):
         v = cast("float32", a[idx]) * ma + (cast("float32", b[idx]) * mb + const(float(np.float32(offset)), "float32"))
-        v = elementwise_min(elementwise_max(v, const(float(info.min), "float32")), const(float(info.max), "float32"))
-        return cast(out_dtype, cast("int32", lw_round(v)))        # (rounded after the clamp: equal)
+        return _saturated(v, out_dtype, int32_range)
 
     return compute(shape, body, name=name, tag="injective")

@@ -22,6 +22,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from ...ops.quantize import INT32_SAFE
 from ..graph import Graph, Node
 
 AFFINE = ("mul", "add", "sub", "div")
@@ -46,8 +47,9 @@ def fold_affine_requantization(g: Graph) -> Graph:
         o_name = g.fresh_name(q.outputs[0] + ".offset")
         g.add_initializer(o_name, offset)
         at = g.nodes.index(q)
-        g.nodes[at] = Node("rescale", [chain[0].inputs[0], m_name, o_name], list(q.outputs), {"to": q.attrs["to"]},
-                           q.name)
+        int32_range = bool(255 * np.abs(multiplier).max() + np.abs(offset).max() < INT32_SAFE)     # (|x| <= 255)
+        g.nodes[at] = Node("rescale", [chain[0].inputs[0], m_name, o_name], list(q.outputs),
+                           {"to": q.attrs["to"], "int32_range": int32_range}, q.name)
         for node in chain[:-1]:
             g.nodes.remove(node)
     return g

@@ -9,11 +9,13 @@ from loopweave.errors import ExprError
 from loopweave.nn_ops.ops.quantize import rescale, rescale_add
 
 
-def test_rescale_rounds_half_to_even_and_saturates_per_channel():
+@pytest.mark.parametrize("int32_range", [False, True])
+def test_rescale_rounds_half_to_even_and_saturates_per_channel(int32_range):
+    """Clamped in float32 before the rounding, or (``int32_range``) in int32 after it."""
     X = lw.placeholder((2, 3, 4), name="X", dtype="uint8")
     M = lw.placeholder((3, 1), name="M", dtype="float32")
     O = lw.placeholder((3, 1), name="O", dtype="float32")
-    Y = rescale(X, M, O, "int8")
+    Y = rescale(X, M, O, "int8", int32_range=int32_range)
     f = lw.build(nn_ops.schedule(Y, "llvm"), [X, M, O, Y])
     x = np.array([[[0, 1, 3, 255]] * 3] * 2, np.uint8)
     m = np.array([[0.5], [1.0], [-2.0]], np.float32)

@@ -48,6 +48,8 @@ def test_an_affine_chain_between_8_bit_values_is_one_rescale_equal_to_the_refere
     model = _chain(ops, in_dtype, out_dtype)
     graph = lw.from_onnx(model)
     assert optimize(graph).op_counts().get("rescale") == 1 and "quantize" not in optimize(graph).op_counts()
+    (node,) = [n for n in optimize(graph).nodes if n.op_type == "rescale"]
+    assert node.attrs["int32_range"]          # (multipliers and offsets far below 2**31 / 255)
     feed = {"x": _every_value(in_dtype)}
     (got,) = lw.compile(graph, progress=False).run(feed)
     np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, feed)[0])
