@@ -31,9 +31,10 @@ from ..network.graph import Graph
 #: larger than the sizes ops specialise (a 3x3 window, one token), small enough for the memory
 #: limit's import-time checks
 PROBES = ((17, 19, 23, 29, 31), (37, 41, 43, 47, 53), (24, 32, 40, 48, 56))
-#: the probes where a graph's run-time checks refuse ``PROBES`` (a SqueezeNet's last pool needs
-#: images of 67 pixels or more), alike in kind
-LARGE_PROBES = ((67, 71, 73, 79, 83), (89, 97, 101, 103, 107), (64, 72, 80, 88, 96))
+#: the probes tried in turn where a graph's run-time checks refuse ``PROBES``, alike in kind (a
+#: SqueezeNet's last pool needs images of 67 pixels or more, an Inception-v3's of 75 or more)
+LARGE_PROBES = (((67, 71, 73, 79, 83), (89, 97, 101, 103, 107), (64, 72, 80, 88, 96)),
+                ((131, 137, 139, 149, 151), (157, 163, 167, 173, 179), (128, 136, 144, 152, 160)))
 #: the highest power of one symbol a size may hold (``seq * seq`` of attention scores)
 MAX_POWER = 3
 
@@ -47,7 +48,7 @@ def symbolic_graph(dynamic) -> Graph:
     if len(symbols) > len(PROBES[0]):
         raise OnnxImportError(f"{dynamic.name!r} has {len(symbols)} symbolic sizes; the symbolic graph solves for "
                               f"at most {len(PROBES[0])}")
-    for probes in (PROBES, LARGE_PROBES):
+    for probes in (PROBES,) + LARGE_PROBES:
         bindings = [dict(zip(symbols, primes)) for primes in probes]
         refused = [(check, b) for b in bindings for check in dynamic.signature.checks if not check.holds(b)]
         if not refused:
@@ -71,6 +72,7 @@ class _Solver:
         self.dynamic, self.symbols, self.bindings, self.graphs = dynamic, symbols, bindings, graphs
         self.known = dynamic.shapes.shapes        # the symbolic shape inference's sizes, by ONNX value name
         self.named = self._named_sizes()
+        self.named_shapes = self._named_shapes()
 
     def graph(self) -> Graph:
         first, others = self.graphs[0], self.graphs[1:]
@@ -118,6 +120,8 @@ class _Solver:
         if known is not None and len(known) == len(shapes[0]) and all(
                 tuple(int(S.evaluate(d, b)) for d in known) == tuple(s) for b, s in zip(self.bindings, shapes)):
             sizes = tuple(S.dim(d) for d in known)
+        elif self.named_shapes.get(tuple(tuple(s) for s in shapes)) is not None:
+            sizes = self.named_shapes[tuple(tuple(s) for s in shapes)]
         else:
             sizes = tuple(self.size([s[k] for s in shapes], f"dimension {k} of {name!r}")
                           for k in range(len(shapes[0])))
@@ -161,6 +165,26 @@ class _Solver:
                 named[at] = None
             else:
                 named.setdefault(at, d)
+        return named
+
+    def _named_shapes(self) -> Dict[tuple, tuple]:
+        """{the shapes at the probes: the shape} of each value the shape inference names with a symbolic
+        size: an importer's own value of that shape (a decomposed batch norm's product) takes it whole,
+        so a size deep in a network that is one number at every probe is not read as a constant."""
+        named: Dict[tuple, tuple] = {}
+        for shape in self.known.values():
+            if all(S.is_static(d) for d in shape):
+                continue
+            try:
+                at = tuple(tuple(int(S.evaluate(d, b)) for d in shape) for b in self.bindings)
+            except (KeyError, TypeError, ValueError):     # a size of symbols no probe binds
+                continue
+            shape = tuple(S.dim(d) for d in shape)
+            if at in named and named[at] is not None and any(S.equal(a, b) is not True
+                                                             for a, b in zip(named[at], shape)):
+                named[at] = None
+            else:
+                named.setdefault(at, shape)
         return named
 
     def size(self, values: List[int], what: str, node=None):
