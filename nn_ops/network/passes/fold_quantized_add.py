@@ -106,20 +106,27 @@ def _proven_constants(g: Graph, dqs, q: Node) -> Optional[Tuple[Tuple[float, flo
     steps = sorted(itertools.product(range(-MULTIPLIER_STEPS, MULTIPLIER_STEPS + 1), repeat=2),
                    key=lambda s: abs(s[0]) + abs(s[1]))
     offsets = sorted(range(-OFFSET_STEPS, OFFSET_STEPS + 1), key=abs)
+    hard = np.zeros(want.shape, bool)       # pairs an earlier candidate missed: checked first, a few values
     for (da, db), do in sorted(itertools.product(steps, offsets), key=lambda s: abs(s[0][0]) + abs(s[0][1]) + abs(s[1])):
         ma, mb = _stepped(np.array(m0[0]), da), _stepped(np.array(m0[1]), db)
         offset = np.float32(o0 + do * nudge)
-        if _equal_on_all(x, y, ma, mb, offset, want, q):
+        ia, ib = np.nonzero(hard)
+        if len(ia) and _misses(x[ia], y[ib], ma, mb, offset, want[ia, ib], q).any():
+            continue
+        missed = _misses(x[:, None], y[None, :], ma, mb, offset, want, q)
+        if not missed.any():
             return (float(ma), float(mb)), float(offset)
+        hard |= missed
     return None
 
 
-def _equal_on_all(x, y, ma, mb, offset, want, q: Node) -> bool:
-    """Whether ``rescale_add`` gives ``want`` on every pair, each of its two multiply-adds fused or not."""
+def _misses(x, y, ma, mb, offset, want, q: Node) -> np.ndarray:
+    """Where ``rescale_add`` of ``x`` and ``y`` (broadcast together) is not ``want``, either of its two
+    multiply-adds fused or not."""
     info = np.iinfo(q.attrs["to"])
+    missed = np.zeros(np.broadcast(x, y).shape, bool)
     for inner, outer in itertools.product((True, False), repeat=2):
-        t = _rescaled(y[None, :], np.float32(mb), np.full((1, len(y)), offset, np.float32), inner)
-        got = np.clip(np.rint(_rescaled(x[:, None], np.float32(ma), t, outer)), info.min, info.max)
-        if not np.array_equal(got, want):
-            return False
-    return True
+        t = _rescaled(y, np.float32(mb), np.full(y.shape, offset, np.float32), inner)
+        got = np.clip(np.rint(_rescaled(x, np.float32(ma), t, outer)), info.min, info.max)
+        missed |= got != want
+    return missed
