@@ -45,19 +45,29 @@ def linear_form(e: Expr) -> Optional[Tuple[Dict[object, int], int]]:
 
 
 class _TermKey:
-    """Hashes a non-linear term structurally (Vars by identity)."""
+    """Hashes a non-linear term structurally (Vars by identity); a minimum or maximum in either
+    order of its operands (a shifted tile's start, written both ways, cancels against itself)."""
 
     __slots__ = ("expr", "_hash")
 
     def __init__(self, expr):
         self.expr = expr
-        self._hash = hash(expr)
+        self._hash = hash((expr.op, frozenset((hash(expr.a), hash(expr.b))))) if _commutes(expr) else hash(expr)
 
     def __hash__(self):
         return self._hash
 
     def __eq__(self, other):
-        return isinstance(other, _TermKey) and bool(self.expr == other.expr)
+        if not isinstance(other, _TermKey):
+            return False
+        a, b = self.expr, other.expr
+        if _commutes(a) and _commutes(b) and a.op == b.op:
+            return bool(a.a == b.b) and bool(a.b == b.a) or bool(a == b)
+        return bool(a == b)
+
+
+def _commutes(e) -> bool:
+    return isinstance(e, Binary) and e.op in ("min", "max")
 
 
 def from_linear(terms: Dict[object, int], constant: int) -> Expr:

@@ -158,9 +158,9 @@ class Lowering:
         extents = derive_extents({iv: ranges[iv][1] for iv in stage.root_iter_vars}, stage.relations)
         leaves = stage.leaf_iter_vars
         loop_vars = {iv: Var(iv.name) for iv in leaves}
-        values = root_values({iv: loop_vars[iv] for iv in leaves}, stage.relations, extents)
+        values = root_values({iv: loop_vars[iv] for iv in leaves}, stage.relations, extents, self.let_values)
         guards = [values[r.parent] < extents[r.parent]
-                  for r in stage.relations if isinstance(r, Split) and needs_guard(r, extents)]
+                  for r in stage.relations if isinstance(r, Split) and needs_guard(r, extents, self.let_values)]
         root_map = {iv.var: binary("add", ranges[iv][0], values[iv]) for iv in stage.root_iter_vars}
         self.nest_info[id(stage)] = _NestInfo(leaves, loop_vars, extents, guards, root_map)
         body_exprs = tuple(substitute(b, root_map) for b in self.bodies[id(op)])
@@ -274,7 +274,7 @@ class Lowering:
         for iv in inner_spatial:
             init_vars[iv] = Var(iv.name + ".init")
         spatial_leaves = {iv: init_vars[iv] for iv in leaves if iv.kind != "reduce"}
-        values = root_values(spatial_leaves, stage.relations, extents)
+        values = root_values(spatial_leaves, stage.relations, extents, self.let_values)
         local_index = tuple(values[iv] for iv in op.axis)
         first = op.body[0]
         if acc is not None:
@@ -283,7 +283,7 @@ class Lowering:
         bufs = [acc.buffer] if acc is not None else [self.buffer_of(t) for t in op.outputs]
         stores = seq(*[BufferStore(b, ident, local_index) for b, ident in zip(bufs, first.combiner.identity)])
         guards = [values[r.parent] < extents[r.parent] for r in stage.relations
-                  if isinstance(r, Split) and r.parent in values and r.outer in values and needs_guard(r, extents)]
+                  if isinstance(r, Split) and r.parent in values and r.outer in values and needs_guard(r, extents, self.let_values)]
         body = IfThenElse(_all(guards), stores) if guards else stores
         for iv in reversed(inner_spatial):
             body = For(init_vars[iv], const(0), extents[iv], _init_kind(stage, iv), body)

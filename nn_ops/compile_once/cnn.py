@@ -383,9 +383,8 @@ class CnnWalk:
         (``winograd_pays``'s sizes). Blocks of 8 where the map is even and they divide a row's
         tiles and 7 does not, built over the input as 2 x a size var by 2 x ``tb`` x another (plus
         2 unpadded: whole tiles and blocks by construction: less code, a third less compile time
-        than plain size vars); else blocks of 7 over plain size vars: whole, or the row's last
-        block partial, odd maps too (``pad_tail_tiles`` keeps a partial block's accumulators in
-        registers)."""
+        than plain size vars); else blocks of 7, odd maps too, on rows of at least 7 tiles, the
+        row's last block overlapping the one before."""
         h, w, oh, ow = in_shape[2], in_shape[3], out_shape[2], out_shape[3]
         fits = (S.positive_part(MIN_WINOGRAD_PIXELS - oh * ow)
                 + S.positive_part(oh * ow - winograd_largest_map(self.b.target)))
@@ -402,12 +401,18 @@ class CnnWalk:
             variants.append(KernelVariant(condition, 0, lambda *hs, extent, tb=tb: make(*hs, extent=extent, tile_block=tb,
                                                                                         whole_blocks=True),
                                           f"winograd tiles={tb}", f"winograd_{tb}", multiples))
-        # unpadded, over its input as a size var + 2: the kernel then knows that input holds a 3x3
-        # window (each size var is at least 1); over a plain var its every extent was a select on
-        # that, its vectors run-time loops (2.6 ms against 1.2 static at 50 x 78)
-        at_least_a_window = {d: (1, 2) for d in (h, w) if not S.is_static(d)} if pad == 0 else None
-        variants.append(KernelVariant(fits, 0, lambda *hs, extent: make(*hs, extent=extent, tile_block=last),
-                                      f"winograd tiles={last}, any size", f"winograd_{last}", at_least_a_window))
+        # over its input as size vars plus a constant: unpadded, a height of a size var + 2 (the
+        # kernel then knows that input holds a 3x3 window: over a plain var its every extent was a
+        # select on that, its vectors run-time loops, 2.6 ms against 1.2 static at 50 x 78); a
+        # width of a size var + that of a row of ``last`` tiles (each size var is at least 1), so
+        # the row's last block moves inwards, overlapping the one before, and every block is whole
+        # (no tail code: a third less compile time). Narrower rows run the other kernels.
+        wide = 2 * last - 2 * pad + 1
+        at_least = {d: (1, r) for d, r in ((h, 2 - 2 * pad), (w, wide)) if not S.is_static(d) and r}
+        if not S.is_static(w) or int(w) > wide:
+            variants.append(KernelVariant(fits + S.positive_part(wide + 1 - w), 0,
+                                          lambda *hs, extent: make(*hs, extent=extent, tile_block=last),
+                                          f"winograd tiles={last}, any size", f"winograd_{last}", at_least))
         return variants
 
     def epilogue(self, k: int, conv, padded: bool = False, fold_batch_norm: bool = True) -> list:

@@ -125,7 +125,9 @@ def schedule_winograd_rows_output(s, op, target):
     acc = s.cache_write(M.outputs[0], "local")
     mn, mob, mty, mtx, me, moi = Ms.op.axis
     obo, obi = Ms.split(mob, factor=nv)
-    txo, txi = Ms.split(mtx, factor=tb)
+    # a row of at least one block (a kernel built over such sizes): its last block moved inwards,
+    # overlapping the one before (those tiles computed again, the same values), so every block whole
+    txo, txi = Ms.split(mtx, factor=tb, tail="guard" if M.attrs["whole_blocks"] else "shift")
     Ms.reorder(mn, mty, me, obo, txo, obi, txi, moi)
     Ms.vectorize(moi)
     Ms.compute_at(final, rows)

@@ -3,7 +3,7 @@ from hypothesis import given, settings, strategies as st
 
 import loopweave as lw
 from loopweave.dsl.arith import simplify_expr
-from loopweave.dsl.expr import Const
+from loopweave.dsl.expr import Const, Var, binary, const
 from loopweave.dsl.visitor import substitute
 
 
@@ -49,3 +49,14 @@ def test_quotients_of_negated_sums_keep_their_value(a, b, c, d, x, y):
     e = simplify_expr((vx * -a - vy * b + c) // d) if b else simplify_expr((vx * -a + c) // d)
     out = simplify_expr(substitute(e, {vx: lw.const(x), vy: lw.const(y)}))
     assert isinstance(out, Const) and out.value == (c - a * x - b * y) // d
+
+
+def test_a_minimum_written_in_either_order_cancels_against_itself():
+    """A shifted tile's start, ``min(t * 7, V // 2)``, as the index's and as the region's origin
+    with its operands the other way round: the index relative to the origin is the constant part."""
+    v, t, x = Var("V"), Var("t"), Var("x")
+    a = binary("min", binary("mul", t, const(7)), binary("floordiv", v, const(2)))
+    b = binary("min", binary("floordiv", v, const(2)), binary("mul", t, const(7)))
+    assert str(simplify_expr(binary("sub", binary("add", a, x), b))) == "x"
+    assert str(simplify_expr(binary("sub", binary("max", v, t), binary("max", t, v)))) == "0"
+    assert "min" in str(simplify_expr(binary("sub", a, binary("max", v, t))))

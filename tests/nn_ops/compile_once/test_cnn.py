@@ -93,8 +93,9 @@ def test_row_block_variants_of_a_conv_as_wide_as_its_input_are_built_over_whole_
 @pytest.mark.vector_width
 def test_each_binding_runs_the_kernel_that_fits_its_rows(resnet):
     """3x3 stride-1 convs: Winograd where the map is in Winograd's size range, its register block
-    8 tiles where the map is even and that divides a row's tiles and 7 does not, else 7 (a
-    partial last block where 7 does not divide; odd maps too); outside that range direct kernels
+    8 tiles where the map is even and that divides a row's tiles and 7 does not, else 7 on rows of
+    at least 7 tiles (the last block overlapping the one before where 7 does not divide; odd maps
+    too); narrower rows and maps outside that range direct kernels
     with register blocks of 7 (or 5) pixels where those divide the row and 8 do not; else the
     general kernel."""
     model, exe = resnet
@@ -118,12 +119,13 @@ def test_each_binding_runs_the_kernel_that_fits_its_rows(resnet):
     assert picked(68, 64) == "poly_conv_winograd_7"     # 17 x 16: an odd height, 8 tiles a row
     assert picked(64, 60) == "poly_conv_winograd_7"     # 16 x 15: an odd width, 8 tiles a row
     assert picked(8, 8) == "poly_conv"                        # 2 x 2: too small a map for Winograd
+    assert picked(80, 48) == "poly_conv"                      # 20 x 12: 6 tiles, fewer than a block
     assert picked(8, 28) == ("poly_conv_rows_of_7" if wide else "poly_conv")   # 2 x 7: direct (16 registers:
     #                                                         the general block of 4 divides the row)
     # the stem (4 channel vectors: 7 pixels would not fit the registers) has only the 5-pixel kernel
     assert [v.module.name for v in convs[0].variants] == ["poly_conv_rows_of_5"]
     for shape in ((1, 3, 56, 56), (1, 3, 64, 80), (1, 3, 60, 56), (2, 3, 60, 80), (1, 3, 64, 64),
-                  (1, 3, 60, 72), (1, 3, 58, 62)):
+                  (1, 3, 60, 72), (1, 3, 58, 62), (1, 3, 80, 48)):
         _check(model, exe, shape, seed=2)
 
 
@@ -673,7 +675,8 @@ def test_a_conv_after_a_reflection_pad_has_whole_tile_winograd_variants():
     """Reflection pad then a 3x3 conv without padding (the style net's residual blocks): its input
     is two more than whole tiles, so the whole-block Winograd kernels are built over ``k * var + 2``
     and picked where the map (H x W) is even and their blocks divide its rows, as for a padded conv;
-    the any-size one over ``var + 2`` (a size var is at least 1: its input holds a window)."""
+    the any-size one over ``var + 2`` by ``var + 15`` (a size var is at least 1: its input holds a
+    window, its rows at least a block of 7 tiles)."""
     b = OnnxBuilder(18)
     x = b.conv(b.relu(b.conv("input", 3, 16, 3)), 16, 16, 3)        # blocked, 16 channels
     x = b.relu(b.conv(b.node("Pad", [x, b.const([0, 0, 1, 1, 0, 0, 1, 1], np.int64)], mode="reflect"), 16, 16, 3,
@@ -688,8 +691,10 @@ def test_a_conv_after_a_reflection_pad_has_whole_tile_winograd_variants():
     assert picked(16, 20) == "poly_conv_winograd_7"     # 8 x 10 tiles: a tail
     assert picked(16, 32) == "poly_conv_winograd_8"     # 8 x 16
     assert picked(15, 28) == "poly_conv_winograd_7"     # an odd height
-    assert len([k for k in unpadded.sizes if k.endswith("x1p2")]) == 2         # (H + 2 and W + 2)
-    for shape in ((1, 3, 16, 20), (2, 3, 16, 32), (1, 3, 15, 28), (1, 3, 2, 2)):
+    assert picked(20, 12) not in ("poly_conv_winograd_8", "poly_conv_winograd_7")    # 6 tiles a row
+    assert len([k for k in unpadded.sizes if k.endswith("x1p2")]) == 1         # H + 2
+    assert len([k for k in unpadded.sizes if k.endswith("x1p15")]) == 1        # W + 15: 7 tiles at least
+    for shape in ((1, 3, 16, 20), (2, 3, 16, 32), (1, 3, 15, 28), (1, 3, 2, 2), (1, 3, 20, 12)):
         _check(model, exe, shape, seed=7)
 
 

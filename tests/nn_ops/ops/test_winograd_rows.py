@@ -114,3 +114,24 @@ def test_many_output_channels_run_in_two_parts_with_the_same_results():
         mod(x, winograd.winograd_weight(weight, 16, 16), out)
         direct(x, nchwc.pack_blocked_weight(weight, 16, 16), ref)
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_rows_of_at_least_a_block_end_in_an_overlapping_whole_block(weight):
+    """A width known to give at least 7 tiles a row (a size var + 13): the row's last block of 7
+    starts at ``tiles - 7``, overlapping the one before, so the code has no guard and no partial
+    block; odd widths and tile counts 7 doesn't divide come out right."""
+    V = lw.var("V")
+    X = lw.placeholder((1, C // 16, lw.var("H"), V + 13, 16), name="X")
+    U = lw.placeholder((16, C // 16, C // 16, 16, 16), name="U")
+    Z = _relu_of(conv2d_winograd_rows(X, U, tile_block=7))
+    width = lw.placeholder((V,), name="width")          # binds V (the kernel reads no element)
+    mod = lw.build(schedule([Z], "llvm"), [width, X, U, Z])
+    lowered = mod.get_source("lowered")
+    assert "if " not in lowered
+    assert "min(V // 2, tx.outer * 7)" in lowered
+    assert _run_time_unrolled(lowered) == []
+    for h, w in ((3, 14), (9, 31), (16, 30), (5, 58), (7, 15), (2, 27)):
+        x = np.random.default_rng(h + w).standard_normal((1, C // 16, h, w, 16)).astype(np.float32)
+        out = np.zeros_like(x)
+        mod(np.zeros(w - 13, np.float32), x, winograd.winograd_weight(weight, 16, 16), out)
+        np.testing.assert_allclose(out, _direct(x, weight), rtol=1e-4, atol=1e-4)
