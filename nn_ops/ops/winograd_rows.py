@@ -10,8 +10,9 @@ weight transformed once by ``winograd_weight``), laid out for sizes known only a
 * the schedule always runs the fused form of ``schedule_winograd_output``: per pair of output rows
   (and part of the output channels), that row's input transform and its 16 matmuls, then the
   output transform and the epilogue, all in one parallel iteration; the matmuls keep register
-  blocks of ``tile_block`` tiles (the caller picks one that divides the row where it can; a row's
-  last, partial block keeps its accumulators in registers too, ``pad_tails``).
+  blocks of ``tile_block`` tiles (the caller picks one that divides the row where it can; where the
+  width is known to give at least a block, the row's last block overlaps the one before, else a
+  partial last block keeps its accumulators in registers too, ``pad_tails``).
 
 Tags: ``conv2d_winograd_rows.input``, ``.gemm`` and ``conv2d_winograd_rows`` (the output).
 """
