@@ -62,8 +62,9 @@ from ..onnx_import.importer import node_label
 from .cnn import CnnWalk
 from .instance import KernelRecipe
 from .tuned import tuned_schedule
+from ..network.conv_variants import KernelVariant, multiple_name
 from .common import (BINARY, FLOAT_ONLY, INTEGER, PREDICATES, TERNARY, UNARY, VARIADIC, WITH_ATTRS,
-                                 KernelVariant, _apply, _attr, _elementwise, _same, _show, conv_transpose_attrs,
+                                 _apply, _attr, _elementwise, _same, _show, conv_transpose_attrs,
                                  node_params)
 from .general_ops import OPS, pad_kernel
 from .transformer_ops import OPS as TRANSFORMER_OPS
@@ -431,7 +432,7 @@ class _Builder:
                 var_of = {d: names[f"v{k}"] for d, k in variables.items()}
                 graph_size = {S.from_dsl(v): d for d, v in var_of.items()}
                 for d, (k, r) in (multiples or {}).items():    # a size known to be k * (a size var) + r
-                    var_name = _multiple_name(variables[d], k, r)
+                    var_name = multiple_name(variables[d], k, r)
                     whole = S.dsl_variables([var_name])[var_name]
                     var_of[d] = whole * k + r
                     graph_size[S.from_dsl(whole)] = (d - r) / k
@@ -481,7 +482,7 @@ class _Builder:
                                       v.multiples, v.units, (v.size, v.at_most))
             specials.append(Variant(module_of_variant, v.size, v.at_most))
             for d, (k, r) in (v.multiples or {}).items():
-                sizes[_multiple_name(variables[d], k, r)] = S.floordiv(d - r, k)
+                sizes[multiple_name(variables[d], k, r)] = S.floordiv(d - r, k)
         variants = tuple(specials)
         if output not in self.values:       # the kernel's own output dtype (a Cast changes it)
             dtype = module.dtype if isinstance(module, Pending) else module.params[-1].dtype
@@ -979,13 +980,6 @@ def _reads_sizes(user, name: str) -> bool:
         or user.op_type in ("Range", "ConstantOfShape") + tuple(WINDOW_TERMS) \
         or (user.op_type in ("Slice", "Pad") and at >= 1) or (user.op_type == "Resize" and at == 3) \
         or (user.op_type == "TopK" and at == 1)
-
-
-def _multiple_name(index: int, k: int, r: int = 0) -> str:
-    """The size var of a variant that takes size var ``index`` as ``k`` times a whole number plus ``r``
-    (``v2x14``: ``v2 / 14``; ``v2x14p2``: ``(v2 - 2) / 14``)."""
-    return f"v{index}x{k}" + (f"p{r}" if r else "")
-
 
 
 def _operand_index(mode, shape, idx) -> tuple:

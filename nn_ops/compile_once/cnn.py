@@ -38,34 +38,21 @@ from ...errors import ExprError
 from ..network import symbolic as S
 from ..network.passes.choose_conv_layout import TO_BLOCKED_MIN_CHANNELS
 from ..ops.conv2d import FEW_CHANNELS, _divisor_at_most, conv2d_rows
-from ..ops.nchwc import (SYMBOLIC_ROW_BLOCK, conv2d_blocked, depthwise_blocked, from_blocked, global_pool_blocked,
-                         merged_groups, pack_blocked_weight, pack_depthwise_weight, pool2d_blocked, row_block_fits,
-                         symbolic_row_block, to_blocked)
+from ..ops.nchwc import (conv2d_blocked, depthwise_blocked, from_blocked, global_pool_blocked, merged_groups,
+                         pack_blocked_weight, pack_depthwise_weight, pool2d_blocked, to_blocked)
 from ..ops.pooling import pool2d
 from ..ops.resize import axis_taps, coefficient_fn, resize_taps, source_coordinates
 from ..ops.shape import reduce
-from ..ops.winograd import MIN_WINOGRAD_PIXELS, winograd_largest_map, winograd_weight
+from ..ops.winograd import winograd_weight
 from ..ops.winograd_rows import conv2d_winograd_rows
 from ..onnx_import.context import optional_input
 from ..onnx_import.importer import node_label
 from ..onnx_import.converters.nn import inference_scale_shift
+from ..network.conv_variants import is_projection, row_block_variants, winograd_variants
 from ..network.polymorphic_executable import BindingTable
-from .common import (BINARY, UNARY, WITH_ATTRS, KernelVariant, _apply, _attr, _same, _show,
+from .common import (BINARY, UNARY, WITH_ATTRS, _apply, _attr, _same, _show,
                                  conv_transpose_attrs, node_params)
 
-#: a conv on rows of symbolic width also gets kernels with register blocks of these many pixels, the
-#: first that divides the row run at a binding (the general kernel's blocks of 8 leave a tail: with
-#: its accumulators in memory ResNet-18's 7x7 layers ran 2.6x slower than the static compile; padded
-#: in registers, the network still ran 0.90-0.98x without these; 7
-#: divides its rows at 224, 5 those at 320: 160 ... 10)
-DIVIDING_ROW_BLOCKS = (7, 5)
-#: register blocks (in 2x2 tiles) of the Winograd kernels of a conv on maps of symbolic size, the
-#: last taken wherever no other divides a row's tiles (a tail then): rows of 16 pixels (a U-Net's
-#: 256 ... 16 at 256, where blocks of 7 leave a tail: 1.10x its time at 1x256x256), 14 (ResNet-18's
-#: 56/28/14 at 224) and any other. A block of 5 (ResNet-18's maps at 320) ran no faster than 7's
-#: tail (1.00x at 1x256x320) and cost 8 kernels, an eighth of its cold compile (19.4 -> 17.2 s).
-#: Re-measure: `python -m benchmarks.dynamic --model resnet18 --shapes 1x256x320` and `--model unet`.
-WINOGRAD_TILE_BLOCKS = (8, 7)
 
 
 class CnnWalk:
@@ -200,9 +187,9 @@ class CnnWalk:
             return _with_epilogue(Y, steps, anchor_names, externals, b)
         out = b.fresh(final + ".blocked")
         out_shape = self.blocked_shape(b.shapes.shapes[final])
-        variants = self.winograd_variants(in_shape, out_shape, padding[0], make) if winograd else []
-        if not _is_projection(weight.shape, stride):
-            variants += _row_block_variants(out_shape[3], make, None if depthwise else b.consts[w_name].shape,
+        variants = winograd_variants(b.target, in_shape, out_shape, padding[0], make) if winograd else []
+        if not is_projection(weight.shape, stride):
+            variants += row_block_variants(out_shape[3], make, None if depthwise else b.consts[w_name].shape,
                                             x_in != x, b.aliased(in_shape)[3])
         key = _conv_key(depthwise, stride, padding, dilation, has_bias, winograd, structure, grouped)
         b.kernel(label, key, inputs, out, make, out_shape=out_shape, derived_output=True, own_inputs=len(externals),
@@ -266,7 +253,7 @@ class CnnWalk:
         tiles = b.fresh(node.output[0] + ".taps")
         b.kernel(label, _conv_key(False, (1, 1), (0, 0, 0, 0), (1, 1), has_bias, False, ()), inputs, tiles, make,
                  out_shape=(n, S.dim(kh * kw * oc // self.block), h, w, S.dim(self.block)), derived_output=True,
-                 variants=_row_block_variants(w, make, b.consts[inputs[1]].shape, True, b.aliased((w,))[0]))
+                 variants=row_block_variants(w, make, b.consts[inputs[1]].shape, True, b.aliased((w,))[0]))
         out = b.fresh(node.output[0] + ".blocked")
         b.kernel(f"{label}.depth_to_space", ("depth_to_space", kh, kw), [tiles], out,
                  lambda z, extent: _blocked_depth_to_space(z, kh, kw, oc // self.block),
@@ -375,45 +362,6 @@ class CnnWalk:
             self.blocked[out_name] = out
         else:
             b.kernel(label, key, [x_name] + tables, out_name, make, out_shape=out_shape)
-
-    def winograd_variants(self, in_shape, out_shape, pad: int, make) -> list:
-        """The Winograd kernels of a 3x3 stride-1 conv padded by ``pad`` (1, or 0 after an explicit
-        reflection pad) on every side (``winograd_rows.py``), one per register block
-        of ``WINOGRAD_TILE_BLOCKS`` tiles, where the map is one where Winograd pays
-        (``winograd_pays``'s sizes). Blocks of 8 where the map is even and they divide a row's
-        tiles and 7 does not, built over the input as 2 x a size var by 2 x ``tb`` x another (plus
-        2 unpadded: whole tiles and blocks by construction: less code, a third less compile time
-        than plain size vars); else blocks of 7, odd maps too, on rows of at least 7 tiles, the
-        row's last block overlapping the one before."""
-        h, w, oh, ow = in_shape[2], in_shape[3], out_shape[2], out_shape[3]
-        fits = (S.positive_part(MIN_WINOGRAD_PIXELS - oh * ow)
-                + S.positive_part(oh * ow - winograd_largest_map(self.b.target)))
-        tiles = S.ceildiv(ow, 2)        # a row's 2x2 tiles
-        *whole, last = WINOGRAD_TILE_BLOCKS
-        variants = []
-        for tb in whole:
-            steps = {}
-            for d, k in ((h, 2), (w, 2 * tb)):
-                if not S.is_static(d):
-                    steps[d] = math.lcm(steps.get(d, 1), k)     # one symbol for both: a square map
-            multiples = {d: (k, 2 - 2 * pad) for d, k in steps.items()}
-            condition = fits + S.remainder(oh, 2) + S.remainder(ow, 2 * tb) + S.divisible_not_by(tiles, tb, last)
-            variants.append(KernelVariant(condition, 0, lambda *hs, extent, tb=tb: make(*hs, extent=extent, tile_block=tb,
-                                                                                        whole_blocks=True),
-                                          f"winograd tiles={tb}", f"winograd_{tb}", multiples))
-        # over its input as size vars plus a constant: unpadded, a height of a size var + 2 (the
-        # kernel then knows that input holds a 3x3 window: over a plain var its every extent was a
-        # select on that, its vectors run-time loops, 2.6 ms against 1.2 static at 50 x 78); a
-        # width of a size var + that of a row of ``last`` tiles (each size var is at least 1), so
-        # the row's last block moves inwards, overlapping the one before, and every block is whole
-        # (no tail code: a third less compile time). Narrower rows run the other kernels.
-        wide = 2 * last - 2 * pad + 1
-        at_least = {d: (1, r) for d, r in ((h, 2 - 2 * pad), (w, wide)) if not S.is_static(d) and r}
-        if not S.is_static(w) or int(w) > wide:
-            variants.append(KernelVariant(fits + S.positive_part(wide + 1 - w), 0,
-                                          lambda *hs, extent: make(*hs, extent=extent, tile_block=last),
-                                          f"winograd tiles={last}, any size", f"winograd_{last}", at_least))
-        return variants
 
     def epilogue(self, k: int, conv, padded: bool = False, fold_batch_norm: bool = True) -> list:
         """The nodes right after ``conv`` that its kernel computes: a BatchNormalization first (folded
@@ -721,39 +669,6 @@ def _blocked_depth_to_space(Z, kh: int, kw: int, out_blocks: int):
     return compute((n, out_blocks, h * kh, w * kw, block),
                    lambda nn, ob, y, x, ci: Z[nn, ((y % kh) * kw + x % kw) * out_blocks + ob, y // kh, x // kw, ci],
                    name="depth_to_space", tag="injective")
-
-
-def _is_projection(weight_shape, stride) -> bool:
-    """Whether a conv is a 1x1 strided one (a residual block's projection shortcut), which gets no
-    row-block variants: next to the 3x3 strided conv on the same input it does a ninth of the work,
-    so the general kernel's padded last block costs little; its variants were 6 of ResNet-18's 64
-    kernels.  ResNet-18's three projections without them, one thread, in run order (profile medians,
-    under load): 187 -> 199 us at 1x224x224, 323 -> 356 us at 1x256x320 (0.1 % of the network)."""
-    return tuple(weight_shape[2:]) == (1, 1) and stride != (1, 1)
-
-
-def _row_block_variants(width, make, weight_shape, blocked_input: bool, in_width=None) -> list:
-    """Kernels with register blocks of ``DIVIDING_ROW_BLOCKS`` pixels, each taken where it divides
-    the output row (``width``, a sympy size) and the general block does not: no tail there (7
-    divides ResNet's rows of 28 ... 7 at 224, 5 those of 20 and 10 at 320).  ``weight_shape``: a
-    dense conv's packed weight (its blocks must fit the registers), None for a depthwise one.
-    ``in_width``: the input's width where the output row is as wide (stride 1, "same" padding): the
-    kernels are then built over that width as ``pixels`` x a size var, so they hold no code for a
-    row's partial last block, which they never run (a quarter to a third less compile time)."""
-    if S.is_static(width):
-        return []
-    if in_width is not None and (S.is_static(in_width) or S.equal(in_width, width) is not True):
-        in_width = None
-    if weight_shape is None:        # depthwise: one channel vector a block, any row block fits
-        general, fits = SYMBOLIC_ROW_BLOCK, (lambda pixels: True)
-    else:
-        general = symbolic_row_block(weight_shape, blocked_input)
-        fits = (lambda pixels: row_block_fits(weight_shape, blocked_input, pixels))
-    return [KernelVariant(S.divisible_not_by(width, pixels, general), 0,
-                          lambda *h, extent, pixels=pixels: make(*h, extent=extent, row_block=pixels,
-                                                                 whole_blocks=True),
-                          f"row_block={pixels}", f"rows_of_{pixels}", None if in_width is None else {in_width: (pixels, 0)})
-            for pixels in DIVIDING_ROW_BLOCKS if fits(pixels)]
 
 
 # ---------------------------------------------------------------------- epilogue nodes

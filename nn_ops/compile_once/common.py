@@ -2,8 +2,6 @@
 ONNX elementwise nodes as DSL expressions, node attributes, and symbolic shapes compared and shown."""
 from __future__ import annotations
 
-from typing import Callable, Dict, NamedTuple, Optional, Tuple
-
 import numpy as np
 
 from ...dsl import intrinsics as lwi
@@ -17,22 +15,6 @@ from ..ops import logic as logic_ops
 from ..ops import math as math_ops
 from ..ops.norm import gelu_value
 from ..onnx_import.converters.math import UNARY_MATH
-
-class KernelVariant(NamedTuple):
-    """A second kernel of a call (``_Builder.kernel``'s ``variants``): built by ``make`` with the same
-    arguments, run at bindings where the sympy ``size`` is at most ``at_most``; ``key`` tells it apart
-    in the kernel table, ``what`` names its module; ``multiples`` {sympy size of an input: (k, r)}
-    builds it over that size as ``k`` times a size var of its own, plus ``r`` (where the condition says
-    ``k`` divides the size less ``r``: an unpadded conv's input, two more than its whole tiles);
-    ``units``: sympy sizes that are the constant 1 in this kernel (where the condition says so)."""
-    size: object
-    at_most: int
-    make: Callable
-    key: str
-    what: str
-    multiples: Optional[Dict[object, Tuple[int, int]]] = None
-    units: Tuple = ()
-
 
 BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
           "Div": lambda a, b: a / b, "Max": lambda a, b: _max(a, b), "Min": lambda a, b: _min(a, b),

@@ -24,15 +24,13 @@ input's (``(h + 2 - 3) // 1 + 1``), proven equal to the graph's; a residual oper
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
 from typing import Dict, List, Optional, Tuple
 
 from ...backends import build_workers
 from ...backends.llvm.call_list_runner import call_list_object
 from ...dsl.tensor import compute, placeholder
 from ...errors import BuildError
-from ..compile_once.builder import _multiple_name
-from ..compile_once.cnn import WINOGRAD_TILE_BLOCKS, CnnWalk, _is_projection, _row_block_variants
+from .conv_variants import WINOGRAD_TILE_BLOCKS, is_projection, multiple_name, row_block_variants, winograd_variants
 from ..ops.registry import schedule
 from . import kernel_cache, symbolic as S
 from .pending_kernels import Pending, build_pending
@@ -131,7 +129,7 @@ class _Builder:
             fixed = "".join(f"|v{variables[m]}*{k}+{r}" for m, (k, r) in whole.items())
             variants.append(Variant(self.kernel(f"{key}|{what}{fixed}", grp, params, variables, attrs,
                                                 f"{kernel_name(grp)}_{what}", units, whole), rows, at_most))
-            sizes.update({_multiple_name(variables[m], k, r): S.floordiv(m - r, k) for m, (k, r) in whole.items()})
+            sizes.update({multiple_name(variables[m], k, r): S.floordiv(m - r, k) for m, (k, r) in whole.items()})
         self.param_views.update({view: p for p, view in views.items()})
         return KernelCall(grp.nodes[-1].name, module, tuple(views.get(p, p) for p in params) + (grp.output,), sizes,
                           tuple(variants))
@@ -176,9 +174,9 @@ class _Builder:
 
     def conv_variants(self, anchor) -> list:
         """The compile-once path's variants of a blocked conv on a map of symbolic size: Winograd's
-        where it may pay (a ``direct_weight`` conv: ``CnnWalk.winograd_variants``, which reads only
+        where it may pay (a ``direct_weight`` conv: ``conv_variants.winograd_variants``, which reads only
         the target of its builder), then register blocks of pixels that divide the output row
-        (``cnn._row_block_variants``; none for a residual projection, ``cnn._is_projection``); each
+        (``conv_variants.row_block_variants``; none for a residual projection, ``is_projection``); each
         built over the sizes it divides as whole multiples where compile-once builds it so (no code
         for a partial block, less compile time)."""
         x, out = self.g.shape(anchor.inputs[0]), self.g.shape(anchor.outputs[0])
@@ -189,14 +187,13 @@ class _Builder:
         if anchor.op_type == "conv2d_winograd_blocked":
             if not anchor.attrs.get("direct_weight"):
                 return []
-            walk = CnnWalk(SimpleNamespace(target=self.target), BuildError)
-            found += walk.winograd_variants(x, out, anchor.attrs["padding"][0], attrs_of)
+            found += winograd_variants(self.target, x, out, anchor.attrs["padding"][0], attrs_of)
             weight = self.g.initializers[anchor.inputs[2]].shape
         else:
             weight = None if anchor.op_type == "depthwise_blocked" else self.g.initializers[anchor.inputs[1]].shape
         # (a packed weight: [OC blocks, C blocks, KH, KW, ...])
-        if weight is None or not _is_projection(weight[:4], tuple(anchor.attrs.get("stride", (1, 1)))):
-            found += _row_block_variants(out[3], attrs_of, weight, len(x) == 5, x[3])
+        if weight is None or not is_projection(weight[:4], tuple(anchor.attrs.get("stride", (1, 1)))):
+            found += row_block_variants(out[3], attrs_of, weight, len(x) == 5, x[3])
         return [(v.size, v.at_most, v.make(extent=None), (), v.multiples, v.what) for v in found]
 
     def kernel(self, key: str, grp, params, variables, anchor_attrs, name, units=(), whole=None):
@@ -216,7 +213,7 @@ class _Builder:
                     var_of[d] = 1
                     continue
                 steps, r = whole.get(d, (1, 0))
-                v = S.dsl_variables([_multiple_name(k, steps, r) if d in whole else f"v{k}"]).popitem()[1]
+                v = S.dsl_variables([multiple_name(k, steps, r) if d in whole else f"v{k}"]).popitem()[1]
                 var_of[d] = v * steps + r if d in whole else v
                 size_of[S.from_dsl(v)] = (d - r) / steps
             holders, out = self.computation(grp, params, var_of, size_of, anchor_attrs)

@@ -30,25 +30,6 @@ MIN_UNBLOCKED_WIDTH = 4
 UNBLOCKED_MIN_REGISTERS = 32
 
 
-def runs_unblocked(shape, weight_shape, target) -> bool:
-    """Whether a static blocked conv of result ``shape`` [N, OC/b, OH, OW, b] and packed weight
-    ``weight_shape`` takes this form on ``target`` (as ``nchwc.schedule_conv2d_blocked`` decides it):
-    rows of ``MIN_UNBLOCKED_WIDTH`` pixels or more, ``UNBLOCKED_MIN_REGISTERS`` registers, and a map
-    whose weights do not stream past the whole map's accumulators.  Elsewhere the conv's own kernel
-    and a from_blocked after it are faster than one kernel running both stages one after the other."""
-    from .conv2d import pixels_per_block
-    from .nchwc import STREAMED_WEIGHT_PIXELS, _register_limited_vectors, _vectors_for
-    n, obn, oh, ow, _ = shape
-    _, cob, kh, kw, cb, _ = weight_shape
-    registers = target.vector_registers
-    if ow < MIN_UNBLOCKED_WIDTH or registers < UNBLOCKED_MIN_REGISTERS:
-        return False
-    nv = _register_limited_vectors(_vectors_for(obn, cob * kh * kw * cb, ow), registers)
-    rows_inside = n * (obn // nv) >= 4 * max(1, target.num_threads)
-    streams = rows_inside and oh * ow <= STREAMED_WEIGHT_PIXELS and ow <= pixels_per_block(nv, registers=32)
-    return obn % nv == 0 and not streams
-
-
 def unblocking_output(s, op):
     """The ``from_blocked`` stage that is ``s``'s one output and reads the blocked conv ``op`` through
     inlined elementwise stages of its shape, keeping every channel (no padding dropped), with rows of at

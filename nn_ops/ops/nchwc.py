@@ -30,7 +30,7 @@ from ...dsl.tensor import ComputeOp, Tensor, compute, reduce_axis
 from ...errors import ExprError
 from ...target import resolve_target
 from .conv2d import _divisor_at_most, _output_hw, _padded, _schedule_input_copy, pixels_per_block, static_row_block
-from .conv_unblocked import UNBLOCKED_MIN_REGISTERS, schedule_conv2d_unblocked, unblocking_output
+from .conv_unblocked import MIN_UNBLOCKED_WIDTH, UNBLOCKED_MIN_REGISTERS, schedule_conv2d_unblocked, unblocking_output
 from .elementwise import extents, static_shape
 from .pooling import ceil_mode_is_plain, pool_output_size, window_reciprocal
 from .registry import (INJECTIVE_TAGS, accumulate_in_registers, accumulator_and_tile, parallel_planes_and_rows,
@@ -556,3 +556,20 @@ def schedule_pool_blocked(s, op, target):
 def blocked_shape(shape, block: int):
     n, c, h, w = shape
     return (n, c // block, h, w, block)
+
+
+def runs_unblocked(shape, weight_shape, target) -> bool:
+    """Whether a static blocked conv of result ``shape`` [N, OC/b, OH, OW, b] and packed weight
+    ``weight_shape`` takes this form on ``target`` (as ``schedule_conv2d_blocked`` decides it):
+    rows of ``MIN_UNBLOCKED_WIDTH`` pixels or more, ``UNBLOCKED_MIN_REGISTERS`` registers, and a map
+    whose weights do not stream past the whole map's accumulators.  Elsewhere the conv's own kernel
+    and a from_blocked after it are faster than one kernel running both stages one after the other."""
+    n, obn, oh, ow, _ = shape
+    _, cob, kh, kw, cb, _ = weight_shape
+    registers = target.vector_registers
+    if ow < MIN_UNBLOCKED_WIDTH or registers < UNBLOCKED_MIN_REGISTERS:
+        return False
+    nv = _register_limited_vectors(_vectors_for(obn, cob * kh * kw * cb, ow), registers)
+    rows_inside = n * (obn // nv) >= 4 * max(1, target.num_threads)
+    streams = rows_inside and oh * ow <= STREAMED_WEIGHT_PIXELS and ow <= pixels_per_block(nv, registers=32)
+    return obn % nv == 0 and not streams

@@ -44,7 +44,7 @@ from ..graph import Graph, Node
 from .. import symbolic as S
 from ..op_table import OPS
 from ..symbolic_reshape import reshape_runs
-from ...ops.conv_unblocked import runs_unblocked
+from ...ops.nchwc import runs_unblocked
 from ....target import resolve_target
 
 MAX_GROUP_NODES = 8
@@ -98,7 +98,7 @@ def _is_pointwise_conv(g: Graph, node: Node) -> bool:
 def _unblocks_conv(g: Graph, grp: FusedGroup, node: Node) -> bool:
     """Whether ``node`` is the ``from_blocked`` of a static blocked conv's group (its epilogue
     elementwise), keeping every channel, where the conv's kernel stores NCHW rows itself on the
-    target compiled for (``conv_unblocked.runs_unblocked``)."""
+    target compiled for (``nchwc.runs_unblocked``)."""
     conv = grp.nodes[0]
     if node.op_type != "from_blocked" or conv.op_type != "conv2d_blocked" or conv.attrs.get("groups", 1) != 1 or \
             any(OPS[n.op_type].kind != "injective" for n in grp.nodes[1:]):

@@ -89,7 +89,7 @@ def test_with_16_registers_the_from_blocked_stays_a_kernel_of_its_own():
 def test_a_map_whose_weights_stream_keeps_its_from_blocked_apart():
     """A 7x7 map with channel-block pairs enough for the threads: the blocked schedule computes the whole
     map per pair as its weights stream by (each read once), which a row-by-row kernel would lose."""
-    from loopweave.nn_ops.ops.conv_unblocked import runs_unblocked
+    from loopweave.nn_ops.ops.nchwc import runs_unblocked
     from loopweave.target import resolve_target
     target = resolve_target("llvm")
     if target.vector_registers < 32:
