@@ -66,6 +66,12 @@ def _scalar(g: Graph, name: Optional[str]):
     return arr.reshape(())
 
 
+def _zero_point(g: Graph, node: Node) -> float:
+    """The zero point of a (de)quantize ``node``, 0 where it has none."""
+    z = _scalar(g, node.inputs[2] if len(node.inputs) > 2 else None)
+    return 0.0 if z is None else float(z)
+
+
 def _chain_ending_at(g: Graph, q: Node, producers, users) -> Optional[List[Node]]:
     """[DequantizeLinear, affine ops..., ``q``] when ``q`` is a per-tensor QuantizeLinear to 8 bits
     reached that way, each value between them read by the next node alone; else None."""
@@ -131,8 +137,7 @@ def _evaluate(g: Graph, chain: List[Node], x: np.ndarray, dtype) -> np.ndarray:
     """The chain on ``x`` in ``dtype`` (float32: ONNX's reference, one rounding per op) before its
     final rounding: ``x`` dequantized, the affine ops, divided by the quantizer's scale."""
     dq, q = chain[0], chain[-1]
-    zero = _scalar(g, dq.inputs[2] if len(dq.inputs) > 2 else None)
-    v = x.astype(dtype) - (dtype(zero) if zero is not None else dtype(0))
+    v = x.astype(dtype) - dtype(_zero_point(g, dq))
     v = v * dtype(_scalar(g, dq.inputs[1]))
     rank = x.ndim
     for node in chain[1:-1]:
@@ -147,9 +152,8 @@ def _evaluate(g: Graph, chain: List[Node], x: np.ndarray, dtype) -> np.ndarray:
 def _quantized(g: Graph, q: Node, v: np.ndarray) -> np.ndarray:
     """QuantizeLinear's last steps on ``v`` (already divided by its scale): round half to even, the
     zero point, saturation."""
-    zero = _scalar(g, q.inputs[2] if len(q.inputs) > 2 else None)
     info = np.iinfo(q.attrs["to"])
-    out = np.rint(v) + (v.dtype.type(zero) if zero is not None else 0)
+    out = np.rint(v) + v.dtype.type(_zero_point(g, q))
     return np.clip(out, info.min, info.max)
 
 
@@ -179,9 +183,8 @@ def _proven_multiplier_and_offset(g: Graph, chain: List[Node]) -> Optional[Tuple
     x = np.arange(info.min, info.max + 1).reshape([-1 if k == axis else 1 for k in range(len(shape))])
     want = _quantized(g, q, _evaluate(g, chain, x, np.float32))
     at0, at1 = (_evaluate(g, chain, np.full([1] * len(shape), v), np.float64) for v in (0, 1))
-    zero = _scalar(g, q.inputs[2] if len(q.inputs) > 2 else None)
     multiplier = np.ascontiguousarray((at1 - at0).astype(np.float32))
-    offset = np.ascontiguousarray((at0 + (float(zero) if zero is not None else 0.0)).astype(np.float32))
+    offset = np.ascontiguousarray((at0 + _zero_point(g, q)).astype(np.float32))
     ok = _equal_on_all(x, multiplier, offset, want, axis, q)
     if ok.all():
         return multiplier, offset

@@ -18,7 +18,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ..graph import Graph, Node
-from .fold_affine_requantization import EIGHT_BITS, _rescaled, _scalar, _stepped
+from .fold_affine_requantization import EIGHT_BITS, _quantized, _rescaled, _scalar, _stepped, _zero_point
 
 #: float32 steps tried around each multiplier, and quarter float32 steps (at the result's largest value)
 #: around the offset, where the first constants miss
@@ -73,11 +73,6 @@ def _add_between(g: Graph, q: Node, producers, users) -> Optional[Tuple[Node, Tu
     return add, dqs
 
 
-def _zero(g: Graph, node: Node) -> float:
-    z = _scalar(g, node.inputs[2] if len(node.inputs) > 2 else None)
-    return 0.0 if z is None else float(z)
-
-
 def _every_value(g: Graph, dq: Node) -> np.ndarray:
     info = np.iinfo(g.values[dq.inputs[0]].dtype)
     return np.arange(info.min, info.max + 1)
@@ -86,11 +81,9 @@ def _every_value(g: Graph, dq: Node) -> np.ndarray:
 def _reference(g: Graph, dqs, q: Node) -> np.ndarray:
     """The chain on every pair (a down, b across) as ONNX's reference computes it, in float32."""
     f32 = np.float32
-    a, b = (((_every_value(g, dq).astype(f32) - f32(_zero(g, dq))) * f32(_scalar(g, dq.inputs[1])))
+    a, b = (((_every_value(g, dq).astype(f32) - f32(_zero_point(g, dq))) * f32(_scalar(g, dq.inputs[1])))
             for dq in dqs)
-    v = (a[:, None] + b[None, :]) / f32(_scalar(g, q.inputs[1]))
-    info = np.iinfo(q.attrs["to"])
-    return np.clip(np.rint(v) + f32(_zero(g, q)), info.min, info.max)
+    return _quantized(g, q, (a[:, None] + b[None, :]) / f32(_scalar(g, q.inputs[1])))
 
 
 def _proven_constants(g: Graph, dqs, q: Node) -> Optional[Tuple[Tuple[float, float], float]]:
@@ -100,7 +93,7 @@ def _proven_constants(g: Graph, dqs, q: Node) -> Optional[Tuple[Tuple[float, flo
     x, y = (_every_value(g, dq) for dq in dqs)
     sy = float(_scalar(g, q.inputs[1]))
     m = [float(_scalar(g, dq.inputs[1])) / sy for dq in dqs]
-    o = _zero(g, q) - _zero(g, dqs[0]) * m[0] - _zero(g, dqs[1]) * m[1]
+    o = _zero_point(g, q) - _zero_point(g, dqs[0]) * m[0] - _zero_point(g, dqs[1]) * m[1]
     m0, o0 = [np.float32(v) for v in m], np.float32(o)
     nudge = np.float64(np.spacing(np.float32(np.iinfo(q.attrs["to"]).max))) / 4
     steps = sorted(itertools.product(range(-MULTIPLIER_STEPS, MULTIPLIER_STEPS + 1), repeat=2),
