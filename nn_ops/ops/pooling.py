@@ -132,8 +132,9 @@ def window_reciprocal(oh, ow, size, kernel, stride, padding, dilation, count_inc
 
 
 def global_pool(X: Tensor, pool_type: str = "avg", name: str = "global_pool") -> Tensor:
-    """Pool each (n, c) plane of an NCHW tensor to one value: output shape (N, C, 1, 1)."""
-    shape = static_shape(X)
+    """Pool each (n, c) plane of an NCHW tensor to one value: output shape (N, C, 1, 1).  Sizes may
+    be symbolic (a mean then divides by the plane's size computed per call)."""
+    shape = extents(X)
     if len(shape) < 3:
         raise ExprError(f"global_pool takes an N, C, spatial... tensor, got shape {shape}")
     N, C = shape[:2]
@@ -143,7 +144,9 @@ def global_pool(X: Tensor, pool_type: str = "avg", name: str = "global_pool") ->
     if pool_type == "max":
         return compute((N, C) + ones, lambda n, c, *_: lw_max(X[(n, c) + tuple(axes)], axis=axes),
                        name=name, tag="global_pool")
-    inv = const(1.0 / max(1, math.prod(spatial)), X.dtype)
+    count = math.prod(spatial)
+    inv = const(1.0 / max(1, count), X.dtype) if isinstance(count, int) else \
+        const(1.0, X.dtype) / cast(X.dtype, count)
     return compute((N, C) + ones, lambda n, c, *_: lw_sum(X[(n, c) + tuple(axes)] * inv, axis=axes),
                    name=name, tag="global_pool")
 

@@ -129,3 +129,37 @@ def test_a_residual_projection_gets_no_row_block_variants():
         "conv2d_blocked_add_relu_rows_of_7", "conv2d_blocked_add_relu_rows_of_5"]
     _equals_static_and_onnxruntime(model, graph, exe, {"input": np.random.default_rng(0).standard_normal(
         (2, 3, 21, 30)).astype(np.float32)})
+
+
+def test_reductions_and_global_pools_of_plain_maps_over_any_image_size():
+    """A mean over channels (ConvNeXt's channels-first layer norm writes it so) and global max and
+    average pools of an NCHW map: each its op's own kernel over size vars, the average dividing by the
+    map's size computed per call."""
+    b = OnnxBuilder(opset=13)
+    x = b.relu(b.conv("input", 3, 16, 3, bias=True))
+    x = b.node("Sub", [x, b.node("ReduceMean", [x], axes=[1])])
+    out = b.node("Add", [b.node("GlobalMaxPool", [x]), b.node("GlobalAveragePool", [x])])
+    model = model_zoo.symbolic_sizes(b.model((1, 3, 12, 12), out, (1, 16, 1, 1), name="pools"))
+    graph = lw.from_onnx(model)
+    exe = lw.compile(graph, pipeline="graph")
+    assert {"reduce", "global_max_pool", "global_avg_pool"} <= {c.module.name for c in exe.calls}
+    for shape in ((1, 3, 12, 12), (2, 3, 9, 17)):
+        feed = {"input": np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32)}
+        _equals_static_and_onnxruntime(model, graph, exe, feed)
+
+
+def test_reflection_padding_and_nearest_upsampling_over_a_symbolic_batch():
+    """The style-transfer net's reflection pad (``pad_index``) and nearest 2x resize (its tables
+    constants of the constant map size) over a batch var."""
+    b = OnnxBuilder(opset=13)
+    x = b.node("Pad", ["input", b.const([0, 0, 2, 2, 0, 0, 2, 2], np.int64)], mode="reflect")
+    x = b.relu(b.conv(x, 3, 16, 3, pad=0, bias=True))
+    x = b.node("Resize", [x, "", b.const([1.0, 1.0, 2.0, 2.0])], mode="nearest", nearest_mode="floor",
+               coordinate_transformation_mode="asymmetric")
+    model = b.model(("batch", 3, 8, 8), x, ("batch", 16, 20, 20), name="pad_resize")
+    graph = lw.from_onnx(model)
+    exe = lw.compile(graph, pipeline="graph")
+    assert {"pad_index", "resize"} <= {c.module.name for c in exe.calls}
+    for batch in (1, 3):
+        feed = {"input": np.random.default_rng(batch).standard_normal((batch, 3, 8, 8)).astype(np.float32)}
+        _equals_static_and_onnxruntime(model, graph, exe, feed)
