@@ -15,7 +15,9 @@ schedule API, so the result carries its replayable trace.  The rules:
   residual epilogue: ``place:NAME = "register"``, the epilogue inlined).  Its reduction
   loops run outside the tile, the tile's rows unrolled in ``tile_order`` (which row axis
   is innermost decides which operand is reused from registers) and its columns in vectors; one
-  operand of the anchor may be packed by ``cache_read`` at the parallel loop (``pack``);
+  operand of the anchor may be packed by ``cache_read`` at the parallel loop (``pack``), and one
+  that it reads along the reduction across its vectors (``K`` in ``Q·Kᵀ``) from a copy stored
+  transposed at root (``pack_t:NAME``, for register-tiled producers too);
 * without an anchor, an output reduction may be split (``ksplit``) between the tile loops; one with
   fewer points than its reduction is long, along rows (a row sum, a full sum), may instead be
   ``rfactor``-ed into vector partial results (``rfactor:OUT``), in ``rfactor_parts:OUT`` parallel
@@ -25,7 +27,7 @@ schedule API, so the result carries its replayable trace.  The rules:
   axis before it optionally unrolled (``unroll:NAME``: a select on it then folds); reductions
   at the row tile, the outermost loop or root; a long one-axis reduction (softmax's max and
   sum, layer norm's moments) may be ``rfactor``-ed into ``lanes`` vectorized partial results
-  (``rfactor:NAME``); any other reduction producer may get its own register tile
+  (``rfactor:NAME``); a reduction producer with rows (that one too: ``Q·Kᵀ``) may get its own register tile
   (``regtile:NAME``: a ``cache_write`` accumulator over ``tile:NAME.AXIS`` rows and a vector of
   its last axis, its untiled axes outermost or not, ``singles_first:NAME``, its rows in
   either order, ``tile_order:NAME``): Ansor's
@@ -82,6 +84,32 @@ def _row_reducible(t, lanes: int) -> bool:
         return any(v is k for v in collect_vars(e))
     # inputs not indexed by k are broadcast over it (layer norm's mean in its variance)
     return all(len(e.indices) < 2 or not uses_k(e) or uses_k(e.indices[-1]) for e in found)
+
+
+def _transposable(t) -> Optional[Tuple[int, int]]:
+    """(position among ``t``'s inputs, dimension) of a placeholder that a register tile of ``t``
+    reads across its vectors with a stride: its innermost index is the reduction and that dimension
+    ``t``'s last (vector) axis, as ``K`` in ``Q·Kᵀ``'s ``S[i, j] = sum_r Q[i, r] * K[j, r]``; None if
+    none.  A copy of it stored with that dimension innermost (``_pack_transposed``) makes those
+    loads vectors."""
+    if len(t.op.reduce_axis) != 1 or len(t.op.axis) < 2 or t.op.num_outputs != 1:
+        return None
+    k, j = t.op.reduce_axis[0].var, t.op.axis[-1].var
+
+    def only(e, v):
+        vs = collect_vars(e)
+        return len(vs) == 1 and vs[0] is v
+    loads = []
+    post_order_visit(t.op.body[0], lambda e: loads.append(e) if isinstance(e, TensorLoad) else None)
+    for pos, inp in enumerate(t.op.input_tensors):
+        if not isinstance(inp.op, PlaceholderOp) or len(inp.shape) < 2:
+            continue
+        for e in loads:
+            if e.tensor.op is inp.op and only(e.indices[-1], k):
+                dim = next((d for d, ix in enumerate(e.indices[:-1]) if only(ix, j)), None)
+                if dim is not None:
+                    return pos, dim
+    return None
 
 
 def _shape(t) -> list:
@@ -165,9 +193,13 @@ class Space:
                     d.append((f"unroll:{t.name}", [False, True]))
             if t.op.reduce_axis and _row_reducible(t, task.target.lanes(t.dtype)):
                 d.append((f"rfactor:{t.name}", [True, False]))
-            elif t.op.reduce_axis and t is not self.anchor and self._tileable(t):
+            if t.op.reduce_axis and t is not self.anchor and self._tileable(t):
+                # a row-reducible one too when it has rows to tile (Q·Kᵀ: a matmul whose operands
+                # both run along the reduction), its strided operand then stored transposed
                 self.regtiled.append(t)
                 d.append((f"regtile:{t.name}", [False, True]))
+                if _transposable(t) is not None:
+                    d.append((f"pack_t:{t.name}", [False, True]))
                 for ax, ext in zip(t.op.axis[:-1], _shape(t)[:-1]):
                     if (ext or 1) > 1:
                         d.append((f"tile:{t.name}.{ax.var.name}", _tile_options(ext)))
@@ -195,6 +227,8 @@ class Space:
                         if isinstance(t.op, PlaceholderOp) and len(t.shape) >= 2]
             if packable:
                 d.append(("pack", [None] + packable))
+            if _transposable(reduction) is not None:
+                d.append((f"pack_t:{reduction.name}", [False, True]))
         if out.op.reduce_axis:
             kext = const_int(out.op.reduce_axis[0].extent) or 1
             d.append(("ksplit", [0] + _divisor_like(kext, [4, 8, 16, 64, 256])))
@@ -332,10 +366,10 @@ class Space:
                 continue
             stages = [t]
             loops = None            # a register-tiled producer's tile loops (its parallel candidates)
-            if choice.get(f"rfactor:{t.name}"):
-                stages.insert(0, self._vectorized_partials(s, t))
-            elif choice.get(f"regtile:{t.name}"):
+            if choice.get(f"regtile:{t.name}"):          # before an rfactor offered beside it
                 loops = self._register_tile(s, t, choice)
+            elif choice.get(f"rfactor:{t.name}"):
+                stages.insert(0, self._vectorized_partials(s, t))
             else:
                 self._vectorize_inner(s, t)
                 short = _short_axis(t) if choice.get(f"unroll:{t.name}") else None
@@ -360,6 +394,13 @@ class Space:
         CC = s.cache_write(out, "local") if cw else None
         pack = choice.get("pack")
         BB = None
+        reduction = out if out.op.reduce_axis else self.anchor
+        if anchored and choice.get(f"pack_t:{reduction.name}"):
+            reader = CC.op if cw else self.anchor.op
+            transposed = _transposable(reader.output(0))
+            self._pack_transposed(s, reader, *transposed)
+            if pack == transposed[0]:
+                pack = None
         if pack is not None and anchored:
             reader = CC.op if cw else self.anchor.op
             BB = s.cache_read(reader.input_tensors[pack], "local", [reader])
@@ -429,6 +470,8 @@ class Space:
         the tile's rows unrolled and its last axis one vector; returns the tile loops."""
         P = s[t]
         acc = s.cache_write(t, "local")
+        if choice.get(f"pack_t:{t.name}"):
+            self._pack_transposed(s, acc.op, *_transposable(acc))
         axes = list(P.op.axis)
         factors = [int(choice.get(f"tile:{t.name}.{ax.var.name}", 1)) for ax in axes[:-1]]
         outer, inner, single = [], [], []
@@ -448,6 +491,22 @@ class Space:
         A.compute_at(P, outer[-1])
         _accumulate_in_tile(A, factors, choice.get(f"tile_order:{t.name}") == "reversed", True)
         return outer
+
+    def _pack_transposed(self, s, reader, pos: int, lane_dim: int) -> None:
+        """A copy of ``reader``'s input ``pos`` computed at root and stored with ``lane_dim`` (the
+        dimension the reader's vectors run along) innermost: the register tile's strided loads of
+        ``K[j, r]`` become vector loads of the copy's ``[r, j:j+lanes]``.  The copy's loops run in
+        its storage order, its innermost in vectors, its outermost in parallel."""
+        copy = s.cache_read(reader.input_tensors[pos], "local", [reader.output(0)])
+        P = s[copy]
+        axes = list(P.op.axis)
+        order = [a for d, a in enumerate(axes) if d != lane_dim] + [axes[lane_dim]]
+        P.reorder_storage(*order)
+        P.reorder(*order)
+        if (const_int(order[-1].extent) or 0) >= self._lanes(copy):
+            _, vi = P.split(order[-1], factor=self._lanes(copy))
+            P.vectorize(vi)
+        self._parallel_outer(s, copy, order[:1])
 
     def _parallelize(self, C, outer: list, mode) -> list:
         """Fuse the leading outer loops and run them in parallel: "outer" through the first loop
