@@ -1,5 +1,6 @@
 """QDQ models as integer operators: ``QuantizeLinear(Conv(DequantizeLinear(x_q), DequantizeLinear(w_q)))``
-becomes ``QLinearConv(x_q, w_q)``, and the same for MatMul (``QLinearMatMul``), before the import.
+becomes ``QLinearConv(x_q, w_q)``, and the same for MatMul (``QLinearMatMul``) and Gemm (onnxruntime's
+``com.microsoft.QGemm``), before the import.
 
 onnxruntime's static quantizer writes its QDQ format: every quantized tensor is dequantized in front of
 the float operator that reads it and its result quantized again, so a plain import runs each Conv in
@@ -14,8 +15,11 @@ directly.  A pattern is rewritten only when it means exactly that integer operat
   constant with zero point 0 and scale ``x_scale * w_scale`` (what the quantizer writes); the output read
   only by one QuantizeLinear with one scale (not a graph output).
 - MatMul: the same with one scale for each side (QLinearMatMul's per-tensor weight).
+- Gemm (a classifier's last layer): as a Conv, its weight's scales one or one per output column,
+  ``transA`` 0, ``alpha`` and ``beta`` 1: onnxruntime's ``QGemm`` (``converters/qoperator.py``), so the
+  layer reads its int8 weight, not a float copy of 4x the bytes (what a layer at batch 1 waits on).
 
-Anything else (an Add, a pool, a Gemm, a weight with per-channel scales on a MatMul) keeps its
+Anything else (an Add, a pool, a weight with per-channel scales on a MatMul) keeps its
 DequantizeLinear / float op / QuantizeLinear and runs in float, as written.  DequantizeLinear nodes
 left without readers are dropped.
 """
@@ -26,6 +30,9 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from .context import onnx_attrs
+
+#: the domain of onnxruntime's quantized operators (``converters/qoperator.py``): QGemm's
+MICROSOFT = "com.microsoft"
 
 
 def _consumers(graph) -> Dict[str, List]:
@@ -134,9 +141,18 @@ def _depthwise(m: _Model, node) -> bool:
         weight.shape[0] == int(_attr(node, "group", 1)) and weight.shape[0] % 8 == 0     # (in whole blocks)
 
 
+def _gemm_columns(node) -> Optional[int]:
+    """The weight's axis of output columns of a Gemm the integer operator computes (``transA`` 0,
+    ``alpha`` and ``beta`` 1); None for another Gemm."""
+    if int(_attr(node, "transA", 0)) or float(_attr(node, "alpha", 1.0)) != 1.0 or \
+            float(_attr(node, "beta", 1.0)) != 1.0:
+        return None
+    return 0 if int(_attr(node, "transB", 0)) else 1
+
+
 def qdq_to_qlinear(model):
-    """``model`` with its QDQ Conv and MatMul patterns as QLinearConv / QLinearMatMul (the module
-    docstring says which); the model itself when it has none (it is never modified in place)."""
+    """``model`` with its QDQ Conv, MatMul and Gemm patterns as QLinearConv / QLinearMatMul / QGemm (the
+    module docstring says which); the model itself when it has none (it is never modified in place)."""
     if not any(n.op_type == "DequantizeLinear" for n in model.graph.node):
         return model
     import onnx
@@ -146,36 +162,47 @@ def qdq_to_qlinear(model):
     replaced: Dict[int, object] = {}       # node index -> its integer operator
     dropped = set()                        # indices of the QuantizeLinear nodes folded into one
     for k, node in enumerate(model.graph.node):
-        if node.domain not in ("", "ai.onnx") or node.op_type not in ("Conv", "MatMul"):
+        if node.domain not in ("", "ai.onnx") or node.op_type not in ("Conv", "MatMul", "Gemm"):
             continue
-        conv = node.op_type == "Conv"
+        conv, gemm = node.op_type == "Conv", node.op_type == "Gemm"
         if conv and int(_attr(node, "group", 1)) != 1 and not _depthwise(m, node):
             continue        # (a grouped integer conv widens to int32: slower than the float one)
+        columns = _gemm_columns(node) if gemm else 0 if conv else None
+        if gemm and columns is None:
+            continue
         quantizer = m.only_quantizer(node.output[0])
         if quantizer is None:
             continue
         x = m.dequantized(node.input[0])
-        w = m.dequantized(node.input[1], constant=True, per_channel_axis=0 if conv else None)
+        w = m.dequantized(node.input[1], constant=True, per_channel_axis=columns)
         if x is None or w is None or m.const(x[1]).size != 1 or not x[2]:
             continue        # (without its zero point, x's integer type is not known here)
         y_zero = quantizer.input[2] if len(quantizer.input) > 2 else ""
         inputs = [x[0], x[1], x[2], w[0], w[1],
                   _zero_point(m, w[2], w[0], w[0]), quantizer.input[1], y_zero]
-        if conv and len(node.input) > 2 and node.input[2]:
+        if (conv or gemm) and len(node.input) > 2 and node.input[2]:
             bias = _bias(m, node.input[2], x[1], w[1])
             if bias is None:
                 continue
             inputs.append(bias)
         if not y_zero:
             inputs[7] = _zero_point(m, "", "", quantizer.output[0])      # QuantizeLinear's default: uint8
-        replaced[k] = helper.make_node("QLinearConv" if conv else "QLinearMatMul", inputs, [quantizer.output[0]],
-                                       name=node.name or quantizer.name)
+        if gemm:        # (QGemm's inputs: A, its scale and zero point, B's, the bias, Y's scale and zero point)
+            inputs = inputs[:6] + [inputs[8] if len(inputs) > 8 else ""] + inputs[6:8]
+        replaced[k] = helper.make_node("QGemm" if gemm else "QLinearConv" if conv else "QLinearMatMul", inputs,
+                                       [quantizer.output[0]], name=node.name or quantizer.name,
+                                       domain=MICROSOFT if gemm else "")
         if conv:
             replaced[k].attribute.extend(node.attribute)
+        elif gemm:
+            replaced[k].attribute.extend(a for a in node.attribute if a.name == "transB")
         dropped.add(position[id(quantizer)])
     if not replaced:
         return model
     model = onnx.ModelProto.FromString(model.SerializeToString())
+    if any(n.domain == MICROSOFT for n in replaced.values()) and \
+            not any(imp.domain == MICROSOFT for imp in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(MICROSOFT, 1))
     model.graph.initializer.extend(numpy_helper.from_array(array, name) for name, array in m.added.items())
     nodes = [replaced.get(k, node) for k, node in enumerate(model.graph.node) if k not in dropped]
     # DequantizeLinear nodes no one reads any more (their weights' float copies with them)

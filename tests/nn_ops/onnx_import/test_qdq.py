@@ -30,11 +30,11 @@ def test_a_qdq_cnn_runs_its_convolutions_as_int8_products_and_matches_onnxruntim
     samples = _samples((1, 3, 16, 16))
     model = static_qdq(model_zoo.small_cnn(), samples, per_channel=per_channel)
     convs = sum(n.op_type == "Conv" for n in model.graph.node)
+    gemms = sum(n.op_type == "Gemm" for n in model.graph.node)
     graph = lw.from_onnx(model)
     counts = graph.op_counts()
-    # (the direct int8 conv where the input channels are whole words; the RGB stem as patches)
-    assert counts.get("matmul_u8s8", 0) + counts.get("qconv2d", 0) == convs and counts.get("qconv2d") \
-        and "conv2d" not in counts
+    assert counts.get("qconv2d") == convs and counts.get("matmul_u8s8") == gemms == 1 and \
+        not {"conv2d", "dense", "gemm", "matmul"} & set(counts)
     exe = lw.compile(graph, progress=False)
     for feed in samples[:3]:
         got, want = exe.run(feed)[0], _ort(model, feed)[0]
@@ -144,3 +144,48 @@ def _opset(model, version: int):
         if imp.domain in ("", "ai.onnx"):
             imp.version = version
     return copy
+
+
+def _one_gemm(trans_b=1, alpha=1.0, per_channel=True):
+    """x_q -> DQ -> Gemm(DQ(w_q), DQ(b_q)) -> Q -> DQ: a classifier's last layer as the quantizer writes it."""
+    rng = np.random.default_rng(11)
+    n, k = 24, 40
+    w = rng.integers(-127, 128, (n, k) if trans_b else (k, n)).astype(np.int8)
+    ws = (rng.random(n) * 0.02 + 0.005).astype(np.float32) if per_channel else np.array(0.01, np.float32)
+    xs, ys = np.float32(0.04), np.float32(0.3)
+    inits = [numpy_helper.from_array(a, name) for name, a in [
+        ("x_s", np.array(xs)), ("x_zp", np.array(110, np.uint8)), ("w_q", w), ("w_s", ws),
+        ("w_zp", np.zeros(ws.shape, np.int8)), ("b_q", rng.integers(-3000, 3000, n).astype(np.int32)),
+        ("b_s", (xs * ws).astype(np.float32)), ("b_zp", np.zeros(ws.shape, np.int32)),
+        ("y_s", np.array(ys)), ("y_zp", np.array(120, np.uint8))]]
+    nodes = [helper.make_node("DequantizeLinear", ["x_q", "x_s", "x_zp"], ["x"]),
+             helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_zp"], ["w"], axis=0 if trans_b else 1),
+             helper.make_node("DequantizeLinear", ["b_q", "b_s", "b_zp"], ["b"], axis=0),
+             helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=trans_b, alpha=alpha),
+             helper.make_node("QuantizeLinear", ["y", "y_s", "y_zp"], ["y_q"]),
+             helper.make_node("DequantizeLinear", ["y_q", "y_s", "y_zp"], ["out"])]
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x_q", TensorProto.UINT8, [2, k])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, n])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.mark.parametrize("trans_b, per_channel", [(1, True), (0, True), (1, False)])
+def test_a_qdq_gemm_becomes_qgemm_an_int8_product_within_a_step_of_the_reference(trans_b, per_channel):
+    from onnx.reference import ReferenceEvaluator
+    model = _one_gemm(trans_b, per_channel=per_channel)
+    rewritten = qdq_to_qlinear(model)
+    assert [(n.domain, n.op_type) for n in rewritten.graph.node] == [("com.microsoft", "QGemm"),
+                                                                      ("", "DequantizeLinear")]
+    graph = lw.from_onnx(model)
+    counts = graph.op_counts()
+    assert counts.get("matmul_u8s8") == 1 and not {"dense", "matmul", "gemm"} & set(counts)
+    feed = {"x_q": np.random.default_rng(12).integers(0, 256, (2, 40)).astype(np.uint8)}
+    got = lw.compile(graph, progress=False).run(feed)[0]
+    for want in (ReferenceEvaluator(_opset(model, 21)).run(None, feed)[0], _ort(model, feed)[0]):
+        assert np.abs(got - want).max() <= 0.3 * 1.0001                 # one step of y_s at most
+
+
+def test_a_gemm_the_integer_operator_does_not_compute_stays_float():
+    rewritten = qdq_to_qlinear(_one_gemm(alpha=0.5))
+    assert "Gemm" in [n.op_type for n in rewritten.graph.node]
+    assert "QGemm" not in [n.op_type for n in rewritten.graph.node]
