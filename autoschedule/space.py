@@ -27,10 +27,10 @@ schedule API, so the result carries its replayable trace.  The rules:
   axis before it optionally unrolled (``unroll:NAME``: a select on it then folds); reductions
   at the row tile, the outermost loop or root; a long one-axis reduction (softmax's max and
   sum, layer norm's moments) may be ``rfactor``-ed into ``lanes`` vectorized partial results
-  (``rfactor:NAME``); a reduction producer with rows (that one too: ``Q·Kᵀ``) may get its own register tile
-  (``regtile:NAME``: a ``cache_write`` accumulator over ``tile:NAME.AXIS`` rows and a vector of
-  its last axis, its untiled axes outermost or not, ``singles_first:NAME``, its rows in
-  either order, ``tile_order:NAME``): Ansor's
+  (``rfactor:NAME``); a reduction producer with rows (that one too: ``Q·Kᵀ``) may get its own
+  register tile (``regtile:NAME``: a ``cache_write`` accumulator over ``tile:NAME.AXIS`` rows and
+  a vector of its last axis, of a long one ``nr:NAME`` columns, its untiled axes outermost or
+  not, ``singles_first:NAME``, its rows in either order, ``tile_order:NAME``): Ansor's
   multi-level tiling for every reduction stage, so a chain such as Winograd's input
   transform -> 16 matmuls -> output transform can run per row of the output, each stage in
   registers; producers at root run their outer loops in parallel;
@@ -200,6 +200,10 @@ class Space:
                 d.append((f"regtile:{t.name}", [False, True]))
                 if _transposable(t) is not None:
                     d.append((f"pack_t:{t.name}", [False, True]))
+                last, lanes = _shape(t)[-1], task.target.lanes(t.dtype)
+                if last > 4 * lanes:
+                    # columns of the tile: a whole row of 512 scores is 32 vectors per tile row
+                    d.append((f"nr:{t.name}", [lanes, 2 * lanes, 4 * lanes, last]))
                 for ax, ext in zip(t.op.axis[:-1], _shape(t)[:-1]):
                     if (ext or 1) > 1:
                         d.append((f"tile:{t.name}.{ax.var.name}", _tile_options(ext)))
@@ -272,8 +276,9 @@ class Space:
         return n
 
     def producer_tile_vectors(self, t, choice: Choice) -> int:
-        """Accumulator vectors of a register-tiled producer's tile (one vector of its last axis)."""
-        n = 1
+        """Accumulator vectors of a register-tiled producer's tile (its ``nr:`` columns, else one
+        vector of its last axis)."""
+        n = math.ceil(int(choice.get(f"nr:{t.name}", 0)) / self._lanes(t)) or 1
         for ax in t.op.axis[:-1]:
             n *= int(choice.get(f"tile:{t.name}.{ax.var.name}", 1))
         return n
@@ -467,7 +472,8 @@ class Space:
     def _register_tile(self, s, t, choice: Choice) -> list:
         """A reduction producer accumulated in registers, as the output is: a ``cache_write``
         accumulator computed at the innermost of its tile loops, the reduction outside the tile,
-        the tile's rows unrolled and its last axis one vector; returns the tile loops."""
+        the tile's rows unrolled and its last axis (or ``nr:`` columns of it) in vectors; returns the
+        tile loops."""
         P = s[t]
         acc = s.cache_write(t, "local")
         if choice.get(f"pack_t:{t.name}"):
@@ -485,8 +491,13 @@ class Space:
                 single.append(ax)
         if choice.get(f"singles_first:{t.name}"):
             outer = single + [o for o in outer if all(o is not x for x in single)]
-        P.reorder(*outer, *inner, axes[-1])
-        P.vectorize(axes[-1])
+        cols = axes[-1]
+        nr = int(choice.get(f"nr:{t.name}", 0))
+        if 0 < nr < (const_int(cols.extent) or 0):
+            jo, cols = P.split(cols, factor=nr, tail="shift")
+            outer.append(jo)
+        P.reorder(*outer, *inner, cols)
+        P.vectorize(cols)
         A = s[acc]
         A.compute_at(P, outer[-1])
         _accumulate_in_tile(A, factors, choice.get(f"tile_order:{t.name}") == "reversed", True)
