@@ -43,7 +43,7 @@ from ..network.op_table import SMALL_M
 from ..network.signature import RuntimeCheck
 from ..network.polymorphic_executable import BindingTable, KernelCall, PolymorphicExecutable, Variant, View
 from ..network.symbolic_plan import SymbolicPlan
-from ..network.pending_kernels import Pending, build_pending
+from ..network.pending_kernels import Deferred, Pending, build_pending
 from ..ops.arg_reduce import arg_reduce
 from ..ops.conv2d_transpose import conv2d_transpose
 from ..ops.elementwise import broadcast_index
@@ -415,7 +415,7 @@ class _Builder:
         full_key = repr(key + (tuple(pattern), tuple(len(s) for s in arg_shapes),
                                tuple(self.dtype(i) for i in inputs)))
 
-        def built(full_key, make, name, multiples=None, units=(), condition=None):
+        def built(full_key, make, name, multiples=None, units=(), condition=None, deferred=False):
             module = self.kernels.get(full_key)
             if module is None and self.prebuilt is not None:
                 module = self.prebuilt.get(full_key)
@@ -428,34 +428,47 @@ class _Builder:
                 if module is not None:
                     self.kernels[full_key] = module
             if module is None:
-                names = S.dsl_variables([f"v{k}" for k in range(len(variables))])
-                var_of = {d: names[f"v{k}"] for d, k in variables.items()}
-                graph_size = {S.from_dsl(v): d for d, v in var_of.items()}
-                for d, (k, r) in (multiples or {}).items():    # a size known to be k * (a size var) + r
-                    var_name = multiple_name(variables[d], k, r)
-                    whole = S.dsl_variables([var_name])[var_name]
-                    var_of[d] = whole * k + r
-                    graph_size[S.from_dsl(whole)] = (d - r) / k
-                for d in units:             # a size that is 1 wherever this kernel runs
-                    var_of[d] = 1
+                def tensors() -> list:
+                    """The kernel's placeholders and ``make``'s output, checked against the graph's shapes."""
+                    names = S.dsl_variables([f"v{k}" for k in range(len(variables))])
+                    var_of = {d: names[f"v{k}"] for d, k in variables.items()}
+                    graph_size = {S.from_dsl(v): d for d, v in var_of.items()}
+                    for d, (k, r) in (multiples or {}).items():    # a size known to be k * (a size var) + r
+                        var_name = multiple_name(variables[d], k, r)
+                        whole = S.dsl_variables([var_name])[var_name]
+                        var_of[d] = whole * k + r
+                        graph_size[S.from_dsl(whole)] = (d - r) / k
+                    for d in units:             # a size that is 1 wherever this kernel runs
+                        var_of[d] = 1
 
-                def extent(d):
-                    return int(d) if S.is_static(d) else var_of[d]
-                holders = [placeholder(tuple(extent(d) for d in shape), name=f"in{k}", dtype=self.dtype(i))
-                           for k, (i, shape) in enumerate(zip(inputs[:own], arg_shapes))]
-                out = make(*holders, extent=extent)
-                if isinstance(out, tuple):
-                    out, made = out
-                    holders = holders + list(made)
-                for tensor, graph_shape in zip(holders[own:] + [out], arg_shapes[own:]):
-                    self._check_kernel_shape(tensor, graph_shape, var_of, graph_size,
-                                             derived_output or bool(multiples))
+                    def extent(d):
+                        return int(d) if S.is_static(d) else var_of[d]
+                    holders = [placeholder(tuple(extent(d) for d in shape), name=f"in{k}", dtype=self.dtype(i))
+                               for k, (i, shape) in enumerate(zip(inputs[:own], arg_shapes))]
+                    out = make(*holders, extent=extent)
+                    if isinstance(out, tuple):
+                        out, made = out
+                        holders = holders + list(made)
+                    for tensor, graph_shape in zip(holders[own:] + [out], arg_shapes[own:]):
+                        self._check_kernel_shape(tensor, graph_shape, var_of, graph_size,
+                                                 derived_output or bool(multiples))
+                    return holders + [out]
                 recipe = KernelRecipe(name, make, tuple(arg_shapes), tuple(self.dtype(i) for i in inputs[:own]), own,
                                       derived_output, tuple(variables),
                                       tuple((d, k, r) for d, (k, r) in (multiples or {}).items()), tuple(units),
                                       condition)
+                if deferred and self.building and self.tuning_log is None:
+                    # made, scheduled and built by the executable where a binding picks it
+                    def job():
+                        args = tensors()
+                        return schedule([args[-1]], self.target), args, name
+                    module = Deferred(full_key, name, job, self.checks, self.remembers())
+                    self.recipes[id(module)] = recipe
+                    self.kernels[full_key] = module
+                    return module
+                args = tensors()
                 tuned = None if self.tuning_log is None else \
-                    tuned_schedule(self.tuning_log, self.target, recipe, holders + [out])
+                    tuned_schedule(self.tuning_log, self.target, recipe, args)
                 if tuned is None and self.tuning_log is not None and self.remembers():
                     cached = kernel_cache.lookup_polymorphic(full_key, self.target)   # no record: the untuned one
                     if cached is not None:
@@ -466,8 +479,8 @@ class _Builder:
                 # built after the walk, all together (build_many: on every core)
                 if not self.jobs and self.building:
                     build_workers.prestart()
-                module = Pending(len(self.jobs), out.dtype)
-                self.jobs.append((tuned or schedule([out], self.target), holders + [out], name))
+                module = Pending(len(self.jobs), args[-1].dtype)
+                self.jobs.append((tuned or schedule([args[-1]], self.target), args, name))
                 self.recipes[id(module)] = recipe
                 self.kernels[full_key] = module
             return module
@@ -479,7 +492,7 @@ class _Builder:
             fixed = [f"v{variables[d]}=1" if d in variables else f"{S.show(d)}=1" for d in v.units] + \
                 [f"v{variables[d]}*{k}" + (f"+{r}" if r else "") for d, (k, r) in (v.multiples or {}).items()]
             module_of_variant = built(" ".join([full_key, v.key] + fixed), v.make, f"poly_{key[0]}_{v.what}",
-                                      v.multiples, v.units, (v.size, v.at_most))
+                                      v.multiples, v.units, (v.size, v.at_most), v.deferred)
             specials.append(Variant(module_of_variant, v.size, v.at_most))
             for d, (k, r) in (v.multiples or {}).items():
                 sizes[multiple_name(variables[d], k, r)] = S.floordiv(d - r, k)

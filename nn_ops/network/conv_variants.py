@@ -19,7 +19,8 @@ class KernelVariant(NamedTuple):
     in the kernel table, ``what`` names its module; ``multiples`` {sympy size of an input: (k, r)}
     builds it over that size as ``k`` times a size var of its own, plus ``r`` (where the condition says
     ``k`` divides the size less ``r``: an unpadded conv's input, two more than its whole tiles);
-    ``units``: sympy sizes that are the constant 1 in this kernel (where the condition says so)."""
+    ``units``: sympy sizes that are the constant 1 in this kernel (where the condition says so);
+    ``deferred``: built at the first binding that runs it, not with the network (``Deferred``)."""
     size: object
     at_most: int
     make: Callable
@@ -27,6 +28,7 @@ class KernelVariant(NamedTuple):
     what: str
     multiples: Optional[Dict[object, Tuple[int, int]]] = None
     units: Tuple = ()
+    deferred: bool = False
 
 
 def multiple_name(index: int, k: int, r: int = 0) -> str:
@@ -74,7 +76,7 @@ def winograd_variants(target, in_shape, out_shape, pad: int, make) -> list:
         condition = fits + S.remainder(oh, 2) + S.remainder(ow, 2 * tb) + S.divisible_not_by(tiles, tb, last)
         variants.append(KernelVariant(condition, 0, lambda *hs, extent, tb=tb: make(*hs, extent=extent, tile_block=tb,
                                                                                     whole_blocks=True),
-                                      f"winograd tiles={tb}", f"winograd_{tb}", multiples))
+                                      f"winograd tiles={tb}", f"winograd_{tb}", multiples, deferred=True))
     # over its input as size vars plus a constant: unpadded, a height of a size var + 2 (the
     # kernel then knows that input holds a 3x3 window: over a plain var its every extent was a
     # select on that, its vectors run-time loops, 2.6 ms against 1.2 static at 50 x 78); a
@@ -86,7 +88,8 @@ def winograd_variants(target, in_shape, out_shape, pad: int, make) -> list:
     if not S.is_static(w) or int(w) > wide:
         variants.append(KernelVariant(fits + S.positive_part(wide + 1 - w), 0,
                                       lambda *hs, extent: make(*hs, extent=extent, tile_block=last),
-                                      f"winograd tiles={last}, any size", f"winograd_{last}", at_least))
+                                      f"winograd tiles={last}, any size", f"winograd_{last}", at_least,
+                                      deferred=True))
     return variants
 
 
@@ -120,5 +123,6 @@ def row_block_variants(width, make, weight_shape, blocked_input: bool, in_width=
     return [KernelVariant(S.divisible_not_by(width, pixels, general), 0,
                           lambda *h, extent, pixels=pixels: make(*h, extent=extent, row_block=pixels,
                                                                  whole_blocks=True),
-                          f"row_block={pixels}", f"rows_of_{pixels}", None if in_width is None else {in_width: (pixels, 0)})
+                          f"row_block={pixels}", f"rows_of_{pixels}", None if in_width is None else {in_width: (pixels, 0)},
+                          deferred=True)
             for pixels in DIVIDING_ROW_BLOCKS if fits(pixels)]

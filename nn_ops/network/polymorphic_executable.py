@@ -7,7 +7,9 @@ feed against the symbolic signature, evaluates the symbolic memory plan (``symbo
 at the binding, fills the call tables for that binding (``call_list.py``: argument pointers into
 one arena, each call's sizes, and the variant of each call that the binding picks:
 ``KernelCall.variants``, e.g. a dense layer's kernel for few rows) and runs every kernel with one
-native call; nothing is compiled at run time.  A plain feed at the shapes of a recent binding
+native call.  A variant the compile deferred (``pending_kernels.Deferred``: a conv's Winograd and
+row-block kernels) is built when the first binding that picks it fills its table; nothing else is
+compiled at run time, and ``build_variants`` builds them all up front.  A plain feed at the shapes of a recent binding
 skips all of that but the lookup of its tables by the shapes.  The kernels write the outputs into
 new arrays, as the static executable's do.  Constants lie in one block, each 64-byte aligned.
 ``run_each`` calls the kernels one by one from Python through their own argument checks instead.
@@ -18,6 +20,7 @@ compiled).  Shapes that are views of others (Reshape and friends) cost nothing.
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -33,6 +36,7 @@ from ...target import resolve_target
 from .archive import ArchiveReader, ArchiveWriter, MetaChecker
 from . import call_list, symbolic as S
 from .kernel_cache import kernel_entry, kernel_module
+from .pending_kernels import Deferred, build_deferred
 from .feed import check_names_and_dtypes, show_shape
 from .signature import SymbolicSignature
 from .executable import index_out_of_range
@@ -46,7 +50,8 @@ VERSION = 1
 @dataclass(frozen=True)
 class Variant:
     """A specialised kernel of a call, taken at bindings where ``rows`` (a sympy size) is at most
-    ``at_most``: the same arguments and size vars as the call's general ``module``."""
+    ``at_most``: the same arguments and size vars as the call's general ``module`` (a ``Deferred`` one
+    until a binding picks it)."""
 
     module: object
     rows: object
@@ -266,9 +271,34 @@ class PolymorphicExecutable:
                     patched[name] = (position[root], 0)
                 elif root in written:
                     patched[name] = (written[root], arrays[name].ctypes.data - arrays[root].ctypes.data)
-        table = call_list.CallTable([(c.module_at(binding), c.args, c.sizes) for c in self.calls], arrays, binding,
-                                    patched, keep=tables.values())
+        table = call_list.CallTable([(m, c.args, c.sizes) for m, c in zip(self._modules_at(binding), self.calls)],
+                                    arrays, binding, patched, keep=tables.values())
         return BoundCalls(table, tuple(fresh), None if len(fresh) == len(made) else tuple(made))
+
+    def _modules_at(self, binding) -> list:
+        """The kernel each call runs at ``binding``, the deferred ones among them built first (in one
+        ``build_many``: the first run at a binding that picks them pays their compile)."""
+        modules = [c.module_at(binding) for c in self.calls]
+        deferred = {id(m): m for m in modules if isinstance(m, Deferred)}
+        if not deferred:
+            return modules
+        self._put_built(build_deferred(deferred.values(), self.target))
+        return [c.module_at(binding) for c in self.calls]
+
+    def build_variants(self) -> None:
+        """Build every variant still deferred, so that no run compiles (``save`` and ``export_library``
+        write them all)."""
+        deferred = {id(v.module): v.module for c in self.calls for v in c.variants if isinstance(v.module, Deferred)}
+        if deferred:
+            self._put_built(build_deferred(deferred.values(), self.target))
+
+    def _put_built(self, built: Dict[int, object]) -> None:
+        """The modules ``built`` ({id of a deferred kernel: module}) in place of those deferred kernels."""
+        with self._lock:
+            for call in self.calls:
+                call.variants = tuple(dataclasses.replace(v, module=built.get(id(v.module), v.module))
+                                      for v in call.variants)
+            self.kernels = {key: built.get(id(m), m) for key, m in self.kernels.items()}
 
     def _constant_output(self, name: str, binding) -> np.ndarray:
         """Output ``name`` where it is a constant (or a view of one): a network that gives back a weight."""
@@ -324,9 +354,9 @@ class PolymorphicExecutable:
         arrays.update({n: t.at(binding) for n, t in self.tables.items()})
         for name, source, shape in self._input_views(binding):
             arrays[name] = arrays[source].reshape(shape)
-        for call in self.calls:
+        for call, module in zip(self.calls, self._modules_at(binding)):
             try:
-                call.module_at(binding)(*(arrays[a] for a in call.args))
+                module(*(arrays[a] for a in call.args))
             except ArgumentError as exc:        # a kernel refusing planned arrays is a compiler bug
                 raise ArgumentError(f"node {call.node!r}: {exc}") from exc
         return [np.array(arrays[n]) for n in self.output_names]
@@ -363,12 +393,14 @@ class PolymorphicExecutable:
     def export_library(self, path, prefix: str = "lw_", params: str = "embed", cc=None, levels=()):
         """Write the network as a shared library whose C API takes the sizes (``model.so`` and
         ``model.h``; ``export_polymorphic.py``); returns the library's path."""
+        self.build_variants()
         return export_polymorphic_library(self, path, prefix, params, cc, levels)
 
     def save(self, path) -> None:
         """A checksummed zip (``archive.py``): meta.json, model.onnx and each distinct kernel's object
         code with its structural key; ``lw.load`` rebuilds the calls and the plan from the model (no
         lowering, no LLVM) and loads the objects."""
+        self.build_variants()
         entries = []
         with ArchiveWriter(path) as z:
             z.add("model.onnx", self.model_bytes)

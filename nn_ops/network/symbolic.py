@@ -75,21 +75,25 @@ def ceildiv(a, b) -> sympy.Expr:
     return sympy.ceiling(a / b)
 
 
+# The three below build variants' conditions, which are only evaluated at bindings: left unevaluated,
+# as sympy's own ``Mod``, ``Max`` and ``Min`` of a convolved size asked its assumptions for a third of a
+# compile-once ResNet-18's walk.
+
 def remainder(a, b) -> sympy.Expr:
-    """``a % b`` (Python's, for a positive ``b``) on sizes."""
-    return sympy.Mod(dim(a), dim(b))
+    """``a % b`` (Python's, for a positive ``b``) on sizes, unevaluated."""
+    return sympy.Mod(dim(a), dim(b), evaluate=False)
 
 
 def positive_part(value) -> sympy.Expr:
-    """``max(0, value)``: a variant's condition adds these up, each 0 where its part holds."""
-    return sympy.Max(0, dim(value))
+    """``max(0, value)``, unevaluated: a variant's condition adds these up, each 0 where its part holds."""
+    return sympy.Max(0, dim(value), evaluate=False)
 
 
 def divisible_not_by(a, p: int, q: int) -> sympy.Expr:
-    """A size that is 0 exactly where ``p`` divides ``a`` and ``q`` does not (else positive): the
-    condition (``<= 0``) of a kernel variant for rows that blocks of ``p`` fit and blocks of ``q`` not."""
+    """A size that is 0 exactly where ``p`` divides ``a`` and ``q`` does not (else positive), unevaluated:
+    the condition (``<= 0``) of a kernel variant for rows that blocks of ``p`` fit and blocks of ``q`` not."""
     a = dim(a)
-    return sympy.Mod(a, p) + 1 - sympy.Min(1, sympy.Mod(a, q))
+    return sympy.Mod(a, p, evaluate=False) + 1 - sympy.Min(1, sympy.Mod(a, q, evaluate=False), evaluate=False)
 
 
 def product(dims: Iterable) -> sympy.Expr:

@@ -125,3 +125,45 @@ def test_outputs_that_share_memory_are_inputs_or_are_read_again_are_their_own_ar
         again = exe.run({"x": x + 1})
         np.testing.assert_array_equal(outs[0], y)
         assert not any(np.shares_memory(o, a) for o, a in zip(outs, again))
+
+
+def test_a_convs_variants_are_built_by_the_first_run_that_picks_them(monkeypatch, tmp_path):
+    """A compile-once conv's Winograd and row-block kernels are deferred: the compile builds the
+    general kernels only, a run builds (in one ``build_many``) the variants its binding picks, a run at
+    a binding that picks none of the others builds nothing, and ``save`` builds the rest."""
+    ort = pytest.importorskip("onnxruntime")
+    from loopweave.nn_ops.network import pending_kernels
+    from loopweave.nn_ops.network.pending_kernels import Deferred
+    from loopweave.nn_ops.testing.onnx_builder import OnnxBuilder
+
+    monkeypatch.setenv("LOOPWEAVE_CACHE_DIR", str(tmp_path / "cache"))      # nothing built before
+    b = OnnxBuilder(0)
+    x = b.relu(b.conv("input", 3, 32, 3, bias=True))
+    model = b.model(("N", 3, "H", "W"), b.conv(x, 32, 32, 3, bias=True), ("N", 32, "H", "W"))
+    exe = lw.compile(lw.from_onnx(model), polymorphic=True)
+    deferred = {id(v.module): v.module for c in exe.calls for v in c.variants}
+    assert len(deferred) >= 4 and all(isinstance(m, Deferred) for m in deferred.values())
+    built = []
+    build_many = pending_kernels.backend_build.build_many
+    monkeypatch.setattr(pending_kernels.backend_build, "build_many",
+                        lambda jobs, *a, **k: built.append([j[2] for j in jobs]) or build_many(jobs, *a, **k))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+    def check(shape):
+        x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"input": x})[0], session.run(None, {"input": x})[0], rtol=1e-4, atol=1e-4)
+    binding = {"N": 1, "H": 28, "W": 28}
+    picked = {c.module_at(binding).name for c in exe.calls if isinstance(c.module_at(binding), Deferred)}
+    assert picked
+    check((1, 3, 28, 28))
+    assert [sorted(names) for names in built] == [sorted(picked)]
+    check((1, 3, 28, 28))
+    check((2, 3, 5, 8))                                     # general kernels only
+    assert len(built) == 1
+    left = [m for c in exe.calls for v in c.variants for m in [v.module] if isinstance(m, Deferred)]
+    assert left and len(deferred) == len(picked) + len({id(m) for m in left})
+    exe.save(tmp_path / "net.lwx")
+    assert len(built) == 2 and not any(isinstance(v.module, Deferred) for c in exe.calls for v in c.variants)
+    loaded = lw.load(tmp_path / "net.lwx")
+    x = np.random.default_rng(1).standard_normal((1, 3, 20, 40)).astype(np.float32)
+    np.testing.assert_array_equal(loaded.run({"input": x})[0], exe.run({"input": x})[0])
