@@ -33,9 +33,32 @@ def test_matmul_kernel_shape():
     # whole tiles: the 128 x 32 and 32 x 64 panels double-buffered (two slots each), 48 KB in all
     assert sorted((a.buffer.name, a.extent.value) for a in shared) == [("A.shared", 8192), ("B.shared", 4096)]
     source = lw.build(s, args, target="cuda:sm_90").get_source("cuda")
-    assert "reinterpret_cast<const float4*>(&A[" in source          # float4 global loads
+    assert "lw_cp_async16(&A_shared[" in source                     # 16-byte cp.async copies
     assert "reinterpret_cast<const float4*>(&B_shared[" in source   # float4 shared loads in the inner loop
     assert "long long" not in source                                # 32-bit index arithmetic
+    loop = source[source.index("for (int k_outer"):]
+    assert loop.count("lw_cp_async_wait<1>();") == 1                # the next step's copies stay in flight
+    assert loop.count("__syncthreads();") == 2                      # two barriers per k step
+
+
+def test_matmul_before_sm80_fills_its_panels_through_registers():
+    """cp.async exists from sm_80 on: for an older GPU the default schedule keeps the register pipeline."""
+    A, B = lw.placeholder((1024, 1024), name="A"), lw.placeholder((1024, 1024), name="B")
+    C = nn_ops.matmul(A, B)
+    kernel = lw.build(nn_ops.schedule(C, "cuda:sm_75"), [A, B, C], target="cuda:sm_75").get_source("cuda")
+    assert "lw_cp_async16(" not in kernel.split("extern")[-1] and "float4*>(&A[" in kernel
+
+
+def test_matmul_panels_through_registers():
+    """``asynchronous=False``: the register pipeline (float4 global loads held over the step's
+    arithmetic, one barrier per step), the form for GPUs before sm_80."""
+    from loopweave.nn_ops.ops.cuda.matmul import _schedule_gemm_cuda
+    A, B = lw.placeholder((4096, 4096), name="A"), lw.placeholder((4096, 4096), name="B")
+    C = nn_ops.matmul(A, B)
+    s = lw.create_schedule(C)
+    _schedule_gemm_cuda(s, C.op, lw.target.resolve_target("cuda"), batch=False, asynchronous=False)
+    source = lw.build(s, [A, B, C], target="cuda:sm_90").get_source("cuda")
+    assert "reinterpret_cast<const float4*>(&A[" in source and "cp_async" not in source.split("extern")[-1]
     loop = source[source.index("for (int k_outer"):]
     assert loop.count("__syncthreads();") == 1                      # one barrier per k step
     assert source.count("__syncthreads();") == 3                    # + the two around the first panels
@@ -107,7 +130,7 @@ def test_batch_matmul_with_narrow_output_has_constant_register_blocks():
     A, B = lw.placeholder((32, 128, 128), name="A"), lw.placeholder((32, 128, 64), name="B")
     C = nn_ops.batch_matmul(A, B)
     lowered = lw.build(nn_ops.schedule(C, "cuda"), [A, B, C], target="cuda:sm_90").get_source("lowered")
-    assert ".extent = select(" not in lowered and ".prefetch" in lowered     # and double-buffered
+    assert ".extent = select(" not in lowered and "cp_async_wait(" in lowered     # and double-buffered
 
 
 def test_injective_schedule_uses_float4_and_one_kernel():
@@ -231,7 +254,7 @@ def test_cuda_schedules_replay_from_their_trace():
         lw.Trace.from_json(s.trace.to_json()).apply(again)
         assert "set_scope('shared')" in str(s.trace) or "cache_read" in str(s.trace)
         assert str(lw.lower(again, args + [out], target="cuda")) == str(lw.lower(s, args + [out], target="cuda"))
-    assert ".double_buffer()" in "\n".join(s.trace.code_lines())
+    assert ".double_buffer(asynchronous=True)" in "\n".join(s.trace.code_lines())   # cp.async, replayed
 
 
 @pytest.mark.parametrize("kind", ["max", "avg"])
