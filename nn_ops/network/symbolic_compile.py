@@ -125,7 +125,9 @@ class _Builder:
         sizes = {f"v{k}": d for d, k in variables.items()}
         variants = []
         for rows, at_most, attrs, units, multiples, what in self.variants(grp, variables):
-            whole = {_factored(d)[1]: kr for d, kr in (multiples or {}).items()}
+            whole = _whole_multiples(multiples or {})
+            if whole is None:
+                continue
             fixed = "".join(f"|v{variables[m]}*{k}+{r}" for m, (k, r) in whole.items())
             variants.append(Variant(self.kernel(f"{key}|{what}{fixed}", grp, params, variables, attrs,
                                                 f"{kernel_name(grp)}_{what}", units, whole), rows, at_most))
@@ -325,6 +327,26 @@ def _factored(d) -> Tuple[int, object]:
     ``batch`` and ``4*batch`` (an attention head merge's) are one var and its index stays affine."""
     c, m = S.dim(d).as_coeff_Mul()
     return (int(c), m) if c.is_Integer and c > 0 else (1, S.dim(d))
+
+
+def _whole_multiples(multiples: dict) -> Optional[dict]:
+    """{m: (k, r)} for a variant's sizes ``c * m`` built as ``k * var + r`` ({size: (k, r)}): ``m`` as
+    ``(k / c) * var + r / c``, or as a plain var where ``k`` divides ``c`` and ``r`` is 0 (a U-Net's
+    ``8 * m`` is whole tiles as it is), or, for a size of at least ``r + 1`` (``k`` = 1), as a var plus
+    the least ``s`` with ``c * (1 + s) > r``; None where none holds (the variant is not built)."""
+    whole = {}
+    for d, (k, r) in multiples.items():
+        c, m = _factored(d)
+        if r == 0 and c % k == 0:
+            continue
+        if k == 1 and c > 1:
+            if -(-(r + 1) // c) > 1:
+                whole[m] = (1, -(-(r + 1) // c) - 1)
+            continue
+        if k % c or r % c:
+            return None
+        whole[m] = (k // c, r // c)
+    return whole
 
 
 def _show(shape) -> str:

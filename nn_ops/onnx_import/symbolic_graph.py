@@ -10,15 +10,16 @@ there).  Values the symbolic shape inference names (``symbolic_shapes.py``) keep
 expressions, which also cover sizes that are not such products (``seq + 1``, a convolved
 ``floor((H - 1)/2) + 1``); the importer's own values (a decomposed batch norm's) take such an
 expression where it has their sizes at every probe.  A graph whose run-time checks refuse the
-probes' sizes (a deep CNN's last pool) is probed at larger ones.  What the probes
+probes' sizes (a deep CNN's last pool) is probed at larger ones, and one whose checks take a size
+only as a multiple of a power of two (a U-Net's skip concats) at the primes times that power; sizes
+the checks equate to a multiple of another are then written as that multiple.  What the probes
 cannot explain is refused, naming the node: a graph whose structure changes with the sizes, a
 constant computed from them, a size that is no product of the symbols.
 """
 from __future__ import annotations
 
-from fractions import Fraction
 from itertools import product as cartesian
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import sympy
@@ -37,6 +38,8 @@ LARGE_PROBES = (((67, 71, 73, 79, 83), (89, 97, 101, 103, 107), (64, 72, 80, 88,
                 ((131, 137, 139, 149, 151), (157, 163, 167, 173, 179), (128, 136, 144, 152, 160)))
 #: the highest power of one symbol a size may hold (``seq * seq`` of attention scores)
 MAX_POWER = 3
+#: the largest power of two the probes of a symbol are scaled by where run-time checks need it to divide
+MAX_SCALE = 32
 
 
 def symbolic_graph(dynamic) -> Graph:
@@ -48,17 +51,81 @@ def symbolic_graph(dynamic) -> Graph:
     if len(symbols) > len(PROBES[0]):
         raise OnnxImportError(f"{dynamic.name!r} has {len(symbols)} symbolic sizes; the symbolic graph solves for "
                               f"at most {len(PROBES[0])}")
+    multiples: Dict[str, int] = {}
     for probes in (PROBES,) + LARGE_PROBES:
         bindings = [dict(zip(symbols, primes)) for primes in probes]
-        refused = [(check, b) for b in bindings for check in dynamic.signature.checks if not check.holds(b)]
+        refused = _refused(dynamic, bindings)
         if not refused:
+            break
+        scaled, multiples = _scaled_to_divide(dynamic, bindings, refused)
+        if scaled is not None:
+            bindings, refused = scaled, []
             break
     else:
         check, binding = refused[0]
         raise OnnxImportError(f"{dynamic.name!r}: its run-time check {check.message!r} refuses the probe "
                               f"sizes {binding}, so its symbolic graph cannot be solved for")
     graphs = [_import_at(dynamic, b) for b in bindings]
-    return _Solver(dynamic, symbols, bindings, graphs).graph()
+    return _Solver(dynamic, symbols, bindings, graphs, multiples).graph()
+
+
+def _refused(dynamic, bindings: List[Dict[str, int]]) -> list:
+    return [(check, b) for b in bindings for check in dynamic.signature.checks if not check.holds(b)]
+
+
+def _scaled_to_divide(dynamic, bindings: List[Dict[str, int]], refused: list):
+    """(``bindings`` with the symbols of the refused checks times the least power of two up to
+    ``MAX_SCALE`` that every check accepts, {symbol: that power}) where the checks refuse the probes
+    at each other remainder by it (a U-Net's skip concats need its height a multiple of 8), else
+    (None, {}).  The ratios of the first two probes are still ratios of distinct primes."""
+    symbols = sorted({s.name for check, _ in refused for s in check.condition.free_symbols})
+    scale = 2
+    while scale <= MAX_SCALE:
+        scaled = [{s: v * scale if s in symbols else v for s, v in b.items()} for b in bindings]
+        if not _refused(dynamic, scaled):
+            others = [dict(b, **{s: b[s] + r}) for b in scaled for s in symbols for r in range(1, scale)]
+            if all(_refused(dynamic, [b]) for b in others):
+                return scaled, dict.fromkeys(symbols, scale)
+            break
+        scale *= 2
+    return None, {}
+
+
+def _one_size_where_checked_equal(graph: Graph, checks) -> Graph:
+    """``graph`` with each size that a run-time check equates to a whole multiple of another written
+    as that multiple (a U-Net's ``H`` checked equal to its up-sampled ``2*(H//2)``, ``H//2`` to
+    ``2*((H//2)//2)``, ...: ``H`` is ``8 * (((H//2)//2)//2)``), so that a skip concat's operands have
+    one size and a kernel one size var for them; the checks hold before every run."""
+    times: Dict[object, tuple] = {}          # size m -> (k, n): m is k * n
+    for check in checks:
+        if not isinstance(check.condition, sympy.Eq):
+            continue
+        (ca, ma), (cb, mb) = (S.dim(d).as_coeff_Mul() for d in check.condition.args)
+        if ca.is_Integer and cb.is_Integer and ca > 0 and cb > 0 and ma != mb:
+            if cb % ca == 0 and cb > ca and ma not in times:
+                times[ma] = (int(cb // ca), mb)
+            elif ca % cb == 0 and ca > cb and mb not in times:
+                times[mb] = (int(ca // cb), ma)
+    if not times:
+        return graph
+
+    def canonical(d):
+        if isinstance(d, (tuple, list)):
+            return type(d)(canonical(e) for e in d)
+        if not isinstance(d, sympy.Basic) or S.is_static(d):
+            return d
+        c, m = S.dim(d).as_coeff_Mul()
+        seen = set()
+        while m in times and m not in seen:
+            seen.add(m)
+            k, m = times[m]
+            c *= k
+        return c * m
+    for name, value in graph.values.items():
+        graph.values[name] = type(value)(name, canonical(tuple(value.shape)), value.dtype)
+    for node in graph.nodes:
+        node.attrs = {a: canonical(v) for a, v in node.attrs.items()}
+    return graph
 
 
 def _import_at(dynamic, binding: Dict[str, int]) -> Graph:
@@ -68,11 +135,16 @@ def _import_at(dynamic, binding: Dict[str, int]) -> Graph:
 
 
 class _Solver:
-    def __init__(self, dynamic, symbols: List[str], bindings: List[Dict[str, int]], graphs: List[Graph]):
+    def __init__(self, dynamic, symbols: List[str], bindings: List[Dict[str, int]], graphs: List[Graph],
+                 multiples: Optional[Dict[str, int]] = None):
         self.dynamic, self.symbols, self.bindings, self.graphs = dynamic, symbols, bindings, graphs
+        # each symbol the checks accept only as a multiple of k, as ``k * a symbol of its own``
+        self.as_multiples = {S.symbol(s): k * S.symbol(f"{s}_over_{k}") for s, k in (multiples or {}).items()}
         self.known = dynamic.shapes.shapes        # the symbolic shape inference's sizes, by ONNX value name
         self.named = self._named_sizes()
         self.named_shapes = self._named_shapes()
+        self.producer = {o: node for g in graphs[:1] for node in g.nodes for o in node.outputs}
+        self.solved: Dict[str, tuple] = {}
 
     def graph(self) -> Graph:
         first, others = self.graphs[0], self.graphs[1:]
@@ -96,8 +168,7 @@ class _Solver:
                 continue
             if any(name not in g.values or g.values[name].dtype != value.dtype for g in others):
                 raise self.refuse(None, f"the value {name!r} differs from one size to another")
-            shapes = [g.values[name].shape for g in self.graphs]
-            out.values[name] = type(value)(name, self.shape(name, shapes), value.dtype)
+            out.values[name] = type(value)(name, self.value_shape(name), value.dtype)
         for k, node in enumerate(first.nodes):
             peers = [g.nodes[k] for g in others]
             if any(p.op_type != node.op_type or p.inputs != node.inputs or p.outputs != node.outputs or
@@ -105,21 +176,34 @@ class _Solver:
                 raise self.refuse(node, "the graph's structure changes with the sizes here")
             attrs = {a: self.attr(node, a, [node.attrs[a]] + [p.attrs[a] for p in peers]) for a in node.attrs}
             out.add_node(node.op_type, node.inputs, node.outputs, attrs, node.name)
-        return out
+        return _one_size_where_checked_equal(out, self.dynamic.signature.checks)
 
     def refuse(self, node, why: str) -> OnnxImportError:
         where = f"node {node.name!r} ({node.op_type}): " if node is not None else ""
         return OnnxImportError(f"{self.dynamic.name!r} has no symbolic graph: {where}{why}; "
                                f"lw.compile(graph) without pipeline='graph' compiles it")
 
+    def value_shape(self, name: str) -> tuple:
+        """``shape`` of the value ``name`` of the imported graphs, solved once."""
+        if name not in self.solved:
+            self.solved[name] = self.shape(name, [g.values[name].shape for g in self.graphs])
+        return self.solved[name]
+
     def shape(self, name: str, shapes: Sequence[tuple]) -> tuple:
-        """The value's shape: ints where static (as the static passes expect), sympy sizes elsewhere."""
+        """The value's shape: ints where static (as the static passes expect), sympy sizes elsewhere.  An
+        importer's own value of its producer's input's shape at every probe (a decomposed batch norm's
+        product of a conv's map) takes that input's shape, even where the probes cannot tell two named
+        sizes apart (``H//2`` and ``(H - 1)//2 + 1`` at probes scaled to even sizes)."""
         if len({len(s) for s in shapes}) != 1:
             raise self.refuse(None, f"the rank of {name!r} changes with the sizes")
         known = self.known.get(name)
+        alike = [i for i in getattr(self.producer.get(name), "inputs", ())
+                 if i in self.graphs[0].values and [g.values[i].shape for g in self.graphs] == list(shapes)]
         if known is not None and len(known) == len(shapes[0]) and all(
                 tuple(int(S.evaluate(d, b)) for d in known) == tuple(s) for b, s in zip(self.bindings, shapes)):
             sizes = tuple(S.dim(d) for d in known)
+        elif known is None and alike:
+            return self.value_shape(alike[0])
         elif self.named_shapes.get(tuple(tuple(s) for s in shapes)) is not None:
             sizes = self.named_shapes[tuple(tuple(s) for s in shapes)]
         else:
@@ -152,6 +236,12 @@ class _Solver:
             raise self.refuse(node, f"attribute {name!r} changes with the sizes")
         return first
 
+    def same(self, a, b) -> bool:
+        """Whether sizes ``a`` and ``b`` are proven equal at every binding the checks accept (each symbol
+        they take only as a multiple of ``k``, as one)."""
+        return S.equal(a, b) is True or bool(self.as_multiples) and \
+            S.equal(S.dim(a).subs(self.as_multiples), S.dim(b).subs(self.as_multiples)) is True
+
     def _named_sizes(self) -> Dict[tuple, object]:
         """{the values at the probes: the size} of each symbolic size the shape inference names (a
         convolved ``floor((H - 1)/2) + 1``); None where two sizes not proven equal share the values."""
@@ -161,7 +251,7 @@ class _Solver:
                 at = tuple(int(S.evaluate(d, b)) for b in self.bindings)
             except (KeyError, TypeError, ValueError):     # a size of symbols no probe binds
                 continue
-            if at in named and named[at] is not None and S.equal(named[at], d) is not True:
+            if at in named and named[at] is not None and not self.same(named[at], d):
                 named[at] = None
             else:
                 named.setdefault(at, d)
@@ -180,8 +270,7 @@ class _Solver:
             except (KeyError, TypeError, ValueError):     # a size of symbols no probe binds
                 continue
             shape = tuple(S.dim(d) for d in shape)
-            if at in named and named[at] is not None and any(S.equal(a, b) is not True
-                                                             for a, b in zip(named[at], shape)):
+            if at in named and named[at] is not None and not all(self.same(a, b) for a, b in zip(named[at], shape)):
                 named[at] = None
             else:
                 named.setdefault(at, shape)
@@ -200,10 +289,11 @@ class _Solver:
             at_b = _monomial(b, self.symbols, powers)
             if values[0] * at_b != values[1] * at_a:
                 continue
-            coefficient = Fraction(values[0], at_a)
+            coefficient, rest = divmod(values[0], at_a)
+            if rest:        # an integer ``c`` only: at probes scaled to divide, ``H/8`` would pass for ``H//8``
+                continue
             if all(coefficient * _monomial(p, self.symbols, powers) == v for p, v in zip(self.bindings, values)):
-                return sympy.Rational(coefficient.numerator, coefficient.denominator) * sympy.Mul(
-                    *(S.symbol(s) ** e for s, e in zip(self.symbols, powers)))
+                return coefficient * sympy.Mul(*(S.symbol(s) ** e for s, e in zip(self.symbols, powers)))
         named = self.named.get(tuple(values))
         if named is not None:
             return named

@@ -163,3 +163,44 @@ def test_reflection_padding_and_nearest_upsampling_over_a_symbolic_batch():
     for batch in (1, 3):
         feed = {"input": np.random.default_rng(batch).standard_normal((batch, 3, 8, 8)).astype(np.float32)}
         _equals_static_and_onnxruntime(model, graph, exe, feed)
+
+
+def test_a_unet_over_any_image_size_its_checks_accept():
+    """Transposed convs up and skip concats: the sizes its checks equate are one size var (the map a
+    multiple of 4 of the deepest), its Winograd variants built over them as they are."""
+    model = model_zoo.symbolic_sizes(model_zoo.unet(size=16, base=8, depth=2))
+    graph = lw.from_onnx(model)
+    exe = lw.compile(graph, pipeline="graph")
+    assert all(set(c.sizes) == {"v0", "v1", "v2"} for c in exe.calls if c.module.name == "concat")
+    for shape in ((1, 3, 16, 16), (2, 3, 12, 20)):
+        feed = {"input": np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32)}
+        _equals_static_and_onnxruntime(model, graph, exe, feed)
+
+
+def test_save_and_load_keep_it_over_any_image_size(any_size_cnn, tmp_path, request):
+    """Every kernel and variant is saved; the loaded executable compiles nothing and runs as the saved one."""
+    _, _, exe = any_size_cnn
+    path = tmp_path / "cnn.lwx"
+    exe.save(path)
+    request.getfixturevalue("forbid_compilation")
+    back = lw.load(path)
+    assert [c.module.name for c in back.calls] == [c.module.name for c in exe.calls]
+    assert [len(c.variants) for c in back.calls] == [len(c.variants) for c in exe.calls]
+    for shape in ((1, 3, 32, 32), (3, 3, 37, 29)):
+        feed = {"input": np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32)}
+        np.testing.assert_array_equal(back.run(feed)[0], exe.run(feed)[0])
+
+
+def test_it_exports_a_library_that_takes_the_image_size(any_size_cnn, tmp_path):
+    from .test_export_polymorphic import CC, _app, _run
+    if CC is None:
+        pytest.skip("no C compiler (cc) to link and call the library")
+    _, _, exe = any_size_cnn
+    app = _app(tmp_path, exe.export_library(tmp_path / "model.so"))
+    for shape in ((1, 3, 32, 32), (2, 3, 19, 15)):
+        x = np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32)
+        sizes = dict(zip(("N", "H", "W"), (shape[0], shape[2], shape[3])))
+        proc = _run(tmp_path, app, x, [sizes[s] for s in exe.signature.symbols])
+        assert proc.returncode == 0, proc.stderr
+        got = np.fromfile(tmp_path / "y.bin", np.float32).reshape(shape[0], 10)
+        np.testing.assert_array_equal(got, exe.run({"input": x})[0])

@@ -109,3 +109,19 @@ def test_an_image_cnn_has_sizes_of_its_height_and_width():
     assert g.values[g.nodes[0].outputs[0]].shape[2:] == (S.floordiv(H - 3, 2) + 1, S.floordiv(W - 3, 2) + 1)
     assert all(d.free_symbols <= {S.symbol("N"), H, W} for v in g.values.values() for d in v.shape
                if not S.is_static(d))
+
+
+def test_a_unet_is_probed_at_multiples_its_checks_accept_and_its_skip_sizes_are_one():
+    """A U-Net's skip concats check ``H`` equal to ``2*(H//2)`` and ``H//2`` to ``2*((H//2)//2)``: the
+    prime probes are refused, so they are scaled by 4 (each other remainder refused too), and each
+    checked size is written as the multiple of the deepest, so a concat's operands have one size."""
+    dynamic = lw.from_onnx(model_zoo.symbolic_sizes(model_zoo.unet(size=16, base=8, depth=2)))
+    assert any(not check.holds(dict(zip(["H", "N", "W"], PROBES[0]))) for check in dynamic.signature.checks)
+    g = symbolic_graph(dynamic)
+    H, W = S.symbol("H"), S.symbol("W")
+    deepest = S.floordiv(S.floordiv(H, 2), 2), S.floordiv(S.floordiv(W, 2), 2)
+    assert g.values["input"].shape == (S.symbol("N"), 3, 4 * deepest[0], 4 * deepest[1])
+    for concat in (n for n in g.nodes if n.op_type == "concat"):
+        shapes = {g.values[i].shape[2:] for i in concat.inputs}
+        assert len(shapes) == 1 and next(iter(shapes)) in {(2 * deepest[0], 2 * deepest[1]),
+                                                           (4 * deepest[0], 4 * deepest[1])}

@@ -1,4 +1,4 @@
-"""Fixtures shared by the compile-once tests."""
+"""Fixtures shared by the network compilers' tests."""
 import pytest
 
 
