@@ -376,8 +376,13 @@ class ExecutorMeasurer:
                                                              mp_context=getattr(old, "_mp_context", None))
 
     def run(self, jobs):
-        """All of ``jobs`` submitted at once; a MeasureResult per job, in order.  The wait for each
-        allows for the jobs queued before it on the workers (a timeout each, at worst)."""
+        """All of ``jobs`` submitted at once; a MeasureResult per job, in order."""
+        return self.collect(self.submit(jobs))
+
+    def submit(self, jobs) -> list:
+        """Start ``jobs`` on the executor and return at once (their futures, or the exception that
+        refused one): the tuner proposes its next batch while these run, so the workers never wait
+        for it (``collect`` gives the results)."""
         self._replace_broken_pool()
         futures = []
         for job in jobs:
@@ -386,12 +391,17 @@ class ExecutorMeasurer:
             except Exception as exc:    # a pool broken while submitting: this job fails, the next ones retry
                 self._replace_broken_pool()
                 futures.append(exc)
+        return futures
+
+    def collect(self, futures: list) -> list:
+        """A MeasureResult per future of ``submit``, in order.  The wait for each allows for the
+        jobs queued before it on the workers (a timeout each, at worst)."""
         results = []
         for fut in futures:
             if isinstance(fut, Exception):
                 results.append(MeasureResult(None, f"worker failed: {type(fut).__name__}: {fut}"[:2000]))
             else:
-                results.append(_wait(fut, _startup_grace(self.timeout) + self.timeout * len(jobs),
+                results.append(_wait(fut, _startup_grace(self.timeout) + self.timeout * len(futures),
                                      self._replace_broken_pool))
         return results
 

@@ -62,6 +62,7 @@ class TaskTuner:
         self.rejected = 0
         self.internal_errors: List[str] = []   # loopweave bugs met while lowering candidates (skipped)
         self._cands = {}              # choice key -> (key, choice, trace json, features), None if refused
+        self._in_flight = {}          # choice key -> trace json: sent out by start_round, not yet recorded
         self.model_quality: List[dict] = []
         self.untuned_seconds: Optional[float] = None
         self.seeds: List[dict] = []   # other tasks' best choices, adapted to this space, to measure
@@ -110,7 +111,7 @@ class TaskTuner:
 
     def _candidate(self, choice):
         k = _key(choice)
-        if k in self.measured:
+        if k in self.measured or k in self._in_flight:
             return None
         if k in self._cands:
             return self._cands[k]
@@ -191,7 +192,7 @@ class TaskTuner:
         seen, out = set(), []
         for c in choices:
             k = _key(c)
-            if k in seen or k in self.measured:
+            if k in seen or k in self.measured or k in self._in_flight:
                 continue
             seen.add(k)
             cand = self._candidate(c)
@@ -223,13 +224,26 @@ class TaskTuner:
 
     def round(self, n: int) -> List[dict]:
         """Measure up to ``n`` new candidates; returns their records."""
+        started = self.start_round(n)
+        return [] if started is None else self.finish_round(started)
+
+    @property
+    def n_in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def start_round(self, n: int) -> Optional[tuple]:
+        """Propose, rank and send out up to ``n`` new candidates, None when there are none; their
+        records come from ``finish_round``.  A measurer that can ``submit`` returns at once, so a
+        next round can be proposed while this one is measured (``tune`` keeps two out): the
+        workers of a cluster never wait for the tuner.  A schedule out for measurement is not
+        proposed again."""
         # two assignments can give one schedule (a decision that the others make moot): each
         # schedule is measured once, whether it came from another task or from the search
-        traces = {r.get("trace") for r in self.measured.values()}
+        traces = {r.get("trace") for r in self.measured.values()} | set(self._in_flight.values())
         seeded = self._seeded(max(1, n // 4), traces)
         cands = seeded + self._proposals(traces)
         if not cands:
-            return []
+            return None
         scores = self.model.predict(np.array([c[3] for c in cands]))
         forced = list(range(len(seeded)))
         order = [i for i in np.argsort(-scores, kind="stable") if i >= len(seeded)]
@@ -245,9 +259,16 @@ class TaskTuner:
             k, choice, trace_json, feats = cands[i]
             self.features[k] = feats
             chosen.append((k, choice, trace_json, scores[i]))
-        out = self._measure_batch([(k, choice, trace_json, j < len(forced), i in taken)
-                                   for j, (i, (k, choice, trace_json, _)) in enumerate(zip(pick, chosen))])
-        if self.model.trained:
+        items = [(k, choice, trace_json, j < len(forced), i in taken)
+                 for j, (i, (k, choice, trace_json, _)) in enumerate(zip(pick, chosen))]
+        return chosen, items, self._start_batch(items), self.model.trained
+
+    def finish_round(self, started: tuple) -> List[dict]:
+        """The records of a round ``start_round`` sent out (waiting for its results); the model is
+        then retrained on them."""
+        chosen, items, results, ranked_by_model = started
+        out = self._record_batch(items, results)
+        if ranked_by_model:
             ok = [(s, r["seconds"]) for (_, _, _, s), r in zip(chosen, out) if r["seconds"] is not None]
             if len(ok) >= 3:
                 self.model_quality.append(ranking_quality([a for a, _ in ok], [b for _, b in ok], k=3))
@@ -314,12 +335,30 @@ class TaskTuner:
 
     def _measure_batch(self, items) -> List[dict]:
         """Build, check against the untuned build's output, and time candidates, ``items`` of
-        (key, choice, trace JSON, seeded), in one call of the measurer (on a cluster, in parallel);
-        note each and append its record to the log (a wrong one with its error, so it can never be
-        the best)."""
+        (key, choice, trace JSON, seeded, ranked), in one call of the measurer (on a cluster, in
+        parallel); note each and append its record to the log (a wrong one with its error, so it can
+        never be the best)."""
+        return self._record_batch(items, self._start_batch(items))
+
+    def _start_batch(self, items):
+        """Send ``items`` out for measurement; a function that waits for their results.  A measurer
+        with ``submit``/``collect`` (an executor's) returns at once, any other has measured them
+        when this returns."""
         check = self.best["seconds"] if self.best else float("inf")
-        results = self._run([dict(key=self.task.spelling_key, task_bytes=self.task_bytes, trace_json=trace_json,
-                                  check_below=check, target=self.target_fields) for _, _, trace_json, _, _ in items])
+        jobs = [dict(key=self.task.spelling_key, task_bytes=self.task_bytes, trace_json=trace_json,
+                     check_below=check, target=self.target_fields) for _, _, trace_json, _, _ in items]
+        self._in_flight.update({k: trace_json for k, _, trace_json, _, _ in items})
+        if callable(getattr(self.measurer, "submit", None)):
+            futures = self.measurer.submit(jobs)
+            return lambda: self.measurer.collect(futures)
+        results = self.measurer.run(jobs)
+        return lambda: results
+
+    def _record_batch(self, items, results) -> List[dict]:
+        """Note and log the measured ``items`` (``_start_batch``'s), once ``results()`` gives them."""
+        results = self._same_cpu(results())
+        for k, _, _, _, _ in items:
+            self._in_flight.pop(k, None)
         out = []
         for (k, choice, trace_json, seeded, ranked), res in zip(items, results):
             r = records.make_record(self.task.key, self.task.target, choice, trace_json, res.seconds, res.error,
@@ -334,10 +373,13 @@ class TaskTuner:
         return out
 
     def _run(self, jobs: List[dict]) -> list:
-        """The measurer's results for ``jobs``; a time from a machine whose CPU model is not the
-        target's (a cluster's worker of another kind) becomes an error: it would rank schedules for
-        the wrong machine, and its record would pass for the target's."""
-        results = self.measurer.run(jobs)
+        """The measurer's results for ``jobs`` (``_same_cpu``)."""
+        return self._same_cpu(self.measurer.run(jobs))
+
+    def _same_cpu(self, results: list) -> list:
+        """``results`` where a time from a machine whose CPU model is not the target's (a cluster's
+        worker of another kind) becomes an error: it would rank schedules for the wrong machine, and
+        its record would pass for the target's."""
         for res in results:
             cpu = getattr(res, "cpu", None)        # None: a measurer that does not say (a test's formula)
             if cpu is not None and cpu != self.timing_cpu and res.error is None:

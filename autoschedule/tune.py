@@ -4,6 +4,7 @@ from __future__ import annotations
 import html
 import numbers
 import time
+from collections import deque
 from typing import List, Optional
 
 from ..backends.build import build as _build
@@ -157,18 +158,26 @@ def tune(args, target="llvm", trials: int = 256, time_budget: Optional[float] = 
     try:
         if measure_untuned and trials > 0:
             tuner.measure_untuned()
+        # a measurer that submits (an executor's) gets the next round while one is measured, so
+        # its workers never wait for the tuner's proposals and model fits
+        depth = 2 if callable(getattr(measurer, "submit", None)) else 1
+        out: deque = deque()
         stalls = 0
-        while tuner.n_measured < trials:
-            if time_budget is not None and time.perf_counter() - t0 > time_budget:
+        while True:
+            while (len(out) < depth and stalls < 3 and tuner.n_measured + tuner.n_in_flight < trials
+                   and (time_budget is None or time.perf_counter() - t0 <= time_budget)):
+                started = tuner.start_round(min(batch, trials - tuner.n_measured - tuner.n_in_flight))
+                # none three times running: the space is exhausted (or every proposal is refused)
+                stalls = stalls + 1 if started is None else 0
+                if started is not None:
+                    out.append(started)
+            if not out:
                 break
-            got = tuner.round(min(batch, trials - tuner.n_measured))
+            got = tuner.finish_round(out.popleft())
             bar.update(len(got))
             if tuner.best:
                 bar.set_postfix(best_ms=f"{tuner.best['seconds'] * 1e3:.3f}",
                                 gflops=f"{task.flops() / tuner.best['seconds'] / 1e9:.1f}")
-            stalls = stalls + 1 if not got else 0
-            if stalls >= 3:       # the space is exhausted (or every proposal is refused)
-                break
     finally:
         bar.close()
         if owned:

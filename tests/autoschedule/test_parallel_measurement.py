@@ -80,6 +80,46 @@ def test_a_dask_cluster_measures_on_every_worker_at_once(tmp_path):
     np.testing.assert_allclose(c, a @ b, rtol=1e-4)
 
 
+class QueueingExecutor:
+    """An executor of ``workers`` workers that answers a job when the tuner asks for its result (a
+    time from the trace's length), noting how many jobs were out then, the one asked for included."""
+
+    def __init__(self):
+        self.out, self.waits = [], []
+
+    def submit(self, fn, job, timeout):
+        fut = _AnsweredWhenAsked(self, job)
+        self.out.append(fut)
+        return fut
+
+
+class _AnsweredWhenAsked:
+    def __init__(self, executor, job):
+        self.executor, self.job = executor, job
+
+    def result(self, timeout=None):
+        self.executor.waits.append(len(self.executor.out))
+        self.executor.out.remove(self)
+        return {"seconds": 1e-3 * (1 + len(self.job["trace_json"]) % 97), "error": None}
+
+    def cancel(self):
+        return False
+
+
+def test_an_executor_has_the_next_batch_while_the_tuner_waits(tmp_path):
+    """Batches as large as the cluster (2): while the tuner waits for a result, a next batch is
+    already out, so neither worker waits for the tuner's proposals and model fits (one batch at a
+    time, the second wait of each batch would leave one of two workers idle); the last wait
+    drains."""
+    executor = QueueingExecutor()
+    A = lw.placeholder((16, 16), name="A")
+    res = auto.tune([A, lw.compute((16, 16), lambda i, j: A[i, j] + 1, name="B")], trials=6, batch=2, log=str(tmp_path / "q.jsonl"), executor=executor,
+                    progress=False, measure_untuned=False)
+    assert len(res.history) == 6 and not executor.out
+    assert min(executor.waits[:-2]) >= 3 and executor.waits[-2:] == [2, 1], executor.waits
+    assert len({h["seconds"] for h in res.history}) > 1        # distinct candidates, none twice
+
+
 class ElsewhereMachine:
     """A measurer whose replies come from a machine of another CPU model."""
 

@@ -1,0 +1,65 @@
+"""Tuning on a Dask cluster: candidates per second with two single-thread workers against one.
+
+``python -m benchmarks.dask_scaling [--trials 32] [--runs 2] [--kernel blur]``
+
+Each run tunes one kernel of ``benchmarks.autoschedule`` from scratch (a fresh log, the same seed, so
+the same proposals) through a ``LocalCluster`` of 1 and of 2 one-thread worker processes on this
+machine, the two alternating (1, 2, 2, 1, ...) so that a change of the machine's load falls on both.
+It prints each run's measured candidates per second (wall clock of the whole ``tune`` call: the
+tuner's own proposals and model fits included) and best time, then the ratio of the medians: two
+workers build at once, while checks and timings take turns on the host's lock (``host_lock``).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+from loopweave import autoschedule as auto
+
+from .autoschedule import KERNELS, sgemm
+
+
+def _kernel(name: str):
+    return sgemm(256)[0] if name == "sgemm" else KERNELS[name]()[0]
+
+
+def one_run(args, workers: int, trials: int, log: str) -> tuple:
+    """(candidates measured per second, best seconds) of one tuning on ``workers`` workers, their
+    compiled code cached in a folder of their own (a run after another of the same seed would
+    otherwise find every candidate compiled)."""
+    import distributed
+    os.environ["LOOPWEAVE_CACHE_DIR"] = tempfile.mkdtemp(prefix="lw_dask_scaling_cache_")
+    with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                  dashboard_address=None, silence_logs=40) as cluster, \
+            distributed.Client(cluster) as client:
+        client.run(lambda: __import__("loopweave.autoschedule.measure"))     # workers warm before timing
+        t0 = time.perf_counter()
+        res = auto.tune(args, trials=trials, log=log, executor=client, progress=False, measure_untuned=False)
+        wall = time.perf_counter() - t0
+    return len(res.history) / wall, res.best_seconds
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--trials", type=int, default=32)
+    p.add_argument("--runs", type=int, default=2, help="runs of each cluster size, alternating")
+    p.add_argument("--kernel", default="sgemm", choices=["sgemm"] + list(KERNELS),
+                   help="sgemm: a 256^3 matmul; else a kernel of benchmarks.autoschedule")
+    a = p.parse_args(argv)
+    args = _kernel(a.kernel)
+    folder = tempfile.mkdtemp(prefix="lw_dask_scaling_")
+    rates = {1: [], 2: []}
+    for run in range(a.runs):
+        for workers in (1, 2) if run % 2 == 0 else (2, 1):
+            rate, best = one_run(args, workers, a.trials, f"{folder}/{workers}_{run}.jsonl")
+            rates[workers].append(rate)
+            print(f"{workers} worker(s), run {run}: {rate:.2f} candidates/s, best {best * 1e3:.3f} ms", flush=True)
+    one, two = statistics.median(rates[1]), statistics.median(rates[2])
+    print(f"{a.kernel}, {a.trials} trials: {one:.2f} candidates/s on one worker, {two:.2f} on two: {two / one:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
