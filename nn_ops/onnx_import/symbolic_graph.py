@@ -18,7 +18,8 @@ constant computed from them, a size that is no product of the symbols.
 """
 from __future__ import annotations
 
-from itertools import product as cartesian
+import math
+from itertools import combinations_with_replacement, product as cartesian
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -38,6 +39,8 @@ LARGE_PROBES = (((67, 71, 73, 79, 83), (89, 97, 101, 103, 107), (64, 72, 80, 88,
                 ((131, 137, 139, 149, 151), (157, 163, 167, 173, 179), (128, 136, 144, 152, 160)))
 #: the highest power of one symbol a size may hold (``seq * seq`` of attention scores)
 MAX_POWER = 3
+#: the most factors of a size that is a product of named sizes
+MAX_FACTORS = 3
 #: the largest power of two the probes of a symbol are scaled by where run-time checks need it to divide
 MAX_SCALE = 32
 
@@ -242,6 +245,20 @@ class _Solver:
         return S.equal(a, b) is True or bool(self.as_multiples) and \
             S.equal(S.dim(a).subs(self.as_multiples), S.dim(b).subs(self.as_multiples)) is True
 
+    def named_product(self, values: List[int]):
+        """``c * a * b [* d]`` of sizes the shape inference names or symbols (a channels-first layer
+        norm's rows ``N * (H//4) * (W//4)``) that has ``values`` at the probes, fewest factors first; None
+        where none has."""
+        factors = [(at, d) for at, d in self.named.items() if d is not None] + \
+            [(tuple(b[s] for b in self.bindings), S.symbol(s)) for s in self.symbols]
+        for count in range(2, MAX_FACTORS + 1):
+            for picked in combinations_with_replacement(factors, count):
+                at = [math.prod(f[0][k] for f in picked) for k in range(len(values))]
+                c, rest = divmod(values[0], at[0])
+                if c and not rest and all(c * a == v for a, v in zip(at, values)):
+                    return c * sympy.Mul(*(d for _, d in picked))
+        return None
+
     def _named_sizes(self) -> Dict[tuple, object]:
         """{the values at the probes: the size} of each symbolic size the shape inference names (a
         convolved ``floor((H - 1)/2) + 1``); None where two sizes not proven equal share the values."""
@@ -297,6 +314,9 @@ class _Solver:
         named = self.named.get(tuple(values))
         if named is not None:
             return named
+        product = self.named_product(values)
+        if product is not None:
+            return product
         raise self.refuse(node, f"{what} is {values[0]}, {values[1]}, {values[2]} at sizes "
                                 f"{', '.join(str(b) for b in self.bindings)}: no product of the symbols nor a "
                                 f"size the shape inference names")

@@ -204,3 +204,14 @@ def test_it_exports_a_library_that_takes_the_image_size(any_size_cnn, tmp_path):
         assert proc.returncode == 0, proc.stderr
         got = np.fromfile(tmp_path / "y.bin", np.float32).reshape(shape[0], 10)
         np.testing.assert_array_equal(got, exe.run({"input": x})[0])
+
+
+def test_a_convnext_over_any_image_size():
+    """Its channels-first layer norms (channel means), and the NHWC blocks' layer norm over rows
+    ``N * (H//4) * (W//4)``: a product of named sizes, read through the transposes."""
+    model = model_zoo.symbolic_sizes(model_zoo.convnext(size=32, classes=10, depths=(1, 1), dims=(16, 32)))
+    graph = lw.from_onnx(model)
+    exe = lw.compile(graph, pipeline="graph")
+    for shape in ((1, 3, 32, 32), (2, 3, 24, 40)):
+        feed = {"input": np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32)}
+        _equals_static_and_onnxruntime(model, graph, exe, feed)

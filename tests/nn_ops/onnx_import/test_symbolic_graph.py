@@ -125,3 +125,13 @@ def test_a_unet_is_probed_at_multiples_its_checks_accept_and_its_skip_sizes_are_
         shapes = {g.values[i].shape[2:] for i in concat.inputs}
         assert len(shapes) == 1 and next(iter(shapes)) in {(2 * deepest[0], 2 * deepest[1]),
                                                            (4 * deepest[0], 4 * deepest[1])}
+
+
+def test_a_product_of_named_sizes_is_solved():
+    """A layer norm's rows over an NHWC map, ``batch * (seq - 1)//2 + 1``: no product of the symbols,
+    a product of a symbol and a size the shape inference names."""
+    convolved = S.floordiv(T - 1, 2) + 1
+    solver, bindings = _solver({"conv": (B, 16, convolved)})
+    assert solver.size([int(S.evaluate(3 * B * convolved, b)) for b in bindings], "x") == 3 * B * convolved
+    with pytest.raises(OnnxImportError, match="no product of the symbols"):
+        solver.size([int(S.evaluate(B * convolved + 1, b)) for b in bindings], "x")
