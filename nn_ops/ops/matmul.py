@@ -14,6 +14,7 @@ import numpy as np
 from ...dsl.expr import Const, cast, const
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
+from ...backends.llvm.cpu_facts import core_facts
 from ...errors import ExprError
 from .registry import (accumulator_and_tile, const_product, parallel_unless_little, register_schedule,
                        too_little_to_share, unroll_long_epilogue)
@@ -138,6 +139,32 @@ def _blocking(target, dtype: str):
     return register_tile_rows(target, dtype), panel_width(target.lanes(dtype))
 
 
+#: column panels a row tile runs in turn at most (``_panel_group``)
+MAX_PANEL_GROUP = 4
+
+
+def _panel_group(target, out, depth, nr: int) -> int:
+    """Column panels each row tile runs in turn while its rows of A are in L1 (1: one panel per
+    pass over A).  One panel per pass reads all of A once per panel, from memory once A outgrows
+    L3; a group of panels, packed together, reads it once per group.  The group's packed panels
+    stay in half of L2 beside the rows of A: the most panels, up to ``MAX_PANEL_GROUP``, that divide
+    the panels and leave two groups per thread.  Where A stays in L3 (2048 x 2048 and below) the
+    group cost 1-4 % (more loop overhead, the panels in L2 rather than L1)."""
+    rows, columns = out.shape[-2], out.shape[-1]
+    if not all(isinstance(e, Const) for e in (rows, columns, depth)):
+        return 1
+    facts = core_facts(target)
+    l2, l3 = facts.cache("L2"), facts.cache("L3")
+    itemsize = np.dtype(out.dtype).itemsize
+    if l2 is None or l3 is None or rows.value * depth.value * itemsize <= l3:
+        return 1
+    panels = -(-columns.value // nr)
+    panel_bytes = depth.value * nr * itemsize
+    threads = max(1, target.num_threads)
+    return max((g for g in range(1, MAX_PANEL_GROUP + 1) if panels % g == 0 and panels // g >= 2 * threads
+                and g * panel_bytes <= l2 // 2), default=1)
+
+
 def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
     """Register-blocked schedule shared by matmul, dense and batch_matmul."""
     out = op.outputs[0]
@@ -173,6 +200,7 @@ def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
     io, ii = C.split(i, factor=mr, tail="shift")
     tile = io           # the loop of one register tile, where the accumulator is computed
     per_batch = const_product(out.shape[1:])     # multiply-adds per batch (with the depth), where constant
+    depth = s[CC].op.reduce_axis[0].extent          # a run-time depth: assumed worth sharing
     if batch:
         C.reorder(axes[0], jo, io, ii, ji)
         if isinstance(jo.extent, Const):
@@ -192,11 +220,16 @@ def _schedule_gemm(s, op, target, batch: bool, b_is_transposed: bool):
         C.reorder(io, jo, ii, ji)
         outer = tile = jo
     else:
-        C.reorder(jo, io, ii, ji)
-        outer = jo
+        group = _panel_group(target, out, depth, nr) if BB is not None else 1
+        if group > 1:
+            groups, tile = C.split(jo, factor=group)
+            C.reorder(groups, io, tile, ii, ji)
+            outer = jo = groups     # B's panels are packed at jo: here a group of them
+        else:
+            C.reorder(jo, io, ii, ji)
+            outer = jo
     C.vectorize(ji)
     unroll_long_epilogue(s, op, C, [ii])
-    depth = s[CC].op.reduce_axis[0].extent          # a run-time depth: assumed worth sharing
     if not (isinstance(depth, Const) and too_little_to_share(out.shape, depth.value)):
         parallel_unless_little(C, outer, per_batch * depth.value if batch and per_batch and
                                isinstance(depth, Const) else None)

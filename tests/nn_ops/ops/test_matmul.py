@@ -209,3 +209,41 @@ def test_a_run_time_batch_of_little_work_runs_on_the_calling_thread_below_serial
         c = np.empty((batch, 1, 1), np.float32)
         f(a, w, c)
         np.testing.assert_allclose(c, a @ w, rtol=1e-4, atol=1e-5)
+
+
+def _caches(l2: int, l3: int):
+    from loopweave.backends.llvm.cpu_facts import CoreSummary
+    return lambda target: CoreSummary("", None, None, (("L1d", 32768), ("L2", l2), ("L3", l3)), 256)
+
+
+@pytest.mark.parametrize("size, group", [(4096, 2), (3072, 2), (2048, 1)])
+def test_a_matrix_a_larger_than_l3_is_read_once_per_group_of_panels(monkeypatch, size, group):
+    """Panels of 16 columns (AVX2) over a depth of 4096 take 256 KiB: two fit half of a 1 MiB L2.
+    A of 4096 x 4096 (64 MiB) and 3072 x 3072 (36 MiB) outgrow a 32 MiB L3, 2048 x 2048 does not."""
+    from loopweave.nn_ops.ops import matmul
+    from loopweave.target import parse_target
+    monkeypatch.setattr(matmul, "core_facts", _caches(1 << 20, 32 << 20))
+    out = nn_ops.matmul(lw.placeholder((size, size), name="A"), lw.placeholder((size, size), name="B"))
+    target = parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64-v3")
+    assert matmul._panel_group(target, out, lw.const(size), 16) == group
+
+
+def test_a_group_of_panels_is_packed_together_and_computes_the_product(monkeypatch, x86_level):
+    """Caches small enough that a 256 x 320 A outgrows L3 and two panels of 320 x 32 fill half of L2:
+    each row tile runs two column panels, packed together at the group's loop (two groups per
+    thread), and the product equals numpy's."""
+    from loopweave.nn_ops.ops import matmul
+    monkeypatch.setattr(matmul, "core_facts", _caches(192 << 10, 128 << 10))
+    nr = 2 * x86_level.lanes("float32")
+    m, k, n = 256, 320, 4 * max(1, x86_level.num_threads) * nr
+    A, B = lw.placeholder((m, k), name="A"), lw.placeholder((k, n), name="B")
+    C = nn_ops.matmul(A, B)
+    s = nn_ops.schedule(C, x86_level)
+    assert f"B.local = allocate(({k}, {2 * nr})" in str(lw.lower(s, [A, B, C]))
+    if not x86_level.runs_here():
+        return
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+    got = np.empty((m, n), np.float32)
+    lw.build(s, [A, B, C], target=x86_level)(a, b, got)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4 * np.sqrt(k))
