@@ -34,7 +34,7 @@ from .passes.simplify import simplify
 from .passes.split_host_device import split_host_device
 from .passes.storage_flatten import storage_flatten
 from .symbolic_annotations import warn_symbolic_annotations
-from .verify import verify, verify_enabled
+from .verify import VerifyMemo, verify, verify_enabled
 from .passes.unroll import unroll
 from .passes.vectorize import vectorize
 from .schedule_to_loops import schedule_to_loops
@@ -147,8 +147,9 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
     func = PrimFunc(name, params, size_vars, body, param_tensors=args)
     func.dumps["schedule_to_loops"] = body
     checking = verify_enabled()
+    memo = VerifyMemo() if checking else None
     if checking:
-        verify(func, "schedule_to_loops")
+        verify(func, "schedule_to_loops", memo=memo)
     done = []
     for pass_name, run in passes:
         start = time.perf_counter()
@@ -156,7 +157,7 @@ def lower(schedule: Schedule, args: Sequence[Tensor], name: str = "main", dump_a
         ctx.timings[pass_name] = time.perf_counter() - start
         done.append(pass_name)
         if checking:
-            verify(func.with_body(body), pass_name, done)
+            verify(func.with_body(body), pass_name, done, memo)
         if dump_after in (pass_name, "all"):
             func.dumps[pass_name] = body
     result = func.with_body(body)

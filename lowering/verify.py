@@ -75,24 +75,41 @@ def _short(stmt) -> str:
     return "\n".join(lines[:6]) + ("\n    ..." if len(lines) > 6 else "")
 
 
+class VerifyMemo:
+    """What the checks of one lowering learnt about its expressions, kept from pass to pass.
+
+    A pass returns what it did not change as it was, so each check meets mostly the expressions
+    the previous one checked.  What holds wherever an expression stands is kept, keyed by the
+    node's identity (the node is held, so its id stays its own): the variables it reads, and, where
+    no vector ``let`` it reads changes them, its lanes and the buffers it loads.  Whether those
+    variables are bound and those buffers allocated is checked again at every use."""
+
+    def __init__(self):
+        self.free: Dict[int, tuple] = {}       # id(e) -> (e, ids of the variables e reads)
+        self.loads: Dict[int, tuple] = {}      # id(e) -> (e, {id(buffer): a load of it in e})
+        self.checked: Dict[bool, Dict[int, tuple]] = {False: {}, True: {}}   # flattened -> id(e) -> (e, lanes)
+
+
 class _Verifier:
-    def __init__(self, func, flattened: bool):
+    def __init__(self, func, flattened: bool, memo: Optional[VerifyMemo] = None):
         self.flattened = flattened
         self.size_vars = {id(v) for v in func.size_vars}
         self.scope: Set[int] = set(self.size_vars)      # ids of the variables bound here
         self.buffers: Set[int] = {id(b) for b in func.params}
         self.lanes_memo: Dict[int, int] = {}
         self.let_lanes: Dict[int, int] = {}             # id(let var) -> the lanes of its value
-        self.free_memo: Dict[int, frozenset] = {}
+        self.memo = memo if memo is not None else VerifyMemo()
+        self.free_memo = self.memo.free
+        self.checked = self.memo.checked[flattened]
         self.in_kernel = False
 
     # ------------------------------------------------------------------ expressions
     def free_vars(self, e) -> frozenset:
         """The ids of the variables ``e`` reads that no ``Let`` inside it binds (memoised: DAGs)."""
         key = id(e)
-        found = self.free_memo.get(key)
-        if found is not None:
-            return found
+        entry = self.free_memo.get(key)
+        if entry is not None:
+            return entry[1]
         kind = type(e).__name__
         if kind == "Var":
             found = frozenset((id(e),))
@@ -106,7 +123,20 @@ class _Verifier:
             found = frozenset()
             for c in children(e):
                 found |= self.free_vars(c)
-        self.free_memo[key] = found
+        self.free_memo[key] = (e, found)
+        return found
+
+    def loads(self, e) -> dict:
+        """``{id(buffer): a BufferLoad of it}`` for every buffer ``e`` loads (memoised: DAGs)."""
+        entry = self.memo.loads.get(id(e))
+        if entry is not None:
+            return entry[1]
+        found = {}
+        for c in children(e):
+            found.update(self.loads(c))
+        if type(e).__name__ == "BufferLoad":
+            found[id(e.buffer)] = e
+        self.memo.loads[id(e)] = (e, found)
         return found
 
     def lanes(self, e) -> int:
@@ -178,12 +208,21 @@ class _Verifier:
 
     def expr(self, e, what: str) -> int:
         """Check ``e`` (scope, dtypes, lanes) and return its lanes."""
-        unbound = self.free_vars(e) - self.scope
+        free = self.free_vars(e)
+        unbound = free - self.scope
         if unbound:
             names = sorted({v.name for v in _vars_with_ids(e, unbound)})
             raise _Fault(f"{what} reads {', '.join(names)}, bound by no enclosing loop, let or argument: "
                          f"{expr_to_str(e)}")
-        return self.lanes(e)
+        if any(self.let_lanes.get(v, 1) != 1 for v in free):      # its lanes depend on this scope's lets
+            return self.lanes(e)
+        entry = self.checked.get(id(e))
+        if entry is None:
+            entry = self.checked[id(e)] = (e, self.lanes(e))
+        for load in self.loads(e).values():
+            if id(load.buffer) not in self.buffers:
+                self.access(load.buffer, load.indices, load)
+        return entry[1]
 
     def scalar_int(self, e, what: str) -> None:
         if self.expr(e, what) != 1 or not dtypes.is_int(e.dtype):
@@ -360,15 +399,17 @@ AFTER = {
 }
 
 
-def verify(func, after: Optional[str] = None, passes_done: Iterable[str] = ()) -> None:
+def verify(func, after: Optional[str] = None, passes_done: Iterable[str] = (),
+           memo: Optional[VerifyMemo] = None) -> None:
     """Raise InternalError if ``func`` breaks an invariant of the loop IR.
 
     ``after`` names the pass just run (for the message and its own guarantees);
-    ``passes_done`` the passes run so far (``storage_flatten`` among them: flat accesses).
+    ``passes_done`` the passes run so far (``storage_flatten`` among them: flat accesses);
+    ``memo``: one ``VerifyMemo`` for the checks after each pass of one lowering.
     """
     done = set(passes_done) | ({after} if after else set())
     try:
-        _Verifier(func, "storage_flatten" in done).stmt(func.body)
+        _Verifier(func, "storage_flatten" in done, memo).stmt(func.body)
         check = AFTER.get(after)
         if check is not None:
             _walk_stmts(func.body, check)

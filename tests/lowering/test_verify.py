@@ -7,7 +7,7 @@ from loopweave.dsl.expr import Binary, CheckedIndex, Logical, Select, Var, const
 from loopweave.errors import InternalError
 from loopweave.lowering.ir import (Allocate, Broadcast, Buffer, BufferLoad, BufferStore, Evaluate, For, IfThenElse,
                                    KernelLaunch, LetStmt, PrimFunc, Ramp, seq)
-from loopweave.lowering.verify import verify, verify_enabled, verifying
+from loopweave.lowering.verify import VerifyMemo, verify, verify_enabled, verifying
 
 
 def _func(body, params, size_vars=()):
@@ -18,9 +18,9 @@ def _flat(name, n, dtype="float32", scope="global"):
     return Buffer(name, (const(n),), dtype, scope, strides=(const(1),))
 
 
-def _refused(func, fault, after="some_pass", done=("storage_flatten",)):
+def _refused(func, fault, after="some_pass", done=("storage_flatten",), memo=None):
     with pytest.raises(InternalError) as info:
-        verify(func, after, done)
+        verify(func, after, done, memo)
     message = str(info.value)
     assert f"after pass '{after}'" in message and fault in message, message
 
@@ -199,6 +199,34 @@ def test_what_each_pass_guarantees():
     warp = Buffer("W", (const(16), const(8)), "float32", "warp", strides=(const(8), const(1)))
     _refused(_func(Allocate(warp, const(128), Evaluate(const(0))), [A]), "the warp buffer 'W' is left",
              after="distribute_warp_tiles")
+
+
+def test_a_memo_kept_from_pass_to_pass_still_checks_where_each_expression_stands():
+    """The checks after each pass of one lowering share a VerifyMemo, and a pass keeps the nodes it does
+    not change: the same expression moved out of the loop that binds its variable, out of the
+    allocation of the buffer it loads, under a let that is now a vector, or left with two indices
+    after storage_flatten, is refused as it is without the memo."""
+    A, B, T = _flat("A", 64), _flat("B", 64), _flat("T", 8, scope="local")
+    i, x = Var("i"), Var("x", "float32")
+    load = BufferStore(B, BufferLoad(A, (i,)), (i,))
+    memo = VerifyMemo()
+    verify(_func(For(i, const(0), const(8), "serial", load), [A, B]), "p", ("storage_flatten",), memo)
+    _refused(_func(load, [A, B]), "reads i, bound by no enclosing loop", memo=memo)
+
+    from_t = BufferStore(A, BufferLoad(T, (const(0),)), (const(0),))
+    verify(_func(Allocate(T, const(8), seq(BufferStore(T, const(0.0), (const(0),)), from_t)), [A]), "p",
+           ("storage_flatten",), memo)
+    _refused(_func(from_t, [A]), "buffer 'T' is accessed but is neither", memo=memo)
+
+    plus_x = BufferStore(A, Binary("add", x, const(2.0)), (const(0),))
+    verify(_func(LetStmt(x, const(1.0), plus_x), [A]), "p", ("storage_flatten",), memo)
+    _refused(_func(LetStmt(x, Broadcast(const(1.0), 8), plus_x), [A]),
+             "a vector of 8 lanes is stored at 1 index of 'A'", memo=memo)
+
+    C = Buffer("C", (const(4), const(8)), "float32")
+    two = BufferStore(A, BufferLoad(C, (const(0), const(1))), (const(0),))
+    verify(_func(two, [A, C]), "simplify", (), memo)
+    _refused(_func(two, [A, C]), "buffer 'C' is accessed with 2 indices after storage_flatten", memo=memo)
 
 
 def test_lower_verifies_after_every_pass_when_enabled(monkeypatch):
