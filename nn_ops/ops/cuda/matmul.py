@@ -131,7 +131,10 @@ def _schedule_gemm_cuda(s, op, target, batch: bool, tiles=None, k_tile=None, a_p
     C.bind(ty, thread_axis("threadIdx.y"))
     C.bind(tx, thread_axis("threadIdx.x"))
     C.unroll(yi)                       # the register block is read back with constant indices
-    C.unroll(xi)
+    if isinstance(j.extent, Const) and j.extent.value % (cols * pn) == 0:
+        C.vectorize(xi)                # whole columns: each row of the block leaves as one float4 store
+    else:
+        C.unroll(xi)
 
     L = s[CL]
     s[CL].compute_at(C, tx)

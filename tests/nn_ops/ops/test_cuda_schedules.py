@@ -36,6 +36,7 @@ def test_matmul_kernel_shape():
     assert "lw_cp_async16(&A_shared[" in source                     # 16-byte cp.async copies
     assert "reinterpret_cast<const float4*>(&B_shared[" in source   # float4 shared loads in the inner loop
     assert "long long" not in source                                # 32-bit index arithmetic
+    assert "*reinterpret_cast<float4*>(&matmul[" in source          # float4 stores of the register block
     loop = source[source.index("for (int k_outer"):]
     assert loop.count("lw_cp_async_wait<1>();") == 1                # the next step's copies stay in flight
     assert loop.count("__syncthreads();") == 2                      # two barriers per k step
