@@ -65,6 +65,9 @@ class Graph:
         self.nodes: List[Node] = []
         self.values: Dict[str, Value] = {}
         self.initializers: Dict[str, np.ndarray] = {}
+        # inputs computed from the sizes at each binding ({name: BindingTable}): a resize's index tables
+        # over a map of symbolic size
+        self.binding_tables: Dict[str, object] = {}
 
     # ------------------------------------------------------------ building
     def add_value(self, name: str, shape, dtype: str = "float32") -> Value:
@@ -115,6 +118,7 @@ class Graph:
         g.nodes = [Node(n.op_type, list(n.inputs), list(n.outputs), dict(n.attrs), n.name) for n in self.nodes]
         g.values = {k: Value(v.name, v.shape, v.dtype) for k, v in self.values.items()}
         g.initializers = dict(self.initializers)
+        g.binding_tables = dict(self.binding_tables)
         return g
 
     def op_counts(self) -> Dict[str, int]:

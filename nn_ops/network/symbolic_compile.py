@@ -82,7 +82,7 @@ def compile_symbolic(graph: Graph, signature, target, checks: Optional[str] = No
     used = {a for c in calls for a in c.args} | {_root(out, alias_of) for out in g.outputs}   # outputs may be constants
     consts = {n: a for n, a in g.initializers.items() if n in used}
     exe = PolymorphicExecutable(signature, calls, views, plan, consts, g.outputs, g.name,
-                                kernels=builder.kernels, target=target)
+                                kernels=builder.kernels, target=target, tables=graph.binding_tables)
     exe.use_runner(runner_object if runner_object is not None else call_list_object(target))
     return exe
 

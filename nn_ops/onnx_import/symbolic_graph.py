@@ -14,11 +14,13 @@ probes' sizes (a deep CNN's last pool) is probed at larger ones, and one whose c
 only as a multiple of a power of two (a U-Net's skip concats) at the primes times that power; sizes
 the checks equate to a multiple of another are then written as that multiple.  What the probes
 cannot explain is refused, naming the node: a graph whose structure changes with the sizes, a
-constant computed from them, a size that is no product of the symbols.
+constant computed from them (but a nearest up-sampling's index tables ``o // k``, inputs computed
+per binding), a size that is no product of the symbols.
 """
 from __future__ import annotations
 
 import math
+from functools import partial
 from itertools import combinations_with_replacement, product as cartesian
 from typing import Dict, List, Optional, Sequence
 
@@ -28,6 +30,7 @@ import sympy
 from ...errors import OnnxImportError
 from ..network import symbolic as S
 from ..network.graph import Graph
+from ..network.polymorphic_executable import BindingTable
 
 #: each symbol's value at each probe: distinct primes at the first two, even sizes at the third; all
 #: larger than the sizes ops specialise (a 3x3 window, one token), small enough for the memory
@@ -41,6 +44,8 @@ LARGE_PROBES = (((67, 71, 73, 79, 83), (89, 97, 101, 103, 107), (64, 72, 80, 88,
 MAX_POWER = 3
 #: the most factors of a size that is a product of named sizes
 MAX_FACTORS = 3
+#: the largest whole factor of a nearest up-sampling whose index tables are computed per binding
+MAX_UPSAMPLING = 8
 #: the largest power of two the probes of a symbol are scaled by where run-time checks need it to divide
 MAX_SCALE = 32
 
@@ -131,6 +136,10 @@ def _one_size_where_checked_equal(graph: Graph, checks) -> Graph:
     return graph
 
 
+def _upsampling_indices(length, factor: int, binding: Dict[str, int]) -> np.ndarray:
+    return (np.arange(int(S.evaluate(length, binding)), dtype=np.int64) // factor)[:, None]
+
+
 def _import_at(dynamic, binding: Dict[str, int]) -> Graph:
     shapes = {n: tuple(binding[str(d)] if not S.is_static(d) else int(d) for d in shape)
               for n, shape, _ in dynamic.signature.inputs}
@@ -160,18 +169,25 @@ class _Solver:
         for name, array in first.initializers.items():
             if name not in read:        # sizes computed at import for the converters (a Shape chain)
                 continue
-            for g in others:
-                other = g.initializers.get(name)
-                if other is None or other.shape != array.shape or other.dtype != array.dtype or \
-                        not np.array_equal(other, array, equal_nan=True):
+            arrays = [array] + [g.initializers.get(name) for g in others]
+            if any(other is None or other.shape != array.shape or other.dtype != array.dtype or
+                   not np.array_equal(other, array, equal_nan=True) for other in arrays[1:]):
+                factor = self.upsampling_table(name, arrays)
+                if factor is None:
                     raise self.refuse(None, f"the constant {name!r} is computed from the sizes")
+                out.inputs.append(name)
+                out.binding_tables[name] = factor
+                continue
             out.initializers[name] = array
         for name, value in first.values.items():
-            if name in first.initializers and name not in out.initializers:
+            if name in first.initializers and name not in out.initializers and name not in out.binding_tables:
                 continue
             if any(name not in g.values or g.values[name].dtype != value.dtype for g in others):
                 raise self.refuse(None, f"the value {name!r} differs from one size to another")
             out.values[name] = type(value)(name, self.value_shape(name), value.dtype)
+        out.binding_tables = {name: BindingTable(out.values[name].shape, "int64",
+                                                 partial(_upsampling_indices, out.values[name].shape[0], factor))
+                              for name, factor in out.binding_tables.items()}
         for k, node in enumerate(first.nodes):
             peers = [g.nodes[k] for g in others]
             if any(p.op_type != node.op_type or p.inputs != node.inputs or p.outputs != node.outputs or
@@ -180,6 +196,19 @@ class _Solver:
             attrs = {a: self.attr(node, a, [node.attrs[a]] + [p.attrs[a] for p in peers]) for a in node.attrs}
             out.add_node(node.op_type, node.inputs, node.outputs, attrs, node.name)
         return _one_size_where_checked_equal(out, self.dynamic.signature.checks)
+
+    def upsampling_table(self, name: str, arrays: list):
+        """The whole factor ``k`` where ``name`` is, at every probe, a nearest resize's index table
+        ``o // k`` of a length that changes with the sizes (an up-sampling by ``k`` of a map of
+        symbolic size): computed per binding then.  None otherwise."""
+        readers = [n for n in self.graphs[0].nodes if name in n.inputs]
+        if not readers or any(n.op_type != "resize" or n.attrs.get("weighted") for n in readers) or \
+                any(a.dtype != np.int64 or a.ndim != 2 or a.shape[1] != 1 for a in arrays):
+            return None
+        for k in range(1, MAX_UPSAMPLING + 1):
+            if all(np.array_equal(a[:, 0], np.arange(a.shape[0]) // k) for a in arrays):
+                return k
+        return None
 
     def refuse(self, node, why: str) -> OnnxImportError:
         where = f"node {node.name!r} ({node.op_type}): " if node is not None else ""
@@ -246,12 +275,12 @@ class _Solver:
             S.equal(S.dim(a).subs(self.as_multiples), S.dim(b).subs(self.as_multiples)) is True
 
     def named_product(self, values: List[int]):
-        """``c * a * b [* d]`` of sizes the shape inference names or symbols (a channels-first layer
-        norm's rows ``N * (H//4) * (W//4)``) that has ``values`` at the probes, fewest factors first; None
+        """``c * a [* b [* d]]`` of sizes the shape inference names or symbols (a channels-first layer
+        norm's rows ``N * (H//4) * (W//4)``, an up-sampled ``2 * (W//4)``) that has ``values`` at the probes, fewest factors first; None
         where none has."""
         factors = [(at, d) for at, d in self.named.items() if d is not None] + \
             [(tuple(b[s] for b in self.bindings), S.symbol(s)) for s in self.symbols]
-        for count in range(2, MAX_FACTORS + 1):
+        for count in range(1, MAX_FACTORS + 1):
             for picked in combinations_with_replacement(factors, count):
                 at = [math.prod(f[0][k] for f in picked) for k in range(len(values))]
                 c, rest = divmod(values[0], at[0])

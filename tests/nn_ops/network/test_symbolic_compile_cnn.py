@@ -215,3 +215,18 @@ def test_a_convnext_over_any_image_size():
     for shape in ((1, 3, 32, 32), (2, 3, 24, 40)):
         feed = {"input": np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32)}
         _equals_static_and_onnxruntime(model, graph, exe, feed)
+
+
+def test_the_style_transfer_net_over_any_image_size(tmp_path):
+    """Reflection pads, instance norms (means over a map of run-time size) and nearest 2x up-sampling,
+    whose index tables ``o // 2`` are computed per binding (``BindingTable``), by a loaded one too."""
+    model = model_zoo.symbolic_sizes(model_zoo.style_transfer(size=16, base=8, residuals=1))
+    graph = lw.from_onnx(model)
+    exe = lw.compile(graph, pipeline="graph")
+    assert len(exe.tables) == 4           # two up-samplings, a table for each of height and width
+    for shape in ((1, 3, 16, 16), (2, 3, 32, 24)):
+        feed = {"input": np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32)}
+        _equals_static_and_onnxruntime(model, graph, exe, feed)
+    exe.save(tmp_path / "style.lwx")
+    feed = {"input": np.random.default_rng(5).standard_normal((1, 3, 24, 40)).astype(np.float32)}
+    np.testing.assert_array_equal(lw.load(tmp_path / "style.lwx").run(feed)[0], exe.run(feed)[0])

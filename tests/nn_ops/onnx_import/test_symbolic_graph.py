@@ -135,3 +135,16 @@ def test_a_product_of_named_sizes_is_solved():
     assert solver.size([int(S.evaluate(3 * B * convolved, b)) for b in bindings], "x") == 3 * B * convolved
     with pytest.raises(OnnxImportError, match="no product of the symbols"):
         solver.size([int(S.evaluate(B * convolved + 1, b)) for b in bindings], "x")
+
+
+def test_a_nearest_upsamplings_index_tables_are_computed_per_binding():
+    """The style-transfer net's 2x up-samplings read index tables ``o // 2`` as long as the map: inputs
+    computed from each binding, not constants (which would be refused as computed from the sizes)."""
+    dynamic = lw.from_onnx(model_zoo.symbolic_sizes(model_zoo.style_transfer(size=16, base=8, residuals=1)))
+    g = symbolic_graph(dynamic)
+    assert len(g.binding_tables) == 4 and set(g.binding_tables) <= set(g.inputs)
+    for name, table in g.binding_tables.items():
+        binding = {"N": 2, "H": 20, "W": 12}
+        rows = int(S.evaluate(g.values[name].shape[0], binding))
+        assert rows in (10, 6, 20, 12)
+        assert table.at(binding).tolist() == [[o // 2] for o in range(rows)]
