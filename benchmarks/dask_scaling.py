@@ -5,6 +5,9 @@
 Each run tunes one kernel of ``benchmarks.autoschedule`` from scratch (a fresh log, the same seed, so
 the same proposals) through a ``LocalCluster`` of 1 and of 2 one-thread worker processes on this
 machine, the two alternating (1, 2, 2, 1, ...) so that a change of the machine's load falls on both.
+Each worker is pinned to a core of its own (every thread of its process, so the child that builds
+and times its candidates inherits it): a single-threaded worker, whose kernels run on one thread,
+so one worker's timing and the other's build share no core.
 It prints each run's measured candidates per second (wall clock of the whole ``tune`` call: the
 tuner's own proposals and model fits included) and best time, then the ratio of the medians: two
 workers build at once, while checks and timings take turns on the host's lock (``host_lock``).
@@ -36,10 +39,18 @@ def one_run(args, workers: int, trials: int, log: str) -> tuple:
                                   dashboard_address=None, silence_logs=40) as cluster, \
             distributed.Client(cluster) as client:
         client.run(lambda: __import__("loopweave.autoschedule.measure"))     # workers warm before timing
+        for cpu, address in zip(sorted(os.sched_getaffinity(0)), sorted(client.scheduler_info()["workers"])):
+            client.run(_pin, cpu, workers=[address])
         t0 = time.perf_counter()
         res = auto.tune(args, trials=trials, log=log, executor=client, progress=False, measure_untuned=False)
         wall = time.perf_counter() - t0
     return len(res.history) / wall, res.best_seconds
+
+
+def _pin(cpu: int) -> None:
+    """Every thread of this process on ``cpu`` (threads and processes started later inherit it)."""
+    for tid in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(tid), {cpu})
 
 
 def main(argv=None) -> None:
