@@ -115,9 +115,12 @@ def optional_output(node, k: int):
 
 
 class ImportContext:
-    def __init__(self, graph: Graph, opset: int):
+    def __init__(self, graph: Graph, opset: int, qdq_outputs=frozenset()):
         self.graph = graph
         self.opset = opset
+        #: outputs of the integer operators that stand for a QDQ pattern (``qdq.py``): their reference is
+        #: float32 arithmetic, so within one quantization step is as faithful as to the bit
+        self.qdq_outputs = frozenset(qdq_outputs)
 
     # -------------------------------------------------------------- reading
     def attr(self, node, name: str, default=None):

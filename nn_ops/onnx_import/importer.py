@@ -129,14 +129,14 @@ def import_static(model, opset: int, name: str) -> Graph:
     """The import proper, for a model whose graph inputs all have static shapes (its QDQ patterns as
     integer operators: ``qdq.py``)."""
     import onnx
-    model = qdq_to_qlinear(model)
+    model, qdq_outputs = qdq_to_qlinear(model)
     precheck(model, opset)
     try:
         typed = onnx.shape_inference.infer_shapes(_without_weight_data(model), strict_mode=False,
                                                   data_prop=_data_prop_is_cheap(model))
     except Exception as exc:
         raise OnnxImportError(f"ONNX shape inference failed on the model: {exc}") from exc
-    return _convert(model, opset, name, typed)
+    return _convert(model, opset, name, typed, qdq_outputs)
 
 
 # float initializers with more elements than this go to shape inference without their data
@@ -284,13 +284,13 @@ def _value_info_shapes(model) -> Dict[str, tuple]:
     return out
 
 
-def _convert(model, opset: int, name: str, typed=None) -> Graph:
+def _convert(model, opset: int, name: str, typed=None, qdq_outputs=frozenset()) -> Graph:
     """The graph of ``model``; ``typed`` is the model as shape inference returned it (its value
-    infos and outputs typed; ``model`` itself when None)."""
+    infos and outputs typed; ``model`` itself when None); ``qdq_outputs``: ``ImportContext``'s."""
     from onnx import numpy_helper
     typed = model if typed is None else typed
     g = Graph(name)
-    ctx = ImportContext(g, opset)
+    ctx = ImportContext(g, opset, qdq_outputs)
     for t in model.graph.initializer:
         try:
             array = numpy_helper.to_array(t)

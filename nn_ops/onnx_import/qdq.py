@@ -19,13 +19,17 @@ directly.  A pattern is rewritten only when it means exactly that integer operat
   ``transA`` 0, ``alpha`` and ``beta`` 1: onnxruntime's ``QGemm`` (``converters/qoperator.py``), so the
   layer reads its int8 weight, not a float copy of 4x the bytes (what a layer at batch 1 waits on).
 
+The rewritten operators' outputs are returned with the model: their reference is the QDQ chain's
+float32 arithmetic (one rounding of a float32 sum, not QLinearConv's exact float64 requantization), so
+the importer may requantize them in float32 (``converters/quantized._direct_qconv``), within one step.
+
 Anything else (an Add, a pool, a weight with per-channel scales on a MatMul) keeps its
 DequantizeLinear / float op / QuantizeLinear and runs in float, as written.  DequantizeLinear nodes
 left without readers are dropped.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import numpy as np
 
@@ -150,11 +154,12 @@ def _gemm_columns(node) -> Optional[int]:
     return 0 if int(_attr(node, "transB", 0)) else 1
 
 
-def qdq_to_qlinear(model):
+def qdq_to_qlinear(model) -> Tuple[object, FrozenSet[str]]:
     """``model`` with its QDQ Conv, MatMul and Gemm patterns as QLinearConv / QLinearMatMul / QGemm (the
-    module docstring says which); the model itself when it has none (it is never modified in place)."""
+    module docstring says which), and the outputs of the operators written; the model itself when it has
+    none (it is never modified in place)."""
     if not any(n.op_type == "DequantizeLinear" for n in model.graph.node):
-        return model
+        return model, frozenset()
     import onnx
     from onnx import helper, numpy_helper
     m = _Model(model)                      # read only: the model is copied only if a pattern is found
@@ -198,7 +203,7 @@ def qdq_to_qlinear(model):
             replaced[k].attribute.extend(a for a in node.attribute if a.name == "transB")
         dropped.add(position[id(quantizer)])
     if not replaced:
-        return model
+        return model, frozenset()
     model = onnx.ModelProto.FromString(model.SerializeToString())
     if any(n.domain == MICROSOFT for n in replaced.values()) and \
             not any(imp.domain == MICROSOFT for imp in model.opset_import):
@@ -218,4 +223,4 @@ def qdq_to_qlinear(model):
     kept_init = [t for t in model.graph.initializer if t.name in read]
     del model.graph.initializer[:]
     model.graph.initializer.extend(kept_init)
-    return model
+    return model, frozenset(n.output[0] for n in replaced.values())

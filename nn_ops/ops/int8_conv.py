@@ -1,12 +1,16 @@
 """Direct int8 convolution with its requantization: a quantized layer (QLinearConv, or a QDQ conv)
 as one kernel, uint8 (or int8) in, uint8 (or int8) out.
 
-``Y = saturate(round(float64(acc) * multiplier[o] + y_zero_point))``, ``acc = D + bias[o]`` in int32,
+``Y = saturate(round(float64(acc) * multiplier[o] + y_zero_point))``, ``acc = D + bias[o]`` in int32 (in
+float32 where the multiplier is float32: a QDQ conv's, whose reference is float32 arithmetic),
 ``D = sum_{c, ky, kx} x_u[c, iy, ix] * w_s[o, c, ky, kx]``: the input read as uint8 (an int8 input + 128)
 and padded with its own zero point, the weight as int8 (a uint8 weight - 128).  The importer folds the
 zero points into ``bias`` (``sum (x - zx) w_s = D - (zx + 128 [int8 x]) * sum w_s``: a constant per output
 channel), so the product is exact and the epilogue is ONNX's reference requantization to the bit (saturated
 after the rounding, in int32, where the importer proved every sum rounds into int32: ``int32_range``).
+The float32 requantization differs from it by one step at most, and only where the float64 value lies
+within about ``2**-22`` of its magnitude from a rounding half (float32 roundings of ``acc``, of the
+multiplier and of the multiply-add), with half the conversions and multiply-adds.
 
 Two forms (ops of the graph's ``qconv2d`` and ``qconv2d_blocked``), and two of the depthwise conv
 (``qdepthwise``, ``qdepthwise_blocked``: ``depthwise_u8s8*``, whose bias is QLinearConv's own, the input's
@@ -34,6 +38,7 @@ from .conv2d import _output_hw
 from .elementwise import extents, static_shape
 from .int8_matmul import pairs_of_words, word_of
 from .nchwc import _blocked_dims, depthwise_blocked, pack_blocked_weight, schedule_conv2d_blocked
+from .quantize import INT32_SAFE, saturated
 from .registry import register_schedule
 
 
@@ -55,16 +60,20 @@ def pack_conv_words(weight: np.ndarray, in_block: int, out_block: int, pairs: bo
 def _requantized(D: Tensor, channel, bias: Tensor, multiplier: Tensor, y_zero_point: int, out_dtype: str,
                  name: str, int32_range: bool = False) -> Tensor:
     """``saturate(round(float64(D + bias[c]) * multiplier[c] + y_zero_point))`` as ``out_dtype``, ``c =
-    channel(index)``: QLinearConv's requantization in float64 (ONNX's reference, round half to even).  A
-    float32 ``D`` holds an exact integer (``depthwise_u8s8_blocked``).  ``int32_range`` (the caller's
-    promise that every int32 sum rounds into int32: ``rounds_in_int32``): saturated after the rounding, in
-    int32 lanes, where the float64 clamp took two instructions per half vector."""
+    channel(index)``: QLinearConv's requantization in float64 (ONNX's reference, round half to even), or
+    in float32 where ``multiplier`` is float32 (the module docstring says when).  A float32 ``D`` holds an
+    exact integer (``depthwise_u8s8_blocked``).  ``int32_range`` (the caller's promise that every int32 sum
+    rounds into int32: ``rounds_in_int32``): saturated after the rounding, in int32 lanes, where the
+    float64 clamp took two instructions per half vector."""
     info = np.iinfo(out_dtype)
+    work = multiplier.dtype
 
     def body(*idx):
         c = channel(idx)
         acc = D[idx] if D.dtype == "int32" else cast("int32", D[idx])
-        scaled = cast("float64", acc + bias[c]) * multiplier[c] + const(float(y_zero_point), "float64")
+        scaled = cast(work, acc + bias[c]) * multiplier[c] + const(float(y_zero_point), work)
+        if work == "float32":
+            return saturated(scaled, out_dtype, int32_range)
         if int32_range:
             rounded = cast("int32", lw_round(scaled))
             return cast(out_dtype, elementwise_min(elementwise_max(rounded, const(int(info.min), "int32")),
@@ -76,16 +85,17 @@ def _requantized(D: Tensor, channel, bias: Tensor, multiplier: Tensor, y_zero_po
 
 
 def rounds_in_int32(multiplier: np.ndarray, y_zero_point: int) -> bool:
-    """Whether ``round(acc * multiplier + y_zero_point)`` fits int32 for every int32 ``acc`` (so the
-    requantization may saturate after rounding: ``_requantized(..., int32_range=True)``)."""
+    """Whether ``round(acc * multiplier + y_zero_point)`` fits int32 for every int32 ``acc``, computed in
+    float64 or in float32 (a relative error below ``2**-20``), so the requantization may saturate after
+    rounding (``_requantized(..., int32_range=True)``)."""
     largest = float(np.abs(np.asarray(multiplier, np.float64)).max(initial=0.0))
-    return largest * 2.0 ** 31 + abs(int(y_zero_point)) + 1 < 2.0 ** 31 - 1
+    return largest * 2.0 ** 31 * (1 + 2.0 ** -20) + abs(int(y_zero_point)) + 1 < INT32_SAFE
 
 
 def _check_epilogue(bias: Tensor, multiplier: Tensor, channels: int, op: str) -> None:
-    for t, dtype in ((bias, "int32"), (multiplier, "float64")):
-        if t.dtype != dtype or static_shape(t) != (channels,):
-            raise ExprError(f"{op}: {t.name} must be {dtype} of shape ({channels},), got {t.dtype} "
+    for t, allowed in ((bias, ("int32",)), (multiplier, ("float64", "float32"))):
+        if t.dtype not in allowed or static_shape(t) != (channels,):
+            raise ExprError(f"{op}: {t.name} must be {' or '.join(allowed)} of shape ({channels},), got {t.dtype} "
                             f"{static_shape(t)}")
 
 

@@ -73,7 +73,7 @@ def quantize(x: Tensor, scale: Tensor, zero_point: Optional[Tensor], out_dtype: 
     return compute(shape, body, name=name, tag="injective")
 
 
-def _saturated(v, out_dtype: str, int32_range: bool):
+def saturated(v, out_dtype: str, int32_range: bool):
     """float32 ``v`` rounded half to even and saturated to ``out_dtype``: with ``int32_range`` (every ``v``
     rounds into int32) saturated after the rounding, in int32, which the x86 backend does in its
     saturating packs or truncations; else clamped in float32 first (equal: the bounds are integers)."""
@@ -107,7 +107,7 @@ def rescale(x: Tensor, multiplier: Tensor, offset: Tensor, out_dtype: str, name:
     def body(*idx):
         v = cast("float32", x[idx]) * broadcast_index(multiplier, len(shape), idx) + \
             broadcast_index(offset, len(shape), idx)
-        return _saturated(v, out_dtype, int32_range)
+        return saturated(v, out_dtype, int32_range)
 
     return compute(shape, body, name=name, tag="injective")
 
@@ -127,6 +127,6 @@ def rescale_add(a: Tensor, b: Tensor, multipliers, offset: float, out_dtype: str
 
     def body(*idx):
         v = cast("float32", a[idx]) * ma + (cast("float32", b[idx]) * mb + const(float(np.float32(offset)), "float32"))
-        return _saturated(v, out_dtype, int32_range)
+        return saturated(v, out_dtype, int32_range)
 
     return compute(shape, body, name=name, tag="injective")

