@@ -10,10 +10,10 @@ blocked form (a few KB, in L1), then that row stored to the channel planes in ti
 channels transposed in registers (the pragma ``"transpose"``, as ``from_blocked`` alone).  Apart,
 the conv wrote the whole blocked result and the transform read it back in a second kernel
 (with AVX-512, lone layers of ResNet-18 and MobileNetV2 0.99-1.11x: the stems 1.06x and 1.11x, 1x1/2
-64->128 at 56x56 1.07x, 96->576 at 14x14 1.08x; one thread, CPU time, interleaved, under load).  Targets with fewer
-than ``UNBLOCKED_MIN_REGISTERS`` vector registers, and maps the blocked schedule computes whole per
-channel-block pair as the weights stream by (7x7: each weight read once), run the group's two stages
-one after the other.
+64->128 at 56x56 1.07x, 96->576 at 14x14 1.08x; as AVX2 code the stems 1.05x and 1.08x; one thread,
+CPU time, interleaved, under load).  Targets with fewer than ``UNBLOCKED_MIN_REGISTERS`` vector
+registers, and maps the blocked schedule computes whole per channel-block pair as the weights stream
+by (7x7: each weight read once), run the group's two stages one after the other.
 """
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ from .registry import (INJECTIVE_TAGS, _reaches_through_inlined, _transpose_tile
 MIN_UNBLOCKED_WIDTH = 4
 
 #: vector registers a target needs for this form (else the group runs the conv and its from_blocked
-#: one after the other, as apart): as AVX2 code (16) it ran 0.80-0.82x of the two (MobileNetV2's
-#: 144->32 at 28x28, 576->160 and 960->320 at 7x7; one thread, CPU time, interleaved, under load;
-#: its row of register blocks as fast as alone with 32)
-UNBLOCKED_MIN_REGISTERS = 32
+#: one after the other, as apart): AVX2's 16 hold its register blocks as the blocked schedule's, and as
+#: AVX2 code the stems ran 1.05x (ResNet-18's 7x7) and 1.08x (MobileNetV2's 3x3/2), the other lone
+#: layers 1.00x (one thread, CPU time, interleaved in one process, under load); fewer than 16 untried
+UNBLOCKED_MIN_REGISTERS = 16
 
 
 def unblocking_output(s, op):

@@ -585,12 +585,10 @@ def test_a_register_block_fits_the_vector_registers(x86_level):
     model = b.model((1, 3, 224, 224), b.relu(b.conv("input", 3, 64, 7, stride=2, pad=3)), (1, 64, 112, 112))
     (task,) = [t for t in lw.extract_tasks(lw.from_onnx(model), x86_level) if t.name.startswith("conv2d_blocked")]
     trace = str(task.default_schedule().trace)
-    # a lone conv: with 32 registers its from_blocked's channels split by the block's, the row of the
-    # epilogue stage in blocks (``conv_unblocked``); with 16 its own kernel's epilogue stage in blocks
-    if registers == 32:
-        splits = (f"split(c, factor={4 * x86_level.lanes('float32')})", "split(ax3, factor=4)")
-    else:
-        splits = ("split(ax1, factor=2)", "split(ax3, factor=6, tail='shift')")
+    # a lone conv: its from_blocked's channels split by the block's, the row of the epilogue stage in
+    # blocks (``conv_unblocked``)
+    vectors, pixels = (4, "4") if registers == 32 else (2, "6, tail='shift'")
+    splits = (f"split(c, factor={vectors * x86_level.lanes('float32')})", f"split(ax3, factor={pixels})")
     assert all(split in trace for split in splits), trace
 
 
