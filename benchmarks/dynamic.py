@@ -34,7 +34,9 @@ Bar 2: ``--model resnet18`` runs the zoo's ResNet-18 with symbolic batch, height
 
 ``--model resnet18 --compile-times-only`` (any zoo CNN) prints only its cold compiles: compile-once
 (symbolic batch, height and width) against static (the zoo's shape), each in a fresh process with an
-empty object cache; bar: compile-once <= 2x static.
+empty object cache; bar: compile-once <= 2x static.  Also their CPU seconds (build workers included,
+the figure to compare under load) and the compile-once executable's first run at the zoo's shape,
+where it builds the conv variants that shape picks.
 
 ``--profile`` (a CNN --model) also prints, per shape, each executable's kernel time summed by kind
 (``exe.profile(feed, in_order=True)``: the compile-once kernel's name with its variant, the static
@@ -52,6 +54,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -109,27 +112,42 @@ print(f"{time.perf_counter() - t0:.3f}")
 """
 
 
+_START_SCRIPT = """
+import loopweave, loopweave.nn_ops.testing.model_zoo, numpy
+print(0)
+"""
+
 _CNN_COMPILE_SCRIPT = """
 import sys, time
+import numpy as np
 import loopweave as lw
 from loopweave.nn_ops.testing import model_zoo
-name, mode = sys.argv[1], sys.argv[2]
+name, mode, first_run = sys.argv[1], sys.argv[2], sys.argv[3] == "run"
 model = getattr(model_zoo, name)()
+shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
 if mode == "polymorphic":
     model = model_zoo.symbolic_sizes(model)
 t0 = time.perf_counter()
 graph = lw.from_onnx(model)
 exe = lw.compile(graph, polymorphic=True) if mode == "polymorphic" else lw.compile(graph, progress=False)
-print(f"{time.perf_counter() - t0:.3f}")
+t1 = time.perf_counter()
+if first_run:
+    exe.run({model.graph.input[0].name: np.zeros(shape, np.float32)})
+print(f"{t1 - t0:.3f} {time.perf_counter() - t1:.3f}")
 """
 
 
 def _subprocess_seconds(script: str, args: Sequence[str], cache_dir: str) -> float:
+    return _subprocess_figures(script, args, cache_dir)[0]
+
+
+def _subprocess_figures(script: str, args: Sequence[str], cache_dir: str) -> List[float]:
+    """The numbers on the last line ``script`` prints, run in a fresh process with ``cache_dir``."""
     env = dict(os.environ, LOOPWEAVE_CACHE_DIR=cache_dir)
     out = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"timing subprocess failed:\n{out.stderr[-3000:]}")
-    return float(out.stdout.strip().splitlines()[-1])
+    return [float(v) for v in out.stdout.strip().splitlines()[-1].split()]
 
 
 def compile_times(model_kwargs: dict, static_shape=STATIC_SHAPE):
@@ -148,12 +166,30 @@ def compile_times(model_kwargs: dict, static_shape=STATIC_SHAPE):
 
 
 def cnn_compile_times(name: str):
-    """(compile-once compile of zoo CNN ``name`` with symbolic batch, height and width, static cold
-    compile of its default shape) seconds, each in a fresh process with its own empty object cache."""
+    """{what: (seconds, CPU seconds)} of zoo CNN ``name``: ``compile`` once with symbolic batch, height
+    and width, ``static`` its cold compile at the zoo's shape, and ``first run`` of the compile-once
+    executable at that shape (where it builds the conv variants the shape picks).  Each compile in a
+    fresh process with its own empty object cache; CPU: the process's and its build workers', less
+    the start of the process (the first run's: a second process that compiles and runs, less the
+    first), the figure to compare on a loaded machine."""
     with tempfile.TemporaryDirectory() as tmp:
-        poly = _subprocess_seconds(_CNN_COMPILE_SCRIPT, [name, "polymorphic"], os.path.join(tmp, "cache-poly"))
-        static = _subprocess_seconds(_CNN_COMPILE_SCRIPT, [name, "static"], os.path.join(tmp, "cache-static"))
-    return poly, static
+        def process(mode, run, cache):
+            return _with_cpu(lambda: _subprocess_figures(_CNN_COMPILE_SCRIPT, [name, mode, run],
+                                                         os.path.join(tmp, cache)))
+        start = _with_cpu(lambda: _subprocess_figures(_START_SCRIPT, [], os.path.join(tmp, "cache-start")))[-1]
+        compile_s, _, compile_cpu = process("polymorphic", "no-run", "cache-poly")
+        _, run_s, both_cpu = process("polymorphic", "run", "cache-poly-run")
+        static_s, _, static_cpu = process("static", "no-run", "cache-static")
+    return {"compile": (compile_s, compile_cpu - start), "static": (static_s, static_cpu - start),
+            "first run": (run_s, both_cpu - compile_cpu)}
+
+
+def _with_cpu(run: Callable[[], List[float]]) -> tuple:
+    """``run()``'s figures and the CPU seconds of the child processes it waited for."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    figures = run()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (*figures, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
 
 
 def interleaved_rounds(ours: Callable[[], object], peers: Sequence[Callable[[], object]], pairs: int = 15,
@@ -236,9 +272,13 @@ def main(argv=None) -> None:
                              "gpt2: dynamic batch and length")
     args = parser.parse_args(argv)
     if args.model in CNNS and args.compile_times_only:
-        poly_c, static_c = cnn_compile_times(args.model)
+        times = cnn_compile_times(args.model)
+        (poly_c, poly_cpu), (static_c, static_cpu), (run_s, run_cpu) = (times[k] for k in ("compile", "static", "first run"))
         print(f"{args.model} cold compiles (fresh processes, empty object caches): compile-once {poly_c:.2f} s, "
-              f"static {static_c:.2f} s, ratio {poly_c / static_c:.2f} (<= 2: {'met' if poly_c <= 2 * static_c else 'missed'})")
+              f"static {static_c:.2f} s, ratio {poly_c / static_c:.2f} (<= 2: {'met' if poly_c <= 2 * static_c else 'missed'}); "
+              f"CPU (with the build workers, less a process's start): compile-once {poly_cpu:.1f} s, static "
+              f"{static_cpu:.1f} s, ratio {poly_cpu / static_cpu:.2f}; the compile-once executable's first run at the "
+              f"zoo's shape, which builds the conv variants that shape picks: {run_s:.2f} s, {run_cpu:.1f} CPU-s")
         return None
     if args.model in CNNS:
         return cnn_main(args)
