@@ -47,7 +47,8 @@ from .symbolic_reshape import reshape_over_sizes, reshape_runs
 SYMBOLIC_OPS = frozenset({
     "dense_kn", "dense", "matmul", "add", "sub", "mul", "div", "max", "min", "pow_const", "relu", "sigmoid",
     "tanh", "exp", "sqrt", "neg", "erf", "gelu", "softmax", "layer_norm", "transpose", "reshape", "identity",
-    "concat", "slice", "conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool", "global_max_pool", "clip", "reduce", "pad_index", "resize"})
+    "concat", "slice", "conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool", "global_max_pool", "clip", "reduce",
+    "pad_index", "resize", "gather", "where", "equal", "less", "greater", "less_equal", "greater_equal"})
 #: ops whose kernels get a variant of constant extents where a fed symbol among their last two sizes is 1
 UNIT_VARIANT_OPS = ("matmul", "softmax", "transpose")
 

@@ -14,7 +14,7 @@ from ...dsl import dtypes
 from ...dsl.expr import cast, const, logical_and, logical_not, logical_or, select
 from ...dsl.tensor import Tensor, compute
 from ...errors import ExprError
-from .elementwise import broadcast_index, broadcast_shape, static_shape
+from .elementwise import broadcast_index, broadcast_shape, extents
 
 COMPARE = {
     "equal": lambda a, b: a == b, "less": lambda a, b: a < b, "greater": lambda a, b: a > b,
@@ -25,7 +25,7 @@ LOGICAL = {"and": logical_and, "or": logical_or, "xor": lambda a, b: a != b}
 
 def broadcast_map(fn: Callable, tensors: Sequence[Tensor], name: str) -> Tensor:
     """``fn(*elements)`` over the numpy broadcast of ``tensors`` (any number of them)."""
-    shape = _fold(broadcast_shape, [static_shape(t) for t in tensors])
+    shape = _fold(broadcast_shape, [extents(t) for t in tensors])
     nd = len(shape)
     return compute(shape, lambda *idx: fn(*[broadcast_index(t, nd, idx) for t in tensors]), name=name,
                    tag="broadcast")
@@ -66,11 +66,11 @@ def where(condition: Tensor, x: Tensor, y: Tensor) -> Tensor:
         raise ExprError(f"where needs a bool condition, got {condition.dtype}")
     if x.dtype != y.dtype:
         raise ExprError(f"where of {x.dtype} and {y.dtype} values")
-    shape = _fold(broadcast_shape, [static_shape(t) for t in (condition, x, y)])
+    shape = _fold(broadcast_shape, [extents(t) for t in (condition, x, y)])
     nd = len(shape)
 
     def invariant(t):       # the same value across the innermost output axis
-        s = static_shape(t)
+        s = extents(t)
         return not s or s[-1] == 1
     if not shape or shape[-1] == 1 or invariant(condition) or not (invariant(x) and invariant(y)):
         return broadcast_map(select, [condition, x, y], "where")
