@@ -229,3 +229,18 @@ def test_slices_over_a_symbolic_batch():
     assert sum("slice" in c.module.name for c in exe.calls) == 1
     feeds = [{"input": np.random.default_rng(n).standard_normal((n, 8)).astype(np.float32)} for n in (1, 2, 9)]
     _equals_onnxruntime(model, graph, exe, feeds)
+
+
+def test_an_embedding_lookup_and_a_where_over_a_symbolic_batch():
+    """GPT-2's token embedding (``gather`` of ids) and its mask's ``where``, over a batch var."""
+    b = OnnxBuilder(opset=13)
+    x = b.node("Gather", [b.init("table", b.weight((50, 16), 1.0)), "input"], axis=0)
+    y = b.node("Where", [b.node("Less", [x, b.const(0.0)]), b.node("Mul", [x, b.const(0.1)]), x])
+    model = b.model(("batch", 8), y, ("batch", 8, 16), name="embed", input_dtype=np.int64)
+    graph = lw.from_onnx(model)
+    exe = lw.compile(graph, pipeline="graph")
+    assert {"gather", "where"} <= {n for c in exe.calls for n in c.module.name.split("_")}
+    for batch in (1, 3):
+        ids = np.random.default_rng(batch).integers(0, 50, (batch, 8)).astype(np.int64)
+        static = lw.compile(graph.specialize({"input": ids.shape}, {}), progress=False)
+        np.testing.assert_array_equal(exe.run({"input": ids})[0], static.run({"input": ids})[0])
