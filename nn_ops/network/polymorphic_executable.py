@@ -9,8 +9,8 @@ one arena, each call's sizes, and the variant of each call that the binding pick
 ``KernelCall.variants``, e.g. a dense layer's kernel for few rows) and runs every kernel with one
 native call.  A variant the compile deferred (``pending_kernels.Deferred``: a conv's Winograd and
 row-block kernels) is built when the first binding that picks it fills its table; nothing else is
-compiled at run time, and ``build_variants`` builds them all up front.  A plain feed at the shapes of a recent binding
-skips all of that but the lookup of its tables by the shapes.  The kernels write the outputs into
+compiled at run time, and ``build_variants`` builds them all up front.  A plain feed at the shapes
+of a recent binding skips all of that but the lookup of its tables by the shapes.  The kernels write the outputs into
 new arrays, as the static executable's do.  Constants lie in one block, each 64-byte aligned.
 ``run_each`` calls the kernels one by one from Python through their own argument checks instead.
 
@@ -288,17 +288,19 @@ class PolymorphicExecutable:
     def build_variants(self) -> None:
         """Build every variant still deferred, so that no run compiles (``save`` and ``export_library``
         write them all)."""
-        deferred = {id(v.module): v.module for c in self.calls for v in c.variants if isinstance(v.module, Deferred)}
-        if deferred:
-            self._put_built(build_deferred(deferred.values(), self.target))
+        with self._lock:
+            deferred = {id(v.module): v.module for c in self.calls for v in c.variants
+                        if isinstance(v.module, Deferred)}
+            if deferred:
+                self._put_built(build_deferred(deferred.values(), self.target))
 
     def _put_built(self, built: Dict[int, object]) -> None:
-        """The modules ``built`` ({id of a deferred kernel: module}) in place of those deferred kernels."""
-        with self._lock:
-            for call in self.calls:
-                call.variants = tuple(dataclasses.replace(v, module=built.get(id(v.module), v.module))
-                                      for v in call.variants)
-            self.kernels = {key: built.get(id(m), m) for key, m in self.kernels.items()}
+        """The modules ``built`` ({id of a deferred kernel: module}) in place of those deferred kernels
+        (the caller holds the lock)."""
+        for call in self.calls:
+            call.variants = tuple(dataclasses.replace(v, module=built.get(id(v.module), v.module))
+                                  for v in call.variants)
+        self.kernels = {key: built.get(id(m), m) for key, m in self.kernels.items()}
 
     def _constant_output(self, name: str, binding) -> np.ndarray:
         """Output ``name`` where it is a constant (or a view of one): a network that gives back a weight."""
