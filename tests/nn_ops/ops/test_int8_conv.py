@@ -235,6 +235,33 @@ def test_int8_depthwise_conv_equals_the_integer_reference(x_dtype, stride, paddi
     np.testing.assert_array_equal(out, want)
 
 
+def test_the_blocked_int8_depthwise_conv_requantizes_a_float32_multiplier_in_float32_within_a_step():
+    from loopweave.nn_ops.ops.int8_conv import depthwise_u8s8_blocked
+    from loopweave.nn_ops.ops.nchwc import pack_depthwise_weight
+    rng = np.random.default_rng(4)
+    c, b = 32, 16
+    x = rng.integers(0, 256, (1, c, 9, 10)).astype(np.uint8)
+    w = rng.integers(-128, 128, (c, 1, 3, 3)).astype(np.int8)
+    bias = rng.integers(-5000, 5000, c).astype(np.int32)
+    multiplier = rng.uniform(0.002, 0.02, c).astype(np.float32)
+    want = _depthwise_reference(x, w, bias, multiplier.astype(np.float64), (1, 1), (1, 1, 1, 1), 120, 5, "uint8")
+    assert ((want == 0) | (want == 255)).any() and ((want > 0) & (want < 255)).any()
+    xb = np.ascontiguousarray(x.reshape(1, c // b, b, 9, 10).transpose(0, 1, 3, 4, 2))
+    wd = pack_depthwise_weight(w.astype(np.float32), b)
+    X = lw.placeholder(xb.shape, name="X", dtype="uint8")
+    W = lw.placeholder(wd.shape, name="W", dtype="float32")
+    B = lw.placeholder((c,), name="B", dtype="int32")
+    M = lw.placeholder((c,), name="M", dtype="float32")
+    Y = depthwise_u8s8_blocked(X, W, B, M, (1, 1), (1, 1, 1, 1), x_zero_point=120, y_zero_point=5, int32_range=True)
+    s = nn_ops.schedule(Y, "llvm")
+    assert "float64" not in str(lw.lower(s, [X, W, B, M, Y]))
+    f = lw.build(s, [X, W, B, M, Y])
+    out = np.zeros([int(d.value) for d in Y.shape], np.uint8)
+    f(xb, wd, bias, multiplier, out)
+    got = out.transpose(0, 1, 4, 2, 3).reshape(want.shape).astype(int)
+    assert np.abs(got - want).max() <= 1 and (got != want).mean() < 0.01
+
+
 @pytest.mark.parametrize("cpu", ["x86-64-v2", "x86-64-v3"])
 def test_a_small_map_over_int16_pairs_accumulates_each_row_block_in_registers(cpu):
     """A 7x7 map over ``pmaddwd`` pairs: register blocks of a row (not the whole map's accumulators in
