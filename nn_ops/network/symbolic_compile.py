@@ -48,7 +48,10 @@ SYMBOLIC_OPS = frozenset({
     "dense_kn", "dense", "matmul", "add", "sub", "mul", "div", "max", "min", "pow_const", "relu", "sigmoid",
     "tanh", "exp", "sqrt", "neg", "erf", "gelu", "softmax", "layer_norm", "transpose", "reshape", "identity",
     "concat", "slice", "conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool", "global_max_pool", "clip", "reduce",
-    "pad_index", "resize", "gather", "where", "equal", "less", "greater", "less_equal", "greater_equal"})
+    "pad_index", "resize", "gather", "where", "equal", "less", "greater", "less_equal", "greater_equal",
+    "abs", "atan", "ceil", "celu", "cos", "elu", "floor", "hard_sigmoid", "hard_swish", "leaky_relu", "log", "mish",
+    "pow", "prelu", "reciprocal", "round", "selu", "shrink", "sign", "sin", "softplus", "softsign",
+    "thresholded_relu"})
 #: ops whose kernels get a variant of constant extents where a fed symbol among their last two sizes is 1
 UNIT_VARIANT_OPS = ("matmul", "softmax", "transpose")
 

@@ -244,3 +244,25 @@ def test_an_embedding_lookup_and_a_where_over_a_symbolic_batch():
         ids = np.random.default_rng(batch).integers(0, 50, (batch, 8)).astype(np.int64)
         static = lw.compile(graph.specialize({"input": ids.shape}, {}), progress=False)
         np.testing.assert_array_equal(exe.run({"input": ids})[0], static.run({"input": ids})[0])
+
+
+def test_math_and_activation_ops_over_a_symbolic_batch():
+    """The elementwise math and activations of ``SYMBOLIC_OPS`` beyond the encoder's, each read by a
+    sum, over a batch var: equal to the static compile bit for bit."""
+    b = OnnxBuilder(opset=18)
+    x = b.gemm("input", 8, 16)
+    pos = b.node("Add", [b.node("Abs", [x]), b.const(1.0)])
+    terms = [b.node("Log", [pos]), b.node("Reciprocal", [pos]), b.node("Pow", [pos, b.node("Sin", [x])]),
+             b.node("LeakyRelu", [x], alpha=0.1), b.node("Shrink", [x], lambd=0.5),
+             b.node("PRelu", [x, b.const(np.full(16, 0.2, np.float32))])]
+    terms += [b.node(op, [x]) for op in ("Floor", "Ceil", "Round", "Sign", "Cos", "Atan", "Elu", "Selu", "Celu",
+                                         "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Mish", "ThresholdedRelu")]
+    total = terms[0]
+    for t in terms[1:]:
+        total = b.node("Add", [total, t])
+    graph = lw.from_onnx(b.model(("batch", 8), total, ("batch", 16), name="math"))
+    exe = lw.compile(graph, pipeline="graph")
+    for batch in (1, 5):
+        feed = {"input": np.random.default_rng(batch).standard_normal((batch, 8)).astype(np.float32)}
+        static = lw.compile(graph.specialize({"input": (batch, 8)}, {}), progress=False)
+        np.testing.assert_array_equal(exe.run(feed)[0], static.run(feed)[0])
