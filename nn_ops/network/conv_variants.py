@@ -20,7 +20,8 @@ class KernelVariant(NamedTuple):
     builds it over that size as ``k`` times a size var of its own, plus ``r`` (where the condition says
     ``k`` divides the size less ``r``: an unpadded conv's input, two more than its whole tiles);
     ``units``: sympy sizes that are the constant 1 in this kernel (where the condition says so);
-    ``deferred``: built at the first binding that runs it, not with the network (``Deferred``)."""
+    ``deferred``: built at the first binding that runs it, not with the network (``Deferred``: the
+    compile-once walk without a tuning log; the Graph pipeline builds every variant up front)."""
     size: object
     at_most: int
     make: Callable
