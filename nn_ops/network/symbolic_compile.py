@@ -51,7 +51,7 @@ SYMBOLIC_OPS = frozenset({
     "pad_index", "resize", "gather", "where", "equal", "less", "greater", "less_equal", "greater_equal",
     "abs", "atan", "ceil", "celu", "cos", "elu", "floor", "hard_sigmoid", "hard_swish", "leaky_relu", "log", "mish",
     "pow", "prelu", "reciprocal", "round", "selu", "shrink", "sign", "sin", "softplus", "softsign",
-    "thresholded_relu"})
+    "thresholded_relu", "conv2d_transpose", "lrn"})
 #: ops whose kernels get a variant of constant extents where a fed symbol among their last two sizes is 1
 UNIT_VARIANT_OPS = ("matmul", "softmax", "transpose")
 

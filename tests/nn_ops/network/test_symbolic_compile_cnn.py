@@ -251,3 +251,19 @@ def test_instance_norm_grouped_conv_space_to_depth_ceil_pool_and_transposed_conv
         feed = {"input": np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32)}
         static = lw.compile(graph.specialize({"input": shape}, {}), progress=False)
         np.testing.assert_array_equal(exe.run(feed)[0], static.run(feed)[0])
+
+
+def test_a_transposed_conv_with_overlapping_taps_and_lrn_over_any_image_size():
+    """A 3x3/2 transposed conv (taps overlap: the op's own kernel, not a 2x2 tiling) and a local
+    response normalization over N, H, W: equal to the static compile bit for bit."""
+    b = OnnxBuilder(opset=13)
+    x = b.relu(b.conv("input", 3, 16, 3, bias=True))
+    y = b.node("LRN", [b.conv_transpose(x, 16, 8, 3, 2)], size=3)
+    model = model_zoo.symbolic_sizes(b.model((1, 3, 8, 8), y, ("N", 8, None, None), name="transposed"))
+    graph = lw.from_onnx(model)
+    exe = lw.compile(graph, pipeline="graph")
+    assert {"conv2d_transpose", "lrn"} <= {c.module.name for c in exe.calls}
+    for shape in ((1, 3, 8, 8), (2, 3, 10, 6)):
+        feed = {"input": np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32)}
+        static = lw.compile(graph.specialize({"input": shape}, {}), progress=False)
+        np.testing.assert_array_equal(exe.run(feed)[0], static.run(feed)[0])
