@@ -21,7 +21,7 @@ from .injective import bind_fused
 from . import matmul
 from .gemm_stages import cooperative_copy
 from .matmul import K_TILE, K_TILE_SINGLE, MULTIPROCESSORS, THREADS, _schedule_gemm_cuda, _whole_tiles, gemm_tiles
-from .matmul_tensor_cores import (TENSOR_CORE_PRECISIONS, accumulate_in_warps, schedule_gemm_tensor_cores,
+from .matmul_tensor_cores import (CONV_WARP_COLUMNS, TENSOR_CORE_PRECISIONS, accumulate_in_warps, schedule_gemm_tensor_cores,
                                   tensor_core_tiles, tile_output)
 
 MAX_SPLITS = 32
@@ -87,7 +87,7 @@ def _on_tensor_cores(s, final, gemm, target) -> bool:
     oc, pixels = gemm.outputs[0].shape
     k = gemm.reduce_axis[0]
     depth = mma_kind(target).depth
-    tiles = tensor_core_tiles(oc, pixels, k.extent, target.max_shared_memory_per_block, depth)
+    tiles = tensor_core_tiles(oc, pixels, k.extent, target.max_shared_memory_per_block, depth, CONV_WARP_COLUMNS)
     if tiles is None or gemm.outputs[0].dtype != "float32":
         return False
     splits = split_k(_blocks(oc, pixels, tiles[0], tiles[1]), int(k.extent.value))

@@ -22,7 +22,12 @@ from ....lowering.passes.distribute_warp_tiles import M as MMA_M, MMA_KINDS, N a
 from .gemm_stages import cooperative_copy, copied_as_is, gemm_stages
 
 TILES = (128, 64, 32)        # block tile sides, the largest that divides the output's side
-WARP_ROWS, WARP_COLUMNS = 64, 32
+WARP_ROWS = 64
+# a matmul's warp computes 64 x 64 (on an H200 at 4096^3: tf32 141 TFLOPS against 121 for 64 x 32,
+# fp16 132 against 107; fewer fragment loads per mma); an implicit-GEMM convolution's 64 x 32
+# (its ResNet-18 at batch 32 ran 6.2 ms of kernels with 64 x 64 against 4.9): its blocks need the
+# threads for the patch gather
+WARP_COLUMNS, CONV_WARP_COLUMNS = 64, 32
 STEPS = (32, 16, 8)          # reduction steps through shared memory: the deepest that fits double-buffered
 A_ALIGN, B_ALIGN = (16, 4), (32, 8)   # (factor, offset) of the panels' row strides: conflict-free fragments
 TENSOR_CORE_PRECISIONS = tuple(MMA_KINDS)   # target precisions whose GEMMs use the tensor cores
@@ -36,11 +41,11 @@ def _padded(width: int, align) -> int:
     return width + (offset - width) % factor
 
 
-def tensor_core_tiles(rows, columns, depth, shared_bytes: int, mma_depth: int
+def tensor_core_tiles(rows, columns, depth, shared_bytes: int, mma_depth: int, warp_columns: int = WARP_COLUMNS
                       ) -> Optional[Tuple[int, int, int, int, int]]:
     """(block rows, block columns, warp rows, warp columns, step) for a ``rows x columns`` output
-    with a reduction of ``depth`` in mma steps of ``mma_depth``, or None where the tensor-core
-    schedule does not apply."""
+    with a reduction of ``depth`` in mma steps of ``mma_depth`` (a warp's columns at most
+    ``warp_columns``), or None where the tensor-core schedule does not apply."""
     if not all(isinstance(e, Const) for e in (rows, columns, depth)):
         return None
     rows, columns, depth = rows.value, columns.value, depth.value
@@ -51,7 +56,7 @@ def tensor_core_tiles(rows, columns, depth, shared_bytes: int, mma_depth: int
     for step in (s for s in STEPS if s % mma_depth == 0):
         panels = bm * _padded(step, A_ALIGN) + step * _padded(bn, B_ALIGN)
         if depth % step == 0 and 2 * 4 * panels <= shared_bytes:
-            return bm, bn, min(WARP_ROWS, bm), WARP_COLUMNS, step
+            return bm, bn, min(WARP_ROWS, bm), min(warp_columns, bn), step
     return None
 
 
