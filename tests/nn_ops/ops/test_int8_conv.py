@@ -290,8 +290,8 @@ def test_a_small_map_over_int16_pairs_accumulates_each_row_block_in_registers(cp
     np.testing.assert_array_equal(out.transpose(0, 1, 4, 2, 3).reshape(1, oc, 7, 7), want)
 
 
-def test_rounds_in_int32_holds_for_multipliers_below_one():
+def test_rounds_in_int32_holds_for_multipliers_below_a_half():
     from loopweave.nn_ops.ops.int8_conv import rounds_in_int32
-    assert rounds_in_int32(np.array([3e-4, 0.02, 0.999]), 255)
-    assert not rounds_in_int32(np.array([3e-4, 1.0]), 0)
-    assert not rounds_in_int32(np.array([0.9999999]), 255)
+    assert rounds_in_int32(np.array([3e-4, 0.02, 0.499]), 255)
+    assert not rounds_in_int32(np.array([3e-4, 0.5]), 0)
+    assert not rounds_in_int32(np.array([0.4999999]), 255)
