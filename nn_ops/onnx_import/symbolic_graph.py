@@ -14,8 +14,9 @@ probes' sizes (a deep CNN's last pool) is probed at larger ones, and one whose c
 only as a multiple of a power of two (a U-Net's skip concats) at the primes times that power; sizes
 the checks equate to a multiple of another are then written as that multiple.  What the probes
 cannot explain is refused, naming the node: a graph whose structure changes with the sizes, a
-constant computed from them (but a nearest up-sampling's index tables ``o // k``, inputs computed
-per binding), a size that is no product of the symbols.
+constant computed from them (but a resize's index and weight tables, made again at each binding
+from the resize's own description, ``taps``, by the static import's numpy code), a size that is no
+product of the symbols.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from ...errors import OnnxImportError
 from ..network import symbolic as S
 from ..network.graph import Graph
 from ..network.polymorphic_executable import BindingTable
+from ..ops.resize import axis_taps, coefficient_fn, source_coordinates
 
 #: each symbol's value at each probe: distinct primes at the first two, even sizes at the third; all
 #: larger than the sizes ops specialise (a 3x3 window, one token), small enough for the memory
@@ -44,8 +46,6 @@ LARGE_PROBES = (((67, 71, 73, 79, 83), (89, 97, 101, 103, 107), (64, 72, 80, 88,
 MAX_POWER = 3
 #: the most factors of a size that is a product of named sizes
 MAX_FACTORS = 3
-#: the largest whole factor of a nearest up-sampling whose index tables are computed per binding
-MAX_UPSAMPLING = 8
 #: the largest power of two the probes of a symbol are scaled by where run-time checks need it to divide
 MAX_SCALE = 32
 
@@ -136,8 +136,16 @@ def _one_size_where_checked_equal(graph: Graph, checks) -> Graph:
     return graph
 
 
-def _upsampling_indices(length, factor: int, binding: Dict[str, int]) -> np.ndarray:
-    return (np.arange(int(S.evaluate(length, binding)), dtype=np.int64) // factor)[:, None]
+def _resize_table(taps: dict, in_size, out_size, axis: int, weights: bool, binding: Dict[str, int]) -> np.ndarray:
+    """A resize's index (or, ``weights``, weight) table along ``axis`` at ``binding``, made as the
+    Resize converter makes it at static sizes."""
+    d, o = int(S.evaluate(in_size, binding)), int(S.evaluate(out_size, binding))
+    scale = taps["scales"][axis] if taps["scales"] is not None else o / d
+    coeffs = coefficient_fn(taps["mode"], taps["rounding"], taps["cubic_a"], taps["antialias"])
+    idx, w = axis_taps(source_coordinates(taps["transform"], o, d, scale), d, scale, coeffs, taps["exclude"])
+    if weights:
+        return w
+    return idx[np.arange(o), w.argmax(axis=1)][:, None] if taps["mode"] == "nearest" else idx
 
 
 def _import_at(dynamic, binding: Dict[str, int]) -> Graph:
@@ -172,11 +180,11 @@ class _Solver:
             arrays = [array] + [g.initializers.get(name) for g in others]
             if any(other is None or other.shape != array.shape or other.dtype != array.dtype or
                    not np.array_equal(other, array, equal_nan=True) for other in arrays[1:]):
-                factor = self.upsampling_table(name, arrays)
-                if factor is None:
+                make = self.resize_table(name, arrays)
+                if make is None:
                     raise self.refuse(None, f"the constant {name!r} is computed from the sizes")
                 out.inputs.append(name)
-                out.binding_tables[name] = factor
+                out.binding_tables[name] = make
                 continue
             out.initializers[name] = array
         for name, value in first.values.items():
@@ -185,9 +193,8 @@ class _Solver:
             if any(name not in g.values or g.values[name].dtype != value.dtype for g in others):
                 raise self.refuse(None, f"the value {name!r} differs from one size to another")
             out.values[name] = type(value)(name, self.value_shape(name), value.dtype)
-        out.binding_tables = {name: BindingTable(out.values[name].shape, "int64",
-                                                 partial(_upsampling_indices, out.values[name].shape[0], factor))
-                              for name, factor in out.binding_tables.items()}
+        out.binding_tables = {name: BindingTable(out.values[name].shape, out.values[name].dtype, make)
+                              for name, make in out.binding_tables.items()}
         for k, node in enumerate(first.nodes):
             peers = [g.nodes[k] for g in others]
             if any(p.op_type != node.op_type or p.inputs != node.inputs or p.outputs != node.outputs or
@@ -197,18 +204,25 @@ class _Solver:
             out.add_node(node.op_type, node.inputs, node.outputs, attrs, node.name)
         return _one_size_where_checked_equal(out, self.dynamic.signature.checks)
 
-    def upsampling_table(self, name: str, arrays: list):
-        """The whole factor ``k`` where ``name`` is, at every probe, a nearest resize's index table
-        ``o // k`` of a length that changes with the sizes (an up-sampling by ``k`` of a map of
-        symbolic size): computed per binding then.  None otherwise."""
+    def resize_table(self, name: str, arrays: list):
+        """``binding -> table`` where ``name`` is, at every probe, the index or weight table of one
+        resize along an axis whose length changes with the sizes, and the resize's ``taps`` make it
+        again there (``_resize_table``); None otherwise (an antialiased resize to sizes given: its tap
+        count changes with the scale; a crop's coordinates)."""
         readers = [n for n in self.graphs[0].nodes if name in n.inputs]
-        if not readers or any(n.op_type != "resize" or n.attrs.get("weighted") for n in readers) or \
-                any(a.dtype != np.int64 or a.ndim != 2 or a.shape[1] != 1 for a in arrays):
+        if len(readers) != 1 or readers[0].op_type != "resize" or "taps" not in readers[0].attrs:
             return None
-        for k in range(1, MAX_UPSAMPLING + 1):
-            if all(np.array_equal(a[:, 0], np.arange(a.shape[0]) // k) for a in arrays):
-                return k
-        return None
+        node, taps = readers[0], readers[0].attrs["taps"]
+        if taps["transform"] == "tf_crop_and_resize" or taps["antialias"] and taps["scales"] is None:
+            return None
+        per_axis = 2 if node.attrs["weighted"] else 1
+        k = node.inputs.index(name) - 1
+        axis = node.attrs["axes"][k // per_axis]
+        make = partial(_resize_table, taps, self.value_shape(node.inputs[0])[axis],
+                       self.value_shape(node.outputs[0])[axis], axis, k % per_axis == 1)
+        if any(not np.array_equal(make(b).astype(a.dtype), a) for a, b in zip(arrays, self.bindings)):
+            return None
+        return make
 
     def refuse(self, node, why: str) -> OnnxImportError:
         where = f"node {node.name!r} ({node.op_type}): " if node is not None else ""

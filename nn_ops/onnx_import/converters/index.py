@@ -157,8 +157,12 @@ def resize(ctx: ImportContext, node):
         ctx.emit("identity", [x], out_name, name=node.name)
         return
     extrapolated = outside.any()
+    # how the tables were made, so a graph of symbolic sizes makes them again at each binding
+    taps = {"mode": mode, "transform": coord, "rounding": ctx.attr(node, "nearest_mode", "round_prefer_floor"),
+            "cubic_a": float(ctx.attr(node, "cubic_coeff_a", -0.75)), "antialias": antialias, "exclude": exclude,
+            "scales": tuple(scales) if _optional_const(ctx, node, 2, "scales") is not None else None}
     inner = ctx.emit("resize", [x] + tables, ctx.graph.fresh_name(out_name + ".inside") if extrapolated else out_name,
-                     {"axes": tuple(axes), "weighted": mode != "nearest"}, name=node.name)
+                     {"axes": tuple(axes), "weighted": mode != "nearest", "taps": taps}, name=node.name)
     if not extrapolated:
         return
     # samples outside the input take extrapolation_value: resized * inside + outside * value

@@ -267,3 +267,23 @@ def test_a_transposed_conv_with_overlapping_taps_and_lrn_over_any_image_size():
         feed = {"input": np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32)}
         static = lw.compile(graph.specialize({"input": shape}, {}), progress=False)
         np.testing.assert_array_equal(exe.run(feed)[0], static.run(feed)[0])
+
+
+def test_linear_and_cubic_resizes_over_any_image_size():
+    """A linear 2x resize (half-pixel) and a cubic one (align corners): their index and weight tables
+    are made at each binding from the resize's own description, so the outputs equal the static
+    compile's bit for bit."""
+    b = OnnxBuilder(opset=13)
+    x = b.relu(b.conv("input", 3, 8, 3, bias=True))
+    x = b.node("Resize", [x, "", b.const([1.0, 1.0, 2.0, 2.0])], mode="linear",
+               coordinate_transformation_mode="half_pixel")
+    x = b.node("Resize", [b.conv(x, 8, 8, 3), "", b.const([1.0, 1.0, 2.0, 2.0])], mode="cubic",
+               coordinate_transformation_mode="align_corners")
+    model = model_zoo.symbolic_sizes(b.model((1, 3, 8, 8), x, (1, 8, 32, 32), name="linear_resize"))
+    graph = lw.from_onnx(model)
+    exe = lw.compile(graph, pipeline="graph")
+    assert len(exe.tables) == 8           # an index and a weight table of height and width, per resize
+    for shape in ((1, 3, 8, 8), (2, 3, 10, 6)):
+        feed = {"input": np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32)}
+        static = lw.compile(graph.specialize({"input": shape}, {}), progress=False)
+        np.testing.assert_array_equal(exe.run(feed)[0], static.run(feed)[0])
