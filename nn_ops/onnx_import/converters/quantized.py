@@ -311,12 +311,15 @@ def _direct_qconv(ctx: ImportContext, node) -> bool:
 
 
 def _requantized(ctx: ImportContext, node, acc: str, multiplier: str, y_zp, to: str, out: str) -> None:
-    """``saturate(round(acc * multiplier + y_zero_point))`` in float64 (ONNX's reference), as ``to``."""
-    product = ctx.emit("cast", [acc], ctx.temp(out, "acc64"), {"to": "float64"})
-    scaled = ctx.emit("mul", [product, ctx.emit("cast", [multiplier], ctx.temp(out, "m64"), {"to": "float64"})],
+    """``saturate(round(acc * multiplier + y_zero_point))`` in float64 (ONNX's reference), as ``to``; in
+    float32 for an operator that stands for a QDQ pattern (``ctx.qdq_outputs``: within one step, as
+    ``ops/int8_conv`` says)."""
+    work = "float32" if node.output[0] in ctx.qdq_outputs else "float64"
+    product = ctx.emit("cast", [acc], ctx.temp(out, "acc_f"), {"to": work})
+    scaled = ctx.emit("mul", [product, ctx.emit("cast", [multiplier], ctx.temp(out, "m_f"), {"to": work})],
                       ctx.temp(out, "scaled"))
     if y_zp:
-        scaled = ctx.emit("add", [scaled, ctx.emit("cast", [y_zp], ctx.temp(out, "zp64"), {"to": "float64"})],
+        scaled = ctx.emit("add", [scaled, ctx.emit("cast", [y_zp], ctx.temp(out, "zp_f"), {"to": work})],
                           ctx.temp(out, "shifted"))
     info = np.iinfo(to)
     rounded = ctx.emit("round", [scaled], ctx.temp(out, "round"))

@@ -106,11 +106,22 @@ def test_a_qdq_matmul_becomes_a_qlinear_matmul():
     graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("a_q", TensorProto.UINT8, [5, 32])],
                               [helper.make_tensor_value_info("y_q", TensorProto.UINT8, [5, 16])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-    assert [n.op_type for n in qdq_to_qlinear(model)[0].graph.node] == ["QLinearMatMul"]
+    rewritten, _ = qdq_to_qlinear(model)
+    assert [n.op_type for n in rewritten.graph.node] == ["QLinearMatMul"]
     feed = {"a_q": rng.integers(0, 256, (5, 32)).astype(np.uint8)}
-    got = lw.compile(lw.from_onnx(model), progress=False).run(feed)[0]
+    graph = lw.from_onnx(model)
+    got = lw.compile(graph, progress=False).run(feed)[0]
     want = _ort(model, feed)[0]
     assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+
+    def float64_values(g):
+        return [v for v in g.values.values() if v.dtype == "float64"]
+    # (requantized in float32, within a step; the model's own QLinearMatMul in float64, to the bit)
+    assert not float64_values(graph) and float64_values(lw.from_onnx(rewritten))
+    from onnx.reference import ReferenceEvaluator
+    exact = lw.compile(lw.from_onnx(rewritten), progress=False).run(feed)[0]
+    np.testing.assert_array_equal(exact, ReferenceEvaluator(rewritten).run(None, feed)[0])
+    assert np.abs(got.astype(int) - exact.astype(int)).max() <= 1
 
 
 def test_a_qdq_mobilenet_style_network_runs_int8_convs_and_depthwise_within_a_step_of_the_exact_reference():
