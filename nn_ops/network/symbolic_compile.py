@@ -51,7 +51,7 @@ SYMBOLIC_OPS = frozenset({
     "pad_index", "resize", "gather", "where", "equal", "less", "greater", "less_equal", "greater_equal",
     "abs", "atan", "ceil", "celu", "cos", "elu", "floor", "hard_sigmoid", "hard_swish", "leaky_relu", "log", "mish",
     "pow", "prelu", "reciprocal", "round", "selu", "shrink", "sign", "sin", "softplus", "softsign",
-    "thresholded_relu", "conv2d_transpose", "lrn"})
+    "thresholded_relu", "conv2d_transpose", "lrn", "expand"})
 #: ops whose kernels get a variant of constant extents where a fed symbol among their last two sizes is 1
 UNIT_VARIANT_OPS = ("matmul", "softmax", "transpose")
 
@@ -269,6 +269,8 @@ class _Builder:
                     t = self.reshape(node, args[0], extent)
                 elif node.op_type == "slice" and not all(S.is_static(d) for d in self.g.shape(node.inputs[0])):
                     t = self.slice(node, args[0], extent)
+                elif node.op_type == "expand":      # its target's sizes as the kernel's extents
+                    t = OPS["expand"].build(args, dict(attrs, shape=tuple(extent(d) for d in attrs["shape"])))
                 else:
                     t = OPS[node.op_type].build(args, attrs)
             except BuildError:

@@ -15,8 +15,9 @@ only as a multiple of a power of two (a U-Net's skip concats) at the primes time
 the checks equate to a multiple of another are then written as that multiple.  What the probes
 cannot explain is refused, naming the node: a graph whose structure changes with the sizes, a
 constant computed from them (but a resize's index and weight tables, made again at each binding
-from the resize's own description, ``taps``, by the static import's numpy code), a size that is no
-product of the symbols.
+from the resize's own description, ``taps``, by the static import's numpy code, and a constant
+broadcast along sizes, ViT's class token expanded to the batch: an ``expand`` of one copy), a size
+that is no product of the symbols.
 """
 from __future__ import annotations
 
@@ -174,12 +175,17 @@ class _Solver:
             if g.inputs != first.inputs or g.outputs != first.outputs or len(g.nodes) != len(first.nodes):
                 raise self.refuse(None, "its nodes differ from one size to another")
         read = {i for n in first.nodes for i in n.inputs} | set(first.outputs)
+        expanded: Dict[str, np.ndarray] = {}      # a constant broadcast along sizes -> the one copy
         for name, array in first.initializers.items():
             if name not in read:        # sizes computed at import for the converters (a Shape chain)
                 continue
             arrays = [array] + [g.initializers.get(name) for g in others]
             if any(other is None or other.shape != array.shape or other.dtype != array.dtype or
                    not np.array_equal(other, array, equal_nan=True) for other in arrays[1:]):
+                copy = self.broadcast_copy(arrays)
+                if copy is not None:
+                    expanded[name] = copy
+                    continue
                 make = self.resize_table(name, arrays)
                 if make is None:
                     raise self.refuse(None, f"the constant {name!r} is computed from the sizes")
@@ -188,13 +194,18 @@ class _Solver:
                 continue
             out.initializers[name] = array
         for name, value in first.values.items():
-            if name in first.initializers and name not in out.initializers and name not in out.binding_tables:
+            if name in first.initializers and name not in out.initializers and name not in out.binding_tables \
+                    and name not in expanded:
                 continue
             if any(name not in g.values or g.values[name].dtype != value.dtype for g in others):
                 raise self.refuse(None, f"the value {name!r} differs from one size to another")
             out.values[name] = type(value)(name, self.value_shape(name), value.dtype)
         out.binding_tables = {name: BindingTable(out.values[name].shape, out.values[name].dtype, make)
                               for name, make in out.binding_tables.items()}
+        for name, copy in expanded.items():
+            base = out.fresh_name(name + ".copy")
+            out.add_initializer(base, copy)
+            out.add_node("expand", [base], [name], {"shape": out.values[name].shape}, name)
         for k, node in enumerate(first.nodes):
             peers = [g.nodes[k] for g in others]
             if any(p.op_type != node.op_type or p.inputs != node.inputs or p.outputs != node.outputs or
@@ -203,6 +214,18 @@ class _Solver:
             attrs = {a: self.attr(node, a, [node.attrs[a]] + [p.attrs[a] for p in peers]) for a in node.attrs}
             out.add_node(node.op_type, node.inputs, node.outputs, attrs, node.name)
         return _one_size_where_checked_equal(out, self.dynamic.signature.checks)
+
+    def broadcast_copy(self, arrays: list) -> Optional[np.ndarray]:
+        """The one copy (size 1 on each axis whose length changes) where the constant ``arrays`` (at
+        each probe) are that copy broadcast along sizes; None otherwise."""
+        first = arrays[0]
+        if any(a.ndim != first.ndim or a.dtype != first.dtype for a in arrays[1:]):
+            return None
+        axes = tuple(k for k in range(first.ndim) if len({a.shape[k] for a in arrays}) > 1)
+        copy = first[tuple(slice(0, 1) if k in axes else slice(None) for k in range(first.ndim))]
+        if not axes or any(not np.array_equal(np.broadcast_to(copy, a.shape), a, equal_nan=True) for a in arrays):
+            return None
+        return np.ascontiguousarray(copy)
 
     def resize_table(self, name: str, arrays: list):
         """``binding -> table`` where ``name`` is, at every probe, the index or weight table of one

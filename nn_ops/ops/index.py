@@ -9,13 +9,14 @@ and the index (onnxruntime refuses them too; nothing is clamped silently).
 """
 from __future__ import annotations
 
+from numbers import Integral
 from typing import Sequence, Union
 
 from ...dsl.expr import as_expr, cast, checked_index, const, select
 from ...dsl.intrinsics import elementwise_max, elementwise_min
 from ...dsl.tensor import Tensor, compute
 from ...errors import ExprError
-from .elementwise import broadcast_index, broadcast_shape, extents, static_shape
+from .elementwise import broadcast_index, broadcast_shape, extents
 from .logic import select_invariant
 
 
@@ -86,8 +87,9 @@ def gather_elements(data: Tensor, indices: Tensor, axis: int = 0, name: str = "g
 
 
 def expand(x: Tensor, shape: Sequence[int], name: str = "expand") -> Tensor:
-    """Broadcast ``x`` to the numpy broadcast of its shape and ``shape``."""
-    out = broadcast_shape(static_shape(x), tuple(int(d) for d in shape))
+    """Broadcast ``x`` to the numpy broadcast of its shape and ``shape`` (sizes ints or ``lw.var``
+    extents: a constant broadcast to a run-time batch)."""
+    out = broadcast_shape(extents(x), tuple(int(d) if isinstance(d, Integral) else d for d in shape))
     return compute(out, lambda *idx: broadcast_index(x, len(out), idx), name=name, tag="injective")
 
 

@@ -266,3 +266,16 @@ def test_math_and_activation_ops_over_a_symbolic_batch():
         feed = {"input": np.random.default_rng(batch).standard_normal((batch, 8)).astype(np.float32)}
         static = lw.compile(graph.specialize({"input": (batch, 8)}, {}), progress=False)
         np.testing.assert_array_equal(exe.run(feed)[0], static.run(feed)[0])
+
+
+def test_a_vit_over_a_symbolic_batch():
+    """ViT's class token, expanded to the batch (a constant as long as the batch at each probe), is an
+    ``expand`` of its one copy over a batch var: equal to the static compile bit for bit."""
+    graph = lw.from_onnx(model_zoo.vit_tiny(batch=None, size=32, patch=16, hidden=32, heads=2, layers=1, mlp=64,
+                                            classes=10))
+    exe = lw.compile(graph, pipeline="graph")
+    assert any("expand" in c.module.name for c in exe.calls)
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 32, 32)).astype(np.float32)
+        static = lw.compile(graph.specialize({"input": x.shape}, {}), progress=False)
+        np.testing.assert_array_equal(exe.run({"input": x})[0], static.run({"input": x})[0])

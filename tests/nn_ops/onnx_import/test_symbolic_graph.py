@@ -65,13 +65,24 @@ def test_a_size_that_follows_parity_is_refused():
 
 
 def test_a_constant_computed_from_the_sizes_is_refused():
-    """ConstantOfShape(Shape(x)) folds at import to a constant as large as x: no one graph has it."""
+    """Cast(Shape(x)) folds at import to a constant holding the batch: no one graph has it."""
+    from loopweave.nn_ops.testing.onnx_builder import OnnxBuilder
+    b = OnnxBuilder(opset=17)
+    sizes = b.node("Cast", [b.node("Shape", ["input"])], to=1)
+    dynamic = lw.from_onnx(b.model(("batch", 2), b.node("Add", ["input", sizes]), ("batch", 2)))
+    with pytest.raises(OnnxImportError, match="is computed from the sizes"):
+        symbolic_graph(dynamic)
+
+
+def test_a_constant_broadcast_along_the_sizes_is_an_expand_of_one_copy():
+    """ConstantOfShape(Shape(x)) folds at import to zeros as large as x: an ``expand`` of one row."""
     from loopweave.nn_ops.testing.onnx_builder import OnnxBuilder
     b = OnnxBuilder(opset=17)
     zeros = b.node("ConstantOfShape", [b.node("Shape", ["input"])])
-    dynamic = lw.from_onnx(b.model(("batch", 8), b.node("Add", ["input", zeros]), ("batch", 8)))
-    with pytest.raises(OnnxImportError, match="is computed from the sizes"):
-        symbolic_graph(dynamic)
+    g = symbolic_graph(lw.from_onnx(b.model(("batch", 8), b.node("Add", ["input", zeros]), ("batch", 8))))
+    expand = g.nodes[0]
+    assert expand.op_type == "expand" and expand.attrs["shape"] == (B, 8)
+    assert g.initializers[expand.inputs[0]].shape == (1, 8)
 
 
 def test_a_size_the_shape_inference_names_is_taken_where_the_probes_agree():
