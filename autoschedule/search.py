@@ -62,6 +62,7 @@ class TaskTuner:
         self.rejected = 0
         self.internal_errors: List[str] = []   # loopweave bugs met while lowering candidates (skipped)
         self._cands = {}              # choice key -> (key, choice, trace json, features), None if refused
+        self._lowered = {}            # trace json -> features, or what lowering raised (_schedule_features)
         self._in_flight = {}          # choice key -> trace json: sent out by start_round, not yet recorded
         self.model_quality: List[dict] = []
         self.untuned_seconds: Optional[float] = None
@@ -121,7 +122,8 @@ class TaskTuner:
     def _lowered_candidate(self, k, choice):
         try:
             s = self.space.apply(choice)
-            func = lower(s, self.task.args)
+            trace_json = s.trace.to_json()
+            feats = self._schedule_features(s, trace_json)
         except LoopweaveError:
             self.rejected += 1
             return None
@@ -134,8 +136,22 @@ class TaskTuner:
                               f"{str(exc)[:300]}", LoopweaveWarning, stacklevel=2)
             self.internal_errors.append(str(exc)[:300])
             return None
-        feats = extract(func, self.task.target, self.untuned)
-        return k, choice, s.trace.to_json(), feats
+        return k, choice, trace_json, feats
+
+    def _schedule_features(self, s, trace_json: str) -> np.ndarray:
+        """The features of schedule ``s`` (whose trace is ``trace_json``), lowered once per distinct
+        trace: assignments that differ only in a decision the others make moot give one schedule
+        (5-13 % of a search's proposals), and lowering is most of the tuner's own time.  What lowering
+        raised for a trace is raised again."""
+        if trace_json not in self._lowered:
+            try:
+                self._lowered[trace_json] = extract(lower(s, self.task.args), self.task.target, self.untuned)
+            except (LoopweaveError, InternalError) as exc:
+                self._lowered[trace_json] = exc
+        got = self._lowered[trace_json]
+        if isinstance(got, Exception):
+            raise got
+        return got
 
     def _feature_of(self, k, trace_json: str):
         if k not in self.features:
@@ -147,10 +163,9 @@ class TaskTuner:
         try:
             s = self.task.schedule()
             Trace.from_json(trace_json).apply(s)
-            func = lower(s, self.task.args)
+            return self._schedule_features(s, s.trace.to_json())
         except (LoopweaveError, InternalError):
             return None
-        return extract(func, self.task.target, self.untuned)
 
     def _refit(self):
         """Give the model this task's measured candidates (a given default's too: the features are
