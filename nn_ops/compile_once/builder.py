@@ -495,7 +495,7 @@ class _Builder:
                                       v.multiples, v.units, (v.size, v.at_most), v.deferred)
             specials.append(Variant(module_of_variant, v.size, v.at_most))
             for d, (k, r) in (v.multiples or {}).items():
-                sizes[multiple_name(variables[d], k, r)] = S.floordiv(d - r, k)
+                sizes[multiple_name(variables[d], k, r)] = S.floordiv(d - r, k, evaluate=False)
         variants = tuple(specials)
         if output not in self.values:       # the kernel's own output dtype (a Cast changes it)
             dtype = module.dtype if isinstance(module, Pending) else module.params[-1].dtype

@@ -65,7 +65,7 @@ def winograd_variants(target, in_shape, out_shape, pad: int, make) -> list:
     h, w, oh, ow = in_shape[2], in_shape[3], out_shape[2], out_shape[3]
     fits = (S.positive_part(MIN_WINOGRAD_PIXELS - oh * ow)
             + S.positive_part(oh * ow - winograd_largest_map(target)))
-    tiles = S.ceildiv(ow, 2)        # a row's 2x2 tiles
+    tiles = S.ceildiv(ow, 2, evaluate=False)        # a row's 2x2 tiles (only evaluated at bindings)
     *whole, last = WINOGRAD_TILE_BLOCKS
     variants = []
     for tb in whole:

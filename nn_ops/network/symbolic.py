@@ -59,20 +59,21 @@ def as_int(value) -> Optional[int]:
     return int(value) if is_static(value) else None
 
 
-def floordiv(a, b) -> sympy.Expr:
-    """``a // b`` (Python's floor division) on sizes."""
+def floordiv(a, b, evaluate: bool = True) -> sympy.Expr:
+    """``a // b`` (Python's floor division) on sizes; ``evaluate=False`` for a size only evaluated at
+    bindings (sympy's floor of a convolved size asks its assumptions: ms a call)."""
     a, b = dim(a), dim(b)
     if b == 1:
         return a
-    return sympy.floor(a / b)
+    return sympy.floor(a / b, evaluate=evaluate)
 
 
-def ceildiv(a, b) -> sympy.Expr:
-    """``-(-a // b)`` on sizes."""
+def ceildiv(a, b, evaluate: bool = True) -> sympy.Expr:
+    """``-(-a // b)`` on sizes (``evaluate``: as ``floordiv``'s)."""
     a, b = dim(a), dim(b)
     if b == 1:
         return a
-    return sympy.ceiling(a / b)
+    return sympy.ceiling(a / b, evaluate=evaluate)
 
 
 # The three below build variants' conditions, which are only evaluated at bindings: left unevaluated,
