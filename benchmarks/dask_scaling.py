@@ -9,7 +9,9 @@ Each worker is pinned to a core of its own (every thread of its process, so the 
 and times its candidates inherits it): a single-threaded worker, whose kernels run on one thread,
 so one worker's timing and the other's build share no core.
 It prints each run's measured candidates per second (wall clock of the whole ``tune`` call: the
-tuner's own proposals and model fits included) and best time, then the ratio of the medians: two
+tuner's own proposals and model fits included), best time and the CPU time this process spent per
+candidate (the tuner's proposals, model fits and the cluster's scheduler: what the workers share the
+cores with), then the ratio of the medians: two
 workers build at once, while checks and timings take turns on the host's lock (``host_lock``).
 """
 from __future__ import annotations
@@ -41,10 +43,10 @@ def one_run(args, workers: int, trials: int, log: str) -> tuple:
         client.run(lambda: __import__("loopweave.autoschedule.measure"))     # workers warm before timing
         for cpu, address in zip(sorted(os.sched_getaffinity(0)), sorted(client.scheduler_info()["workers"])):
             client.run(_pin, cpu, workers=[address])
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res = auto.tune(args, trials=trials, log=log, executor=client, progress=False, measure_untuned=False)
-        wall = time.perf_counter() - t0
-    return len(res.history) / wall, res.best_seconds
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return len(res.history) / wall, res.best_seconds, cpu / len(res.history)
 
 
 def _pin(cpu: int) -> None:
@@ -65,9 +67,10 @@ def main(argv=None) -> None:
     rates = {1: [], 2: []}
     for run in range(a.runs):
         for workers in (1, 2) if run % 2 == 0 else (2, 1):
-            rate, best = one_run(args, workers, a.trials, f"{folder}/{workers}_{run}.jsonl")
+            rate, best, cpu = one_run(args, workers, a.trials, f"{folder}/{workers}_{run}.jsonl")
             rates[workers].append(rate)
-            print(f"{workers} worker(s), run {run}: {rate:.2f} candidates/s, best {best * 1e3:.3f} ms", flush=True)
+            print(f"{workers} worker(s), run {run}: {rate:.2f} candidates/s, best {best * 1e3:.3f} ms, "
+                  f"{cpu * 1e3:.0f} ms of this process's CPU per candidate", flush=True)
     one, two = statistics.median(rates[1]), statistics.median(rates[2])
     print(f"{a.kernel}, {a.trials} trials: {one:.2f} candidates/s on one worker, {two:.2f} on two: {two / one:.2f}x")
 
