@@ -28,6 +28,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ...backends import build_workers
 from ...backends.llvm.call_list_runner import call_list_object
+from ...dsl.expr import checked_index
 from ...dsl.tensor import compute, placeholder
 from ...errors import BuildError
 from .conv_variants import WINOGRAD_TILE_BLOCKS, is_projection, multiple_name, row_block_variants, winograd_variants
@@ -267,7 +268,8 @@ class _Builder:
             try:
                 if node.op_type == "reshape" and not all(S.is_static(d) for d in node.attrs["shape"]):
                     t = self.reshape(node, args[0], extent)
-                elif node.op_type == "slice" and not all(S.is_static(d) for d in self.g.shape(node.inputs[0])):
+                elif node.op_type == "slice" and not all(S.is_static(d) for d in self.g.shape(node.inputs[0]) +
+                                                         self.g.shape(node.outputs[0])):
                     t = self.slice(node, args[0], extent)
                 elif node.op_type == "expand":      # its target's sizes as the kernel's extents
                     t = OPS["expand"].build(args, dict(attrs, shape=tuple(extent(d) for d in attrs["shape"])))
@@ -297,7 +299,8 @@ class _Builder:
 
     def slice(self, node, x, extent):
         """``x[begin:end:step]`` where sizes (and bounds) are symbolic: the output's extents from the graph,
-        each index ``i * step + begin``."""
+        each index ``i * step + begin``; checked at run time where an axis of symbolic length reads one of
+        constant length (GPT-2's position rows ``wpe[:seq]``: a ``seq`` past the table is an error)."""
         begin, step = node.attrs["begin"], node.attrs["step"]
         try:
             starts = [extent(b) if not isinstance(b, int) else b for b in begin]
@@ -305,11 +308,15 @@ class _Builder:
             raise BuildError(f"node {node.name!r} (slice): it begins at {list(begin)}, a size none of its kernel's "
                              f"values has; compile without pipeline='graph'") from None
 
-        def index(i, b, s):
+        src, out = self.g.shape(node.inputs[0]), self.g.shape(node.outputs[0])
+        checked = [S.is_static(a) and not S.is_static(o) for a, o in zip(src, out)]
+
+        def index(i, b, s, k):
             term = i * s if s != 1 else i
-            return term if isinstance(b, int) and b == 0 else term + b
-        return compute(tuple(extent(d) for d in self.g.shape(node.outputs[0])),
-                       lambda *idx: x[tuple(index(i, b, s) for i, b, s in zip(idx, starts, step))],
+            term = term if isinstance(b, int) and b == 0 else term + b
+            return checked_index(term, int(src[k]), f"axis {k} of the constant sliced") if checked[k] else term
+        return compute(tuple(extent(d) for d in out),
+                       lambda *idx: x[tuple(index(i, b, s, k) for k, (i, b, s) in enumerate(zip(idx, starts, step)))],
                        name="slice", tag="injective")
 
     def remembers(self) -> bool:

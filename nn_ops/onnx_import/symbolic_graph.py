@@ -16,8 +16,9 @@ the checks equate to a multiple of another are then written as that multiple.  W
 cannot explain is refused, naming the node: a graph whose structure changes with the sizes, a
 constant computed from them (but a resize's index and weight tables, made again at each binding
 from the resize's own description, ``taps``, by the static import's numpy code, and a constant
-broadcast along sizes, ViT's class token expanded to the batch: an ``expand`` of one copy), a size
-that is no product of the symbols.
+broadcast along sizes, ViT's class token expanded to the batch: an ``expand`` of one copy; a leading
+block of a constant of the model, GPT-2's position rows ``wpe[arange(seq)]`` and its causal mask's
+``[:seq, :seq]``: a ``slice`` of it), a size that is no product of the symbols.
 """
 from __future__ import annotations
 
@@ -104,9 +105,14 @@ def _one_size_where_checked_equal(graph: Graph, checks) -> Graph:
     """``graph`` with each size that a run-time check equates to a whole multiple of another written
     as that multiple (a U-Net's ``H`` checked equal to its up-sampled ``2*(H//2)``, ``H//2`` to
     ``2*((H//2)//2)``, ...: ``H`` is ``8 * (((H//2)//2)//2)``), so that a skip concat's operands have
-    one size and a kernel one size var for them; the checks hold before every run."""
+    one size and a kernel one size var for them; and each ``min(c, n)`` that a broadcast's check takes
+    only where it is ``n`` as ``n`` (GPT-2's causal mask ``[:min(1024, seq)]`` beside its scores of
+    ``seq``); the checks hold before every run."""
     times: Dict[object, tuple] = {}          # size m -> (k, n): m is k * n
     for check in checks:
+        bounded = _bounded_where_checked(check.condition)
+        if bounded is not None:
+            times.setdefault(*bounded)
         if not isinstance(check.condition, sympy.Eq):
             continue
         (ca, ma), (cb, mb) = (S.dim(d).as_coeff_Mul() for d in check.condition.args)
@@ -135,6 +141,23 @@ def _one_size_where_checked_equal(graph: Graph, checks) -> Graph:
     for node in graph.nodes:
         node.attrs = {a: canonical(v) for a, v in node.attrs.items()}
     return graph
+
+
+def _bounded_where_checked(condition):
+    """``(min(c, n), (1, n))`` where ``condition`` is a broadcast's check of the two sizes
+    ``min(c, n)`` and ``n`` (equal, or either 1), ``c`` a whole number above 1: where it holds they are
+    equal (``min(c, n)`` is 1 only where ``n`` is); None otherwise."""
+    terms = condition.args if isinstance(condition, sympy.Or) else (condition,)
+    pairs = [t.args for t in terms if isinstance(t, sympy.Eq) and not any(a == 1 for a in t.args)]
+    if len(pairs) != 1:
+        return None
+    for bounded, n in (pairs[0], pairs[0][::-1]):
+        if isinstance(bounded, sympy.Min) and len(bounded.args) == 2 and n in bounded.args:
+            c = next(a for a in bounded.args if a != n)
+            allowed = {sympy.Eq(bounded, n), sympy.Eq(n, bounded), sympy.Eq(bounded, 1), sympy.Eq(n, 1)}
+            if c.is_Integer and c > 1 and all(t in allowed for t in terms):
+                return bounded, (1, n)
+    return None
 
 
 def _resize_table(taps: dict, in_size, out_size, axis: int, weights: bool, binding: Dict[str, int]) -> np.ndarray:
@@ -176,6 +199,7 @@ class _Solver:
                 raise self.refuse(None, "its nodes differ from one size to another")
         read = {i for n in first.nodes for i in n.inputs} | set(first.outputs)
         expanded: Dict[str, np.ndarray] = {}      # a constant broadcast along sizes -> the one copy
+        sliced: Dict[str, tuple] = {}             # a leading block of a constant of the model -> (its name, it)
         for name, array in first.initializers.items():
             if name not in read:        # sizes computed at import for the converters (a Shape chain)
                 continue
@@ -186,6 +210,10 @@ class _Solver:
                 if copy is not None:
                     expanded[name] = copy
                     continue
+                whole = self.sliced_from(name, arrays)
+                if whole is not None:
+                    sliced[name] = whole
+                    continue
                 make = self.resize_table(name, arrays)
                 if make is None:
                     raise self.refuse(None, f"the constant {name!r} is computed from the sizes")
@@ -195,7 +223,7 @@ class _Solver:
             out.initializers[name] = array
         for name, value in first.values.items():
             if name in first.initializers and name not in out.initializers and name not in out.binding_tables \
-                    and name not in expanded:
+                    and name not in expanded and name not in sliced:
                 continue
             if any(name not in g.values or g.values[name].dtype != value.dtype for g in others):
                 raise self.refuse(None, f"the value {name!r} differs from one size to another")
@@ -206,6 +234,11 @@ class _Solver:
             base = out.fresh_name(name + ".copy")
             out.add_initializer(base, copy)
             out.add_node("expand", [base], [name], {"shape": out.values[name].shape}, name)
+        for name, (source, whole) in sliced.items():
+            base = out.fresh_name(source)
+            out.add_initializer(base, whole)
+            out.add_node("slice", [base], [name], {"begin": (0,) * whole.ndim, "end": out.values[name].shape,
+                                                   "step": (1,) * whole.ndim}, name)
         for k, node in enumerate(first.nodes):
             peers = [g.nodes[k] for g in others]
             if any(p.op_type != node.op_type or p.inputs != node.inputs or p.outputs != node.outputs or
@@ -226,6 +259,27 @@ class _Solver:
         if not axes or any(not np.array_equal(np.broadcast_to(copy, a.shape), a, equal_nan=True) for a in arrays):
             return None
         return np.ascontiguousarray(copy)
+
+    def sliced_from(self, name: str, arrays: list) -> Optional[tuple]:
+        """(The name, the value) of the constant of the model (as of rank ``arrays[0].ndim``, leading axes of 1 added) whose
+        leading block the constant ``arrays`` (at each probe) is along each axis whose length changes,
+        whole along the others, itself one value at every probe; None where there is none."""
+        first = arrays[0]
+        if any(a.ndim != first.ndim or a.dtype != first.dtype for a in arrays[1:]):
+            return None
+        varies = [len({a.shape[k] for a in arrays}) > 1 for k in range(first.ndim)]
+        for other, whole in self.graphs[0].initializers.items():
+            if other == name or whole.dtype != first.dtype or whole.ndim > first.ndim or any(
+                    g.initializers.get(other) is None or g.initializers[other].shape != whole.shape or
+                    not np.array_equal(g.initializers[other], whole, equal_nan=True) for g in self.graphs[1:]):
+                continue        # (one of the same value at every probe only)
+            whole = whole.reshape((1,) * (first.ndim - whole.ndim) + whole.shape)
+            if any(v and max(a.shape[k] for a in arrays) > whole.shape[k] or not v and whole.shape[k] != first.shape[k]
+                   for k, v in enumerate(varies)):
+                continue
+            if all(np.array_equal(whole[tuple(slice(0, d) for d in a.shape)], a, equal_nan=True) for a in arrays):
+                return other, np.ascontiguousarray(whole)
+        return None
 
     def resize_table(self, name: str, arrays: list):
         """``binding -> table`` where ``name`` is, at every probe, the index or weight table of one

@@ -279,3 +279,37 @@ def test_a_vit_over_a_symbolic_batch():
         x = np.random.default_rng(batch).standard_normal((batch, 3, 32, 32)).astype(np.float32)
         static = lw.compile(graph.specialize({"input": x.shape}, {}), progress=False)
         np.testing.assert_array_equal(exe.run({"input": x})[0], static.run({"input": x})[0])
+
+
+def _position_rows_model():
+    """x plus its position rows ``table[arange(seq)]`` (folded at import to the table's first rows)."""
+    b = OnnxBuilder(opset=13)
+    seq = b.node("Gather", [b.node("Shape", ["input"]), b.const(np.array(1, np.int64))], axis=0)
+    ids = b.node("Range", [b.const(np.array(0, np.int64)), seq, b.const(np.array(1, np.int64))])
+    rows = b.node("Gather", [b.init("table", b.weight((64, 16), 1.0)), ids], axis=0)
+    return b.model(("batch", "seq", 16), b.node("Add", ["input", rows]), ("batch", "seq", 16), name="positions")
+
+
+def test_position_rows_over_a_symbolic_length_are_a_slice_of_the_table():
+    """The rows are a slice of the table over a length var, equal to the static compile bit for bit; a
+    length past the table is refused as the kernel reads it."""
+    graph = lw.from_onnx(_position_rows_model())
+    exe = lw.compile(graph, pipeline="graph")
+    assert "slice" in {n for c in exe.calls for n in c.module.name.split("_")}
+    for shape in ((1, 1), (3, 64), (2, 5)):
+        x = np.random.default_rng(shape[1]).standard_normal(shape + (16,)).astype(np.float32)
+        static = lw.compile(graph.specialize({"input": x.shape}, {}), progress=False)
+        np.testing.assert_array_equal(exe.run({"input": x})[0], static.run({"input": x})[0])
+    with pytest.raises(lw.LoopweaveError, match="index 64 is out of range for axis 0"):
+        exe.run({"input": np.zeros((1, 65, 16), np.float32)})
+
+
+def test_gpt2_over_its_batch_and_length():
+    """GPT-2's position rows (a slice of its table) and its causal mask ``[:min(1024, seq)]`` read as
+    ``seq`` (its where's check takes it only so): equal to the static compile bit for bit."""
+    graph = lw.from_onnx(model_zoo.gpt2(batch=None, **dict(model_zoo.SMALL["gpt2"], seq=None, layers=1)))
+    exe = lw.compile(graph, pipeline="graph")
+    for batch, seq in ((1, 1), (2, 7), (1, 40)):
+        ids = np.random.default_rng(seq).integers(0, 1000, (batch, seq)).astype(np.int64)
+        static = lw.compile(graph.specialize({"input": ids.shape}, {}), progress=False)
+        np.testing.assert_array_equal(exe.run({"input": ids})[0], static.run({"input": ids})[0])

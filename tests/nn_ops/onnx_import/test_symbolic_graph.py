@@ -159,3 +159,15 @@ def test_a_nearest_upsamplings_index_tables_are_computed_per_binding():
         rows = int(S.evaluate(g.values[name].shape[0], binding))
         assert rows in (10, 6, 20, 12)
         assert table.at(binding).tolist() == [[o // 2] for o in range(rows)]
+
+
+def test_a_min_a_broadcast_check_takes_only_where_it_is_the_size_is_that_size():
+    """GPT-2's mask ``[:min(1024, seq)]`` beside scores of ``seq``: equal where the check holds; not so
+    where the check lets them differ."""
+    import sympy
+    from loopweave.nn_ops.onnx_import.symbolic_graph import _bounded_where_checked
+    bounded = sympy.Min(1024, T)
+    check = sympy.Eq(T, 1) | sympy.Eq(bounded, 1) | sympy.Eq(bounded, T)
+    assert _bounded_where_checked(check) == (bounded, (1, T))
+    assert _bounded_where_checked(sympy.Eq(bounded, T) | (T > 3)) is None
+    assert _bounded_where_checked(sympy.Eq(sympy.Min(1, T), T) | sympy.Eq(T, 1)) is None
