@@ -287,3 +287,27 @@ def test_linear_and_cubic_resizes_over_any_image_size():
         feed = {"input": np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32)}
         static = lw.compile(graph.specialize({"input": shape}, {}), progress=False)
         np.testing.assert_array_equal(exe.run(feed)[0], static.run(feed)[0])
+
+
+def test_a_linear_resize_to_a_skips_size_over_any_image_size():
+    """A linear resize to sizes taken from the skip's shape (as torch exports
+    ``F.interpolate(size=skip.shape[2:])``): its scale, ``13/7`` at 13 rows, changes with the sizes, and
+    its tables are made per binding from them: equal to the static compile bit for bit."""
+    b = OnnxBuilder(opset=13)
+    full = b.relu(b.conv("input", 3, 8, 3, bias=True))
+    half = b.relu(b.conv(full, 8, 8, 3, stride=2, bias=True))
+
+    def shape_slice(x, begin, end):
+        return b.node("Slice", [b.node("Shape", [x]), b.const(np.array([begin], np.int64)),
+                                b.const(np.array([end], np.int64))])
+    sizes = b.node("Concat", [shape_slice(half, 0, 2), shape_slice(full, 2, 4)], axis=0)
+    up = b.node("Resize", [half, "", "", sizes], mode="linear", coordinate_transformation_mode="half_pixel")
+    model = model_zoo.symbolic_sizes(b.model((1, 3, 16, 16), b.node("Add", [up, full]), (1, 8, 16, 16),
+                                             name="resize_to_skip"))
+    graph = lw.from_onnx(model)
+    exe = lw.compile(graph, pipeline="graph")
+    assert len(exe.tables) == 4
+    for shape in ((1, 3, 16, 16), (2, 3, 13, 10)):
+        feed = {"input": np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32)}
+        static = lw.compile(graph.specialize({"input": shape}, {}), progress=False)
+        np.testing.assert_array_equal(exe.run(feed)[0], static.run(feed)[0])
