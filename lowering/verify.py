@@ -31,7 +31,8 @@ for every lowering with ``set_verify(True)`` (``tests/conftest.py``).
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Dict, Iterable, Optional, Set
+from types import MappingProxyType
+from typing import Dict, Iterable, Mapping, Optional, Set
 
 from ..dsl import dtypes
 from ..dsl.expr_printer import expr_to_str
@@ -40,6 +41,8 @@ from ..errors import InternalError
 from .passes.unroll import MAX_UNROLL
 
 _enabled = False
+
+_NO_LOADS = MappingProxyType({})
 
 _ARITHMETIC = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max")
 
@@ -126,16 +129,19 @@ class _Verifier:
         self.free_memo[key] = (e, found)
         return found
 
-    def loads(self, e) -> dict:
-        """``{id(buffer): a BufferLoad of it}`` for every buffer ``e`` loads (memoised: DAGs)."""
+    def loads(self, e) -> Mapping[int, object]:
+        """``{id(buffer): a BufferLoad of it}`` for every buffer ``e`` loads (memoised: DAGs; shared
+        between nodes, so never changed once made)."""
         entry = self.memo.loads.get(id(e))
         if entry is not None:
             return entry[1]
-        found = {}
+        found = _NO_LOADS
         for c in children(e):
-            found.update(self.loads(c))
+            below = self.loads(c)
+            if below:
+                found = below if not found else {**found, **below}
         if type(e).__name__ == "BufferLoad":
-            found[id(e.buffer)] = e
+            found = {**found, id(e.buffer): e}
         self.memo.loads[id(e)] = (e, found)
         return found
 
@@ -214,11 +220,13 @@ class _Verifier:
             names = sorted({v.name for v in _vars_with_ids(e, unbound)})
             raise _Fault(f"{what} reads {', '.join(names)}, bound by no enclosing loop, let or argument: "
                          f"{expr_to_str(e)}")
-        if any(self.let_lanes.get(v, 1) != 1 for v in free):      # its lanes depend on this scope's lets
+        if self.let_lanes and any(self.let_lanes.get(v, 1) != 1 for v in free):   # lanes set by this scope's lets
             return self.lanes(e)
         entry = self.checked.get(id(e))
-        if entry is None:
-            entry = self.checked[id(e)] = (e, self.lanes(e))
+        if entry is None:       # checked here whole, its loads included
+            lanes = self.lanes(e)
+            self.checked[id(e)] = (e, lanes)
+            return lanes
         for load in self.loads(e).values():
             if id(load.buffer) not in self.buffers:
                 self.access(load.buffer, load.indices, load)
