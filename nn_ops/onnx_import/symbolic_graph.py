@@ -261,23 +261,25 @@ class _Solver:
         return np.ascontiguousarray(copy)
 
     def sliced_from(self, name: str, arrays: list) -> Optional[tuple]:
-        """(The name, the value) of the constant of the model (as of rank ``arrays[0].ndim``, leading axes of 1 added) whose
-        leading block the constant ``arrays`` (at each probe) is along each axis whose length changes,
-        whole along the others, itself one value at every probe; None where there is none."""
+        """(The name, the value) of the constant of the model (as of rank ``arrays[0].ndim``, leading
+        axes of 1 added) whose leading block the constant ``arrays`` (at each probe) is along each axis
+        whose length changes, whole along the others, itself one value at every probe; None where
+        there is none."""
         first = arrays[0]
         if any(a.ndim != first.ndim or a.dtype != first.dtype for a in arrays[1:]):
             return None
         varies = [len({a.shape[k] for a in arrays}) > 1 for k in range(first.ndim)]
         for other, whole in self.graphs[0].initializers.items():
-            if other == name or whole.dtype != first.dtype or whole.ndim > first.ndim or any(
-                    g.initializers.get(other) is None or g.initializers[other].shape != whole.shape or
-                    not np.array_equal(g.initializers[other], whole, equal_nan=True) for g in self.graphs[1:]):
-                continue        # (one of the same value at every probe only)
+            if other == name or whole.dtype != first.dtype or whole.ndim > first.ndim:
+                continue
             whole = whole.reshape((1,) * (first.ndim - whole.ndim) + whole.shape)
             if any(v and max(a.shape[k] for a in arrays) > whole.shape[k] or not v and whole.shape[k] != first.shape[k]
                    for k, v in enumerate(varies)):
                 continue
-            if all(np.array_equal(whole[tuple(slice(0, d) for d in a.shape)], a, equal_nan=True) for a in arrays):
+            if all(np.array_equal(whole[tuple(slice(0, d) for d in a.shape)], a, equal_nan=True) for a in arrays) \
+                    and all(other in g.initializers and g.initializers[other].size == whole.size and
+                            np.array_equal(g.initializers[other].reshape(whole.shape), whole, equal_nan=True)
+                            for g in self.graphs[1:]):
                 return other, np.ascontiguousarray(whole)
         return None
 
