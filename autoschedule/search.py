@@ -147,7 +147,7 @@ class TaskTuner:
             try:
                 self._lowered[trace_json] = extract(lower(s, self.task.args), self.task.target, self.untuned)
             except (LoopweaveError, InternalError) as exc:
-                self._lowered[trace_json] = exc
+                self._lowered[trace_json] = exc.with_traceback(None)     # not its frames' IR
         got = self._lowered[trace_json]
         if isinstance(got, Exception):
             raise got

@@ -46,3 +46,27 @@ def test_a_repeated_schedule_is_lowered_once(monkeypatch):
         if c is not None:
             by_trace.setdefault(c[2], []).append(c[3])
     assert all((f == fs[0]).all() for fs in by_trace.values() for f in fs)
+
+
+def test_a_schedule_lowering_refuses_is_refused_again_without_lowering(monkeypatch):
+    """A refusal is kept with its trace: a repeat of the schedule is dropped (and counted as
+    rejected) without lowering it again."""
+    tuner = TaskTuner(Task(matmul(), "llvm"), None, model=CostModel(0, pretrained=False))
+    lowered, applied = [], []
+    real_apply = tuner.space.apply
+
+    def refusing_lower(s, args):
+        lowered.append(s.trace.to_json())
+        raise lw.LoweringError("refused")
+
+    def recording_apply(choice):
+        s = real_apply(choice)
+        applied.append(s.trace.to_json())
+        return s
+    monkeypatch.setattr(search, "lower", refusing_lower)
+    monkeypatch.setattr(tuner.space, "apply", recording_apply)
+    rng = random.Random(3)
+    cands = [tuner._candidate(tuner.space.sample(rng)) for _ in range(40)]
+    assert len(set(applied)) < len(applied)
+    assert cands == [None] * 40 and tuner.rejected == len(applied)
+    assert sorted(lowered) == sorted(set(applied))
