@@ -400,14 +400,13 @@ class Space:
         pack = choice.get("pack")
         BB = None
         reduction = out if out.op.reduce_axis else self.anchor
+        reader = (CC.op if cw else self.anchor.op) if anchored else None     # the anchor's product
         if anchored and choice.get(f"pack_t:{reduction.name}"):
-            reader = CC.op if cw else self.anchor.op
             transposed = _transposable(reader.output(0))
             self._pack_transposed(s, reader, *transposed)
             if pack == transposed[0]:
                 pack = None
         if pack is not None and anchored:
-            reader = CC.op if cw else self.anchor.op
             BB = s.cache_read(reader.input_tensors[pack], "local", [reader])
         axes = list(C.op.axis)
         reds = list(C.op.reduce_axis)

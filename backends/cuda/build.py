@@ -28,11 +28,15 @@ def cuda_arch(target) -> str:
 TENSOR_CORE_ARCH = 80   # mma.sync on tf32 and cp.async: Ampere (sm_80) and newer
 
 
+def has_tensor_cores(arch: str) -> bool:
+    """Whether ``arch`` (``"sm_90"``) has the tf32 tensor-core and cp.async instructions (sm_80 on)."""
+    return arch.startswith("sm_") and arch[3:].isdigit() and int(arch[3:]) >= TENSOR_CORE_ARCH
+
+
 def check_tensor_core_arch(arch: str, what: str) -> None:
     """Raise BuildError unless ``arch`` (``"sm_90"``) has the tf32 tensor-core and cp.async instructions
     ``what`` needs."""
-    number = int(arch[3:]) if arch.startswith("sm_") and arch[3:].isdigit() else 0
-    if number < TENSOR_CORE_ARCH:
+    if not has_tensor_cores(arch):
         raise BuildError(f"{what} needs tf32 tensor cores and cp.async (sm_{TENSOR_CORE_ARCH} or newer), but "
                          f"the code is compiled for {arch}: use precision='fp32' and no warp stage or "
                          f"asynchronous double buffering on this GPU")

@@ -279,28 +279,26 @@ class PolymorphicExecutable:
         """The kernel each call runs at ``binding``, the deferred ones among them built first (in one
         ``build_many``: the first run at a binding that picks them pays their compile)."""
         modules = [c.module_at(binding) for c in self.calls]
-        deferred = {id(m): m for m in modules if isinstance(m, Deferred)}
-        if not deferred:
-            return modules
-        self._put_built(build_deferred(deferred.values(), self.target))
-        return [c.module_at(binding) for c in self.calls]
+        return [c.module_at(binding) for c in self.calls] if self._build_deferred(modules) else modules
 
     def build_variants(self) -> None:
         """Build every variant still deferred, so that no run compiles (``save`` and ``export_library``
         write them all)."""
         with self._lock:
-            deferred = {id(v.module): v.module for c in self.calls for v in c.variants
-                        if isinstance(v.module, Deferred)}
-            if deferred:
-                self._put_built(build_deferred(deferred.values(), self.target))
+            self._build_deferred(v.module for c in self.calls for v in c.variants)
 
-    def _put_built(self, built: Dict[int, object]) -> None:
-        """The modules ``built`` ({id of a deferred kernel: module}) in place of those deferred kernels
-        (the caller holds the lock)."""
+    def _build_deferred(self, modules) -> bool:
+        """Build the ``Deferred`` kernels among ``modules`` in one ``build_many`` and put them in place
+        of those in the calls and the kernel table (the caller holds the lock); whether there were any."""
+        deferred = {id(m): m for m in modules if isinstance(m, Deferred)}
+        if not deferred:
+            return False
+        built = build_deferred(deferred.values(), self.target)
         for call in self.calls:
             call.variants = tuple(dataclasses.replace(v, module=built.get(id(v.module), v.module))
                                   for v in call.variants)
         self.kernels = {key: built.get(id(m), m) for key, m in self.kernels.items()}
+        return True
 
     def _constant_output(self, name: str, binding) -> np.ndarray:
         """Output ``name`` where it is a constant (or a view of one): a network that gives back a weight."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...dsl.expr import cast, const, if_then_else, logical_and
-from ...dsl.intrinsics import dot2_i16, dot4_u8s8, elementwise_max, elementwise_min, round as lw_round
+from ...dsl.intrinsics import dot2_i16, dot4_u8s8
 from ...dsl.reduction import sum as lw_sum
 from ...dsl.tensor import Tensor, compute, reduce_axis
 from ...errors import ExprError
@@ -68,7 +68,6 @@ def _requantized(D: Tensor, channel, bias: Tensor, multiplier: Tensor, y_zero_po
     vector, not an add per output: QDQ MobileNetV2 1.03x).  ``int32_range`` (the caller's promise that
     every value rounds into int32: ``rounds_in_int32``): saturated after the rounding, in int32 lanes,
     where the float64 clamp took two instructions per half vector."""
-    info = np.iinfo(out_dtype)
     work = multiplier.dtype
 
     def body(*idx):
@@ -79,16 +78,10 @@ def _requantized(D: Tensor, channel, bias: Tensor, multiplier: Tensor, y_zero_po
                 scaled = (D[idx] + cast(work, bias[c])) * multiplier[c] + zero_point
             else:
                 scaled = cast(work, D[idx]) * multiplier[c] + (cast(work, bias[c]) * multiplier[c] + zero_point)
-            return saturated(scaled, out_dtype, int32_range)
-        acc = D[idx] if D.dtype == "int32" else cast("int32", D[idx])
-        scaled = cast(work, acc + bias[c]) * multiplier[c] + zero_point
-        if int32_range:
-            rounded = cast("int32", lw_round(scaled))
-            return cast(out_dtype, elementwise_min(elementwise_max(rounded, const(int(info.min), "int32")),
-                                                   const(int(info.max), "int32")))
-        clipped = elementwise_min(elementwise_max(scaled, const(float(info.min), "float64")),
-                                  const(float(info.max), "float64"))
-        return cast(out_dtype, cast("int32", lw_round(clipped)))        # (rounded after the clamp: equal)
+        else:
+            acc = D[idx] if D.dtype == "int32" else cast("int32", D[idx])
+            scaled = cast(work, acc + bias[c]) * multiplier[c] + zero_point
+        return saturated(scaled, out_dtype, int32_range)
     return compute(D.shape, body, name=name + ".requantize", tag="elemwise")
 
 

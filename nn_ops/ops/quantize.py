@@ -74,15 +74,16 @@ def quantize(x: Tensor, scale: Tensor, zero_point: Optional[Tensor], out_dtype: 
 
 
 def saturated(v, out_dtype: str, int32_range: bool):
-    """float32 ``v`` rounded half to even and saturated to ``out_dtype``: with ``int32_range`` (every ``v``
-    rounds into int32) saturated after the rounding, in int32, which the x86 backend does in its
-    saturating packs or truncations; else clamped in float32 first (equal: the bounds are integers)."""
+    """Float ``v`` (float32 or float64) rounded half to even and saturated to ``out_dtype``: with
+    ``int32_range`` (every ``v`` rounds into int32) saturated after the rounding, in int32, which the x86
+    backend does in its saturating packs or truncations; else clamped in ``v``'s type first (equal: the
+    bounds are integers)."""
     info = np.iinfo(out_dtype)
     if int32_range:
         q = cast("int32", lw_round(v))
         return cast(out_dtype, elementwise_min(elementwise_max(q, const(int(info.min), "int32")),
                                                const(int(info.max), "int32")))
-    v = elementwise_min(elementwise_max(v, const(float(info.min), "float32")), const(float(info.max), "float32"))
+    v = elementwise_min(elementwise_max(v, const(float(info.min), v.dtype)), const(float(info.max), v.dtype))
     return cast(out_dtype, cast("int32", lw_round(v)))
 
 

@@ -9,16 +9,11 @@ import numpy as np
 import loopweave as lw
 from loopweave.autoschedule.space import Space
 from loopweave.autoschedule.task import Task
+from loopweave.benchmarks.autoschedule import attention as attention_head
 
 
 def attention(n, d):
-    Q = lw.placeholder((n, d), name="Q")
-    K = lw.placeholder((n, d), name="K")
-    V = lw.placeholder((n, d), name="V")
-    r = lw.reduce_axis((0, d), name="r")
-    S = lw.compute((n, n), lambda i, j: lw.sum(Q[i, r] * K[j, r], axis=r), name="S")
-    t = lw.reduce_axis((0, n), name="t")
-    return [Q, K, V, lw.compute((n, d), lambda i, c: lw.sum(S[i, t] * V[t, c], axis=t), name="O")]
+    return attention_head(n, d)[0]      # (the benchmark's kernel: its arguments)
 
 
 def scores(n, d):

@@ -3,7 +3,7 @@ block's cooperative copies of its operands into shared memory (``matmul.py``: th
 blocks; ``matmul_tensor_cores.py``: warps; ``conv2d_gemm.py``: the implicit-GEMM convolution)."""
 from __future__ import annotations
 
-from ....backends.cuda.build import TENSOR_CORE_ARCH, cuda_arch
+from ....backends.cuda.build import cuda_arch, has_tensor_cores
 from ....dsl.tensor import PlaceholderOp, thread_axis
 from ..registry import fused_output
 
@@ -51,6 +51,4 @@ def copied_as_is(operands, target) -> bool:
     """Whether cp.async can fill the shared copies of ``operands``: the ``target`` GPU has it
     (sm_80 and newer) and the copies take inputs as they lie (a computed operand, such as dense's
     transposed weight or im2col, cannot be copied asynchronously)."""
-    arch = cuda_arch(target)
-    number = int(arch[3:]) if arch.startswith("sm_") and arch[3:].isdigit() else 0
-    return number >= TENSOR_CORE_ARCH and all(isinstance(t.op, PlaceholderOp) for t in operands)
+    return has_tensor_cores(cuda_arch(target)) and all(isinstance(t.op, PlaceholderOp) for t in operands)
